@@ -1,0 +1,197 @@
+"""Cronfleet settings. Everything that differs between deployments comes from the environment.
+
+The helpers below fail loudly: a malformed value stops start-up with ImproperlyConfigured
+naming the variable, instead of silently falling back to a default.
+"""
+
+import os
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("CRONFLEET_VAR_DIR", BASE_DIR / "var"))
+
+
+def env_str(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be an integer, got {raw!r}") from None
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    lowered = raw.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name} must be a boolean (true/false), got {raw!r}")
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+DEBUG = env_bool("DJANGO_DEBUG", True)
+SECRET_KEY = env_str("DJANGO_SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set when DJANGO_DEBUG is false")
+    SECRET_KEY = "insecure-development-key-do-not-use-in-production"
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_celery_results",
+    "scheduler_app",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "project.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+WSGI_APPLICATION = "project.wsgi.application"
+
+# --- Database -------------------------------------------------------------------------
+# PostgreSQL in production (SKIP LOCKED, partial indexes); SQLite is the embedded default
+# for a first run, where writers are serialised by the database itself.
+DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'cronfleet.sqlite3'}")
+try:
+    _db = dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0))
+except ValueError as exc:
+    raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from None
+if _db["ENGINE"] == "django.db.backends.sqlite3":
+    _db["OPTIONS"] = {
+        # IMMEDIATE takes the write lock at BEGIN, so two processes never deadlock upgrading
+        # a read lock; WAL lets readers (admin, worker) run beside the writer.
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+elif _db["ENGINE"] == "django.db.backends.postgresql":
+    _db.setdefault("OPTIONS", {})
+    _db["OPTIONS"].setdefault("connect_timeout", env_int("DB_CONNECT_TIMEOUT", 10, minimum=1))
+    _db["CONN_HEALTH_CHECKS"] = True
+DATABASES = {"default": _db}
+if _db["ENGINE"] == "django.db.backends.sqlite3":
+    Path(_db["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        "scheduler_app": {"handlers": ["console"], "level": env_str("CRONFLEET_LOG_LEVEL", "INFO")},
+    },
+}
+
+# --- Celery ---------------------------------------------------------------------------
+# The default broker is kombu's filesystem transport: no server to install, shared by the
+# processes of one machine. Use Redis (redis://) or RabbitMQ (amqp://) for anything real.
+BROKER_DIR = VAR_DIR / "broker"
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    BROKER_DIR.mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(BROKER_DIR),
+        "data_folder_out": str(BROKER_DIR),
+        "control_folder": str(BROKER_DIR / "control"),
+    }
+    (BROKER_DIR / "control").mkdir(exist_ok=True)
+else:
+    # The visibility timeout (Redis) must exceed the longest hard time limit of a run, or
+    # Redis redelivers a message whose worker is still busy with it.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 7200, minimum=60),
+    }
+CELERY_RESULT_BACKEND = "django-db"
+CELERY_RESULT_EXTENDED = True
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = env_str("CRONFLEET_DEFAULT_QUEUE", "cronfleet")
+CELERY_TASK_SEND_SENT_EVENT = False
+CELERY_WORKER_SEND_TASK_EVENTS = env_bool("CELERY_WORKER_SEND_TASK_EVENTS", True)
+CELERY_TIMEZONE = "UTC"
+CELERY_ENABLE_UTC = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# --- Cronfleet ------------------------------------------------------------------------
+# Celery task names a job may call (target kind "task"). Anything else is refused when
+# the job is created, not when it fires.
+CRONFLEET_ALLOWED_TASKS = env_list(
+    "CRONFLEET_ALLOWED_TASKS", ["scheduler_app.echo", "scheduler_app.fail", "scheduler_app.sleep"]
+)
+# How many due jobs one beat claims per transaction.
+CRONFLEET_BATCH_SIZE = env_int("CRONFLEET_BATCH_SIZE", 1000, minimum=1)
+# The longest a beat sleeps between turns when nothing is due.
+CRONFLEET_MAX_SLEEP_SECONDS = env_int("CRONFLEET_MAX_SLEEP_SECONDS", 5, minimum=1)
+# A fire this many seconds late (or less) is on time; later ones follow the job's misfire policy.
+CRONFLEET_MISFIRE_GRACE_SECONDS = env_int("CRONFLEET_MISFIRE_GRACE_SECONDS", 60, minimum=0)
+# Bytes of a run's result and error kept in the ledger.
+CRONFLEET_RESULT_MAX_BYTES = env_int("CRONFLEET_RESULT_MAX_BYTES", 8192, minimum=256)

@@ -1,0 +1,204 @@
+"""Beat side: turn due jobs into runs and hand them to Celery.
+
+Several beats may run at once, with no leader: due jobs are claimed with
+SELECT ... FOR NO KEY UPDATE SKIP LOCKED, and JobRun is unique per (job, scheduled_at).
+One short transaction claims a batch, plans its fires (pure code), inserts the runs and
+advances next_run_at, with no broker call while rows are locked; publishing happens
+after commit. Work per turn is O(due), never O(jobs).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Min
+
+from scheduler_app import schedules, sql
+from scheduler_app.models import AuditEvent, Job, JobRun, RunState, db_now, schedule_of
+from scheduler_app.publish import RunMessage, publish_runs
+
+logger = logging.getLogger(__name__)
+
+# The columns a beat needs to plan and publish a job's fires; nothing else is read.
+CLAIM_FIELDS = (
+    "id", "tenant_id", "version", "cron", "timezone", "every_seconds", "run_at", "anchor_at",
+    "start_at", "end_at", "next_run_at", "misfire_policy", "catchup_window_seconds",
+    "run_all_cap", "queue", "timeout_seconds",
+)
+INSERT_CHUNK = 500  # rows per INSERT: 9 parameters each stays far below every driver's limit
+
+
+@dataclass
+class Dispatched:
+    claimed: int = 0
+    messages: list[RunMessage] = field(default_factory=list)
+    skipped: int = 0
+
+
+@dataclass
+class TurnResult:
+    claimed: int = 0
+    published: int = 0
+    skipped: int = 0
+    requeued: int = 0
+    busy: bool = False  # True: there may be more work right now, go again without sleeping
+
+
+def lock_clause() -> str:
+    return "FOR UPDATE SKIP LOCKED" if connection.features.has_select_for_update_skip_locked else ""
+
+
+def run_turn(now: datetime, *, batch_size: int, grace: timedelta) -> TurnResult:
+    """One turn of the beat loop: dispatch due jobs, requeue due retries, publish both."""
+    dispatched = dispatch_due_jobs(now, limit=batch_size, grace=grace)
+    published = publish_runs(dispatched.messages)
+    retries = requeue_due_retries(now, limit=batch_size)
+    published += publish_runs(retries)
+    return TurnResult(
+        claimed=dispatched.claimed,
+        published=published,
+        skipped=dispatched.skipped,
+        requeued=len(retries),
+        busy=dispatched.claimed >= batch_size or len(retries) >= batch_size,
+    )
+
+
+def dispatch_due_jobs(now: datetime, *, limit: int, grace: timedelta) -> Dispatched:
+    """Claim up to `limit` due jobs, record their runs and advance their next fire times.
+
+    Returns the messages to publish; the caller publishes them after this returns (the
+    transaction has committed by then).
+    """
+    # durable: nobody may wrap this in an outer transaction and hold the locks longer.
+    with transaction.atomic(durable=True):
+        jobs = claim_due_jobs(now, limit=limit)
+        if not jobs:
+            return Dispatched()
+        rows, advances = plan_batch(jobs, now, grace)
+        inserted = insert_runs(rows)
+        advance_jobs(advances)
+    by_id = {job["id"]: job for job in jobs}
+    messages = [
+        RunMessage(run_id, 1, by_id[job_id]["queue"], by_id[job_id]["timeout_seconds"])
+        for run_id, job_id, state in inserted
+        if state == RunState.QUEUED
+    ]
+    skipped = sum(1 for _, _, state in inserted if state == RunState.SKIPPED)
+    return Dispatched(claimed=len(jobs), messages=messages, skipped=skipped)
+
+
+def claim_due_jobs(now: datetime, *, limit: int) -> list[dict]:
+    """Lock up to `limit` due jobs for this transaction, skipping rows another beat holds.
+
+    NO KEY UPDATE is enough to stop other beats and does not block inserts that
+    reference the job (its runs, audit events) from other connections.
+    """
+    due = Job.objects.due(now).select_for_update(skip_locked=True, no_key=True)
+    return list(due.values(*CLAIM_FIELDS)[:limit])
+
+
+def plan_batch(jobs: list[dict], now: datetime, grace: timedelta):
+    """Plan every claimed job's fires; return (run rows to insert, (job id, next_run_at) pairs)."""
+    cache = schedules.NextFireCache()
+    rows: list[tuple] = []
+    advances: list[tuple[int, datetime | None]] = []
+    for job in jobs:
+        schedule = schedule_of(job["cron"], job["timezone"], job["every_seconds"], job["run_at"],
+                               job["anchor_at"], job["start_at"], job["end_at"])
+        rules = schedules.MisfireRules(
+            policy=schedules.MisfirePolicy(job["misfire_policy"]),
+            grace=grace,
+            catchup_window=timedelta(seconds=job["catchup_window_seconds"]),
+            run_all_cap=job["run_all_cap"],
+        )
+        plan = schedules.plan_fires(schedule, job["next_run_at"], now, rules, cache=cache)
+        base = (job["id"], job["tenant_id"])
+        for fire_at in plan.fires:
+            rows.append((*base, fire_at, RunState.QUEUED.value, "", job["version"], now, now, None))
+        for fire_at, reason in plan.skipped:
+            rows.append((*base, fire_at, RunState.SKIPPED.value, reason, job["version"], now, None, now))
+        advances.append((job["id"], plan.next_run_at))
+    return rows, advances
+
+
+def insert_runs(rows: list[tuple]) -> list[tuple[int, int, str]]:
+    """Insert run rows, ignoring fires that already have a run; return (id, job_id, state)
+    of the rows created here."""
+    adapt = connection.ops.adapt_datetimefield_value
+    created: list[tuple[int, int, str]] = []
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), INSERT_CHUNK):
+            chunk = rows[start:start + INSERT_CHUNK]
+            params = [
+                adapt(v) if isinstance(v, datetime) else v for row in chunk for v in row
+            ]
+            statement = sql.INSERT_RUNS.format(rows=", ".join([sql.INSERT_RUNS_ROW] * len(chunk)))
+            cursor.execute(statement, params)
+            created.extend(cursor.fetchall())
+    return created
+
+
+def advance_jobs(advances: list[tuple[int, datetime | None]]) -> None:
+    """Set each claimed job's next_run_at, in one statement on PostgreSQL."""
+    if not advances:
+        return
+    adapt = connection.ops.adapt_datetimefield_value
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            statement = sql.ADVANCE_JOBS_PG.format(rows=", ".join([sql.ADVANCE_JOBS_PG_ROW] * len(advances)))
+            cursor.execute(statement, [v for pair in advances for v in pair])
+        else:
+            cursor.executemany(sql.ADVANCE_JOBS_ONE, [(adapt(at), job_id) for job_id, at in advances])
+
+
+def requeue_due_retries(now: datetime, *, limit: int) -> list[RunMessage]:
+    """Move retrying runs whose backoff is over back to queued as their next attempt."""
+    adapt = connection.ops.adapt_datetimefield_value
+    with transaction.atomic(durable=True):
+        with connection.cursor() as cursor:
+            cursor.execute(
+                sql.REQUEUE_DUE_RETRIES.format(lock=lock_clause()),
+                {"now": adapt(now), "limit": limit},
+            )
+            requeued = cursor.fetchall()
+        if not requeued:
+            return []
+        AuditEvent.objects.bulk_create(
+            AuditEvent(tenant_id=tenant_id, job_id=job_id, run_id=run_id, action="run.requeued",
+                       actor="beat", detail={"attempt": attempt})
+            for run_id, attempt, job_id, tenant_id in requeued
+        )
+    jobs = dict(
+        (job_id, (queue, timeout))
+        for job_id, queue, timeout in Job.objects.filter(id__in={r[2] for r in requeued})
+        .values_list("id", "queue", "timeout_seconds")
+    )
+    return [RunMessage(run_id, attempt, *jobs[job_id]) for run_id, attempt, job_id, _ in requeued]
+
+
+def seconds_until_due(now: datetime, *, cap: float) -> float:
+    """How long the beat may sleep: until the earliest next fire or retry (one index
+    lookup each), at most `cap`."""
+    earliest_job = (
+        Job.objects.filter(enabled=True, next_run_at__isnull=False)
+        .order_by("next_run_at").values_list("next_run_at", flat=True).first()
+    )
+    earliest_retry = JobRun.objects.filter(state=RunState.RETRYING).aggregate(at=Min("next_attempt_at"))["at"]
+    candidates = [at for at in (earliest_job, earliest_retry) if at is not None]
+    if not candidates:
+        return cap
+    return max(0.0, min(cap, (min(candidates) - now).total_seconds()))
+
+
+def beat_settings() -> tuple[int, timedelta]:
+    return settings.CRONFLEET_BATCH_SIZE, timedelta(seconds=settings.CRONFLEET_MISFIRE_GRACE_SECONDS)
+
+
+def run_turn_now(batch_size: int | None = None) -> TurnResult:
+    """run_turn with the database's clock and the configured limits (the command's entry)."""
+    default_batch, grace = beat_settings()
+    return run_turn(db_now(), batch_size=batch_size or default_batch, grace=grace)

@@ -1,0 +1,167 @@
+"""Worker side: start a run by compare-and-set, run its target, record the outcome.
+
+Every state change is a conditional UPDATE on (id, attempt, state): Celery may deliver a
+message twice (acks_late), and only the first delivery of the current attempt gets past
+start_run(). A worker whose attempt is no longer the run's attempt cannot write to it.
+Retries are decided here and stored in the row (next_attempt_at); the beat requeues them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from celery.exceptions import SoftTimeLimitExceeded
+from django.conf import settings
+from django.db.models import F
+
+from project.celery import app
+from scheduler_app.fire import FireContext, firing
+from scheduler_app.models import AuditEvent, Job, JobRun, RunState, TargetKind, db_now
+
+logger = logging.getLogger(__name__)
+
+
+class PermanentFailure(Exception):
+    """A failure that another attempt cannot fix (e.g. the task is not allowed)."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    state: str  # the run's state after this delivery, or "duplicate" / "stale"
+    detail: str = ""
+
+
+def execute_run(run_id: int, attempt: int, *, worker: str, task_id: str = "") -> Outcome:
+    run = start_run(run_id, attempt, worker=worker, task_id=task_id, now=db_now())
+    if run is None:
+        return record_duplicate(run_id, attempt, worker=worker)
+    try:
+        result = perform(run)
+    except SoftTimeLimitExceeded:
+        return fail_run(run, f"timeout: exceeded {run.job.timeout_seconds}s", retryable=True, now=db_now())
+    except PermanentFailure as exc:
+        return fail_run(run, f"{type(exc).__name__}: {exc}", retryable=False, now=db_now())
+    except Exception as exc:  # the target's own error: record it, retry per the job's policy
+        logger.info("run %s attempt %s failed: %r", run_id, attempt, exc)
+        return fail_run(run, f"{type(exc).__name__}: {exc}", retryable=True, now=db_now())
+    return finish_run(run, result, now=db_now())
+
+
+def start_run(run_id: int, attempt: int, *, worker: str, task_id: str, now: datetime) -> JobRun | None:
+    """Move a run from queued to running for `attempt`; None if this delivery lost the race."""
+    run = JobRun.objects.select_related("job", "job__tenant").filter(id=run_id).first()
+    if run is None:
+        return None
+    lease = now + timedelta(seconds=run.job.timeout_seconds)
+    won = JobRun.objects.filter(id=run_id, attempt=attempt, state=RunState.QUEUED).update(
+        state=RunState.RUNNING, started_at=now, heartbeat_at=now, lease_expires_at=lease,
+        worker=worker[:200], celery_task_id=task_id[:100],
+    )
+    if not won:
+        return None
+    run.state, run.attempt, run.started_at, run.worker = RunState.RUNNING, attempt, now, worker
+    audit(run, "run.started", worker, attempt=attempt)
+    return run
+
+
+def record_duplicate(run_id: int, attempt: int, *, worker: str) -> Outcome:
+    """Count a delivery that did not start the run (already running, finished, or stale)."""
+    JobRun.objects.filter(id=run_id).update(duplicate_deliveries=F("duplicate_deliveries") + 1)
+    run = JobRun.objects.filter(id=run_id).only("id", "job_id", "tenant_id", "state", "attempt").first()
+    if run is None:
+        logger.warning("run %s does not exist; dropping its message", run_id)
+        return Outcome("duplicate", "no such run")
+    logger.info("run %s attempt %s is %s (attempt %s); duplicate delivery not executed",
+                run_id, attempt, run.state, run.attempt)
+    audit(run, "run.duplicate_delivery", worker, attempt=attempt, state=run.state)
+    return Outcome("duplicate", f"run is {run.state} at attempt {run.attempt}")
+
+
+def perform(run: JobRun):
+    """Run the job's target in this worker process and return its result."""
+    job: Job = run.job
+    if job.target_kind != TargetKind.TASK:
+        raise PermanentFailure(f"unsupported target kind {job.target_kind!r}")
+    if job.task_name not in settings.CRONFLEET_ALLOWED_TASKS:
+        raise PermanentFailure(f"task {job.task_name!r} is not in CRONFLEET_ALLOWED_TASKS")
+    try:
+        task = app.tasks[job.task_name]
+    except KeyError:
+        raise PermanentFailure(f"task {job.task_name!r} is not registered in this worker") from None
+    context = FireContext(
+        fire_key=run.fire_key, attempt=run.attempt, scheduled_at=run.scheduled_at,
+        run_id=run.id, job_id=job.id, job_name=job.name, tenant=job.tenant.slug,
+    )
+    with firing(context):
+        return task(*job.args, **job.kwargs)
+
+
+def finish_run(run: JobRun, result, *, now: datetime) -> Outcome:
+    written = _write_if_current(run, state=RunState.SUCCEEDED, finished_at=now, lease_expires_at=None,
+                                result=truncate(_to_text(result)), error="")
+    if not written:
+        return Outcome("stale")
+    audit(run, "run.succeeded", run.worker)
+    return Outcome(RunState.SUCCEEDED.value)
+
+
+def fail_run(run: JobRun, error: str, *, retryable: bool, now: datetime) -> Outcome:
+    job = run.job
+    if not retryable:
+        state, fields = RunState.FAILED, {}
+    elif run.attempt < job.max_attempts:
+        delay = retry_delay(run.attempt, base=job.retry_backoff_seconds, cap=job.retry_backoff_max_seconds)
+        state, fields = RunState.RETRYING, {"next_attempt_at": now + delay}
+    else:
+        state, fields = RunState.DEAD, {}
+    written = _write_if_current(run, state=state, finished_at=now, lease_expires_at=None,
+                                error=truncate(error), **fields)
+    if not written:
+        return Outcome("stale")
+    audit(run, f"run.{RunState(state).value}", run.worker, attempt=run.attempt, error=truncate(error, 500),
+          **{k: v.isoformat() for k, v in fields.items()})
+    return Outcome(RunState(state).value, error)
+
+
+def _write_if_current(run: JobRun, **fields) -> bool:
+    """Write `fields` only while this worker's attempt still owns the run (fencing)."""
+    written = JobRun.objects.filter(id=run.id, attempt=run.attempt, state=RunState.RUNNING).update(**fields)
+    if not written:
+        logger.warning("run %s attempt %s is no longer ours; write rejected", run.id, run.attempt)
+        audit(run, "run.stale_write_rejected", run.worker, attempt=run.attempt)
+    return bool(written)
+
+
+def retry_delay(attempt: int, *, base: int, cap: int, rng: random.Random | None = None) -> timedelta:
+    """Exponential backoff after failed attempt `attempt` (1-based), capped, with +/-10% jitter."""
+    seconds = min(cap, base * 2 ** (attempt - 1))
+    jitter = (rng or random).uniform(-0.1, 0.1) * seconds
+    return timedelta(seconds=max(0.0, seconds + jitter))
+
+
+def truncate(text: str, limit: int | None = None) -> str:
+    limit = limit or settings.CRONFLEET_RESULT_MAX_BYTES
+    data = text.encode("utf-8", "replace")
+    if len(data) <= limit:
+        return text
+    return data[: limit - 20].decode("utf-8", "ignore") + f"... [{len(data)} bytes]"
+
+
+def _to_text(result) -> str:
+    if result is None:
+        return ""
+    if isinstance(result, str):
+        return result
+    try:
+        return json.dumps(result, default=str, sort_keys=True)
+    except (TypeError, ValueError):
+        return repr(result)
+
+
+def audit(run: JobRun, action: str, actor: str, **detail) -> None:
+    AuditEvent.objects.create(tenant_id=run.tenant_id, job_id=run.job_id, run_id=run.id,
+                              action=action, actor=f"worker:{actor}" if actor else "worker", detail=detail)

@@ -1,0 +1,240 @@
+"""Tenants, jobs and the run ledger. Nothing here but Django and the pure schedule types."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from django.db import connection, models
+from django.db.models import Q
+from django.utils import timezone
+
+from scheduler_app import schedules
+
+
+def db_now() -> datetime:
+    """The database's clock: the one clock every node judges due times by.
+
+    SQLite is embedded (same machine, same clock), so Python's clock is the database's.
+    """
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT statement_timestamp()")
+            return cursor.fetchone()[0]
+    return timezone.now()
+
+
+class Tenant(models.Model):
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200)
+    timezone = models.CharField(max_length=64, default="UTC", help_text="Default zone for new cron jobs")
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class TargetKind(models.TextChoices):
+    TASK = "task"
+
+
+class JobQuerySet(models.QuerySet):
+    def due(self, now: datetime) -> JobQuerySet:
+        """Enabled jobs whose next fire time has passed, oldest first (dispatch's claim)."""
+        return self.filter(enabled=True, next_run_at__lte=now).order_by("next_run_at", "id")
+
+
+class Job(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="jobs")
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    tags = models.JSONField(default=list, blank=True)
+
+    # Schedule: exactly one of cron / every_seconds / run_at (see schedules.Schedule).
+    cron = models.CharField(max_length=200, blank=True)
+    timezone = models.CharField(max_length=64, default="UTC")
+    every_seconds = models.PositiveIntegerField(null=True, blank=True)
+    run_at = models.DateTimeField(null=True, blank=True, help_text="One-off fire time")
+    anchor_at = models.DateTimeField(null=True, blank=True, help_text="Intervals count from here")
+    start_at = models.DateTimeField(null=True, blank=True)
+    end_at = models.DateTimeField(null=True, blank=True)
+
+    enabled = models.BooleanField(default=True, help_text="Paused jobs do not fire")
+    paused_note = models.CharField(max_length=500, blank=True)
+    next_run_at = models.DateTimeField(null=True, blank=True)  # UTC; NULL when nothing is left to fire
+
+    # Target
+    target_kind = models.CharField(max_length=16, choices=TargetKind.choices, default=TargetKind.TASK)
+    task_name = models.CharField(max_length=200, blank=True)
+    args = models.JSONField(default=list, blank=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+    queue = models.CharField(max_length=100, blank=True, help_text="Celery queue; blank for the default")
+    timeout_seconds = models.PositiveIntegerField(default=300)
+
+    # Retries: attempt n+1 waits backoff * 2**(n-1) seconds (capped), with up to 10% jitter.
+    max_attempts = models.PositiveSmallIntegerField(default=3)
+    retry_backoff_seconds = models.PositiveIntegerField(default=10)
+    retry_backoff_max_seconds = models.PositiveIntegerField(default=3600)
+
+    misfire_policy = models.CharField(
+        max_length=16,
+        choices=[(p.value, p.value) for p in schedules.MisfirePolicy],
+        default=schedules.MisfirePolicy.RUN_ONCE.value,
+    )
+    catchup_window_seconds = models.PositiveIntegerField(default=86400)
+    run_all_cap = models.PositiveIntegerField(default=100)
+
+    version = models.PositiveIntegerField(default=1, help_text="Bumped on every edit")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="job_name_unique_per_tenant"),
+        ]
+        indexes = [
+            # dispatch.claim_due_jobs() reads only enabled jobs with a fire time left, oldest first;
+            # the beat's sleep also asks this index for the earliest next_run_at.
+            models.Index(
+                fields=["next_run_at", "id"],
+                name="job_due_idx",
+                condition=Q(enabled=True, next_run_at__isnull=False),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id}/{self.name}"
+
+    @property
+    def schedule(self) -> schedules.Schedule:
+        return schedule_of(self.cron, self.timezone, self.every_seconds, self.run_at,
+                           self.anchor_at, self.start_at, self.end_at)
+
+    def misfire_rules(self, grace: timedelta) -> schedules.MisfireRules:
+        return schedules.MisfireRules(
+            policy=schedules.MisfirePolicy(self.misfire_policy),
+            grace=grace,
+            catchup_window=timedelta(seconds=self.catchup_window_seconds),
+            run_all_cap=self.run_all_cap,
+        )
+
+
+def schedule_of(cron, tz, every, run_at, anchor_at, start_at, end_at) -> schedules.Schedule:
+    """The pure Schedule for a job's columns (also used on rows read by raw SQL)."""
+    return schedules.Schedule(
+        cron=cron or "", timezone=tz or "UTC", every=every, at=run_at,
+        anchor=anchor_at, start_at=start_at, end_at=end_at,
+    )
+
+
+class RunState(models.TextChoices):
+    PENDING = "pending"  # recorded, held back (not yet published)
+    QUEUED = "queued"  # recorded and published to the broker
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  # failed and not retryable
+    RETRYING = "retrying"  # failed; the beat re-queues it at next_attempt_at
+    DEAD = "dead"  # failed on its last attempt
+    SKIPPED = "skipped"  # never ran; `reason` says why
+    CANCELLED = "cancelled"
+    LOST = "lost"  # its worker died
+
+
+TERMINAL_STATES = (RunState.SUCCEEDED, RunState.FAILED, RunState.DEAD, RunState.SKIPPED, RunState.CANCELLED)
+
+
+class Trigger(models.TextChoices):
+    SCHEDULE = "schedule"
+    MANUAL = "manual"
+    BACKFILL = "backfill"
+
+
+class JobRun(models.Model):
+    """The ledger: one row per fire time of a job, whatever became of it.
+
+    db_default values let dispatch insert rows with a short raw INSERT.
+    """
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="runs")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="runs")
+    scheduled_at = models.DateTimeField()  # the fire time, UTC
+    trigger = models.CharField(max_length=16, choices=Trigger.choices, default=Trigger.SCHEDULE,
+                               db_default=Trigger.SCHEDULE)
+    state = models.CharField(max_length=16, choices=RunState.choices, default=RunState.QUEUED)
+    attempt = models.PositiveIntegerField(default=1, db_default=1)
+    reason = models.CharField(max_length=500, blank=True, default="", db_default="")
+    job_version = models.PositiveIntegerField(default=1, db_default=1)
+
+    created_at = models.DateTimeField()
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+
+    worker = models.CharField(max_length=200, blank=True, default="", db_default="")
+    celery_task_id = models.CharField(max_length=100, blank=True, default="", db_default="")
+    result = models.TextField(blank=True, default="", db_default="")
+    error = models.TextField(blank=True, default="", db_default="")
+    duplicate_deliveries = models.PositiveIntegerField(default=0, db_default=0)
+
+    class Meta:
+        constraints = [
+            # One run per fire time: the safety net under the SKIP LOCKED claim
+            # (dispatch.insert_runs relies on it with ON CONFLICT DO NOTHING).
+            models.UniqueConstraint(fields=["job", "scheduled_at"], name="jobrun_one_per_fire"),
+        ]
+        indexes = [
+            # dispatch.requeue_due_retries() reads retrying runs by next attempt time.
+            models.Index(fields=["next_attempt_at"], name="jobrun_retry_idx",
+                         condition=Q(state="retrying")),
+            # Admin, `jobs runs` and per-tenant views list runs newest first.
+            models.Index(fields=["tenant", "-scheduled_at"], name="jobrun_tenant_recent_idx"),
+            models.Index(fields=["state", "-scheduled_at"], name="jobrun_state_recent_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.pk} of job {self.job_id} at {self.scheduled_at:%Y-%m-%d %H:%M:%S}Z"
+
+    @property
+    def fire_key(self) -> str:
+        return fire_key(self.job_id, self.scheduled_at)
+
+
+def fire_key(job_id: int, scheduled_at: datetime) -> str:
+    """A stable key for one fire of one job: the same on every attempt."""
+    return f"job{job_id}@{scheduled_at.astimezone(UTC).strftime('%Y%m%dT%H%M%S.%fZ')}"
+
+
+def celery_task_id(run_id: int, attempt: int) -> str:
+    """Deterministic Celery task ids: one per (run, attempt), so a republish keeps its id."""
+    return f"cronfleet-run-{run_id}-{attempt}"
+
+
+class AuditEvent(models.Model):
+    """Who changed which job how, and how runs moved between states."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="audit_events")
+    job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    job_name = models.CharField(max_length=200, blank=True)  # survives the job's deletion
+    run = models.ForeignKey(JobRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    action = models.CharField(max_length=40)  # job.created, job.paused, run.succeeded, ...
+    actor = models.CharField(max_length=200, blank=True)  # "cli", "admin:alice", "worker:w1@host"
+    detail = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["tenant", "-created_at"], name="audit_tenant_recent_idx"),
+            models.Index(fields=["job", "-created_at"], name="audit_job_recent_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.action} by {self.actor or '?'}"

@@ -1,0 +1,87 @@
+"""Hand recorded runs to the Celery broker, in batches, over one connection.
+
+Called only after the transaction that recorded the runs has committed: a worker must
+find the row its message names. Nothing here touches the database.
+
+Messages go through the broker's default exchange ("") with the queue name as routing
+key. Celery's own `apply_async` routes through the `celery` direct exchange, which on
+Redis costs a round trip per message to read the exchange's bindings; the default
+exchange needs no lookup on Redis and means the same thing on RabbitMQ. With kombu's
+`Producer.batch()` the Redis transport pipelines the pushes, so a batch of a thousand
+messages is a handful of round trips.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from django.conf import settings
+from kombu import Exchange, Queue
+
+from project.celery import app
+from scheduler_app.models import celery_task_id
+
+logger = logging.getLogger(__name__)
+
+EXECUTE_RUN = "scheduler_app.execute_run"
+# Seconds between the soft time limit (the task is told to stop) and the hard one (killed).
+HARD_LIMIT_MARGIN = 30
+PUBLISH_BATCH = 1000
+
+
+@dataclass(frozen=True)
+class RunMessage:
+    run_id: int
+    attempt: int
+    queue: str
+    timeout_seconds: int
+
+
+def queue_name(queue: str) -> str:
+    return queue or settings.CELERY_TASK_DEFAULT_QUEUE
+
+
+def publish_runs(messages: Iterable[RunMessage]) -> int:
+    """Publish one execute_run message per run; return how many were sent.
+
+    A failure part-way raises: the runs stay `queued` in the ledger and the recovery
+    sweep publishes them again; the worker's compare-and-set makes a repeat harmless.
+    """
+    messages = list(messages)
+    if not messages:
+        return 0
+    declared: set[str] = set()
+    with app.producer_or_acquire() as producer:
+        with producer.batch(max_size=PUBLISH_BATCH):
+            for message in messages:
+                name = queue_name(message.queue)
+                if name not in declared:
+                    # Declared once per call (kombu caches it per connection), so a queue
+                    # no worker has consumed yet still keeps its messages.
+                    producer.maybe_declare(Queue(name, Exchange(name), routing_key=name))
+                    declared.add(name)
+                _publish_one(producer, message, name)
+    return len(messages)
+
+
+def _publish_one(producer, message: RunMessage, queue: str) -> None:
+    task_id = celery_task_id(message.run_id, message.attempt)
+    headers, properties, body, _ = app.amqp.as_task_v2(
+        task_id,
+        EXECUTE_RUN,
+        args=[message.run_id, message.attempt],
+        soft_time_limit=message.timeout_seconds,
+        time_limit=message.timeout_seconds + HARD_LIMIT_MARGIN,
+        ignore_result=True,
+    )
+    producer.publish(
+        body,
+        exchange="",
+        routing_key=queue,
+        headers=headers,
+        serializer="json",
+        delivery_mode=2,
+        **properties,
+    )

@@ -1,0 +1,383 @@
+"""Schedule arithmetic. No database, no clock, no Django.
+
+Every function takes the instants it reasons about as arguments. Datetimes in and out are
+timezone-aware and in UTC; the job's own zone is used only inside the calculation.
+
+Cron expressions are evaluated by cronsim in the job's IANA zone, which follows Debian
+cron's DST rules: a local time skipped by spring-forward fires right after the gap, a
+fixed-hour job in the repeated autumn hour fires once, and jobs that fire hourly or more
+often fire at every real instant.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from cronsim import CronSim, CronSimError
+
+NICKNAMES = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+MAX_CRON_LENGTH = 200
+# The longest interval we accept: 10 years. Longer ones are almost certainly a unit mistake.
+MAX_EVERY_SECONDS = 10 * 366 * 86400
+# Datetimes beyond this cannot be stepped past safely (datetime.max is 9999-12-31).
+LATEST_INSTANT = datetime(9000, 1, 1, tzinfo=UTC)
+_PROBE_FROM = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+class InvalidSchedule(ValueError):
+    """A schedule that cannot be accepted; `field` names the offending input."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class MisfirePolicy(enum.StrEnum):
+    RUN_ONCE = "run_once"  # coalesce missed fires into one run (the latest)
+    RUN_ALL = "run_all"  # run every missed fire, up to a cap
+    SKIP = "skip"  # run none of them
+
+
+class SkipReason(enum.StrEnum):
+    COALESCED = "coalesced"
+    OUTSIDE_CATCHUP_WINDOW = "outside_catchup_window"
+    MISFIRE_SKIP = "misfire_skip"
+    RUN_ALL_CAP = "run_all_cap"
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Exactly one of `cron`, `every` or `at` is set.
+
+    `anchor` is where an interval counts from (fires at anchor + k * every, k >= 0);
+    `start_at`/`end_at` bound every kind of schedule (both inclusive).
+    """
+
+    cron: str = ""
+    timezone: str = "UTC"
+    every: int | None = None
+    at: datetime | None = None
+    anchor: datetime | None = None
+    start_at: datetime | None = None
+    end_at: datetime | None = None
+
+    @property
+    def kind(self) -> str:
+        if self.cron:
+            return "cron"
+        if self.every is not None:
+            return "interval"
+        return "once"
+
+    def describe(self) -> str:
+        if self.cron:
+            return f"cron {self.cron} ({self.timezone})"
+        if self.every is not None:
+            return f"every {self.every}s"
+        return f"once at {self.at.isoformat() if self.at else '?'}"
+
+
+def normalize_cron(expression: str) -> str:
+    """Return the 5-field form of `expression`, expanding nicknames; raise InvalidSchedule."""
+    if not isinstance(expression, str):
+        raise InvalidSchedule("cron", "must be a string")
+    text = " ".join(expression.split())
+    if not text:
+        raise InvalidSchedule("cron", "must not be empty")
+    if len(text) > MAX_CRON_LENGTH:
+        raise InvalidSchedule("cron", f"must be at most {MAX_CRON_LENGTH} characters")
+    if not text.isascii() or not text.isprintable():
+        raise InvalidSchedule("cron", "must contain only printable ASCII characters")
+    if text.startswith("@"):
+        try:
+            return NICKNAMES[text.lower()]
+        except KeyError:
+            names = ", ".join(sorted(NICKNAMES))
+            raise InvalidSchedule("cron", f"unknown nickname {text!r} (known: {names})") from None
+    fields = text.split(" ")
+    if len(fields) != 5:
+        raise InvalidSchedule(
+            "cron", f"must have 5 fields (minute hour day-of-month month day-of-week), got {len(fields)}"
+        )
+    try:
+        next(CronSim(text, _PROBE_FROM))
+    except CronSimError as exc:
+        # cronsim rejects day/month combinations that never exist ("0 0 31 2 *") here.
+        raise InvalidSchedule("cron", f"{exc} in {text!r}") from None
+    except StopIteration:
+        raise InvalidSchedule("cron", f"{text!r} never fires") from None
+    return text
+
+
+def zone(name: str) -> ZoneInfo:
+    """Return the IANA zone `name`; raise InvalidSchedule(field="timezone")."""
+    if not isinstance(name, str) or not name or not name.isascii() or not name.isprintable():
+        raise InvalidSchedule("timezone", f"{name!r} is not an IANA time zone name")
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise InvalidSchedule("timezone", f"unknown time zone {name!r}") from None
+
+
+def _aware(field_name: str, value: datetime | None) -> None:
+    if value is not None and (value.tzinfo is None or value.utcoffset() is None):
+        raise InvalidSchedule(field_name, "must include a UTC offset or time zone")
+
+
+def validate(schedule: Schedule) -> Schedule:
+    """Check `schedule` and return it with its cron expression normalised.
+
+    Raises InvalidSchedule naming the field at fault.
+    """
+    kinds = [bool(schedule.cron), schedule.every is not None, schedule.at is not None]
+    if sum(kinds) != 1:
+        raise InvalidSchedule("schedule", "give exactly one of cron, every or at")
+    for name in ("at", "anchor", "start_at", "end_at"):
+        _aware(name, getattr(schedule, name))
+    zone(schedule.timezone)
+    cron = schedule.cron
+    if cron:
+        cron = normalize_cron(cron)
+    if schedule.every is not None:
+        every = schedule.every
+        if isinstance(every, bool) or not isinstance(every, int):
+            raise InvalidSchedule("every", "must be a whole number of seconds")
+        if not 1 <= every <= MAX_EVERY_SECONDS:
+            raise InvalidSchedule("every", f"must be between 1 and {MAX_EVERY_SECONDS} seconds")
+        if schedule.anchor is None and schedule.start_at is None:
+            raise InvalidSchedule("anchor", "an interval needs an anchor or a start time")
+    for name in ("at", "start_at", "end_at"):
+        value = getattr(schedule, name)
+        if value is not None and value >= LATEST_INSTANT:
+            raise InvalidSchedule(name, f"must be before {LATEST_INSTANT.year}")
+    if schedule.start_at and schedule.end_at and schedule.end_at < schedule.start_at:
+        raise InvalidSchedule("end_at", "must not be before start_at")
+    normalised = Schedule(
+        cron=cron,
+        timezone=schedule.timezone,
+        every=schedule.every,
+        at=schedule.at,
+        anchor=schedule.anchor,
+        start_at=schedule.start_at,
+        end_at=schedule.end_at,
+    )
+    if normalised.cron and next_fire_after(normalised, normalised.start_at or _PROBE_FROM) is None:
+        if normalised.end_at is None:
+            raise InvalidSchedule("cron", f"{cron!r} never fires")
+    return normalised
+
+
+def _interval_anchor(schedule: Schedule) -> datetime:
+    anchor = schedule.start_at or schedule.anchor
+    assert anchor is not None
+    return anchor.replace(microsecond=0)
+
+
+def _raw_next_after(schedule: Schedule, after: datetime) -> datetime | None:
+    """The first fire strictly after `after`, ignoring the start/end window."""
+    if schedule.cron:
+        # Iterate in the job's own zone so "0 9 * * *" means 09:00 local on both sides of a
+        # DST change; cronsim then handles the gap and the repeated hour.
+        local = after.astimezone(zone(schedule.timezone))
+        try:
+            return next(CronSim(schedule.cron, local)).astimezone(UTC)
+        except (StopIteration, OverflowError, ValueError):
+            return None
+    if schedule.every is not None:
+        anchor = _interval_anchor(schedule)
+        if after < anchor:
+            return anchor
+        steps = math.floor((after - anchor).total_seconds() / schedule.every) + 1
+        candidate = anchor + timedelta(seconds=steps * schedule.every)
+        # Float division can land one step short for very large offsets; step to be sure.
+        while candidate <= after:
+            candidate += timedelta(seconds=schedule.every)
+        return candidate
+    assert schedule.at is not None
+    return schedule.at.astimezone(UTC) if schedule.at > after else None
+
+
+def _raw_last_at_or_before(schedule: Schedule, at: datetime) -> datetime | None:
+    """The latest fire at or before `at`, ignoring the start/end window."""
+    if schedule.cron:
+        local = (at + timedelta(seconds=1)).astimezone(zone(schedule.timezone))
+        # cronsim's reverse iteration starts strictly before its start; add a second and
+        # drop sub-second precision so a fire exactly at `at` is found.
+        local = local.replace(microsecond=0)
+        try:
+            found = next(CronSim(schedule.cron, local, reverse=True)).astimezone(UTC)
+        except (StopIteration, OverflowError, ValueError):
+            return None
+        return found if found <= at else None
+    if schedule.every is not None:
+        anchor = _interval_anchor(schedule)
+        if at < anchor:
+            return None
+        steps = math.floor((at - anchor).total_seconds() / schedule.every)
+        candidate = anchor + timedelta(seconds=steps * schedule.every)
+        while candidate > at:
+            candidate -= timedelta(seconds=schedule.every)
+        return candidate
+    assert schedule.at is not None
+    return schedule.at.astimezone(UTC) if schedule.at <= at else None
+
+
+def next_fire_after(schedule: Schedule, after: datetime) -> datetime | None:
+    """Return the first fire time strictly after `after`, or None when nothing is left."""
+    if schedule.start_at is not None and after < schedule.start_at:
+        # A fire exactly at start_at counts, so look from just before it.
+        after = schedule.start_at - timedelta(microseconds=1)
+    if after >= LATEST_INSTANT:
+        return None
+    found = _raw_next_after(schedule, after)
+    if found is None or (schedule.end_at is not None and found > schedule.end_at):
+        return None
+    if found >= LATEST_INSTANT:
+        return None
+    return found
+
+
+def last_fire_at_or_before(schedule: Schedule, at: datetime) -> datetime | None:
+    """Return the latest fire time at or before `at`, or None."""
+    if schedule.end_at is not None and at > schedule.end_at:
+        at = schedule.end_at
+    found = _raw_last_at_or_before(schedule, at)
+    if found is None or (schedule.start_at is not None and found < schedule.start_at):
+        return None
+    return found
+
+
+def preview(schedule: Schedule, after: datetime, count: int) -> list[datetime]:
+    """The next `count` fire times strictly after `after` (fewer when the schedule ends)."""
+    fires: list[datetime] = []
+    current = after
+    while len(fires) < count:
+        nxt = next_fire_after(schedule, current)
+        if nxt is None:
+            break
+        fires.append(nxt)
+        current = nxt
+    return fires
+
+
+@dataclass
+class Plan:
+    """What to record for one due job: runs to create, fires to record as skipped, and
+    the job's next fire time (None: nothing left to fire)."""
+
+    fires: list[datetime] = field(default_factory=list)
+    skipped: list[tuple[datetime, str]] = field(default_factory=list)
+    next_run_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class MisfireRules:
+    policy: MisfirePolicy = MisfirePolicy.RUN_ONCE
+    grace: timedelta = timedelta(seconds=60)  # later than this, a fire is "missed"
+    catchup_window: timedelta = timedelta(days=1)  # missed fires older than this never run
+    run_all_cap: int = 100  # run_all runs at most this many missed fires
+    limit: int = 1000  # fire times planned per call; the rest wait for the next call
+
+
+def plan_fires(
+    schedule: Schedule,
+    due_at: datetime,
+    now: datetime,
+    rules: MisfireRules,
+    *,
+    cache: NextFireCache | None = None,
+) -> Plan:
+    """Decide what to do with a job whose next fire time `due_at` has passed.
+
+    Fires at most `rules.grace` late are on time and always run. Older ones were missed
+    (the beat was down or behind) and follow the misfire policy; missed fires older than
+    the catch-up window are skipped in one record (at the first of them) whose reason says
+    how far the gap reached, so a long outage costs one row, not one per fire.
+
+    At most `rules.limit` fire times are planned per call. When more are due, next_run_at
+    stays in the past and the job is claimed again on the next turn.
+    """
+    step = cache.next_fire_after if cache is not None else next_fire_after
+    plan = Plan()
+    window_start = now - rules.catchup_window
+    cursor: datetime | None = due_at
+    if due_at < window_start:
+        last_outside = last_fire_at_or_before(schedule, window_start - timedelta(microseconds=1))
+        note = f"{SkipReason.OUTSIDE_CATCHUP_WINDOW}: missed fires up to {last_outside.isoformat()}"
+        plan.skipped.append((due_at, note))
+        cursor = next_fire_after(schedule, last_outside) if last_outside else due_at
+
+    on_time_from = now - rules.grace
+    latest_missed = run_all_from = None
+    if cursor is not None and cursor < on_time_from:  # only a late job pays for this
+        latest_missed = last_fire_at_or_before(schedule, on_time_from - timedelta(microseconds=1))
+    if rules.policy is MisfirePolicy.RUN_ALL and latest_missed is not None:
+        run_all_from = _nth_fire_back(schedule, latest_missed, rules.run_all_cap)
+
+    planned = len(plan.skipped)
+    while cursor is not None and cursor <= now and planned < rules.limit:
+        if cursor >= on_time_from:
+            plan.fires.append(cursor)
+        elif rules.policy is MisfirePolicy.SKIP:
+            plan.skipped.append((cursor, SkipReason.MISFIRE_SKIP.value))
+        elif rules.policy is MisfirePolicy.RUN_ONCE:
+            if cursor == latest_missed and not _has_fire_between(schedule, cursor, now):
+                plan.fires.append(cursor)
+            else:
+                plan.skipped.append((cursor, SkipReason.COALESCED.value))
+        elif run_all_from is not None and cursor >= run_all_from:
+            plan.fires.append(cursor)
+        else:
+            plan.skipped.append((cursor, SkipReason.RUN_ALL_CAP.value))
+        planned += 1
+        cursor = step(schedule, cursor)
+    plan.next_run_at = cursor
+    return plan
+
+
+def _has_fire_between(schedule: Schedule, after: datetime, until: datetime) -> bool:
+    nxt = next_fire_after(schedule, after)
+    return nxt is not None and nxt <= until
+
+
+def _nth_fire_back(schedule: Schedule, latest: datetime, n: int) -> datetime:
+    """The earliest of the `n` fires ending at `latest` (inclusive)."""
+    current = latest
+    for _ in range(max(n, 1) - 1):
+        previous = last_fire_at_or_before(schedule, current - timedelta(microseconds=1))
+        if previous is None:
+            break
+        current = previous
+    return current
+
+
+class NextFireCache:
+    """Memoises next_fire_after for one batch.
+
+    A million tenants' midnight jobs share a handful of (expression, zone, instant)
+    triples; computing each once per batch keeps planning cheap.
+    """
+
+    def __init__(self) -> None:
+        self._memo: dict[tuple[Schedule, datetime], datetime | None] = {}
+
+    def next_fire_after(self, schedule: Schedule, after: datetime) -> datetime | None:
+        key = (schedule, after)
+        try:
+            return self._memo[key]
+        except KeyError:
+            value = self._memo[key] = next_fire_after(schedule, after)
+            return value

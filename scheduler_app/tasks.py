@@ -1,0 +1,48 @@
+"""Celery entry points. Ids in; the work lives in execution.py.
+
+Task names are explicit strings: renaming a function must not orphan queued messages.
+"""
+
+import time
+
+from celery import shared_task
+
+from scheduler_app import execution
+from scheduler_app.fire import current_fire
+
+MAX_SLEEP_SECONDS = 3600
+
+
+@shared_task(name="scheduler_app.execute_run", bind=True, acks_late=True, ignore_result=True)
+def execute_run(self, run_id: int, attempt: int) -> str:
+    outcome = execution.execute_run(
+        run_id, attempt, worker=self.request.hostname or "unknown", task_id=self.request.id or ""
+    )
+    return outcome.state
+
+
+@shared_task(name="scheduler_app.echo")
+def echo(*args, **kwargs) -> dict:
+    """A harmless target for demos and smoke tests: returns what it was given and its fire."""
+    fire = current_fire()
+    return {
+        "args": list(args),
+        "kwargs": kwargs,
+        "fire_key": fire.fire_key if fire else None,
+        "attempt": fire.attempt if fire else None,
+        "scheduled_at": fire.scheduled_at.isoformat() if fire else None,
+    }
+
+
+@shared_task(name="scheduler_app.fail")
+def fail(message: str = "scheduler_app.fail always fails") -> None:
+    """A target that always raises: shows retries, backoff and dead runs."""
+    raise RuntimeError(message)
+
+
+@shared_task(name="scheduler_app.sleep")
+def sleep(seconds: float = 1.0) -> float:
+    """A target that takes a while (bounded), for timeouts and long runs."""
+    seconds = max(0.0, min(float(seconds), MAX_SLEEP_SECONDS))
+    time.sleep(seconds)
+    return seconds
