@@ -1,0 +1,98 @@
+"""The beat loop. Safe to run any number of copies at once, on one machine or many."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from types import FrameType
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandParser
+from django.db import close_old_connections, connection
+
+from scheduler_app import dispatch
+from scheduler_app.models import db_now
+from scheduler_app.services import WAKE_CHANNEL
+
+logger = logging.getLogger("scheduler_app.beat")
+
+
+class Waker:
+    """Sleeps until a timeout, a stop request, or (on PostgreSQL) a NOTIFY that a job changed."""
+
+    SLICE = 0.5  # seconds: how quickly a stop request is noticed while listening
+
+    def __init__(self, stop: threading.Event) -> None:
+        self.stop = stop
+        self.listener = None
+        if connection.vendor == "postgresql":
+            self.listener = connection.get_new_connection(connection.get_connection_params())
+            self.listener.autocommit = True
+            self.listener.execute(f"LISTEN {WAKE_CHANNEL}")
+
+    def sleep(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not self.stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            if self.listener is None:
+                self.stop.wait(min(left, self.SLICE))
+                continue
+            if any(True for _ in self.listener.notifies(timeout=min(left, self.SLICE), stop_after=1)):
+                self._drain()
+                return
+
+    def _drain(self) -> None:
+        for _ in self.listener.notifies(timeout=0):
+            pass
+
+    def close(self) -> None:
+        if self.listener is not None:
+            self.listener.close()
+
+
+class Command(BaseCommand):
+    help = "Turn due jobs into runs and publish them to Celery. Safe to run several copies at once."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--once", action="store_true", help="Run one turn, then exit")
+        parser.add_argument("--batch-size", type=int, default=settings.CRONFLEET_BATCH_SIZE,
+                            help="Due jobs claimed per transaction (default %(default)s)")
+        parser.add_argument("--max-sleep", type=float, default=settings.CRONFLEET_MAX_SLEEP_SECONDS,
+                            help="Longest sleep between turns in seconds (default %(default)s)")
+
+    def handle(self, *args, once: bool, batch_size: int, max_sleep: float, **options) -> None:
+        if batch_size < 1:
+            self.stderr.write("runbeat: --batch-size must be at least 1")
+            raise SystemExit(2)
+        if max_sleep <= 0:
+            self.stderr.write("runbeat: --max-sleep must be positive")
+            raise SystemExit(2)
+        self.stop = threading.Event()
+        signal.signal(signal.SIGTERM, self.on_signal)
+        signal.signal(signal.SIGINT, self.on_signal)
+        _, grace = dispatch.beat_settings()
+        waker = Waker(self.stop)
+        self.stdout.write(f"runbeat: started (batch {batch_size}, max sleep {max_sleep}s, {connection.vendor})")
+        try:
+            while not self.stop.is_set():
+                close_old_connections()
+                now = db_now()
+                turn = dispatch.run_turn(now, batch_size=batch_size, grace=grace)
+                if turn.claimed or turn.requeued:
+                    logger.info("beat turn: claimed %s jobs, published %s runs, skipped %s fires, requeued %s retries",
+                                turn.claimed, turn.published, turn.skipped, turn.requeued)
+                if once:
+                    break
+                if not turn.busy:
+                    waker.sleep(dispatch.seconds_until_due(db_now(), cap=max_sleep))
+        finally:
+            waker.close()
+        self.stdout.write("runbeat: stopped")
+
+    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+        logger.info("%s: finishing the current turn", signal.strsignal(signum))
+        self.stop.set()

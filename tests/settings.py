@@ -1,0 +1,9 @@
+"""Test settings: the real PostgreSQL and Redis on this machine unless the environment says
+otherwise (pytest-django creates and drops the test database itself)."""
+
+import os
+
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/cronfleet")
+os.environ.setdefault("CELERY_BROKER_URL", "redis://127.0.0.1:6379/15")
+
+from project.settings import *  # noqa: E402,F403
