@@ -7,3 +7,7 @@ os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/cronfl
 os.environ.setdefault("CELERY_BROKER_URL", "redis://127.0.0.1:6379/15")
 
 from project.settings import *  # noqa: E402,F403
+
+# Each pytest process gets its own test database, so two runs on one machine (a developer
+# and CI, or parallel sessions) never drop each other's database.
+DATABASES["default"]["TEST"] = {"NAME": f"test_cronfleet_{os.getpid()}"}  # noqa: F405
