@@ -88,6 +88,8 @@ def perform(run: JobRun):
         raise PermanentFailure(f"unsupported target kind {job.target_kind!r}")
     if job.task_name not in settings.CRONFLEET_ALLOWED_TASKS:
         raise PermanentFailure(f"task {job.task_name!r} is not in CRONFLEET_ALLOWED_TASKS")
+    if job.task_name not in app.tasks:
+        app.loader.import_default_modules()  # tasks.py of every installed app
     try:
         task = app.tasks[job.task_name]
     except KeyError:

@@ -1,0 +1,145 @@
+"""Fixtures shared by the suite: tenants and jobs, and real beat/worker processes.
+
+Processes started here talk to the same PostgreSQL test database and Redis broker as the
+test itself, so tests that use them must be transactional (data committed).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from scheduler_app.models import Job, Tenant
+
+ROOT = Path(__file__).resolve().parent.parent
+NOW = datetime(2024, 1, 1, 0, 0, 30, tzinfo=UTC)
+_names = itertools.count()
+
+
+def utc(*args: int) -> datetime:
+    return datetime(*args, tzinfo=UTC)
+
+
+def wait_for(predicate: Callable[[], object], *, timeout: float, interval: float = 0.1, what: str = "condition"):
+    """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+@pytest.fixture
+def tenant(db) -> Tenant:
+    return Tenant.objects.create(slug=f"t{next(_names)}", name="Test tenant")
+
+
+@pytest.fixture
+def make_job(tenant) -> Callable[..., Job]:
+    """Factory fixture: make_job(every_seconds=5, next_run_at=...). Deterministic defaults."""
+
+    def make(**fields) -> Job:
+        fields.setdefault("name", f"job-{next(_names)}")
+        fields.setdefault("tenant", tenant)
+        fields.setdefault("task_name", "scheduler_app.echo")
+        if not any(fields.get(k) for k in ("cron", "every_seconds", "run_at")):
+            fields["cron"] = "* * * * *"
+        if fields.get("every_seconds") and not fields.get("anchor_at"):
+            fields["anchor_at"] = utc(2024, 1, 1)
+        fields.setdefault("next_run_at", utc(2024, 1, 1))
+        return Job.objects.create(**fields)
+
+    return make
+
+
+def process_env(**extra: str) -> dict[str, str]:
+    """The environment for a beat or worker process pointed at this test's database."""
+    db = connection.settings_dict
+    env = dict(os.environ)
+    env.update(
+        DJANGO_SETTINGS_MODULE="project.settings",
+        DATABASE_URL=f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
+        CELERY_BROKER_URL=settings.CELERY_BROKER_URL,
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra)
+    return env
+
+
+class Processes:
+    """Starts real beat and worker processes and stops them all at teardown."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.procs: list[tuple[str, subprocess.Popen, Path]] = []
+
+    def start(self, name: str, argv: list[str], **env: str) -> subprocess.Popen:
+        log = self.tmp_path / f"{name}.log"
+        proc = subprocess.Popen(
+            argv, cwd=ROOT, env=process_env(**env), stdout=log.open("wb"), stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.procs.append((name, proc, log))
+        return proc
+
+    def beat(self, name: str = "beat", *args: str, **env: str) -> subprocess.Popen:
+        return self.start(name, [sys.executable, "manage.py", "runbeat", *args], **env)
+
+    def worker(self, queue: str, name: str = "worker", concurrency: int = 2, **env: str) -> subprocess.Popen:
+        argv = [
+            sys.executable, "-m", "celery", "-A", "project", "worker", "-Q", queue, "-c", str(concurrency),
+            "-n", f"{name}-{uuid.uuid4().hex[:6]}@%h", "--without-mingle", "--without-gossip",
+            "--without-heartbeat", "-l", "info",
+        ]
+        proc = self.start(name, argv, **env)
+        wait_for(lambda: "ready." in self.log(name) or proc.poll() is not None, timeout=60, what=f"{name} ready")
+        assert proc.poll() is None, self.log(name)
+        return proc
+
+    def log(self, name: str) -> str:
+        for proc_name, _, log in self.procs:
+            if proc_name == name:
+                return log.read_text(errors="replace")
+        raise KeyError(name)
+
+    def stop(self, proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+        if proc.poll() is None:
+            os.killpg(proc.pid, sig)
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+        return proc.returncode
+
+    def stop_all(self) -> None:
+        for _, proc, _ in self.procs:
+            self.stop(proc)
+
+
+@pytest.fixture
+def processes(tmp_path):
+    procs = Processes(tmp_path)
+    yield procs
+    procs.stop_all()
+
+
+@pytest.fixture
+def queue_name() -> str:
+    """A broker queue of this test's own, so leftover messages never leak between tests."""
+    return f"test-{uuid.uuid4().hex[:10]}"
