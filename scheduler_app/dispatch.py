@@ -18,7 +18,7 @@ from django.db import connection, transaction
 from django.db.models import Min
 
 from scheduler_app import schedules, sql
-from scheduler_app.models import AuditEvent, Job, JobRun, RunState, db_now, schedule_of
+from scheduler_app.models import AuditEvent, Job, JobRun, RunState, db_now, misfire_rules_of, schedule_of
 from scheduler_app.publish import RunMessage, publish_runs
 
 logger = logging.getLogger(__name__)
@@ -109,12 +109,7 @@ def plan_batch(jobs: list[dict], now: datetime, grace: timedelta):
     for job in jobs:
         schedule = schedule_of(job["cron"], job["timezone"], job["every_seconds"], job["run_at"],
                                job["anchor_at"], job["start_at"], job["end_at"])
-        rules = schedules.MisfireRules(
-            policy=schedules.MisfirePolicy(job["misfire_policy"]),
-            grace=grace,
-            catchup_window=timedelta(seconds=job["catchup_window_seconds"]),
-            run_all_cap=job["run_all_cap"],
-        )
+        rules = misfire_rules_of(job["misfire_policy"], grace, job["catchup_window_seconds"], job["run_all_cap"])
         plan = schedules.plan_fires(schedule, job["next_run_at"], now, rules, cache=cache)
         base = (job["id"], job["tenant_id"])
         for fire_at in plan.fires:

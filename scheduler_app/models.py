@@ -115,20 +115,21 @@ class Job(models.Model):
         return schedule_of(self.cron, self.timezone, self.every_seconds, self.run_at,
                            self.anchor_at, self.start_at, self.end_at)
 
-    def misfire_rules(self, grace: timedelta) -> schedules.MisfireRules:
-        return schedules.MisfireRules(
-            policy=schedules.MisfirePolicy(self.misfire_policy),
-            grace=grace,
-            catchup_window=timedelta(seconds=self.catchup_window_seconds),
-            run_all_cap=self.run_all_cap,
-        )
-
 
 def schedule_of(cron, tz, every, run_at, anchor_at, start_at, end_at) -> schedules.Schedule:
     """The pure Schedule for a job's columns (also used on rows read by raw SQL)."""
     return schedules.Schedule(
         cron=cron or "", timezone=tz or "UTC", every=every, at=run_at,
         anchor=anchor_at, start_at=start_at, end_at=end_at,
+    )
+
+
+def misfire_rules_of(policy: str, grace: timedelta, catchup_window_seconds: int, run_all_cap: int):
+    return schedules.MisfireRules(
+        policy=schedules.MisfirePolicy(policy),
+        grace=grace,
+        catchup_window=timedelta(seconds=catchup_window_seconds),
+        run_all_cap=run_all_cap,
     )
 
 

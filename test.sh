@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Run Cronfleet's test suite against real PostgreSQL and Redis.
+#   ./test.sh                 everything
+#   ./test.sh -m "not slow"   skip the multi-process scenarios
+# Defaults: postgres://postgres@127.0.0.1:5432 and redis://127.0.0.1:6379/15; set
+# DATABASE_URL / CELERY_BROKER_URL to use others (pytest creates its own test database).
+set -euo pipefail
+cd "$(dirname "$0")"
+
+python=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+    || { echo "test.sh: Python 3.11 or newer is needed (found $("$python" --version 2>&1))" >&2; exit 1; }
+  "$python" -m venv .venv
+fi
+stamp=.venv/.requirements.sha256
+want=$(sha256sum requirements.txt | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  .venv/bin/python -m pip install --quiet --upgrade pip
+  .venv/bin/python -m pip install --quiet -r requirements.txt
+  echo "$want" > "$stamp"
+fi
+
+export DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/cronfleet}
+export CELERY_BROKER_URL=${CELERY_BROKER_URL:-redis://127.0.0.1:6379/15}
+.venv/bin/python - <<'PY'
+import os, sys
+import psycopg, redis
+try:
+    url = os.environ["DATABASE_URL"].rsplit("/", 1)[0] + "/postgres"
+    psycopg.connect(url, connect_timeout=5).close()
+except Exception as exc:
+    sys.exit(f"test.sh: PostgreSQL is not reachable ({exc}); start it or set DATABASE_URL")
+try:
+    redis.Redis.from_url(os.environ["CELERY_BROKER_URL"], socket_connect_timeout=5).ping()
+except Exception as exc:
+    sys.exit(f"test.sh: Redis is not reachable ({exc}); start it or set CELERY_BROKER_URL")
+PY
+exec .venv/bin/python -m pytest "$@"
