@@ -10,27 +10,31 @@ from types import FrameType
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
-from django.db import close_old_connections, connection
+from django.db import DatabaseError, close_old_connections, connection
+from kombu.exceptions import OperationalError as KombuOperationalError
 
 from scheduler_app import dispatch
 from scheduler_app.models import db_now
 from scheduler_app.services import WAKE_CHANNEL
 
 logger = logging.getLogger("scheduler_app.beat")
+TRANSIENT_ERRORS = (DatabaseError, KombuOperationalError, ConnectionError, OSError)
+RETRY_PAUSE = 1.0  # seconds
 
 
 class Waker:
-    """Sleeps until a timeout, a stop request, or (on PostgreSQL) a NOTIFY that a job changed."""
+    """Sleeps until a timeout, a stop request, or (on PostgreSQL) a NOTIFY that a job changed.
+
+    The LISTEN connection is best effort: if it breaks (a database restart), the beat
+    falls back to plain timed sleeps and listens again on the next sleep.
+    """
 
     SLICE = 0.5  # seconds: how quickly a stop request is noticed while listening
 
     def __init__(self, stop: threading.Event) -> None:
         self.stop = stop
         self.listener = None
-        if connection.vendor == "postgresql":
-            self.listener = connection.get_new_connection(connection.get_connection_params())
-            self.listener.autocommit = True
-            self.listener.execute(f"LISTEN {WAKE_CHANNEL}")
+        self.enabled = connection.vendor == "postgresql"
 
     def sleep(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
@@ -38,20 +42,37 @@ class Waker:
             left = deadline - time.monotonic()
             if left <= 0:
                 return
-            if self.listener is None:
+            listener = self._listener()
+            if listener is None:
                 self.stop.wait(min(left, self.SLICE))
                 continue
-            if any(True for _ in self.listener.notifies(timeout=min(left, self.SLICE), stop_after=1)):
-                self._drain()
-                return
+            try:
+                if any(True for _ in listener.notifies(timeout=min(left, self.SLICE), stop_after=1)):
+                    for _ in listener.notifies(timeout=0):  # drain: one wake-up is enough
+                        pass
+                    return
+            except connection.Database.Error as exc:
+                logger.warning("LISTEN connection lost (%s); sleeping without it", exc)
+                self.close()
+                self.stop.wait(min(left, self.SLICE))
 
-    def _drain(self) -> None:
-        for _ in self.listener.notifies(timeout=0):
-            pass
+    def _listener(self):
+        if self.listener is None and self.enabled:
+            try:
+                self.listener = connection.get_new_connection(connection.get_connection_params())
+                self.listener.autocommit = True
+                self.listener.execute(f"LISTEN {WAKE_CHANNEL}")
+            except connection.Database.Error as exc:
+                logger.warning("cannot LISTEN for job changes (%s)", exc)
+                self.close()
+        return self.listener
 
     def close(self) -> None:
         if self.listener is not None:
-            self.listener.close()
+            try:
+                self.listener.close()
+            finally:
+                self.listener = None
 
 
 class Command(BaseCommand):
@@ -80,8 +101,16 @@ class Command(BaseCommand):
         try:
             while not self.stop.is_set():
                 close_old_connections()
-                now = db_now()
-                turn = dispatch.run_turn(now, batch_size=batch_size, grace=grace)
+                try:
+                    turn = dispatch.run_turn(db_now(), batch_size=batch_size, grace=grace)
+                except TRANSIENT_ERRORS as exc:
+                    # The database or broker went away mid-turn. A turn that did not commit
+                    # changed nothing; runs that committed but were not published stay
+                    # queued in the ledger. Start again on a fresh connection.
+                    logger.warning("beat turn failed: %s: %s; retrying in %ss", type(exc).__name__, exc, RETRY_PAUSE)
+                    connection.close()
+                    waker.sleep(RETRY_PAUSE)
+                    continue
                 if turn.claimed or turn.requeued:
                     logger.info("beat turn: claimed %s jobs, published %s runs, skipped %s fires, requeued %s retries",
                                 turn.claimed, turn.published, turn.skipped, turn.requeued)
