@@ -224,7 +224,9 @@ class AuditEvent(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="audit_events")
     job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     job_name = models.CharField(max_length=200, blank=True)  # survives the job's deletion
-    run = models.ForeignKey(JobRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # A plain id, not a foreign key: deleting a job then deletes its runs in one statement
+    # instead of loading each run to null its audit rows; the audit keeps the run id.
+    run_id = models.BigIntegerField(null=True, blank=True, db_index=True)
     action = models.CharField(max_length=40)  # job.created, job.paused, run.succeeded, ...
     actor = models.CharField(max_length=200, blank=True)  # "cli", "admin:alice", "worker:w1@host"
     detail = models.JSONField(default=dict, blank=True)

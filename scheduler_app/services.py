@@ -50,6 +50,7 @@ class JobSpec:
     timeout_seconds: int = 300
     max_attempts: int = 3
     retry_backoff_seconds: int = 10
+    retry_backoff_max_seconds: int = 3600
     misfire_policy: str = schedules.MisfirePolicy.RUN_ONCE.value
     catchup_window_seconds: int = 86400
     run_all_cap: int = 100
@@ -97,6 +98,8 @@ def tenant_create(*, slug: str, name: str = "", timezone: str = "UTC", actor: st
 
 def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime) -> tuple[schedules.Schedule, dict]:
     """Check every field of `spec`; return the normalised schedule and the model fields."""
+    if not tenant.is_active:
+        raise InvalidInput("tenant", f"tenant {tenant.slug!r} is not active")
     name = check_name("name", spec.name)
     if spec.task_name not in settings.CRONFLEET_ALLOWED_TASKS:
         allowed = ", ".join(settings.CRONFLEET_ALLOWED_TASKS) or "(none)"
@@ -128,6 +131,7 @@ def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime) -> tuple[schedul
         timeout_seconds=_check_int("timeout_seconds", spec.timeout_seconds, 1, MAX_TIMEOUT_SECONDS),
         max_attempts=_check_int("max_attempts", spec.max_attempts, 1, MAX_ATTEMPTS),
         retry_backoff_seconds=_check_int("retry_backoff_seconds", spec.retry_backoff_seconds, 0, 86400),
+        retry_backoff_max_seconds=_check_int("retry_backoff_max_seconds", spec.retry_backoff_max_seconds, 0, 7 * 86400),
         misfire_policy=policy.value,
         catchup_window_seconds=_check_int("catchup_window_seconds", spec.catchup_window_seconds, 0, 366 * 86400),
         run_all_cap=_check_int("run_all_cap", spec.run_all_cap, 1, 10000),

@@ -43,8 +43,8 @@ def test_a_second_delivery_of_the_same_message_does_nothing_and_is_counted(make_
     run.refresh_from_db()
     assert (first.state, second.state) == ("succeeded", "duplicate")
     assert (run.worker, run.duplicate_deliveries) == ("w1", 1)
-    assert AuditEvent.objects.filter(run=run, action="run.started").count() == 1
-    assert AuditEvent.objects.filter(run=run, action="run.duplicate_delivery").count() == 1
+    assert AuditEvent.objects.filter(run_id=run.id, action="run.started").count() == 1
+    assert AuditEvent.objects.filter(run_id=run.id, action="run.duplicate_delivery").count() == 1
 
 
 def test_start_run_refuses_a_stale_attempt(make_run):
@@ -95,7 +95,7 @@ def test_a_write_from_a_superseded_attempt_is_rejected(make_run):
 
     run.refresh_from_db()
     assert (run.state, run.attempt, run.result) == ("queued", 2, "")
-    assert AuditEvent.objects.filter(run=run, action="run.stale_write_rejected").exists()
+    assert AuditEvent.objects.filter(run_id=run.id, action="run.stale_write_rejected").exists()
 
 
 @pytest.mark.parametrize(

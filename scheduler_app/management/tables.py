@@ -1,0 +1,96 @@
+"""Small output and error helpers shared by the `tenants` and `jobs` commands."""
+
+from __future__ import annotations
+
+import sys
+import unicodedata
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+
+from django.core.management.base import CommandError, SystemCheckError
+
+from scheduler_app import schedules
+
+EMPTY = "-"
+
+
+def cell(value) -> str:
+    """One table cell: None and '' as '-', datetimes in UTC, control characters as spaces."""
+    if value is None or value == "":
+        return EMPTY
+    if isinstance(value, datetime):
+        return utc_text(value)
+    return _printable(str(value))
+
+
+def _printable(text: str) -> str:
+    """`text` with control characters (line breaks, tabs, terminal escapes) as spaces."""
+    if text.isprintable():
+        return text
+    return "".join(char if unicodedata.category(char) != "Cc" else " " for char in text)
+
+
+def format_table(headers: Sequence[str], rows: Iterable[Sequence]) -> str:
+    """Plain left-aligned columns separated by two spaces, a dashed rule under the headers."""
+    body = [[cell(value) for value in row] for row in rows]
+    widths = [len(header) for header in headers]
+    for row in body:
+        if len(row) != len(headers):
+            raise ValueError(f"row has {len(row)} cells, expected {len(headers)}")
+        widths = [max(width, len(value)) for width, value in zip(widths, row, strict=True)]
+
+    def line(values: Sequence[str]) -> str:
+        return "  ".join(value.ljust(width) for value, width in zip(values, widths, strict=True)).rstrip()
+
+    return "\n".join([line(headers), line(["-" * width for width in widths]), *(line(row) for row in body)])
+
+
+def shorten(text: str | None, width: int = 60) -> str:
+    """`text` on one line, cut to `width` characters with a trailing ellipsis."""
+    text = " ".join(_printable(text or "").split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def utc_text(value: datetime | None) -> str:
+    if value is None:
+        return EMPTY
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def local_text(value: datetime, zone_name: str) -> str:
+    """`value` in the IANA zone `zone_name`, with its offset and abbreviation."""
+    local = value.astimezone(schedules.zone(zone_name))
+    return f"{local.isoformat(sep=' ', timespec='seconds')} {local.tzname()}"
+
+
+def fires_table(fires: Sequence[datetime], zone_name: str) -> str:
+    """Fire times in the job's zone and in UTC, numbered from 1."""
+    rows = [(index, local_text(fire, zone_name), utc_text(fire)) for index, fire in enumerate(fires, 1)]
+    return format_table(["#", f"local ({zone_name})", "UTC"], rows)
+
+
+def describe_schedule(cron: str, zone_name: str, every: int | None, run_at: datetime | None) -> str:
+    """The short schedule text ('cron 0 3 * * * (Europe/Berlin)', 'every 60s', 'once at ...')."""
+    if cron:
+        return f"cron {cron} ({zone_name})"
+    if every is not None:
+        return f"every {every}s"
+    return f"once at {utc_text(run_at)}"
+
+
+class OneLineErrors:
+    """Mixin for commands: from the command line a CommandError prints as the single line
+    `<message>` (no 'CommandError:' prefix, no traceback) and exits with its returncode.
+
+    call_command() still raises the CommandError, so callers and tests can catch it.
+    """
+
+    def execute(self, *args, **options):
+        try:
+            return super().execute(*args, **options)
+        except CommandError as exc:
+            if (not getattr(self, "_called_from_command_line", False) or options.get("traceback")
+                    or isinstance(exc, SystemCheckError)):
+                raise
+            self.stderr.write(str(exc))
+            sys.exit(exc.returncode)

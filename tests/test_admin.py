@@ -1,0 +1,320 @@
+"""The admin, as a superuser: pages load, writes go through the services, the ledger is read-only."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from scheduler_app import services
+from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Tenant, Trigger, db_now
+
+TASK = "scheduler_app.echo"
+BASE = datetime(2024, 1, 1, tzinfo=UTC)
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings):
+    """admin_client's superuser gets a password; PBKDF2 would spend 0.4 s per test on it."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+def url(model: str, view: str, *args) -> str:
+    return reverse(f"admin:scheduler_app_{model}_{view}", args=args)
+
+
+@pytest.fixture
+def tenant(db) -> Tenant:
+    return services.tenant_create(slug="acme", name="Acme", timezone="Asia/Tokyo")
+
+
+@pytest.fixture
+def job(tenant) -> Job:
+    return services.job_create(tenant, services.JobSpec(name="nightly", task_name=TASK, cron="0 9 * * *"))
+
+
+@pytest.fixture
+def runs(job) -> list[JobRun]:
+    made = []
+    for n, state in enumerate([RunState.SUCCEEDED, RunState.DEAD, RunState.SKIPPED]):
+        made.append(JobRun.objects.create(job=job, tenant=job.tenant, scheduled_at=BASE + timedelta(hours=n),
+                                          state=state, created_at=BASE, reason="coalesced" if n == 2 else "",
+                                          error="boom" if n == 1 else ""))
+    AuditEvent.objects.create(tenant=job.tenant, job=job, job_name=job.name, run_id=made[1].id, action="run.dead",
+                              actor="worker:w1", detail={"error": "boom"})
+    return made
+
+
+def post_action(client, action: str, *jobs: Job):
+    return client.post(url("job", "changelist"), {"action": action, "_selected_action": [j.pk for j in jobs]},
+                       follow=True)
+
+
+def job_form(tenant: Tenant, **overrides) -> dict:
+    data = {
+        "tenant": tenant.pk, "name": "from-admin", "description": "", "tags": "[]", "cron": "30 7 * * *",
+        "timezone": "", "every_seconds": "", "run_at_0": "", "run_at_1": "", "start_at_0": "", "start_at_1": "",
+        "end_at_0": "", "end_at_1": "", "task_name": TASK, "args": "[]", "kwargs": "{}", "queue": "",
+        "timeout_seconds": "300", "max_attempts": "3", "retry_backoff_seconds": "10", "misfire_policy": "run_once",
+        "catchup_window_seconds": "86400", "run_all_cap": "100",
+    }
+    data.update(overrides)
+    return data
+
+
+def test_admin_configuration_passes_system_checks(db):
+    call_command("check", "scheduler_app", fail_level="WARNING")
+
+
+# --- pages load -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", [
+    "/admin/",
+    "/admin/scheduler_app/tenant/",
+    "/admin/scheduler_app/tenant/?q=acm",
+    "/admin/scheduler_app/job/",
+    "/admin/scheduler_app/job/?q=night&enabled__exact=1&misfire_policy__exact=run_once",
+    "/admin/scheduler_app/jobrun/",
+    "/admin/scheduler_app/jobrun/?state__exact=dead&trigger__exact=schedule",
+    "/admin/scheduler_app/jobrun/?scheduled_at__year=2024&scheduled_at__month=1",
+    "/admin/scheduler_app/auditevent/",
+    "/admin/scheduler_app/auditevent/?action=run.*",
+    "/admin/scheduler_app/auditevent/?action=job.created",
+    "/admin/scheduler_app/tenant/add/",
+    "/admin/scheduler_app/job/add/",
+])
+def test_pages_load(admin_client, runs, path):
+    assert admin_client.get(path).status_code == 200
+
+
+def test_filtered_by_tenant_and_job_links(admin_client, runs, job):
+    tenant_id = job.tenant_id
+    for model in ("job", "jobrun", "auditevent"):
+        assert admin_client.get(f"{url(model, 'changelist')}?tenant__id__exact={tenant_id}").status_code == 200
+    response = admin_client.get(f"{url('jobrun', 'changelist')}?job__id__exact={job.pk}")
+    assert response.status_code == 200
+    assert response.context["cl"].result_count == 3
+
+
+def test_change_pages_load_for_each_model(admin_client, runs, job):
+    for model, pk in [("tenant", job.tenant_id), ("job", job.pk), ("jobrun", runs[1].pk),
+                      ("auditevent", AuditEvent.objects.get(action="run.dead").pk)]:
+        response = admin_client.get(url(model, "change", pk))
+        assert response.status_code == 200, model
+
+
+def test_job_changelist_shows_schedule_and_last_run_state(admin_client, runs, job):
+    response = admin_client.get(url("job", "changelist"))
+
+    html = response.content.decode()
+    assert "cron 0 9 * * * (Asia/Tokyo)" in html
+    assert response.context["cl"].result_list[0].last_run_state == "skipped"  # the latest by fire time
+
+
+def test_job_change_page_is_view_only_and_shows_the_next_fires(admin_client, job):
+    response = admin_client.get(url("job", "change", job.pk))
+
+    html = response.content.decode()
+    assert 'name="_save"' not in html  # nothing to save: edits would bypass the services
+    assert "Next 5 fires" in html
+    assert html.count("09:00:00+09:00 JST") == 5
+    assert f"?job__id__exact={job.pk}" in html  # links to its runs and audit events
+
+    response = admin_client.post(url("job", "change", job.pk), {"name": "renamed"})
+    assert response.status_code == 403
+    job.refresh_from_db()
+    assert job.name == "nightly"
+
+
+def test_list_pages_do_not_query_per_row(admin_client, tenant):
+    def queries(path: str) -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert admin_client.get(path).status_code == 200
+        return len(captured)
+
+    def add_jobs(count: int, offset: int) -> None:
+        for n in range(count):
+            job = services.job_create(tenant, services.JobSpec(name=f"j{offset + n}", task_name=TASK, every=60))
+            run = JobRun.objects.create(job=job, tenant=tenant, scheduled_at=BASE, created_at=BASE)
+            AuditEvent.objects.create(tenant=tenant, job=job, job_name=job.name, run_id=run.id, action="run.started")
+
+    paths = [url(m, "changelist") for m in ("tenant", "job", "jobrun", "auditevent")]
+    add_jobs(2, 0)
+    few = [queries(path) for path in paths]
+    add_jobs(15, 100)
+    assert [queries(path) for path in paths] == few
+
+
+# --- add: through the services --------------------------------------------------------
+
+
+def test_add_tenant_goes_through_the_service(admin_client, db):
+    response = admin_client.post(url("tenant", "add"), {"slug": "beta", "name": "Beta", "timezone": "Europe/Oslo"})
+
+    assert response.status_code == 302
+    assert Tenant.objects.filter(slug="beta", timezone="Europe/Oslo").exists()
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    ({"slug": "Beta", "name": "Beta", "timezone": "UTC"}, "Use lowercase letters"),
+    ({"slug": "beta", "name": "Beta", "timezone": "Mars/Base"}, "unknown time zone"),
+])
+def test_add_tenant_refuses_bad_input(admin_client, db, data, message):
+    response = admin_client.post(url("tenant", "add"), data)
+
+    assert response.status_code == 200
+    assert message in response.content.decode()
+    assert not Tenant.objects.exists()
+
+
+def test_add_job_goes_through_the_service(admin_client, admin_user, tenant):
+    response = admin_client.post(url("job", "add"), job_form(tenant))
+
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    job = Job.objects.get(name="from-admin")
+    assert (job.cron, job.timezone) == ("30 7 * * *", "Asia/Tokyo")  # blank zone: the tenant's
+    assert job.next_run_at is not None and job.next_run_at > db_now()
+    assert job.next_run_at.astimezone(UTC).time().isoformat() == "22:30:00"  # 07:30 in Tokyo
+    event = AuditEvent.objects.get(action="job.created")
+    assert (event.job_id, event.actor) == (job.pk, f"admin:{admin_user.username}")
+
+
+@pytest.mark.parametrize(("overrides", "field", "message"), [
+    ({"cron": "0 0 31 2 *"}, "cron", "Bad day-of-month in '0 0 31 2 *'"),
+    ({"cron": "", "every_seconds": ""}, "__all__", "give exactly one of cron, every or at"),
+    ({"every_seconds": "60"}, "__all__", "give exactly one of cron, every or at"),
+    ({"timezone": "Nowhere/Land"}, "timezone", "unknown time zone 'Nowhere/Land'"),
+    ({"args": '{"a": 1}'}, "args", "must be a JSON array"),
+    ({"kwargs": "[NaN]"}, "kwargs", "NaN and Infinity are not allowed"),
+    ({"task_name": "os.system"}, "task_name", "Select a valid choice"),
+    ({"tags": '"one"'}, "tags", "Give a JSON list of strings."),
+    ({"cron": "", "run_at_0": "2020-01-01", "run_at_1": "00:00:00"}, "run_at", "is in the past"),
+    ({"name": "nightly"}, "__all__", "already exists"),
+])
+def test_add_job_refuses_bad_input_and_writes_nothing(admin_client, job, overrides, field, message):
+    jobs, events = Job.objects.count(), AuditEvent.objects.count()
+
+    response = admin_client.post(url("job", "add"), job_form(job.tenant, **overrides))
+
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    assert any(message in error for error in errors.get(field, [])), errors
+    assert (Job.objects.count(), AuditEvent.objects.count()) == (jobs, events)
+
+
+# --- actions --------------------------------------------------------------------------
+
+
+def test_pause_and_resume_actions(admin_client, admin_user, job, tenant):
+    other = services.job_create(tenant, services.JobSpec(name="other", task_name=TASK, every=30))
+
+    post_action(admin_client, "pause_jobs", job, other)
+    job.refresh_from_db(), other.refresh_from_db()
+    assert (job.enabled, other.enabled) == (False, False)
+    assert job.paused_note == f"paused in the admin by {admin_user.username}"
+
+    response = post_action(admin_client, "resume_jobs", job)
+    job.refresh_from_db(), other.refresh_from_db()
+    assert (job.enabled, other.enabled) == (True, False)
+    assert "Resumed 1 job(s)." in response.content.decode()
+    actors = set(AuditEvent.objects.filter(action__in=["job.paused", "job.resumed"]).values_list("actor", flat=True))
+    assert actors == {f"admin:{admin_user.username}"}
+
+
+def test_trigger_action_records_a_manual_queued_run(admin_client, admin_user, job,
+                                                   django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        response = post_action(admin_client, "trigger_jobs", job)
+
+    run = JobRun.objects.get()
+    assert (run.job_id, run.trigger, run.state) == (job.pk, Trigger.MANUAL, RunState.QUEUED)
+    assert f"Triggered 1 job(s): run(s) {run.pk}." in response.content.decode()
+    assert len(callbacks) == 1
+    assert AuditEvent.objects.get(action="job.triggered").actor == f"admin:{admin_user.username}"
+
+
+def test_actions_need_the_change_job_permission(client, django_user_model, job):
+    from django.contrib.auth.models import Permission
+
+    viewer = django_user_model.objects.create_user("viewer", password="pw", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_job"))
+    client.force_login(viewer)
+
+    response = client.get(url("job", "changelist"))
+    assert response.status_code == 200
+    assert "pause_jobs" not in response.content.decode()
+    post_action(client, "pause_jobs", job)
+    job.refresh_from_db()
+    assert job.enabled
+
+
+def test_delete_job_goes_through_the_service(admin_client, admin_user, runs, job):
+    page = admin_client.get(url("job", "delete", job.pk))
+    assert page.status_code == 200
+    assert "with all its runs" in page.content.decode()
+
+    response = admin_client.post(url("job", "delete", job.pk), {"post": "yes"})
+
+    assert response.status_code == 302
+    assert not Job.objects.exists() and not JobRun.objects.exists()
+    event = AuditEvent.objects.get(action="job.deleted")
+    assert (event.job_name, event.actor, event.job_id) == ("nightly", f"admin:{admin_user.username}", None)
+
+
+# --- read-only ledger and audit trail -------------------------------------------------
+
+
+def test_runs_and_audit_events_are_read_only(admin_client, runs):
+    run = runs[0]
+    event = AuditEvent.objects.get(action="run.dead")
+
+    assert admin_client.get(url("jobrun", "add")).status_code == 403
+    assert admin_client.get(url("jobrun", "delete", run.pk)).status_code == 403
+    assert admin_client.post(url("jobrun", "change", run.pk), {"state": "succeeded"}).status_code == 403
+    assert admin_client.get(url("auditevent", "add")).status_code == 403
+    assert admin_client.get(url("auditevent", "delete", event.pk)).status_code == 403
+    assert admin_client.get(url("tenant", "delete", run.tenant_id)).status_code == 403
+    changelist = admin_client.get(url("jobrun", "changelist")).content.decode()
+    assert "delete_selected" not in changelist
+    run.refresh_from_db()
+    assert run.state == RunState.SUCCEEDED
+    assert JobRun.objects.count() == 3
+
+
+def test_run_changelist_lists_newest_first_without_counting_the_table(admin_client, runs):
+    response = admin_client.get(url("jobrun", "changelist"))
+
+    cl = response.context["cl"]
+    assert [r.pk for r in cl.result_list] == [r.pk for r in reversed(runs)]
+    assert cl.model_admin.show_full_result_count is False
+    html = response.content.decode()
+    assert "acme/nightly" in html and "coalesced" in html and "boom" in html
+
+
+def test_ledger_lists_never_compute_facet_counts(admin_client, runs):
+    for model in ("job", "jobrun", "auditevent"):
+        response = admin_client.get(f"{url(model, 'changelist')}?_facets=True")
+        assert response.status_code == 200
+        assert response.context["cl"].add_facets is False, model
+
+
+@pytest.mark.django_db(transaction=True)
+def test_trigger_action_reports_a_run_the_broker_did_not_take(admin_client, monkeypatch):
+    job = services.job_create(services.tenant_create(slug="acme"),
+                              services.JobSpec(name="nightly", task_name=TASK, cron="0 9 * * *"))
+
+    def broker_down(messages):
+        raise ConnectionError("Connection refused")
+
+    monkeypatch.setattr(services, "publish_runs", broker_down)
+    response = post_action(admin_client, "trigger_jobs", job)
+
+    run = JobRun.objects.get()
+    html = response.content.decode()
+    assert f"Run {run.pk} of acme/nightly is recorded but was not sent to the broker: Connection refused" in html
+    assert f"Triggered 1 job(s): run(s) {run.pk}." in html

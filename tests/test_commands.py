@@ -1,0 +1,570 @@
+"""`manage.py tenants` and `manage.py jobs` against the real PostgreSQL.
+
+Most tests call the commands with call_command (a bad value raises CommandError); the
+exit-status tests go through Django's real argv path, in this process and in a child one.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import redis
+from django.conf import settings
+from django.core.management import ManagementUtility, call_command
+from django.core.management import base as management_base
+from django.core.management.base import CommandError
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from scheduler_app import services
+from scheduler_app.management.tables import format_table, shorten
+from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Tenant, Trigger, db_now
+
+ROOT = Path(__file__).resolve().parent.parent
+TASK = "scheduler_app.echo"
+BAD_CRON_LINE = "jobs add: cron: Bad day-of-month in '0 0 31 2 *'"
+
+
+def run(*args: str) -> str:
+    out = io.StringIO()
+    call_command(*args, stdout=out, stderr=io.StringIO())
+    return out.getvalue()
+
+
+def fails(*args: str) -> CommandError:
+    with pytest.raises(CommandError) as caught:
+        run(*args)
+    return caught.value
+
+
+@pytest.fixture
+def cli(capsys, monkeypatch):
+    """Run `manage.py ARGS` through Django's argv path in this process: (status, out, err).
+
+    run_from_argv closes every connection when it ends, which would end the test's
+    transaction; that one call is stubbed.
+    """
+    monkeypatch.setattr(management_base.connections, "close_all", lambda: None)
+
+    def invoke(*argv: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        try:
+            ManagementUtility(["manage.py", *argv]).execute()
+            status = 0
+        except SystemExit as exc:
+            status = exc.code if isinstance(exc.code, int) else 1
+        out, err = capsys.readouterr()
+        return status, out, err
+
+    return invoke
+
+
+@pytest.fixture
+def tokyo(db) -> Tenant:
+    """A zone without daylight saving time, so expected local times never change."""
+    return services.tenant_create(slug="tokyo", name="Tokyo office", timezone="Asia/Tokyo")
+
+
+@pytest.fixture
+def acme(db) -> Tenant:
+    return services.tenant_create(slug="acme", name="Acme")
+
+
+def add_job(tenant: Tenant, name: str = "nightly", **fields) -> Job:
+    fields.setdefault("task_name", TASK)
+    if not any(fields.get(key) for key in ("cron", "every", "at")):
+        fields["cron"] = "0 9 * * *"
+    return services.job_create(tenant, services.JobSpec(name=name, **fields))
+
+
+def add_run(job: Job, scheduled_at: datetime, state: str = RunState.SUCCEEDED, **fields) -> JobRun:
+    return JobRun.objects.create(job=job, tenant_id=job.tenant_id, scheduled_at=scheduled_at, state=state,
+                                 created_at=scheduled_at, **fields)
+
+
+def table_rows(output: str) -> list[list[str]]:
+    """The cells of every row of the first table in `output` (after the dashed rule)."""
+    lines = output.splitlines()
+    start = next(i for i, line in enumerate(lines) if re.fullmatch(r"-[- ]*", line))
+    rows = []
+    for line in lines[start + 1:]:
+        if not line.strip() or line.startswith("("):
+            break
+        rows.append(re.split(r"\s{2,}", line.strip()))
+    return rows
+
+
+def hour_after(now: datetime) -> datetime:
+    return (now + timedelta(hours=1)).replace(microsecond=0)
+
+
+# --- format_table ---------------------------------------------------------------------
+
+
+def test_format_table_aligns_columns_and_cleans_cells():
+    text = format_table(["id", "name", "when"], [(1, "a\nb", None), (22, "long name", "")])
+
+    assert text.splitlines() == [
+        "id  name       when",
+        "--  ---------  ----",
+        "1   a b        -",
+        "22  long name  -",
+    ]
+
+
+def test_shorten_keeps_one_line_and_marks_the_cut():
+    assert shorten("line one\nline two\x1b[31m", 12) == "line one li…"
+    assert shorten("short", 12) == "short"
+
+
+# --- tenants --------------------------------------------------------------------------
+
+
+def test_tenants_add_and_list(db):
+    out = run("tenants", "add", "acme", "--name", "Acme Corp", "--timezone", "Europe/Berlin")
+    run("tenants", "add", "beta")
+    add_job(Tenant.objects.get(slug="acme"), "one")
+    add_job(Tenant.objects.get(slug="acme"), "two")
+
+    assert "Created tenant acme (Acme Corp, Europe/Berlin)" in out
+    assert table_rows(run("tenants", "list")) == [
+        ["acme", "Acme Corp", "Europe/Berlin", "yes", "2"],
+        ["beta", "beta", "UTC", "yes", "0"],
+    ]
+
+
+def test_tenants_list_pages_by_slug(db):
+    for slug in ("a", "b", "c"):
+        services.tenant_create(slug=slug)
+
+    first = run("tenants", "list", "--limit", "2")
+    second = run("tenants", "list", "--limit", "2", "--after", "b")
+
+    assert [row[0] for row in table_rows(first)] == ["a", "b"]
+    assert "(more tenants: --after b)" in first
+    assert [row[0] for row in table_rows(second)] == ["c"]
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["Not A Slug"], "tenants add: slug: use 1-64 lowercase letters"),
+    (["ok", "--timezone", "Mars/Olympus"], "tenants add: timezone: unknown time zone 'Mars/Olympus'"),
+    (["acme"], "tenants add: slug: tenant 'acme' already exists"),
+])
+def test_tenants_add_refuses_bad_input(acme, argv, expected):
+    error = fails("tenants", "add", *argv)
+
+    assert str(error).startswith(expected)
+    assert error.returncode == 2
+    assert Tenant.objects.count() == 1
+
+
+# --- jobs add -------------------------------------------------------------------------
+
+
+def test_add_cron_job_prints_its_id_and_next_fires_in_its_zone_and_utc(tokyo):
+    out = run("jobs", "add", "--tenant", "tokyo", "--name", "report", "--cron", "0 9 * * *", "--task", TASK)
+
+    job = Job.objects.get()
+    assert out.splitlines()[0] == f"Created job {job.id}: tokyo/report"
+    assert (job.cron, job.timezone, job.enabled) == ("0 9 * * *", "Asia/Tokyo", True)  # the tenant's zone
+    fires = table_rows(out)
+    assert len(fires) == 5
+    for index, local, utc in fires:
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d 09:00:00\+09:00 JST", local)
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d 00:00:00Z", utc)
+    assert fires[0][2] == job.next_run_at.strftime("%Y-%m-%d %H:%M:%SZ")
+    assert AuditEvent.objects.get(action="job.created").actor == "cli"
+
+
+def test_add_interval_job(acme):
+    out = run("jobs", "add", "--tenant", "acme", "--name", "tick", "--every", "90", "--task", TASK)
+
+    job = Job.objects.get()
+    assert job.every_seconds == 90 and job.anchor_at is not None
+    fires = [datetime.strptime(row[2], "%Y-%m-%d %H:%M:%SZ") for row in table_rows(out)]
+    assert [later - earlier for earlier, later in zip(fires, fires[1:])] == [timedelta(seconds=90)] * 4
+    assert "schedule: every 90s" in out
+
+
+def test_add_one_off_job(acme):
+    at = hour_after(db_now())
+
+    out = run("jobs", "add", "--tenant", "acme", "--name", "once", "--at", at.isoformat(), "--task", TASK)
+
+    job = Job.objects.get()
+    assert job.run_at == at and job.next_run_at == at
+    assert len(table_rows(out)) == 1
+    assert at.strftime("%Y-%m-%d %H:%M:%SZ") in out
+
+
+def test_add_with_every_option(acme):
+    start = (db_now() + timedelta(hours=2)).replace(minute=0, second=0, microsecond=0)
+    end = start + timedelta(days=30)
+
+    run("jobs", "add", "--tenant", "acme", "--name", "full", "--cron", "@hourly", "--timezone", "Europe/Paris",
+        "--task", TASK, "--args", '[1, "two"]', "--kwargs", '{"x": {"y": null}}', "--queue", "reports",
+        "--timeout", "60", "--max-attempts", "5", "--retry-backoff", "30", "--misfire", "run_all",
+        "--catchup-window", "3600", "--run-all-cap", "7", "--start", start.isoformat(),
+        "--end", end.isoformat().replace("+00:00", "Z"), "--tag", "a", "b", "--tag", "c",
+        "--description", "Everything set")
+
+    job = Job.objects.get()
+    assert (job.cron, job.timezone, job.args, job.kwargs, job.queue) == (
+        "0 * * * *", "Europe/Paris", [1, "two"], {"x": {"y": None}}, "reports")
+    assert (job.timeout_seconds, job.max_attempts, job.retry_backoff_seconds) == (60, 5, 30)
+    assert (job.misfire_policy, job.catchup_window_seconds, job.run_all_cap) == ("run_all", 3600, 7)
+    assert (job.start_at, job.end_at, job.next_run_at) == (start, end, start)
+    assert (job.tags, job.description) == (["a", "b", "c"], "Everything set")
+
+
+BAD_ADD_INPUT = [
+    # (extra argv, message the single error line starts with)
+    (["--tenant", "nope", "--cron", "@daily"], "jobs add: tenant: no tenant 'nope'"),
+    (["--cron", "0 0 31 2 *"], BAD_CRON_LINE),
+    (["--cron", "* * *"], "jobs add: cron: must have 5 fields"),
+    (["--cron", "@daily", "--timezone", "Nowhere/Land"], "jobs add: timezone: unknown time zone"),
+    (["--cron", "@daily", "--args", "[1,"], "jobs add: args: not valid JSON"),
+    (["--cron", "@daily", "--args", '{"a": 1}'], "jobs add: args: must be a JSON array"),
+    (["--cron", "@daily", "--args", "[NaN]"], "jobs add: args: NaN is not allowed"),
+    (["--cron", "@daily", "--kwargs", "[1]"], "jobs add: kwargs: must be a JSON object"),
+    (["--cron", "@daily", "--kwargs", '{"a": "\\u0000"}'], "jobs add: kwargs: must not contain NUL"),
+    (["--at", "2031-01-01T09:00:00"], "jobs add: at: '2031-01-01T09:00:00' has no UTC offset"),
+    (["--at", "next tuesday"], "jobs add: at: 'next tuesday' is not an ISO 8601 date and time"),
+    (["--at", "2020-01-01T00:00:00Z"], "jobs add: at: is in the past"),
+    (["--cron", "@daily", "--start", "2031-01-01"], "jobs add: start_at: '2031-01-01' has no UTC offset"),
+    (["--cron", "@daily", "--end", "31/12/2031"], "jobs add: end_at: '31/12/2031' is not an ISO 8601"),
+    (["--cron", "@daily", "--start", "2031-02-01T00:00Z", "--end", "2031-01-01T00:00Z"],
+     "jobs add: end_at: must not be before start_at"),
+    (["--every", "0"], "jobs add: every: must be between 1 and"),
+    (["--cron", "@daily", "--misfire", "sometimes"], "jobs add: misfire_policy: must be one of"),
+    (["--cron", "@daily", "--timeout", "0"], "jobs add: timeout_seconds: must be between 1 and"),
+    (["--cron", "@daily", "--max-attempts", "0"], "jobs add: max_attempts: must be between 1 and"),
+    (["--cron", "@daily", "--task", "os.system"], "jobs add: task: 'os.system' is not an allowed task"),
+    (["--cron", "@daily", "--name", "   "], "jobs add: name: must not be empty"),
+    (["--cron", "@daily", "--name", "existing"], "jobs add: name: tenant 'acme' already has a job named"),
+]
+
+
+def add_argv(extra: list[str]) -> list[str]:
+    argv = ["jobs", "add"]
+    if "--tenant" not in extra:
+        argv += ["--tenant", "acme"]
+    if "--name" not in extra:
+        argv += ["--name", "new-job"]
+    if "--task" not in extra:
+        argv += ["--task", TASK]
+    return argv + extra
+
+
+@pytest.mark.parametrize(("extra", "expected"), BAD_ADD_INPUT, ids=[case[1] for case in BAD_ADD_INPUT])
+def test_add_refuses_bad_input_naming_the_field_and_writes_nothing(acme, extra, expected):
+    add_job(acme, "existing")
+    jobs, events = Job.objects.count(), AuditEvent.objects.count()
+
+    error = fails(*add_argv(extra))
+
+    assert str(error).startswith(expected), str(error)
+    assert "\n" not in str(error)
+    assert error.returncode == 2
+    assert (Job.objects.count(), AuditEvent.objects.count()) == (jobs, events)
+
+
+@pytest.mark.parametrize(("extra", "expected"), BAD_ADD_INPUT[:12], ids=[case[1] for case in BAD_ADD_INPUT[:12]])
+def test_add_bad_input_from_the_command_line_is_one_stderr_line_and_status_2(acme, cli, extra, expected):
+    status, out, err = cli(*add_argv(extra))
+
+    assert status == 2
+    assert out == ""
+    assert err.endswith("\n") and err.count("\n") == 1 and err.startswith(expected), err
+    assert Job.objects.count() == 0
+
+
+def test_bad_cron_line_is_exactly_the_documented_one(acme, cli):
+    assert cli(*add_argv(["--cron", "0 0 31 2 *"]))[2] == BAD_CRON_LINE + "\n"
+
+
+def test_syntax_errors_are_argparse_usage_errors(acme, cli):
+    status, _, err = cli(*add_argv(["--cron", "@daily", "--every", "5"]))
+
+    assert status == 2
+    assert "argument --every: not allowed with argument --cron" in err
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_exit_status_of_a_real_manage_py_process():
+    services.tenant_create(slug="acme")
+    db = connection.settings_dict
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="project.settings", CELERY_BROKER_URL=settings.CELERY_BROKER_URL,
+               DATABASE_URL=f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:"
+                            f"{db['PORT'] or 5432}/{db['NAME']}")
+
+    def manage(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "manage.py", *argv], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=60)
+
+    bad = manage(*add_argv(["--cron", "0 0 31 2 *"]))
+    good = manage(*add_argv(["--cron", "0 0 1 2 *"]))
+    unknown = manage("jobs", "show", "acme/missing")
+
+    assert (bad.returncode, bad.stdout, bad.stderr) == (2, "", BAD_CRON_LINE + "\n")
+    assert good.returncode == 0 and good.stdout.startswith("Created job "), good.stderr
+    assert (unknown.returncode, unknown.stderr) == (2, "jobs show: job: no job 'acme/missing'\n")
+    assert list(Job.objects.values_list("cron", flat=True)) == ["0 0 1 2 *"]
+
+
+# --- jobs list ------------------------------------------------------------------------
+
+
+def test_list_shows_schedule_status_next_run_and_last_run_state(acme, tokyo):
+    now = db_now()
+    cron_job = add_job(acme, "cron-job", cron="*/5 * * * *")
+    interval = add_job(acme, "interval", every=60)
+    once = add_job(tokyo, "once", at=hour_after(now))
+    services.job_pause(interval, note="maintenance")
+    add_run(cron_job, now - timedelta(minutes=10), RunState.SUCCEEDED)
+    add_run(cron_job, now - timedelta(minutes=5), RunState.FAILED)  # the latest decides
+
+    rows = table_rows(run("jobs", "list"))
+
+    assert rows == [
+        [str(cron_job.id), "acme", "cron-job", "cron */5 * * * * (UTC)", "enabled",
+         cron_job.next_run_at.strftime("%Y-%m-%d %H:%M:%SZ"), "failed"],
+        [str(interval.id), "acme", "interval", "every 60s", "paused",
+         interval.next_run_at.strftime("%Y-%m-%d %H:%M:%SZ"), "-"],
+        [str(once.id), "tokyo", "once", f"once at {once.run_at:%Y-%m-%d %H:%M:%S}Z", "enabled",
+         once.next_run_at.strftime("%Y-%m-%d %H:%M:%SZ"), "-"],
+    ]
+    assert [row[2] for row in table_rows(run("jobs", "list", "--tenant", "tokyo"))] == ["once"]
+
+
+def test_list_pages_with_limit_and_after_id(acme):
+    ids = [add_job(acme, f"job-{n}").id for n in range(5)]
+
+    first = run("jobs", "list", "--limit", "2")
+    last = run("jobs", "list", "--limit", "2", "--after-id", str(ids[3]))
+
+    assert [int(row[0]) for row in table_rows(first)] == ids[:2]
+    assert f"(more jobs: --after-id {ids[1]})" in first
+    assert [int(row[0]) for row in table_rows(last)] == ids[4:]
+    assert "more jobs" not in last
+
+
+def test_list_uses_a_fixed_number_of_queries_however_many_jobs_and_runs(acme):
+    now = db_now()
+
+    def queries_for_listing() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            run("jobs", "list", "--tenant", "acme")
+        return len(captured)
+
+    for n in range(2):
+        add_run(add_job(acme, f"a{n}"), now, RunState.SUCCEEDED)
+    few = queries_for_listing()
+    for n in range(20):
+        add_run(add_job(acme, f"b{n}"), now, RunState.FAILED)
+
+    assert queries_for_listing() == few == 2  # the tenant, then one page of jobs with their last run
+
+
+def test_list_with_no_jobs_and_bad_options(acme):
+    assert run("jobs", "list").strip() == "(no jobs)"
+    assert str(fails("jobs", "list", "--limit", "0")) == "jobs list: limit: must be between 1 and 1000"
+    assert str(fails("jobs", "list", "--tenant", "zz")) == "jobs list: tenant: no tenant 'zz'"
+
+
+# --- jobs show / runs -----------------------------------------------------------------
+
+
+def test_show_by_id_and_by_tenant_and_name(tokyo):
+    job = add_job(tokyo, "reports/daily", cron="30 8 * * 1-5", args=[1], kwargs={"k": "v"}, tags=["t"])
+    base = datetime(2024, 1, 1, tzinfo=UTC)
+    runs = [add_run(job, base + timedelta(days=n), reason=f"run {n}") for n in range(12)]
+
+    by_id = run("jobs", "show", str(job.id))
+    by_name = run("jobs", "show", "tokyo/reports/daily")  # the name may contain '/'
+
+    assert by_id == by_name
+    assert f"id                         {job.id}" in by_id
+    for expected in ("tenant                     tokyo", "schedule                   cron 30 8 * * 1-5 (Asia/Tokyo)",
+                     "status                     enabled", 'args                       [1]',
+                     'kwargs                     {"k": "v"}', "task_name                  scheduler_app.echo",
+                     "version                    1", "max_attempts               3"):
+        assert expected in by_id
+    fires = by_id.split("next 5 fires:")[1].split("last 10 runs:")[0]
+    assert len(re.findall(r"08:30:00\+09:00 JST", fires)) == 5
+    shown_runs = table_rows(by_id.split("last 10 runs:")[1])
+    assert [int(row[0]) for row in shown_runs] == [r.id for r in reversed(runs[2:])]  # newest first
+
+
+def test_runs_newest_first_with_state_filter_and_limit(acme):
+    job = add_job(acme)
+    base = datetime(2024, 1, 1, tzinfo=UTC)
+    ok = add_run(job, base, RunState.SUCCEEDED, started_at=base, finished_at=base + timedelta(seconds=3))
+    failed = add_run(job, base + timedelta(hours=1), RunState.DEAD, attempt=3, error="Traceback...\n" + "x" * 200)
+    skipped = add_run(job, base + timedelta(hours=2), RunState.SKIPPED, reason="coalesced")
+    manual = add_run(job, base + timedelta(hours=3), RunState.QUEUED, trigger=Trigger.MANUAL)
+
+    rows = table_rows(run("jobs", "runs", str(job.id)))
+
+    assert [int(row[0]) for row in rows] == [manual.id, skipped.id, failed.id, ok.id]
+    assert rows[0][1:5] == ["2024-01-01 03:00:00Z", "manual", "queued", "1"]
+    assert rows[1][5] == "coalesced"
+    assert rows[2][5].startswith("Traceback... xxx") and rows[2][5].endswith("…") and len(rows[2][5]) == 60
+    assert rows[3][5:] == ["-", "2024-01-01 00:00:00Z", "2024-01-01 00:00:03Z"]
+    assert [int(r[0]) for r in table_rows(run("jobs", "runs", "acme/nightly", "--state", "dead"))] == [failed.id]
+    assert [int(r[0]) for r in table_rows(run("jobs", "runs", str(job.id), "--limit", "2"))] == [manual.id,
+                                                                                               skipped.id]
+    assert run("jobs", "runs", str(job.id), "--state", "running").strip() == "(no runs)"
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["show", "999999"], "jobs show: job: no job '999999'"),
+    (["show", "acme/missing"], "jobs show: job: no job 'acme/missing'"),
+    (["show", "nightly"], "jobs show: job: 'nightly' is neither a job id nor TENANT/NAME"),
+    (["pause", "999999"], "jobs pause: job: no job '999999'"),
+    (["resume", "999999"], "jobs resume: job: no job '999999'"),
+    (["trigger", "999999"], "jobs trigger: job: no job '999999'"),
+    (["preview", "999999"], "jobs preview: job: no job '999999'"),
+    (["runs", "acme/nightly", "--state", "exploded"], "jobs runs: state: must be one of pending, queued"),
+    (["runs", "acme/nightly", "--limit", "5000"], "jobs runs: limit: must be between 1 and 1000"),
+])
+def test_unknown_jobs_and_bad_options_name_the_field(acme, argv, expected):
+    add_job(acme)
+    runs, events = JobRun.objects.count(), AuditEvent.objects.count()
+
+    error = fails("jobs", *argv)
+
+    assert str(error).startswith(expected) and error.returncode == 2
+    assert (JobRun.objects.count(), AuditEvent.objects.count()) == (runs, events)
+
+
+# --- pause / resume / trigger ---------------------------------------------------------
+
+
+def test_pause_and_resume(acme):
+    job = add_job(acme, every=60)
+
+    first = run("jobs", "pause", str(job.id), "--note", "db migration")
+    again = run("jobs", "pause", "acme/nightly")
+    job.refresh_from_db()
+    assert (job.enabled, job.paused_note, job.version) == (False, "db migration", 2)
+    assert first.strip() == f"Paused job {job.id} (acme/nightly)."
+    assert again.strip() == f"Job {job.id} (acme/nightly) was already paused."
+
+    resumed = run("jobs", "resume", "acme/nightly")
+    job.refresh_from_db()
+    assert (job.enabled, job.paused_note, job.version) == (True, "", 3)
+    assert job.next_run_at > db_now() - timedelta(seconds=1)
+    assert resumed.strip() == (f"Resumed job {job.id} (acme/nightly); next run at "
+                               f"{job.next_run_at:%Y-%m-%d %H:%M:%S}Z.")
+    assert "was not paused" in run("jobs", "resume", str(job.id))
+    assert list(AuditEvent.objects.filter(job=job).order_by("id").values_list("action", "actor")) == [
+        ("job.created", ""), ("job.paused", "cli"), ("job.resumed", "cli")]
+
+
+def test_trigger_records_a_queued_manual_run_published_after_commit(acme, django_capture_on_commit_callbacks):
+    job = add_job(acme)
+
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        out = run("jobs", "trigger", "acme/nightly")
+
+    run_ = JobRun.objects.get()
+    assert (run_.job_id, run_.trigger, run_.state, run_.attempt) == (job.id, "manual", "queued", 1)
+    assert out.startswith(f"Triggered job {job.id} (acme/nightly): run {run_.id} (queued, manual) at ")
+    assert len(callbacks) == 1  # the publish, held until commit
+    assert AuditEvent.objects.get(action="job.triggered").actor == "cli"
+
+
+def test_trigger_publishes_to_the_broker(acme, django_capture_on_commit_callbacks):
+    queue = f"test-{uuid.uuid4().hex[:10]}"
+    job = add_job(acme, queue=queue)
+    broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            run("jobs", "trigger", str(job.id))
+
+        messages = [json.loads(raw) for raw in broker.lrange(queue, 0, -1)]
+        run_ = JobRun.objects.get()
+        assert [m["headers"]["id"] for m in messages] == [f"cronfleet-run-{run_.id}-1"]
+    finally:
+        broker.delete(queue, f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_trigger_says_which_run_was_not_published_when_the_broker_fails(monkeypatch):
+    job = add_job(services.tenant_create(slug="acme"))
+
+    def broker_down(messages):
+        raise ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    monkeypatch.setattr(services, "publish_runs", broker_down)
+    out = io.StringIO()
+    with pytest.raises(CommandError) as caught:
+        call_command("jobs", "trigger", str(job.id), stdout=out)
+
+    run_ = JobRun.objects.get()  # recorded, committed, still queued for a later publish
+    assert run_.state == "queued"
+    assert out.getvalue().startswith(f"Triggered job {job.id}")
+    assert str(caught.value) == (f"jobs trigger: publish: run {run_.id} is recorded but was not sent to the "
+                                 "broker (Error 111 connecting to 127.0.0.1:6379. Connection refused.)")
+    assert caught.value.returncode == 1
+
+
+# --- preview --------------------------------------------------------------------------
+
+
+def test_preview_a_saved_job_in_its_zone_and_utc(tokyo):
+    job = add_job(tokyo, cron="0 9 * * *")
+
+    out = run("jobs", "preview", str(job.id), "-n", "3")
+
+    assert out.splitlines()[0] == f"next 3 fires of job {job.id} (tokyo/nightly): cron 0 9 * * * (Asia/Tokyo):"
+    rows = table_rows(out)
+    assert [row[0] for row in rows] == ["1", "2", "3"]
+    assert all(row[1].endswith("09:00:00+09:00 JST") and row[2].endswith("00:00:00Z") for row in rows)
+    assert rows[0][2] == f"{job.next_run_at:%Y-%m-%d %H:%M:%S}Z"
+
+
+def test_preview_an_unsaved_cron_or_interval(db):
+    cron = run("jobs", "preview", "--cron", "0 9 * * *", "--timezone", "Asia/Kolkata", "-n", "2")
+    every = run("jobs", "preview", "--every", "3600", "-n", "4")
+
+    assert cron.splitlines()[0] == "next 2 fires of cron 0 9 * * * (Asia/Kolkata):"
+    assert [row[1][11:] for row in table_rows(cron)] == ["09:00:00+05:30 IST"] * 2
+    assert [row[2][11:] for row in table_rows(cron)] == ["03:30:00Z"] * 2
+    fires = [datetime.strptime(row[2], "%Y-%m-%d %H:%M:%SZ") for row in table_rows(every)]
+    assert [b - a for a, b in zip(fires, fires[1:])] == [timedelta(hours=1)] * 3
+    assert Job.objects.count() == 0
+
+
+def test_preview_of_a_finished_one_off(acme):
+    job = add_job(acme, at=db_now() - timedelta(minutes=1))
+
+    assert "(no fires left)" in run("jobs", "preview", str(job.id))
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    ([], "jobs preview: schedule: give JOB, or --cron EXPR, or --every SECONDS"),
+    (["acme/nightly", "--cron", "@daily"], "jobs preview: schedule: give JOB, or --cron"),
+    (["--cron", "0 0 31 2 *"], "jobs preview: cron: Bad day-of-month in '0 0 31 2 *'"),
+    (["--cron", "@daily", "--timezone", "Moon/Base"], "jobs preview: timezone: unknown time zone 'Moon/Base'"),
+    (["--every", "-5"], "jobs preview: every: must be between 1 and"),
+    (["--every", "60", "-n", "0"], "jobs preview: count: must be between 1 and 1000"),
+    (["acme/nightly", "--timezone", "UTC"], "jobs preview: timezone: applies to --cron only"),
+])
+def test_preview_refuses_bad_input(acme, argv, expected):
+    add_job(acme)
+
+    error = fails("jobs", "preview", *argv)
+
+    assert str(error).startswith(expected) and error.returncode == 2
