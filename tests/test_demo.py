@@ -1,0 +1,110 @@
+"""`manage.py demo` end to end: embedded SQLite + filesystem broker, beat, worker, Ctrl-C.
+
+Runs real processes against a throwaway CRONFLEET_VAR_DIR; needs no PostgreSQL or Redis.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+STARTUP_SECONDS = 60  # until the first succeeded run is printed
+STOP_SECONDS = 30  # from SIGINT to exit (the demo gives its children 10 s, then kills them)
+
+STARTED = re.compile(r"^demo: started (\w+) +\(pid (\d+)\)")
+SUCCEEDED_RUN = re.compile(r"^\d\d:\d\d:\d\d  heartbeat +\d\d:\d\d:\d\d  succeeded +1  ")
+
+
+def embedded_env(var_dir: Path) -> dict[str, str]:
+    """The environment of a first run: project settings, no database or broker URLs."""
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CELERY_BROKER_URL"}}
+    env.update(DJANGO_SETTINGS_MODULE="project.settings", CRONFLEET_VAR_DIR=str(var_dir),
+               PYTHONUNBUFFERED="1")
+    return env
+
+
+def process_groups_alive(pgids: set[int]) -> list[str]:
+    """`ps` lines of live processes in any of these process groups (each child leads one)."""
+    out = subprocess.run(["ps", "-e", "-o", "pid=,pgid=,stat=,args="], capture_output=True, text=True,
+                         check=True).stdout
+    alive = []
+    for line in out.splitlines():
+        pid, pgid, stat, *_ = line.split(None, 3)
+        if int(pgid) in pgids and not stat.startswith("Z"):
+            alive.append(line.strip())
+    return alive
+
+
+@pytest.mark.slow
+def test_demo_runs_jobs_and_stops_cleanly_on_sigint(tmp_path):
+    env = embedded_env(tmp_path)
+    manage = str(REPO / "manage.py")
+    migrate = subprocess.run([sys.executable, manage, "migrate", "--noinput", "-v", "0"], cwd=REPO, env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert migrate.returncode == 0, migrate.stdout + migrate.stderr
+
+    demo = subprocess.Popen([sys.executable, manage, "demo", "--no-web"], cwd=REPO, env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def read() -> None:
+        for line in demo.stdout:
+            lines.put(line.rstrip("\n"))
+        lines.put(None)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    output: list[str] = []
+    children: dict[str, int] = {}
+    try:
+        deadline = time.monotonic() + STARTUP_SECONDS
+        succeeded = False
+        while not succeeded:
+            left = deadline - time.monotonic()
+            assert left > 0, "no succeeded run within %ss:\n%s" % (STARTUP_SECONDS, "\n".join(output))
+            try:
+                line = lines.get(timeout=left)
+            except queue.Empty:
+                continue
+            assert line is not None, "demo exited early (code %s):\n%s" % (demo.poll(), "\n".join(output))
+            output.append(line)
+            if started := STARTED.match(line):
+                children[started[1]] = int(started[2])
+            succeeded = bool(SUCCEEDED_RUN.match(line))
+        assert set(children) == {"beat", "worker"}, children  # --no-web: no runserver
+
+        demo.send_signal(signal.SIGINT)
+        code = demo.wait(timeout=STOP_SECONDS)
+    finally:
+        if demo.poll() is None:  # the test failed: do not leave the demo behind
+            demo.kill()
+            demo.wait()
+        leftovers = process_groups_alive(set(children.values()))
+        for pgid in children.values() if leftovers else ():  # nor its children
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    reader.join(timeout=5)
+    while not lines.empty():
+        line = lines.get_nowait()
+        if line is not None:
+            output.append(line)
+    text = "\n".join(output)
+
+    assert code == 0, text
+    assert "demo: stopped" in text
+    assert "unexpectedly" not in text
+    assert "database is locked" not in text
+    assert leftovers == [], text
