@@ -12,7 +12,8 @@ often fire at every real instant.
 from __future__ import annotations
 
 import enum
-import math
+import itertools
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -34,6 +35,10 @@ MAX_EVERY_SECONDS = 10 * 366 * 86400
 # Datetimes beyond this cannot be stepped past safely (datetime.max is 9999-12-31).
 LATEST_INSTANT = datetime(9000, 1, 1, tzinfo=UTC)
 _PROBE_FROM = datetime(2000, 1, 1, tzinfo=UTC)
+_ONE_VALUE_RANGE = re.compile(r"^(\w+)-\1/\d+$")
+# How far last_fire_at_or_before looks back, widening until a window holds a fire; each
+# window is at most ~60 times the last, so stepping forward through it stays cheap.
+_LOOKBACKS = [timedelta(seconds=s) for s in (120, 7200, 2 * 86400, 32 * 86400, 367 * 86400, 29 * 366 * 86400)]
 
 
 class InvalidSchedule(ValueError):
@@ -62,8 +67,9 @@ class SkipReason(enum.StrEnum):
 class Schedule:
     """Exactly one of `cron`, `every` or `at` is set.
 
-    `anchor` is where an interval counts from (fires at anchor + k * every, k >= 0);
-    `start_at`/`end_at` bound every kind of schedule (both inclusive).
+    An interval counts from `start_at` when given, else from `anchor` (fires at
+    origin + k * every, k >= 0); `start_at`/`end_at` bound every kind of schedule (both
+    inclusive).
     """
 
     cron: str = ""
@@ -108,6 +114,11 @@ def normalize_cron(expression: str) -> str:
             names = ", ".join(sorted(NICKNAMES))
             raise InvalidSchedule("cron", f"unknown nickname {text!r} (known: {names})") from None
     fields = text.split(" ")
+    if len(fields) == 5:
+        # cronsim 2.8 reads a one-value range with a step ("9-9/2") as "9/2" (9, 11, ...);
+        # it means just 9.
+        fields = [",".join(_ONE_VALUE_RANGE.sub(r"\1", part) for part in f.split(",")) for f in fields]
+        text = " ".join(fields)
     if len(fields) != 5:
         raise InvalidSchedule(
             "cron", f"must have 5 fields (minute hour day-of-month month day-of-week), got {len(fields)}"
@@ -128,7 +139,8 @@ def zone(name: str) -> ZoneInfo:
         raise InvalidSchedule("timezone", f"{name!r} is not an IANA time zone name")
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        # OSError: names of tzdata folders ("America") or over-long names reach the filesystem.
         raise InvalidSchedule("timezone", f"unknown time zone {name!r}") from None
 
 
@@ -183,7 +195,7 @@ def validate(schedule: Schedule) -> Schedule:
 def _interval_anchor(schedule: Schedule) -> datetime:
     anchor = schedule.start_at or schedule.anchor
     assert anchor is not None
-    return anchor.replace(microsecond=0)
+    return anchor.astimezone(UTC).replace(microsecond=0)
 
 
 def _raw_next_after(schedule: Schedule, after: datetime) -> datetime | None:
@@ -193,19 +205,22 @@ def _raw_next_after(schedule: Schedule, after: datetime) -> datetime | None:
         # DST change; cronsim then handles the gap and the repeated hour.
         local = after.astimezone(zone(schedule.timezone))
         try:
-            return next(CronSim(schedule.cron, local)).astimezone(UTC)
-        except (StopIteration, OverflowError, ValueError):
+            # For a fixed-time job whose `after` lies in the second pass of a repeated
+            # autumn hour, cronsim answers with that day's fire in the first pass (before
+            # `after`); step on until the answer is really later.
+            for candidate in itertools.islice(CronSim(schedule.cron, local), 8):
+                found = candidate.astimezone(UTC)
+                if found > after:
+                    return found
+        except (OverflowError, ValueError):
             return None
+        return None
     if schedule.every is not None:
         anchor = _interval_anchor(schedule)
         if after < anchor:
             return anchor
-        steps = math.floor((after - anchor).total_seconds() / schedule.every) + 1
-        candidate = anchor + timedelta(seconds=steps * schedule.every)
-        # Float division can land one step short for very large offsets; step to be sure.
-        while candidate <= after:
-            candidate += timedelta(seconds=schedule.every)
-        return candidate
+        every = timedelta(seconds=schedule.every)
+        return anchor + ((after - anchor) // every + 1) * every
     assert schedule.at is not None
     return schedule.at.astimezone(UTC) if schedule.at > after else None
 
@@ -213,24 +228,22 @@ def _raw_next_after(schedule: Schedule, after: datetime) -> datetime | None:
 def _raw_last_at_or_before(schedule: Schedule, at: datetime) -> datetime | None:
     """The latest fire at or before `at`, ignoring the start/end window."""
     if schedule.cron:
-        local = (at + timedelta(seconds=1)).astimezone(zone(schedule.timezone))
-        # cronsim's reverse iteration starts strictly before its start; add a second and
-        # drop sub-second precision so a fire exactly at `at` is found.
-        local = local.replace(microsecond=0)
-        try:
-            found = next(CronSim(schedule.cron, local, reverse=True)).astimezone(UTC)
-        except (StopIteration, OverflowError, ValueError):
-            return None
-        return found if found <= at else None
+        # Not cronsim's reverse iteration: it misses fires in repeated or shortened DST hours
+        # and can loop forever in some zones (Pacific/Chatham). Step forward through widening
+        # windows instead, with the same rules next_fire_after uses.
+        for lookback in _LOOKBACKS:
+            cursor, last = at - lookback, None
+            while (found := _raw_next_after(schedule, cursor)) is not None and found <= at:
+                last = cursor = found
+            if last is not None:
+                return last
+        return None
     if schedule.every is not None:
         anchor = _interval_anchor(schedule)
         if at < anchor:
             return None
-        steps = math.floor((at - anchor).total_seconds() / schedule.every)
-        candidate = anchor + timedelta(seconds=steps * schedule.every)
-        while candidate > at:
-            candidate -= timedelta(seconds=schedule.every)
-        return candidate
+        every = timedelta(seconds=schedule.every)
+        return anchor + ((at - anchor) // every) * every
     assert schedule.at is not None
     return schedule.at.astimezone(UTC) if schedule.at <= at else None
 
@@ -312,7 +325,8 @@ def plan_fires(
     """
     step = cache.next_fire_after if cache is not None else next_fire_after
     plan = Plan()
-    window_start = now - rules.catchup_window
+    # The catch-up window never reaches into the grace: an on-time fire always runs.
+    window_start = min(now - rules.catchup_window, now - rules.grace)
     cursor: datetime | None = due_at
     if due_at < window_start:
         last_outside = last_fire_at_or_before(schedule, window_start - timedelta(microseconds=1))
