@@ -195,5 +195,17 @@ CRONFLEET_BATCH_SIZE = env_int("CRONFLEET_BATCH_SIZE", 1000, minimum=1)
 CRONFLEET_MAX_SLEEP_SECONDS = env_int("CRONFLEET_MAX_SLEEP_SECONDS", 5, minimum=1)
 # A fire this many seconds late (or less) is on time; later ones follow the job's misfire policy.
 CRONFLEET_MISFIRE_GRACE_SECONDS = env_int("CRONFLEET_MISFIRE_GRACE_SECONDS", 60, minimum=0)
+# A running run's lease: renewed by its worker's heartbeat every CRONFLEET_HEARTBEAT_SECONDS.
+# A run whose lease ran out (its worker died or froze) is marked lost and retried by a beat,
+# so this bounds how long a dead worker's run goes unnoticed.
+CRONFLEET_LEASE_SECONDS = env_int("CRONFLEET_LEASE_SECONDS", 30, minimum=2)
+CRONFLEET_HEARTBEAT_SECONDS = env_int("CRONFLEET_HEARTBEAT_SECONDS", 10, minimum=1)
+if CRONFLEET_HEARTBEAT_SECONDS * 2 > CRONFLEET_LEASE_SECONDS:
+    raise ImproperlyConfigured("CRONFLEET_HEARTBEAT_SECONDS must be at most half of CRONFLEET_LEASE_SECONDS")
+# A queued run not started this long after it was published is published again (the broker
+# lost it, or its beat died between commit and publish). When the broker's queue is empty the
+# shorter CRONFLEET_REPUBLISH_IDLE_SECONDS applies: nothing is waiting ahead of the run.
+CRONFLEET_DISPATCH_TIMEOUT_SECONDS = env_int("CRONFLEET_DISPATCH_TIMEOUT_SECONDS", 300, minimum=1)
+CRONFLEET_REPUBLISH_IDLE_SECONDS = env_int("CRONFLEET_REPUBLISH_IDLE_SECONDS", 15, minimum=1)
 # Bytes of a run's result and error kept in the ledger.
 CRONFLEET_RESULT_MAX_BYTES = env_int("CRONFLEET_RESULT_MAX_BYTES", 8192, minimum=256)

@@ -19,7 +19,8 @@ from django.db.models import Min
 
 from scheduler_app import schedules, sql
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, db_now, misfire_rules_of, schedule_of
-from scheduler_app.publish import RunMessage, publish_runs
+from scheduler_app.failpoints import failpoint
+from scheduler_app.publish import RunMessage, publish_runs, queue_depth
 
 logger = logging.getLogger(__name__)
 
@@ -45,25 +46,40 @@ class TurnResult:
     published: int = 0
     skipped: int = 0
     requeued: int = 0
+    lost: int = 0
+    republished: int = 0
     busy: bool = False  # True: there may be more work right now, go again without sleeping
 
 
-def lock_clause() -> str:
-    return "FOR UPDATE SKIP LOCKED" if connection.features.has_select_for_update_skip_locked else ""
+def lock_clause(of: str = "") -> str:
+    if not connection.features.has_select_for_update_skip_locked:
+        return ""  # SQLite: the database serialises writers
+    return f"FOR UPDATE OF {of} SKIP LOCKED" if of else "FOR UPDATE SKIP LOCKED"
 
 
-def run_turn(now: datetime, *, batch_size: int, grace: timedelta) -> TurnResult:
-    """One turn of the beat loop: dispatch due jobs, requeue due retries, publish both."""
+def run_turn(now: datetime, *, batch_size: int, grace: timedelta, sweep: bool = True) -> TurnResult:
+    """One turn of the beat loop. Each step is bounded by `batch_size`.
+
+    Dispatch due jobs; mark runs whose lease ran out as lost; requeue retries whose backoff
+    is over; and, when `sweep` is set, publish again runs that were never started.
+    """
     dispatched = dispatch_due_jobs(now, limit=batch_size, grace=grace)
+    failpoint("beat.after_commit")
     published = publish_runs(dispatched.messages)
+    failpoint("beat.after_publish")
+    lost = mark_lost_runs(now, limit=batch_size)
     retries = requeue_due_retries(now, limit=batch_size)
     published += publish_runs(retries)
+    republished = republish_stale_runs(now, limit=batch_size) if sweep else []
+    published += publish_runs(republished)
     return TurnResult(
         claimed=dispatched.claimed,
         published=published,
         skipped=dispatched.skipped,
         requeued=len(retries),
-        busy=dispatched.claimed >= batch_size or len(retries) >= batch_size,
+        lost=lost,
+        republished=len(republished),
+        busy=max(dispatched.claimed, len(retries), lost) >= batch_size,
     )
 
 
@@ -79,6 +95,7 @@ def dispatch_due_jobs(now: datetime, *, limit: int, grace: timedelta) -> Dispatc
         if not jobs:
             return Dispatched()
         rows, advances = plan_batch(jobs, now, grace)
+        failpoint("beat.after_claim")
         inserted = insert_runs(rows)
         advance_jobs(advances)
     by_id = {job["id"]: job for job in jobs}
@@ -167,12 +184,65 @@ def requeue_due_retries(now: datetime, *, limit: int) -> list[RunMessage]:
                        actor="beat", detail={"attempt": attempt})
             for run_id, attempt, job_id, tenant_id in requeued
         )
-    jobs = dict(
-        (job_id, (queue, timeout))
-        for job_id, queue, timeout in Job.objects.filter(id__in={r[2] for r in requeued})
+    return messages_for([(run_id, attempt, job_id) for run_id, attempt, job_id, _ in requeued])
+
+
+def messages_for(rows: list[tuple[int, int, int]]) -> list[RunMessage]:
+    """Messages for (run id, attempt, job id) rows, with each job's queue and timeout."""
+    jobs = {
+        job_id: (queue, timeout)
+        for job_id, queue, timeout in Job.objects.filter(id__in={row[2] for row in rows})
         .values_list("id", "queue", "timeout_seconds")
-    )
-    return [RunMessage(run_id, attempt, *jobs[job_id]) for run_id, attempt, job_id, _ in requeued]
+    }
+    return [RunMessage(run_id, attempt, *jobs[job_id]) for run_id, attempt, job_id in rows]
+
+
+def mark_lost_runs(now: datetime, *, limit: int) -> int:
+    """Take runs whose lease ran out away from their worker: retrying (attempt + 1 follows at
+    once) or dead. Returns how many."""
+    adapt = connection.ops.adapt_datetimefield_value
+    with transaction.atomic(durable=True):
+        with connection.cursor() as cursor:
+            cursor.execute(sql.MARK_LOST_RUNS.format(lock=lock_clause()), {"now": adapt(now), "limit": limit})
+            lost = cursor.fetchall()
+        if lost:
+            logger.warning("marked %s runs lost (lease expired): %s", len(lost), [row[0] for row in lost][:20])
+            AuditEvent.objects.bulk_create(
+                AuditEvent(tenant_id=tenant_id, job_id=job_id, run_id=run_id, action="run.lost", actor="beat",
+                           detail={"attempt": attempt, "worker": worker, "then": state})
+                for run_id, state, attempt, job_id, tenant_id, worker in lost
+            )
+    return len(lost)
+
+
+def republish_stale_runs(now: datetime, *, limit: int) -> list[RunMessage]:
+    """Publish again queued runs that no worker started in time.
+
+    A run's message can be lost after its row committed: its beat died before publishing,
+    or the broker restarted without persistence. Where the broker queue is empty nothing is
+    ahead of the run, so CRONFLEET_REPUBLISH_IDLE_SECONDS is enough; otherwise the run may
+    just be waiting its turn and CRONFLEET_DISPATCH_TIMEOUT_SECONDS applies.
+    """
+    adapt = connection.ops.adapt_datetimefield_value
+    idle_before = now - timedelta(seconds=settings.CRONFLEET_REPUBLISH_IDLE_SECONDS)
+    busy_before = now - timedelta(seconds=settings.CRONFLEET_DISPATCH_TIMEOUT_SECONDS)
+    with connection.cursor() as cursor:
+        cursor.execute(sql.STALE_QUEUES, {"before": adapt(max(idle_before, busy_before))})
+        queues = [row[0] for row in cursor.fetchall()]
+    messages: list[RunMessage] = []
+    for queue in queues:
+        before = idle_before if queue_depth(queue) == 0 else busy_before  # a broker call: no locks held
+        with transaction.atomic(durable=True), connection.cursor() as cursor:
+            cursor.execute(
+                sql.REPUBLISH_STALE_RUNS.format(lock_run=lock_clause(of="run")),
+                {"now": adapt(now), "before": adapt(before), "queue": queue, "limit": limit - len(messages)},
+            )
+            messages += messages_for(cursor.fetchall())
+        if len(messages) >= limit:
+            break
+    if messages:
+        logger.warning("publishing %s runs again (not started in time)", len(messages))
+    return messages
 
 
 def seconds_until_due(now: datetime, *, cap: float) -> float:

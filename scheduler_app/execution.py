@@ -11,14 +11,18 @@ from __future__ import annotations
 import json
 import logging
 import random
+import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
-from django.db.models import F
+from django.db import DatabaseError, connection
+from django.db.models import DateTimeField, ExpressionWrapper, F
+from django.db.models.functions import Now
 
 from project.celery import app
+from scheduler_app.failpoints import failpoint
 from scheduler_app.fire import FireContext, firing
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, TargetKind, db_now
 
@@ -39,8 +43,11 @@ def execute_run(run_id: int, attempt: int, *, worker: str, task_id: str = "") ->
     run = start_run(run_id, attempt, worker=worker, task_id=task_id, now=db_now())
     if run is None:
         return record_duplicate(run_id, attempt, worker=worker)
+    failpoint("worker.before_target")
     try:
-        result = perform(run)
+        with Heartbeat(run):
+            result = perform(run)
+        failpoint("worker.after_target")
     except SoftTimeLimitExceeded:
         return fail_run(run, f"timeout: exceeded {run.job.timeout_seconds}s", retryable=True, now=db_now())
     except PermanentFailure as exc:
@@ -56,7 +63,7 @@ def start_run(run_id: int, attempt: int, *, worker: str, task_id: str, now: date
     run = JobRun.objects.select_related("job", "job__tenant").filter(id=run_id).first()
     if run is None:
         return None
-    lease = now + timedelta(seconds=run.job.timeout_seconds)
+    lease = now + timedelta(seconds=settings.CRONFLEET_LEASE_SECONDS)
     won = JobRun.objects.filter(id=run_id, attempt=attempt, state=RunState.QUEUED).update(
         state=RunState.RUNNING, started_at=now, heartbeat_at=now, lease_expires_at=lease,
         worker=worker[:200], celery_task_id=task_id[:100],
@@ -66,6 +73,47 @@ def start_run(run_id: int, attempt: int, *, worker: str, task_id: str, now: date
     run.state, run.attempt, run.started_at, run.worker = RunState.RUNNING, attempt, now, worker
     audit(run, "run.started", worker, attempt=attempt)
     return run
+
+
+class Heartbeat:
+    """Renews a running run's lease from a side thread while its target runs.
+
+    The lease, not the job's timeout, is how a beat tells a dead or frozen worker from a
+    slow one: a worker that stops heartbeating (killed, SIGSTOPped, cut off) loses the run
+    after CRONFLEET_LEASE_SECONDS, and its later writes are refused (fencing).
+    """
+
+    def __init__(self, run: JobRun) -> None:
+        self.run = run
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._beat, name=f"heartbeat-run-{run.id}", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.stopped.set()
+        self.thread.join(timeout=10)
+
+    def _beat(self) -> None:
+        try:
+            while not self.stopped.wait(settings.CRONFLEET_HEARTBEAT_SECONDS):
+                if not renew_lease(self.run.id, self.run.attempt):
+                    logger.warning("run %s attempt %s lost its lease; heartbeat stops", self.run.id, self.run.attempt)
+                    return
+        except DatabaseError as exc:  # the next beat retries; a missed heartbeat only shortens the lease
+            logger.warning("heartbeat for run %s failed: %s", self.run.id, exc)
+        finally:
+            connection.close()  # this thread's own connection
+
+
+def renew_lease(run_id: int, attempt: int) -> bool:
+    """Extend the lease of a run this attempt still owns, by the database's clock."""
+    lease = ExpressionWrapper(Now() + timedelta(seconds=settings.CRONFLEET_LEASE_SECONDS),
+                              output_field=DateTimeField())
+    return bool(JobRun.objects.filter(id=run_id, attempt=attempt, state=RunState.RUNNING)
+                .update(heartbeat_at=Now(), lease_expires_at=lease))
 
 
 def record_duplicate(run_id: int, attempt: int, *, worker: str) -> Outcome:

@@ -195,6 +195,12 @@ class JobRun(models.Model):
             # dispatch.requeue_due_retries() reads retrying runs by next attempt time.
             models.Index(fields=["next_attempt_at"], name="jobrun_retry_idx",
                          condition=Q(state="retrying")),
+            # dispatch.mark_lost_runs() reads running runs by lease expiry.
+            models.Index(fields=["lease_expires_at"], name="jobrun_lease_idx",
+                         condition=Q(state="running")),
+            # dispatch.republish_stale_runs() reads queued runs by publish time.
+            models.Index(fields=["enqueued_at"], name="jobrun_queued_idx",
+                         condition=Q(state="queued")),
             # Admin, `jobs runs` and per-tenant views list runs newest first.
             models.Index(fields=["tenant", "-scheduled_at"], name="jobrun_tenant_recent_idx"),
             models.Index(fields=["state", "-scheduled_at"], name="jobrun_state_recent_idx"),

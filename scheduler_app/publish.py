@@ -66,6 +66,15 @@ def publish_runs(messages: Iterable[RunMessage]) -> int:
     return len(messages)
 
 
+def queue_depth(queue: str) -> int:
+    """Messages waiting in the broker queue `queue` (0 when the broker does not know it)."""
+    with app.connection_for_write() as conn:
+        try:
+            return conn.default_channel.queue_declare(queue=queue_name(queue), passive=True).message_count
+        except conn.channel_errors:  # no such queue: nothing is waiting in it
+            return 0
+
+
 def _publish_one(producer, message: RunMessage, queue: str) -> None:
     task_id = celery_task_id(message.run_id, message.attempt)
     headers, properties, body, _ = app.amqp.as_task_v2(

@@ -55,3 +55,60 @@ UPDATE scheduler_app_jobrun
        )
 RETURNING id, attempt, job_id, tenant_id
 """
+
+# mark_lost_runs
+# Running runs whose lease ran out (the worker died, froze or lost the database) become
+# `retrying` at once when the job has attempts left, else `dead`. The CASE reads the job's
+# max_attempts through the join. Returns what it changed, for the audit trail.
+MARK_LOST_RUNS = """
+UPDATE scheduler_app_jobrun AS run
+   SET state = CASE WHEN run.attempt < job.max_attempts THEN 'retrying' ELSE 'dead' END,
+       next_attempt_at = CASE WHEN run.attempt < job.max_attempts THEN %(now)s ELSE NULL END,
+       finished_at = %(now)s,
+       lease_expires_at = NULL,
+       error = 'lost: lease expired (worker ' || run.worker || ')'
+  FROM scheduler_app_job AS job
+ WHERE job.id = run.job_id
+   AND run.id IN (
+       SELECT id
+         FROM scheduler_app_jobrun
+        WHERE state = 'running'
+          AND lease_expires_at < %(now)s
+        ORDER BY lease_expires_at
+        LIMIT %(limit)s
+          {lock}
+       )
+RETURNING run.id, run.state, run.attempt, run.job_id, run.tenant_id, run.worker
+"""
+
+# stale_queues
+# Which broker queues hold runs published before %(before)s and still not started.
+STALE_QUEUES = """
+SELECT DISTINCT job.queue
+  FROM scheduler_app_jobrun AS run
+  JOIN scheduler_app_job AS job ON job.id = run.job_id
+ WHERE run.state = 'queued'
+   AND run.enqueued_at < %(before)s
+ LIMIT 100
+"""
+
+# republish_stale_runs
+# Stamp up to %(limit)s queued runs of one broker queue, published before %(before)s and
+# still not started, as published now, and return them for publishing again. Same attempt:
+# the worker's compare-and-set lets only one delivery start the run.
+REPUBLISH_STALE_RUNS = """
+UPDATE scheduler_app_jobrun
+   SET enqueued_at = %(now)s
+ WHERE id IN (
+       SELECT run.id
+         FROM scheduler_app_jobrun AS run
+         JOIN scheduler_app_job AS job ON job.id = run.job_id
+        WHERE run.state = 'queued'
+          AND run.enqueued_at < %(before)s
+          AND job.queue = %(queue)s
+        ORDER BY run.enqueued_at
+        LIMIT %(limit)s
+          {lock_run}
+       )
+RETURNING id, attempt, job_id
+"""

@@ -20,6 +20,7 @@ from scheduler_app.services import WAKE_CHANNEL
 logger = logging.getLogger("scheduler_app.beat")
 TRANSIENT_ERRORS = (DatabaseError, KombuOperationalError, ConnectionError, OSError)
 RETRY_PAUSE = 1.0  # seconds
+SWEEP_EVERY = 2.0  # seconds between looks for runs to publish again (a few queries and a broker call)
 
 
 class Waker:
@@ -97,12 +98,14 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, self.on_signal)
         _, grace = dispatch.beat_settings()
         waker = Waker(self.stop)
+        next_sweep = 0.0
         self.stdout.write(f"runbeat: started (batch {batch_size}, max sleep {max_sleep}s, {connection.vendor})")
         try:
             while not self.stop.is_set():
                 close_old_connections()
+                sweep = time.monotonic() >= next_sweep
                 try:
-                    turn = dispatch.run_turn(db_now(), batch_size=batch_size, grace=grace)
+                    turn = dispatch.run_turn(db_now(), batch_size=batch_size, grace=grace, sweep=sweep)
                 except TRANSIENT_ERRORS as exc:
                     # The database or broker went away mid-turn. A turn that did not commit
                     # changed nothing; runs that committed but were not published stay
@@ -111,9 +114,12 @@ class Command(BaseCommand):
                     connection.close()
                     waker.sleep(RETRY_PAUSE)
                     continue
-                if turn.claimed or turn.requeued:
-                    logger.info("beat turn: claimed %s jobs, published %s runs, skipped %s fires, requeued %s retries",
-                                turn.claimed, turn.published, turn.skipped, turn.requeued)
+                if sweep:
+                    next_sweep = time.monotonic() + SWEEP_EVERY
+                if turn.claimed or turn.requeued or turn.lost or turn.republished:
+                    logger.info("beat turn: claimed %s jobs, published %s runs, skipped %s fires, requeued %s "
+                                "retries, %s lost, %s republished", turn.claimed, turn.published, turn.skipped,
+                                turn.requeued, turn.lost, turn.republished)
                 if once:
                     break
                 if not turn.busy:

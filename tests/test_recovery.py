@@ -1,0 +1,122 @@
+"""Leases, heartbeats, lost runs and the outbox sweep, against the real PostgreSQL and Redis."""
+
+from datetime import timedelta
+
+import pytest
+import redis
+from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
+
+from scheduler_app import dispatch, execution, failpoints
+from scheduler_app.models import AuditEvent, JobRun, RunState, db_now
+from scheduler_app.publish import RunMessage, publish_runs, queue_depth
+from tests.conftest import NOW, utc
+
+
+@pytest.fixture
+def make_run(make_job):
+    def make(job=None, **fields):
+        job = job or make_job()
+        fields.setdefault("scheduled_at", utc(2024, 1, 1))
+        fields.setdefault("state", RunState.QUEUED)
+        return JobRun.objects.create(job=job, tenant=job.tenant, created_at=NOW, **fields)
+
+    return make
+
+
+@pytest.fixture
+def broker_queue(queue_name):
+    yield queue_name
+    client = redis.Redis.from_url(django_settings.CELERY_BROKER_URL)
+    client.delete(queue_name)
+    client.close()
+
+
+def test_a_run_whose_lease_ran_out_is_lost_and_retried_as_the_next_attempt(make_job, make_run):
+    run = make_run(make_job(max_attempts=3), state=RunState.RUNNING, worker="w1",
+                   lease_expires_at=NOW - timedelta(seconds=1))
+    alive = make_run(state=RunState.RUNNING, scheduled_at=utc(2024, 1, 1, 0, 1),
+                     lease_expires_at=NOW + timedelta(seconds=5))
+
+    assert dispatch.mark_lost_runs(NOW, limit=10) == 1
+    messages = dispatch.requeue_due_retries(NOW, limit=10)
+
+    run.refresh_from_db()
+    alive.refresh_from_db()
+    assert (run.state, run.attempt, alive.state) == ("queued", 2, "running")
+    assert run.error == "lost: lease expired (worker w1)"
+    assert [(m.run_id, m.attempt) for m in messages] == [(run.id, 2)]
+    event = AuditEvent.objects.get(run_id=run.id, action="run.lost")
+    assert event.detail == {"attempt": 1, "worker": "w1", "then": "retrying"}
+
+
+def test_a_lost_run_on_its_last_attempt_is_dead(make_job, make_run):
+    run = make_run(make_job(max_attempts=2), state=RunState.RUNNING, attempt=2,
+                   lease_expires_at=NOW - timedelta(seconds=1))
+
+    dispatch.mark_lost_runs(NOW, limit=10)
+
+    run.refresh_from_db()
+    assert (run.state, run.next_attempt_at) == ("dead", None)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_heartbeat_keeps_a_long_run_alive_past_its_first_lease(make_job, make_run, settings):
+    settings.CRONFLEET_LEASE_SECONDS, settings.CRONFLEET_HEARTBEAT_SECONDS = 2, 1
+    run = make_run(make_job(task_name="scheduler_app.sleep", kwargs={"seconds": 3.5}))
+
+    outcome = execution.execute_run(run.id, 1, worker="w")
+
+    run.refresh_from_db()
+    assert outcome.state == "succeeded"
+    assert (run.heartbeat_at - run.started_at).total_seconds() >= 2.5  # renewed at least three times
+    assert not AuditEvent.objects.filter(run_id=run.id, action="run.stale_write_rejected").exists()
+
+
+def test_renew_lease_refuses_a_superseded_attempt(make_run):
+    run = make_run(state=RunState.RUNNING, attempt=2, lease_expires_at=NOW)
+
+    assert execution.renew_lease(run.id, 1) is False
+    assert execution.renew_lease(run.id, 2) is True
+    run.refresh_from_db()
+    assert run.lease_expires_at > db_now() + timedelta(seconds=django_settings.CRONFLEET_LEASE_SECONDS - 5)
+
+
+def test_queued_runs_never_started_are_published_again(make_job, make_run, broker_queue, settings):
+    settings.CRONFLEET_REPUBLISH_IDLE_SECONDS = 15
+    job = make_job(queue=broker_queue)
+    now = db_now()
+    stale = make_run(job, enqueued_at=now - timedelta(seconds=20))
+    fresh = make_run(job, scheduled_at=utc(2024, 1, 1, 0, 1), enqueued_at=now - timedelta(seconds=5))
+
+    messages = dispatch.republish_stale_runs(now, limit=10)
+
+    assert [(m.run_id, m.attempt, m.queue) for m in messages] == [(stale.id, 1, broker_queue)]
+    stale.refresh_from_db()
+    fresh.refresh_from_db()
+    assert stale.enqueued_at == now and fresh.enqueued_at == now - timedelta(seconds=5)
+    assert dispatch.republish_stale_runs(now, limit=10) == []  # not again until it is stale again
+
+
+def test_a_busy_queue_gets_the_longer_dispatch_timeout(make_job, make_run, broker_queue, settings):
+    settings.CRONFLEET_REPUBLISH_IDLE_SECONDS = 15
+    settings.CRONFLEET_DISPATCH_TIMEOUT_SECONDS = 300
+    job = make_job(queue=broker_queue)
+    now = db_now()
+    waiting = make_run(job, enqueued_at=now - timedelta(seconds=60))
+    publish_runs([RunMessage(999999, 1, broker_queue, 60)])  # someone else's message ahead of it
+    assert queue_depth(broker_queue) == 1
+
+    assert dispatch.republish_stale_runs(now, limit=10) == []
+    waiting.enqueued_at = now - timedelta(seconds=301)
+    waiting.save(update_fields=["enqueued_at"])
+    assert [m.run_id for m in dispatch.republish_stale_runs(now, limit=10)] == [waiting.id]
+
+
+def test_failpoints_refuse_unknown_names_and_actions():
+    with pytest.raises(ImproperlyConfigured, match="unknown failpoint"):
+        failpoints._parse("beat.nowhere=kill")
+    with pytest.raises(ImproperlyConfigured, match="unknown action"):
+        failpoints._parse("beat.after_commit=explode")
+    assert failpoints._parse("beat.after_commit=kill@3, worker.before_target=sleep:0.5") == {
+        "beat.after_commit": ("kill", 3), "worker.before_target": ("sleep:0.5", 1)}
