@@ -115,8 +115,22 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
 elif _db["ENGINE"] == "django.db.backends.postgresql":
+    # Bounded waits everywhere: a dead server or a half-open TCP connection is noticed
+    # (keepalives), a lock is not waited on forever, and a transaction left open by a frozen
+    # process releases its row locks. Health checks reconnect after a server restart.
     _db.setdefault("OPTIONS", {})
-    _db["OPTIONS"].setdefault("connect_timeout", env_int("DB_CONNECT_TIMEOUT", 10, minimum=1))
+    _db["OPTIONS"].update(
+        connect_timeout=env_int("DB_CONNECT_TIMEOUT", 10, minimum=1),
+        keepalives=1,
+        keepalives_idle=env_int("DB_KEEPALIVES_IDLE", 30, minimum=1),
+        keepalives_interval=10,
+        keepalives_count=3,
+        options=" ".join([
+            f"-c lock_timeout={env_int('DB_LOCK_TIMEOUT_MS', 5000, minimum=0)}",
+            f"-c statement_timeout={env_int('DB_STATEMENT_TIMEOUT_MS', 60000, minimum=0)}",
+            f"-c idle_in_transaction_session_timeout={env_int('DB_IDLE_IN_TRANSACTION_TIMEOUT_MS', 60000, minimum=0)}",
+        ]),
+    )
     _db["CONN_HEALTH_CHECKS"] = True
 DATABASES = {"default": _db}
 if _db["ENGINE"] == "django.db.backends.sqlite3":

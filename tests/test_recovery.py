@@ -120,3 +120,16 @@ def test_failpoints_refuse_unknown_names_and_actions():
         failpoints._parse("beat.after_commit=explode")
     assert failpoints._parse("beat.after_commit=kill@3, worker.before_target=sleep:0.5") == {
         "beat.after_commit": ("kill", 3), "worker.before_target": ("sleep:0.5", 1)}
+
+
+@pytest.mark.parametrize(
+    ("setting", "expected"),
+    [("lock_timeout", "5s"), ("statement_timeout", "1min"), ("idle_in_transaction_session_timeout", "1min"),
+     ("tcp_keepalives_idle", "30")],
+)
+def test_every_database_session_has_bounded_waits(db, setting, expected):
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"SHOW {setting}")
+        assert cursor.fetchone()[0] == expected
