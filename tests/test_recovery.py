@@ -124,8 +124,7 @@ def test_failpoints_refuse_unknown_names_and_actions():
 
 @pytest.mark.parametrize(
     ("setting", "expected"),
-    [("lock_timeout", "5s"), ("statement_timeout", "1min"), ("idle_in_transaction_session_timeout", "1min"),
-     ("tcp_keepalives_idle", "30")],
+    [("lock_timeout", "5s"), ("statement_timeout", "1min"), ("idle_in_transaction_session_timeout", "1min")],
 )
 def test_every_database_session_has_bounded_waits(db, setting, expected):
     from django.db import connection
@@ -133,3 +132,11 @@ def test_every_database_session_has_bounded_waits(db, setting, expected):
     with connection.cursor() as cursor:
         cursor.execute(f"SHOW {setting}")
         assert cursor.fetchone()[0] == expected
+
+
+def test_database_connections_use_tcp_keepalives(db):
+    from django.db import connection
+
+    connection.ensure_connection()
+    params = connection.connection.info.get_parameters()
+    assert (params["keepalives"], params["keepalives_idle"], params["connect_timeout"]) == ("1", "30", "10")
