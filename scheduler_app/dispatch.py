@@ -18,7 +18,18 @@ from django.db import connection, transaction
 from django.db.models import Min
 
 from scheduler_app import schedules, sql
-from scheduler_app.models import AuditEvent, Job, JobRun, RunState, db_now, misfire_rules_of, schedule_of
+from project.celery import app
+from scheduler_app.models import (
+    ACTIVE_STATES,
+    AuditEvent,
+    Job,
+    JobRun,
+    OverlapPolicy,
+    RunState,
+    db_now,
+    misfire_rules_of,
+    schedule_of,
+)
 from scheduler_app.failpoints import failpoint
 from scheduler_app.publish import RunMessage, publish_runs, queue_depth
 
@@ -28,7 +39,7 @@ logger = logging.getLogger(__name__)
 CLAIM_FIELDS = (
     "id", "tenant_id", "version", "cron", "timezone", "every_seconds", "run_at", "anchor_at",
     "start_at", "end_at", "next_run_at", "misfire_policy", "catchup_window_seconds",
-    "run_all_cap", "queue", "timeout_seconds",
+    "run_all_cap", "queue", "timeout_seconds", "overlap_policy",
 )
 INSERT_CHUNK = 500  # rows per INSERT: 9 parameters each stays far below every driver's limit
 
@@ -70,6 +81,7 @@ def run_turn(now: datetime, *, batch_size: int, grace: timedelta, sweep: bool = 
     lost = mark_lost_runs(now, limit=batch_size)
     retries = requeue_due_retries(now, limit=batch_size)
     published += publish_runs(retries)
+    published += publish_runs(release_buffered_runs(now, limit=batch_size))
     republished = republish_stale_runs(now, limit=batch_size) if sweep else []
     published += publish_runs(republished)
     return TurnResult(
@@ -94,10 +106,13 @@ def dispatch_due_jobs(now: datetime, *, limit: int, grace: timedelta) -> Dispatc
         jobs = claim_due_jobs(now, limit=limit)
         if not jobs:
             return Dispatched()
-        rows, advances = plan_batch(jobs, now, grace)
+        active = active_runs([job["id"] for job in jobs if job["overlap_policy"] != OverlapPolicy.ALLOW])
+        rows, advances, cancel = plan_batch(jobs, now, grace, active)
         failpoint("beat.after_claim")
+        cancelled = cancel_runs(cancel, now)
         inserted = insert_runs(rows)
         advance_jobs(advances)
+    revoke_running(cancelled)
     by_id = {job["id"]: job for job in jobs}
     messages = [
         RunMessage(run_id, 1, by_id[job_id]["queue"], by_id[job_id]["timeout_seconds"])
@@ -118,23 +133,121 @@ def claim_due_jobs(now: datetime, *, limit: int) -> list[dict]:
     return list(due.values(*CLAIM_FIELDS)[:limit])
 
 
-def plan_batch(jobs: list[dict], now: datetime, grace: timedelta):
-    """Plan every claimed job's fires; return (run rows to insert, (job id, next_run_at) pairs)."""
+def plan_batch(jobs: list[dict], now: datetime, grace: timedelta, active: dict[int, list[tuple]]):
+    """Plan every claimed job's fires.
+
+    Returns the run rows to insert, (job id, next_run_at) pairs, and the ids of active runs
+    a `replace` job cancels.
+    """
     cache = schedules.NextFireCache()
     rows: list[tuple] = []
     advances: list[tuple[int, datetime | None]] = []
+    cancel: dict[int, str] = {}
     for job in jobs:
         schedule = schedule_of(job["cron"], job["timezone"], job["every_seconds"], job["run_at"],
                                job["anchor_at"], job["start_at"], job["end_at"])
         rules = misfire_rules_of(job["misfire_policy"], grace, job["catchup_window_seconds"], job["run_all_cap"])
         plan = schedules.plan_fires(schedule, job["next_run_at"], now, rules, cache=cache)
+        overlap = plan_overlap(job["overlap_policy"], plan.fires, active.get(job["id"], []))
         base = (job["id"], job["tenant_id"])
-        for fire_at in plan.fires:
+        for fire_at in overlap.queue:
             rows.append((*base, fire_at, RunState.QUEUED.value, "", job["version"], now, now, None))
-        for fire_at, reason in plan.skipped:
+        for fire_at, reason in overlap.pend:
+            rows.append((*base, fire_at, RunState.PENDING.value, reason, job["version"], now, None, None))
+        for fire_at, reason in [*plan.skipped, *overlap.skip]:
             rows.append((*base, fire_at, RunState.SKIPPED.value, reason, job["version"], now, None, now))
+        cancel.update(overlap.cancel)
         advances.append((job["id"], plan.next_run_at))
-    return rows, advances
+    return rows, advances, cancel
+
+
+@dataclass
+class OverlapPlan:
+    queue: list[datetime] = field(default_factory=list)
+    pend: list[tuple[datetime, str]] = field(default_factory=list)
+    skip: list[tuple[datetime, str]] = field(default_factory=list)
+    cancel: dict[int, str] = field(default_factory=dict)  # active run id -> reason
+
+
+def plan_overlap(policy: str, fires: list[datetime], active: list[tuple[int, str, str]]) -> OverlapPlan:
+    """Apply a job's overlap policy to the fires planned this turn (oldest first).
+
+    `active` lists the job's runs still going or held, as (id, state, celery task id).
+    Pure: decides, writes nothing.
+    """
+    if policy == OverlapPolicy.ALLOW or not fires:
+        return OverlapPlan(queue=list(fires))
+    going = [(run_id, state) for run_id, state, _ in active if state != RunState.PENDING]
+    held = [run_id for run_id, state, _ in active if state == RunState.PENDING]
+    plan = OverlapPlan()
+    if policy == OverlapPolicy.REPLACE:
+        *older, newest = fires
+        plan.queue = [newest]
+        plan.skip = [(at, f"overlap_replaced: superseded by the fire at {newest.isoformat()}") for at in older]
+        plan.cancel = {run_id: f"overlap_replaced: by the fire at {newest.isoformat()}" for run_id, _ in going}
+        plan.cancel.update({run_id: f"overlap_replaced: by the fire at {newest.isoformat()}" for run_id in held})
+        return plan
+    remaining = list(fires)
+    if not going:
+        plan.queue.append(remaining.pop(0))
+    blocker = f"run {going[0][0]} still {going[0][1]}" if going else "the run queued before it"
+    if policy == OverlapPolicy.BUFFER_ONE and remaining and not held:
+        plan.pend.append((remaining.pop(0), f"overlap_buffered: waiting for {blocker}"))
+    reason = "overlap_buffer_full" if policy == OverlapPolicy.BUFFER_ONE else "overlap_skip"
+    plan.skip = [(at, f"{reason}: {blocker}") for at in remaining]
+    return plan
+
+
+def active_runs(job_ids: list[int]) -> dict[int, list[tuple[int, str, str]]]:
+    """The pending and still-going runs of `job_ids` (jobs whose overlap policy cares)."""
+    found: dict[int, list[tuple[int, str, str]]] = {}
+    if not job_ids:
+        return found
+    states = [RunState.PENDING, *ACTIVE_STATES]
+    for job_id, run_id, state, task_id in (
+        JobRun.objects.filter(job_id__in=job_ids, state__in=states)
+        .order_by("scheduled_at").values_list("job_id", "id", "state", "celery_task_id")
+    ):
+        found.setdefault(job_id, []).append((run_id, state, task_id))
+    return found
+
+
+def cancel_runs(cancel: dict[int, str], now: datetime) -> list[tuple[int, str]]:
+    """Cancel runs replaced by a newer fire; return (celery task id, state it had) of each."""
+    cancelled = []
+    for run_id, reason in cancel.items():
+        run = JobRun.objects.filter(id=run_id, state__in=[RunState.PENDING, *ACTIVE_STATES]).values(
+            "state", "celery_task_id", "tenant_id", "job_id").first()
+        if run is None:
+            continue
+        if JobRun.objects.filter(id=run_id, state=run["state"]).update(
+            state=RunState.CANCELLED, reason=reason[:500], finished_at=now, lease_expires_at=None,
+            next_attempt_at=None,
+        ):
+            AuditEvent.objects.create(tenant_id=run["tenant_id"], job_id=run["job_id"], run_id=run_id,
+                                      action="run.cancelled", actor="beat", detail={"was": run["state"], "reason": reason})
+            cancelled.append((run["celery_task_id"], run["state"]))
+    return cancelled
+
+
+def revoke_running(cancelled: list[tuple[str, str]]) -> None:
+    """Ask workers to stop runs cancelled while running (best effort: their writes are
+    refused anyway, since the run is no longer `running`)."""
+    task_ids = [task_id for task_id, state in cancelled if state == RunState.RUNNING and task_id]
+    if task_ids:
+        try:
+            app.control.revoke(task_ids, terminate=True)
+        except Exception as exc:  # a broadcast failure must not stop the beat; the fencing holds
+            logger.warning("could not revoke replaced runs %s: %s", task_ids, exc)
+
+
+def release_buffered_runs(now: datetime, *, limit: int) -> list[RunMessage]:
+    """Queue held (buffer_one) runs whose job has no run still going."""
+    adapt = connection.ops.adapt_datetimefield_value
+    with transaction.atomic(durable=True), connection.cursor() as cursor:
+        cursor.execute(sql.RELEASE_BUFFERED_RUNS.format(lock=lock_clause()), {"now": adapt(now), "limit": limit})
+        rows = cursor.fetchall()
+    return messages_for(rows)
 
 
 def insert_runs(rows: list[tuple]) -> list[tuple[int, int, str]]:

@@ -41,6 +41,13 @@ class TargetKind(models.TextChoices):
     TASK = "task"
 
 
+class OverlapPolicy(models.TextChoices):
+    ALLOW = "allow"  # every fire runs, whatever is still running
+    SKIP = "skip"  # a fire while an earlier run is active is recorded as skipped
+    BUFFER_ONE = "buffer_one"  # hold one fire (pending) until the active run ends; skip the rest
+    REPLACE = "replace"  # cancel the active run and run the new fire
+
+
 class JobQuerySet(models.QuerySet):
     def due(self, now: datetime) -> JobQuerySet:
         """Enabled jobs whose next fire time has passed, oldest first (dispatch's claim)."""
@@ -86,6 +93,11 @@ class Job(models.Model):
     )
     catchup_window_seconds = models.PositiveIntegerField(default=86400)
     run_all_cap = models.PositiveIntegerField(default=100)
+
+    overlap_policy = models.CharField(
+        max_length=16, choices=OverlapPolicy.choices, default=OverlapPolicy.ALLOW,
+        help_text="A fire while an earlier run is still active: allow it, skip it, hold one, or cancel the old",
+    )
 
     version = models.PositiveIntegerField(default=1, help_text="Bumped on every edit")
     created_at = models.DateTimeField(auto_now_add=True)
@@ -146,6 +158,7 @@ class RunState(models.TextChoices):
     LOST = "lost"  # its worker died
 
 
+ACTIVE_STATES = (RunState.QUEUED, RunState.RUNNING, RunState.RETRYING)  # a run "still going"
 TERMINAL_STATES = (RunState.SUCCEEDED, RunState.FAILED, RunState.DEAD, RunState.SKIPPED, RunState.CANCELLED)
 
 
@@ -195,6 +208,10 @@ class JobRun(models.Model):
             # dispatch.requeue_due_retries() reads retrying runs by next attempt time.
             models.Index(fields=["next_attempt_at"], name="jobrun_retry_idx",
                          condition=Q(state="retrying")),
+            # Overlap checks (dispatch.plan_overlap, release_buffered_runs) look up a job's
+            # active runs; the partial index stays as small as the work in flight.
+            models.Index(fields=["job"], name="jobrun_active_idx",
+                         condition=Q(state__in=["pending", "queued", "running", "retrying"])),
             # dispatch.mark_lost_runs() reads running runs by lease expiry.
             models.Index(fields=["lease_expires_at"], name="jobrun_lease_idx",
                          condition=Q(state="running")),

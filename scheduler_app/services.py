@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
 from scheduler_app import schedules
-from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Tenant, Trigger, db_now
+from scheduler_app.models import AuditEvent, Job, JobRun, OverlapPolicy, RunState, Tenant, Trigger, db_now
 from scheduler_app.publish import RunMessage, publish_runs
 
 WAKE_CHANNEL = "cronfleet_jobs"
@@ -54,6 +54,7 @@ class JobSpec:
     misfire_policy: str = schedules.MisfirePolicy.RUN_ONCE.value
     catchup_window_seconds: int = 86400
     run_all_cap: int = 100
+    overlap_policy: str = "allow"
     description: str = ""
     tags: list[str] | None = None
 
@@ -115,6 +116,8 @@ def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime) -> tuple[schedul
     except ValueError:
         choices = ", ".join(p.value for p in schedules.MisfirePolicy)
         raise InvalidInput("misfire_policy", f"must be one of {choices}") from None
+    if spec.overlap_policy not in OverlapPolicy.values:
+        raise InvalidInput("overlap_policy", f"must be one of {', '.join(OverlapPolicy.values)}")
     if spec.at is not None and spec.at.tzinfo is not None and spec.at < now - PAST_GRACE:
         raise InvalidInput("at", "is in the past")
     try:
@@ -135,6 +138,7 @@ def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime) -> tuple[schedul
         misfire_policy=policy.value,
         catchup_window_seconds=_check_int("catchup_window_seconds", spec.catchup_window_seconds, 0, 366 * 86400),
         run_all_cap=_check_int("run_all_cap", spec.run_all_cap, 1, 10000),
+        overlap_policy=spec.overlap_policy,
         description=spec.description or "",
         tags=list(spec.tags or []),
         cron=schedule.cron, timezone=schedule.timezone, every_seconds=schedule.every,

@@ -112,3 +112,28 @@ UPDATE scheduler_app_jobrun
        )
 RETURNING id, attempt, job_id
 """
+
+# release_buffered_runs
+# Queue runs held by a buffer_one job once none of that job's runs is still going. The
+# NOT EXISTS probe reads the small partial index jobrun_active_idx.
+RELEASE_BUFFERED_RUNS = """
+UPDATE scheduler_app_jobrun
+   SET state = 'queued',
+       enqueued_at = %(now)s,
+       reason = ''
+ WHERE id IN (
+       SELECT held.id
+         FROM scheduler_app_jobrun AS held
+        WHERE held.state = 'pending'
+          AND NOT EXISTS (
+              SELECT 1
+                FROM scheduler_app_jobrun AS going
+               WHERE going.job_id = held.job_id
+                 AND going.state IN ('queued', 'running', 'retrying')
+              )
+        ORDER BY held.scheduled_at
+        LIMIT %(limit)s
+          {lock}
+       )
+RETURNING id, attempt, job_id
+"""

@@ -70,6 +70,8 @@ class Command(OneLineErrors, BaseCommand):
                          help="Seconds before the first retry, doubling after (default 10)")
         add.add_argument("--retry-backoff-max", type=int, metavar="S",
                          help="Longest wait between attempts (default 3600)")
+        add.add_argument("--overlap", metavar="{allow,skip,buffer_one,replace}",
+                         help="A fire while the previous run is still going (default allow)")
         add.add_argument("--misfire", metavar="{run_once,run_all,skip}",
                          help="What to do with fires missed while the beat was down (default run_once)")
         add.add_argument("--catchup-window", type=int, metavar="S",
@@ -127,12 +129,13 @@ class Command(OneLineErrors, BaseCommand):
     def do_add(self, *, tenant: str, name: str, cron: str | None, every: int | None, at: str | None,
                timezone: str, task: str, task_args: str | None, task_kwargs: str | None, queue: str,
                timeout: int | None, max_attempts: int | None, retry_backoff: int | None,
-               retry_backoff_max: int | None, misfire: str | None, catchup_window: int | None, run_all_cap: int | None,
+               retry_backoff_max: int | None, overlap: str | None, misfire: str | None, catchup_window: int | None, run_all_cap: int | None,
                start: str | None, end: str | None, tags: list[str], description: str, **options) -> None:
         # Parse every value before the first query: bad input writes nothing.
         defaults_overridden = {
             "timeout_seconds": timeout, "max_attempts": max_attempts, "retry_backoff_seconds": retry_backoff,
             "retry_backoff_max_seconds": retry_backoff_max,
+            "overlap_policy": overlap,
             "misfire_policy": misfire, "catchup_window_seconds": catchup_window, "run_all_cap": run_all_cap,
         }
         spec = services.JobSpec(
