@@ -97,14 +97,15 @@ class Processes:
         self.procs.append((name, proc, log))
         return proc
 
-    def beat(self, name: str = "beat", *args: str, **env: str) -> subprocess.Popen:
-        return self.start(name, [sys.executable, "manage.py", "runbeat", *args], **env)
+    def beat(self, name: str = "beat", *args: str, prefix: tuple[str, ...] = (), **env: str) -> subprocess.Popen:
+        return self.start(name, [*prefix, sys.executable, "manage.py", "runbeat", *args], **env)
 
-    def worker(self, queue: str, name: str = "worker", concurrency: int = 2, **env: str) -> subprocess.Popen:
+    def worker(self, queue: str, name: str = "worker", concurrency: int = 2, include: str = "",
+               **env: str) -> subprocess.Popen:
         argv = [
             sys.executable, "-m", "celery", "-A", "project", "worker", "-Q", queue, "-c", str(concurrency),
             "-n", f"{name}-{uuid.uuid4().hex[:6]}@%h", "--without-mingle", "--without-gossip",
-            "--without-heartbeat", "-l", "info",
+            "--without-heartbeat", "-l", "info", *(["--include", include] if include else []),
         ]
         proc = self.start(name, argv, **env)
         wait_for(lambda: "ready." in self.log(name) or proc.poll() is not None, timeout=60, what=f"{name} ready")
@@ -112,7 +113,7 @@ class Processes:
         return proc
 
     def log(self, name: str) -> str:
-        for proc_name, _, log in self.procs:
+        for proc_name, _, log in reversed(self.procs):  # the latest process of that name
             if proc_name == name:
                 return log.read_text(errors="replace")
         raise KeyError(name)

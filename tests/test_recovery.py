@@ -124,7 +124,7 @@ def test_failpoints_refuse_unknown_names_and_actions():
 
 @pytest.mark.parametrize(
     ("setting", "expected"),
-    [("lock_timeout", "5s"), ("statement_timeout", "1min"), ("idle_in_transaction_session_timeout", "1min")],
+    [("lock_timeout", "5s"), ("statement_timeout", "1min"), ("idle_in_transaction_session_timeout", "10s")],
 )
 def test_every_database_session_has_bounded_waits(db, setting, expected):
     from django.db import connection

@@ -1,0 +1,206 @@
+"""The fault suite's cluster and checker.
+
+A Cluster runs real beats and Celery workers (separate processes) against the PostgreSQL
+test database and Redis, with ~100 jobs on 1-5 second interval schedules whose target
+(`faults.deliver`) posts each fire to a loopback Receiver. After a scenario the jobs are
+paused, the cluster drains, and `check()` compares the receiver's log with the ledger.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import redis
+from django.conf import settings
+from django.db import connection
+
+from scheduler_app.models import Job, JobRun, RunState, Tenant, db_now, fire_key
+from tests.conftest import wait_for
+
+# Short bounds so faults are detected within seconds (production defaults are larger).
+CLUSTER_ENV = {
+    "CRONFLEET_ALLOWED_TASKS": "faults.deliver",
+    "CRONFLEET_LEASE_SECONDS": "4",
+    "CRONFLEET_HEARTBEAT_SECONDS": "1",
+    "CRONFLEET_REPUBLISH_IDLE_SECONDS": "3",
+    "CRONFLEET_DISPATCH_TIMEOUT_SECONDS": "20",
+    "CRONFLEET_MAX_SLEEP_SECONDS": "1",
+    "DB_IDLE_IN_TRANSACTION_TIMEOUT_MS": "5000",
+}
+# Detection bound under a fault: lease (4 s) or republish (3 s idle + 2 s sweep), plus a
+# loop turn, a retry and the worker's own start.
+FAULT_LAG_BOUND = 15.0
+CLEAN_LAG_BOUND = 2.5
+UNFINISHED = (RunState.PENDING, RunState.QUEUED, RunState.RUNNING, RunState.RETRYING)
+
+
+@dataclass
+class Report:
+    scenario: str
+    expected: int = 0
+    delivered: int = 0
+    skipped: Counter = field(default_factory=Counter)
+    raw_duplicates: int = 0
+    lags: list[float] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def percentile(self, q: float) -> float:
+        if not self.lags:
+            return 0.0
+        ordered = sorted(self.lags)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    def row(self) -> str:
+        skipped = ", ".join(f"{reason} {n}" for reason, n in sorted(self.skipped.items())) or "0"
+        return (f"| {self.scenario} | {self.expected} | {self.delivered} | {skipped} | {self.raw_duplicates} | "
+                f"{self.percentile(0.5):.2f} | {self.percentile(0.99):.2f} | {max(self.lags, default=0):.2f} |")
+
+
+class Cluster:
+    def __init__(self, processes, receiver, queue: str, tenant: Tenant) -> None:
+        self.processes = processes
+        self.receiver = receiver
+        self.queue = queue
+        self.tenant = tenant
+        self.beats: dict[str, object] = {}
+        self.workers: dict[str, object] = {}
+        self.start_at: datetime | None = None
+
+    # --- processes ---------------------------------------------------------------------
+
+    def beat(self, name: str, *, prefix: tuple[str, ...] = (), **env: str):
+        proc = self.processes.beat(name, prefix=prefix, **{**CLUSTER_ENV, **env})
+        self.beats[name] = proc
+        return proc
+
+    def worker(self, name: str, **env: str):
+        proc = self.processes.worker(self.queue, name=name, concurrency=2, include="tests.faults.tasks",
+                                     **{**CLUSTER_ENV, **env})
+        self.workers[name] = proc
+        return proc
+
+    def start(self, *, beats: int = 3, workers: int = 2, **env: str) -> None:
+        for i in range(workers):
+            self.worker(f"worker{i}", **env)
+        for i in range(beats):
+            self.beat(f"beat{i}", **env)
+
+    def kill(self, proc, sig: int = signal.SIGKILL) -> None:
+        os.killpg(proc.pid, sig)
+
+    # --- load --------------------------------------------------------------------------
+
+    def seed(self, count: int = 100, **fields) -> None:
+        self.start_at = (db_now() + timedelta(seconds=2)).replace(microsecond=0)
+        Job.objects.bulk_create(
+            Job(tenant=self.tenant, name=f"fault-{i}", task_name="faults.deliver", every_seconds=1 + i % 5,
+                anchor_at=self.start_at, next_run_at=self.start_at, queue=self.queue,
+                kwargs={"url": self.receiver.url}, max_attempts=5, retry_backoff_seconds=1, **fields)
+            for i in range(count)
+        )
+
+    def run_until(self, seconds_after_start: float) -> None:
+        wait_for(lambda: db_now() >= self.start_at + timedelta(seconds=seconds_after_start),
+                 timeout=seconds_after_start + 60, interval=0.2, what=f"t+{seconds_after_start}s")
+
+    def finish(self, *, drain_timeout: float = 90) -> None:
+        """Pause every job, let what was recorded finish, then stop the cluster."""
+        connection.close()  # a fresh connection, in case the scenario restarted the database
+        Job.objects.filter(tenant=self.tenant).update(enabled=False)
+        wait_for(lambda: not JobRun.objects.filter(tenant=self.tenant, state__in=UNFINISHED).exists(),
+                 timeout=drain_timeout, interval=0.3, what="every recorded run to finish")
+        for proc in [*self.beats.values(), *self.workers.values()]:
+            self.processes.stop(proc)
+
+    # --- the checker -------------------------------------------------------------------
+
+    def check(self, scenario: str, *, raw_duplicates_allowed: bool = False, lag_bound: float = CLEAN_LAG_BOUND) -> Report:
+        report = Report(scenario)
+        deliveries = self.receiver.snapshot()
+        by_key = defaultdict(list)
+        for delivery in deliveries:
+            by_key[delivery.fire_key].append(delivery)
+        runs = list(JobRun.objects.filter(tenant=self.tenant).values(
+            "job_id", "scheduled_at", "state", "reason", "attempt"))
+        jobs = {job.id: job for job in Job.objects.filter(tenant=self.tenant)}
+        ledger = defaultdict(dict)
+        for run in runs:
+            ledger[run["job_id"]][run["scheduled_at"]] = run
+
+        for job in jobs.values():
+            expected = _expected_fires(job, ledger[job.id])
+            report.expected += len(expected)
+            missing = [at for at in expected if at not in ledger[job.id]]
+            if missing:
+                report.problems.append(f"job {job.id}: no run for {len(missing)} fires, e.g. {missing[0]}")
+            phantom = set(ledger[job.id]) - set(expected)
+            if phantom:
+                report.problems.append(f"job {job.id}: runs for fires not in the schedule: {sorted(phantom)[:3]}")
+
+        known_keys = set()
+        for run in runs:
+            key = fire_key(run["job_id"], run["scheduled_at"])
+            known_keys.add(key)
+            if run["state"] == RunState.SKIPPED:
+                report.skipped[run["reason"].split(":")[0] or "(no reason)"] += 1
+                if not run["reason"]:
+                    report.problems.append(f"{key}: skipped without a reason")
+                if key in by_key:
+                    report.problems.append(f"{key}: skipped but delivered")
+            elif run["state"] == RunState.SUCCEEDED:
+                if key not in by_key:
+                    report.problems.append(f"{key}: succeeded but never delivered")
+            else:
+                report.problems.append(f"{key}: ended {run['state']} ({run['reason']})")
+
+        for key, got in by_key.items():
+            if key not in known_keys:
+                report.problems.append(f"{key}: delivered but not in the ledger (phantom)")
+                continue
+            report.delivered += 1
+            first = min(got, key=lambda d: d.arrived_at)
+            report.lags.append((first.arrived_at - first.scheduled_at).total_seconds())
+            if len(got) > 1:
+                report.raw_duplicates += len(got) - 1
+                attempts = [d.attempt for d in sorted(got, key=lambda d: d.arrived_at)]
+                if not raw_duplicates_allowed:
+                    report.problems.append(f"{key}: delivered {len(got)} times (attempts {attempts})")
+                elif len(set(attempts)) != len(attempts):
+                    report.problems.append(f"{key}: the same attempt delivered twice ({attempts})")
+
+        if report.percentile(0.99) > lag_bound:
+            report.problems.append(f"p99 lag {report.percentile(0.99):.2f}s over the bound {lag_bound}s")
+        print("\n" + report.row())
+        if report.problems:
+            print("\n".join(report.problems[:20]))
+        return report
+
+
+def _expected_fires(job: Job, recorded: dict) -> list[datetime]:
+    """Every fire from the anchor up to the job's next fire time, less the ranges a single
+    `outside_catchup_window` record stands for."""
+    covered_until = None
+    fires, at = [], job.anchor_at
+    step = timedelta(seconds=job.every_seconds)
+    while job.next_run_at is not None and at < job.next_run_at:
+        if covered_until is not None and at <= covered_until:
+            at += step
+            continue
+        fires.append(at)
+        run = recorded.get(at)
+        if run and run["reason"].startswith("outside_catchup_window: missed fires up to "):
+            covered_until = datetime.fromisoformat(run["reason"].rsplit(" ", 1)[1])
+        at += step
+    return fires
+
+
+def flush_broker() -> None:
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    try:
+        client.flushdb()
+    finally:
+        client.close()

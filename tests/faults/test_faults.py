@@ -1,0 +1,170 @@
+"""The fault suite: real beats, workers, PostgreSQL and Redis, one fault per scenario.
+
+Run it alone with `./test.sh tests/faults -s` (each scenario prints its row of the table).
+Every scenario asserts, from the receiver's log and the ledger: no fire lost, no phantom
+fire, one effect per fire key (raw duplicates only where a worker is killed or frozen
+mid-run, and then with a higher attempt), nothing left unfinished, and bounded lag.
+"""
+
+import signal
+import subprocess
+
+import pytest
+
+from tests.faults.harness import FAULT_LAG_BOUND, Cluster, flush_broker
+from tests.faults.receiver import Receiver
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.faults]
+
+WINDOW = 12  # seconds of load per scenario
+
+
+@pytest.fixture
+def cluster(processes, queue_name, tenant):
+    with Receiver() as receiver:
+        yield Cluster(processes, receiver, queue_name, tenant)
+    flush_broker()
+
+
+def assert_clean(report):
+    assert not report.problems, "\n".join(report.problems[:20])
+    assert report.delivered > 0
+
+
+def test_no_fault(cluster):
+    cluster.seed()
+    cluster.start()
+
+    cluster.run_until(WINDOW)
+    cluster.finish()
+
+    report = cluster.check("no fault")
+    assert_clean(report)
+    assert report.raw_duplicates == 0 and not report.skipped
+
+
+@pytest.mark.parametrize("point", ["beat.after_claim", "beat.after_commit"])
+def test_a_beat_killed_mid_turn_loses_nothing(cluster, point):
+    cluster.seed()
+    cluster.start(beats=2)
+    victim = cluster.beat("victim", CRONFLEET_FAILPOINTS=f"{point}=kill@4")
+
+    cluster.run_until(WINDOW)
+    assert victim.wait(timeout=30) == -signal.SIGKILL
+    cluster.finish()
+
+    assert_clean(cluster.check(f"kill -9 a beat at {point}", lag_bound=FAULT_LAG_BOUND))
+
+
+@pytest.mark.parametrize("point", ["worker.before_target", "worker.after_target"])
+def test_a_worker_killed_around_the_target_call_loses_nothing(cluster, point):
+    cluster.seed()
+    cluster.start(workers=1)
+    cluster.worker("victim", CRONFLEET_FAILPOINTS=f"{point}=kill@5")  # kills a pool process mid-run
+
+    cluster.run_until(WINDOW)
+    cluster.finish()
+
+    report = cluster.check(f"kill -9 a worker process at {point}", raw_duplicates_allowed=True,
+                           lag_bound=FAULT_LAG_BOUND)
+    assert_clean(report)
+
+
+def test_a_whole_worker_killed_during_runs_loses_nothing(cluster):
+    cluster.seed()
+    cluster.start(workers=1)
+    victim = cluster.worker("victim", CRONFLEET_FAILPOINTS="worker.before_target=sleep:2")
+
+    cluster.run_until(WINDOW / 2)
+    cluster.kill(victim)  # the whole process group: main process and pool, mid-target
+    cluster.worker("replacement")
+    cluster.run_until(WINDOW)
+    cluster.finish()
+
+    assert_clean(cluster.check("kill -9 a whole worker during runs", raw_duplicates_allowed=True,
+                               lag_bound=FAULT_LAG_BOUND))
+
+
+def test_a_frozen_worker_loses_its_runs_and_cannot_write_when_it_wakes(cluster):
+    cluster.seed()
+    cluster.start(workers=1)
+    victim = cluster.worker("victim", CRONFLEET_FAILPOINTS="worker.before_target=sleep:1")
+
+    cluster.run_until(3)
+    cluster.kill(victim, signal.SIGSTOP)
+    cluster.run_until(3 + 8)  # twice the lease
+    cluster.kill(victim, signal.SIGCONT)
+    cluster.run_until(WINDOW + 3)
+    cluster.finish()
+
+    assert_clean(cluster.check("SIGSTOP a worker past its lease", raw_duplicates_allowed=True,
+                               lag_bound=FAULT_LAG_BOUND))
+
+
+def test_a_frozen_beat_delays_nothing_for_long(cluster):
+    cluster.seed()
+    cluster.start(beats=3)
+
+    cluster.run_until(3)
+    cluster.kill(cluster.beats["beat0"], signal.SIGSTOP)
+    cluster.run_until(3 + 8)
+    cluster.kill(cluster.beats["beat0"], signal.SIGCONT)
+    cluster.run_until(WINDOW + 3)
+    cluster.finish()
+
+    assert_clean(cluster.check("SIGSTOP a beat", lag_bound=FAULT_LAG_BOUND))
+
+
+def test_a_broker_that_loses_its_queue_loses_no_fire(cluster):
+    cluster.seed()
+    cluster.start()
+
+    cluster.run_until(WINDOW / 2)
+    flush_broker()  # what a Redis restart without persistence does to the queue
+    cluster.run_until(WINDOW)
+    cluster.finish()
+
+    assert_clean(cluster.check("broker queue lost", lag_bound=FAULT_LAG_BOUND))
+
+
+def test_beats_with_skewed_clocks_fire_on_the_database_clock(cluster):
+    cluster.seed()
+    cluster.start(beats=1)
+    cluster.beat("ahead", prefix=("faketime", "-f", "+45s"))
+    cluster.beat("behind", prefix=("faketime", "-f", "-120s"))
+
+    cluster.run_until(WINDOW)
+    for name in ("ahead", "behind"):
+        assert "beat turn: claimed" in cluster.processes.log(name), f"the {name} beat did no work"
+    cluster.finish()
+
+    assert_clean(cluster.check("clocks +45 s and -120 s"))
+
+
+def test_all_beats_down_longer_than_the_catchup_window(cluster):
+    cluster.seed(catchup_window_seconds=4)  # misfire policy run_once (the default)
+    cluster.start(beats=2)
+
+    cluster.run_until(4)
+    for name in list(cluster.beats):
+        cluster.processes.stop(cluster.beats.pop(name))
+    cluster.run_until(4 + 10)
+    for i in range(2):  # back after 10 s down; a fire over 1 s late counts as missed
+        cluster.beat(f"back{i}", CRONFLEET_MISFIRE_GRACE_SECONDS="1")
+    cluster.run_until(WINDOW + 10)
+    cluster.finish()
+
+    report = cluster.check("all beats down 10 s (catch-up window 4 s)", lag_bound=FAULT_LAG_BOUND)
+    assert_clean(report)
+    # Every job missed fires older than the window (one record each) and coalesced the rest.
+    assert report.skipped["outside_catchup_window"] == 100
+    assert report.skipped["coalesced"] > 0
+
+
+def faketime_available():
+    return subprocess.run(["which", "faketime"], capture_output=True).returncode == 0
+
+
+if not faketime_available():
+    test_beats_with_skewed_clocks_fire_on_the_database_clock = pytest.mark.skip(
+        reason="faketime is not installed (apt-get install faketime)")(test_beats_with_skewed_clocks_fire_on_the_database_clock)
