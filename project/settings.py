@@ -15,7 +15,8 @@ VAR_DIR = Path(os.environ.get("CRONFLEET_VAR_DIR", BASE_DIR / "var"))
 
 
 def env_str(name: str, default: str) -> str:
-    return os.environ.get(name, default)
+    """The variable's value; unset and empty both mean the default."""
+    return os.environ.get(name) or default
 
 
 def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
@@ -178,8 +179,6 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
     }
     (BROKER_DIR / "control").mkdir(exist_ok=True)
 else:
-    # The visibility timeout (Redis) must exceed the longest hard time limit of a run, or
-    # Redis redelivers a message whose worker is still busy with it.
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 7200, minimum=60),
     }
@@ -222,5 +221,15 @@ if CRONFLEET_HEARTBEAT_SECONDS * 2 > CRONFLEET_LEASE_SECONDS:
 # shorter CRONFLEET_REPUBLISH_IDLE_SECONDS applies: nothing is waiting ahead of the run.
 CRONFLEET_DISPATCH_TIMEOUT_SECONDS = env_int("CRONFLEET_DISPATCH_TIMEOUT_SECONDS", 300, minimum=1)
 CRONFLEET_REPUBLISH_IDLE_SECONDS = env_int("CRONFLEET_REPUBLISH_IDLE_SECONDS", 15, minimum=1)
+# The longest timeout a job may ask for. Its run's hard time limit (timeout + 30 s) must stay
+# below the Redis visibility timeout, or Redis hands a message whose worker is still busy to
+# another worker; a RabbitMQ consumer_timeout must in turn exceed the hard limit.
+CRONFLEET_MAX_JOB_TIMEOUT_SECONDS = env_int("CRONFLEET_MAX_JOB_TIMEOUT_SECONDS", 3600, minimum=1)
+_visibility = CELERY_BROKER_TRANSPORT_OPTIONS.get("visibility_timeout")
+if _visibility is not None and CRONFLEET_MAX_JOB_TIMEOUT_SECONDS + 30 >= _visibility:
+    raise ImproperlyConfigured(
+        f"CELERY_VISIBILITY_TIMEOUT ({_visibility}) must exceed CRONFLEET_MAX_JOB_TIMEOUT_SECONDS + 30 "
+        f"({CRONFLEET_MAX_JOB_TIMEOUT_SECONDS + 30})"
+    )
 # Bytes of a run's result and error kept in the ledger.
 CRONFLEET_RESULT_MAX_BYTES = env_int("CRONFLEET_RESULT_MAX_BYTES", 8192, minimum=256)

@@ -21,7 +21,6 @@ from scheduler_app.publish import RunMessage, publish_runs
 WAKE_CHANNEL = "cronfleet_jobs"
 # A one-off instant this far in the past is still accepted (and fires at once).
 PAST_GRACE = timedelta(minutes=5)
-MAX_TIMEOUT_SECONDS = 24 * 3600
 MAX_ATTEMPTS = 100
 
 
@@ -131,7 +130,8 @@ def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime) -> tuple[schedul
     fields = dict(
         name=name, task_name=spec.task_name, args=args, kwargs=kwargs,
         queue=check_name("queue", spec.queue, max_length=100) if spec.queue else "",
-        timeout_seconds=_check_int("timeout_seconds", spec.timeout_seconds, 1, MAX_TIMEOUT_SECONDS),
+        timeout_seconds=_check_int("timeout_seconds", spec.timeout_seconds, 1,
+                                   settings.CRONFLEET_MAX_JOB_TIMEOUT_SECONDS),
         max_attempts=_check_int("max_attempts", spec.max_attempts, 1, MAX_ATTEMPTS),
         retry_backoff_seconds=_check_int("retry_backoff_seconds", spec.retry_backoff_seconds, 0, 86400),
         retry_backoff_max_seconds=_check_int("retry_backoff_max_seconds", spec.retry_backoff_max_seconds, 0, 7 * 86400),
