@@ -11,6 +11,10 @@ import subprocess
 
 import pytest
 
+from django.db.models import Sum
+
+from scheduler_app.models import JobRun
+from scheduler_app.publish import RunMessage, publish_runs
 from tests.faults.harness import FAULT_LAG_BOUND, Cluster, flush_broker
 from tests.faults.receiver import Receiver
 
@@ -125,6 +129,32 @@ def test_a_broker_that_loses_its_queue_loses_no_fire(cluster):
     cluster.finish()
 
     assert_clean(cluster.check("broker queue lost", lag_bound=FAULT_LAG_BOUND))
+
+
+def test_four_beats_contending_on_the_same_due_set(cluster):
+    cluster.seed()
+    cluster.start(beats=4)
+
+    cluster.run_until(WINDOW)
+    cluster.finish()
+
+    assert_clean(cluster.check("four beats on one due set"))
+
+
+def test_every_message_delivered_twice_runs_once(cluster):
+    cluster.seed()
+    cluster.start()
+
+    cluster.run_until(WINDOW / 2)
+    runs = list(JobRun.objects.filter(tenant=cluster.tenant).values_list("id", "attempt"))
+    publish_runs([RunMessage(run_id, attempt, cluster.queue, 60) for run_id, attempt in runs])
+    cluster.run_until(WINDOW)
+    cluster.finish()
+
+    report = cluster.check("every message so far delivered twice", lag_bound=FAULT_LAG_BOUND)
+    assert_clean(report)
+    counted = JobRun.objects.filter(id__in=[run_id for run_id, _ in runs]).aggregate(n=Sum("duplicate_deliveries"))
+    assert counted["n"] == len(runs)  # each second copy was received, refused and counted
 
 
 def test_beats_with_skewed_clocks_fire_on_the_database_clock(cluster):
