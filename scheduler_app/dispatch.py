@@ -41,7 +41,7 @@ CLAIM_FIELDS = (
     "start_at", "end_at", "next_run_at", "misfire_policy", "catchup_window_seconds",
     "run_all_cap", "queue", "timeout_seconds", "overlap_policy",
 )
-INSERT_CHUNK = 500  # rows per INSERT: 9 parameters each stays far below every driver's limit
+INSERT_CHUNK = 500  # rows per INSERT on SQLite: 9 parameters each stays below its limit
 
 
 @dataclass
@@ -253,30 +253,31 @@ def release_buffered_runs(now: datetime, *, limit: int) -> list[RunMessage]:
 def insert_runs(rows: list[tuple]) -> list[tuple[int, int, str]]:
     """Insert run rows, ignoring fires that already have a run; return (id, job_id, state)
     of the rows created here."""
-    adapt = connection.ops.adapt_datetimefield_value
-    created: list[tuple[int, int, str]] = []
+    if not rows:
+        return []
     with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(sql.INSERT_RUNS_PG, [list(column) for column in zip(*rows, strict=True)])
+            return cursor.fetchall()
+        adapt = connection.ops.adapt_datetimefield_value
+        created: list[tuple[int, int, str]] = []
         for start in range(0, len(rows), INSERT_CHUNK):
             chunk = rows[start:start + INSERT_CHUNK]
-            params = [
-                adapt(v) if isinstance(v, datetime) else v for row in chunk for v in row
-            ]
-            statement = sql.INSERT_RUNS.format(rows=", ".join([sql.INSERT_RUNS_ROW] * len(chunk)))
-            cursor.execute(statement, params)
+            params = [adapt(v) if isinstance(v, datetime) else v for row in chunk for v in row]
+            cursor.execute(sql.INSERT_RUNS.format(rows=", ".join([sql.INSERT_RUNS_ROW] * len(chunk))), params)
             created.extend(cursor.fetchall())
-    return created
+        return created
 
 
 def advance_jobs(advances: list[tuple[int, datetime | None]]) -> None:
     """Set each claimed job's next_run_at, in one statement on PostgreSQL."""
     if not advances:
         return
-    adapt = connection.ops.adapt_datetimefield_value
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            statement = sql.ADVANCE_JOBS_PG.format(rows=", ".join([sql.ADVANCE_JOBS_PG_ROW] * len(advances)))
-            cursor.execute(statement, [v for pair in advances for v in pair])
+            cursor.execute(sql.ADVANCE_JOBS_PG, [list(column) for column in zip(*advances, strict=True)])
         else:
+            adapt = connection.ops.adapt_datetimefield_value
             cursor.executemany(sql.ADVANCE_JOBS_ONE, [(adapt(at), job_id) for job_id, at in advances])
 
 

@@ -53,6 +53,7 @@ def publish_runs(messages: Iterable[RunMessage]) -> int:
     if not messages:
         return 0
     declared: set[str] = set()
+    templates = MessageTemplates()
     with app.producer_or_acquire() as producer:
         with producer.batch(max_size=PUBLISH_BATCH):
             for message in messages:
@@ -62,7 +63,9 @@ def publish_runs(messages: Iterable[RunMessage]) -> int:
                     # no worker has consumed yet still keeps its messages.
                     producer.maybe_declare(Queue(name, Exchange(name), routing_key=name))
                     declared.add(name)
-                _publish_one(producer, message, name)
+                body, headers, properties = templates.build(message)
+                producer.publish(body, exchange="", routing_key=name, headers=headers, serializer="json",
+                                 delivery_mode=2, **properties)
     return len(messages)
 
 
@@ -75,22 +78,32 @@ def queue_depth(queue: str) -> int:
             return 0
 
 
-def _publish_one(producer, message: RunMessage, queue: str) -> None:
-    task_id = celery_task_id(message.run_id, message.attempt)
-    headers, properties, body, _ = app.amqp.as_task_v2(
-        task_id,
-        EXECUTE_RUN,
-        args=[message.run_id, message.attempt],
-        soft_time_limit=message.timeout_seconds,
-        time_limit=message.timeout_seconds + HARD_LIMIT_MARGIN,
-        ignore_result=True,
-    )
-    producer.publish(
-        body,
-        exchange="",
-        routing_key=queue,
-        headers=headers,
-        serializer="json",
-        delivery_mode=2,
-        **properties,
-    )
+class MessageTemplates:
+    """Celery protocol-2 messages for execute_run, built once per timeout and then copied.
+
+    Celery's as_task_v2 costs ~40 µs a message (a dozen settings lookups and reprs); at a
+    spike of 100,000 fires that was half of a beat's CPU. Messages differ only in the
+    run id, attempt and task id, so each is the template with those three filled in.
+    """
+
+    def __init__(self) -> None:
+        self._by_timeout: dict[int, tuple[dict, dict, tuple]] = {}
+
+    def build(self, message: RunMessage) -> tuple[tuple, dict, dict]:
+        headers, properties, rest = self._template(message.timeout_seconds)
+        task_id = celery_task_id(message.run_id, message.attempt)
+        args = [message.run_id, message.attempt]
+        return (
+            (args, *rest),
+            {**headers, "id": task_id, "root_id": task_id, "argsrepr": repr(args)},
+            {**properties, "correlation_id": task_id},
+        )
+
+    def _template(self, timeout: int) -> tuple[dict, dict, tuple]:
+        if timeout not in self._by_timeout:
+            headers, properties, body, _ = app.amqp.as_task_v2(
+                "template", EXECUTE_RUN, args=[0, 0], soft_time_limit=timeout,
+                time_limit=timeout + HARD_LIMIT_MARGIN, ignore_result=True,
+            )
+            self._by_timeout[timeout] = (headers, properties, tuple(body[1:]))  # body: (args, kwargs, embed)
+        return self._by_timeout[timeout]

