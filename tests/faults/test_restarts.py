@@ -11,6 +11,7 @@ import psycopg
 import pytest
 import redis
 from django.conf import settings
+from django.db import connection
 
 from tests.conftest import wait_for
 from tests.faults.harness import FAULT_LAG_BOUND
@@ -39,6 +40,7 @@ def restart_postgres_immediately() -> None:
                        check=True, capture_output=True, timeout=120)
     finally:
         wait_for(postgres_answers, timeout=120, interval=0.5, what="PostgreSQL to answer again")
+        connection.close()  # this process's own connection died with the server
 
 
 def redis_answers(client) -> bool:

@@ -11,14 +11,16 @@ from types import FrameType
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import DatabaseError, close_old_connections, connection, reset_queries
-from kombu.exceptions import OperationalError as KombuOperationalError
+from kombu.exceptions import KombuError
+
+from project.celery import app
 
 from scheduler_app import dispatch
 from scheduler_app.models import db_now
 from scheduler_app.services import WAKE_CHANNEL
 
 logger = logging.getLogger("scheduler_app.beat")
-TRANSIENT_ERRORS = (DatabaseError, KombuOperationalError, ConnectionError, OSError)
+TRANSIENT_ERRORS = (DatabaseError, KombuError, OSError)  # plus the broker transport's own, at start
 RETRY_PAUSE = 1.0  # seconds
 SWEEP_EVERY = 2.0  # seconds between looks for runs to publish again (a few queries and a broker call)
 
@@ -99,6 +101,8 @@ class Command(BaseCommand):
         _, grace = dispatch.beat_settings()
         waker = Waker(self.stop)
         next_sweep = 0.0
+        with app.connection_for_write() as broker:  # e.g. redis.ConnectionError, amqp's errors
+            transient = TRANSIENT_ERRORS + tuple(broker.connection_errors) + tuple(broker.channel_errors)
         self.stdout.write(f"runbeat: started (batch {batch_size}, max sleep {max_sleep}s, {connection.vendor})")
         try:
             while not self.stop.is_set():
@@ -107,7 +111,7 @@ class Command(BaseCommand):
                 sweep = time.monotonic() >= next_sweep
                 try:
                     turn = dispatch.run_turn(db_now(), batch_size=batch_size, grace=grace, sweep=sweep)
-                except TRANSIENT_ERRORS as exc:
+                except transient as exc:
                     # The database or broker went away mid-turn. A turn that did not commit
                     # changed nothing; runs that committed but were not published stay
                     # queued in the ledger. Start again on a fresh connection.
