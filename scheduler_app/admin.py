@@ -25,7 +25,6 @@ from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
-from django.db import transaction
 from django.db.models import Count, IntegerField, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 from django.urls import reverse
@@ -348,7 +347,7 @@ class JobAdmin(admin.ModelAdmin):
     def trigger_jobs(self, request, queryset):
         runs = []
         for job in self._selected(request, queryset):
-            run, error = trigger(job, actor=actor(request))
+            run, error = services.job_trigger_reporting(job, actor=actor(request))
             runs.append(run.pk)
             if error is not None:
                 self.message_user(request, f"Run {run.pk} of {job.tenant.slug}/{job.name} is recorded but was not "
@@ -363,19 +362,6 @@ def last_run_state() -> Subquery:
     latest = JobRun.objects.filter(job=OuterRef("pk")).order_by("-scheduled_at").values("state")[:1]
     return Subquery(latest)
 
-
-def trigger(job: Job, *, actor: str):
-    """services.job_trigger in a transaction of our own, so that when publishing (done at
-    commit) fails we still hold the recorded run and can say which one was not sent."""
-    run = None
-    try:
-        with transaction.atomic():
-            run = services.job_trigger(job, actor=actor)
-    except Exception as exc:  # publishing runs after commit: only then is the run already saved
-        if run is None or not JobRun.objects.filter(pk=run.pk).exists():
-            raise
-        return run, exc
-    return run, None
 
 
 # --- the ledger and the audit trail: read-only ----------------------------------------

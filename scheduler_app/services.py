@@ -217,6 +217,23 @@ def job_trigger(job: Job, *, actor: str = "") -> JobRun:
     return run
 
 
+def job_trigger_reporting(job: Job, *, actor: str = "") -> tuple[JobRun, Exception | None]:
+    """job_trigger in a transaction of its own, for callers that tell a person what happened.
+
+    Publishing happens at commit; when it fails the run is already recorded (the beat's
+    sweep publishes it again), so the error comes back beside the run instead of raising.
+    """
+    run = None
+    try:
+        with transaction.atomic():
+            run = job_trigger(job, actor=actor)
+    except Exception as exc:  # publishing runs after commit: only then is the run already saved
+        if run is None or not JobRun.objects.filter(id=run.id).exists():
+            raise
+        return run, exc
+    return run, None
+
+
 def job_delete(job: Job, *, actor: str = "") -> None:
     with transaction.atomic():
         _audit(job, "job.deleted", actor)

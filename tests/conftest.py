@@ -21,7 +21,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from scheduler_app.models import Job, Tenant
+from scheduler_app.models import Job, JobRun, RunState, Tenant
 
 ROOT = Path(__file__).resolve().parent.parent
 NOW = datetime(2024, 1, 1, 0, 0, 30, tzinfo=UTC)
@@ -63,6 +63,19 @@ def make_job(tenant) -> Callable[..., Job]:
             fields["anchor_at"] = utc(2024, 1, 1)
         fields.setdefault("next_run_at", utc(2024, 1, 1))
         return Job.objects.create(**fields)
+
+    return make
+
+
+@pytest.fixture
+def make_run(make_job):
+    """Factory fixture: make_run(job=None, state=..., attempt=...): a queued run by default."""
+
+    def make(job=None, **fields) -> JobRun:
+        job = job or make_job()
+        fields.setdefault("scheduled_at", utc(2024, 1, 1))
+        fields.setdefault("state", RunState.QUEUED)
+        return JobRun.objects.create(job=job, tenant=job.tenant, created_at=NOW, **fields)
 
     return make
 

@@ -10,17 +10,6 @@ from scheduler_app.models import AuditEvent, JobRun, RunState
 from tests.conftest import NOW, utc
 
 
-@pytest.fixture
-def make_run(make_job):
-    def make(job=None, **fields):
-        job = job or make_job()
-        fields.setdefault("scheduled_at", utc(2024, 1, 1))
-        fields.setdefault("state", RunState.QUEUED)
-        return JobRun.objects.create(job=job, tenant=job.tenant, created_at=NOW, **fields)
-
-    return make
-
-
 def test_execute_run_runs_the_task_with_its_fire_and_records_the_result(make_job, make_run):
     run = make_run(make_job(task_name="scheduler_app.echo", kwargs={"x": 1}))
 

@@ -8,20 +8,9 @@ from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 
 from scheduler_app import dispatch, execution, failpoints
-from scheduler_app.models import AuditEvent, JobRun, RunState, db_now
+from scheduler_app.models import AuditEvent, RunState, db_now
 from scheduler_app.publish import RunMessage, publish_runs, queue_depth
 from tests.conftest import NOW, utc
-
-
-@pytest.fixture
-def make_run(make_job):
-    def make(job=None, **fields):
-        job = job or make_job()
-        fields.setdefault("scheduled_at", utc(2024, 1, 1))
-        fields.setdefault("state", RunState.QUEUED)
-        return JobRun.objects.create(job=job, tenant=job.tenant, created_at=NOW, **fields)
-
-    return make
 
 
 @pytest.fixture

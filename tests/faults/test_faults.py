@@ -15,19 +15,11 @@ from django.db.models import Sum
 
 from scheduler_app.models import JobRun
 from scheduler_app.publish import RunMessage, publish_runs
-from tests.faults.harness import FAULT_LAG_BOUND, Cluster, flush_broker
-from tests.faults.receiver import Receiver
+from tests.faults.harness import FAULT_LAG_BOUND, flush_broker
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.faults]
 
 WINDOW = 12  # seconds of load per scenario
-
-
-@pytest.fixture
-def cluster(processes, queue_name, tenant):
-    with Receiver() as receiver:
-        yield Cluster(processes, receiver, queue_name, tenant)
-    flush_broker()
 
 
 def assert_clean(report):

@@ -15,7 +15,7 @@ from django.db import connection
 
 from tests.conftest import wait_for
 from tests.faults.harness import FAULT_LAG_BOUND
-from tests.faults.test_faults import WINDOW, assert_clean, cluster  # noqa: F401 (fixture)
+from tests.faults.test_faults import WINDOW, assert_clean
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.faults]
 
@@ -65,7 +65,7 @@ def restart_redis_without_persistence() -> None:
 
 
 @pytest.mark.skipif(not can_restart_postgres(), reason="needs pg_ctlcluster to restart the local PostgreSQL")
-def test_postgresql_restarted_in_immediate_mode_under_load(cluster):  # noqa: F811
+def test_postgresql_restarted_in_immediate_mode_under_load(cluster):
     cluster.seed()
     cluster.start()
 
@@ -80,7 +80,7 @@ def test_postgresql_restarted_in_immediate_mode_under_load(cluster):  # noqa: F8
 
 @pytest.mark.skipif(shutil.which("redis-server") is None or not settings.CELERY_BROKER_URL.startswith("redis://127.0.0.1"),
                     reason="needs the local redis-server to restart")
-def test_redis_restarted_without_persistence_loses_no_fire(cluster):  # noqa: F811
+def test_redis_restarted_without_persistence_loses_no_fire(cluster):
     cluster.seed()
     cluster.start()
 

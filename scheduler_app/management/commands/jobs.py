@@ -12,7 +12,6 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import transaction
 from django.db.models import JSONField, OuterRef, Subquery
 
 from scheduler_app import schedules, services
@@ -240,7 +239,7 @@ class Command(OneLineErrors, BaseCommand):
 
     def do_trigger(self, *, job: str, **options) -> None:
         job = find_job(job)
-        run, publish_error = trigger(job, actor="cli")
+        run, publish_error = services.job_trigger_reporting(job, actor="cli")
         self.stdout.write(f"Triggered job {job_label(job)}: run {run.id} ({run.state}, {run.trigger}) "
                           f"at {utc_text(run.scheduled_at)}.")
         if publish_error is not None:
@@ -375,16 +374,3 @@ def runs_table(runs: list[JobRun]) -> str:
     return format_table(["id", "scheduled_at", "trigger", "state", "attempt", "reason/error", "started", "finished"],
                         rows)
 
-
-def trigger(job: Job, *, actor: str) -> tuple[JobRun, Exception | None]:
-    """services.job_trigger in a transaction of our own, so that when publishing (done at
-    commit) fails we still hold the recorded run and can say which one was not sent."""
-    run = None
-    try:
-        with transaction.atomic():
-            run = services.job_trigger(job, actor=actor)
-    except Exception as exc:  # publishing runs after commit: only then is the run already saved
-        if run is None or not JobRun.objects.filter(id=run.id).exists():
-            raise
-        return run, exc
-    return run, None
