@@ -114,9 +114,9 @@ class Processes:
         return self.start(name, [*prefix, sys.executable, "manage.py", "runbeat", *args], **env)
 
     def worker(self, queue: str, name: str = "worker", concurrency: int = 2, include: str = "",
-               **env: str) -> subprocess.Popen:
+               prefix: tuple[str, ...] = (), **env: str) -> subprocess.Popen:
         argv = [
-            sys.executable, "-m", "celery", "-A", "project", "worker", "-Q", queue, "-c", str(concurrency),
+            *prefix, sys.executable, "-m", "celery", "-A", "project", "worker", "-Q", queue, "-c", str(concurrency),
             "-n", f"{name}-{uuid.uuid4().hex[:6]}@%h", "--without-mingle", "--without-gossip",
             "--without-heartbeat", "-l", "info", *(["--include", include] if include else []),
         ]

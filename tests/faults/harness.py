@@ -77,9 +77,9 @@ class Cluster:
         self.beats[name] = proc
         return proc
 
-    def worker(self, name: str, **env: str):
+    def worker(self, name: str, *, prefix: tuple[str, ...] = (), **env: str):
         proc = self.processes.worker(self.queue, name=name, concurrency=2, include="tests.faults.tasks",
-                                     **{**CLUSTER_ENV, **env})
+                                     prefix=prefix, **{**CLUSTER_ENV, **env})
         self.workers[name] = proc
         return proc
 
@@ -94,12 +94,12 @@ class Cluster:
 
     # --- load --------------------------------------------------------------------------
 
-    def seed(self, count: int = 100, **fields) -> None:
+    def seed(self, count: int = 100, *, hold: float = 0.0, **fields) -> None:
         self.start_at = (db_now() + timedelta(seconds=2)).replace(microsecond=0)
         Job.objects.bulk_create(
             Job(tenant=self.tenant, name=f"fault-{i}", task_name="faults.deliver", every_seconds=1 + i % 5,
                 anchor_at=self.start_at, next_run_at=self.start_at, queue=self.queue,
-                kwargs={"url": self.receiver.url}, max_attempts=5, retry_backoff_seconds=1, **fields)
+                kwargs={"url": self.receiver.url, "hold": hold}, max_attempts=5, retry_backoff_seconds=1, **fields)
             for i in range(count)
         )
 

@@ -5,6 +5,7 @@ part of the product.
 """
 
 import json
+import time
 import urllib.request
 
 from celery import shared_task
@@ -13,12 +14,17 @@ from scheduler_app.fire import current_fire
 
 
 @shared_task(name="faults.deliver")
-def deliver(url: str) -> int:
+def deliver(url: str, hold: float = 0.0) -> int:
+    """Post the fire to `url`; with `hold`, spend that long around the post (half before,
+    half after), so a fault can land in the middle of the target call."""
     fire = current_fire()
+    time.sleep(hold / 2)
     body = json.dumps({
         "fire_key": fire.fire_key, "attempt": fire.attempt, "scheduled_at": fire.scheduled_at.isoformat(),
         "run_id": fire.run_id, "job_id": fire.job_id,
     }).encode()
     request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"}, method="POST")
     with urllib.request.urlopen(request, timeout=10) as response:
-        return response.status
+        status = response.status
+    time.sleep(hold / 2)
+    return status
