@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Min
+from kombu.exceptions import KombuError
 
 from scheduler_app import schedules, sql
 from project.celery import app
@@ -237,7 +238,7 @@ def revoke_running(cancelled: list[tuple[str, str]]) -> None:
     if task_ids:
         try:
             app.control.revoke(task_ids, terminate=True)
-        except Exception as exc:  # a broadcast failure must not stop the beat; the fencing holds
+        except (KombuError, OSError) as exc:  # a broadcast failure must not stop the beat; the fencing holds
             logger.warning("could not revoke replaced runs %s: %s", task_ids, exc)
 
 

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
+from django.utils.text import slugify
 
 from scheduler_app import schedules
 from scheduler_app.models import AuditEvent, Job, JobRun, OverlapPolicy, RunState, Tenant, Trigger, db_now
@@ -80,8 +81,6 @@ def _check_int(field: str, value, low: int, high: int) -> int:
 
 
 def tenant_create(*, slug: str, name: str = "", timezone: str = "UTC", actor: str = "") -> Tenant:
-    from django.utils.text import slugify
-
     if not isinstance(slug, str) or not slug or slugify(slug) != slug or len(slug) > 64:
         raise InvalidInput("slug", "use 1-64 lowercase letters, digits, hyphens or underscores")
     try:

@@ -1,6 +1,6 @@
 """Plain views: health checks for load balancers and orchestrators."""
 
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.http import JsonResponse
 
 
@@ -9,6 +9,6 @@ def healthz(request):
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
-    except Exception as exc:  # any database error means "not healthy"; say which
+    except DatabaseError as exc:  # the database is down or refusing us: say which error
         return JsonResponse({"status": "error", "database": type(exc).__name__}, status=503)
     return JsonResponse({"status": "ok"})
