@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
+from django.db.models import F
 from django.utils.text import slugify
 
 from scheduler_app import schedules
@@ -169,9 +170,9 @@ def job_create(tenant: Tenant, spec: JobSpec, *, actor: str = "") -> Job:
 def job_pause(job: Job, *, note: str = "", actor: str = "") -> Job:
     """Stop a job firing. next_run_at is kept so resume can record what was missed."""
     with transaction.atomic():
-        updated = Job.objects.filter(id=job.id, enabled=True).update(enabled=False, paused_note=note[:500])
+        updated = Job.objects.filter(id=job.id, enabled=True).update(
+            enabled=False, paused_note=note[:500], version=F("version") + 1)
         if updated:
-            Job.objects.filter(id=job.id).update(version=job.version + 1)
             _audit(job, "job.paused", actor, note=note[:500])
     job.refresh_from_db()
     return job
