@@ -1,0 +1,67 @@
+"""Services: what pausing and resuming record, and what job creation refuses."""
+
+from datetime import timedelta
+
+import pytest
+
+from scheduler_app import services
+from scheduler_app.models import AuditEvent, Job, JobRun, db_now
+
+
+def spec(**fields):
+    fields.setdefault("name", "job")
+    fields.setdefault("task_name", "scheduler_app.echo")
+    return services.JobSpec(**fields)
+
+
+def test_resume_records_the_fires_missed_while_paused_as_one_skipped_run(tenant):
+    job = services.job_create(tenant, spec(every=10))
+    services.job_pause(job, note="maintenance", actor="test")
+    missed_from = db_now() - timedelta(minutes=5)
+    Job.objects.filter(id=job.id).update(next_run_at=missed_from)  # paused for five minutes
+
+    job = services.job_resume(job, actor="test")
+
+    skipped = JobRun.objects.get(job=job)
+    assert (skipped.state, skipped.scheduled_at) == ("skipped", missed_from)
+    assert skipped.reason.startswith(f"paused: missed fires from {missed_from.isoformat()} until ")
+    assert job.enabled and job.next_run_at > db_now() - timedelta(seconds=1)
+    assert list(AuditEvent.objects.filter(job_id=job.id).order_by("id").values_list("action", flat=True)) == [
+        "job.created", "job.paused", "job.resumed"]
+
+
+def test_a_paused_job_is_not_due(tenant):
+    job = services.job_create(tenant, spec(every=1))
+    services.job_pause(job)
+
+    assert not Job.objects.due(db_now() + timedelta(hours=1)).exists()
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"every": 10, "task_name": "os.system"}, "task"),
+        ({"every": 10, "args": {"a": 1}}, "args"),
+        ({"every": 10, "kwargs": [1]}, "kwargs"),
+        ({"every": 10, "misfire_policy": "sometimes"}, "misfire_policy"),
+        ({"every": 10, "overlap_policy": "queue"}, "overlap_policy"),
+        ({"every": 10, "timeout_seconds": 0}, "timeout_seconds"),
+        ({"every": 10, "max_attempts": 0}, "max_attempts"),
+        ({"every": 10, "name": "bad\u202ename"}, "name"),
+        ({"cron": "0 0 31 2 *"}, "cron"),
+        ({"cron": "* * * * *", "timezone": "Mars/Olympus"}, "timezone"),
+    ],
+)
+def test_job_create_refuses_bad_input_naming_the_field_and_writes_nothing(tenant, fields, field):
+    with pytest.raises(services.InvalidInput) as caught:
+        services.job_create(tenant, spec(**fields))
+
+    assert caught.value.field == field
+    assert not Job.objects.exists() and not AuditEvent.objects.exists()
+
+
+def test_job_names_are_unique_per_tenant(tenant):
+    services.job_create(tenant, spec(every=10))
+
+    with pytest.raises(services.InvalidInput, match="already has a job named 'job'"):
+        services.job_create(tenant, spec(every=10))
