@@ -4,6 +4,7 @@ The helpers below fail loudly: a malformed value stops start-up with ImproperlyC
 naming the variable, instead of silently falling back to a default.
 """
 
+import json
 import os
 from pathlib import Path
 
@@ -231,5 +232,21 @@ if _visibility is not None and CRONFLEET_MAX_JOB_TIMEOUT_SECONDS + 30 >= _visibi
         f"CELERY_VISIBILITY_TIMEOUT ({_visibility}) must exceed CRONFLEET_MAX_JOB_TIMEOUT_SECONDS + 30 "
         f"({CRONFLEET_MAX_JOB_TIMEOUT_SECONDS + 30})"
     )
+# Programs command jobs may run: name -> {"executable": absolute path, "argv": template,
+# "params": {name: {"type": ...}}} (see scheduler_app/commandjobs.py). JSON in the variable.
+try:
+    CRONFLEET_COMMANDS = json.loads(env_str("CRONFLEET_COMMANDS", "{}"))
+except ValueError as exc:
+    raise ImproperlyConfigured(f"CRONFLEET_COMMANDS must be JSON: {exc}") from None
+if not isinstance(CRONFLEET_COMMANDS, dict):
+    raise ImproperlyConfigured("CRONFLEET_COMMANDS must be a JSON object of command names")
+CRONFLEET_COMMAND_CWD = env_str("CRONFLEET_COMMAND_CWD", str(VAR_DIR))
+# Networks HTTP jobs may reach although they are private or loopback (development and tests
+# only, e.g. "127.0.0.0/8"). Empty in production: every private address is refused.
+CRONFLEET_HTTP_ALLOWED_NETWORKS = env_list("CRONFLEET_HTTP_ALLOWED_NETWORKS", [])
+CRONFLEET_HTTP_MAX_RESPONSE_BYTES = env_int("CRONFLEET_HTTP_MAX_RESPONSE_BYTES", 65536, minimum=1024)
+# Fernet keys that encrypt tenants' webhook secrets at rest, newest first (see crypto.py);
+# empty: one key derived from DJANGO_SECRET_KEY.
+CRONFLEET_ENCRYPTION_KEYS = env_list("CRONFLEET_ENCRYPTION_KEYS", [])
 # Bytes of a run's result and error kept in the ledger.
 CRONFLEET_RESULT_MAX_BYTES = env_int("CRONFLEET_RESULT_MAX_BYTES", 8192, minimum=256)

@@ -9,4 +9,12 @@ class SchedulerAppConfig(AppConfig):
     def ready(self) -> None:
         # Register the built-in tasks in every process, not only in Celery workers (where
         # autodiscovery imports them): execute_run looks targets up in the app's registry.
-        from scheduler_app import tasks  # noqa: F401
+        from django.conf import settings
+        from django.core.exceptions import ImproperlyConfigured
+
+        from scheduler_app import commandjobs, tasks  # noqa: F401
+
+        try:  # a broken allow-list stops start-up, not the first run that uses it
+            commandjobs.validate_config(settings.CRONFLEET_COMMANDS)
+        except commandjobs.InvalidCommand as exc:
+            raise ImproperlyConfigured(str(exc)) from None

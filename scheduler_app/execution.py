@@ -8,6 +8,8 @@ Retries are decided here and stored in the row (next_attempt_at); the beat reque
 
 from __future__ import annotations
 
+import email.utils
+import ipaddress
 import json
 import logging
 import random
@@ -22,6 +24,7 @@ from django.db.models import DateTimeField, ExpressionWrapper, F
 from django.db.models.functions import Now
 
 from project.celery import app
+from scheduler_app import commandjobs, httpclient, netguard, services, webhooks
 from scheduler_app.failpoints import failpoint
 from scheduler_app.fire import FireContext, firing
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, TargetKind, db_now
@@ -30,7 +33,21 @@ logger = logging.getLogger(__name__)
 
 
 class PermanentFailure(Exception):
-    """A failure that another attempt cannot fix (e.g. the task is not allowed)."""
+    """A failure that another attempt cannot fix (the task is not allowed, a 4xx answer, an
+    address the SSRF guard refuses). `pause_note` set: also pause the job (410 Gone)."""
+
+    def __init__(self, message: str, *, pause_note: str = "") -> None:
+        super().__init__(message)
+        self.pause_note = pause_note
+
+
+class RetryableFailure(Exception):
+    """A failure another attempt may not meet (5xx, 429, timeouts, connection errors).
+    `retry_after`: seconds the target asked us to wait (429 Retry-After), bounded later."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 @dataclass(frozen=True)
@@ -51,7 +68,11 @@ def execute_run(run_id: int, attempt: int, *, worker: str, task_id: str = "") ->
     except SoftTimeLimitExceeded:
         return fail_run(run, f"timeout: exceeded {run.job.timeout_seconds}s", retryable=True, now=db_now())
     except PermanentFailure as exc:
-        return fail_run(run, f"{type(exc).__name__}: {exc}", retryable=False, now=db_now())
+        if exc.pause_note:
+            services.job_pause(run.job, note=exc.pause_note, actor=f"worker:{worker}")
+        return fail_run(run, str(exc), retryable=False, now=db_now())
+    except RetryableFailure as exc:
+        return fail_run(run, str(exc), retryable=True, now=db_now(), retry_after=exc.retry_after)
     except Exception as exc:  # the target's own error: record it, retry per the job's policy
         logger.info("run %s attempt %s failed: %r", run_id, attempt, exc)
         return fail_run(run, f"{type(exc).__name__}: {exc}", retryable=True, now=db_now())
@@ -130,8 +151,12 @@ def record_duplicate(run_id: int, attempt: int, *, worker: str) -> Outcome:
 
 
 def perform(run: JobRun):
-    """Run the job's target in this worker process and return its result."""
+    """Run the job's target from this worker process and return its result."""
     job: Job = run.job
+    if job.target_kind == TargetKind.HTTP:
+        return perform_http(run, job)
+    if job.target_kind == TargetKind.COMMAND:
+        return perform_command(run, job)
     if job.target_kind != TargetKind.TASK:
         raise PermanentFailure(f"unsupported target kind {job.target_kind!r}")
     if job.task_name not in settings.CRONFLEET_ALLOWED_TASKS:
@@ -150,6 +175,86 @@ def perform(run: JobRun):
         return task(*job.args, **job.kwargs)
 
 
+def perform_http(run: JobRun, job: Job) -> dict:
+    """Call the job's URL once, signed the Standard Webhooks way; classify the answer.
+
+    2xx succeeds; 429 (honouring Retry-After), 5xx, timeouts and connection errors retry;
+    3xx (redirects are never followed), other 4xx and refused addresses do not; 410 Gone
+    also pauses the job.
+    """
+    config = job.target_config
+    body = config.get("body", "").encode()
+    timestamp = int(db_now().timestamp())
+    secrets = [webhooks.parse_secret(s) for s in services.tenant_signing_secrets(job.tenant, db_now())]
+    signed = webhooks.headers(secrets, run.fire_key, timestamp, body, attempt=run.attempt,
+                              scheduled_at=run.scheduled_at.isoformat())
+    try:
+        response = httpclient.request(
+            config["method"], config["url"], headers=config.get("headers", {}), signed_headers=signed,
+            body=body or None, timeout=job.timeout_seconds,
+            max_response_bytes=settings.CRONFLEET_HTTP_MAX_RESPONSE_BYTES,
+            allowed_networks=[ipaddress.ip_network(net) for net in settings.CRONFLEET_HTTP_ALLOWED_NETWORKS],
+        )
+    except netguard.BlockedTarget as exc:
+        raise PermanentFailure(f"{exc.reason}: {exc.detail}") from None
+    except httpclient.HttpTimeout:
+        raise RetryableFailure(f"timeout: no complete answer within {job.timeout_seconds}s") from None
+    except (httpclient.HttpConnectionError, OSError) as exc:
+        raise RetryableFailure(f"connection_error: {type(exc).__name__}: {exc}") from None
+    outcome = {
+        "status": response.status, "latency_ms": round(response.elapsed * 1000),
+        "body": response.body.decode("utf-8", "replace"), "truncated": response.truncated,
+    }
+    summary = f"http {response.status}: {_to_text(outcome)}"
+    if 200 <= response.status < 300:
+        return outcome
+    if response.status == 429:
+        raise RetryableFailure(summary, retry_after=retry_after_seconds(response.headers.get("retry-after")))
+    if response.status >= 500:
+        raise RetryableFailure(summary)
+    if response.status == 410:
+        raise PermanentFailure(summary, pause_note=f"paused: {config['url']} answered 410 Gone (run {run.id})")
+    raise PermanentFailure(summary)
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """Seconds from a Retry-After header (delta-seconds or an HTTP date); None if absent or bad."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, (when - db_now()).total_seconds())
+
+
+def perform_command(run: JobRun, job: Job) -> dict:
+    """Run the job's allow-listed program; a non-zero exit or a timeout is a retryable failure."""
+    config = job.target_config
+    try:
+        result = commandjobs.run_command(
+            config.get("name", ""), config.get("params") or {}, config=settings.CRONFLEET_COMMANDS,
+            timeout=job.timeout_seconds, cwd=settings.CRONFLEET_COMMAND_CWD,
+            max_output_bytes=settings.CRONFLEET_RESULT_MAX_BYTES,
+            env_extra={"CRONFLEET_FIRE_KEY": run.fire_key, "CRONFLEET_ATTEMPT": str(run.attempt),
+                       "CRONFLEET_SCHEDULED_AT": run.scheduled_at.isoformat()},
+        )
+    except commandjobs.InvalidCommand as exc:
+        raise PermanentFailure(f"invalid_command: {exc}") from None
+    outcome = {"exit_code": result.exit_code, "stdout": result.stdout, "stderr": result.stderr,
+               "truncated": result.truncated, "elapsed_ms": round(result.elapsed * 1000)}
+    if result.timed_out:
+        raise RetryableFailure(f"timeout: killed after {job.timeout_seconds}s: {_to_text(outcome)}")
+    if result.exit_code != 0:
+        raise RetryableFailure(f"exit {result.exit_code}: {_to_text(outcome)}")
+    return outcome
+
+
 def finish_run(run: JobRun, result, *, now: datetime) -> Outcome:
     written = _write_if_current(run, state=RunState.SUCCEEDED, finished_at=now, lease_expires_at=None,
                                 result=truncate(_to_text(result)), error="")
@@ -159,12 +264,14 @@ def finish_run(run: JobRun, result, *, now: datetime) -> Outcome:
     return Outcome(RunState.SUCCEEDED.value)
 
 
-def fail_run(run: JobRun, error: str, *, retryable: bool, now: datetime) -> Outcome:
+def fail_run(run: JobRun, error: str, *, retryable: bool, now: datetime, retry_after: float | None = None) -> Outcome:
     job = run.job
     if not retryable:
         state, fields = RunState.FAILED, {}
     elif run.attempt < job.max_attempts:
         delay = retry_delay(run.attempt, base=job.retry_backoff_seconds, cap=job.retry_backoff_max_seconds)
+        if retry_after is not None:  # the target said when; within our own cap
+            delay = timedelta(seconds=min(max(retry_after, 0.0), job.retry_backoff_max_seconds))
         state, fields = RunState.RETRYING, {"next_attempt_at": now + delay}
     else:
         state, fields = RunState.DEAD, {}

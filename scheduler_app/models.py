@@ -28,6 +28,11 @@ class Tenant(models.Model):
     name = models.CharField(max_length=200)
     timezone = models.CharField(max_length=64, default="UTC", help_text="Default zone for new cron jobs")
     is_active = models.BooleanField(default=True)
+    # Webhook signing secrets (whsec_...), encrypted at rest (scheduler_app.crypto): they must
+    # be readable to sign. During a rotation the previous one also signs until its deadline.
+    webhook_secret_encrypted = models.TextField(blank=True, editable=False)
+    webhook_secret_previous_encrypted = models.TextField(blank=True, editable=False)
+    webhook_secret_previous_until = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -38,7 +43,9 @@ class Tenant(models.Model):
 
 
 class TargetKind(models.TextChoices):
-    TASK = "task"
+    TASK = "task"  # a registered Celery task: task_name, args, kwargs
+    HTTP = "http"  # target_config: method, url, headers, body
+    COMMAND = "command"  # target_config: name, params (an allow-listed program)
 
 
 class OverlapPolicy(models.TextChoices):
@@ -78,6 +85,7 @@ class Job(models.Model):
     task_name = models.CharField(max_length=200, blank=True)
     args = models.JSONField(default=list, blank=True)
     kwargs = models.JSONField(default=dict, blank=True)
+    target_config = models.JSONField(default=dict, blank=True, help_text="For http and command targets")
     queue = models.CharField(max_length=100, blank=True, help_text="Celery queue; blank for the default")
     timeout_seconds = models.PositiveIntegerField(default=300)
 

@@ -16,8 +16,18 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils.text import slugify
 
-from scheduler_app import schedules
-from scheduler_app.models import AuditEvent, Job, JobRun, OverlapPolicy, RunState, Tenant, Trigger, db_now
+from scheduler_app import commandjobs, crypto, netguard, schedules, webhooks
+from scheduler_app.models import (
+    AuditEvent,
+    Job,
+    JobRun,
+    OverlapPolicy,
+    RunState,
+    TargetKind,
+    Tenant,
+    Trigger,
+    db_now,
+)
 from scheduler_app.publish import RunMessage, publish_runs
 
 WAKE_CHANNEL = "cronfleet_jobs"
@@ -35,10 +45,17 @@ class InvalidInput(ValueError):
 
 @dataclass
 class JobSpec:
-    """Everything a user states about a job; validated by job_create."""
+    """Everything a user states about a job; validated by job_create.
+
+    target_kind "task" uses task_name/args/kwargs; "http" uses http (method, url, headers,
+    body); "command" uses command (name, params).
+    """
 
     name: str
-    task_name: str
+    task_name: str = ""
+    target_kind: str = "task"
+    http: dict | None = None
+    command: dict | None = None
     cron: str = ""
     timezone: str = ""  # blank: the tenant's zone
     every: int | None = None
@@ -101,9 +118,7 @@ def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime) -> tuple[schedul
     if not tenant.is_active:
         raise InvalidInput("tenant", f"tenant {tenant.slug!r} is not active")
     name = check_name("name", spec.name)
-    if spec.task_name not in settings.CRONFLEET_ALLOWED_TASKS:
-        allowed = ", ".join(settings.CRONFLEET_ALLOWED_TASKS) or "(none)"
-        raise InvalidInput("task", f"{spec.task_name!r} is not an allowed task (allowed: {allowed})")
+    target_config = validate_target(spec)
     args = [] if spec.args is None else spec.args
     kwargs = {} if spec.kwargs is None else spec.kwargs
     if not isinstance(args, list):
@@ -128,7 +143,8 @@ def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime) -> tuple[schedul
     except schedules.InvalidSchedule as exc:
         raise InvalidInput(exc.field, exc.message) from None
     fields = dict(
-        name=name, task_name=spec.task_name, args=args, kwargs=kwargs,
+        name=name, task_name=spec.task_name if spec.target_kind == TargetKind.TASK else "", args=args, kwargs=kwargs,
+        target_kind=spec.target_kind, target_config=target_config,
         queue=check_name("queue", spec.queue, max_length=100) if spec.queue else "",
         timeout_seconds=_check_int("timeout_seconds", spec.timeout_seconds, 1,
                                    settings.CRONFLEET_MAX_JOB_TIMEOUT_SECONDS),
@@ -145,6 +161,89 @@ def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime) -> tuple[schedul
         run_at=schedule.at, anchor_at=schedule.anchor, start_at=schedule.start_at, end_at=schedule.end_at,
     )
     return schedule, fields
+
+
+HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")
+MAX_HTTP_BODY = 64 * 1024
+RESERVED_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "user-agent", "accept-encoding"}
+
+
+def validate_target(spec: JobSpec) -> dict:
+    """Check the job's target; return its target_config (empty for task jobs)."""
+    if spec.target_kind == TargetKind.TASK:
+        if spec.task_name not in settings.CRONFLEET_ALLOWED_TASKS:
+            allowed = ", ".join(settings.CRONFLEET_ALLOWED_TASKS) or "(none)"
+            raise InvalidInput("task", f"{spec.task_name!r} is not an allowed task (allowed: {allowed})")
+        return {}
+    if spec.target_kind == TargetKind.HTTP:
+        return validate_http(spec.http or {})
+    if spec.target_kind == TargetKind.COMMAND:
+        command = spec.command or {}
+        name, params = command.get("name", ""), command.get("params") or {}
+        if not isinstance(params, dict):
+            raise InvalidInput("command.params", "must be an object")
+        try:
+            commandjobs.build_argv(name, params, settings.CRONFLEET_COMMANDS)
+        except commandjobs.InvalidCommand as exc:
+            raise InvalidInput(f"command.{exc.field}" if exc.field != "command" else "command", exc.message) from None
+        return {"name": name, "params": params}
+    raise InvalidInput("target_kind", f"must be one of {', '.join(TargetKind.values)}")
+
+
+def validate_http(http: dict) -> dict:
+    method = str(http.get("method") or "POST").upper()
+    if method not in HTTP_METHODS:
+        raise InvalidInput("http.method", f"must be one of {', '.join(HTTP_METHODS)}")
+    url = http.get("url")
+    if not isinstance(url, str) or not url:
+        raise InvalidInput("http.url", "is required")
+    try:
+        netguard.check_url(url)
+    except netguard.BlockedTarget as exc:
+        raise InvalidInput("http.url", exc.detail) from None
+    headers = http.get("headers") or {}
+    if not isinstance(headers, dict):
+        raise InvalidInput("http.headers", "must be an object of names to values")
+    for key, value in headers.items():
+        if not isinstance(value, str) or any(c in f"{key}{value}" for c in "\r\n\x00"):
+            raise InvalidInput(f"http.headers.{key}", "must be text without CR, LF or NUL")
+        if key.lower() in RESERVED_HEADERS or key.lower().startswith("webhook-"):
+            raise InvalidInput(f"http.headers.{key}", "is set by Cronfleet and cannot be overridden")
+    body = http.get("body") or ""
+    if not isinstance(body, str):
+        raise InvalidInput("http.body", "must be text (JSON as a string)")
+    if len(body.encode()) > MAX_HTTP_BODY:
+        raise InvalidInput("http.body", f"must be at most {MAX_HTTP_BODY} bytes")
+    return {"method": method, "url": url, "headers": headers, "body": body}
+
+
+def tenant_rotate_webhook_secret(tenant: Tenant, *, overlap: timedelta = timedelta(hours=24), actor: str = "") -> str:
+    """Give the tenant a new signing secret and return it (shown once). The old one keeps
+    signing beside it for `overlap`, so receivers can switch without dropping deliveries."""
+    secret = webhooks.new_secret()
+    with transaction.atomic():
+        locked = Tenant.objects.select_for_update().get(id=tenant.id)
+        locked.webhook_secret_previous_encrypted = locked.webhook_secret_encrypted
+        locked.webhook_secret_previous_until = db_now() + overlap if locked.webhook_secret_encrypted else None
+        locked.webhook_secret_encrypted = crypto.encrypt(secret)
+        locked.save(update_fields=["webhook_secret_encrypted", "webhook_secret_previous_encrypted",
+                                   "webhook_secret_previous_until"])
+        AuditEvent.objects.create(tenant=tenant, action="tenant.secret_rotated", actor=actor,
+                                  detail={"overlap_seconds": int(overlap.total_seconds())})
+    tenant.refresh_from_db()
+    return secret
+
+
+def tenant_signing_secrets(tenant: Tenant, now: datetime) -> list[str]:
+    """The secrets that sign a delivery now: the current one, and the previous one while
+    its overlap lasts. Creates the first secret if the tenant has none."""
+    if not tenant.webhook_secret_encrypted:
+        tenant_rotate_webhook_secret(tenant, actor="system")
+    secrets = [crypto.decrypt(tenant.webhook_secret_encrypted)]
+    if tenant.webhook_secret_previous_encrypted and tenant.webhook_secret_previous_until and \
+            tenant.webhook_secret_previous_until > now:
+        secrets.append(crypto.decrypt(tenant.webhook_secret_previous_encrypted))
+    return secrets
 
 
 def first_fire(schedule: schedules.Schedule, now: datetime) -> datetime | None:

@@ -59,7 +59,17 @@ class Command(OneLineErrors, BaseCommand):
         when.add_argument("--at", metavar="ISO8601", help="Fire once at this instant")
         add.add_argument("--timezone", metavar="ZONE", default="",
                          help="IANA zone the cron expression is read in (default: the tenant's zone)")
-        add.add_argument("--task", required=True, metavar="TASKNAME", help=f"Celery task to call ({allowed})")
+        target = add.add_mutually_exclusive_group(required=True)
+        target.add_argument("--task", metavar="TASKNAME", help=f"Celery task to call ({allowed})")
+        target.add_argument("--http-url", metavar="URL", help="Call this URL (a signed webhook)")
+        target.add_argument("--command", dest="command_name", metavar="NAME",
+                            help="Run this program from CRONFLEET_COMMANDS")
+        add.add_argument("--method", default="POST", help="HTTP method for --http-url (default POST)")
+        add.add_argument("--header", dest="http_headers", action="append", default=[], metavar="K:V",
+                         help="HTTP header for --http-url (repeatable)")
+        add.add_argument("--body", default="", help="HTTP request body for --http-url")
+        add.add_argument("--param", dest="command_params", action="append", default=[], metavar="K=V",
+                         help="Parameter for --command (repeatable; a repeated key makes a list)")
         add.add_argument("--args", dest="task_args", metavar="JSON", help="Positional arguments: a JSON array")
         add.add_argument("--kwargs", dest="task_kwargs", metavar="JSON", help="Keyword arguments: a JSON object")
         add.add_argument("--queue", default="", metavar="Q", help="Celery queue (default: the default queue)")
@@ -126,7 +136,9 @@ class Command(OneLineErrors, BaseCommand):
     # --- add ------------------------------------------------------------------------
 
     def do_add(self, *, tenant: str, name: str, cron: str | None, every: int | None, at: str | None,
-               timezone: str, task: str, task_args: str | None, task_kwargs: str | None, queue: str,
+               timezone: str, task: str | None, task_args: str | None, task_kwargs: str | None, queue: str,
+               http_url: str | None, method: str, http_headers: list[str], body: str,
+               command_name: str | None, command_params: list[str],
                timeout: int | None, max_attempts: int | None, retry_backoff: int | None,
                retry_backoff_max: int | None, overlap: str | None, misfire: str | None, catchup_window: int | None, run_all_cap: int | None,
                start: str | None, end: str | None, tags: list[str], description: str, **options) -> None:
@@ -137,8 +149,16 @@ class Command(OneLineErrors, BaseCommand):
             "overlap_policy": overlap,
             "misfire_policy": misfire, "catchup_window_seconds": catchup_window, "run_all_cap": run_all_cap,
         }
+        if http_url is not None:
+            target = {"target_kind": "http", "http": {"method": method, "url": http_url, "body": body,
+                                                      "headers": parse_pairs("header", http_headers, ":")}}
+        elif command_name is not None:
+            target = {"target_kind": "command",
+                      "command": {"name": command_name, "params": parse_params(command_name, command_params)}}
+        else:
+            target = {"target_kind": "task", "task_name": task}
         spec = services.JobSpec(
-            name=name, task_name=task, cron=cron or "", timezone=timezone, every=every,
+            name=name, cron=cron or "", timezone=timezone, every=every, **target,
             at=parse_instant("at", at), start_at=parse_instant("start_at", start),
             end_at=parse_instant("end_at", end),
             args=parse_json("args", task_args), kwargs=parse_json("kwargs", task_kwargs),
@@ -148,7 +168,7 @@ class Command(OneLineErrors, BaseCommand):
         job = services.job_create(get_tenant(tenant), spec, actor="cli")
         self.stdout.write(f"Created job {job.id}: {job.tenant.slug}/{job.name}")
         self.stdout.write(f"schedule: {schedule_text(job)}")
-        self.stdout.write(f"task: {job.task_name}")
+        self.stdout.write(f"target: {target_text(job)}")
         if job.next_run_at is None:
             self.stdout.write("next fires: none (the schedule has no fire left)")
             return
@@ -374,3 +394,43 @@ def runs_table(runs: list[JobRun]) -> str:
     return format_table(["id", "scheduled_at", "trigger", "state", "attempt", "reason/error", "started", "finished"],
                         rows)
 
+
+
+def parse_pairs(field: str, items: list[str], separator: str) -> dict[str, str]:
+    pairs = {}
+    for item in items:
+        key, found, value = item.partition(separator)
+        if not found or not key.strip():
+            raise services.InvalidInput(field, f"{item!r} is not KEY{separator}VALUE")
+        pairs[key.strip()] = value.strip() if separator == ":" else value
+    return pairs
+
+
+def parse_params(command: str, items: list[str]) -> dict[str, object]:
+    """K=V pairs; a key given twice becomes a list (for list parameters); values of the
+    command's int parameters become numbers."""
+    specs = (settings.CRONFLEET_COMMANDS.get(command) or {}).get("params") or {}
+    params: dict[str, object] = {}
+    for item in items:
+        key, found, value = item.partition("=")
+        if not found or not key:
+            raise services.InvalidInput("param", f"{item!r} is not KEY=VALUE")
+        if (specs.get(key) or {}).get("type") == "int":
+            try:
+                value = int(value)
+            except ValueError:
+                raise services.InvalidInput(f"command.params.{key}", f"{value!r} is not a whole number") from None
+        if key in params:
+            previous = params[key]
+            params[key] = [*previous, value] if isinstance(previous, list) else [previous, value]
+        else:
+            params[key] = value
+    return params
+
+
+def target_text(job: Job) -> str:
+    if job.target_kind == "http":
+        return f"http {job.target_config.get('method')} {job.target_config.get('url')}"
+    if job.target_kind == "command":
+        return f"command {job.target_config.get('name')} {job.target_config.get('params')}"
+    return f"task {job.task_name}"

@@ -1,0 +1,211 @@
+"""HTTP jobs against a real loopback receiver: signing, outcomes, retry classification."""
+
+import json
+import threading
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from scheduler_app import crypto, execution, services, webhooks
+from scheduler_app.models import AuditEvent, Job, JobRun, RunState, db_now
+from tests.conftest import NOW, wait_for
+
+
+class Receiver:
+    """Answers each request with the next (status, headers, body) of a script; logs requests."""
+
+    def __init__(self, script):
+        self.script = list(script)
+        self.requests = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                receiver.requests.append((self.command, self.path, dict(self.headers), self.rfile.read(length)))
+                status, headers, body = receiver.script.pop(0) if receiver.script else (200, {}, b"ok")
+                self.send_response(status)
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_PUT = do_DELETE = _answer
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook?x=1"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver_for(settings):
+    settings.CRONFLEET_HTTP_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    made = []
+
+    def make(*script):
+        made.append(Receiver(script))
+        return made[-1]
+
+    yield make
+    for receiver in made:
+        receiver.close()
+
+
+@pytest.fixture
+def http_job(tenant):
+    def make(url, **fields):
+        fields.setdefault("max_attempts", 3)
+        job = services.job_create(tenant, services.JobSpec(
+            name=f"hook-{Job.objects.count()}", target_kind="http", every=3600,
+            http={"method": "POST", "url": url, "headers": {"X-Team": "ops"}, "body": '{"hello": 1}'}, **fields))
+        return job
+
+    return make
+
+
+def run_once(job, attempt=1):
+    run = JobRun.objects.create(job=job, tenant=job.tenant, scheduled_at=NOW, created_at=NOW, attempt=attempt,
+                                state=RunState.QUEUED)
+    outcome = execution.execute_run(run.id, attempt, worker="w")
+    run.refresh_from_db()
+    return outcome, run
+
+
+def test_an_http_job_delivers_a_signed_request_and_records_the_outcome(receiver_for, http_job, tenant):
+    receiver = receiver_for((200, {"Content-Type": "application/json"}, b'{"done": true}'))
+    job = http_job(receiver.url)
+
+    outcome, run = run_once(job)
+
+    assert outcome.state == "succeeded"
+    method, path, headers, body = receiver.requests[0]
+    assert (method, path, body, headers["X-Team"]) == ("POST", "/hook?x=1", b'{"hello": 1}', "ops")
+    assert headers["webhook-id"] == run.fire_key and headers["cronfleet-attempt"] == "1"
+    tenant.refresh_from_db()
+    secrets = services.tenant_signing_secrets(tenant, db_now())
+    webhooks.verify(secrets, headers, body, now=int(db_now().timestamp()))  # raises if the signature is wrong
+    result = json.loads(run.result)
+    assert (result["status"], result["body"], result["truncated"]) == (200, '{"done": true}', False)
+
+
+def test_secrets_are_encrypted_at_rest_and_rotation_signs_with_both(receiver_for, http_job, tenant):
+    receiver = receiver_for()
+    job = http_job(receiver.url)
+    old = services.tenant_rotate_webhook_secret(tenant)
+    new = services.tenant_rotate_webhook_secret(tenant, overlap=timedelta(hours=1))
+
+    run_once(job)
+
+    tenant.refresh_from_db()
+    assert old not in tenant.webhook_secret_previous_encrypted and new not in tenant.webhook_secret_encrypted
+    assert crypto.decrypt(tenant.webhook_secret_encrypted) == new
+    _, _, headers, body = receiver.requests[0]
+    assert headers["webhook-signature"].count("v1,") == 2
+    for secret in (old, new):  # a receiver that knows only one of them still verifies
+        webhooks.verify([secret], headers, body, now=int(db_now().timestamp()))
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "state", "error_start"),
+    [
+        (503, {}, "retrying", "http 503"),
+        (500, {}, "retrying", "http 500"),
+        (429, {"Retry-After": "7"}, "retrying", "http 429"),
+        (404, {}, "failed", "http 404"),
+        (400, {}, "failed", "http 400"),
+        (302, {"Location": "http://127.0.0.1:9/"}, "failed", "http 302"),
+    ],
+)
+def test_http_outcomes_are_classified_for_retry(receiver_for, http_job, status, headers, state, error_start):
+    receiver = receiver_for((status, headers, b"nope"))
+    job = http_job(receiver.url)
+
+    outcome, run = run_once(job)
+
+    assert (outcome.state, run.state) == (state, state)
+    assert run.error.startswith(error_start)
+    if status == 429:
+        assert 6.5 <= (run.next_attempt_at - run.finished_at).total_seconds() <= 7.5  # Retry-After honoured
+
+
+def test_410_gone_fails_and_pauses_the_job(receiver_for, http_job):
+    receiver = receiver_for((410, {}, b"gone"))
+    job = http_job(receiver.url)
+
+    outcome, run = run_once(job)
+
+    job.refresh_from_db()
+    assert outcome.state == "failed" and not job.enabled and "410 Gone" in job.paused_note
+    assert AuditEvent.objects.filter(job_id=job.id, action="job.paused").exists()
+
+
+def test_a_connection_error_retries_and_the_last_attempt_is_dead(settings, http_job):
+    settings.CRONFLEET_HTTP_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    job = http_job("http://127.0.0.1:9/closed", max_attempts=2)  # port 9: nothing listens
+
+    first, _ = run_once(job)
+    JobRun.objects.all().delete()
+    last, run = run_once(job, attempt=2)
+
+    assert (first.state, last.state) == ("retrying", "dead")
+    assert run.error.startswith("connection_error")
+
+
+def test_a_private_address_is_refused_without_retrying_and_never_contacted(receiver_for, http_job, settings):
+    receiver = receiver_for()
+    job = http_job(receiver.url)
+    settings.CRONFLEET_HTTP_ALLOWED_NETWORKS = []  # production: loopback is never allowed
+
+    outcome, run = run_once(job)
+
+    assert outcome.state == "failed" and run.error.startswith("ssrf_blocked")
+    assert receiver.requests == []
+
+
+@pytest.mark.parametrize(
+    ("http", "field"),
+    [
+        ({"url": "ftp://example.com/"}, "http.url"),
+        ({"url": "http://user:pw@example.com/"}, "http.url"),
+        ({"url": "https://example.com/", "method": "TRACE"}, "http.method"),
+        ({"url": "https://example.com/", "headers": {"X-A": "1\r\nInjected: yes"}}, "http.headers.X-A"),
+        ({"url": "https://example.com/", "headers": {"User-Agent": "me"}}, "http.headers.User-Agent"),
+        ({"url": "https://example.com/", "headers": {"webhook-id": "x"}}, "http.headers.webhook-id"),
+        ({"url": "https://example.com/", "body": "x" * 70000}, "http.body"),
+        ({}, "http.url"),
+    ],
+)
+def test_bad_http_targets_are_refused_at_creation(tenant, http, field):
+    with pytest.raises(services.InvalidInput) as caught:
+        services.job_create(tenant, services.JobSpec(name="bad", target_kind="http", every=60, http=http))
+
+    assert caught.value.field == field
+    assert not Job.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
+def test_a_real_worker_retries_5xx_then_succeeds(receiver_for, http_job, processes, queue_name):
+    receiver = receiver_for((503, {}, b"busy"), (503, {}, b"busy"), (200, {}, b"ok"))
+    job = http_job(receiver.url, queue=queue_name, retry_backoff_seconds=1, max_attempts=5)
+    run = services.job_trigger(job)
+    env = {"CRONFLEET_HTTP_ALLOWED_NETWORKS": "127.0.0.0/8"}
+    processes.worker(queue_name, **env)
+    processes.beat("beat", "--max-sleep", "1", **env)
+
+    wait_for(lambda: JobRun.objects.filter(id=run.id, state=RunState.SUCCEEDED).exists(), timeout=60,
+             what="the run to succeed on its third attempt")
+
+    run.refresh_from_db()
+    assert run.attempt == 3 and len(receiver.requests) == 3
+    assert {headers["webhook-id"] for _, _, headers, _ in receiver.requests} == {run.fire_key}
+    assert [headers["cronfleet-attempt"] for _, _, headers, _ in receiver.requests] == ["1", "2", "3"]

@@ -1,0 +1,110 @@
+"""Command jobs end to end through the worker code, and the CLI for http and command jobs."""
+
+import json
+import sys
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from scheduler_app import execution, services
+from scheduler_app.models import Job, JobRun, RunState
+from tests.conftest import NOW
+
+SCRIPT = """
+import json, os, sys
+print(json.dumps({"argv": sys.argv[1:], "fire": os.environ.get("CRONFLEET_FIRE_KEY")}))
+sys.exit(int(os.environ.get("EXIT", "0")) if sys.argv[-1] != "fail" else 3)
+"""
+
+
+@pytest.fixture
+def commands(settings, tmp_path):
+    script = tmp_path / "show_argv.py"
+    script.write_text(SCRIPT)
+    settings.CRONFLEET_COMMANDS = {
+        "show": {
+            "executable": sys.executable,
+            "argv": [str(script), "--day", "{day}", "--", "{words}"],
+            "params": {"day": {"type": "date"},
+                       "words": {"type": "str_list", "max_items": 10, "max_length": 100}},
+        }
+    }
+    settings.CRONFLEET_COMMAND_CWD = str(tmp_path)
+    return settings.CRONFLEET_COMMANDS
+
+
+def command_job(tenant, params, **fields):
+    return services.job_create(tenant, services.JobSpec(
+        name="cmd", target_kind="command", every=3600, command={"name": "show", "params": params}, **fields))
+
+
+def run_once(job):
+    run = JobRun.objects.create(job=job, tenant=job.tenant, scheduled_at=NOW, created_at=NOW, state=RunState.QUEUED)
+    outcome = execution.execute_run(run.id, 1, worker="w")
+    run.refresh_from_db()
+    return outcome, run
+
+
+def test_a_command_job_gets_each_argument_as_one_literal_element(commands, tenant):
+    hostile = ["; rm -rf /", "$(id)", "`id`", "a && b", "x | y", "*", "-rf"]
+    job = command_job(tenant, {"day": "2024-01-01", "words": hostile})
+
+    outcome, run = run_once(job)
+
+    assert outcome.state == "succeeded"
+    printed = json.loads(json.loads(run.result)["stdout"])
+    assert printed == {"argv": ["--day", "2024-01-01", "--", *hostile], "fire": run.fire_key}
+
+
+def test_a_non_zero_exit_is_a_retryable_failure(commands, tenant):
+    job = command_job(tenant, {"day": "2024-01-01", "words": ["fail"]})
+
+    outcome, run = run_once(job)
+
+    assert (outcome.state, run.state) == ("retrying", "retrying")
+    assert run.error.startswith("exit 3")
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"day": "2024-01-01", "words": ["nul\x00"]}, "command.params.words"),
+        ({"day": "yesterday", "words": []}, "command.params.day"),
+        ({"day": "2024-01-01", "words": [], "extra": "1"}, "command.params.extra"),
+    ],
+)
+def test_bad_command_parameters_are_refused_at_creation(commands, tenant, params, field):
+    with pytest.raises(services.InvalidInput) as caught:
+        command_job(tenant, params)
+
+    assert caught.value.field.startswith(field)
+    assert not Job.objects.exists()
+
+
+def test_an_unknown_command_is_refused(commands, tenant):
+    with pytest.raises(services.InvalidInput) as caught:
+        services.job_create(tenant, services.JobSpec(name="x", target_kind="command", every=60,
+                                                     command={"name": "rm", "params": {}}))
+    assert caught.value.field == "command"
+
+
+def test_jobs_add_creates_http_and_command_jobs(commands, tenant, capsys):
+    call_command("jobs", "add", "--tenant", tenant.slug, "--name", "hook", "--every", "60",
+                 "--http-url", "https://example.com/hook", "--method", "PUT", "--header", "X-Team: ops",
+                 "--body", '{"a": 1}')
+    call_command("jobs", "add", "--tenant", tenant.slug, "--name", "cmd", "--every", "60",
+                 "--command", "show", "--param", "day=2024-01-01", "--param", "words=a", "--param", "words=b")
+
+    hook, cmd = Job.objects.get(name="hook"), Job.objects.get(name="cmd")
+    assert (hook.target_kind, hook.target_config) == ("http", {
+        "method": "PUT", "url": "https://example.com/hook", "headers": {"X-Team": "ops"}, "body": '{"a": 1}'})
+    assert (cmd.target_kind, cmd.target_config) == ("command", {
+        "name": "show", "params": {"day": "2024-01-01", "words": ["a", "b"]}})
+    assert "target: http PUT https://example.com/hook" in capsys.readouterr().out
+
+
+def test_jobs_add_refuses_a_bad_url_naming_the_field(tenant):
+    with pytest.raises(CommandError, match="http.url"):
+        call_command("jobs", "add", "--tenant", tenant.slug, "--name", "hook", "--every", "60",
+                     "--http-url", "ftp://example.com/")
+    assert not Job.objects.exists()
