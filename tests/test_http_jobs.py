@@ -2,6 +2,7 @@
 
 import json
 import threading
+import time
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -25,6 +26,9 @@ class Receiver:
                 length = int(self.headers.get("Content-Length") or 0)
                 receiver.requests.append((self.command, self.path, dict(self.headers), self.rfile.read(length)))
                 status, headers, body = receiver.script.pop(0) if receiver.script else (200, {}, b"ok")
+                if status == "hang":  # answer only after the caller's deadline
+                    time.sleep(headers["seconds"])
+                    status, headers = 200, {}
                 self.send_response(status)
                 for key, value in headers.items():
                     self.send_header(key, value)
@@ -209,3 +213,36 @@ def test_a_real_worker_retries_5xx_then_succeeds(receiver_for, http_job, process
     assert run.attempt == 3 and len(receiver.requests) == 3
     assert {headers["webhook-id"] for _, _, headers, _ in receiver.requests} == {run.fire_key}
     assert [headers["cronfleet-attempt"] for _, _, headers, _ in receiver.requests] == ["1", "2", "3"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("script", "final_state", "requests", "paused"),
+    [
+        ([(429, {"Retry-After": "2"}, b"slow down"), (200, {}, b"ok")], "succeeded", 2, False),
+        ([("hang", {"seconds": 3}, b""), (200, {}, b"ok")], "succeeded", 2, False),  # attempt 1 times out
+        ([(404, {}, b"no such hook")], "failed", 1, False),
+        ([(410, {}, b"gone")], "failed", 1, True),
+    ],
+    ids=["429-retry-after", "timeout", "404", "410"],
+)
+def test_retry_sequences_with_a_real_worker(receiver_for, http_job, processes, queue_name, script, final_state,
+                                            requests, paused):
+    receiver = receiver_for(*script)
+    job = http_job(receiver.url, queue=queue_name, retry_backoff_seconds=1, max_attempts=3, timeout_seconds=1)
+    run = services.job_trigger(job)
+    env = {"CRONFLEET_HTTP_ALLOWED_NETWORKS": "127.0.0.0/8"}
+    processes.worker(queue_name, **env)
+    processes.beat("beat", "--max-sleep", "1", **env)
+
+    wait_for(lambda: JobRun.objects.filter(id=run.id, state=final_state).exists(), timeout=60,
+             what=f"the run to end {final_state}")
+
+    run.refresh_from_db()
+    job.refresh_from_db()
+    assert (run.attempt, len(receiver.requests), job.enabled) == (requests, requests, not paused)
+    if script[0][0] == 429:
+        retried = AuditEvent.objects.get(run_id=run.id, action="run.retrying")
+        started = list(AuditEvent.objects.filter(run_id=run.id, action="run.started").order_by("id"))
+        assert retried.detail["next_attempt_at"] and (started[1].created_at - started[0].created_at).total_seconds() >= 1.9

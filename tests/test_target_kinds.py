@@ -108,3 +108,14 @@ def test_jobs_add_refuses_a_bad_url_naming_the_field(tenant):
         call_command("jobs", "add", "--tenant", tenant.slug, "--name", "hook", "--every", "60",
                      "--http-url", "ftp://example.com/")
     assert not Job.objects.exists()
+
+
+def test_tenants_rotate_secret_prints_a_secret_that_signs(tenant, capsys):
+    from scheduler_app.models import db_now
+
+    call_command("tenants", "rotate-secret", tenant.slug, "--overlap", "0")
+
+    secret = capsys.readouterr().out.splitlines()[1]
+    tenant.refresh_from_db()
+    assert secret.startswith("whsec_") and secret not in tenant.webhook_secret_encrypted
+    assert services.tenant_signing_secrets(tenant, db_now()) == [secret]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Count, IntegerField, OuterRef, Subquery
 from django.db.models.functions import Coalesce
@@ -14,10 +16,10 @@ MAX_LIMIT = 10000
 
 
 class Command(OneLineErrors, BaseCommand):
-    help = "Manage tenants. Subcommands: add, list."
+    help = "Manage tenants. Subcommands: add, list, rotate-secret."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        sub = parser.add_subparsers(dest="action", required=True, metavar="{add,list}")
+        sub = parser.add_subparsers(dest="action", required=True, metavar="{add,list,rotate-secret}")
 
         add = sub.add_parser("add", help="Create a tenant")
         add.add_argument("slug", help="1-64 lowercase letters, digits, hyphens or underscores")
@@ -29,15 +31,32 @@ class Command(OneLineErrors, BaseCommand):
         lst.add_argument("--limit", type=int, default=200, help=f"At most this many (1-{MAX_LIMIT}, default 200)")
         lst.add_argument("--after", metavar="SLUG", default="", help="Start after this slug (next page)")
 
+        rotate = sub.add_parser("rotate-secret", help="Give a tenant a new webhook signing secret (shown once)")
+        rotate.add_argument("slug")
+        rotate.add_argument("--overlap", type=int, default=86400, metavar="SECONDS",
+                            help="How long the previous secret keeps signing beside the new one (default 86400)")
+
     def handle(self, *args, action: str, **options) -> None:
         try:
-            getattr(self, f"do_{action}")(**options)
+            getattr(self, f"do_{action.replace('-', '_')}")(**options)
         except services.InvalidInput as exc:
             raise CommandError(f"tenants {action}: {exc.field}: {exc.message}", returncode=2) from None
 
     def do_add(self, *, slug: str, name: str, timezone: str, **options) -> None:
         tenant = services.tenant_create(slug=slug, name=name, timezone=timezone, actor="cli")
         self.stdout.write(f"Created tenant {tenant.slug} ({tenant.name}, {tenant.timezone}), id {tenant.id}")
+
+    def do_rotate_secret(self, *, slug: str, overlap: int, **options) -> None:
+        if not 0 <= overlap <= 30 * 86400:
+            raise services.InvalidInput("overlap", "must be between 0 and 2592000 seconds")
+        tenant = Tenant.objects.filter(slug=slug).first()
+        if tenant is None:
+            raise services.InvalidInput("slug", f"no tenant {slug!r}")
+        secret = services.tenant_rotate_webhook_secret(tenant, overlap=timedelta(seconds=overlap), actor="cli")
+        self.stdout.write(f"New webhook signing secret for {slug} (shown once; store it with your receiver):")
+        self.stdout.write(secret)
+        if overlap:
+            self.stdout.write(f"The previous secret keeps signing for {overlap} s.")
 
     def do_list(self, *, limit: int, after: str, **options) -> None:
         if not 1 <= limit <= MAX_LIMIT:
