@@ -14,6 +14,7 @@ import json
 import logging
 import random
 import threading
+import urllib.parse
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -214,7 +215,25 @@ def perform_http(run: JobRun, job: Job) -> dict:
         raise RetryableFailure(summary)
     if response.status == 410:
         raise PermanentFailure(summary, pause_note=f"paused: {config['url']} answered 410 Gone (run {run.id})")
+    if 300 <= response.status < 400:
+        raise PermanentFailure(f"{redirect_refusal(config['url'], response.headers.get('location'))}: {summary}")
     raise PermanentFailure(summary)
+
+
+def redirect_refusal(url: str, location: str | None) -> str:
+    """Why a redirect was not followed (none ever is): `ssrf_blocked` when it pointed at an
+    address the guard refuses, else `redirect_refused`."""
+    if not location:
+        return "redirect_refused"
+    allowed = [ipaddress.ip_network(net) for net in settings.CRONFLEET_HTTP_ALLOWED_NETWORKS]
+    try:
+        target = netguard.check_url(urllib.parse.urljoin(url, location))
+        netguard.resolve_and_check(target.host, target.port, allowed_networks=allowed)
+    except netguard.BlockedTarget as exc:
+        return f"ssrf_blocked: redirect to {location[:200]} ({exc.detail})"
+    except OSError:  # the name does not resolve: nothing to guard against, still not followed
+        pass
+    return f"redirect_refused: redirect to {location[:200]} not followed"
 
 
 def retry_after_seconds(value: str | None) -> float | None:

@@ -16,7 +16,7 @@ from tests.conftest import NOW, wait_for
 class Receiver:
     """Answers each request with the next (status, headers, body) of a script; logs requests."""
 
-    def __init__(self, script):
+    def __init__(self, script, host="127.0.0.1"):
         self.script = list(script)
         self.requests = []
         receiver = self
@@ -41,9 +41,9 @@ class Receiver:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer((host, 0), Handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook?x=1"
+        self.url = f"http://{host}:{self.server.server_address[1]}/hook?x=1"
 
     def close(self):
         self.server.shutdown()
@@ -55,8 +55,8 @@ def receiver_for(settings):
     settings.CRONFLEET_HTTP_ALLOWED_NETWORKS = ["127.0.0.0/8"]
     made = []
 
-    def make(*script):
-        made.append(Receiver(script))
+    def make(*script, host="127.0.0.1"):
+        made.append(Receiver(script, host))
         return made[-1]
 
     yield make
@@ -126,7 +126,9 @@ def test_secrets_are_encrypted_at_rest_and_rotation_signs_with_both(receiver_for
         (429, {"Retry-After": "7"}, "retrying", "http 429"),
         (404, {}, "failed", "http 404"),
         (400, {}, "failed", "http 400"),
-        (302, {"Location": "http://127.0.0.1:9/"}, "failed", "http 302"),
+        (302, {"Location": "http://127.0.0.1:9/"}, "failed", "redirect_refused"),
+        (302, {"Location": "http://169.254.169.254/latest/meta-data/"}, "failed", "ssrf_blocked"),
+        (301, {"Location": "http://0x7f000001/"}, "failed", "redirect_refused"),  # loopback allowed here
     ],
 )
 def test_http_outcomes_are_classified_for_retry(receiver_for, http_job, status, headers, state, error_start):
@@ -137,6 +139,7 @@ def test_http_outcomes_are_classified_for_retry(receiver_for, http_job, status, 
 
     assert (outcome.state, run.state) == (state, state)
     assert run.error.startswith(error_start)
+    assert len(receiver.requests) == 1  # never followed anywhere
     if status == 429:
         assert 6.5 <= (run.next_attempt_at - run.finished_at).total_seconds() <= 7.5  # Retry-After honoured
 
@@ -162,6 +165,18 @@ def test_a_connection_error_retries_and_the_last_attempt_is_dead(settings, http_
 
     assert (first.state, last.state) == ("retrying", "dead")
     assert run.error.startswith("connection_error")
+
+
+def test_a_redirect_to_a_private_address_is_ssrf_blocked_and_not_followed(receiver_for, http_job, settings):
+    target = receiver_for(host="127.0.0.2")  # the private address a redirect points at
+    receiver = receiver_for((302, {"Location": target.url}, b""))
+    job = http_job(receiver.url)
+    settings.CRONFLEET_HTTP_ALLOWED_NETWORKS = ["127.0.0.1/32"]  # the first hop only
+
+    outcome, run = run_once(job)
+
+    assert outcome.state == "failed" and run.error.startswith("ssrf_blocked: redirect to http://127.0.0.2:")
+    assert len(receiver.requests) == 1 and target.requests == []
 
 
 def test_a_private_address_is_refused_without_retrying_and_never_contacted(receiver_for, http_job, settings):
