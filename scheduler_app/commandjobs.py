@@ -33,6 +33,7 @@ import re
 import selectors
 import signal
 import subprocess
+import sys
 import time
 import unicodedata
 from collections.abc import Mapping
@@ -361,31 +362,31 @@ def build_argv(name: str, params: Mapping[str, object], config: Mapping) -> list
 # --------------------------------------------------------------------------------------
 
 
-def _limiter(cpu_seconds: int):
-    """A preexec function setting resource limits in the child, best effort."""
-    if resource is None:  # pragma: no cover
-        return None
-    wanted = []
-    for attr, limit in (
-        ("RLIMIT_CORE", 0),
-        ("RLIMIT_NOFILE", RLIMIT_NOFILE),
-        ("RLIMIT_FSIZE", RLIMIT_FSIZE),
-        ("RLIMIT_CPU", cpu_seconds),
-    ):
-        if hasattr(resource, attr):
-            wanted.append((getattr(resource, attr), limit))
+# The limits are set by a tiny Python program that then execs the command, not by a
+# preexec_fn: preexec_fn runs Python between fork and exec, which is unsafe in a process
+# with threads (a worker runs a heartbeat thread beside every run). The launcher is a fresh
+# single-threaded interpreter, so setting limits there is safe, and exec keeps them.
+_LAUNCHER = """
+import os, resource, sys
+for name, limit in zip(("RLIMIT_CORE", "RLIMIT_NOFILE", "RLIMIT_FSIZE", "RLIMIT_CPU"), map(int, sys.argv[1:5])):
+    if hasattr(resource, name):
+        res = getattr(resource, name)
+        try:
+            hard = resource.getrlimit(res)[1]
+            value = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
+            resource.setrlimit(res, (value, value))
+        except (OSError, ValueError):
+            pass
+os.execv(sys.argv[5], sys.argv[5:])
+"""
 
-    def preexec() -> None:
-        for res, limit in wanted:
-            try:
-                _soft, hard = resource.getrlimit(res)
-                if hard != resource.RLIM_INFINITY:
-                    limit = min(limit, hard)
-                resource.setrlimit(res, (limit, limit))
-            except (OSError, ValueError):
-                pass
 
-    return preexec
+def _launch_argv(executable: str, argv: list[str], cpu_seconds: int) -> list[str]:
+    """[python, launcher, limits..., executable, *argv]: the command with resource limits."""
+    if resource is None:  # pragma: no cover (no resource module: no limits)
+        return [executable, *argv]
+    limits = [0, RLIMIT_NOFILE, RLIMIT_FSIZE, cpu_seconds]
+    return [sys.executable, "-I", "-S", "-c", _LAUNCHER, *map(str, limits), executable, *argv]
 
 
 def _killpg(pgid: int) -> None:
@@ -454,7 +455,7 @@ def run_command(
     started = time.monotonic()
     deadline = started + timeout
     proc = subprocess.Popen(
-        [entry["executable"], *argv],
+        _launch_argv(entry["executable"], argv, math.ceil(timeout) + 1),
         shell=False,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -463,7 +464,6 @@ def run_command(
         env=env,
         close_fds=True,
         start_new_session=True,  # own session and process group: pgid == proc.pid
-        preexec_fn=_limiter(math.ceil(timeout) + 1),
     )
     buffers = {proc.stdout: bytearray(), proc.stderr: bytearray()}
     truncated = False
