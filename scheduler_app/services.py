@@ -108,7 +108,8 @@ def tenant_create(*, slug: str, name: str = "", timezone: str = "UTC", actor: st
     name = check_name("name", name or slug)
     try:
         with transaction.atomic():
-            return Tenant.objects.create(slug=slug, name=name, timezone=timezone)
+            return Tenant.objects.create(slug=slug, name=name, timezone=timezone,
+                                         webhook_secret_encrypted=crypto.encrypt(webhooks.new_secret()))
     except IntegrityError:
         raise InvalidInput("slug", f"tenant {slug!r} already exists") from None
 
@@ -236,9 +237,14 @@ def tenant_rotate_webhook_secret(tenant: Tenant, *, overlap: timedelta = timedel
 
 def tenant_signing_secrets(tenant: Tenant, now: datetime) -> list[str]:
     """The secrets that sign a delivery now: the current one, and the previous one while
-    its overlap lasts. Creates the first secret if the tenant has none."""
+    its overlap lasts. Tenants made before secrets existed get their first one here."""
     if not tenant.webhook_secret_encrypted:
-        tenant_rotate_webhook_secret(tenant, actor="system")
+        with transaction.atomic():  # two workers at once: the row lock makes one of them create it
+            locked = Tenant.objects.select_for_update().get(id=tenant.id)
+            if not locked.webhook_secret_encrypted:
+                locked.webhook_secret_encrypted = crypto.encrypt(webhooks.new_secret())
+                locked.save(update_fields=["webhook_secret_encrypted"])
+        tenant.refresh_from_db()
     secrets = [crypto.decrypt(tenant.webhook_secret_encrypted)]
     if tenant.webhook_secret_previous_encrypted and tenant.webhook_secret_previous_until and \
             tenant.webhook_secret_previous_until > now:

@@ -119,3 +119,14 @@ def test_tenants_rotate_secret_prints_a_secret_that_signs(tenant, capsys):
     tenant.refresh_from_db()
     assert secret.startswith("whsec_") and secret not in tenant.webhook_secret_encrypted
     assert services.tenant_signing_secrets(tenant, db_now()) == [secret]
+
+
+def test_a_new_tenant_has_an_encrypted_signing_secret():
+    from scheduler_app import crypto
+    from scheduler_app.models import db_now
+
+    tenant = services.tenant_create(slug="fresh")
+
+    secret = crypto.decrypt(tenant.webhook_secret_encrypted)
+    assert secret.startswith("whsec_") and secret not in tenant.webhook_secret_encrypted
+    assert services.tenant_signing_secrets(tenant, db_now()) == [secret]
