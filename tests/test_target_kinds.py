@@ -121,7 +121,7 @@ def test_tenants_rotate_secret_prints_a_secret_that_signs(tenant, capsys):
     assert services.tenant_signing_secrets(tenant, db_now()) == [secret]
 
 
-def test_a_new_tenant_has_an_encrypted_signing_secret():
+def test_a_new_tenant_has_an_encrypted_signing_secret(db):
     from scheduler_app import crypto
     from scheduler_app.models import db_now
 
