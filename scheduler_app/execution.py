@@ -185,9 +185,9 @@ def perform_http(run: JobRun, job: Job) -> dict:
     """
     config = job.target_config
     body = config.get("body", "").encode()
-    timestamp = int(db_now().timestamp())
-    secrets = [webhooks.parse_secret(s) for s in services.tenant_signing_secrets(job.tenant, db_now())]
-    signed = webhooks.headers(secrets, run.fire_key, timestamp, body, attempt=run.attempt,
+    now = db_now()
+    secrets = [webhooks.parse_secret(s) for s in services.tenant_signing_secrets(job.tenant, now)]
+    signed = webhooks.headers(secrets, run.fire_key, int(now.timestamp()), body, attempt=run.attempt,
                               scheduled_at=run.scheduled_at.isoformat())
     try:
         response = httpclient.request(

@@ -316,22 +316,23 @@ def test_head_works(http_server):
     assert server.requests[0]["method"] == "HEAD"
 
 
-def _drip_body_with_length(conn, server):
-    server.read_request_head(conn)
-    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n")
-    while not server.stop.is_set():
-        conn.sendall(b"a")
-        time.sleep(0.5)
+def _drip_body(head):
+    """A handler that sends `head`, then one body byte every half second until stopped."""
+
+    def handler(conn, server):
+        server.read_request_head(conn)
+        conn.sendall(head)
+        while not server.stop.is_set():
+            conn.sendall(b"a")
+            time.sleep(0.5)
+
+    return handler
 
 
-def _drip_body_until_close(conn, server):
-    # No Content-Length: the body ends at EOF, so the watchdog's shutdown must not pass for
-    # a complete response.
-    server.read_request_head(conn)
-    conn.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")
-    while not server.stop.is_set():
-        conn.sendall(b"a")
-        time.sleep(0.5)
+_drip_body_with_length = _drip_body(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n")
+# No Content-Length: the body ends at EOF, so the watchdog's shutdown must not pass for a
+# complete response.
+_drip_body_until_close = _drip_body(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")
 
 
 def _drip_status_line(conn, server):
