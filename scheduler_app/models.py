@@ -33,10 +33,30 @@ class Tenant(models.Model):
     webhook_secret_encrypted = models.TextField(blank=True, editable=False)
     webhook_secret_previous_encrypted = models.TextField(blank=True, editable=False)
     webhook_secret_previous_until = models.DateTimeField(null=True, blank=True, editable=False)
+
+    # Quotas (NULL: no limit). Jobs and the interval are checked when a job is written; fires
+    # per minute and concurrent runs at dispatch, where runs over the limit wait as pending.
+    max_jobs = models.PositiveIntegerField(null=True, blank=True)
+    min_interval_seconds = models.PositiveIntegerField(
+        default=0, help_text="The shortest interval between two fires a job may ask for (0: any)")
+    max_fires_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    max_concurrent_runs = models.PositiveIntegerField(null=True, blank=True)
+    # Fair share at dispatch: a tenant of weight 2 gets twice the claims of weight 1 when
+    # both have jobs due at once.
+    weight = models.PositiveSmallIntegerField(default=1)
+    # API requests each of the tenant's keys may make per minute (NULL: the setting's default).
+    api_requests_per_minute = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["slug"]
+        constraints = [
+            models.CheckConstraint(condition=Q(weight__gte=1), name="tenant_weight_positive"),
+        ]
+
+    @property
+    def has_dispatch_quota(self) -> bool:
+        return self.max_fires_per_minute is not None or self.max_concurrent_runs is not None
 
     def __str__(self) -> str:
         return self.slug
@@ -194,6 +214,9 @@ class JobRun(models.Model):
 
     created_at = models.DateTimeField()
     enqueued_at = models.DateTimeField(null=True, blank=True)
+    # When the run first went to the broker (a republish or a retry leaves it alone): the
+    # fires-per-minute quota counts these. NULL while it waits as pending.
+    dispatched_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -226,6 +249,11 @@ class JobRun(models.Model):
             # dispatch.republish_stale_runs() reads queued runs by publish time.
             models.Index(fields=["enqueued_at"], name="jobrun_queued_idx",
                          condition=Q(state="queued")),
+            # Quotas: a tenant's fires in the last minute, its runs in flight, its held runs.
+            models.Index(fields=["tenant", "dispatched_at"], name="jobrun_tenant_dispatched_idx",
+                         condition=Q(dispatched_at__isnull=False)),
+            models.Index(fields=["tenant"], name="jobrun_tenant_active_idx",
+                         condition=Q(state__in=["pending", "queued", "running", "retrying"])),
             # Admin, `jobs runs` and per-tenant views list runs newest first.
             models.Index(fields=["tenant", "-scheduled_at"], name="jobrun_tenant_recent_idx"),
             models.Index(fields=["state", "-scheduled_at"], name="jobrun_state_recent_idx"),
@@ -272,3 +300,35 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} by {self.actor or '?'}"
+
+
+class ApiKey(models.Model):
+    """A bearer key for the REST API: `cf_<prefix>_<secret>`, shown once when made.
+
+    Only a SHA-256 of the whole key is kept (keys are 190 random bits: a slow hash buys
+    nothing); the prefix is stored in clear to find the row and to tell keys apart.
+    A key without a tenant is a staff key: it administers tenants and may act for any.
+    """
+
+    tenant = models.ForeignKey(Tenant, null=True, blank=True, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=200)
+    prefix = models.CharField(max_length=16, unique=True, editable=False)
+    key_hash = models.CharField(max_length=64, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = "API key"
+
+    def __str__(self) -> str:
+        return f"{self.prefix} ({self.name})"
+
+    @property
+    def is_staff(self) -> bool:
+        return self.tenant_id is None
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
