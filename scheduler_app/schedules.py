@@ -114,6 +114,8 @@ def normalize_cron(expression: str) -> str:
             names = ", ".join(sorted(NICKNAMES))
             raise InvalidSchedule("cron", f"unknown nickname {text!r} (known: {names})") from None
     fields = text.split(" ")
+    if "=" in fields[0]:
+        raise InvalidSchedule("cron", f"{fields[0]!r}: give the time zone in the timezone field, not in the expression")
     if len(fields) == 5:
         # cronsim 2.8 reads a one-value range with a step ("9-9/2") as "9/2" (9, 11, ...);
         # it means just 9.
@@ -284,6 +286,26 @@ def preview(schedule: Schedule, after: datetime, count: int) -> list[datetime]:
         fires.append(nxt)
         current = nxt
     return fires
+
+
+def fire_anomaly(schedule: Schedule, fire: datetime) -> str | None:
+    """Why a cron fire lands where a reader of the expression would not expect it, or None.
+
+    A wall time skipped by a spring-forward gap fires right after the gap; a wall time in a
+    repeated autumn hour is ambiguous (a fixed-time job fires once, finer jobs at both).
+    Interval and one-off schedules count real seconds, so they have no anomalies.
+    """
+    if not schedule.cron:
+        return None
+    local = fire.astimezone(zone(schedule.timezone))
+    wall = local.replace(tzinfo=None)
+    nominal = next(CronSim(schedule.cron, wall - timedelta(seconds=1)), None)
+    if nominal != wall:
+        return (f"dst_gap: the expression's local time falls in a DST gap that day; "
+                f"fires at {wall:%H:%M}, right after the gap")
+    if local.replace(fold=1 - local.fold).utcoffset() != local.utcoffset():
+        return f"dst_repeated: {wall:%H:%M} occurs twice that day (clocks go back); this is the {('first', 'second')[local.fold]}"
+    return None
 
 
 @dataclass

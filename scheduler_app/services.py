@@ -7,8 +7,12 @@ change and wake sleeping beats. Nothing else computes schedules.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import re
+import secrets
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -18,6 +22,7 @@ from django.utils.text import slugify
 
 from scheduler_app import commandjobs, crypto, netguard, schedules, webhooks
 from scheduler_app.models import (
+    ApiKey,
     AuditEvent,
     Job,
     JobRun,
@@ -41,6 +46,10 @@ class InvalidInput(ValueError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+
+
+class QuotaExceeded(InvalidInput):
+    """The input is well-formed but the tenant's quota refuses it."""
 
 
 @dataclass
@@ -114,8 +123,21 @@ def tenant_create(*, slug: str, name: str = "", timezone: str = "UTC", actor: st
         raise InvalidInput("slug", f"tenant {slug!r} already exists") from None
 
 
-def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime) -> tuple[schedules.Schedule, dict]:
-    """Check every field of `spec`; return the normalised schedule and the model fields."""
+def tenant_by_slug(slug: str, *, field: str = "tenant") -> Tenant:
+    tenant = Tenant.objects.filter(slug=slug).first()
+    if tenant is None:
+        raise InvalidInput(field, f"no tenant {slug!r}")
+    return tenant
+
+
+def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime, *, anchor: datetime | None = None,
+                  check_schedule_quota: bool = True) -> tuple[schedules.Schedule, dict]:
+    """Check every field of `spec`; return the normalised schedule and the model fields.
+
+    An interval counts from `anchor` (an edit keeps the job's), else from now. An edit
+    that leaves the schedule alone passes check_schedule_quota=False: a one-off time that
+    has since passed, or a quota tightened since, does not block renaming the job.
+    """
     if not tenant.is_active:
         raise InvalidInput("tenant", f"tenant {tenant.slug!r} is not active")
     name = check_name("name", spec.name)
@@ -133,16 +155,11 @@ def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime) -> tuple[schedul
         raise InvalidInput("misfire_policy", f"must be one of {choices}") from None
     if spec.overlap_policy not in OverlapPolicy.values:
         raise InvalidInput("overlap_policy", f"must be one of {', '.join(OverlapPolicy.values)}")
-    if spec.at is not None and spec.at.tzinfo is not None and spec.at < now - PAST_GRACE:
+    if check_schedule_quota and spec.at is not None and spec.at.tzinfo is not None and spec.at < now - PAST_GRACE:
         raise InvalidInput("at", "is in the past")
-    try:
-        schedule = schedules.validate(schedules.Schedule(
-            cron=spec.cron, timezone=spec.timezone or tenant.timezone, every=spec.every, at=spec.at,
-            anchor=now.replace(microsecond=0) if spec.every is not None else None,
-            start_at=spec.start_at, end_at=spec.end_at,
-        ))
-    except schedules.InvalidSchedule as exc:
-        raise InvalidInput(exc.field, exc.message) from None
+    schedule = spec_schedule(tenant, spec, anchor=anchor or now.replace(microsecond=0))
+    if check_schedule_quota:
+        check_min_interval(tenant, schedule, now)
     fields = dict(
         name=name, task_name=spec.task_name if spec.target_kind == TargetKind.TASK else "", args=args, kwargs=kwargs,
         target_kind=spec.target_kind, target_config=target_config,
@@ -157,11 +174,69 @@ def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime) -> tuple[schedul
         run_all_cap=_check_int("run_all_cap", spec.run_all_cap, 1, 10000),
         overlap_policy=spec.overlap_policy,
         description=spec.description or "",
-        tags=list(spec.tags or []),
+        tags=check_tags(spec.tags),
         cron=schedule.cron, timezone=schedule.timezone, every_seconds=schedule.every,
         run_at=schedule.at, anchor_at=schedule.anchor, start_at=schedule.start_at, end_at=schedule.end_at,
     )
     return schedule, fields
+
+
+def spec_schedule(tenant: Tenant, spec: JobSpec, *, anchor: datetime | None = None) -> schedules.Schedule:
+    """The validated schedule of `spec` alone (previewing a schedule not saved yet)."""
+    try:
+        return schedules.validate(schedules.Schedule(
+            cron=spec.cron, timezone=spec.timezone or tenant.timezone, every=spec.every, at=spec.at,
+            anchor=(anchor or db_now().replace(microsecond=0)) if spec.every is not None else None,
+            start_at=spec.start_at, end_at=spec.end_at,
+        ))
+    except schedules.InvalidSchedule as exc:
+        raise InvalidInput(exc.field, exc.message) from None
+
+
+# How many upcoming fires of a cron job are looked at to find its shortest gap.
+MIN_INTERVAL_PROBE_FIRES = 200
+MAX_TAGS = 20
+
+
+def check_min_interval(tenant: Tenant, schedule: schedules.Schedule, now: datetime) -> None:
+    """Refuse a schedule that fires more often than the tenant's min_interval_seconds.
+
+    Intervals are exact; for cron the shortest gap among the next few hundred fires
+    counts (every cron pattern repeats within a day at minute resolution, except day or
+    month restrictions, which only lengthen gaps).
+    """
+    least = tenant.min_interval_seconds
+    if not least or schedule.at is not None:
+        return
+    if schedule.every is not None:
+        shortest = schedule.every
+        field = "every"
+    else:
+        fires = schedules.preview(schedule, now, MIN_INTERVAL_PROBE_FIRES)
+        gaps = [(b - a).total_seconds() for a, b in zip(fires, fires[1:])]
+        shortest = min(gaps, default=least)
+        field = "cron"
+    if shortest < least:
+        raise QuotaExceeded(field, f"fires every {shortest:g} s; tenant {tenant.slug!r} allows at least "
+                                   f"{least} s between fires (min_interval_seconds)")
+
+
+def check_tags(tags) -> list[str]:
+    if tags is None:
+        return []
+    if not isinstance(tags, list) or len(tags) > MAX_TAGS:
+        raise InvalidInput("tags", f"must be a list of at most {MAX_TAGS} tags")
+    return [check_name(f"tags.{index}", tag, max_length=64) for index, tag in enumerate(tags)]
+
+
+def check_job_quota(tenant: Tenant) -> None:
+    """Refuse a new job over the tenant's max_jobs. Call inside the creating transaction:
+    the tenant row lock serialises concurrent creations."""
+    if tenant.max_jobs is None:
+        return
+    Tenant.objects.select_for_update().filter(id=tenant.id).first()
+    if Job.objects.filter(tenant=tenant).count() >= tenant.max_jobs:
+        raise QuotaExceeded("name", f"tenant {tenant.slug!r} has reached its quota of {tenant.max_jobs} jobs (max_jobs)")
 
 
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")
@@ -264,6 +339,7 @@ def job_create(tenant: Tenant, spec: JobSpec, *, actor: str = "") -> Job:
     schedule, fields = validate_spec(tenant, spec, now)
     try:
         with transaction.atomic():
+            check_job_quota(tenant)
             job = Job.objects.create(tenant=tenant, next_run_at=first_fire(schedule, now), **fields)
             _audit(job, "job.created", actor, schedule=schedule.describe(), task=job.task_name)
             wake_beats()
@@ -314,7 +390,7 @@ def job_trigger(job: Job, *, actor: str = "") -> JobRun:
     now = db_now()
     with transaction.atomic():
         run = JobRun.objects.create(job=job, tenant_id=job.tenant_id, scheduled_at=now, trigger=Trigger.MANUAL,
-                                    state=RunState.QUEUED, created_at=now, enqueued_at=now,
+                                    state=RunState.QUEUED, created_at=now, enqueued_at=now, dispatched_at=now,
                                     job_version=job.version)
         _audit(job, "job.triggered", actor, run_id=run.id)
         message = RunMessage(run.id, 1, job.queue, job.timeout_seconds)
@@ -348,6 +424,333 @@ def job_delete(job: Job, *, actor: str = "") -> None:
 def job_preview(job_or_schedule, *, count: int, after: datetime | None = None) -> list[datetime]:
     schedule = job_or_schedule.schedule if isinstance(job_or_schedule, Job) else job_or_schedule
     return schedules.preview(schedule, after or db_now(), count)
+
+
+SCHEDULE_FIELDS = ("cron", "every", "at")
+SPEC_FIELDS = frozenset(JobSpec.__dataclass_fields__)
+
+
+def job_spec_of(job: Job) -> JobSpec:
+    """The JobSpec that describes `job` as it is saved (the base an edit is merged onto)."""
+    return JobSpec(
+        name=job.name, task_name=job.task_name, target_kind=job.target_kind,
+        http=dict(job.target_config) if job.target_kind == TargetKind.HTTP else None,
+        command=dict(job.target_config) if job.target_kind == TargetKind.COMMAND else None,
+        cron=job.cron, timezone=job.timezone, every=job.every_seconds, at=job.run_at,
+        start_at=job.start_at, end_at=job.end_at, args=job.args, kwargs=job.kwargs, queue=job.queue,
+        timeout_seconds=job.timeout_seconds, max_attempts=job.max_attempts,
+        retry_backoff_seconds=job.retry_backoff_seconds, retry_backoff_max_seconds=job.retry_backoff_max_seconds,
+        misfire_policy=job.misfire_policy, catchup_window_seconds=job.catchup_window_seconds,
+        run_all_cap=job.run_all_cap, overlap_policy=job.overlap_policy, description=job.description,
+        tags=list(job.tags),
+    )
+
+
+@dataclass
+class Edit:
+    """A validated edit of a job: its new columns and what it does to the schedule."""
+
+    fields: dict
+    schedule: schedules.Schedule
+    schedule_changed: bool
+    diff: dict
+
+
+def plan_edit(job: Job, changes: dict, now: datetime) -> Edit:
+    """Merge `changes` (JobSpec field names) onto the job and validate the whole.
+
+    Giving any of cron/every/at replaces the schedule: the kinds not given are cleared.
+    """
+    unknown = sorted(set(changes) - SPEC_FIELDS)
+    if unknown:
+        raise InvalidInput(unknown[0], "is not a job field")
+    changes = dict(changes)
+    if any(key in changes for key in SCHEDULE_FIELDS):
+        changes.setdefault("cron", "")
+        changes.setdefault("every", None)
+        changes.setdefault("at", None)
+    before = job_spec_of(job)
+    spec = replace(before, **changes)
+    schedule_keys = (*SCHEDULE_FIELDS, "timezone", "start_at", "end_at")
+    schedule_changed = any(getattr(spec, key) != getattr(before, key) for key in schedule_keys)
+    # An interval keeps its anchor unless the interval itself changes.
+    anchor = job.anchor_at if spec.every is not None and spec.every == job.every_seconds else None
+    schedule, fields = validate_spec(job.tenant, spec, now, anchor=anchor, check_schedule_quota=schedule_changed)
+    diff = {
+        key: [_jsonable(getattr(job, key)), _jsonable(value)]
+        for key, value in fields.items()
+        if getattr(job, key) != value
+    }
+    return Edit(fields=fields, schedule=schedule, schedule_changed=schedule_changed, diff=diff)
+
+
+def job_update(job: Job, changes: dict, *, actor: str = "") -> Job:
+    """Apply `changes` to a job (validated as a whole), bump its version and, when the
+    schedule changed, compute its next fire from now. Runs already recorded are left alone."""
+    now = db_now()
+    edit = plan_edit(job, changes, now)
+    if not edit.diff:
+        return job
+    fields = dict(edit.fields)
+    if edit.schedule_changed:
+        fields["next_run_at"] = first_fire(edit.schedule, now)
+    try:
+        with transaction.atomic():
+            locked = Job.objects.select_for_update().get(id=job.id)
+            Job.objects.filter(id=job.id).update(version=locked.version + 1, updated_at=now, **fields)
+            _audit(job, "job.updated", actor, changes=edit.diff)
+            wake_beats()
+    except IntegrityError:
+        raise InvalidInput("name", f"tenant {job.tenant.slug!r} already has a job named {fields['name']!r}") from None
+    job.refresh_from_db()
+    return job
+
+
+def job_update_impact(job: Job, changes: dict, *, count: int = 5) -> dict:
+    """What saving `changes` would do, without saving: the fires due at once, the fires the
+    edit drops, and the next `count` fires before and after."""
+    check_count(count)
+    now = db_now()
+    edit = plan_edit(job, changes, now)
+    before = upcoming_fires(job.schedule, job.next_run_at, count)
+    if not edit.schedule_changed:
+        return {"fires_now": [], "skipped": [], "next_before": before, "next_after": before,
+                "changes": edit.diff, "paused": not job.enabled}
+    first = first_fire(edit.schedule, now)
+    after = upcoming_fires(edit.schedule, first, count)
+    horizon = after[-1] if after else None
+    skipped = [
+        {"at": at, "reason": "due and not yet dispatched; the edit drops it" if at <= now
+         else "no longer a fire time after the edit"}
+        for at in before
+        if at not in after and (horizon is None or at <= horizon)
+    ]
+    return {"fires_now": [at for at in after if at <= now], "skipped": skipped,
+            "next_before": before, "next_after": after, "changes": edit.diff, "paused": not job.enabled}
+
+
+def upcoming_fires(schedule: schedules.Schedule, first: datetime | None, count: int) -> list[datetime]:
+    """`first` and the fires after it, `count` in all."""
+    if first is None:
+        return []
+    return [first, *schedules.preview(schedule, first, count - 1)]
+
+
+MAX_PREVIEW = 1000
+
+
+def check_count(count) -> int:
+    return _check_int("count", count, 1, MAX_PREVIEW)
+
+
+def schedule_preview(schedule: schedules.Schedule, *, count: int, after: datetime | None = None) -> list[dict]:
+    """The next `count` fires in UTC and in the schedule's zone, DST anomalies flagged."""
+    check_count(count)
+    tz = schedules.zone(schedule.timezone)
+    return [
+        {"utc": at, "local": at.astimezone(tz), "anomaly": schedules.fire_anomaly(schedule, at)}
+        for at in schedules.preview(schedule, after or db_now(), count)
+    ]
+
+
+MAX_BACKFILL = 1000
+
+
+def job_backfill(job: Job, *, start: datetime, end: datetime, dry_run: bool, actor: str = "") -> dict:
+    """Record runs for the job's fire times in [start, end] that have none yet, and publish
+    them; with dry_run, only say which. The range must lie in the past."""
+    now = db_now()
+    for field, value in (("start", start), ("end", end)):
+        if not isinstance(value, datetime) or value.tzinfo is None:
+            raise InvalidInput(field, "must be an instant with a UTC offset")
+    if end <= start:
+        raise InvalidInput("end", "must be after start")
+    if end > now:
+        raise InvalidInput("end", "must not be in the future (backfill fills the past)")
+    fires, cursor = [], start - timedelta(microseconds=1)
+    while (at := schedules.next_fire_after(job.schedule, cursor)) is not None and at <= end:
+        if len(fires) == MAX_BACKFILL:
+            raise InvalidInput("end", f"the range holds more than {MAX_BACKFILL} fires; backfill a shorter one")
+        fires.append(at)
+        cursor = at
+    with transaction.atomic():
+        # The job's row lock keeps beats (which skip locked jobs) from recording these fires meanwhile.
+        locked = Job.objects.select_for_update().get(id=job.id)
+        existing = set(JobRun.objects.filter(job=job, scheduled_at__in=fires).values_list("scheduled_at", flat=True))
+        missing = [at for at in fires if at not in existing]
+        created = []
+        if not dry_run and missing:
+            created = JobRun.objects.bulk_create(
+                JobRun(job=job, tenant_id=job.tenant_id, scheduled_at=at, trigger=Trigger.BACKFILL,
+                       state=RunState.QUEUED, created_at=now, enqueued_at=now, dispatched_at=now,
+                       job_version=locked.version)
+                for at in missing
+            )
+            _audit(job, "job.backfilled", actor, start=start.isoformat(), end=end.isoformat(), created=len(created))
+            messages = [RunMessage(run.id, 1, locked.queue, locked.timeout_seconds) for run in created]
+            transaction.on_commit(lambda: publish_runs(messages))
+    return {"fires": fires, "missing": missing, "created": len(created), "existing": len(existing), "dry_run": dry_run}
+
+
+BULK_ACTIONS = ("pause", "resume", "delete")
+
+
+def jobs_bulk(tenant: Tenant, *, tag: str, action: str, note: str = "", actor: str = "") -> int:
+    """Pause, resume or delete every job of `tenant` tagged `tag`; return how many changed."""
+    tag = check_name("tag", tag, max_length=64)
+    if action not in BULK_ACTIONS:
+        raise InvalidInput("action", f"must be one of {', '.join(BULK_ACTIONS)}")
+    jobs = Job.objects.filter(tenant=tenant)
+    if connection.features.supports_json_field_contains:
+        ids = list(jobs.filter(tags__contains=[tag]).values_list("id", flat=True))
+    else:  # SQLite: no JSON containment; the tenant's jobs are read (the embedded default is small)
+        ids = [job_id for job_id, tags in jobs.values_list("id", "tags") if tag in tags]
+    if action == "resume":
+        paused = list(Job.objects.filter(id__in=ids, enabled=False))
+        return sum(1 for job in paused if job_resume(job, actor=actor).enabled)
+    with transaction.atomic():
+        targets = Job.objects.filter(id__in=ids)
+        if action == "pause":
+            targets = targets.filter(enabled=True)
+        changed = list(targets.select_for_update().values_list("id", "name"))
+        AuditEvent.objects.bulk_create(
+            AuditEvent(tenant=tenant, job_id=None if action == "delete" else job_id, job_name=name,
+                       action=f"job.{'paused' if action == 'pause' else 'deleted'}", actor=actor,
+                       detail={"tag": tag, "note": note[:500]} if action == "pause" else {"tag": tag})
+            for job_id, name in changed
+        )
+        changed_ids = [job_id for job_id, _ in changed]
+        if action == "pause":
+            Job.objects.filter(id__in=changed_ids).update(enabled=False, paused_note=note[:500],
+                                                         version=F("version") + 1)
+        else:
+            Job.objects.filter(id__in=changed_ids).delete()
+    return len(changed)
+
+
+REPLAYABLE = (RunState.FAILED, RunState.DEAD)
+
+
+def run_replay(run: JobRun, *, actor: str = "") -> JobRun:
+    """Queue a failed or dead run again as its next attempt (same fire, same fire key).
+
+    The outcome it replaces stays in the audit trail.
+    """
+    now = db_now()
+    with transaction.atomic():
+        locked = JobRun.objects.select_for_update().select_related("job").get(id=run.id)
+        if locked.state not in REPLAYABLE:
+            raise InvalidInput("state", f"only failed or dead runs can be replayed; this one is {locked.state}")
+        attempt = locked.attempt + 1
+        JobRun.objects.filter(id=run.id).update(
+            state=RunState.QUEUED, attempt=attempt, enqueued_at=now, started_at=None, finished_at=None,
+            heartbeat_at=None, lease_expires_at=None, next_attempt_at=None, worker="",
+            celery_task_id="", reason=f"replayed by {actor or 'someone'}", result="", error="",
+        )
+        AuditEvent.objects.create(tenant_id=locked.tenant_id, job_id=locked.job_id, job_name=locked.job.name,
+                                  run_id=run.id, action="run.replayed", actor=actor,
+                                  detail={"attempt": attempt, "was": locked.state, "error": locked.error[:2000]})
+        message = RunMessage(run.id, attempt, locked.job.queue, locked.job.timeout_seconds)
+        transaction.on_commit(lambda: publish_runs([message]))
+    run.refresh_from_db()
+    return run
+
+
+TENANT_LIMITS = {  # field: (lowest, highest); None is allowed for all but weight
+    "max_jobs": (0, 10_000_000),
+    "min_interval_seconds": (0, 366 * 86400),
+    "max_fires_per_minute": (0, 10_000_000),
+    "max_concurrent_runs": (0, 10_000_000),
+    "weight": (1, 1000),
+    "api_requests_per_minute": (1, 10_000_000),
+}
+
+
+def tenant_update(tenant: Tenant, changes: dict, *, actor: str = "") -> Tenant:
+    """Change a tenant's name, zone, active flag, quotas or weight. Quotas apply from the
+    next write or dispatch; jobs already saved are not re-checked."""
+    values = {}
+    for key, value in changes.items():
+        if key == "name":
+            values[key] = check_name("name", value)
+        elif key == "timezone":
+            try:
+                schedules.zone(value)
+            except schedules.InvalidSchedule as exc:
+                raise InvalidInput("timezone", exc.message) from None
+            values[key] = value
+        elif key == "is_active":
+            if not isinstance(value, bool):
+                raise InvalidInput(key, "must be true or false")
+            values[key] = value
+        elif key in TENANT_LIMITS:
+            nullable = key not in ("weight", "min_interval_seconds")
+            values[key] = None if value is None and nullable else _check_int(key, value, *TENANT_LIMITS[key])
+        else:
+            raise InvalidInput(key, "is not a tenant field that can be changed")
+    diff = {key: [getattr(tenant, key), value] for key, value in values.items() if getattr(tenant, key) != value}
+    if diff:
+        with transaction.atomic():
+            Tenant.objects.filter(id=tenant.id).update(**values)
+            AuditEvent.objects.create(tenant=tenant, action="tenant.updated", actor=actor, detail={"changes": diff})
+        tenant.refresh_from_db()
+    return tenant
+
+
+API_KEY_PATTERN = re.compile(r"cf_([0-9a-f]{12})_([A-Za-z0-9_-]{32})")
+# last_used_at is written at most this often per key, not on every request.
+LAST_USED_RESOLUTION = timedelta(seconds=60)
+
+
+def _key_hash(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def apikey_create(*, tenant: Tenant | None, name: str, actor: str = "") -> tuple[ApiKey, str]:
+    """Make an API key; return it and its secret text, which is shown once and never kept.
+
+    tenant None makes a staff key (tenant administration)."""
+    name = check_name("name", name)
+    prefix = secrets.token_hex(6)
+    raw = f"cf_{prefix}_{secrets.token_urlsafe(24)}"
+    with transaction.atomic():
+        key = ApiKey.objects.create(tenant=tenant, name=name, prefix=prefix, key_hash=_key_hash(raw))
+        if tenant is not None:
+            AuditEvent.objects.create(tenant=tenant, action="apikey.created", actor=actor,
+                                      detail={"prefix": prefix, "name": name})
+    return key, raw
+
+
+def apikey_revoke(key: ApiKey, *, actor: str = "") -> ApiKey:
+    with transaction.atomic():
+        if ApiKey.objects.filter(id=key.id, revoked_at__isnull=True).update(revoked_at=db_now()) and key.tenant_id:
+            AuditEvent.objects.create(tenant_id=key.tenant_id, action="apikey.revoked", actor=actor,
+                                      detail={"prefix": key.prefix, "name": key.name})
+    key.refresh_from_db()
+    return key
+
+
+def apikey_authenticate(raw: str) -> ApiKey | None:
+    """The active key `raw` names, or None (malformed, unknown, revoked, inactive tenant).
+
+    The row is found by its prefix; the hash is compared in constant time."""
+    match = API_KEY_PATTERN.fullmatch(raw) if isinstance(raw, str) else None
+    if match is None:
+        return None
+    key = ApiKey.objects.select_related("tenant").filter(prefix=match.group(1)).first()
+    if key is None or not hmac.compare_digest(key.key_hash, _key_hash(raw)):
+        return None
+    if key.revoked_at is not None or (key.tenant is not None and not key.tenant.is_active):
+        return None
+    now = db_now()
+    if key.last_used_at is None or key.last_used_at < now - LAST_USED_RESOLUTION:
+        ApiKey.objects.filter(id=key.id).update(last_used_at=now)
+        key.last_used_at = now
+    return key
+
+
+def _jsonable(value):
+    return value.isoformat() if isinstance(value, datetime) else value
 
 
 def wake_beats() -> None:

@@ -85,6 +85,15 @@ class OneLineErrors:
     call_command() still raises the CommandError, so callers and tests can catch it.
     """
 
+    def run_action(self, command: str, action: str, **options) -> None:
+        """Call self.do_<action>; bad input becomes one line naming the field (exit 2)."""
+        from scheduler_app.services import InvalidInput
+
+        try:
+            getattr(self, f"do_{action.replace('-', '_')}")(**options)
+        except InvalidInput as exc:
+            raise CommandError(f"{command} {action}: {exc.field}: {exc.message}", returncode=2) from None
+
     def execute(self, *args, **options):
         try:
             return super().execute(*args, **options)

@@ -24,7 +24,7 @@ from scheduler_app.management.tables import (
     shorten,
     utc_text,
 )
-from scheduler_app.models import Job, JobRun, RunState, Tenant, db_now
+from scheduler_app.models import Job, JobRun, RunState, db_now
 
 MAX_LIMIT = 1000
 MAX_PREVIEW = 1000
@@ -128,10 +128,7 @@ class Command(OneLineErrors, BaseCommand):
         runs.add_argument("--limit", type=int, default=20, metavar="N", help=f"1-{MAX_LIMIT}, default 20")
 
     def handle(self, *args, action: str, **options) -> None:
-        try:
-            getattr(self, f"do_{action}")(**options)
-        except services.InvalidInput as exc:
-            raise CommandError(f"jobs {action}: {exc.field}: {exc.message}", returncode=2) from None
+        self.run_action("jobs", action, **options)
 
     # --- add ------------------------------------------------------------------------
 
@@ -165,7 +162,7 @@ class Command(OneLineErrors, BaseCommand):
             queue=queue, description=description, tags=tags,
             **{key: value for key, value in defaults_overridden.items() if value is not None},
         )
-        job = services.job_create(get_tenant(tenant), spec, actor="cli")
+        job = services.job_create(services.tenant_by_slug(tenant), spec, actor="cli")
         self.stdout.write(f"Created job {job.id}: {job.tenant.slug}/{job.name}")
         self.stdout.write(f"schedule: {schedule_text(job)}")
         self.stdout.write(f"target: {target_text(job)}")
@@ -184,7 +181,7 @@ class Command(OneLineErrors, BaseCommand):
         jobs = (Job.objects.select_related("tenant").only(*LIST_FIELDS)
                 .annotate(last_run_state=last_run_state()).order_by("id"))
         if tenant:
-            jobs = jobs.filter(tenant=get_tenant(tenant))
+            jobs = jobs.filter(tenant=services.tenant_by_slug(tenant))
         if after_id:
             jobs = jobs.filter(id__gt=after_id)
         page = list(jobs[: limit + 1])
@@ -334,13 +331,6 @@ def parse_json(field: str, text: str | None):
     if "\\u0000" in json.dumps(value):
         raise services.InvalidInput(field, "must not contain NUL (\\u0000) characters")
     return value
-
-
-def get_tenant(slug: str) -> Tenant:
-    try:
-        return Tenant.objects.get(slug=slug)
-    except Tenant.DoesNotExist:
-        raise services.InvalidInput("tenant", f"no tenant {slug!r}") from None
 
 
 def find_job(ref: str) -> Job:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 from datetime import timedelta
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandParser
 from django.db.models import Count, IntegerField, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 
@@ -15,11 +16,36 @@ from scheduler_app.models import Job, Tenant
 MAX_LIMIT = 10000
 
 
+UNSET = object()
+QUOTA_OPTIONS = {  # option name: Tenant field
+    "max-jobs": "max_jobs",
+    "min-interval": "min_interval_seconds",
+    "max-fires-per-minute": "max_fires_per_minute",
+    "max-concurrent-runs": "max_concurrent_runs",
+    "weight": "weight",
+    "api-requests-per-minute": "api_requests_per_minute",
+}
+
+
+def _limit(text: str) -> int | None:
+    if text.lower() == "none":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number or 'none'") from None
+
+
+def _shown(value) -> str:
+    return "none" if value is None else str(value)
+
+
+
 class Command(OneLineErrors, BaseCommand):
-    help = "Manage tenants. Subcommands: add, list, rotate-secret."
+    help = "Manage tenants. Subcommands: add, list, set, rotate-secret."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        sub = parser.add_subparsers(dest="action", required=True, metavar="{add,list,rotate-secret}")
+        sub = parser.add_subparsers(dest="action", required=True, metavar="{add,list,set,rotate-secret}")
 
         add = sub.add_parser("add", help="Create a tenant")
         add.add_argument("slug", help="1-64 lowercase letters, digits, hyphens or underscores")
@@ -31,27 +57,40 @@ class Command(OneLineErrors, BaseCommand):
         lst.add_argument("--limit", type=int, default=200, help=f"At most this many (1-{MAX_LIMIT}, default 200)")
         lst.add_argument("--after", metavar="SLUG", default="", help="Start after this slug (next page)")
 
+        change = sub.add_parser("set", help="Change a tenant's quotas, fair-share weight or active flag")
+        change.add_argument("slug")
+        for option, field in QUOTA_OPTIONS.items():
+            change.add_argument(f"--{option}", dest=field, type=_limit, metavar="N|none", default=UNSET,
+                                help=f"{field} ('none': no limit)")
+        change.add_argument("--active", choices=["yes", "no"], help="Whether the tenant's keys and new jobs work")
+
         rotate = sub.add_parser("rotate-secret", help="Give a tenant a new webhook signing secret (shown once)")
         rotate.add_argument("slug")
         rotate.add_argument("--overlap", type=int, default=86400, metavar="SECONDS",
                             help="How long the previous secret keeps signing beside the new one (default 86400)")
 
     def handle(self, *args, action: str, **options) -> None:
-        try:
-            getattr(self, f"do_{action.replace('-', '_')}")(**options)
-        except services.InvalidInput as exc:
-            raise CommandError(f"tenants {action}: {exc.field}: {exc.message}", returncode=2) from None
+        self.run_action("tenants", action, **options)
 
     def do_add(self, *, slug: str, name: str, timezone: str, **options) -> None:
         tenant = services.tenant_create(slug=slug, name=name, timezone=timezone, actor="cli")
         self.stdout.write(f"Created tenant {tenant.slug} ({tenant.name}, {tenant.timezone}), id {tenant.id}")
 
+    def do_set(self, *, slug: str, active: str | None, **options) -> None:
+        changes = {field: options[field] for field in QUOTA_OPTIONS.values() if options[field] is not UNSET}
+        if active is not None:
+            changes["is_active"] = active == "yes"
+        tenant = services.tenant_update(services.tenant_by_slug(slug, field="slug"), changes, actor="cli")
+        self.stdout.write(format_table(
+            ["slug", "active", *QUOTA_OPTIONS],
+            [(tenant.slug, "yes" if tenant.is_active else "no",
+              *[_shown(getattr(tenant, field)) for field in QUOTA_OPTIONS.values()])],
+        ))
+
     def do_rotate_secret(self, *, slug: str, overlap: int, **options) -> None:
         if not 0 <= overlap <= 30 * 86400:
             raise services.InvalidInput("overlap", "must be between 0 and 2592000 seconds")
-        tenant = Tenant.objects.filter(slug=slug).first()
-        if tenant is None:
-            raise services.InvalidInput("slug", f"no tenant {slug!r}")
+        tenant = services.tenant_by_slug(slug, field="slug")
         secret = services.tenant_rotate_webhook_secret(tenant, overlap=timedelta(seconds=overlap), actor="cli")
         self.stdout.write(f"New webhook signing secret for {slug} (shown once; store it with your receiver):")
         self.stdout.write(secret)
