@@ -5,9 +5,13 @@ Every write goes through scheduler_app.services, as the CLI's do:
 - Tenants and jobs are created by services.tenant_create / services.job_create; the add
   forms check their input first (jobs with services.validate_spec) so mistakes come back
   as form errors naming the field.
-- A job's change page is view-only. services has no job update yet, and a plain model
-  save would leave next_run_at stale, skip the version bump and the audit record.
-  Pause, resume and trigger are changelist actions calling the services.
+- A job's change page saves through services.job_update (validated as a whole, version
+  bumped, next_run_at recomputed when the schedule changes, the diff audited). Its target
+  kind and an HTTP or command target are edited through the API. Pause, resume and
+  trigger are changelist actions calling the services.
+- A tenant's change page (name, zone, active flag, quotas, weight) saves through
+  services.tenant_update. API keys are made by services.apikey_create: the key is shown
+  once, in the confirmation message; afterwards only revoking is possible.
 - Deleting a job calls services.job_delete (audited). Tenants are not deleted here.
 - Runs and audit events are read-only records.
 
@@ -33,7 +37,7 @@ from django.utils.text import slugify
 
 from scheduler_app import schedules, services
 from scheduler_app.management.tables import describe_schedule, local_text, shorten, utc_text
-from scheduler_app.models import AuditEvent, Job, JobRun, Tenant, db_now
+from scheduler_app.models import ApiKey, AuditEvent, Job, JobRun, Tenant, db_now
 
 # Jobs one pause/resume/trigger action works on; select fewer (filter first) beyond this.
 ACTION_LIMIT = 500
@@ -67,10 +71,14 @@ def jsonb_safe(value):
 # --- tenants --------------------------------------------------------------------------
 
 
+TENANT_EDITABLE = ("name", "timezone", "is_active", "max_jobs", "min_interval_seconds", "max_fires_per_minute",
+                   "max_concurrent_runs", "weight", "api_requests_per_minute")
+
+
 class TenantForm(forms.ModelForm):
     class Meta:
         model = Tenant
-        fields = ("slug", "name", "timezone", "is_active")
+        fields = ("slug", *TENANT_EDITABLE)
 
     def clean_slug(self):
         slug = self.cleaned_data["slug"]
@@ -104,8 +112,8 @@ class TenantAdmin(admin.ModelAdmin):
         return ("slug", "created_at", "links") if obj else ()
 
     def get_fields(self, request, obj=None):
-        # New tenants are active: services.tenant_create has no flag for it.
-        return ("slug", "name", "timezone", "is_active", "created_at", "links") if obj else ("slug", "name", "timezone")
+        # New tenants are active with no quotas: services.tenant_create takes neither.
+        return ("slug", *TENANT_EDITABLE, "created_at", "links") if obj else ("slug", "name", "timezone")
 
     def get_queryset(self, request):
         # A correlated count per listed tenant: only the page's tenants are counted.
@@ -129,8 +137,9 @@ class TenantAdmin(admin.ModelAdmin):
         )
 
     def save_model(self, request, obj, form, change):
-        if change:  # name, zone for new jobs, active flag: plain attributes
-            super().save_model(request, obj, form, change)
+        if change:
+            changes = {name: form.cleaned_data[name] for name in form.changed_data if name in TENANT_EDITABLE}
+            adopt(obj, services.tenant_update(Tenant.objects.get(pk=obj.pk), changes, actor=actor(request)))
             return
         adopt(obj, services.tenant_create(slug=obj.slug, name=obj.name, timezone=obj.timezone, actor=actor(request)))
 
@@ -212,6 +221,50 @@ class JobAddForm(forms.ModelForm):
         return data
 
 
+# The change form's fields -> JobSpec names (the others have the same name in both).
+FORM_TO_SPEC = {"every_seconds": "every", "run_at": "at"}
+JOB_EDITABLE = ("name", "description", "tags", "cron", "timezone", "every_seconds", "run_at", "start_at", "end_at",
+                "task_name", "args", "kwargs", "queue", "timeout_seconds", "max_attempts", "retry_backoff_seconds",
+                "retry_backoff_max_seconds", "misfire_policy", "catchup_window_seconds", "run_all_cap",
+                "overlap_policy")
+
+
+class JobChangeForm(forms.ModelForm):
+    """Edits a saved job through services.job_update; services.plan_edit validates."""
+
+    class Meta:
+        model = Job
+        fields = JOB_EDITABLE
+
+    changes: dict | None = None
+
+    def clean_args(self):
+        return jsonb_safe(self.cleaned_data.get("args"))
+
+    def clean_kwargs(self):
+        return jsonb_safe(self.cleaned_data.get("kwargs"))
+
+    def clean_tags(self):
+        return jsonb_safe(self.cleaned_data.get("tags")) or []
+
+    def clean(self):
+        data = super().clean()
+        if self.errors:
+            return data
+        changes = {FORM_TO_SPEC.get(name, name): data.get(name) for name in self.changed_data}
+        for text_field in ("cron", "description", "queue", "task_name", "timezone"):
+            if text_field in changes and changes[text_field] is None:
+                changes[text_field] = ""
+        try:
+            services.plan_edit(self.instance, changes, db_now())
+        except services.InvalidInput as exc:
+            field = SPEC_FIELD_TO_FORM.get(exc.field, exc.field)
+            self.add_error(field if field in self.fields else None, exc.message)
+            return data
+        self.changes = changes
+        return data
+
+
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
     list_display = ("name", "tenant", "schedule", "enabled", "next_run_at", "last_run_state")
@@ -235,13 +288,15 @@ class JobAdmin(admin.ModelAdmin):
                            "created_at", "updated_at")}),
         ("Schedule", {"fields": ("schedule", "cron", "timezone", "every_seconds", "run_at", "anchor_at",
                                  "start_at", "end_at", "next_run_at", "next_fires")}),
-        ("Target", {"fields": ("target_kind", "task_name", "args", "kwargs", "queue", "timeout_seconds")}),
-        ("Retries and misfires", {"fields": ("max_attempts", "retry_backoff_seconds",
-                                             "retry_backoff_max_seconds", "misfire_policy",
-                                             "catchup_window_seconds", "run_all_cap")}),
+        ("Target", {"fields": ("target_kind", "target_config", "task_name", "args", "kwargs", "queue",
+                               "timeout_seconds")}),
+        ("Retries, misfires and overlap", {"fields": ("max_attempts", "retry_backoff_seconds",
+                                                      "retry_backoff_max_seconds", "misfire_policy",
+                                                      "catchup_window_seconds", "run_all_cap", "overlap_policy")}),
         ("History", {"fields": ("links",)}),
     )
-    readonly_fields = ("next_run_at", "version", "created_at", "updated_at", "schedule", "next_fires", "links")
+    readonly_fields = ("tenant", "enabled", "paused_note", "anchor_at", "target_kind", "target_config", "next_run_at",
+                       "version", "created_at", "updated_at", "schedule", "next_fires", "links")
 
     def get_queryset(self, request):
         return super().get_queryset(request).annotate(last_run_state=last_run_state())
@@ -253,8 +308,7 @@ class JobAdmin(admin.ModelAdmin):
         return () if obj is None else self.readonly_fields
 
     def get_form(self, request, obj=None, **kwargs):
-        if obj is None:
-            kwargs["form"] = JobAddForm
+        kwargs["form"] = JobAddForm if obj is None else JobChangeForm
         return super().get_form(request, obj, **kwargs)
 
     # -- display --
@@ -287,16 +341,14 @@ class JobAdmin(admin.ModelAdmin):
 
     # -- writes: all through services --
 
-    def has_change_permission(self, request, obj=None):
-        # View-only: see the module docstring. Pause/resume/trigger are actions.
-        return False
-
     def has_operate_permission(self, request):
         return request.user.has_perm(f"{Job._meta.app_label}.change_job")
 
     def save_model(self, request, obj, form, change):
-        if change or form.spec is None:  # cannot happen: change is not permitted
-            raise RuntimeError("jobs are changed only through services")
+        if change:
+            job = Job.objects.select_related("tenant").get(pk=obj.pk)
+            adopt(obj, services.job_update(job, form.changes or {}, actor=actor(request)))
+            return
         adopt(obj, services.job_create(obj.tenant, form.spec, actor=actor(request)))
 
     def delete_model(self, request, obj):
@@ -354,6 +406,52 @@ class JobAdmin(admin.ModelAdmin):
                                            f"sent to the broker: {shorten(str(error), 200)}", messages.ERROR)
         if runs:
             self.message_user(request, f"Triggered {len(runs)} job(s): run(s) {', '.join(map(str, runs))}.")
+
+
+# --- API keys -------------------------------------------------------------------------
+
+
+class ApiKeyForm(forms.ModelForm):
+    class Meta:
+        model = ApiKey
+        fields = ("tenant", "name")
+        help_texts = {"tenant": "Blank makes a staff key, which administers every tenant."}
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    form = ApiKeyForm
+    list_display = ("prefix", "tenant", "name", "created_at", "last_used_at", "revoked_at")
+    list_filter = ("tenant",)
+    list_select_related = ("tenant",)
+    search_fields = ("prefix", "name")
+    autocomplete_fields = ("tenant",)
+    show_facets = admin.ShowFacets.NEVER
+    actions = ("revoke_keys",)
+
+    def get_fields(self, request, obj=None):
+        return ("tenant", "name") if obj is None else ("prefix", "tenant", "name", "created_at", "last_used_at",
+                                                       "revoked_at")
+
+    def get_readonly_fields(self, request, obj=None):
+        return () if obj is None else self.get_fields(request, obj)
+
+    def save_model(self, request, obj, form, change):
+        if change:  # every field of a saved key is read-only
+            return
+        key, raw = services.apikey_create(tenant=obj.tenant, name=obj.name, actor=actor(request))
+        adopt(obj, key)
+        messages.warning(request, f"The new key (copy it now: it is shown only this once): {raw}")
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # revoke instead: the audit trail keeps naming the key
+
+    @admin.action(description="Revoke selected keys")
+    def revoke_keys(self, request, queryset):
+        keys = [key for key in queryset[:ACTION_LIMIT] if key.revoked_at is None]
+        for key in keys:
+            services.apikey_revoke(key, actor=actor(request))
+        self.message_user(request, f"Revoked {len(keys)} key(s).")
 
 
 def last_run_state() -> Subquery:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.core.management import call_command
@@ -116,19 +117,73 @@ def test_job_changelist_shows_schedule_and_last_run_state(admin_client, runs, jo
     assert response.context["cl"].result_list[0].last_run_state == "skipped"  # the latest by fire time
 
 
-def test_job_change_page_is_view_only_and_shows_the_next_fires(admin_client, job):
-    response = admin_client.get(url("job", "change", job.pk))
+def change_form(job: Job, **overrides) -> dict:
+    data = {
+        "name": job.name, "description": job.description, "tags": "[]", "cron": job.cron, "timezone": job.timezone,
+        "every_seconds": "", "run_at_0": "", "run_at_1": "", "start_at_0": "", "start_at_1": "", "end_at_0": "",
+        "end_at_1": "", "task_name": job.task_name, "args": "[]", "kwargs": "{}", "queue": "",
+        "timeout_seconds": "300", "max_attempts": "3", "retry_backoff_seconds": "10",
+        "retry_backoff_max_seconds": "3600", "misfire_policy": "run_once", "catchup_window_seconds": "86400",
+        "run_all_cap": "100", "overlap_policy": "allow",
+    }
+    data.update(overrides)
+    return data
 
-    html = response.content.decode()
-    assert 'name="_save"' not in html  # nothing to save: edits would bypass the services
+
+def test_job_change_page_shows_the_next_fires(admin_client, job):
+    html = admin_client.get(url("job", "change", job.pk)).content.decode()
+
     assert "Next 5 fires" in html
     assert html.count("09:00:00+09:00 JST") == 5
     assert f"?job__id__exact={job.pk}" in html  # links to its runs and audit events
 
-    response = admin_client.post(url("job", "change", job.pk), {"name": "renamed"})
-    assert response.status_code == 403
+
+def test_job_change_page_saves_through_the_service(admin_client, job):
+    version = job.version
+
+    response = admin_client.post(url("job", "change", job.pk), change_form(job, name="renamed", cron="15 6 * * *"))
+
+    assert response.status_code == 302, response.content.decode()[:2000]
     job.refresh_from_db()
-    assert job.name == "nightly"
+    assert (job.name, job.cron, job.version) == ("renamed", "15 6 * * *", version + 1)
+    assert job.next_run_at.astimezone(ZoneInfo("Asia/Tokyo")).strftime("%H:%M") == "06:15"
+    event = AuditEvent.objects.get(job_id=job.id, action="job.updated")
+    assert event.actor == "admin:admin" and event.detail["changes"]["name"] == ["nightly", "renamed"]
+
+
+def test_job_change_page_shows_a_bad_edit_on_its_field_and_saves_nothing(admin_client, job):
+    response = admin_client.post(url("job", "change", job.pk), change_form(job, cron="0 0 31 2 *"))
+
+    assert response.status_code == 200
+    assert "Bad day-of-month" in str(response.context["adminform"].form.errors["cron"])
+    job.refresh_from_db()
+    assert (job.cron, job.version) == ("0 9 * * *", 1)
+
+
+def test_tenant_change_page_sets_quotas_through_the_service(admin_client, tenant):
+    data = {"name": tenant.name, "timezone": tenant.timezone, "is_active": "on", "max_jobs": "10",
+            "min_interval_seconds": "60", "max_fires_per_minute": "", "max_concurrent_runs": "4", "weight": "2",
+            "api_requests_per_minute": ""}
+
+    response = admin_client.post(url("tenant", "change", tenant.pk), data)
+
+    assert response.status_code == 302, response.content.decode()[:2000]
+    tenant.refresh_from_db()
+    assert (tenant.max_jobs, tenant.min_interval_seconds, tenant.max_concurrent_runs, tenant.weight) == (10, 60, 4, 2)
+    assert AuditEvent.objects.get(action="tenant.updated").actor == "admin:admin"
+
+
+def test_api_key_is_shown_once_when_made_in_the_admin_and_can_be_revoked(admin_client, tenant):
+    response = admin_client.post(url("apikey", "add"), {"tenant": tenant.pk, "name": "deploy"}, follow=True)
+
+    shown = [str(m) for m in response.context["messages"] if "shown only this once" in str(m)]
+    raw = shown[0].rsplit(" ", 1)[1]
+    key = services.apikey_authenticate(raw)
+    assert key is not None and key.tenant == tenant and key.name == "deploy"
+    assert raw not in admin_client.get(url("apikey", "change", key.pk)).content.decode()
+
+    admin_client.post(url("apikey", "changelist"), {"action": "revoke_keys", "_selected_action": [key.pk]})
+    assert services.apikey_authenticate(raw) is None
 
 
 def test_list_pages_do_not_query_per_row(admin_client, tenant):
