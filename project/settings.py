@@ -68,6 +68,9 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_celery_results",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "scheduler_app",
 ]
 
@@ -250,3 +253,67 @@ CRONFLEET_HTTP_MAX_RESPONSE_BYTES = env_int("CRONFLEET_HTTP_MAX_RESPONSE_BYTES",
 CRONFLEET_ENCRYPTION_KEYS = env_list("CRONFLEET_ENCRYPTION_KEYS", [])
 # Bytes of a run's result and error kept in the ledger.
 CRONFLEET_RESULT_MAX_BYTES = env_int("CRONFLEET_RESULT_MAX_BYTES", 8192, minimum=256)
+
+# --- REST API (/api/v1/) -----------------------------------------------------------------
+# Bearer keys (services.apikey_authenticate) or a logged-in staff session; JSON in and out;
+# every error as {"errors": [{"field", "message"}]} (scheduler_app/api/handler.py).
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "scheduler_app.api.auth.BearerKeyAuthentication",
+        "scheduler_app.api.auth.StaffSessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["scheduler_app.api.auth.IsApiCaller"],
+    "DEFAULT_PARSER_CLASSES": ["scheduler_app.api.parsers.StrictJSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_THROTTLE_CLASSES": ["scheduler_app.api.throttling.KeyRateThrottle"],
+    "DEFAULT_SCHEMA_CLASS": "scheduler_app.api.schema.ApiSchema",
+    "EXCEPTION_HANDLER": "scheduler_app.api.handler.handle_exception",
+    # No OPTIONS metadata: nothing under /api/v1/ answers a method it does not document.
+    "DEFAULT_METADATA_CLASS": None,
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Cronfleet API",
+    "DESCRIPTION": "Jobs, runs and tenants of a Cronfleet scheduler. Authenticate with "
+                   "`Authorization: Bearer cf_<prefix>_<secret>`. Errors are "
+                   '`{"errors": [{"field": "schedule.cron", "message": "..."}]}`.',
+    "VERSION": "1",
+    "SCHEMA_PATH_PREFIX": r"/api/v1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    # /api/schema/ and /api/docs/ are public: they describe the API, not anyone's data.
+    "SERVE_AUTHENTICATION": [],
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "TaskKindEnum": ["task"],
+        "HttpKindEnum": ["http"],
+        "CommandKindEnum": ["command"],
+        "RunStateEnum": "scheduler_app.models.RunState",
+        "TriggerEnum": "scheduler_app.models.Trigger",
+    },
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "scheduler_app.api.schema.refuse_unknown_request_fields",
+        "scheduler_app.api.schema.add_error_responses",
+    ],
+    # Swagger UI's files come from drf-spectacular-sidecar (served as static files), not a CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+}
+# Request bodies larger than this are refused with 413 before they are read.
+CRONFLEET_API_MAX_BODY_BYTES = env_int("CRONFLEET_API_MAX_BODY_BYTES", 256 * 1024, minimum=1024)
+# Requests per minute for each API key whose tenant sets no api_requests_per_minute (and for
+# staff keys and sessions). Counted in Redis, in fixed one-minute windows (INCR + EXPIRE in
+# one transaction), at CRONFLEET_RATE_LIMIT_REDIS_URL, which defaults to the broker when that
+# is Redis. Without Redis (the SQLite/filesystem-broker first run) rate limiting is off;
+# GET /api/v1/me says so. When Redis is unreachable requests are let through (fail open) with
+# a logged warning, and Redis is not asked again for CRONFLEET_RATE_LIMIT_RETRY_SECONDS:
+# the limit protects the API from floods, and refusing every request would turn a Redis
+# outage into an API outage.
+CRONFLEET_API_REQUESTS_PER_MINUTE = env_int("CRONFLEET_API_REQUESTS_PER_MINUTE", 600, minimum=1)
+CRONFLEET_RATE_LIMIT_REDIS_URL = env_str(
+    "CRONFLEET_RATE_LIMIT_REDIS_URL",
+    CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis://", "rediss://")) else "",
+)
+if CRONFLEET_RATE_LIMIT_REDIS_URL and not CRONFLEET_RATE_LIMIT_REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
+    raise ImproperlyConfigured("CRONFLEET_RATE_LIMIT_REDIS_URL must be a redis://, rediss:// or unix:// URL")
+CRONFLEET_RATE_LIMIT_RETRY_SECONDS = env_int("CRONFLEET_RATE_LIMIT_RETRY_SECONDS", 5, minimum=1)

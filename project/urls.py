@@ -1,9 +1,17 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from scheduler_app import views
+from scheduler_app.api.handler import not_found
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", views.healthz, name="healthz"),
+    path("api/v1/", include(("scheduler_app.api.urls", "api"))),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
 ]
+
+# Unknown URLs under /api/ answer in the API's error shape; others get Django's page.
+handler404 = not_found

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.db import connection, models
 from django.db.models import Q
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from scheduler_app import schedules
@@ -79,6 +80,14 @@ class JobQuerySet(models.QuerySet):
     def due(self, now: datetime) -> JobQuerySet:
         """Enabled jobs whose next fire time has passed, oldest first (dispatch's claim)."""
         return self.filter(enabled=True, next_run_at__lte=now).order_by("next_run_at", "id")
+
+    def tagged(self, tag: str) -> JobQuerySet:
+        """Jobs whose tags hold `tag`: jsonb containment on PostgreSQL."""
+        if connection.features.supports_json_field_contains:
+            return self.filter(tags__contains=[tag])
+        # SQLite has no JSON containment; json_each finds the element exactly.
+        return self.filter(id__in=RawSQL(
+            "SELECT job.id FROM scheduler_app_job job, json_each(job.tags) tag WHERE tag.value = %s", [tag]))
 
 
 class Job(models.Model):

@@ -13,7 +13,7 @@ import re
 import secrets
 import unicodedata
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -554,6 +554,7 @@ def schedule_preview(schedule: schedules.Schedule, *, count: int, after: datetim
 
 
 MAX_BACKFILL = 1000
+EARLIEST_BACKFILL = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def job_backfill(job: Job, *, start: datetime, end: datetime, dry_run: bool, actor: str = "") -> dict:
@@ -563,6 +564,8 @@ def job_backfill(job: Job, *, start: datetime, end: datetime, dry_run: bool, act
     for field, value in (("start", start), ("end", end)):
         if not isinstance(value, datetime) or value.tzinfo is None:
             raise InvalidInput(field, "must be an instant with a UTC offset")
+    if start < EARLIEST_BACKFILL:
+        raise InvalidInput("start", f"must not be before {EARLIEST_BACKFILL.year}")
     if end <= start:
         raise InvalidInput("end", "must be after start")
     if end > now:
@@ -600,11 +603,7 @@ def jobs_bulk(tenant: Tenant, *, tag: str, action: str, note: str = "", actor: s
     tag = check_name("tag", tag, max_length=64)
     if action not in BULK_ACTIONS:
         raise InvalidInput("action", f"must be one of {', '.join(BULK_ACTIONS)}")
-    jobs = Job.objects.filter(tenant=tenant)
-    if connection.features.supports_json_field_contains:
-        ids = list(jobs.filter(tags__contains=[tag]).values_list("id", flat=True))
-    else:  # SQLite: no JSON containment; the tenant's jobs are read (the embedded default is small)
-        ids = [job_id for job_id, tags in jobs.values_list("id", "tags") if tag in tags]
+    ids = list(Job.objects.filter(tenant=tenant).tagged(tag).values_list("id", flat=True))
     if action == "resume":
         paused = list(Job.objects.filter(id__in=ids, enabled=False))
         return sum(1 for job in paused if job_resume(job, actor=actor).enabled)

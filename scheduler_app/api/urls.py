@@ -1,0 +1,19 @@
+"""Routes of /api/v1/ (project/urls.py mounts them; the schema and docs live beside)."""
+
+from django.urls import path
+from rest_framework.routers import SimpleRouter
+
+from scheduler_app.api import views
+
+router = SimpleRouter()
+router.register("tenants", views.TenantViewSet, basename="tenant")
+router.register("keys", views.ApiKeyViewSet, basename="apikey")
+router.register("jobs", views.JobViewSet, basename="job")
+router.register("runs", views.RunViewSet, basename="run")
+
+urlpatterns = [
+    path("me", views.MeView.as_view(), name="me"),
+    path("preview/", views.SchedulePreviewView.as_view(), name="preview"),
+    path("stats/", views.StatsView.as_view(), name="stats"),
+    *router.urls,
+]

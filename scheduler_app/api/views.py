@@ -1,0 +1,385 @@
+"""API views: thin, each one a service call between a request serializer and a response one.
+
+Tenant isolation lives in TenantScopedMixin and nowhere else: it resolves the caller's
+tenant once per request and every queryset of a tenant-scoped view is filtered by it, so
+another tenant's job, run or key is simply not there (404). Ids of other objects named in
+bodies or filters are checked with own().
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.db import transaction
+from django.db.models import F
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from rest_framework import status, viewsets
+from rest_framework.decorators import action
+from rest_framework.generics import GenericAPIView
+from rest_framework.response import Response
+
+from scheduler_app import services, stats
+from scheduler_app.api import serializers as s
+from scheduler_app.api.auth import IsStaffCaller, actor, api_key
+from scheduler_app.api.errors import ApiError
+from scheduler_app.api.pagination import KeysetPagination, RunPagination
+from scheduler_app.api.parsers import check_body_headers
+from scheduler_app.api.throttling import limit_for, rate_limit_enabled
+from scheduler_app.models import ApiKey, AuditEvent, Job, JobRun, Tenant, db_now
+
+TENANT_HEADER = "X-Cronfleet-Tenant"
+MAX_RUN_EVENTS = 500
+
+NO_CONTENT = OpenApiResponse(description="Done; no body")
+JOB_EXAMPLES = [
+    OpenApiExample("A nightly task", request_only=True, value={
+        "name": "nightly-report", "tags": ["reports"],
+        "schedule": {"cron": "0 3 * * *", "timezone": "Europe/Paris"},
+        "target": {"kind": "task", "task": "scheduler_app.echo", "args": [], "kwargs": {"day": "yesterday"}},
+        "max_attempts": 5, "misfire_policy": "run_once", "overlap_policy": "skip"}),
+    OpenApiExample("A webhook every five minutes", request_only=True, value={
+        "name": "ping", "schedule": {"every": 300},
+        "target": {"kind": "http", "method": "POST", "url": "https://hooks.example.com/cron",
+                   "headers": {"X-Team": "ops"}, "body": "{}"}}),
+    OpenApiExample("Once, at an instant", request_only=True, value={
+        "name": "launch", "schedule": {"at": "2030-01-01T09:00:00+01:00"},
+        "target": {"kind": "task", "task": "scheduler_app.echo"}}),
+]
+CHANGE_EXAMPLES = [
+    OpenApiExample("Move to 04:30 in the job's zone", request_only=True, value={"schedule": {"cron": "30 4 * * *"}}),
+    OpenApiExample("Rename and retag", request_only=True, value={"name": "renamed", "tags": ["nightly"]}),
+]
+
+
+class ApiViewMixin:
+    """What every API view does first: refuse an oversized or untyped body unread."""
+
+    def initial(self, request, *args, **kwargs):
+        check_body_headers(request)
+        super().initial(request, *args, **kwargs)
+
+
+def caller_tenant(request) -> Tenant:
+    """The tenant a request acts inside: a tenant key's own, or for staff the one named by
+    the X-Cronfleet-Tenant header."""
+    key = api_key(request)
+    named = request.headers.get(TENANT_HEADER)
+    if key is not None and not key.is_staff:
+        if named is not None and named != key.tenant.slug:
+            raise ApiError(TENANT_HEADER, "a tenant key acts only for its own tenant", status.HTTP_403_FORBIDDEN)
+        return key.tenant
+    if not named:
+        raise ApiError(TENANT_HEADER, "staff callers name the tenant they act for (its slug) in this header")
+    return services.tenant_by_slug(named, field=TENANT_HEADER)
+
+
+class TenantScopedMixin(ApiViewMixin):
+    """Scopes a view to the caller's tenant. The one place isolation is enforced."""
+
+    acts_for_tenant = True  # schema.ApiSchema documents the X-Cronfleet-Tenant header
+
+    def initial(self, request, *args, **kwargs):
+        super().initial(request, *args, **kwargs)
+        self.tenant = caller_tenant(request)
+
+    def get_queryset(self):
+        queryset = super().get_queryset()
+        if getattr(self, "swagger_fake_view", False):  # schema generation: no request, no tenant
+            return queryset.none()
+        return queryset.filter(tenant=self.tenant)
+
+    def own(self, model, pk: int, field: str) -> None:
+        """Refuse an id from a body or filter unless it is one of the tenant's (400, not data)."""
+        if not model.objects.filter(tenant=self.tenant, pk=pk).exists():
+            raise ApiError(field, "not found")
+
+
+def page_of(view, queryset, serializer_class) -> Response:
+    page = view.paginate_queryset(queryset)
+    return view.get_paginated_response(serializer_class(page, many=True).data)
+
+
+# --- me -------------------------------------------------------------------------------
+
+
+class MeView(ApiViewMixin, GenericAPIView):
+    serializer_class = s.MeSerializer
+
+    @extend_schema(summary="Who am I: the key, its tenant and quotas, the rate limit", responses=s.MeSerializer)
+    def get(self, request):
+        key = api_key(request)
+        limit = limit_for(request)
+        return Response(s.MeSerializer({
+            "key": {"prefix": key.prefix, "name": key.name, "staff": key.is_staff} if key else None,
+            "user": None if key else request.user.get_username(),
+            "tenant": key.tenant if key else None,
+            "rate_limit": {"enabled": rate_limit_enabled(), "requests_per_minute": limit.per_minute if limit else None},
+        }).data)
+
+
+# --- tenants (staff) --------------------------------------------------------------------
+
+
+class TenantViewSet(ApiViewMixin, viewsets.GenericViewSet):
+    permission_classes = (IsStaffCaller,)
+    queryset = Tenant.objects.all()
+    serializer_class = s.TenantSerializer
+    pagination_class = KeysetPagination
+    lookup_field = "slug"
+
+    @extend_schema(summary="List tenants (staff)")
+    def list(self, request):
+        return page_of(self, self.get_queryset(), s.TenantSerializer)
+
+    @extend_schema(summary="A tenant (staff)")
+    def retrieve(self, request, slug=None):
+        return Response(s.TenantSerializer(self.get_object()).data)
+
+    @extend_schema(summary="Create a tenant (staff)", request=s.TenantCreateSerializer,
+                   responses={201: s.TenantSerializer})
+    def create(self, request):
+        data = dict(s.validated(s.TenantCreateSerializer, request.data))
+        fields = {key: data.pop(key) for key in ("slug", "name", "timezone") if key in data}
+        with transaction.atomic():  # a quota refused by tenant_update leaves no tenant behind
+            tenant = services.tenant_create(**fields, actor=actor(request))
+            if data:
+                tenant = services.tenant_update(tenant, data, actor=actor(request))
+        return Response(s.TenantSerializer(tenant).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(summary="Change a tenant's name, zone, active flag, quotas or weight (staff)",
+                   request=s.TenantChangeSerializer, responses=s.TenantSerializer)
+    def partial_update(self, request, slug=None):
+        tenant = self.get_object()
+        changes = s.validated(s.TenantChangeSerializer, request.data, partial=True)
+        return Response(s.TenantSerializer(services.tenant_update(tenant, dict(changes), actor=actor(request))).data)
+
+    @extend_schema(summary="Make an API key for the tenant (staff); the key is in this response only",
+                   request=s.ApiKeyCreateSerializer, responses={201: s.ApiKeyCreatedSerializer})
+    @action(detail=True, methods=["post"])
+    def keys(self, request, slug=None):
+        tenant = self.get_object()
+        return created_key(request, tenant)
+
+
+def created_key(request, tenant: Tenant | None) -> Response:
+    data = s.validated(s.ApiKeyCreateSerializer, request.data)
+    key, raw = services.apikey_create(tenant=tenant, name=data["name"], actor=actor(request))
+    key.key = raw
+    return Response(s.ApiKeyCreatedSerializer(key).data, status=status.HTTP_201_CREATED)
+
+
+# --- keys -------------------------------------------------------------------------------
+
+
+class ApiKeyViewSet(TenantScopedMixin, viewsets.GenericViewSet):
+    queryset = ApiKey.objects.select_related("tenant")
+    serializer_class = s.ApiKeySerializer
+    pagination_class = KeysetPagination
+    lookup_url_kwarg = "id"
+
+    @extend_schema(summary="The tenant's API keys, revoked ones included")
+    def list(self, request):
+        return page_of(self, self.get_queryset(), s.ApiKeySerializer)
+
+    @extend_schema(summary="An API key (never the key itself)")
+    def retrieve(self, request, id=None):
+        return Response(s.ApiKeySerializer(self.get_object()).data)
+
+    @extend_schema(summary="Make an API key for the tenant; the key is in this response only",
+                   request=s.ApiKeyCreateSerializer, responses={201: s.ApiKeyCreatedSerializer})
+    def create(self, request):
+        return created_key(request, self.tenant)
+
+    @extend_schema(summary="Revoke an API key (at once; the key stays listed as revoked)",
+                   responses={204: NO_CONTENT})
+    def destroy(self, request, id=None):
+        services.apikey_revoke(self.get_object(), actor=actor(request))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+# --- jobs -------------------------------------------------------------------------------
+
+
+class JobScopedMixin(TenantScopedMixin):
+    """Job views report service fields at their place in the job's representation."""
+
+    api_field = staticmethod(s.api_field)
+
+
+class JobViewSet(JobScopedMixin, viewsets.GenericViewSet):
+    queryset = Job.objects.all()
+    serializer_class = s.JobSerializer
+    pagination_class = KeysetPagination
+    lookup_url_kwarg = "id"
+
+    @extend_schema(summary="The tenant's jobs, by id", parameters=[s.JobFilterSerializer])
+    def list(self, request):
+        filters = s.validated(s.JobFilterSerializer, request.query_params)
+        jobs = self.get_queryset()
+        if "tag" in filters:
+            jobs = jobs.tagged(filters["tag"])
+        if filters["enabled"] is not None:
+            jobs = jobs.filter(enabled=filters["enabled"])
+        if "name" in filters:
+            jobs = jobs.filter(name=filters["name"])
+        return page_of(self, jobs, s.JobSerializer)
+
+    @extend_schema(summary="A job")
+    def retrieve(self, request, id=None):
+        return Response(s.JobSerializer(self.get_object()).data)
+
+    @extend_schema(summary="Create a job", request=s.JobWriteSerializer, responses={201: s.JobSerializer},
+                   examples=JOB_EXAMPLES)
+    def create(self, request):
+        data = s.validated(s.JobWriteSerializer, request.data)
+        job = services.job_create(self.tenant, services.JobSpec(**s.spec_fields(data)), actor=actor(request))
+        return Response(s.JobSerializer(job).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(summary="Change a job (validated as a whole; the version is bumped, and next_run_at "
+                           "recomputed when the schedule changes)",
+                   request=s.JobWriteSerializer, responses=s.JobSerializer, examples=CHANGE_EXAMPLES)
+    def partial_update(self, request, id=None):
+        job = self.get_object()
+        changes = s.spec_fields(s.validated(s.JobWriteSerializer, request.data, partial=True))
+        return Response(s.JobSerializer(services.job_update(job, changes, actor=actor(request))).data)
+
+    @extend_schema(summary="Delete a job and its runs", responses={204: NO_CONTENT})
+    def destroy(self, request, id=None):
+        services.job_delete(self.get_object(), actor=actor(request))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(summary="Pause a job (it stops firing; missed fires are recorded once on resume)",
+                   request=s.PauseSerializer, responses=s.JobSerializer)
+    @action(detail=True, methods=["post"])
+    def pause(self, request, id=None):
+        job = self.get_object()
+        note = s.validated(s.PauseSerializer, request.data).get("note", "")
+        return Response(s.JobSerializer(services.job_pause(job, note=note, actor=actor(request))).data)
+
+    @extend_schema(summary="Resume a paused job from now", request=None, responses=s.JobSerializer)
+    @action(detail=True, methods=["post"])
+    def resume(self, request, id=None):
+        return Response(s.JobSerializer(services.job_resume(self.get_object(), actor=actor(request))).data)
+
+    @extend_schema(summary="Run the job now: a manual run, recorded and queued",
+                   request=None, responses={201: s.TriggeredRunSerializer})
+    @action(detail=True, methods=["post"])
+    def trigger(self, request, id=None):
+        job = self.get_object()
+        run, publish_error = services.job_trigger_reporting(job, actor=actor(request))
+        run.job_name = job.name
+        run.publish_error = None if publish_error is None else str(publish_error)
+        return Response(s.TriggeredRunSerializer(run).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(summary="The job's next fires, in UTC and in its zone, DST anomalies flagged",
+                   parameters=[s.PreviewQuerySerializer], responses=s.PreviewSerializer)
+    @action(detail=True, methods=["get"])
+    def preview(self, request, id=None):
+        job = self.get_object()
+        count = s.validated(s.PreviewQuerySerializer, request.query_params)["count"]
+        fires = services.schedule_preview(job.schedule, count=count)
+        return Response(s.PreviewSerializer({"timezone": job.timezone, "fires": fires}).data)
+
+    @extend_schema(summary="What a PATCH with this body would do to the job's fires (nothing is saved)",
+                   request=s.JobWriteSerializer, responses=s.ImpactSerializer, examples=CHANGE_EXAMPLES)
+    @action(detail=True, methods=["post"])
+    def impact(self, request, id=None):
+        job = self.get_object()
+        changes = s.spec_fields(s.validated(s.JobWriteSerializer, request.data, partial=True))
+        return Response(s.ImpactSerializer(services.job_update_impact(job, changes)).data)
+
+    @extend_schema(summary="Record runs for the job's past fires in [start, end] that have none "
+                           "(dry_run, the default, only lists them)",
+                   request=s.BackfillSerializer, responses=s.BackfillResultSerializer,
+                   examples=[OpenApiExample("Yesterday, as a dry run", request_only=True, value={
+                       "start": "2024-01-01T00:00:00Z", "end": "2024-01-02T00:00:00Z", "dry_run": True})])
+    @action(detail=True, methods=["post"])
+    def backfill(self, request, id=None):
+        job = self.get_object()
+        data = s.validated(s.BackfillSerializer, request.data)
+        result = services.job_backfill(job, start=data["start"], end=data["end"], dry_run=data["dry_run"],
+                                       actor=actor(request))
+        return Response(s.BackfillResultSerializer(result).data)
+
+    @extend_schema(summary="Pause, resume or delete every job carrying a tag",
+                   request=s.BulkSerializer, responses=s.BulkResultSerializer,
+                   examples=[OpenApiExample("Pause a batch", request_only=True,
+                                            value={"tag": "reports", "action": "pause", "note": "maintenance"})])
+    @action(detail=False, methods=["post"])
+    def bulk(self, request):
+        data = s.validated(s.BulkSerializer, request.data)
+        count = services.jobs_bulk(self.tenant, tag=data["tag"], action=data["action"], note=data.get("note", ""),
+                                   actor=actor(request))
+        return Response(s.BulkResultSerializer({"tag": data["tag"], "action": data["action"], "count": count}).data)
+
+
+class SchedulePreviewView(JobScopedMixin, GenericAPIView):
+    serializer_class = s.SchedulePreviewSerializer
+
+    @extend_schema(summary="The next fires of a schedule not saved yet (cron read in the tenant's zone by default)",
+                   request=s.SchedulePreviewSerializer, responses=s.PreviewSerializer,
+                   examples=[OpenApiExample("Across a DST change", request_only=True, value={
+                       "schedule": {"cron": "30 2 * * *", "timezone": "Europe/Berlin"}, "count": 3,
+                       "start_at": "2030-03-29T00:00:00Z"})])
+    def post(self, request):
+        data = s.validated(s.SchedulePreviewSerializer, request.data)
+        fields = s.spec_fields(data)
+        spec = services.JobSpec(name="", start_at=data.get("start_at"), end_at=data.get("end_at"),
+                                **{key: fields[key] for key in ("cron", "timezone", "every", "at") if key in fields})
+        schedule = services.spec_schedule(self.tenant, spec)
+        fires = services.schedule_preview(schedule, count=data["count"])
+        return Response(s.PreviewSerializer({"timezone": schedule.timezone, "fires": fires}).data)
+
+
+# --- runs -------------------------------------------------------------------------------
+
+
+class RunViewSet(TenantScopedMixin, viewsets.GenericViewSet):
+    queryset = JobRun.objects.annotate(job_name=F("job__name"))
+    serializer_class = s.RunSerializer
+    pagination_class = RunPagination
+    lookup_url_kwarg = "id"
+
+    @extend_schema(summary="The tenant's runs, newest fire time first", parameters=[s.RunFilterSerializer])
+    def list(self, request):
+        filters = s.validated(s.RunFilterSerializer, request.query_params)
+        runs = self.get_queryset().defer("result", "error")
+        if "job" in filters:
+            self.own(Job, filters["job"], "job")
+            runs = runs.filter(job_id=filters["job"])
+        for name in ("state", "trigger"):
+            if name in filters:
+                runs = runs.filter(**{name: filters[name]})
+        if "scheduled_after" in filters:
+            runs = runs.filter(scheduled_at__gt=filters["scheduled_after"])
+        if "scheduled_before" in filters:
+            runs = runs.filter(scheduled_at__lt=filters["scheduled_before"])
+        return page_of(self, runs, s.RunSerializer)
+
+    @extend_schema(summary="A run, with its result, error and history", responses=s.RunDetailSerializer)
+    def retrieve(self, request, id=None):
+        run = self.get_object()
+        run.events = AuditEvent.objects.filter(tenant=self.tenant, run_id=run.id).order_by("id")[:MAX_RUN_EVENTS]
+        return Response(s.RunDetailSerializer(run).data)
+
+    @extend_schema(summary="Queue a failed or dead run again as its next attempt", request=None,
+                   responses=s.RunSerializer)
+    @action(detail=True, methods=["post"])
+    def replay(self, request, id=None):
+        run = services.run_replay(self.get_object(), actor=actor(request))  # keeps the job_name annotation
+        return Response(s.RunSerializer(run).data)
+
+
+# --- stats ------------------------------------------------------------------------------
+
+
+class StatsView(TenantScopedMixin, GenericAPIView):
+    serializer_class = s.StatsSerializer
+
+    @extend_schema(summary="Runs by state, dispatch and start lag percentiles, failure rate over a recent window",
+                   parameters=[s.StatsQuerySerializer], responses=s.StatsSerializer)
+    def get(self, request):
+        window = s.validated(s.StatsQuerySerializer, request.query_params)["window"]
+        found = stats.run_stats(self.tenant.id, window=timedelta(seconds=window), now=db_now())
+        return Response(s.StatsSerializer({"window_seconds": window, **found}).data)
+
