@@ -261,8 +261,10 @@ class JobRun(models.Model):
             # Quotas: a tenant's fires in the last minute, its runs in flight, its held runs.
             models.Index(fields=["tenant", "dispatched_at"], name="jobrun_tenant_dispatched_idx",
                          condition=Q(dispatched_at__isnull=False)),
-            models.Index(fields=["tenant"], name="jobrun_tenant_active_idx",
-                         condition=Q(state__in=["pending", "queued", "running", "retrying"])),
+            models.Index(fields=["tenant"], name="jobrun_tenant_in_flight_idx",
+                         condition=Q(state__in=["queued", "running"])),
+            models.Index(fields=["tenant", "scheduled_at"], name="jobrun_tenant_held_idx",
+                         condition=Q(state="pending")),
             # Admin, `jobs runs` and per-tenant views list runs newest first.
             models.Index(fields=["tenant", "-scheduled_at"], name="jobrun_tenant_recent_idx"),
             models.Index(fields=["state", "-scheduled_at"], name="jobrun_state_recent_idx"),

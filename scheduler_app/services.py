@@ -33,6 +33,7 @@ from scheduler_app.models import (
     Trigger,
     db_now,
 )
+from scheduler_app.dispatch import tenant_budget
 from scheduler_app.publish import RunMessage, publish_runs
 
 WAKE_CHANNEL = "cronfleet_jobs"
@@ -385,16 +386,36 @@ def job_resume(job: Job, *, actor: str = "") -> Job:
     return job
 
 
+def admitted(tenant_id: int, now: datetime, count: int) -> tuple[int, str]:
+    """How many of `count` runs recorded now may go to the broker at once under the tenant's
+    dispatch quota, and the reason to record on the others (they wait as pending; the beat
+    queues them as the budget frees). Locks the tenant row: call inside the transaction
+    that records the runs."""
+    budget = tenant_budget(tenant_id, now)
+    if budget is None:
+        return count, ""
+    return min(count, budget.for_new_runs), budget.reason
+
+
+def admission_fields(go: bool, reason: str, now: datetime) -> dict:
+    """The columns of a run that goes to the broker now, or waits for its tenant's quota."""
+    if go:
+        return {"state": RunState.QUEUED, "enqueued_at": now, "dispatched_at": now}
+    return {"state": RunState.PENDING, "reason": reason, "enqueued_at": None, "dispatched_at": None}
+
+
 def job_trigger(job: Job, *, actor: str = "") -> JobRun:
-    """Record a manual run at the database's now and publish it after commit."""
+    """Record a manual run at the database's now and publish it after commit (or hold it as
+    pending while the tenant is over its dispatch quota)."""
     now = db_now()
     with transaction.atomic():
+        go, reason = admitted(job.tenant_id, now, 1)
         run = JobRun.objects.create(job=job, tenant_id=job.tenant_id, scheduled_at=now, trigger=Trigger.MANUAL,
-                                    state=RunState.QUEUED, created_at=now, enqueued_at=now, dispatched_at=now,
-                                    job_version=job.version)
-        _audit(job, "job.triggered", actor, run_id=run.id)
-        message = RunMessage(run.id, 1, job.queue, job.timeout_seconds)
-        transaction.on_commit(lambda: publish_runs([message]))
+                                    created_at=now, job_version=job.version, **admission_fields(go, reason, now))
+        _audit(job, "job.triggered", actor, run_id=run.id, state=run.state)
+        if go:
+            message = RunMessage(run.id, 1, job.queue, job.timeout_seconds)
+            transaction.on_commit(lambda: publish_runs([message]))
     return run
 
 
@@ -581,18 +602,21 @@ def job_backfill(job: Job, *, start: datetime, end: datetime, dry_run: bool, act
         locked = Job.objects.select_for_update().get(id=job.id)
         existing = set(JobRun.objects.filter(job=job, scheduled_at__in=fires).values_list("scheduled_at", flat=True))
         missing = [at for at in fires if at not in existing]
-        created = []
+        created, held = [], 0
         if not dry_run and missing:
+            go, reason = admitted(job.tenant_id, now, len(missing))
             created = JobRun.objects.bulk_create(
-                JobRun(job=job, tenant_id=job.tenant_id, scheduled_at=at, trigger=Trigger.BACKFILL,
-                       state=RunState.QUEUED, created_at=now, enqueued_at=now, dispatched_at=now,
-                       job_version=locked.version)
-                for at in missing
+                JobRun(job=job, tenant_id=job.tenant_id, scheduled_at=at, trigger=Trigger.BACKFILL, created_at=now,
+                       job_version=locked.version, **admission_fields(index < go, reason, now))
+                for index, at in enumerate(missing)
             )
-            _audit(job, "job.backfilled", actor, start=start.isoformat(), end=end.isoformat(), created=len(created))
-            messages = [RunMessage(run.id, 1, locked.queue, locked.timeout_seconds) for run in created]
+            held = len(created) - go
+            _audit(job, "job.backfilled", actor, start=start.isoformat(), end=end.isoformat(), created=len(created),
+                   held=held)
+            messages = [RunMessage(run.id, 1, locked.queue, locked.timeout_seconds) for run in created[:go]]
             transaction.on_commit(lambda: publish_runs(messages))
-    return {"fires": fires, "missing": missing, "created": len(created), "existing": len(existing), "dry_run": dry_run}
+    return {"fires": fires, "missing": missing, "created": len(created), "held": held, "existing": len(existing),
+            "dry_run": dry_run}
 
 
 BULK_ACTIONS = ("pause", "resume", "delete")
@@ -641,16 +665,18 @@ def run_replay(run: JobRun, *, actor: str = "") -> JobRun:
         if locked.state not in REPLAYABLE:
             raise InvalidInput("state", f"only failed or dead runs can be replayed; this one is {locked.state}")
         attempt = locked.attempt + 1
+        go, reason = admitted(locked.tenant_id, now, 1)
         JobRun.objects.filter(id=run.id).update(
-            state=RunState.QUEUED, attempt=attempt, enqueued_at=now, started_at=None, finished_at=None,
-            heartbeat_at=None, lease_expires_at=None, next_attempt_at=None, worker="",
-            celery_task_id="", reason=f"replayed by {actor or 'someone'}", result="", error="",
+            started_at=None, finished_at=None, heartbeat_at=None, lease_expires_at=None, next_attempt_at=None,
+            worker="", celery_task_id="", result="", error="", attempt=attempt,
+            **{"reason": f"replayed by {actor or 'someone'}", **admission_fields(go, reason, now)},
         )
         AuditEvent.objects.create(tenant_id=locked.tenant_id, job_id=locked.job_id, job_name=locked.job.name,
                                   run_id=run.id, action="run.replayed", actor=actor,
                                   detail={"attempt": attempt, "was": locked.state, "error": locked.error[:2000]})
-        message = RunMessage(run.id, attempt, locked.job.queue, locked.job.timeout_seconds)
-        transaction.on_commit(lambda: publish_runs([message]))
+        if go:
+            message = RunMessage(run.id, attempt, locked.job.queue, locked.job.timeout_seconds)
+            transaction.on_commit(lambda: publish_runs([message]))
     run.refresh_from_db()
     return run
 

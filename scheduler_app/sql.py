@@ -2,8 +2,12 @@
 
 Table names are Django's stable defaults. `{lock}` is "FOR UPDATE SKIP LOCKED" on
 PostgreSQL and empty on SQLite, where the database serialises writers by itself.
-Parameters are named (%(name)s) or, for VALUES lists, built by dispatch from one
+Parameters are named (%(name)s) or, for VALUES and IN lists, built by dispatch from one
 placeholder row.
+
+Held runs are told apart by their reason: a run waiting for its job to go idle
+(overlap buffer_one) starts with "overlap_buffered", one waiting for its tenant's
+dispatch quota with "quota_" (both are `pending`).
 """
 
 # insert_runs
@@ -11,26 +15,156 @@ placeholder row.
 # trigger at the same instant) is left alone by the unique (job_id, scheduled_at)
 # constraint jobrun_one_per_fire. Returns only the rows this statement created, which
 # are the only ones this beat may publish. {rows} is a list of placeholder tuples.
+# Runs recorded as queued carry dispatched_at (their first trip to the broker).
 INSERT_RUNS = """
 INSERT INTO scheduler_app_jobrun
-       (job_id, tenant_id, scheduled_at, state, reason, job_version, created_at, enqueued_at, finished_at)
+       (job_id, tenant_id, scheduled_at, state, reason, job_version, created_at, enqueued_at,
+        dispatched_at, finished_at)
 VALUES {rows}
     ON CONFLICT (job_id, scheduled_at) DO NOTHING
 RETURNING id, job_id, state
 """
-INSERT_RUNS_ROW = "(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+INSERT_RUNS_ROW = "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
 
-# insert_runs (PostgreSQL): the same, with one array per column. Nine parameters whatever
+# insert_runs (PostgreSQL): the same, with one array per column. Ten parameters whatever
 # the batch size: psycopg neither re-parses nor quotes thousands of values, and the text
 # is short enough for its statement cache. About twice as fast as VALUES at 1,000 rows.
 INSERT_RUNS_PG = """
 INSERT INTO scheduler_app_jobrun
-       (job_id, tenant_id, scheduled_at, state, reason, job_version, created_at, enqueued_at, finished_at)
+       (job_id, tenant_id, scheduled_at, state, reason, job_version, created_at, enqueued_at,
+        dispatched_at, finished_at)
 SELECT *
   FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[], %s::varchar[], %s::varchar[],
-              %s::integer[], %s::timestamptz[], %s::timestamptz[], %s::timestamptz[])
+              %s::integer[], %s::timestamptz[], %s::timestamptz[], %s::timestamptz[], %s::timestamptz[])
     ON CONFLICT (job_id, scheduled_at) DO NOTHING
 RETURNING id, job_id, state
+"""
+
+# The fair order of the due jobs (shared by FAIR_CLAIM and FAIR_ORDER): each tenant's due
+# jobs ranked by (next_run_at, id), then taken by rank / tenant weight, so a tenant of
+# weight 3 gets three claims for every one of a tenant of weight 1 while both have jobs
+# due, and one tenant's 100,000 due jobs cannot push another tenant's ten behind them.
+# Ties (the same share) go to the older fire. It reads every due row and sorts them:
+# ~0.2 s for 100,000 due jobs on two cores (see dispatch.FairOrder).
+_FAIR_RANKING = """
+     SELECT ranked.id, ranked.next_run_at,
+            CAST(ranked.tenant_rank AS DOUBLE PRECISION) / tenant.weight AS share
+       FROM (SELECT due.id, due.tenant_id, due.next_run_at,
+                    row_number() OVER (PARTITION BY due.tenant_id ORDER BY due.next_run_at, due.id) AS tenant_rank
+               FROM scheduler_app_job AS due
+              WHERE due.enabled
+                AND due.next_run_at <= %(now)s) AS ranked
+       JOIN scheduler_app_tenant AS tenant ON tenant.id = ranked.tenant_id
+      ORDER BY share, ranked.next_run_at, ranked.id"""
+
+# claim_due_jobs
+# Lock up to %(limit)s due jobs in the fair order. The ranking is a CTE: window functions
+# cannot be locked, and a locking clause without OF skips CTEs (and function scans), so
+# "FOR NO KEY UPDATE SKIP LOCKED" locks the job rows only, never the tenants. The ranked ids
+# are walked in order and each job fetched by primary key ({job}, below); a job another
+# beat holds yields no row, so the LIMIT counts only rows this beat locked: two beats
+# claiming at once each get a full batch of different jobs, and no row beyond the batch is
+# locked. The due test is checked again on the latest version of a row that changed after
+# the snapshot (a job paused, or advanced by another beat, is not claimed). {columns} lists
+# dispatch.CLAIM_FIELDS.
+FAIR_CLAIM = f"""
+WITH fair AS ({_FAIR_RANKING}
+)
+SELECT {{columns}}
+  FROM fair
+  {{job}}
+ WHERE job.enabled
+   AND job.next_run_at <= %(now)s
+ ORDER BY fair.share, fair.next_run_at, fair.id
+ LIMIT %(limit)s
+   {{lock}}
+"""
+
+# How FAIR_CLAIM and CLAIM_LISTED reach the job of each ranked or listed id. PostgreSQL: a
+# LATERAL lookup by primary key alone, fenced by OFFSET 0, so the plan stays "walk the
+# order, fetch and lock each job in turn" whatever the planner believes about the due set.
+# Statistics gathered before a spike say almost nothing is due; with a plain join (or the
+# due test inside the lookup, which lets it use job_due_idx) the planner then scanned the
+# due range again for every ranked row (quadratic: a 100,000-job spike stalled a beat for
+# a minute) or hashed the whole due set. The lock clause reaches into the subquery; a row
+# that changed after the snapshot comes out of it as its latest version, locked, and the
+# outer WHERE (the due test) drops it if it is no longer due. SQLite has no LATERAL, and
+# no concurrent beat: a plain join.
+CLAIM_JOB_PG = """CROSS JOIN LATERAL (
+       SELECT *
+         FROM scheduler_app_job
+        WHERE scheduler_app_job.id = {id}
+       OFFSET 0
+       ) AS job"""
+CLAIM_JOB = "JOIN scheduler_app_job AS job ON job.id = fair.id"
+
+# FairOrder.refresh (PostgreSQL)
+# The ids of the first %(horizon)s due jobs in the fair order, without locking anything:
+# the next claims take their jobs from this list (CLAIM_LISTED) instead of ranking the
+# whole due set again for every batch.
+FAIR_ORDER = f"""
+SELECT fair.id
+  FROM ({_FAIR_RANKING}
+       ) AS fair
+ LIMIT %(horizon)s
+"""
+
+# FairOrder.claim (PostgreSQL)
+# Lock up to %(limit)s of the listed jobs that are still due, in list order, skipping rows
+# another beat holds (the lock applies to `job` only: function scans are never locked).
+# Returns each row's position in the list, so the caller can drop what it has passed.
+CLAIM_LISTED = f"""
+SELECT listed.position, {{columns}}
+  FROM unnest(%(ids)s::bigint[]) WITH ORDINALITY AS listed (id, position)
+       {CLAIM_JOB_PG.format(id="listed.id")}
+ WHERE job.enabled
+   AND job.next_run_at <= %(now)s
+ ORDER BY listed.position
+ LIMIT %(limit)s
+   FOR NO KEY UPDATE SKIP LOCKED
+"""
+
+# tenant_budgets
+# Lock the rows of the tenants in {ids} that have a dispatch quota, in id order, waiting
+# for a beat that holds one: whoever holds a tenant's row is the only one spending its
+# budget until commit, and two beats always take tenant locks in the same order. {lock} is
+# "FOR NO KEY UPDATE" on PostgreSQL (it does not block inserts of runs referencing the
+# tenant) and empty on SQLite.
+LOCK_QUOTA_TENANTS = """
+SELECT id
+  FROM scheduler_app_tenant
+ WHERE id IN ({ids})
+   AND (max_fires_per_minute IS NOT NULL OR max_concurrent_runs IS NOT NULL)
+ ORDER BY id
+   {lock}
+"""
+
+# tenant_budgets
+# What each tenant in {ids} has used of its quota, read after its row is locked (a new
+# statement, so it sees every run committed by the beat that held the lock before):
+# runs first dispatched after the first parameter, a minute ago (jobrun_tenant_dispatched_idx),
+# runs queued or running (jobrun_tenant_active_idx), and whether runs already wait for the
+# quota (they go before any new fire). A count is skipped when its limit is not set.
+TENANT_USAGE = """
+SELECT tenant.id, tenant.max_fires_per_minute, tenant.max_concurrent_runs,
+       CASE WHEN tenant.max_fires_per_minute IS NULL THEN 0 ELSE (
+            SELECT count(*)
+              FROM scheduler_app_jobrun AS run
+             WHERE run.tenant_id = tenant.id
+               AND run.dispatched_at > %s) END,
+       CASE WHEN tenant.max_concurrent_runs IS NULL THEN 0 ELSE (
+            SELECT count(*)
+              FROM scheduler_app_jobrun AS run
+             WHERE run.tenant_id = tenant.id
+               AND run.state IN ('queued', 'running')) END,
+       EXISTS (
+            SELECT 1
+              FROM scheduler_app_jobrun AS run
+             WHERE run.tenant_id = tenant.id
+               AND run.state = 'pending'
+               AND substr(run.reason, 1, 6) = 'quota_')
+  FROM scheduler_app_tenant AS tenant
+ WHERE tenant.id IN ({ids})
 """
 
 # advance_jobs (PostgreSQL)
@@ -49,6 +183,7 @@ ADVANCE_JOBS_ONE = "UPDATE scheduler_app_job SET next_run_at = %s WHERE id = %s"
 # Move up to %(limit)s retrying runs whose backoff is over back to queued as a new
 # attempt. The fencing token is `attempt`: the worker of the old attempt can no longer
 # write to the row. Locked rows are skipped, so two beats never requeue the same run.
+# dispatched_at stays: a retry is not a new fire for the tenant's quota.
 REQUEUE_DUE_RETRIES = """
 UPDATE scheduler_app_jobrun
    SET state = 'queued',
@@ -70,17 +205,20 @@ RETURNING id, attempt, job_id, tenant_id
 # mark_lost_runs
 # Running runs whose lease ran out (the worker died, froze or lost the database) become
 # `retrying` at once when the job has attempts left, else `dead`. The CASE reads the job's
-# max_attempts through the join. Returns what it changed, for the audit trail.
+# max_attempts by primary key (a correlated subquery, not UPDATE ... FROM: SQLite refuses a
+# RETURNING that names an alias). Returns what it changed, for the audit trail.
 MARK_LOST_RUNS = """
-UPDATE scheduler_app_jobrun AS run
-   SET state = CASE WHEN run.attempt < job.max_attempts THEN 'retrying' ELSE 'dead' END,
-       next_attempt_at = CASE WHEN run.attempt < job.max_attempts THEN %(now)s ELSE NULL END,
+UPDATE scheduler_app_jobrun
+   SET state = CASE WHEN attempt < (SELECT job.max_attempts FROM scheduler_app_job AS job
+                                     WHERE job.id = scheduler_app_jobrun.job_id)
+                    THEN 'retrying' ELSE 'dead' END,
+       next_attempt_at = CASE WHEN attempt < (SELECT job.max_attempts FROM scheduler_app_job AS job
+                                               WHERE job.id = scheduler_app_jobrun.job_id)
+                              THEN %(now)s ELSE NULL END,
        finished_at = %(now)s,
        lease_expires_at = NULL,
-       error = 'lost: lease expired (worker ' || run.worker || ')'
-  FROM scheduler_app_job AS job
- WHERE job.id = run.job_id
-   AND run.id IN (
+       error = 'lost: lease expired (worker ' || worker || ')'
+ WHERE id IN (
        SELECT id
          FROM scheduler_app_jobrun
         WHERE state = 'running'
@@ -89,7 +227,7 @@ UPDATE scheduler_app_jobrun AS run
         LIMIT %(limit)s
           {lock}
        )
-RETURNING run.id, run.state, run.attempt, run.job_id, run.tenant_id, run.worker
+RETURNING id, state, attempt, job_id, tenant_id, worker
 """
 
 # stale_queues
@@ -125,24 +263,110 @@ RETURNING id, attempt, job_id
 """
 
 # release_buffered_runs
-# Queue runs held by a buffer_one job once none of that job's runs is still going. The
-# NOT EXISTS probe reads the small partial index jobrun_active_idx.
+# Queue runs held by a buffer_one job once none of that job's runs is still going (a run
+# waiting for its tenant's quota counts as going: it is the job's next run). Only tenants
+# without a dispatch quota: the held runs of a quota tenant are handed to its quota
+# (HAND_OVER_BUFFERED_RUNS). COALESCE keeps an earlier first dispatch. The NOT EXISTS probe
+# reads the small partial index jobrun_active_idx.
 RELEASE_BUFFERED_RUNS = """
 UPDATE scheduler_app_jobrun
    SET state = 'queued',
        enqueued_at = %(now)s,
+       dispatched_at = COALESCE(dispatched_at, %(now)s),
        reason = ''
  WHERE id IN (
        SELECT held.id
          FROM scheduler_app_jobrun AS held
         WHERE held.state = 'pending'
+          AND substr(held.reason, 1, 16) = 'overlap_buffered'
+          AND NOT EXISTS (
+              SELECT 1
+                FROM scheduler_app_tenant AS tenant
+               WHERE tenant.id = held.tenant_id
+                 AND (tenant.max_fires_per_minute IS NOT NULL OR tenant.max_concurrent_runs IS NOT NULL)
+              )
           AND NOT EXISTS (
               SELECT 1
                 FROM scheduler_app_jobrun AS going
                WHERE going.job_id = held.job_id
-                 AND going.state IN ('queued', 'running', 'retrying')
+                 AND (going.state IN ('queued', 'running', 'retrying')
+                      OR (going.state = 'pending' AND substr(going.reason, 1, 6) = 'quota_'))
               )
         ORDER BY held.scheduled_at
+        LIMIT %(limit)s
+          {lock}
+       )
+RETURNING id, attempt, job_id
+"""
+
+# release_buffered_runs
+# The same runs of tenants with a dispatch quota are not queued here, which would bypass
+# the quota: they now wait for the quota instead (a reason starting with "quota_", naming
+# the tenant's limit) and release_quota_held_runs queues them within the tenant's budget.
+# From here on they count as their job's going run, so the job's overlap policy still holds.
+HAND_OVER_BUFFERED_RUNS = """
+UPDATE scheduler_app_jobrun
+   SET reason = (
+       SELECT CASE WHEN tenant.max_fires_per_minute IS NOT NULL
+                   THEN %(fires_head)s || CAST(tenant.max_fires_per_minute AS VARCHAR(20)) || %(fires_tail)s
+                   ELSE %(concurrency_head)s || CAST(tenant.max_concurrent_runs AS VARCHAR(20)) || %(concurrency_tail)s
+              END
+         FROM scheduler_app_tenant AS tenant
+        WHERE tenant.id = scheduler_app_jobrun.tenant_id)
+ WHERE id IN (
+       SELECT held.id
+         FROM scheduler_app_jobrun AS held
+        WHERE held.state = 'pending'
+          AND substr(held.reason, 1, 16) = 'overlap_buffered'
+          AND EXISTS (
+              SELECT 1
+                FROM scheduler_app_tenant AS tenant
+               WHERE tenant.id = held.tenant_id
+                 AND (tenant.max_fires_per_minute IS NOT NULL OR tenant.max_concurrent_runs IS NOT NULL)
+              )
+          AND NOT EXISTS (
+              SELECT 1
+                FROM scheduler_app_jobrun AS going
+               WHERE going.job_id = held.job_id
+                 AND (going.state IN ('queued', 'running', 'retrying')
+                      OR (going.state = 'pending' AND substr(going.reason, 1, 6) = 'quota_'))
+              )
+        ORDER BY held.scheduled_at
+        LIMIT %(limit)s
+          {lock}
+       )
+"""
+
+# release_quota_held_runs
+# The tenants with runs waiting for their quota, the one waiting longest first. Reads the
+# pending runs only (jobrun_state_recent_idx): the work held back, never the whole ledger.
+QUOTA_HELD_TENANTS = """
+SELECT held.tenant_id
+  FROM scheduler_app_jobrun AS held
+ WHERE held.state = 'pending'
+   AND substr(held.reason, 1, 6) = 'quota_'
+ GROUP BY held.tenant_id
+ ORDER BY min(held.scheduled_at), held.tenant_id
+ LIMIT %(limit)s
+"""
+
+# release_quota_held_runs
+# Queue up to %(limit)s of one tenant's runs waiting for its quota, oldest fire first; the
+# caller holds the tenant's row lock and passes the budget as the limit. This is the
+# run's first trip to the broker, hence dispatched_at. Locked rows are skipped.
+RELEASE_QUOTA_HELD_RUNS = """
+UPDATE scheduler_app_jobrun
+   SET state = 'queued',
+       enqueued_at = %(now)s,
+       dispatched_at = %(now)s,
+       reason = ''
+ WHERE id IN (
+       SELECT held.id
+         FROM scheduler_app_jobrun AS held
+        WHERE held.tenant_id = %(tenant)s
+          AND held.state = 'pending'
+          AND substr(held.reason, 1, 6) = 'quota_'
+        ORDER BY held.scheduled_at, held.id
         LIMIT %(limit)s
           {lock}
        )

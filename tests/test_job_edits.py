@@ -392,3 +392,49 @@ def test_preview_count_is_bounded():
 def test_a_zone_inside_the_expression_is_refused_with_a_pointer_to_the_timezone_field():
     with pytest.raises(schedules.InvalidSchedule, match="give the time zone in the timezone field"):
         schedules.normalize_cron("CRON_TZ=Europe/Paris 0 9 * * *")
+
+
+# --- dispatch quotas for runs made outside the beat -----------------------------------------
+
+
+def test_a_manual_trigger_over_the_concurrency_quota_waits_as_pending(tenant):
+    services.tenant_update(tenant, {"max_concurrent_runs": 1})
+    job = services.job_create(tenant, spec(every=3600))
+
+    first = services.job_trigger(job)
+    second = services.job_trigger(job)
+
+    assert (first.state, second.state) == (RunState.QUEUED, RunState.PENDING)
+    assert first.dispatched_at is not None and second.dispatched_at is None
+    assert second.reason.startswith("quota_concurrency:")
+
+
+def test_a_backfill_queues_what_the_fires_per_minute_quota_allows_and_holds_the_rest(tenant):
+    services.tenant_update(tenant, {"max_fires_per_minute": 2})
+    job = services.job_create(tenant, spec(cron="0 * * * *"))
+    end = db_now().replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)
+
+    result = services.job_backfill(job, start=end - timedelta(hours=4), end=end, dry_run=False)
+
+    assert (result["created"], result["held"]) == (5, 3)
+    states = list(JobRun.objects.filter(job=job).order_by("scheduled_at").values_list("state", flat=True))
+    assert states == ["queued", "queued", "pending", "pending", "pending"]
+
+
+def test_a_replay_over_the_quota_waits_as_pending(make_run, tenant):
+    services.tenant_update(tenant, {"max_concurrent_runs": 1})
+    make_run(state=RunState.RUNNING)
+    dead = make_run(state=RunState.DEAD, scheduled_at=datetime(2024, 1, 2, tzinfo=UTC))
+
+    replayed = services.run_replay(dead)
+
+    assert (replayed.state, replayed.attempt) == (RunState.PENDING, 2)
+    assert replayed.reason.startswith("quota_concurrency:")
+
+
+def test_backfill_refuses_instants_before_1970(tenant):
+    job = services.job_create(tenant, spec(cron="0 0 * * *"))
+    with pytest.raises(services.InvalidInput) as caught:
+        services.job_backfill(job, start=datetime(1, 1, 1, tzinfo=UTC), end=datetime(2000, 1, 1, tzinfo=UTC),
+                              dry_run=True)
+    assert caught.value.field == "start"

@@ -378,6 +378,7 @@ class BackfillResultSerializer(serializers.Serializer):
     fires = serializers.ListField(child=serializers.DateTimeField(), help_text="The job's fire times in the range")
     missing = serializers.ListField(child=serializers.DateTimeField(), help_text="Those without a run yet")
     created = serializers.IntegerField()
+    held = serializers.IntegerField(help_text="Of those created, how many wait for the tenant's dispatch quota")
     existing = serializers.IntegerField()
     dry_run = serializers.BooleanField()
 

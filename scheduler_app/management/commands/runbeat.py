@@ -121,10 +121,11 @@ class Command(BaseCommand):
                     continue
                 if sweep:
                     next_sweep = time.monotonic() + SWEEP_EVERY
-                if turn.claimed or turn.requeued or turn.lost or turn.republished:
-                    logger.info("beat turn: claimed %s jobs, published %s runs, skipped %s fires, requeued %s "
-                                "retries, %s lost, %s republished", turn.claimed, turn.published, turn.skipped,
-                                turn.requeued, turn.lost, turn.republished)
+                if turn.claimed or turn.requeued or turn.lost or turn.republished or turn.released:
+                    logger.info("beat turn: claimed %s jobs, published %s runs, skipped %s fires, held %s over "
+                                "quota, released %s, requeued %s retries, %s lost, %s republished", turn.claimed,
+                                turn.published, turn.skipped, turn.held, turn.released, turn.requeued, turn.lost,
+                                turn.republished)
                 if once:
                     break
                 if not turn.busy:
