@@ -430,14 +430,19 @@ def release_buffered_runs(now: datetime, *, limit: int) -> list[RunMessage]:
     fires_head, fires_tail = FIRES_REASON.split("{}")
     concurrency_head, concurrency_tail = CONCURRENCY_REASON.split("{}")
     with transaction.atomic(durable=True), connection.cursor() as cursor:
-        cursor.execute(sql.HAND_OVER_BUFFERED_RUNS.format(lock=lock_clause()), {
+        cursor.execute(sql.HAND_OVER_BUFFERED_RUNS.format(ready=ready_buffered_runs(quota=True)), {
             "limit": limit, "fires_head": fires_head, "fires_tail": fires_tail,
             "concurrency_head": concurrency_head, "concurrency_tail": concurrency_tail,
         })
-        cursor.execute(sql.RELEASE_BUFFERED_RUNS.format(lock=lock_clause()),
+        cursor.execute(sql.RELEASE_BUFFERED_RUNS.format(ready=ready_buffered_runs(quota=False)),
                        {"now": adapt(now), "limit": limit})
         rows = cursor.fetchall()
     return messages_for(rows)
+
+
+def ready_buffered_runs(*, quota: bool) -> str:
+    """The select of held buffer_one runs ready to go, of tenants with or without a quota."""
+    return sql.READY_BUFFERED_RUNS.format(quota="" if quota else "NOT", lock=lock_clause())
 
 
 # --- quotas ----------------------------------------------------------------------------------

@@ -263,47 +263,52 @@ RETURNING id, attempt, job_id
 """
 
 # release_buffered_runs
-# Queue runs held by a buffer_one job once none of that job's runs is still going (a run
-# waiting for its tenant's quota counts as going: it is the job's next run). Only tenants
-# without a dispatch quota: the held runs of a quota tenant are handed to its quota
-# (HAND_OVER_BUFFERED_RUNS). COALESCE keeps an earlier first dispatch. The NOT EXISTS probe
-# reads the small partial index jobrun_active_idx.
+# The runs held by a buffer_one job whose job has no run still going (a run waiting for
+# its tenant's quota counts as going: it is the job's next run), oldest first. {quota} is
+# "NOT" for tenants without a dispatch quota and empty for tenants with one. The NOT EXISTS
+# probe reads the small partial index jobrun_active_idx.
+READY_BUFFERED_RUNS = """
+SELECT held.id
+  FROM scheduler_app_jobrun AS held
+ WHERE held.state = 'pending'
+   AND substr(held.reason, 1, 16) = 'overlap_buffered'
+   AND {quota} EXISTS (
+       SELECT 1
+         FROM scheduler_app_tenant AS tenant
+        WHERE tenant.id = held.tenant_id
+          AND (tenant.max_fires_per_minute IS NOT NULL OR tenant.max_concurrent_runs IS NOT NULL)
+       )
+   AND NOT EXISTS (
+       SELECT 1
+         FROM scheduler_app_jobrun AS going
+        WHERE going.job_id = held.job_id
+          AND (going.state IN ('queued', 'running', 'retrying')
+               OR (going.state = 'pending' AND substr(going.reason, 1, 6) = 'quota_'))
+       )
+ ORDER BY held.scheduled_at
+ LIMIT %(limit)s
+   {lock}
+"""
+
+# release_buffered_runs
+# Queue the ready held runs of tenants without a dispatch quota. COALESCE keeps an earlier
+# first dispatch.
 RELEASE_BUFFERED_RUNS = """
 UPDATE scheduler_app_jobrun
    SET state = 'queued',
        enqueued_at = %(now)s,
        dispatched_at = COALESCE(dispatched_at, %(now)s),
        reason = ''
- WHERE id IN (
-       SELECT held.id
-         FROM scheduler_app_jobrun AS held
-        WHERE held.state = 'pending'
-          AND substr(held.reason, 1, 16) = 'overlap_buffered'
-          AND NOT EXISTS (
-              SELECT 1
-                FROM scheduler_app_tenant AS tenant
-               WHERE tenant.id = held.tenant_id
-                 AND (tenant.max_fires_per_minute IS NOT NULL OR tenant.max_concurrent_runs IS NOT NULL)
-              )
-          AND NOT EXISTS (
-              SELECT 1
-                FROM scheduler_app_jobrun AS going
-               WHERE going.job_id = held.job_id
-                 AND (going.state IN ('queued', 'running', 'retrying')
-                      OR (going.state = 'pending' AND substr(going.reason, 1, 6) = 'quota_'))
-              )
-        ORDER BY held.scheduled_at
-        LIMIT %(limit)s
-          {lock}
-       )
+ WHERE id IN ({ready})
 RETURNING id, attempt, job_id
 """
 
 # release_buffered_runs
-# The same runs of tenants with a dispatch quota are not queued here, which would bypass
-# the quota: they now wait for the quota instead (a reason starting with "quota_", naming
-# the tenant's limit) and release_quota_held_runs queues them within the tenant's budget.
-# From here on they count as their job's going run, so the job's overlap policy still holds.
+# The ready held runs of tenants with a dispatch quota are not queued here, which would
+# bypass the quota: they now wait for the quota instead (a reason starting with "quota_",
+# naming the tenant's limit) and release_quota_held_runs queues them within the tenant's
+# budget. From here on they count as their job's going run, so the job's overlap policy
+# still holds.
 HAND_OVER_BUFFERED_RUNS = """
 UPDATE scheduler_app_jobrun
    SET reason = (
@@ -313,28 +318,7 @@ UPDATE scheduler_app_jobrun
               END
          FROM scheduler_app_tenant AS tenant
         WHERE tenant.id = scheduler_app_jobrun.tenant_id)
- WHERE id IN (
-       SELECT held.id
-         FROM scheduler_app_jobrun AS held
-        WHERE held.state = 'pending'
-          AND substr(held.reason, 1, 16) = 'overlap_buffered'
-          AND EXISTS (
-              SELECT 1
-                FROM scheduler_app_tenant AS tenant
-               WHERE tenant.id = held.tenant_id
-                 AND (tenant.max_fires_per_minute IS NOT NULL OR tenant.max_concurrent_runs IS NOT NULL)
-              )
-          AND NOT EXISTS (
-              SELECT 1
-                FROM scheduler_app_jobrun AS going
-               WHERE going.job_id = held.job_id
-                 AND (going.state IN ('queued', 'running', 'retrying')
-                      OR (going.state = 'pending' AND substr(going.reason, 1, 6) = 'quota_'))
-              )
-        ORDER BY held.scheduled_at
-        LIMIT %(limit)s
-          {lock}
-       )
+ WHERE id IN ({ready})
 """
 
 # release_quota_held_runs
