@@ -226,7 +226,7 @@ FORM_TO_SPEC = {"every_seconds": "every", "run_at": "at"}
 JOB_EDITABLE = ("name", "description", "tags", "cron", "timezone", "every_seconds", "run_at", "start_at", "end_at",
                 "task_name", "args", "kwargs", "queue", "timeout_seconds", "max_attempts", "retry_backoff_seconds",
                 "retry_backoff_max_seconds", "misfire_policy", "catchup_window_seconds", "run_all_cap",
-                "overlap_policy")
+                "overlap_policy", "jitter_seconds")
 
 
 class JobChangeForm(forms.ModelForm):
@@ -287,7 +287,7 @@ class JobAdmin(admin.ModelAdmin):
         (None, {"fields": ("tenant", "name", "description", "tags", "enabled", "paused_note", "version",
                            "created_at", "updated_at")}),
         ("Schedule", {"fields": ("schedule", "cron", "timezone", "every_seconds", "run_at", "anchor_at",
-                                 "start_at", "end_at", "next_run_at", "next_fires")}),
+                                 "start_at", "end_at", "jitter_seconds", "next_run_at", "next_fires")}),
         ("Target", {"fields": ("target_kind", "target_config", "task_name", "args", "kwargs", "queue",
                                "timeout_seconds")}),
         ("Retries, misfires and overlap", {"fields": ("max_attempts", "retry_backoff_seconds",
@@ -323,6 +323,8 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.display(description=f"next {NEXT_FIRES} fires")
     def next_fires(self, job):
+        # The saved job: a change form shown again with errors holds the rejected values.
+        job = Job.objects.get(pk=job.pk)
         fires = services.job_preview(job, count=NEXT_FIRES)
         if not fires:
             return "none left"

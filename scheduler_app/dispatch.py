@@ -53,7 +53,7 @@ logger = logging.getLogger(__name__)
 CLAIM_FIELDS = (
     "id", "tenant_id", "version", "cron", "timezone", "every_seconds", "run_at", "anchor_at",
     "start_at", "end_at", "next_run_at", "misfire_policy", "catchup_window_seconds",
-    "run_all_cap", "queue", "timeout_seconds", "overlap_policy",
+    "run_all_cap", "queue", "timeout_seconds", "overlap_policy", "jitter_seconds", "jitter_seed",
 )
 INSERT_CHUNK = 500  # rows per INSERT on SQLite: 10 parameters each stays below its limit
 QUOTA_PREFIX = "quota_"  # the reason of every run held back by its tenant's quota
@@ -317,7 +317,8 @@ def plan_batch(jobs: list[dict], now: datetime, grace: timedelta, active: dict[i
     cancel: dict[int, str] = {}
     for job in jobs:
         schedule = schedule_of(job["cron"], job["timezone"], job["every_seconds"], job["run_at"],
-                               job["anchor_at"], job["start_at"], job["end_at"])
+                               job["anchor_at"], job["start_at"], job["end_at"], job["jitter_seconds"],
+                               job["jitter_seed"])
         rules = misfire_rules_of(job["misfire_policy"], grace, job["catchup_window_seconds"], job["run_all_cap"])
         plan = schedules.plan_fires(schedule, job["next_run_at"], now, rules, cache=cache)
         overlap = plan_overlap(job["overlap_policy"], plan.fires, active.get(job["id"], []))

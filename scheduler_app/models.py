@@ -104,6 +104,10 @@ class Job(models.Model):
     anchor_at = models.DateTimeField(null=True, blank=True, help_text="Intervals count from here")
     start_at = models.DateTimeField(null=True, blank=True)
     end_at = models.DateTimeField(null=True, blank=True)
+    jitter_seconds = models.PositiveIntegerField(
+        default=0, help_text="Each fire moves later by a stable random 0..N-1 seconds (spreads many jobs on one expression)")
+    # Drawn once when the job is made: its fires' jitter offsets derive from it (schedules.jitter_offset).
+    jitter_seed = models.PositiveIntegerField(default=0, editable=False)
 
     enabled = models.BooleanField(default=True, help_text="Paused jobs do not fire")
     paused_note = models.CharField(max_length=500, blank=True)
@@ -162,14 +166,14 @@ class Job(models.Model):
     @property
     def schedule(self) -> schedules.Schedule:
         return schedule_of(self.cron, self.timezone, self.every_seconds, self.run_at,
-                           self.anchor_at, self.start_at, self.end_at)
+                           self.anchor_at, self.start_at, self.end_at, self.jitter_seconds, self.jitter_seed)
 
 
-def schedule_of(cron, tz, every, run_at, anchor_at, start_at, end_at) -> schedules.Schedule:
+def schedule_of(cron, tz, every, run_at, anchor_at, start_at, end_at, jitter=0, jitter_seed=0) -> schedules.Schedule:
     """The pure Schedule for a job's columns (also used on rows read by raw SQL)."""
     return schedules.Schedule(
         cron=cron or "", timezone=tz or "UTC", every=every, at=run_at,
-        anchor=anchor_at, start_at=start_at, end_at=end_at,
+        anchor=anchor_at, start_at=start_at, end_at=end_at, jitter=jitter or 0, jitter_seed=jitter_seed or 0,
     )
 
 

@@ -12,9 +12,10 @@ often fire at every real instant.
 from __future__ import annotations
 
 import enum
+import hashlib
 import itertools
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -30,6 +31,7 @@ NICKNAMES = {
     "@hourly": "0 * * * *",
 }
 MAX_CRON_LENGTH = 200
+MAX_JITTER_SECONDS = 86400
 # The longest interval we accept: 10 years. Longer ones are almost certainly a unit mistake.
 MAX_EVERY_SECONDS = 10 * 366 * 86400
 # Datetimes beyond this cannot be stepped past safely (datetime.max is 9999-12-31).
@@ -79,6 +81,11 @@ class Schedule:
     anchor: datetime | None = None
     start_at: datetime | None = None
     end_at: datetime | None = None
+    # Each fire of a repeating schedule moves later by a stable offset in [0, jitter)
+    # seconds, drawn from (jitter_seed, the nominal fire time): many jobs on one expression
+    # spread out instead of landing on one instant. See jitter_offset().
+    jitter: int = 0
+    jitter_seed: int = 0
 
     @property
     def kind(self) -> str:
@@ -89,11 +96,17 @@ class Schedule:
         return "once"
 
     def describe(self) -> str:
+        jitter = f" + jitter {self.jitter}s" if self.jitter else ""
         if self.cron:
-            return f"cron {self.cron} ({self.timezone})"
+            return f"cron {self.cron} ({self.timezone}){jitter}"
         if self.every is not None:
-            return f"every {self.every}s"
+            return f"every {self.every}s{jitter}"
         return f"once at {self.at.isoformat() if self.at else '?'}"
+
+    @property
+    def nominal(self) -> Schedule:
+        """The same schedule without jitter."""
+        return replace(self, jitter=0, jitter_seed=0) if self.jitter else self
 
 
 def normalize_cron(expression: str) -> str:
@@ -179,6 +192,11 @@ def validate(schedule: Schedule) -> Schedule:
             raise InvalidSchedule(name, f"must be before {LATEST_INSTANT.year}")
     if schedule.start_at and schedule.end_at and schedule.end_at < schedule.start_at:
         raise InvalidSchedule("end_at", "must not be before start_at")
+    jitter = schedule.jitter
+    if isinstance(jitter, bool) or not isinstance(jitter, int) or not 0 <= jitter <= MAX_JITTER_SECONDS:
+        raise InvalidSchedule("jitter", f"must be a whole number of seconds from 0 to {MAX_JITTER_SECONDS}")
+    if jitter and schedule.at is not None:
+        raise InvalidSchedule("jitter", "applies to repeating schedules (cron or every), not to a one-off")
     normalised = Schedule(
         cron=cron,
         timezone=schedule.timezone,
@@ -187,11 +205,43 @@ def validate(schedule: Schedule) -> Schedule:
         anchor=schedule.anchor,
         start_at=schedule.start_at,
         end_at=schedule.end_at,
+        jitter=jitter,
+        jitter_seed=schedule.jitter_seed,
     )
     if normalised.cron and next_fire_after(normalised, normalised.start_at or _PROBE_FROM) is None:
         if normalised.end_at is None:
             raise InvalidSchedule("cron", f"{cron!r} never fires")
+    if jitter:
+        gap = shortest_gap(normalised.nominal, normalised.start_at or _PROBE_FROM)
+        if gap is not None and jitter > gap:
+            raise InvalidSchedule("jitter", f"must not exceed the shortest gap between two fires ({gap:g} s), "
+                                            "or fires would overtake each other")
     return normalised
+
+
+# How many upcoming fires of a cron schedule are looked at to find its shortest gap.
+GAP_PROBE_FIRES = 200
+
+
+def shortest_gap(schedule: Schedule, after: datetime) -> float | None:
+    """The shortest time in seconds between two fires: exact for an interval; for cron the
+    least gap among the next GAP_PROBE_FIRES fires (a cron pattern repeats within a day at
+    minute resolution; day and month restrictions only lengthen gaps). None for a one-off."""
+    if schedule.every is not None:
+        return float(schedule.every)
+    if not schedule.cron:
+        return None
+    fires = preview(schedule, after, GAP_PROBE_FIRES)
+    return min(((b - a).total_seconds() for a, b in zip(fires, fires[1:])), default=None)
+
+
+def jitter_offset(schedule: Schedule, nominal: datetime) -> timedelta:
+    """The stable delay of the fire due at `nominal`: whole seconds in [0, jitter)."""
+    if not schedule.jitter:
+        return timedelta(0)
+    key = f"{schedule.jitter_seed}:{nominal.astimezone(UTC).isoformat()}".encode()
+    draw = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big")
+    return timedelta(seconds=draw % schedule.jitter)
 
 
 def _interval_anchor(schedule: Schedule) -> datetime:
@@ -251,7 +301,25 @@ def _raw_last_at_or_before(schedule: Schedule, at: datetime) -> datetime | None:
 
 
 def next_fire_after(schedule: Schedule, after: datetime) -> datetime | None:
-    """Return the first fire time strictly after `after`, or None when nothing is left."""
+    """Return the first fire time strictly after `after`, or None when nothing is left.
+
+    With jitter, fires are nominal times plus their offsets. Offsets are shorter than the
+    gap between fires (validate), so fires keep their order: the first nominal time whose
+    jittered fire is past `after` gives the answer, and it lies after `after` - jitter.
+    """
+    if not schedule.jitter:
+        return _next_nominal_after(schedule, after)
+    nominal = schedule.nominal
+    cursor = after - timedelta(seconds=schedule.jitter)
+    while (found := _next_nominal_after(nominal, cursor)) is not None:
+        fire = found + jitter_offset(schedule, found)
+        if fire > after:
+            return fire
+        cursor = found
+    return None
+
+
+def _next_nominal_after(schedule: Schedule, after: datetime) -> datetime | None:
     if schedule.start_at is not None and after < schedule.start_at:
         # A fire exactly at start_at counts, so look from just before it.
         after = schedule.start_at - timedelta(microseconds=1)
@@ -266,7 +334,24 @@ def next_fire_after(schedule: Schedule, after: datetime) -> datetime | None:
 
 
 def last_fire_at_or_before(schedule: Schedule, at: datetime) -> datetime | None:
-    """Return the latest fire time at or before `at`, or None."""
+    """Return the latest fire time at or before `at`, or None.
+
+    With jitter: the latest nominal time at or before `at` whose jittered fire is too;
+    the one before it always is (offsets are shorter than gaps), so at most two steps.
+    """
+    if not schedule.jitter:
+        return _last_nominal_at_or_before(schedule, at)
+    nominal = schedule.nominal
+    found = _last_nominal_at_or_before(nominal, at)
+    while found is not None:
+        fire = found + jitter_offset(schedule, found)
+        if fire <= at:
+            return fire
+        found = _last_nominal_at_or_before(nominal, found - timedelta(microseconds=1))
+    return None
+
+
+def _last_nominal_at_or_before(schedule: Schedule, at: datetime) -> datetime | None:
     if schedule.end_at is not None and at > schedule.end_at:
         at = schedule.end_at
     found = _raw_last_at_or_before(schedule, at)
@@ -297,6 +382,8 @@ def fire_anomaly(schedule: Schedule, fire: datetime) -> str | None:
     """
     if not schedule.cron:
         return None
+    if schedule.jitter:  # judge the nominal time the jitter moved
+        fire = _last_nominal_at_or_before(schedule.nominal, fire) or fire
     local = fire.astimezone(zone(schedule.timezone))
     wall = local.replace(tzinfo=None)
     nominal = next(CronSim(schedule.cron, wall - timedelta(seconds=1)), None)

@@ -85,6 +85,7 @@ class JobSpec:
     overlap_policy: str = "allow"
     description: str = ""
     tags: list[str] | None = None
+    jitter_seconds: int = 0
 
 
 def check_name(field: str, value: str, *, max_length: int = 200) -> str:
@@ -132,7 +133,7 @@ def tenant_by_slug(slug: str, *, field: str = "tenant") -> Tenant:
 
 
 def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime, *, anchor: datetime | None = None,
-                  check_schedule_quota: bool = True) -> tuple[schedules.Schedule, dict]:
+                  jitter_seed: int = 0, check_schedule_quota: bool = True) -> tuple[schedules.Schedule, dict]:
     """Check every field of `spec`; return the normalised schedule and the model fields.
 
     An interval counts from `anchor` (an edit keeps the job's), else from now. An edit
@@ -158,7 +159,7 @@ def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime, *, anchor: datet
         raise InvalidInput("overlap_policy", f"must be one of {', '.join(OverlapPolicy.values)}")
     if check_schedule_quota and spec.at is not None and spec.at.tzinfo is not None and spec.at < now - PAST_GRACE:
         raise InvalidInput("at", "is in the past")
-    schedule = spec_schedule(tenant, spec, anchor=anchor or now.replace(microsecond=0))
+    schedule = spec_schedule(tenant, spec, anchor=anchor or now.replace(microsecond=0), jitter_seed=jitter_seed)
     if check_schedule_quota:
         check_min_interval(tenant, schedule, now)
     fields = dict(
@@ -178,45 +179,35 @@ def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime, *, anchor: datet
         tags=check_tags(spec.tags),
         cron=schedule.cron, timezone=schedule.timezone, every_seconds=schedule.every,
         run_at=schedule.at, anchor_at=schedule.anchor, start_at=schedule.start_at, end_at=schedule.end_at,
+        jitter_seconds=schedule.jitter,
     )
     return schedule, fields
 
 
-def spec_schedule(tenant: Tenant, spec: JobSpec, *, anchor: datetime | None = None) -> schedules.Schedule:
+def spec_schedule(tenant: Tenant, spec: JobSpec, *, anchor: datetime | None = None,
+                  jitter_seed: int = 0) -> schedules.Schedule:
     """The validated schedule of `spec` alone (previewing a schedule not saved yet)."""
     try:
         return schedules.validate(schedules.Schedule(
             cron=spec.cron, timezone=spec.timezone or tenant.timezone, every=spec.every, at=spec.at,
             anchor=(anchor or db_now().replace(microsecond=0)) if spec.every is not None else None,
-            start_at=spec.start_at, end_at=spec.end_at,
+            start_at=spec.start_at, end_at=spec.end_at, jitter=spec.jitter_seconds, jitter_seed=jitter_seed,
         ))
     except schedules.InvalidSchedule as exc:
-        raise InvalidInput(exc.field, exc.message) from None
+        raise InvalidInput("jitter_seconds" if exc.field == "jitter" else exc.field, exc.message) from None
 
 
-# How many upcoming fires of a cron job are looked at to find its shortest gap.
-MIN_INTERVAL_PROBE_FIRES = 200
 MAX_TAGS = 20
 
 
 def check_min_interval(tenant: Tenant, schedule: schedules.Schedule, now: datetime) -> None:
-    """Refuse a schedule that fires more often than the tenant's min_interval_seconds.
-
-    Intervals are exact; for cron the shortest gap among the next few hundred fires
-    counts (every cron pattern repeats within a day at minute resolution, except day or
-    month restrictions, which only lengthen gaps).
-    """
+    """Refuse a schedule that fires more often than the tenant's min_interval_seconds
+    (schedules.shortest_gap: exact for intervals, the next few hundred fires for cron)."""
     least = tenant.min_interval_seconds
-    if not least or schedule.at is not None:
+    shortest = schedules.shortest_gap(schedule.nominal, now) if least else None
+    if shortest is None:
         return
-    if schedule.every is not None:
-        shortest = schedule.every
-        field = "every"
-    else:
-        fires = schedules.preview(schedule, now, MIN_INTERVAL_PROBE_FIRES)
-        gaps = [(b - a).total_seconds() for a, b in zip(fires, fires[1:])]
-        shortest = min(gaps, default=least)
-        field = "cron"
+    field = "every" if schedule.every is not None else "cron"
     if shortest < least:
         raise QuotaExceeded(field, f"fires every {shortest:g} s; tenant {tenant.slug!r} allows at least "
                                    f"{least} s between fires (min_interval_seconds)")
@@ -337,7 +328,9 @@ def first_fire(schedule: schedules.Schedule, now: datetime) -> datetime | None:
 
 def job_create(tenant: Tenant, spec: JobSpec, *, actor: str = "") -> Job:
     now = db_now()
-    schedule, fields = validate_spec(tenant, spec, now)
+    seed = secrets.randbelow(2**31)
+    schedule, fields = validate_spec(tenant, spec, now, jitter_seed=seed)
+    fields["jitter_seed"] = seed
     try:
         with transaction.atomic():
             check_job_quota(tenant)
@@ -463,7 +456,7 @@ def job_spec_of(job: Job) -> JobSpec:
         retry_backoff_seconds=job.retry_backoff_seconds, retry_backoff_max_seconds=job.retry_backoff_max_seconds,
         misfire_policy=job.misfire_policy, catchup_window_seconds=job.catchup_window_seconds,
         run_all_cap=job.run_all_cap, overlap_policy=job.overlap_policy, description=job.description,
-        tags=list(job.tags),
+        tags=list(job.tags), jitter_seconds=job.jitter_seconds,
     )
 
 
@@ -492,11 +485,12 @@ def plan_edit(job: Job, changes: dict, now: datetime) -> Edit:
         changes.setdefault("at", None)
     before = job_spec_of(job)
     spec = replace(before, **changes)
-    schedule_keys = (*SCHEDULE_FIELDS, "timezone", "start_at", "end_at")
+    schedule_keys = (*SCHEDULE_FIELDS, "timezone", "start_at", "end_at", "jitter_seconds")
     schedule_changed = any(getattr(spec, key) != getattr(before, key) for key in schedule_keys)
     # An interval keeps its anchor unless the interval itself changes.
     anchor = job.anchor_at if spec.every is not None and spec.every == job.every_seconds else None
-    schedule, fields = validate_spec(job.tenant, spec, now, anchor=anchor, check_schedule_quota=schedule_changed)
+    schedule, fields = validate_spec(job.tenant, spec, now, anchor=anchor, jitter_seed=job.jitter_seed,
+                                     check_schedule_quota=schedule_changed)
     diff = {
         key: [_jsonable(getattr(job, key)), _jsonable(value)]
         for key, value in fields.items()

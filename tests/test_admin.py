@@ -124,7 +124,7 @@ def change_form(job: Job, **overrides) -> dict:
         "end_at_1": "", "task_name": job.task_name, "args": "[]", "kwargs": "{}", "queue": "",
         "timeout_seconds": "300", "max_attempts": "3", "retry_backoff_seconds": "10",
         "retry_backoff_max_seconds": "3600", "misfire_policy": "run_once", "catchup_window_seconds": "86400",
-        "run_all_cap": "100", "overlap_policy": "allow",
+        "run_all_cap": "100", "overlap_policy": "allow", "jitter_seconds": "0",
     }
     data.update(overrides)
     return data
@@ -149,6 +149,14 @@ def test_job_change_page_saves_through_the_service(admin_client, job):
     assert job.next_run_at.astimezone(ZoneInfo("Asia/Tokyo")).strftime("%H:%M") == "06:15"
     event = AuditEvent.objects.get(job_id=job.id, action="job.updated")
     assert event.actor == "admin:admin" and event.detail["changes"]["name"] == ["nightly", "renamed"]
+
+
+def test_job_change_page_shown_again_with_a_field_error_still_previews_the_saved_schedule(admin_client, job):
+    response = admin_client.post(url("job", "change", job.pk), change_form(job, cron="0 0 31 2 *", jitter_seconds=""))
+
+    assert response.status_code == 200
+    assert "jitter_seconds" in response.context["adminform"].form.errors
+    assert response.content.decode().count("09:00:00+09:00 JST") == 5
 
 
 def test_job_change_page_shows_a_bad_edit_on_its_field_and_saves_nothing(admin_client, job):

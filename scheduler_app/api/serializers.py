@@ -230,7 +230,7 @@ class TargetField(serializers.Field):
 SPEC_PLAIN_FIELDS = (
     "name", "description", "tags", "start_at", "end_at", "queue", "timeout_seconds", "max_attempts",
     "retry_backoff_seconds", "retry_backoff_max_seconds", "misfire_policy", "catchup_window_seconds",
-    "run_all_cap", "overlap_policy",
+    "run_all_cap", "overlap_policy", "jitter_seconds",
 )
 # Where a service's field name lives in the API's representation.
 SERVICE_FIELDS = {
@@ -293,6 +293,9 @@ class JobWriteSerializer(StrictSerializer):
     catchup_window_seconds = StrictIntegerField(required=False)
     run_all_cap = StrictIntegerField(required=False)
     overlap_policy = serializers.ChoiceField(choices=OverlapPolicy.choices, required=False)
+    jitter_seconds = StrictIntegerField(
+        required=False, max_value=schedules.MAX_JITTER_SECONDS,
+        help_text="Each fire moves later by a stable random 0..N-1 seconds; at most the shortest gap between fires")
 
 
 class JobSerializer(serializers.ModelSerializer):
@@ -305,8 +308,8 @@ class JobSerializer(serializers.ModelSerializer):
         fields = (
             "id", "name", "description", "tags", "schedule", "target", "start_at", "end_at", "queue",
             "timeout_seconds", "max_attempts", "retry_backoff_seconds", "retry_backoff_max_seconds",
-            "misfire_policy", "catchup_window_seconds", "run_all_cap", "overlap_policy", "enabled", "paused_note",
-            "next_run_at", "version", "created_at", "updated_at",
+            "misfire_policy", "catchup_window_seconds", "run_all_cap", "overlap_policy", "jitter_seconds", "enabled",
+            "paused_note", "next_run_at", "version", "created_at", "updated_at",
         )
         read_only_fields = fields
 

@@ -12,7 +12,7 @@ import os
 import signal
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import redis
 from django.conf import settings
@@ -22,6 +22,10 @@ from scheduler_app.models import Job, JobRun, RunState, Tenant, db_now, fire_key
 from tests.conftest import wait_for
 
 # Short bounds so faults are detected within seconds (production defaults are larger).
+NOT_YET = datetime(2999, 1, 1, tzinfo=UTC)  # seeded jobs wait here until Cluster.go()
+STARTED_LINE = "runbeat: started"
+READY_LINE = " ready."  # Celery's "celery@host ready."
+START_TIMEOUT = 60  # seconds for every process of a cluster to start
 CLUSTER_ENV = {
     "CRONFLEET_ALLOWED_TASKS": "faults.deliver",
     "CRONFLEET_LEASE_SECONDS": "4",
@@ -95,15 +99,29 @@ class Cluster:
     # --- load --------------------------------------------------------------------------
 
     def seed(self, count: int = 100, *, hold: float = 0.0, **fields) -> None:
-        self.start_at = (db_now() + timedelta(seconds=2)).replace(microsecond=0)
+        """Make the jobs, not yet due: the first run_until() starts the load once every
+        process is up, so the lag the checker bounds is the scheduler's, not the time a
+        loaded machine takes to start five Python processes."""
         Job.objects.bulk_create(
             Job(tenant=self.tenant, name=f"fault-{i}", task_name="faults.deliver", every_seconds=1 + i % 5,
-                anchor_at=self.start_at, next_run_at=self.start_at, queue=self.queue,
+                anchor_at=NOT_YET, next_run_at=NOT_YET, queue=self.queue,
                 kwargs={"url": self.receiver.url, "hold": hold}, max_attempts=5, retry_backoff_seconds=1, **fields)
             for i in range(count)
         )
 
+    def started(self) -> bool:
+        return all(STARTED_LINE in self.processes.log(name) for name in self.beats) and \
+            all(READY_LINE in self.processes.log(name) for name in self.workers)
+
+    def go(self) -> None:
+        """Once every beat and worker has started, make the jobs due 1-2 s from now."""
+        wait_for(self.started, timeout=START_TIMEOUT, interval=0.1, what="every beat and worker to start")
+        self.start_at = (db_now() + timedelta(seconds=2)).replace(microsecond=0)
+        Job.objects.filter(tenant=self.tenant).update(anchor_at=self.start_at, next_run_at=self.start_at)
+
     def run_until(self, seconds_after_start: float) -> None:
+        if self.start_at is None:
+            self.go()
         wait_for(lambda: db_now() >= self.start_at + timedelta(seconds=seconds_after_start),
                  timeout=seconds_after_start + 60, interval=0.2, what=f"t+{seconds_after_start}s")
 

@@ -81,6 +81,8 @@ class Command(OneLineErrors, BaseCommand):
                          help="Longest wait between attempts (default 3600)")
         add.add_argument("--overlap", metavar="{allow,skip,buffer_one,replace}",
                          help="A fire while the previous run is still going (default allow)")
+        add.add_argument("--jitter", type=int, metavar="S",
+                         help="Move each fire later by a stable random 0..S-1 seconds (default 0)")
         add.add_argument("--misfire", metavar="{run_once,run_all,skip}",
                          help="What to do with fires missed while the beat was down (default run_once)")
         add.add_argument("--catchup-window", type=int, metavar="S",
@@ -137,13 +139,14 @@ class Command(OneLineErrors, BaseCommand):
                http_url: str | None, method: str, http_headers: list[str], body: str,
                command_name: str | None, command_params: list[str],
                timeout: int | None, max_attempts: int | None, retry_backoff: int | None,
-               retry_backoff_max: int | None, overlap: str | None, misfire: str | None, catchup_window: int | None, run_all_cap: int | None,
+               retry_backoff_max: int | None, overlap: str | None, jitter: int | None, misfire: str | None,
+               catchup_window: int | None, run_all_cap: int | None,
                start: str | None, end: str | None, tags: list[str], description: str, **options) -> None:
         # Parse every value before the first query: bad input writes nothing.
         defaults_overridden = {
             "timeout_seconds": timeout, "max_attempts": max_attempts, "retry_backoff_seconds": retry_backoff,
             "retry_backoff_max_seconds": retry_backoff_max,
-            "overlap_policy": overlap,
+            "overlap_policy": overlap, "jitter_seconds": jitter,
             "misfire_policy": misfire, "catchup_window_seconds": catchup_window, "run_all_cap": run_all_cap,
         }
         if http_url is not None:

@@ -1,0 +1,138 @@
+"""Jitter: each fire of a repeating job moves later by a stable offset below the gap
+between fires, so jobs sharing an expression spread out and nothing else changes."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler_app import dispatch, schedules, services
+from scheduler_app.models import Job, JobRun, RunState, db_now
+
+BASE = datetime(2024, 1, 1, tzinfo=UTC)
+BEFORE = BASE - timedelta(microseconds=1)  # so the fire due at BASE comes first
+
+
+def jittered(cron: str = "*/5 * * * *", jitter: int = 120, seed: int = 7, **fields) -> schedules.Schedule:
+    return schedules.Schedule(cron=cron, jitter=jitter, jitter_seed=seed, **fields)
+
+
+def test_fires_are_the_nominal_times_plus_a_stable_offset_below_the_jitter():
+    schedule = jittered()
+    nominal = schedules.preview(schedule.nominal, BEFORE, 50)
+
+    fires = schedules.preview(schedule, BEFORE, 50)
+
+    offsets = [(fire - at).total_seconds() for fire, at in zip(fires, nominal, strict=True)]
+    assert all(0 <= offset < 120 and offset == int(offset) for offset in offsets)
+    assert len(set(offsets)) > 10  # spread, not one constant shift
+    assert schedules.preview(schedule, BEFORE, 50) == fires  # stable
+
+
+def test_two_seeds_spread_the_same_expression_differently():
+    first = schedules.preview(jittered(seed=1), BASE, 20)
+    second = schedules.preview(jittered(seed=2), BASE, 20)
+    assert first != second
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    after=st.datetimes(min_value=datetime(2020, 1, 1), max_value=datetime(2030, 1, 1), timezones=st.just(UTC)),
+    seed=st.integers(0, 2**31 - 1),
+    jitter=st.integers(1, 300),
+)
+def test_next_and_last_agree_and_fires_keep_their_order(after, seed, jitter):
+    schedule = jittered(jitter=jitter, seed=seed)
+
+    nxt = schedules.next_fire_after(schedule, after)
+    following = schedules.next_fire_after(schedule, nxt)
+
+    assert after < nxt < following
+    assert schedules.last_fire_at_or_before(schedule, nxt) == nxt
+    assert schedules.last_fire_at_or_before(schedule, nxt - timedelta(microseconds=1)) <= after
+    assert schedules.last_fire_at_or_before(schedule, following - timedelta(microseconds=1)) == nxt
+
+
+def test_an_interval_with_jitter_never_drifts():
+    schedule = schedules.Schedule(every=60, anchor=BASE, jitter=30, jitter_seed=3)
+    fires = schedules.preview(schedule, BEFORE, 100)
+    assert [fire.replace(second=0) for fire in fires] == [BASE + timedelta(minutes=n) for n in range(100)]
+
+
+@pytest.mark.parametrize(
+    ("schedule", "message"),
+    [
+        (jittered(jitter=301), "must not exceed the shortest gap between two fires (300 s)"),
+        (schedules.Schedule(every=10, anchor=BASE, jitter=11), "shortest gap between two fires (10 s)"),
+        (schedules.Schedule(at=BASE, jitter=5), "applies to repeating schedules"),
+        (jittered(jitter=-1), "must be a whole number of seconds"),
+        (jittered(jitter=86401), "must be a whole number of seconds from 0 to 86400"),
+    ],
+)
+def test_jitter_is_validated(schedule, message):
+    with pytest.raises(schedules.InvalidSchedule, match=re.escape(message)) as caught:
+        schedules.validate(schedule)
+    assert caught.value.field == "jitter"
+
+
+def test_dst_anomalies_are_judged_on_the_nominal_time():
+    schedule = jittered(cron="0 * * * *", jitter=600, timezone="Europe/Paris")
+    after = datetime(2024, 3, 30, 12, tzinfo=UTC)
+    assert all(schedules.fire_anomaly(schedule, fire) is None for fire in schedules.preview(schedule, after, 24))
+
+
+def test_a_new_job_gets_a_seed_and_its_first_fire_is_jittered(tenant):
+    job = services.job_create(tenant, services.JobSpec(name="spread", task_name="scheduler_app.echo",
+                                                       cron="0 0 * * *", jitter_seconds=3600))
+
+    assert job.jitter_seconds == 3600
+    assert job.next_run_at == schedules.next_fire_after(job.schedule, db_now())
+    midnight = job.next_run_at.replace(hour=0, minute=0, second=0, microsecond=0)
+    assert timedelta(0) <= job.next_run_at - midnight < timedelta(hours=1)
+
+
+def test_jitter_over_the_gap_is_refused_naming_the_field(tenant):
+    with pytest.raises(services.InvalidInput) as caught:
+        services.job_create(tenant, services.JobSpec(name="x", task_name="scheduler_app.echo", every=60,
+                                                     jitter_seconds=61))
+    assert caught.value.field == "jitter_seconds"
+    assert not Job.objects.exists()
+
+
+def test_an_edit_of_the_jitter_moves_the_next_fire_and_keeps_the_seed(tenant):
+    job = services.job_create(tenant, services.JobSpec(name="spread", task_name="scheduler_app.echo", every=3600))
+    seed = job.jitter_seed
+
+    edited = services.job_update(job, {"jitter_seconds": 1800})
+
+    assert (edited.jitter_seconds, edited.jitter_seed) == (1800, seed)
+    assert edited.next_run_at == schedules.next_fire_after(edited.schedule, edited.updated_at - timedelta(microseconds=1))
+
+
+def test_the_beat_records_each_fire_at_its_jittered_time(make_job):
+    job = make_job(cron="*/5 * * * *", jitter_seconds=240, jitter_seed=99, next_run_at=None)
+    first = schedules.next_fire_after(job.schedule, BASE)
+    Job.objects.filter(id=job.id).update(next_run_at=first)
+
+    dispatch.run_turn(first + timedelta(seconds=1), batch_size=10, grace=timedelta(seconds=60), sweep=False)
+
+    run = JobRun.objects.get(job=job)
+    assert (run.scheduled_at, run.state) == (first, RunState.QUEUED)
+    job.refresh_from_db()
+    assert job.next_run_at == schedules.next_fire_after(job.schedule, first)
+
+
+def test_the_api_takes_jitter_and_names_it_when_it_is_too_large(db):
+    from tests.test_api import client_for, errors_of, job_body, make_tenant
+
+    api = client_for(make_tenant())
+    made = api.post("/api/v1/jobs/", job_body(schedule={"every": 600}, jitter_seconds=300), format="json")
+    assert made.status_code == 201 and made.json()["jitter_seconds"] == 300
+
+    refused = api.patch(f"/api/v1/jobs/{made.json()['id']}/", {"jitter_seconds": 601}, format="json")
+    assert refused.status_code == 400 and "jitter_seconds" in errors_of(refused)
+    assert Job.objects.get(id=made.json()["id"]).jitter_seconds == 300
