@@ -71,8 +71,7 @@ def jsonb_safe(value):
 # --- tenants --------------------------------------------------------------------------
 
 
-TENANT_EDITABLE = ("name", "timezone", "is_active", "max_jobs", "min_interval_seconds", "max_fires_per_minute",
-                   "max_concurrent_runs", "weight", "api_requests_per_minute")
+TENANT_EDITABLE = ("name", "timezone", "is_active", *services.TENANT_LIMITS)
 
 
 class TenantForm(forms.ModelForm):

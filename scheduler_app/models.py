@@ -55,10 +55,6 @@ class Tenant(models.Model):
             models.CheckConstraint(condition=Q(weight__gte=1), name="tenant_weight_positive"),
         ]
 
-    @property
-    def has_dispatch_quota(self) -> bool:
-        return self.max_fires_per_minute is not None or self.max_concurrent_runs is not None
-
     def __str__(self) -> str:
         return self.slug
 
@@ -343,7 +339,3 @@ class ApiKey(models.Model):
     @property
     def is_staff(self) -> bool:
         return self.tenant_id is None
-
-    @property
-    def is_active(self) -> bool:
-        return self.revoked_at is None

@@ -18,6 +18,8 @@ from datetime import UTC, datetime, timedelta
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F
+from django.db.models.functions import Now
+from django.utils.timezone import now as node_now
 from django.utils.text import slugify
 
 from scheduler_app import commandjobs, crypto, netguard, schedules, webhooks
@@ -675,7 +677,7 @@ def run_replay(run: JobRun, *, actor: str = "") -> JobRun:
     return run
 
 
-TENANT_LIMITS = {  # field: (lowest, highest); None is allowed for all but weight
+TENANT_LIMITS = {  # field: (lowest, highest); None (no limit) is allowed for all but weight and min_interval_seconds
     "max_jobs": (0, 10_000_000),
     "min_interval_seconds": (0, 366 * 86400),
     "max_fires_per_minute": (0, 10_000_000),
@@ -761,9 +763,11 @@ def apikey_authenticate(raw: str) -> ApiKey | None:
         return None
     if key.revoked_at is not None or (key.tenant is not None and not key.tenant.is_active):
         return None
-    now = db_now()
+    # Bookkeeping to the minute: this node's clock decides whether to write (no clock
+    # query per request); the database's clock is what is written.
+    now = node_now()
     if key.last_used_at is None or key.last_used_at < now - LAST_USED_RESOLUTION:
-        ApiKey.objects.filter(id=key.id).update(last_used_at=now)
+        ApiKey.objects.filter(id=key.id).update(last_used_at=Now())
         key.last_used_at = now
     return key
 

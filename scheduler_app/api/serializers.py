@@ -474,8 +474,7 @@ class ApiKeyCreateSerializer(StrictSerializer):
     name = StrictCharField(max_length=200, trim_whitespace=False, help_text="What the key is for")
 
 
-TENANT_QUOTAS = ("max_jobs", "min_interval_seconds", "max_fires_per_minute", "max_concurrent_runs", "weight",
-                 "api_requests_per_minute")
+TENANT_QUOTAS = tuple(services.TENANT_LIMITS)
 
 
 class TenantSerializer(serializers.ModelSerializer):
