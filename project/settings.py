@@ -185,7 +185,14 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
 else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 7200, minimum=60),
+        # Redis: one list per message priority (0-9) instead of kombu's four buckets, so each
+        # of a job's ten priorities is its own step. Other transports ignore it.
+        "priority_steps": list(range(10)),
     }
+# RabbitMQ: every queue is a priority queue of ten levels (0-9, Job.priority). The beat
+# declares its queues with the same x-max-priority (publish.publish_runs); a queue made
+# earlier without it must be deleted once, or RabbitMQ refuses the declaration.
+CELERY_TASK_QUEUE_MAX_PRIORITY = 9
 CELERY_RESULT_BACKEND = "django-db"
 CELERY_RESULT_EXTENDED = True
 CELERY_ACCEPT_CONTENT = ["json"]

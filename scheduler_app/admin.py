@@ -170,9 +170,9 @@ class JobAddForm(forms.ModelForm):
     class Meta:
         model = Job
         fields = ("tenant", "name", "description", "tags", "cron", "timezone", "every_seconds", "run_at",
-                  "start_at", "end_at", "task_name", "args", "kwargs", "queue", "timeout_seconds",
-                  "max_attempts", "retry_backoff_seconds", "misfire_policy", "catchup_window_seconds",
-                  "run_all_cap")
+                  "start_at", "end_at", "jitter_seconds", "task_name", "args", "kwargs", "queue", "priority",
+                  "timeout_seconds", "max_attempts", "retry_backoff_seconds", "retry_backoff_max_seconds",
+                  "misfire_policy", "catchup_window_seconds", "run_all_cap", "overlap_policy")
         help_texts = {"cron": "5 fields or a nickname such as @daily", "every_seconds": "Counted from now",
                       "tags": 'A JSON list of strings, e.g. ["billing"]'}
 
@@ -203,10 +203,13 @@ class JobAddForm(forms.ModelForm):
             name=data["name"], task_name=data["task_name"], cron=data.get("cron") or "",
             timezone=data["timezone"], every=data.get("every_seconds"), at=data.get("run_at"),
             start_at=data.get("start_at"), end_at=data.get("end_at"), args=data.get("args"),
-            kwargs=data.get("kwargs"), queue=data.get("queue") or "", timeout_seconds=data["timeout_seconds"],
-            max_attempts=data["max_attempts"], retry_backoff_seconds=data["retry_backoff_seconds"],
-            misfire_policy=data["misfire_policy"], catchup_window_seconds=data["catchup_window_seconds"],
-            run_all_cap=data["run_all_cap"], description=data.get("description") or "", tags=data.get("tags"),
+            kwargs=data.get("kwargs"), queue=data.get("queue") or "", priority=data["priority"],
+            timeout_seconds=data["timeout_seconds"], max_attempts=data["max_attempts"],
+            retry_backoff_seconds=data["retry_backoff_seconds"],
+            retry_backoff_max_seconds=data["retry_backoff_max_seconds"], misfire_policy=data["misfire_policy"],
+            catchup_window_seconds=data["catchup_window_seconds"], run_all_cap=data["run_all_cap"],
+            overlap_policy=data["overlap_policy"], jitter_seconds=data["jitter_seconds"],
+            description=data.get("description") or "", tags=data.get("tags"),
         )
         try:
             _, fields = services.validate_spec(tenant, spec, db_now())
@@ -223,7 +226,8 @@ class JobAddForm(forms.ModelForm):
 # The change form's fields -> JobSpec names (the others have the same name in both).
 FORM_TO_SPEC = {"every_seconds": "every", "run_at": "at"}
 JOB_EDITABLE = ("name", "description", "tags", "cron", "timezone", "every_seconds", "run_at", "start_at", "end_at",
-                "task_name", "args", "kwargs", "queue", "timeout_seconds", "max_attempts", "retry_backoff_seconds",
+                "task_name", "args", "kwargs", "queue", "priority", "timeout_seconds", "max_attempts",
+                "retry_backoff_seconds",
                 "retry_backoff_max_seconds", "misfire_policy", "catchup_window_seconds", "run_all_cap",
                 "overlap_policy", "jitter_seconds")
 
@@ -266,8 +270,8 @@ class JobChangeForm(forms.ModelForm):
 
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
-    list_display = ("name", "tenant", "schedule", "enabled", "next_run_at", "last_run_state")
-    list_filter = ("tenant", "enabled", "misfire_policy")
+    list_display = ("name", "tenant", "schedule", "enabled", "priority", "next_run_at", "last_run_state")
+    list_filter = ("tenant", "enabled", "priority", "misfire_policy")
     list_select_related = ("tenant",)
     search_fields = ("name",)
     autocomplete_fields = ("tenant",)
@@ -275,12 +279,14 @@ class JobAdmin(admin.ModelAdmin):
     actions = ("pause_jobs", "resume_jobs", "trigger_jobs")
     add_fieldsets = (
         (None, {"fields": ("tenant", "name", "description", "tags")}),
-        ("Schedule", {"fields": ("cron", "timezone", "every_seconds", "run_at", "start_at", "end_at"),
+        ("Schedule", {"fields": ("cron", "timezone", "every_seconds", "run_at", "start_at", "end_at",
+                                 "jitter_seconds"),
                       "description": "Give exactly one of cron, every seconds or run at. "
                                      f"Datetimes are in the site's zone ({settings.TIME_ZONE})."}),
-        ("Target", {"fields": ("task_name", "args", "kwargs", "queue", "timeout_seconds")}),
-        ("Retries and misfires", {"fields": ("max_attempts", "retry_backoff_seconds", "misfire_policy",
-                                             "catchup_window_seconds", "run_all_cap")}),
+        ("Target", {"fields": ("task_name", "args", "kwargs", "queue", "priority", "timeout_seconds")}),
+        ("Retries, misfires and overlap", {"fields": ("max_attempts", "retry_backoff_seconds",
+                                                      "retry_backoff_max_seconds", "misfire_policy",
+                                                      "catchup_window_seconds", "run_all_cap", "overlap_policy")}),
     )
     fieldsets = (
         (None, {"fields": ("tenant", "name", "description", "tags", "enabled", "paused_note", "version",
@@ -288,7 +294,7 @@ class JobAdmin(admin.ModelAdmin):
         ("Schedule", {"fields": ("schedule", "cron", "timezone", "every_seconds", "run_at", "anchor_at",
                                  "start_at", "end_at", "jitter_seconds", "next_run_at", "next_fires")}),
         ("Target", {"fields": ("target_kind", "target_config", "task_name", "args", "kwargs", "queue",
-                               "timeout_seconds")}),
+                               "priority", "timeout_seconds")}),
         ("Retries, misfires and overlap", {"fields": ("max_attempts", "retry_backoff_seconds",
                                                       "retry_backoff_max_seconds", "misfire_policy",
                                                       "catchup_window_seconds", "run_all_cap", "overlap_policy")}),

@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import NamedTuple
@@ -38,6 +38,7 @@ from scheduler_app.models import (
     AuditEvent,
     Job,
     JobRun,
+    PRIORITY_DEFAULT,
     OverlapPolicy,
     RunState,
     db_now,
@@ -53,7 +54,7 @@ logger = logging.getLogger(__name__)
 CLAIM_FIELDS = (
     "id", "tenant_id", "version", "cron", "timezone", "every_seconds", "run_at", "anchor_at",
     "start_at", "end_at", "next_run_at", "misfire_policy", "catchup_window_seconds",
-    "run_all_cap", "queue", "timeout_seconds", "overlap_policy", "jitter_seconds", "jitter_seed",
+    "run_all_cap", "queue", "timeout_seconds", "priority", "overlap_policy", "jitter_seconds", "jitter_seed",
 )
 INSERT_CHUNK = 500  # rows per INSERT on SQLite: 10 parameters each stays below its limit
 QUOTA_PREFIX = "quota_"  # the reason of every run held back by its tenant's quota
@@ -160,13 +161,14 @@ def dispatch_due_jobs(now: datetime, *, limit: int, grace: timedelta) -> Dispatc
         cancelled = cancel_runs(cancel, now)
         # After cancel_runs (which may wait for a run row): tenant locks are taken last, so
         # no beat waits for a run while holding a tenant another beat's sweep waits for.
-        rows = hold_over_budget(rows, tenant_budgets({job["tenant_id"] for job in jobs}, now))
+        rows = hold_over_budget(rows, tenant_budgets({job["tenant_id"] for job in jobs}, now),
+                                {job["id"]: job["priority"] for job in jobs})
         inserted = insert_runs(rows)
         advance_jobs(advances)
     revoke_running(cancelled)
     by_id = {job["id"]: job for job in jobs}
     messages = [
-        RunMessage(run_id, 1, by_id[job_id]["queue"], by_id[job_id]["timeout_seconds"])
+        RunMessage.of(run_id, 1, by_id[job_id])
         for run_id, job_id, state in inserted
         if state == RunState.QUEUED
     ]
@@ -519,9 +521,12 @@ def tenant_budget(tenant_id: int, now: datetime) -> Budget | None:
     return tenant_budgets([tenant_id], now).get(tenant_id)
 
 
-def hold_over_budget(rows: list[RunRow], budgets: dict[int, Budget]) -> list[RunRow]:
+def hold_over_budget(rows: list[RunRow], budgets: dict[int, Budget],
+                     priorities: Mapping[int, int] | None = None) -> list[RunRow]:
     """Planned queued runs beyond their tenant's budget wait as pending with the reason; the
-    oldest fires get the budget. Other rows and tenants without a budget are unchanged. Pure."""
+    budget goes to the highest job priority (`priorities`: job id -> Job.priority), then the
+    oldest fire. Other rows and tenants without a budget are unchanged. Pure."""
+    priorities = priorities or {}
     if not budgets:
         return rows
     queued: dict[int, list[int]] = {}
@@ -531,7 +536,8 @@ def hold_over_budget(rows: list[RunRow], budgets: dict[int, Budget]) -> list[Run
     rows = list(rows)
     for tenant_id, indexes in queued.items():
         budget = budgets[tenant_id]
-        indexes.sort(key=lambda i: (rows[i].scheduled_at, rows[i].job_id))
+        indexes.sort(key=lambda i: (-priorities.get(rows[i].job_id, PRIORITY_DEFAULT), rows[i].scheduled_at,
+                                    rows[i].job_id))
         for i in indexes[budget.for_new_runs:]:
             rows[i] = rows[i]._replace(state=RunState.PENDING.value, reason=budget.reason,
                                        enqueued_at=None, dispatched_at=None)
@@ -539,8 +545,8 @@ def hold_over_budget(rows: list[RunRow], budgets: dict[int, Budget]) -> list[Run
 
 
 def release_quota_held_runs(now: datetime, *, limit: int) -> list[RunMessage]:
-    """Queue runs held back by their tenant's quota as its budget frees, oldest fire first,
-    at most `limit` per call.
+    """Queue runs held back by their tenant's quota as its budget frees, highest job
+    priority first, then oldest fire, at most `limit` per call.
 
     Each tenant is handled under its row lock, like dispatch spending the same budget, so
     a beat releasing and a beat dispatching never both spend it. A tenant whose quota was
@@ -561,7 +567,7 @@ def release_quota_held_runs(now: datetime, *, limit: int) -> list[RunMessage]:
                     room = min(room, budgets[tenant_id].available)
                 if room <= 0:
                     continue
-                cursor.execute(sql.RELEASE_QUOTA_HELD_RUNS.format(lock=lock_clause()),
+                cursor.execute(sql.RELEASE_QUOTA_HELD_RUNS.format(lock=lock_clause(of="held")),
                                {"now": adapt(now), "tenant": tenant_id, "limit": room})
                 released += cursor.fetchall()
         if len(released) >= limit:
@@ -625,13 +631,10 @@ def requeue_due_retries(now: datetime, *, limit: int) -> list[RunMessage]:
 
 
 def messages_for(rows: list[tuple[int, int, int]]) -> list[RunMessage]:
-    """Messages for (run id, attempt, job id) rows, with each job's queue and timeout."""
-    jobs = {
-        job_id: (queue, timeout)
-        for job_id, queue, timeout in Job.objects.filter(id__in={row[2] for row in rows})
-        .values_list("id", "queue", "timeout_seconds")
-    }
-    return [RunMessage(run_id, attempt, *jobs[job_id]) for run_id, attempt, job_id in rows]
+    """Messages for (run id, attempt, job id) rows, with each job's queue, timeout and priority."""
+    jobs = Job.objects.filter(id__in={row[2] for row in rows}).values("id", *RunMessage.JOB_FIELDS)
+    by_id = {job["id"]: job for job in jobs}
+    return [RunMessage.of(run_id, attempt, by_id[job_id]) for run_id, attempt, job_id in rows]
 
 
 def mark_lost_runs(now: datetime, *, limit: int) -> int:

@@ -24,6 +24,11 @@ def db_now() -> datetime:
     return timezone.now()
 
 
+# Job.priority: the broker's ten message priority levels, higher first (as on RabbitMQ;
+# publish.broker_priority turns it round for Redis, which serves its lowest number first).
+PRIORITY_MIN, PRIORITY_MAX, PRIORITY_DEFAULT = 0, 9, 5
+
+
 class Tenant(models.Model):
     slug = models.SlugField(max_length=64, unique=True)
     name = models.CharField(max_length=200)
@@ -116,6 +121,10 @@ class Job(models.Model):
     kwargs = models.JSONField(default=dict, blank=True)
     target_config = models.JSONField(default=dict, blank=True, help_text="For http and command targets")
     queue = models.CharField(max_length=100, blank=True, help_text="Celery queue; blank for the default")
+    priority = models.PositiveSmallIntegerField(
+        default=PRIORITY_DEFAULT,
+        help_text=f"{PRIORITY_MIN}-{PRIORITY_MAX}; higher goes first: claimed first among its tenant's due jobs, "
+                  "released first from a quota wait, and taken first from the broker queue")
     timeout_seconds = models.PositiveIntegerField(default=300)
 
     # Retries: attempt n+1 waits backoff * 2**(n-1) seconds (capped), with up to 10% jitter.
@@ -145,6 +154,7 @@ class Job(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["tenant", "name"], name="job_name_unique_per_tenant"),
+            models.CheckConstraint(condition=Q(priority__lte=PRIORITY_MAX), name="job_priority_in_range"),
         ]
         indexes = [
             # dispatch.claim_due_jobs() reads only enabled jobs with a fire time left, oldest first;

@@ -14,14 +14,14 @@ messages is a handful of round trips.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from django.conf import settings
 from kombu import Exchange, Queue
 
 from project.celery import app
-from scheduler_app.models import celery_task_id
+from scheduler_app.models import PRIORITY_DEFAULT, PRIORITY_MAX, celery_task_id
 
 logger = logging.getLogger(__name__)
 
@@ -37,10 +37,30 @@ class RunMessage:
     attempt: int
     queue: str
     timeout_seconds: int
+    priority: int = PRIORITY_DEFAULT
+
+    # The job columns a message is made from (after the run's id and attempt).
+    JOB_FIELDS = ("queue", "timeout_seconds", "priority")
+
+    @classmethod
+    def of(cls, run_id: int, attempt: int, job) -> RunMessage:
+        """The message for a run of `job` (a Job, or a mapping with JOB_FIELDS)."""
+        get = job.__getitem__ if isinstance(job, Mapping) else job.__getattribute__
+        return cls(run_id, attempt, *(get(name) for name in cls.JOB_FIELDS))
 
 
 def queue_name(queue: str) -> str:
     return queue or settings.CELERY_TASK_DEFAULT_QUEUE
+
+
+def broker_priority(priority: int, driver_type: str) -> int:
+    """The message priority property for a job's priority (0-9, higher first).
+
+    RabbitMQ serves the higher number first, like Job.priority. kombu's Redis transport
+    keeps one list per priority and serves the lowest number first, so it gets 9 - priority.
+    The filesystem transport has no priorities (first in, first out).
+    """
+    return PRIORITY_MAX - priority if driver_type == "redis" else priority
 
 
 def publish_runs(messages: Iterable[RunMessage]) -> int:
@@ -52,20 +72,27 @@ def publish_runs(messages: Iterable[RunMessage]) -> int:
     messages = list(messages)
     if not messages:
         return 0
+    # Higher priority first: a transport without priorities (filesystem) still hands this
+    # batch out in that order. sort() is stable: equal priorities keep their order.
+    messages.sort(key=lambda message: -message.priority)
     declared: set[str] = set()
     templates = MessageTemplates()
     with app.producer_or_acquire() as producer:
+        driver_type = producer.connection.transport.driver_type
         with producer.batch(max_size=PUBLISH_BATCH):
             for message in messages:
                 name = queue_name(message.queue)
                 if name not in declared:
                     # Declared once per call (kombu caches it per connection), so a queue
-                    # no worker has consumed yet still keeps its messages.
-                    producer.maybe_declare(Queue(name, Exchange(name), routing_key=name))
+                    # no worker has consumed yet still keeps its messages; with the
+                    # x-max-priority a worker declares it with (RabbitMQ compares them).
+                    producer.maybe_declare(Queue(name, Exchange(name), routing_key=name,
+                                                 max_priority=settings.CELERY_TASK_QUEUE_MAX_PRIORITY))
                     declared.add(name)
                 body, headers, properties = templates.build(message)
                 producer.publish(body, exchange="", routing_key=name, headers=headers, serializer="json",
-                                 delivery_mode=2, **properties)
+                                 delivery_mode=2, priority=broker_priority(message.priority, driver_type),
+                                 **properties)
     return len(messages)
 
 
@@ -76,6 +103,18 @@ def queue_depth(queue: str) -> int:
             return conn.default_channel.queue_declare(queue=queue_name(queue), passive=True).message_count
         except conn.channel_errors:  # no such queue: nothing is waiting in it
             return 0
+
+
+def redis_list_keys(queue: str) -> list[str]:
+    """The Redis lists kombu's Redis transport keeps `queue` in: one per priority step, in
+    the order workers take from them (the highest Job.priority first)."""
+    from kombu.transport.redis import PRIORITY_STEPS, Channel
+
+    options = settings.CELERY_BROKER_TRANSPORT_OPTIONS
+    prefix = options.get("global_keyprefix", "")
+    name = queue_name(queue)
+    return [prefix + (f"{name}{Channel.sep}{step}" if step else name)
+            for step in options.get("priority_steps", PRIORITY_STEPS)]
 
 
 class MessageTemplates:

@@ -28,6 +28,9 @@ from scheduler_app.models import (
     AuditEvent,
     Job,
     JobRun,
+    PRIORITY_DEFAULT,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
     OverlapPolicy,
     RunState,
     TargetKind,
@@ -77,6 +80,7 @@ class JobSpec:
     args: list | None = None
     kwargs: dict | None = None
     queue: str = ""
+    priority: int = PRIORITY_DEFAULT
     timeout_seconds: int = 300
     max_attempts: int = 3
     retry_backoff_seconds: int = 10
@@ -168,6 +172,7 @@ def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime, *, anchor: datet
         name=name, task_name=spec.task_name if spec.target_kind == TargetKind.TASK else "", args=args, kwargs=kwargs,
         target_kind=spec.target_kind, target_config=target_config,
         queue=check_name("queue", spec.queue, max_length=100) if spec.queue else "",
+        priority=_check_int("priority", spec.priority, PRIORITY_MIN, PRIORITY_MAX),
         timeout_seconds=_check_int("timeout_seconds", spec.timeout_seconds, 1,
                                    settings.CRONFLEET_MAX_JOB_TIMEOUT_SECONDS),
         max_attempts=_check_int("max_attempts", spec.max_attempts, 1, MAX_ATTEMPTS),
@@ -409,7 +414,7 @@ def job_trigger(job: Job, *, actor: str = "") -> JobRun:
                                     created_at=now, job_version=job.version, **admission_fields(go, reason, now))
         _audit(job, "job.triggered", actor, run_id=run.id, state=run.state)
         if go:
-            message = RunMessage(run.id, 1, job.queue, job.timeout_seconds)
+            message = RunMessage.of(run.id, 1, job)
             transaction.on_commit(lambda: publish_runs([message]))
     return run
 
@@ -454,6 +459,7 @@ def job_spec_of(job: Job) -> JobSpec:
         command=dict(job.target_config) if job.target_kind == TargetKind.COMMAND else None,
         cron=job.cron, timezone=job.timezone, every=job.every_seconds, at=job.run_at,
         start_at=job.start_at, end_at=job.end_at, args=job.args, kwargs=job.kwargs, queue=job.queue,
+        priority=job.priority,
         timeout_seconds=job.timeout_seconds, max_attempts=job.max_attempts,
         retry_backoff_seconds=job.retry_backoff_seconds, retry_backoff_max_seconds=job.retry_backoff_max_seconds,
         misfire_policy=job.misfire_policy, catchup_window_seconds=job.catchup_window_seconds,
@@ -609,7 +615,7 @@ def job_backfill(job: Job, *, start: datetime, end: datetime, dry_run: bool, act
             held = len(created) - go
             _audit(job, "job.backfilled", actor, start=start.isoformat(), end=end.isoformat(), created=len(created),
                    held=held)
-            messages = [RunMessage(run.id, 1, locked.queue, locked.timeout_seconds) for run in created[:go]]
+            messages = [RunMessage.of(run.id, 1, locked) for run in created[:go]]
             transaction.on_commit(lambda: publish_runs(messages))
     return {"fires": fires, "missing": missing, "created": len(created), "held": held, "existing": len(existing),
             "dry_run": dry_run}
@@ -671,7 +677,7 @@ def run_replay(run: JobRun, *, actor: str = "") -> JobRun:
                                   run_id=run.id, action="run.replayed", actor=actor,
                                   detail={"attempt": attempt, "was": locked.state, "error": locked.error[:2000]})
         if go:
-            message = RunMessage(run.id, attempt, locked.job.queue, locked.job.timeout_seconds)
+            message = RunMessage.of(run.id, attempt, locked.job)
             transaction.on_commit(lambda: publish_runs([message]))
     run.refresh_from_db()
     return run

@@ -41,21 +41,23 @@ RETURNING id, job_id, state
 """
 
 # The fair order of the due jobs (shared by FAIR_CLAIM and FAIR_ORDER): each tenant's due
-# jobs ranked by (next_run_at, id), then taken by rank / tenant weight, so a tenant of
-# weight 3 gets three claims for every one of a tenant of weight 1 while both have jobs
-# due, and one tenant's 100,000 due jobs cannot push another tenant's ten behind them.
-# Ties (the same share) go to the older fire. It reads every due row and sorts them:
-# ~0.2 s for 100,000 due jobs on two cores (see dispatch.FairOrder).
+# jobs ranked by (priority descending, next_run_at, id), then taken by rank / tenant
+# weight, so a tenant of weight 3 gets three claims for every one of a tenant of weight 1
+# while both have jobs due, and one tenant's 100,000 due jobs cannot push another tenant's
+# ten behind them. Priority orders a tenant's own jobs and never buys a larger share.
+# Ties (the same share) go to the higher priority, then the older fire. It reads every due
+# row and sorts them: ~0.2 s for 100,000 due jobs on two cores (see dispatch.FairOrder).
 _FAIR_RANKING = """
-     SELECT ranked.id, ranked.next_run_at,
+     SELECT ranked.id, ranked.priority, ranked.next_run_at,
             CAST(ranked.tenant_rank AS DOUBLE PRECISION) / tenant.weight AS share
-       FROM (SELECT due.id, due.tenant_id, due.next_run_at,
-                    row_number() OVER (PARTITION BY due.tenant_id ORDER BY due.next_run_at, due.id) AS tenant_rank
+       FROM (SELECT due.id, due.tenant_id, due.priority, due.next_run_at,
+                    row_number() OVER (PARTITION BY due.tenant_id
+                                       ORDER BY due.priority DESC, due.next_run_at, due.id) AS tenant_rank
                FROM scheduler_app_job AS due
               WHERE due.enabled
                 AND due.next_run_at <= %(now)s) AS ranked
        JOIN scheduler_app_tenant AS tenant ON tenant.id = ranked.tenant_id
-      ORDER BY share, ranked.next_run_at, ranked.id"""
+      ORDER BY share, ranked.priority DESC, ranked.next_run_at, ranked.id"""
 
 # claim_due_jobs
 # Lock up to %(limit)s due jobs in the fair order. The ranking is a CTE: window functions
@@ -75,7 +77,7 @@ SELECT {{columns}}
   {{job}}
  WHERE job.enabled
    AND job.next_run_at <= %(now)s
- ORDER BY fair.share, fair.next_run_at, fair.id
+ ORDER BY fair.share, fair.priority DESC, fair.next_run_at, fair.id
  LIMIT %(limit)s
    {{lock}}
 """
@@ -335,9 +337,10 @@ SELECT held.tenant_id
 """
 
 # release_quota_held_runs
-# Queue up to %(limit)s of one tenant's runs waiting for its quota, oldest fire first; the
-# caller holds the tenant's row lock and passes the budget as the limit. This is the
-# run's first trip to the broker, hence dispatched_at. Locked rows are skipped.
+# Queue up to %(limit)s of one tenant's runs waiting for its quota, highest job priority
+# first, then oldest fire; the caller holds the tenant's row lock and passes the budget as
+# the limit. This is the run's first trip to the broker, hence dispatched_at. Locked runs
+# are skipped ({lock} names `held`: the jobs are only read).
 RELEASE_QUOTA_HELD_RUNS = """
 UPDATE scheduler_app_jobrun
    SET state = 'queued',
@@ -347,10 +350,11 @@ UPDATE scheduler_app_jobrun
  WHERE id IN (
        SELECT held.id
          FROM scheduler_app_jobrun AS held
+         JOIN scheduler_app_job AS job ON job.id = held.job_id
         WHERE held.tenant_id = %(tenant)s
           AND held.state = 'pending'
           AND substr(held.reason, 1, 6) = 'quota_'
-        ORDER BY held.scheduled_at, held.id
+        ORDER BY job.priority DESC, held.scheduled_at, held.id
         LIMIT %(limit)s
           {lock}
        )

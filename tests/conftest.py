@@ -6,7 +6,9 @@ test itself, so tests that use them must be transactional (data committed).
 
 from __future__ import annotations
 
+import base64
 import itertools
+import json
 import os
 import signal
 import subprocess
@@ -18,10 +20,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import redis
 from django.conf import settings
 from django.db import connection
 
 from scheduler_app.models import Job, JobRun, RunState, Tenant
+from scheduler_app.publish import redis_list_keys
 
 ROOT = Path(__file__).resolve().parent.parent
 NOW = datetime(2024, 1, 1, 0, 0, 30, tzinfo=UTC)
@@ -92,6 +96,28 @@ def process_env(**extra: str) -> dict[str, str]:
     )
     env.update(extra)
     return env
+
+
+def take_broker_messages(queue: str) -> list[dict]:
+    """Remove and return the messages waiting in Redis queue `queue`, each decoded to
+    {"headers", "properties", "args"}, in the order a worker would take them (priority
+    list by priority list, oldest first in each), with the queue's bindings deleted too."""
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    try:
+        keys = redis_list_keys(queue)
+        with client.pipeline() as pipe:
+            for key in keys:
+                pipe.lrange(key, 0, -1)
+            pipe.delete(*keys, f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}")
+            *lists, _ = pipe.execute()
+    finally:
+        client.close()
+    messages = []
+    for raw in (raw for listed in lists for raw in reversed(listed)):  # LPUSH'd: the oldest is last
+        envelope = json.loads(raw)
+        args, _kwargs, _embed = json.loads(base64.b64decode(envelope["body"]))
+        messages.append({"headers": envelope["headers"], "properties": envelope["properties"], "args": args})
+    return messages
 
 
 class Processes:

@@ -61,7 +61,8 @@ def job_form(tenant: Tenant, **overrides) -> dict:
         "timezone": "", "every_seconds": "", "run_at_0": "", "run_at_1": "", "start_at_0": "", "start_at_1": "",
         "end_at_0": "", "end_at_1": "", "task_name": TASK, "args": "[]", "kwargs": "{}", "queue": "",
         "timeout_seconds": "300", "max_attempts": "3", "retry_backoff_seconds": "10", "misfire_policy": "run_once",
-        "catchup_window_seconds": "86400", "run_all_cap": "100",
+        "catchup_window_seconds": "86400", "run_all_cap": "100", "priority": "5", "retry_backoff_max_seconds": "3600",
+        "overlap_policy": "allow", "jitter_seconds": "0",
     }
     data.update(overrides)
     return data
@@ -121,7 +122,7 @@ def change_form(job: Job, **overrides) -> dict:
     data = {
         "name": job.name, "description": job.description, "tags": "[]", "cron": job.cron, "timezone": job.timezone,
         "every_seconds": "", "run_at_0": "", "run_at_1": "", "start_at_0": "", "start_at_1": "", "end_at_0": "",
-        "end_at_1": "", "task_name": job.task_name, "args": "[]", "kwargs": "{}", "queue": "",
+        "end_at_1": "", "task_name": job.task_name, "args": "[]", "kwargs": "{}", "queue": "", "priority": "5",
         "timeout_seconds": "300", "max_attempts": "3", "retry_backoff_seconds": "10",
         "retry_backoff_max_seconds": "3600", "misfire_policy": "run_once", "catchup_window_seconds": "86400",
         "run_all_cap": "100", "overlap_policy": "allow", "jitter_seconds": "0",
@@ -247,7 +248,21 @@ def test_add_job_goes_through_the_service(admin_client, admin_user, tenant):
     assert (event.job_id, event.actor) == (job.pk, f"admin:{admin_user.username}")
 
 
+def test_add_job_sets_priority_overlap_and_jitter(admin_client, tenant):
+    form = job_form(tenant, priority="8", overlap_policy="skip", jitter_seconds="120",
+                    retry_backoff_max_seconds="600")
+
+    response = admin_client.post(url("job", "add"), form)
+
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    job = Job.objects.get(name="from-admin")
+    assert (job.priority, job.overlap_policy, job.jitter_seconds, job.retry_backoff_max_seconds) == (8, "skip", 120,
+                                                                                                      600)
+
+
 @pytest.mark.parametrize(("overrides", "field", "message"), [
+    ({"priority": "10"}, "priority", "must be between 0 and 9"),
+    ({"cron": "*/5 * * * *", "jitter_seconds": "600"}, "jitter_seconds", "shortest gap"),
     ({"cron": "0 0 31 2 *"}, "cron", "Bad day-of-month in '0 0 31 2 *'"),
     ({"cron": "", "every_seconds": ""}, "__all__", "give exactly one of cron, every or at"),
     ({"every_seconds": "60"}, "__all__", "give exactly one of cron, every or at"),

@@ -249,7 +249,7 @@ def test_jobs_of_every_schedule_and_target_kind_are_created_and_read_back(api, t
 
     cron = create_job(api, name="nightly", schedule={"cron": "0 3 * * *", "timezone": "Europe/Paris"},
                       target={"kind": "task", "task": "scheduler_app.echo", "args": [1], "kwargs": {"x": "y"}},
-                      tags=["nightly", "billing"], max_attempts=5)
+                      tags=["nightly", "billing"], max_attempts=5, priority=8)
     every = create_job(api, name="ping", schedule={"every": 600},
                        target={"kind": "http", "method": "PUT", "url": "https://hooks.example.com/cron",
                                "headers": {"X-Team": "ops"}, "body": '{"ping": true}'})
@@ -259,6 +259,7 @@ def test_jobs_of_every_schedule_and_target_kind_are_created_and_read_back(api, t
     assert cron["schedule"] == {"cron": "0 3 * * *", "timezone": "Europe/Paris"}
     assert cron["target"] == {"kind": "task", "task": "scheduler_app.echo", "args": [1], "kwargs": {"x": "y"}}
     assert cron["tags"] == ["nightly", "billing"] and cron["max_attempts"] == 5 and cron["version"] == 1
+    assert (cron["priority"], every["priority"]) == (8, 5)  # 5 unless given
     assert every["schedule"] == {"every": 600}
     assert every["target"] == {"kind": "http", "method": "PUT", "url": "https://hooks.example.com/cron",
                                "headers": {"X-Team": "ops"}, "body": '{"ping": true}'}
@@ -291,10 +292,12 @@ def test_patch_bumps_the_version_moves_the_next_fire_and_keeps_the_rest(api):
     assert body["version"] == job["version"] + 1
     assert body["schedule"] == {"cron": "30 4 * * *", "timezone": "Europe/Paris"}
     assert body["name"] == "renamed" and body["description"] == "d"
+    reprioritised = api.patch(f"/api/v1/jobs/{job['id']}/", {"priority": 0}, format="json").json()
+    assert (reprioritised["priority"], reprioritised["next_run_at"]) == (0, body["next_run_at"])
     assert body["next_run_at"] != job["next_run_at"]
     assert datetime.fromisoformat(body["next_run_at"]).astimezone(UTC).minute == 30
     switched = api.patch(f"/api/v1/jobs/{job['id']}/", {"schedule": {"every": 60}}, format="json").json()
-    assert switched["schedule"] == {"every": 60} and switched["version"] == job["version"] + 2
+    assert switched["schedule"] == {"every": 60} and switched["version"] == job["version"] + 3
 
 
 def test_impact_says_what_a_patch_would_do_and_saves_nothing(api):

@@ -130,6 +130,11 @@ CASES = [
     Case("timeout-zero", job_body(name="new", timeout_seconds=0), "timeout_seconds"),
     Case("timeout-10**30", job_body(name="new", timeout_seconds=10**30), "timeout_seconds"),
     Case("max-attempts-a-string", job_body(name="new", max_attempts="3"), "max_attempts"),
+    Case("priority-10", job_body(name="new", priority=10), "priority"),
+    Case("priority-negative", job_body(name="new", priority=-1), "priority"),
+    Case("priority-a-string", job_body(name="new", priority="9"), "priority"),
+    Case("priority-a-float", job_body(name="new", priority=9.5), "priority"),
+    Case("patch-priority-null", {"priority": None}, "priority", method="patch", url="/api/v1/jobs/{job}/"),
     Case("misfire-policy-unknown", job_body(name="new", misfire_policy="sometimes"), "misfire_policy"),
     Case("overlap-policy-unknown", job_body(name="new", overlap_policy="queue"), "overlap_policy"),
     # targets

@@ -5,17 +5,13 @@ hold exactly one run for every fire time of every job, with no gap, and the brok
 one message per run (no beat published a run another beat recorded).
 """
 
-import base64
-import json
 from datetime import timedelta
 
 import pytest
-import redis
-from django.conf import settings
 from django.db.models import Count, Max, Min
 
 from scheduler_app.models import Job, JobRun, RunState, db_now
-from tests.conftest import wait_for
+from tests.conftest import take_broker_messages, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -34,18 +30,7 @@ def seed_every_second_jobs(tenant, queue, count):
 
 
 def published_run_ids(queue):
-    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
-    try:
-        raw = client.lrange(queue, 0, -1)
-    finally:
-        client.delete(queue)
-        client.close()
-    ids = []
-    for message in raw:
-        envelope = json.loads(message)
-        args, _kwargs, _embed = json.loads(base64.b64decode(envelope["body"]))
-        ids.append(args[0])
-    return ids
+    return [message["args"][0] for message in take_broker_messages(queue)]
 
 
 @pytest.mark.parametrize("beats", [2, 4])

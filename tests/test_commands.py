@@ -7,7 +7,6 @@ exit-status tests go through Django's real argv path, in this process and in a c
 from __future__ import annotations
 
 import io
-import json
 import os
 import re
 import subprocess
@@ -17,7 +16,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-import redis
 from django.conf import settings
 from django.core.management import ManagementUtility, call_command
 from django.core.management import base as management_base
@@ -28,6 +26,7 @@ from django.test.utils import CaptureQueriesContext
 from scheduler_app import services
 from scheduler_app.management.tables import format_table, shorten
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Tenant, Trigger, db_now
+from tests.conftest import take_broker_messages
 
 ROOT = Path(__file__).resolve().parent.parent
 TASK = "scheduler_app.echo"
@@ -212,7 +211,7 @@ def test_add_with_every_option(acme):
 
     run("jobs", "add", "--tenant", "acme", "--name", "full", "--cron", "@hourly", "--timezone", "Europe/Paris",
         "--task", TASK, "--args", '[1, "two"]', "--kwargs", '{"x": {"y": null}}', "--queue", "reports",
-        "--timeout", "60", "--max-attempts", "5", "--retry-backoff", "30", "--misfire", "run_all",
+        "--timeout", "60", "--max-attempts", "5", "--retry-backoff", "30", "--misfire", "run_all", "--priority", "9",
         "--catchup-window", "3600", "--run-all-cap", "7", "--start", start.isoformat(),
         "--end", end.isoformat().replace("+00:00", "Z"), "--tag", "a", "b", "--tag", "c",
         "--description", "Everything set")
@@ -220,7 +219,7 @@ def test_add_with_every_option(acme):
     job = Job.objects.get()
     assert (job.cron, job.timezone, job.args, job.kwargs, job.queue) == (
         "0 * * * *", "Europe/Paris", [1, "two"], {"x": {"y": None}}, "reports")
-    assert (job.timeout_seconds, job.max_attempts, job.retry_backoff_seconds) == (60, 5, 30)
+    assert (job.timeout_seconds, job.max_attempts, job.retry_backoff_seconds, job.priority) == (60, 5, 30, 9)
     assert (job.misfire_policy, job.catchup_window_seconds, job.run_all_cap) == ("run_all", 3600, 7)
     assert (job.start_at, job.end_at, job.next_run_at) == (start, end, start)
     assert (job.tags, job.description) == (["a", "b", "c"], "Everything set")
@@ -247,6 +246,7 @@ BAD_ADD_INPUT = [
     (["--every", "0"], "jobs add: every: must be between 1 and"),
     (["--cron", "@daily", "--misfire", "sometimes"], "jobs add: misfire_policy: must be one of"),
     (["--cron", "@daily", "--timeout", "0"], "jobs add: timeout_seconds: must be between 1 and"),
+    (["--cron", "@daily", "--priority", "10"], "jobs add: priority: must be between 0 and 9"),
     (["--cron", "@daily", "--max-attempts", "0"], "jobs add: max_attempts: must be between 1 and"),
     (["--cron", "@daily", "--task", "os.system"], "jobs add: task: 'os.system' is not an allowed task"),
     (["--cron", "@daily", "--name", "   "], "jobs add: name: must not be empty"),
@@ -488,16 +488,14 @@ def test_trigger_records_a_queued_manual_run_published_after_commit(acme, django
 def test_trigger_publishes_to_the_broker(acme, django_capture_on_commit_callbacks):
     queue = f"test-{uuid.uuid4().hex[:10]}"
     job = add_job(acme, queue=queue)
-    broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
     try:
         with django_capture_on_commit_callbacks(execute=True):
             run("jobs", "trigger", str(job.id))
-
-        messages = [json.loads(raw) for raw in broker.lrange(queue, 0, -1)]
-        run_ = JobRun.objects.get()
-        assert [m["headers"]["id"] for m in messages] == [f"cronfleet-run-{run_.id}-1"]
     finally:
-        broker.delete(queue, f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}")
+        messages = take_broker_messages(queue)
+
+    run_ = JobRun.objects.get()
+    assert [m["headers"]["id"] for m in messages] == [f"cronfleet-run-{run_.id}-1"]
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,7 +1,7 @@
 """Fair claiming across tenants: one tenant's backlog must not delay another tenant's jobs.
 
 Jobs are claimed in the order rank / tenant weight, where rank numbers each tenant's due
-jobs by (next_run_at, id); locked rows are skipped before the LIMIT counts.
+jobs by (priority descending, next_run_at, id); locked rows are skipped before the LIMIT counts.
 """
 
 import json

@@ -82,7 +82,9 @@ def test_an_edit_that_changes_nothing_writes_nothing(tenant):
         ({"task_name": "os.system"}, "task"),
         ({"target_kind": "http", "http": {"url": "ftp://example.com/"}}, "http.url"),
         ({"tags": ["ok", "bad\x00"]}, "tags.1"),
-        ({"priority": 3}, "priority"),
+        ({"priority": 10}, "priority"),
+        ({"priority": -1}, "priority"),
+        ({"bogus": 3}, "bogus"),
         ({"at": datetime(2001, 1, 1, tzinfo=UTC)}, "at"),
     ],
 )

@@ -29,6 +29,9 @@ from scheduler_app.models import (
     ApiKey,
     Job,
     JobRun,
+    PRIORITY_DEFAULT,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
     OverlapPolicy,
     RunState,
     Tenant,
@@ -228,7 +231,7 @@ class TargetField(serializers.Field):
 # --- jobs -------------------------------------------------------------------------------
 
 SPEC_PLAIN_FIELDS = (
-    "name", "description", "tags", "start_at", "end_at", "queue", "timeout_seconds", "max_attempts",
+    "name", "description", "tags", "start_at", "end_at", "queue", "priority", "timeout_seconds", "max_attempts",
     "retry_backoff_seconds", "retry_backoff_max_seconds", "misfire_policy", "catchup_window_seconds",
     "run_all_cap", "overlap_policy", "jitter_seconds",
 )
@@ -285,6 +288,10 @@ class JobWriteSerializer(StrictSerializer):
     start_at = AwareDateTimeField(required=False, allow_null=True, help_text="No fires before this instant")
     end_at = AwareDateTimeField(required=False, allow_null=True, help_text="No fires after this instant")
     queue = StrictCharField(required=False, allow_blank=True, max_length=100, help_text="Celery queue; blank: default")
+    priority = StrictIntegerField(
+        required=False, min_value=PRIORITY_MIN, max_value=PRIORITY_MAX,
+        help_text=f"{PRIORITY_MIN}-{PRIORITY_MAX}, higher first (default {PRIORITY_DEFAULT}): claimed first among "
+                  "the tenant's due jobs, released first from a quota wait, taken first from the broker queue")
     timeout_seconds = StrictIntegerField(required=False)
     max_attempts = StrictIntegerField(required=False, max_value=32767)
     retry_backoff_seconds = StrictIntegerField(required=False)
@@ -306,7 +313,7 @@ class JobSerializer(serializers.ModelSerializer):
     class Meta:
         model = Job
         fields = (
-            "id", "name", "description", "tags", "schedule", "target", "start_at", "end_at", "queue",
+            "id", "name", "description", "tags", "schedule", "target", "start_at", "end_at", "queue", "priority",
             "timeout_seconds", "max_attempts", "retry_backoff_seconds", "retry_backoff_max_seconds",
             "misfire_policy", "catchup_window_seconds", "run_all_cap", "overlap_policy", "jitter_seconds", "enabled",
             "paused_note", "next_run_at", "version", "created_at", "updated_at",

@@ -29,6 +29,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, transaction
 
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Tenant, db_now
+from scheduler_app.publish import redis_list_keys
 from scheduler_app.services import WAKE_CHANNEL, wake_beats
 
 PREFIX = "bench-"
@@ -201,7 +202,7 @@ class Command(BaseCommand):
             self.redis.ping()
         except redis.RedisError as exc:
             raise CommandError(f"bench: cannot reach the broker {self.broker_label()}: {exc}", returncode=2) from None
-        self.queue_keys = self.redis_queue_keys()
+        self.queue_keys = redis_list_keys(QUEUE)
         self.verbosity = options.get("verbosity", 1)
 
         self.clean()
@@ -259,15 +260,6 @@ class Command(BaseCommand):
             raise CommandError(f"bench: database {name!r} has {others} scheduled non-bench jobs and {retrying} "
                                "retrying runs; the bench's beats would fire them. Use a dedicated database",
                                returncode=2)
-
-    def redis_queue_keys(self) -> list[str]:
-        """The Redis lists kombu keeps queue "bench" in: one per priority step (counted)."""
-        from kombu.transport.redis import PRIORITY_STEPS, Channel
-
-        options = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {}) or {}
-        prefix = options.get("global_keyprefix", "")
-        steps = options.get("priority_steps", PRIORITY_STEPS)
-        return [prefix + (f"{QUEUE}{Channel.sep}{step}" if step else QUEUE) for step in steps]
 
     def redis_messages(self) -> int:
         with self.redis.pipeline(transaction=False) as pipe:

@@ -24,7 +24,7 @@ from scheduler_app.management.tables import (
     shorten,
     utc_text,
 )
-from scheduler_app.models import Job, JobRun, RunState, db_now
+from scheduler_app.models import PRIORITY_DEFAULT, PRIORITY_MAX, PRIORITY_MIN, Job, JobRun, RunState, db_now
 
 MAX_LIMIT = 1000
 MAX_PREVIEW = 1000
@@ -73,6 +73,8 @@ class Command(OneLineErrors, BaseCommand):
         add.add_argument("--args", dest="task_args", metavar="JSON", help="Positional arguments: a JSON array")
         add.add_argument("--kwargs", dest="task_kwargs", metavar="JSON", help="Keyword arguments: a JSON object")
         add.add_argument("--queue", default="", metavar="Q", help="Celery queue (default: the default queue)")
+        add.add_argument("--priority", type=int, metavar="P",
+                         help=f"{PRIORITY_MIN}-{PRIORITY_MAX}, higher goes first (default {PRIORITY_DEFAULT})")
         add.add_argument("--timeout", type=int, metavar="S", help="Seconds a run may take (default 300)")
         add.add_argument("--max-attempts", type=int, metavar="N", help="Attempts per run (default 3)")
         add.add_argument("--retry-backoff", type=int, metavar="S",
@@ -137,14 +139,14 @@ class Command(OneLineErrors, BaseCommand):
     def do_add(self, *, tenant: str, name: str, cron: str | None, every: int | None, at: str | None,
                timezone: str, task: str | None, task_args: str | None, task_kwargs: str | None, queue: str,
                http_url: str | None, method: str, http_headers: list[str], body: str,
-               command_name: str | None, command_params: list[str],
+               command_name: str | None, command_params: list[str], priority: int | None,
                timeout: int | None, max_attempts: int | None, retry_backoff: int | None,
                retry_backoff_max: int | None, overlap: str | None, jitter: int | None, misfire: str | None,
                catchup_window: int | None, run_all_cap: int | None,
                start: str | None, end: str | None, tags: list[str], description: str, **options) -> None:
         # Parse every value before the first query: bad input writes nothing.
         defaults_overridden = {
-            "timeout_seconds": timeout, "max_attempts": max_attempts, "retry_backoff_seconds": retry_backoff,
+            "priority": priority, "timeout_seconds": timeout, "max_attempts": max_attempts, "retry_backoff_seconds": retry_backoff,
             "retry_backoff_max_seconds": retry_backoff_max,
             "overlap_policy": overlap, "jitter_seconds": jitter,
             "misfire_policy": misfire, "catchup_window_seconds": catchup_window, "run_all_cap": run_all_cap,

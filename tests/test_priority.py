@@ -1,0 +1,227 @@
+"""Job priority (0-9, higher first) at each place runs wait: the claim of a tenant's due
+jobs, a tenant's quota, and the broker queue, with real workers on Redis and RabbitMQ.
+
+Priority orders a tenant's own work; it never buys a larger share of a claim than the
+tenant's weight gives.
+"""
+
+import os
+from datetime import timedelta
+
+import pytest
+from kombu import Connection
+
+from scheduler_app import dispatch, services
+from scheduler_app.models import PRIORITY_DEFAULT, AuditEvent, Job, JobRun, RunState, Tenant, db_now
+from scheduler_app.publish import RunMessage, broker_priority, publish_runs
+from tests.conftest import take_broker_messages, utc, wait_for
+
+GRACE = timedelta(seconds=60)
+T = utc(2024, 1, 1, 0, 0, 0)
+# Ten jobs, none in priority order by id or by name.
+PRIORITIES = [0, 9, 3, 7, 5, 1, 8, 2, 6, 4]
+AMQP_URL = os.environ.get("CRONFLEET_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
+
+
+@pytest.fixture(autouse=True)
+def fresh_fair_order():
+    dispatch.forget_fair_order()
+    yield
+    dispatch.forget_fair_order()
+
+
+def seed(tenant, priorities, at=T, prefix="job", **fields) -> dict[int, int]:
+    """One job due at `at` per priority (cron every minute unless `fields` say otherwise);
+    {job id: priority}."""
+    fields.setdefault("cron", "* * * * *")
+    jobs = Job.objects.bulk_create(
+        Job(tenant=tenant, name=f"{prefix}-{i}", task_name="scheduler_app.echo", next_run_at=at, priority=priority,
+            **fields)
+        for i, priority in enumerate(priorities)
+    )
+    return {job.id: job.priority for job in jobs}
+
+
+def fired_priorities(turn_limit, tenant=None) -> list[int]:
+    """Dispatch one batch; the priorities of the jobs it fired, in claim order."""
+    before = set(JobRun.objects.values_list("id", flat=True))
+    dispatch.dispatch_due_jobs(T, limit=turn_limit, grace=GRACE)
+    runs = JobRun.objects.exclude(id__in=before).order_by("id").select_related("job")
+    return [run.job.priority for run in runs if tenant is None or run.tenant_id == tenant.id]
+
+
+# --- the API of the field ---------------------------------------------------------------
+
+
+def test_a_new_job_has_the_middle_priority_and_keeps_the_one_given(tenant):
+    plain = services.job_create(tenant, services.JobSpec(name="plain", task_name="scheduler_app.echo", every=60))
+    urgent = services.job_create(tenant, services.JobSpec(name="urgent", task_name="scheduler_app.echo", every=60,
+                                                          priority=9))
+
+    assert (plain.priority, urgent.priority) == (PRIORITY_DEFAULT, 9) == (5, 9)
+
+
+@pytest.mark.parametrize("value", [-1, 10, 255, "9", 9.0, True, None])
+def test_a_priority_outside_0_to_9_is_refused_by_name(tenant, value):
+    with pytest.raises(services.InvalidInput) as caught:
+        services.job_create(tenant, services.JobSpec(name="x", task_name="scheduler_app.echo", every=60,
+                                                     priority=value))
+
+    assert caught.value.field == "priority"
+    assert not Job.objects.exists()
+
+
+def test_an_edit_of_the_priority_is_audited_and_leaves_the_schedule(tenant):
+    job = services.job_create(tenant, services.JobSpec(name="j", task_name="scheduler_app.echo", every=60))
+    next_run_at = job.next_run_at
+
+    services.job_update(job, {"priority": 2}, actor="test")
+
+    job.refresh_from_db()
+    assert (job.priority, job.version, job.next_run_at) == (2, 2, next_run_at)
+    assert AuditEvent.objects.get(job_id=job.id, action="job.updated").detail["changes"] == {"priority": [5, 2]}
+
+
+# --- the claim ----------------------------------------------------------------------------
+
+
+def test_a_tenants_higher_priority_jobs_are_claimed_first(db):
+    tenant = Tenant.objects.create(slug="solo", name="solo")
+    seed(tenant, PRIORITIES)
+
+    # Three batches of four: the first ranks the due set, the next ones claim from that
+    # ranking (dispatch.FairOrder), and all follow priority.
+    batches = [fired_priorities(4) for _ in range(3)]
+
+    assert batches == [[9, 8, 7, 6], [5, 4, 3, 2], [1, 0]]
+
+
+def test_equal_priorities_go_oldest_fire_first(db):
+    tenant = Tenant.objects.create(slug="solo", name="solo")
+    old = seed(tenant, [5, 5], at=T - timedelta(seconds=30), prefix="old", cron="30 * * * *")  # one fire due
+    seed(tenant, [5, 9], prefix="new")
+
+    fired = fired_priorities(3)
+
+    first_jobs = list(JobRun.objects.order_by("id").values_list("job_id", flat=True))
+    assert fired == [9, 5, 5]
+    assert set(first_jobs[1:]) == set(old)
+
+
+def test_priority_does_not_buy_a_larger_share_of_a_claim(db):
+    urgent, calm = (Tenant.objects.create(slug=slug, name=slug) for slug in ("urgent", "calm"))
+    seed(urgent, [9] * 50)
+    seed(calm, [0] * 50)  # the same instant and weight
+
+    dispatch.dispatch_due_jobs(T, limit=20, grace=GRACE)
+
+    assert JobRun.objects.filter(tenant=urgent).count() == JobRun.objects.filter(tenant=calm).count() == 10
+
+
+# --- the quota ----------------------------------------------------------------------------
+
+
+def test_the_quota_budget_goes_to_the_higher_priority_first(db, monkeypatch):
+    monkeypatch.setattr(dispatch, "publish_runs", lambda messages: len(list(messages)))
+    tenant = Tenant.objects.create(slug="capped", name="capped", max_fires_per_minute=3)
+    seed(tenant, PRIORITIES, cron="", run_at=T)  # one-offs: each fires once
+
+    dispatch.run_turn(T, batch_size=100, grace=GRACE, sweep=False)
+
+    def out_now():
+        return sorted(JobRun.objects.filter(state=RunState.QUEUED).values_list("job__priority", flat=True))
+
+    assert out_now() == [7, 8, 9]
+    assert JobRun.objects.filter(state=RunState.PENDING, reason__startswith="quota_").count() == 7
+
+    # Each new minute releases the next three held runs, by priority (release_quota_held_runs).
+    dispatch.run_turn(T + timedelta(seconds=61), batch_size=100, grace=GRACE, sweep=False)
+    assert out_now() == [4, 5, 6, 7, 8, 9]
+    dispatch.run_turn(T + timedelta(seconds=122), batch_size=100, grace=GRACE, sweep=False)
+    assert out_now() == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+
+
+@pytest.mark.parametrize(("priorities", "available", "states"), [
+    ([1, 9, 5], 1, ["pending", "queued", "pending"]),
+    ([1, 9, 5], 2, ["pending", "queued", "queued"]),
+    ([5, 5, 5], 1, ["queued", "pending", "pending"]),  # a tie: the older fire, then the lower job id
+])
+def test_hold_over_budget_spends_the_budget_by_priority(priorities, available, states):
+    rows = [dispatch.RunRow(job_id, 7, T, "queued", "", 1, T, T, T, None) for job_id in range(len(priorities))]
+    budgets = {7: dispatch.Budget(available=available, reason="quota_fires_per_minute: x")}
+
+    planned = dispatch.hold_over_budget(rows, budgets, dict(enumerate(priorities)))
+
+    assert [r.state for r in planned] == states
+
+
+# --- the broker ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("driver", "expected"), [
+    ("redis", [9, 5, 0]),  # kombu's Redis transport serves its lowest number first
+    ("amqp", [0, 4, 9]),
+    ("filesystem", [0, 4, 9]),
+])
+def test_broker_priority_per_transport(driver, expected):
+    assert [broker_priority(p, driver) for p in (0, 4, 9)] == expected
+
+
+@pytest.mark.django_db(transaction=True)
+def test_published_messages_wait_in_redis_by_priority(queue_name):
+    published = [RunMessage(run_id, 1, queue_name, 60, priority) for run_id, priority in enumerate(PRIORITIES)]
+
+    publish_runs(published[:5])
+    publish_runs(published[5:])
+
+    taken = take_broker_messages(queue_name)
+    assert [message["args"][0] for message in taken] == [1, 6, 3, 8, 4, 9, 2, 7, 5, 0]  # by priority 9..0
+    assert [message["properties"]["priority"] for message in taken] == list(range(10))
+
+
+def ledger_start_order(jobs: dict[int, int]) -> list[int]:
+    runs = JobRun.objects.filter(job_id__in=jobs).order_by("started_at", "id")
+    return [jobs[run.job_id] for run in runs]
+
+
+def start_in_priority_order(tenant, processes, queue_name, **env):
+    """Queue one run for each of ten jobs with a beat, with no worker up; then let one worker
+    with one process take them. The ledger's start times give the order it took them in."""
+    start = db_now() - timedelta(seconds=1)
+    jobs = seed(tenant, PRIORITIES, at=start, queue=queue_name, every_seconds=3600, anchor_at=start, cron="")
+
+    beat = processes.beat("beat", "--once", **env)
+    assert beat.wait(timeout=60) == 0, processes.log("beat")
+    assert JobRun.objects.filter(job_id__in=jobs, state=RunState.QUEUED).count() == 10
+
+    processes.worker(queue_name, concurrency=1, **env)
+    wait_for(lambda: JobRun.objects.filter(job_id__in=jobs, state=RunState.SUCCEEDED).count() == 10,
+             timeout=60, what="ten runs to succeed")
+    return ledger_start_order(jobs)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_on_redis_takes_queued_runs_by_priority(tenant, processes, queue_name):
+    try:
+        order = start_in_priority_order(tenant, processes, queue_name)
+    finally:
+        processes.stop_all()
+        take_broker_messages(queue_name)
+
+    assert order == sorted(PRIORITIES, reverse=True)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_on_rabbitmq_takes_queued_runs_by_priority(tenant, processes, queue_name):
+    with Connection(AMQP_URL, connect_timeout=5) as conn:
+        conn.ensure_connection(max_retries=1)  # RabbitMQ must run: a clear error here, not a timeout later
+    try:
+        order = start_in_priority_order(tenant, processes, queue_name, CELERY_BROKER_URL=AMQP_URL)
+    finally:
+        processes.stop_all()
+        with Connection(AMQP_URL) as conn:
+            conn.default_channel.queue_delete(queue_name)
+
+    assert order == sorted(PRIORITIES, reverse=True)
