@@ -2,8 +2,10 @@
 # Run Cronfleet's test suite against real PostgreSQL and Redis.
 #   ./test.sh                 everything
 #   ./test.sh -m "not slow"   skip the multi-process scenarios
-# Defaults: postgres://postgres@127.0.0.1:5432 and redis://127.0.0.1:6379/15; set
-# DATABASE_URL / CELERY_BROKER_URL to use others (pytest creates its own test database).
+# Defaults: postgres://postgres@127.0.0.1:5432, redis://127.0.0.1:6379/15 and RabbitMQ at
+# amqp://guest:guest@127.0.0.1:5672// (the priority tests run a worker on each broker); set
+# DATABASE_URL / CELERY_BROKER_URL / CRONFLEET_TEST_AMQP_URL to use others (pytest creates
+# its own test database).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -35,5 +37,12 @@ try:
     redis.Redis.from_url(os.environ["CELERY_BROKER_URL"], socket_connect_timeout=5).ping()
 except Exception as exc:
     sys.exit(f"test.sh: Redis is not reachable ({exc}); start it or set CELERY_BROKER_URL")
+from kombu import Connection
+amqp = os.environ.get("CRONFLEET_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
+try:
+    with Connection(amqp, connect_timeout=5) as conn:
+        conn.ensure_connection(max_retries=1)
+except Exception as exc:
+    sys.exit(f"test.sh: RabbitMQ is not reachable at {amqp} ({exc}); start it or set CRONFLEET_TEST_AMQP_URL")
 PY
 exec .venv/bin/python -m pytest "$@"
