@@ -201,6 +201,12 @@ CASES = [
     Case("preview-count-101", None, "count", method="get", url="/api/v1/jobs/{job}/preview/?count=101"),
     Case("stats-window-too-short", None, "window", method="get", url="/api/v1/stats/?window=59"),
     Case("stats-window-a-word", None, "window", method="get", url="/api/v1/stats/?window=hour"),
+    # a misspelt query parameter is named, not ignored (which would list everything)
+    Case("runs-misspelt-filter", None, "stat", method="get", url="/api/v1/runs/?stat=dead"),
+    Case("jobs-misspelt-filter", None, "tags", method="get", url="/api/v1/jobs/?tags=billing&limit=5"),
+    Case("keys-unknown-parameter", None, "revoked", method="get", url="/api/v1/keys/?revoked=true"),
+    Case("preview-unknown-parameter", None, "n", method="get", url="/api/v1/jobs/{job}/preview/?n=3"),
+    Case("stats-unknown-parameter", None, "since", method="get", url="/api/v1/stats/?since=2024-01-01"),
 ]
 
 

@@ -130,6 +130,24 @@ class StrictSerializer(serializers.Serializer):
         return super().to_internal_value(data)
 
 
+class QuerySerializer(serializers.Serializer):
+    # Query parameters, refusing names it does not know: a misspelt filter (?stat=dead)
+    # would otherwise list everything. `also_allowed` are read elsewhere (pagination).
+
+    also_allowed: tuple[str, ...] = ()
+
+    def to_internal_value(self, data):
+        unknown = {key: "is not a known query parameter" for key in data
+                   if key not in self.fields and key not in self.also_allowed}
+        if unknown:
+            raise serializers.ValidationError(unknown)
+        return super().to_internal_value(data)
+
+
+class ListQuerySerializer(QuerySerializer):
+    also_allowed = ("cursor", "limit")
+
+
 def validated(serializer_class, data, **kwargs) -> dict:
     serializer = serializer_class(data=data, **kwargs)
     serializer.is_valid(raise_exception=True)
@@ -321,7 +339,7 @@ class JobSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class JobFilterSerializer(serializers.Serializer):
+class JobFilterSerializer(ListQuerySerializer):
     tag = serializers.CharField(required=False, max_length=64, help_text="Jobs carrying this tag")
     enabled = serializers.BooleanField(required=False, allow_null=True, default=None,
                                        help_text="true: running jobs; false: paused ones")
@@ -332,7 +350,7 @@ class PauseSerializer(StrictSerializer):
     note = StrictCharField(required=False, allow_blank=True, max_length=500, help_text="Why (kept until resumed)")
 
 
-class PreviewQuerySerializer(serializers.Serializer):
+class PreviewQuerySerializer(QuerySerializer):
     count = serializers.IntegerField(required=False, default=10, min_value=1, max_value=MAX_PREVIEW)
 
 
@@ -449,7 +467,7 @@ class TriggeredRunSerializer(RunSerializer):
         read_only_fields = fields
 
 
-class RunFilterSerializer(serializers.Serializer):
+class RunFilterSerializer(ListQuerySerializer):
     job = serializers.IntegerField(required=False, min_value=1, max_value=INT64_MAX, help_text="Runs of this job")
     state = serializers.ChoiceField(choices=RunState.choices, required=False)
     trigger = serializers.ChoiceField(choices=Trigger.choices, required=False)
@@ -532,7 +550,7 @@ class MeSerializer(serializers.Serializer):
     rate_limit = RateLimitSerializer()
 
 
-class StatsQuerySerializer(serializers.Serializer):
+class StatsQuerySerializer(QuerySerializer):
     window = serializers.IntegerField(required=False, default=3600, min_value=60, max_value=7 * 86400,
                                       help_text="Seconds back from now (60 to 604800)")
 

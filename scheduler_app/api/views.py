@@ -129,6 +129,7 @@ class TenantViewSet(ApiViewMixin, viewsets.GenericViewSet):
 
     @extend_schema(summary="List tenants (staff)")
     def list(self, request):
+        s.validated(s.ListQuerySerializer, request.query_params)
         return page_of(self, self.get_queryset(), s.TenantSerializer)
 
     @extend_schema(summary="A tenant (staff)")
@@ -179,6 +180,7 @@ class ApiKeyViewSet(TenantScopedMixin, viewsets.GenericViewSet):
 
     @extend_schema(summary="The tenant's API keys, revoked ones included")
     def list(self, request):
+        s.validated(s.ListQuerySerializer, request.query_params)
         return page_of(self, self.get_queryset(), s.ApiKeySerializer)
 
     @extend_schema(summary="An API key (never the key itself)")
