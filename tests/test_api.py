@@ -553,12 +553,15 @@ def test_the_tenants_rate_limit_answers_429_with_retry_after(db):
     # Four requests must land in one one-minute window.
     wait_for(lambda: time.time() % 60 < 50, timeout=15, what="the start of a rate-limit window")
 
-    statuses = [api.get("/api/v1/me").status_code for _ in range(3)]
+    answers = [api.get("/api/v1/me") for _ in range(3)]
     refused = api.get("/api/v1/me")
 
-    assert statuses == [200, 200, 200]
+    assert [answer.status_code for answer in answers] == [200, 200, 200]
+    assert [answer["RateLimit-Remaining"] for answer in answers] == ["2", "1", "0"]
+    assert {answer["RateLimit-Limit"] for answer in answers} == {"3"}
     assert refused.status_code == 429
     assert 1 <= int(refused["Retry-After"]) <= 60
+    assert (refused["RateLimit-Remaining"], refused["RateLimit-Reset"]) == ("0", refused["Retry-After"])
     assert list(errors_of(refused)) == ["rate_limit"]
     assert "more than 3 requests a minute" in errors_of(refused)["rate_limit"]
     assert client_for(make_tenant()).get("/api/v1/me").status_code == 200  # other keys are unaffected
@@ -567,7 +570,10 @@ def test_the_tenants_rate_limit_answers_429_with_retry_after(db):
 def test_without_redis_rate_limiting_is_off_and_me_says_so(api, settings):
     settings.CRONFLEET_RATE_LIMIT_REDIS_URL = ""
 
-    assert api.get("/api/v1/me").json()["rate_limit"]["enabled"] is False
+    answer = api.get("/api/v1/me")
+
+    assert answer.json()["rate_limit"]["enabled"] is False
+    assert "RateLimit-Remaining" not in answer  # nothing counted, nothing claimed
 
 
 def test_when_redis_does_not_answer_requests_go_through_and_a_warning_is_logged(db, settings, caplog):

@@ -92,6 +92,16 @@ def rate_limit_enabled() -> bool:
     return bool(settings.CRONFLEET_RATE_LIMIT_REDIS_URL)
 
 
+def rate_limit_headers(request) -> dict[str, str]:
+    """RateLimit-Limit, -Remaining and -Reset (seconds to the window's end) for a request the
+    throttle counted; none when it was not counted (no caller, no Redis)."""
+    state = getattr(request, "cronfleet_rate_limit", None)
+    if state is None:
+        return {}
+    per_minute, remaining, reset = state
+    return {"RateLimit-Limit": str(per_minute), "RateLimit-Remaining": str(remaining), "RateLimit-Reset": str(reset)}
+
+
 class KeyRateThrottle(BaseThrottle):
     def allow_request(self, request, view) -> bool:
         limit = limit_for(request)
@@ -99,9 +109,12 @@ class KeyRateThrottle(BaseThrottle):
             return True
         now = time.time()
         count = counter.hit(limit.caller, now)
-        if count is None or count <= limit.per_minute:
+        if count is None:
+            return True
+        reset = max(1, math.ceil(WINDOW_SECONDS - now % WINDOW_SECONDS))
+        request.cronfleet_rate_limit = (limit.per_minute, max(0, limit.per_minute - count), reset)
+        if count <= limit.per_minute:
             return True
         # Raised here rather than returning False, to say which limit was hit; DRF adds
         # the Retry-After header (seconds to the end of the window).
-        raise exceptions.Throttled(wait=max(1, math.ceil(WINDOW_SECONDS - now % WINDOW_SECONDS)),
-                                   detail=f"more than {limit.per_minute} requests a minute with this key.")
+        raise exceptions.Throttled(wait=reset, detail=f"more than {limit.per_minute} requests a minute with this key.")

@@ -24,7 +24,7 @@ from scheduler_app.api.auth import IsStaffCaller, actor, api_key
 from scheduler_app.api.errors import ApiError
 from scheduler_app.api.pagination import KeysetPagination, RunPagination
 from scheduler_app.api.parsers import check_body_headers
-from scheduler_app.api.throttling import limit_for, rate_limit_enabled
+from scheduler_app.api.throttling import limit_for, rate_limit_enabled, rate_limit_headers
 from scheduler_app.models import ApiKey, AuditEvent, Job, JobRun, Tenant, db_now
 
 TENANT_HEADER = "X-Cronfleet-Tenant"
@@ -52,11 +52,18 @@ CHANGE_EXAMPLES = [
 
 
 class ApiViewMixin:
-    """What every API view does first: refuse an oversized or untyped body unread."""
+    """What every API view does first: refuse an oversized or untyped body unread; and last:
+    tell the caller where it stands with the rate limit."""
 
     def initial(self, request, *args, **kwargs):
         check_body_headers(request)
         super().initial(request, *args, **kwargs)
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        response = super().finalize_response(request, response, *args, **kwargs)
+        for name, value in rate_limit_headers(request).items():
+            response[name] = value
+        return response
 
 
 def caller_tenant(request) -> Tenant:
