@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from array import array
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import NamedTuple
@@ -56,7 +56,7 @@ CLAIM_FIELDS = (
     "start_at", "end_at", "next_run_at", "misfire_policy", "catchup_window_seconds",
     "run_all_cap", "queue", "timeout_seconds", "priority", "overlap_policy", "jitter_seconds", "jitter_seed",
 )
-INSERT_CHUNK = 500  # rows per INSERT on SQLite: 10 parameters each stays below its limit
+INSERT_CHUNK = 500  # rows per INSERT on SQLite: 11 parameters each stays below its limit
 QUOTA_PREFIX = "quota_"  # the reason of every run held back by its tenant's quota
 FIRES_REASON = "quota_fires_per_minute: waiting for room under the tenant's limit of {} fires per minute"
 CONCURRENCY_REASON = "quota_concurrency: waiting for room under the tenant's limit of {} concurrent runs"
@@ -79,6 +79,7 @@ class RunRow(NamedTuple):
     enqueued_at: datetime | None
     dispatched_at: datetime | None
     finished_at: datetime | None
+    priority: int = PRIORITY_DEFAULT  # the job's, kept on the run: held runs are released by it
 
 
 @dataclass
@@ -161,8 +162,7 @@ def dispatch_due_jobs(now: datetime, *, limit: int, grace: timedelta) -> Dispatc
         cancelled = cancel_runs(cancel, now)
         # After cancel_runs (which may wait for a run row): tenant locks are taken last, so
         # no beat waits for a run while holding a tenant another beat's sweep waits for.
-        rows = hold_over_budget(rows, tenant_budgets({job["tenant_id"] for job in jobs}, now),
-                                {job["id"]: job["priority"] for job in jobs})
+        rows = hold_over_budget(rows, tenant_budgets({job["tenant_id"] for job in jobs}, now))
         inserted = insert_runs(rows)
         advance_jobs(advances)
     revoke_running(cancelled)
@@ -324,13 +324,16 @@ def plan_batch(jobs: list[dict], now: datetime, grace: timedelta, active: dict[i
         rules = misfire_rules_of(job["misfire_policy"], grace, job["catchup_window_seconds"], job["run_all_cap"])
         plan = schedules.plan_fires(schedule, job["next_run_at"], now, rules, cache=cache)
         overlap = plan_overlap(job["overlap_policy"], plan.fires, active.get(job["id"], []))
-        base = (job["id"], job["tenant_id"])
+        base, priority = (job["id"], job["tenant_id"]), job["priority"]
         for fire_at in overlap.queue:
-            rows.append(RunRow(*base, fire_at, RunState.QUEUED.value, "", job["version"], now, now, now, None))
+            rows.append(RunRow(*base, fire_at, RunState.QUEUED.value, "", job["version"], now, now, now, None,
+                               priority))
         for fire_at, reason in overlap.pend:
-            rows.append(RunRow(*base, fire_at, RunState.PENDING.value, reason, job["version"], now, None, None, None))
+            rows.append(RunRow(*base, fire_at, RunState.PENDING.value, reason, job["version"], now, None, None, None,
+                               priority))
         for fire_at, reason in [*plan.skipped, *overlap.skip]:
-            rows.append(RunRow(*base, fire_at, RunState.SKIPPED.value, reason, job["version"], now, None, None, now))
+            rows.append(RunRow(*base, fire_at, RunState.SKIPPED.value, reason, job["version"], now, None, None, now,
+                               priority))
         cancel.update(overlap.cancel)
         advances.append((job["id"], plan.next_run_at))
     return rows, advances, cancel
@@ -521,12 +524,10 @@ def tenant_budget(tenant_id: int, now: datetime) -> Budget | None:
     return tenant_budgets([tenant_id], now).get(tenant_id)
 
 
-def hold_over_budget(rows: list[RunRow], budgets: dict[int, Budget],
-                     priorities: Mapping[int, int] | None = None) -> list[RunRow]:
+def hold_over_budget(rows: list[RunRow], budgets: dict[int, Budget]) -> list[RunRow]:
     """Planned queued runs beyond their tenant's budget wait as pending with the reason; the
-    budget goes to the highest job priority (`priorities`: job id -> Job.priority), then the
-    oldest fire. Other rows and tenants without a budget are unchanged. Pure."""
-    priorities = priorities or {}
+    budget goes to the highest priority, then the oldest fire. Other rows and tenants without
+    a budget are unchanged. Pure."""
     if not budgets:
         return rows
     queued: dict[int, list[int]] = {}
@@ -536,8 +537,7 @@ def hold_over_budget(rows: list[RunRow], budgets: dict[int, Budget],
     rows = list(rows)
     for tenant_id, indexes in queued.items():
         budget = budgets[tenant_id]
-        indexes.sort(key=lambda i: (-priorities.get(rows[i].job_id, PRIORITY_DEFAULT), rows[i].scheduled_at,
-                                    rows[i].job_id))
+        indexes.sort(key=lambda i: (-rows[i].priority, rows[i].scheduled_at, rows[i].job_id))
         for i in indexes[budget.for_new_runs:]:
             rows[i] = rows[i]._replace(state=RunState.PENDING.value, reason=budget.reason,
                                        enqueued_at=None, dispatched_at=None)
@@ -545,8 +545,8 @@ def hold_over_budget(rows: list[RunRow], budgets: dict[int, Budget],
 
 
 def release_quota_held_runs(now: datetime, *, limit: int) -> list[RunMessage]:
-    """Queue runs held back by their tenant's quota as its budget frees, highest job
-    priority first, then oldest fire, at most `limit` per call.
+    """Queue runs held back by their tenant's quota as its budget frees, highest priority
+    first, then oldest fire, at most `limit` per call.
 
     Each tenant is handled under its row lock, like dispatch spending the same budget, so
     a beat releasing and a beat dispatching never both spend it. A tenant whose quota was
@@ -567,7 +567,7 @@ def release_quota_held_runs(now: datetime, *, limit: int) -> list[RunMessage]:
                     room = min(room, budgets[tenant_id].available)
                 if room <= 0:
                     continue
-                cursor.execute(sql.RELEASE_QUOTA_HELD_RUNS.format(lock=lock_clause(of="held")),
+                cursor.execute(sql.RELEASE_QUOTA_HELD_RUNS.format(lock=lock_clause()),
                                {"now": adapt(now), "tenant": tenant_id, "limit": room})
                 released += cursor.fetchall()
         if len(released) >= limit:

@@ -230,6 +230,8 @@ class JobRun(models.Model):
     attempt = models.PositiveIntegerField(default=1, db_default=1)
     reason = models.CharField(max_length=500, blank=True, default="", db_default="")
     job_version = models.PositiveIntegerField(default=1, db_default=1)
+    # The job's priority when the run was recorded: quota-held runs are released by it.
+    priority = models.PositiveSmallIntegerField(default=PRIORITY_DEFAULT, db_default=PRIORITY_DEFAULT)
 
     created_at = models.DateTimeField()
     enqueued_at = models.DateTimeField(null=True, blank=True)
@@ -273,7 +275,7 @@ class JobRun(models.Model):
                          condition=Q(dispatched_at__isnull=False)),
             models.Index(fields=["tenant"], name="jobrun_tenant_in_flight_idx",
                          condition=Q(state__in=["queued", "running"])),
-            models.Index(fields=["tenant", "scheduled_at"], name="jobrun_tenant_held_idx",
+            models.Index(fields=["tenant", "-priority", "scheduled_at", "id"], name="jobrun_tenant_held_idx",
                          condition=Q(state="pending")),
             # Admin, `jobs runs` and per-tenant views list runs newest first.
             models.Index(fields=["tenant", "-scheduled_at"], name="jobrun_tenant_recent_idx"),

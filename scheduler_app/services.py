@@ -411,7 +411,8 @@ def job_trigger(job: Job, *, actor: str = "") -> JobRun:
     with transaction.atomic():
         go, reason = admitted(job.tenant_id, now, 1)
         run = JobRun.objects.create(job=job, tenant_id=job.tenant_id, scheduled_at=now, trigger=Trigger.MANUAL,
-                                    created_at=now, job_version=job.version, **admission_fields(go, reason, now))
+                                    created_at=now, job_version=job.version, priority=job.priority,
+                                    **admission_fields(go, reason, now))
         _audit(job, "job.triggered", actor, run_id=run.id, state=run.state)
         if go:
             message = RunMessage.of(run.id, 1, job)
@@ -609,7 +610,8 @@ def job_backfill(job: Job, *, start: datetime, end: datetime, dry_run: bool, act
             go, reason = admitted(job.tenant_id, now, len(missing))
             created = JobRun.objects.bulk_create(
                 JobRun(job=job, tenant_id=job.tenant_id, scheduled_at=at, trigger=Trigger.BACKFILL, created_at=now,
-                       job_version=locked.version, **admission_fields(index < go, reason, now))
+                       job_version=locked.version, priority=locked.priority,
+                       **admission_fields(index < go, reason, now))
                 for index, at in enumerate(missing)
             )
             held = len(created) - go

@@ -121,6 +121,21 @@ def test_priority_does_not_buy_a_larger_share_of_a_claim(db):
 # --- the quota ----------------------------------------------------------------------------
 
 
+def test_every_run_keeps_its_jobs_priority(tenant, monkeypatch):
+    monkeypatch.setattr(dispatch, "publish_runs", lambda messages: len(list(messages)))
+    job = services.job_create(tenant, services.JobSpec(name="j", task_name="scheduler_app.echo", cron="0 * * * *",
+                                                       priority=8))
+    Job.objects.filter(id=job.id).update(next_run_at=T)
+
+    dispatch.dispatch_due_jobs(T, limit=10, grace=GRACE)
+    services.job_trigger(job)
+    services.job_backfill(job, start=T - timedelta(hours=3), end=T - timedelta(seconds=1), dry_run=False)
+
+    runs = JobRun.objects.filter(job=job)
+    assert sorted(runs.values_list("trigger", flat=True)) == ["backfill", "backfill", "backfill", "manual", "schedule"]
+    assert set(runs.values_list("priority", flat=True)) == {8}
+
+
 def test_the_quota_budget_goes_to_the_higher_priority_first(db, monkeypatch):
     monkeypatch.setattr(dispatch, "publish_runs", lambda messages: len(list(messages)))
     tenant = Tenant.objects.create(slug="capped", name="capped", max_fires_per_minute=3)
@@ -147,10 +162,11 @@ def test_the_quota_budget_goes_to_the_higher_priority_first(db, monkeypatch):
     ([5, 5, 5], 1, ["queued", "pending", "pending"]),  # a tie: the older fire, then the lower job id
 ])
 def test_hold_over_budget_spends_the_budget_by_priority(priorities, available, states):
-    rows = [dispatch.RunRow(job_id, 7, T, "queued", "", 1, T, T, T, None) for job_id in range(len(priorities))]
+    rows = [dispatch.RunRow(job_id, 7, T, "queued", "", 1, T, T, T, None, priority)
+            for job_id, priority in enumerate(priorities)]
     budgets = {7: dispatch.Budget(available=available, reason="quota_fires_per_minute: x")}
 
-    planned = dispatch.hold_over_budget(rows, budgets, dict(enumerate(priorities)))
+    planned = dispatch.hold_over_budget(rows, budgets)
 
     assert [r.state for r in planned] == states
 

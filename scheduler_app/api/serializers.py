@@ -426,8 +426,8 @@ class BulkResultSerializer(serializers.Serializer):
 # --- runs -------------------------------------------------------------------------------
 
 RUN_FIELDS = (
-    "id", "job", "job_name", "scheduled_at", "trigger", "state", "attempt", "reason", "job_version", "created_at",
-    "enqueued_at", "dispatched_at", "started_at", "finished_at", "next_attempt_at", "worker",
+    "id", "job", "job_name", "scheduled_at", "trigger", "state", "attempt", "reason", "job_version", "priority",
+    "created_at", "enqueued_at", "dispatched_at", "started_at", "finished_at", "next_attempt_at", "worker",
     "duplicate_deliveries",
 )
 
