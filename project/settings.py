@@ -232,6 +232,10 @@ if CRONFLEET_HEARTBEAT_SECONDS * 2 > CRONFLEET_LEASE_SECONDS:
 # shorter CRONFLEET_REPUBLISH_IDLE_SECONDS applies: nothing is waiting ahead of the run.
 CRONFLEET_DISPATCH_TIMEOUT_SECONDS = env_int("CRONFLEET_DISPATCH_TIMEOUT_SECONDS", 300, minimum=1)
 CRONFLEET_REPUBLISH_IDLE_SECONDS = env_int("CRONFLEET_REPUBLISH_IDLE_SECONDS", 15, minimum=1)
+# Backpressure: a beat claims no new fires for a broker queue already holding this many
+# messages; they wait in the database, due and in the fair order, until workers drain the
+# queue, so a tenant's spike cannot bury the next tenant's fires at the workers. 0: off.
+CRONFLEET_QUEUE_HIGH_WATER = env_int("CRONFLEET_QUEUE_HIGH_WATER", 5000, minimum=0)
 # The longest timeout a job may ask for. Its run's hard time limit (timeout + 30 s) must stay
 # below the Redis visibility timeout, or Redis hands a message whose worker is still busy to
 # another worker; a RabbitMQ consumer_timeout must in turn exceed the hard limit.

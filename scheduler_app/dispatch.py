@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import NamedTuple
@@ -46,7 +46,14 @@ from scheduler_app.models import (
     schedule_of,
 )
 from scheduler_app.failpoints import failpoint
-from scheduler_app.publish import RunMessage, publish_runs, queue_depth
+from scheduler_app.publish import (
+    RunMessage,
+    broker_errors,
+    publish_runs,
+    queue_depth,
+    queue_depths,
+    queue_name,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +70,7 @@ CONCURRENCY_REASON = "quota_concurrency: waiting for room under the tenant's lim
 QUOTA_WINDOW = timedelta(seconds=60)  # max_fires_per_minute counts runs first dispatched in this window
 QUOTA_POLL_SECONDS = 1.0  # longest beat sleep while runs wait for a quota (a finished run frees a slot unannounced)
 TENANT_CHUNK = 100  # quota tenants locked per release transaction
+BACKPRESSURE_POLL_SECONDS = 0.5  # longest beat sleep while a queue is held back (workers drain it unannounced)
 QUOTA_HELD_LABEL = "waiting for its tenant's quota"  # how active_runs reports such a run to plan_overlap
 
 
@@ -101,6 +109,7 @@ class TurnResult:
     held: int = 0
     released: int = 0  # runs held for a quota and queued this turn
     busy: bool = False  # True: there may be more work right now, go again without sleeping
+    held_back: list[str] = field(default_factory=list)  # job queues over the high-water mark: not claimed
 
 
 def lock_clause(of: str = "") -> str:
@@ -120,7 +129,8 @@ def run_turn(now: datetime, *, batch_size: int, grace: timedelta, sweep: bool = 
     Dispatch due jobs; mark runs whose lease ran out as lost; requeue retries whose backoff
     is over; and, when `sweep` is set, publish again runs that were never started.
     """
-    dispatched = dispatch_due_jobs(now, limit=batch_size, grace=grace)
+    held_back = _backpressure().full()  # a broker call: before any lock is taken
+    dispatched = dispatch_due_jobs(now, limit=batch_size, grace=grace, held_back=held_back)
     failpoint("beat.after_commit")
     published = publish_runs(dispatched.messages)
     failpoint("beat.after_publish")
@@ -142,10 +152,11 @@ def run_turn(now: datetime, *, batch_size: int, grace: timedelta, sweep: bool = 
         held=dispatched.held,
         released=len(released),
         busy=max(dispatched.claimed, len(retries), lost, len(released)) >= batch_size,
+        held_back=held_back,
     )
 
 
-def dispatch_due_jobs(now: datetime, *, limit: int, grace: timedelta) -> Dispatched:
+def dispatch_due_jobs(now: datetime, *, limit: int, grace: timedelta, held_back: Sequence[str] = ()) -> Dispatched:
     """Claim up to `limit` due jobs, record their runs and advance their next fire times.
 
     Returns the messages to publish; the caller publishes them after this returns (the
@@ -153,9 +164,10 @@ def dispatch_due_jobs(now: datetime, *, limit: int, grace: timedelta) -> Dispatc
     """
     # durable: nobody may wrap this in an outer transaction and hold the locks longer.
     with transaction.atomic(durable=True):
-        jobs = claim_due_jobs(now, limit=limit)
+        jobs = claim_due_jobs(now, limit=limit, held_back=held_back)
         if not jobs:
             return Dispatched()
+        _backpressure().note(jobs)
         active = active_runs([job["id"] for job in jobs if job["overlap_policy"] != OverlapPolicy.ALLOW])
         rows, advances, cancel = plan_batch(jobs, now, grace, active)
         failpoint("beat.after_claim")
@@ -177,9 +189,9 @@ def dispatch_due_jobs(now: datetime, *, limit: int, grace: timedelta) -> Dispatc
     return Dispatched(claimed=len(jobs), messages=messages, skipped=skipped, held=held)
 
 
-def claim_due_jobs(now: datetime, *, limit: int) -> list[dict]:
+def claim_due_jobs(now: datetime, *, limit: int, held_back: Sequence[str] = ()) -> list[dict]:
     """Lock up to `limit` due jobs for this transaction, fairly across tenants, skipping
-    rows another beat holds.
+    rows another beat holds and jobs of the broker queues in `held_back`.
 
     NO KEY UPDATE is enough to stop other beats and does not block inserts that
     reference the job (its runs, audit events) from other connections. While a backlog
@@ -188,22 +200,40 @@ def claim_due_jobs(now: datetime, *, limit: int) -> list[dict]:
     order = _fair_order()
     if order.backlog and connection.vendor == "postgresql":
         if not order.usable(now):
-            order.refresh(now, horizon=FAIR_ORDER_BATCHES * limit)
-        jobs = order.claim(now, limit=limit)
+            order.refresh(now, horizon=FAIR_ORDER_BATCHES * limit, held_back=held_back)
+        jobs = order.claim(now, limit=limit, held_back=held_back)
         if len(jobs) == limit:
             return jobs
         order.forget()  # ran dry: claim (and rank) afresh next time
         if jobs:
             return jobs
     adapt = connection.ops.adapt_datetimefield_value
+    clause, params = hold_back_clause("due", held_back)
     with connection.cursor() as cursor:
-        cursor.execute(
-            sql.FAIR_CLAIM.format(columns=CLAIM_COLUMNS, job=claim_job_clause(), lock=claim_lock_clause()),
-            {"now": adapt(now), "limit": limit},
-        )
+        cursor.execute(fair_claim_sql(clause), {"now": adapt(now), "limit": limit, **params})
         jobs = job_dicts(cursor.fetchall())
     order.backlog = len(jobs) == limit
     return jobs
+
+
+def fair_claim_sql(held_back: str = "") -> str:
+    """sql.FAIR_CLAIM for this database, leaving out what the hold_back_clause says."""
+    return sql.FAIR_CLAIM.format(columns=CLAIM_COLUMNS, job=claim_job_clause(), lock=claim_lock_clause(),
+                                 held_back=held_back)
+
+
+def claim_listed_sql(held_back: str = "") -> str:
+    """sql.CLAIM_LISTED (PostgreSQL), leaving out what the hold_back_clause says."""
+    return sql.CLAIM_LISTED.format(columns=CLAIM_COLUMNS, held_back=held_back)
+
+
+def hold_back_clause(alias: str, queues: Sequence[str]) -> tuple[str, dict]:
+    """SQL leaving out the jobs (as `alias`) of `queues`, and its parameters; empty for none."""
+    if not queues:
+        return "", {}
+    names = [f"held_back_{i}" for i in range(len(queues))]
+    placeholders = ", ".join(f"%({name})s" for name in names)
+    return f"AND {alias}.queue NOT IN ({placeholders})", dict(zip(names, queues, strict=True))
 
 
 def claim_lock_clause() -> str:
@@ -262,25 +292,28 @@ class FairOrder:
     def usable(self, now: datetime) -> bool:
         return bool(self.ids) and self.made_at <= now < self.made_at + self.lifetime
 
-    def refresh(self, now: datetime, *, horizon: int) -> None:
+    def refresh(self, now: datetime, *, horizon: int, held_back: Sequence[str] = ()) -> None:
         started = time.monotonic()
         self.ids = array("q")
+        clause, params = hold_back_clause("due", held_back)
         with connection.cursor() as cursor:
-            cursor.execute(sql.FAIR_ORDER, {"now": now, "horizon": horizon})
+            cursor.execute(sql.FAIR_ORDER.format(held_back=clause), {"now": now, "horizon": horizon, **params})
             while rows := cursor.fetchmany(5000):
                 self.ids.extend(row[0] for row in rows)
         took = time.monotonic() - started
         self.made_at = now
         self.lifetime = timedelta(seconds=max(FAIR_ORDER_SECONDS, FAIR_ORDER_COST_FACTOR * took))
 
-    def claim(self, now: datetime, *, limit: int) -> list[dict]:
-        """Lock up to `limit` listed jobs still due, in list order; drop what was passed."""
+    def claim(self, now: datetime, *, limit: int, held_back: Sequence[str] = ()) -> list[dict]:
+        """Lock up to `limit` listed jobs still due, in list order; drop what was passed
+        (taken by another beat, no longer due, or of a queue held back)."""
         jobs: list[dict] = []
+        clause, params = hold_back_clause("job", held_back)
         with connection.cursor() as cursor:
             while len(jobs) < limit and self.ids:
                 window = self.ids[:2 * limit].tolist()  # room to skip what other beats took meanwhile
-                cursor.execute(sql.CLAIM_LISTED.format(columns=CLAIM_COLUMNS),
-                               {"ids": window, "now": now, "limit": limit - len(jobs)})
+                cursor.execute(claim_listed_sql(clause),
+                               {"ids": window, "now": now, "limit": limit - len(jobs), **params})
                 rows = cursor.fetchall()
                 got = len(rows)
                 passed = rows[-1][0] if got == limit - len(jobs) else len(window)
@@ -305,6 +338,53 @@ def _fair_order() -> FairOrder:
 def forget_fair_order() -> None:
     """Drop this thread's cached ranking (tests that must start from a fresh claim)."""
     _fair_order().forget()
+
+
+class Backpressure:
+    """Keeps the broker shallow: the job queues this beat has claimed for, and which of
+    them hold CRONFLEET_QUEUE_HIGH_WATER messages or more (one broker call per turn).
+
+    The jobs of a full queue are not claimed: they stay due in the database, where the next
+    claim ranks them fairly with whatever fell due meanwhile, instead of queueing behind
+    a tenant's spike at the workers. A fire claimed later than the misfire grace follows
+    its job's misfire policy. A queue this beat has not claimed for yet is learnt at its
+    first claim, so several beats overshoot the mark by at most a batch each.
+    """
+
+    def __init__(self) -> None:
+        self.queues: set[str] = set()
+        self.last_full: list[str] = []
+
+    def note(self, jobs: list[dict]) -> None:
+        self.queues.update(job["queue"] for job in jobs)
+
+    def full(self) -> list[str]:
+        high_water = settings.CRONFLEET_QUEUE_HIGH_WATER
+        if not high_water or not self.queues:
+            return []
+        try:
+            depths = queue_depths(sorted(self.queues))
+        except broker_errors() as exc:  # claim as usual: the publish fails too and the sweep sends the runs later
+            logger.warning("backpressure: could not read the broker queues' depths (%s: %s)", type(exc).__name__, exc)
+            return []
+        full = sorted(queue for queue, depth in depths.items() if depth >= high_water)
+        if full != self.last_full:  # said when it changes, not every turn
+            logger.info("backpressure: queues holding %s messages or more, not claimed for: %s", high_water,
+                        [queue_name(queue) for queue in full] or "none")
+            self.last_full = full
+        return full
+
+
+def _backpressure() -> Backpressure:
+    """This thread's Backpressure (as _fair_order)."""
+    if not hasattr(_local, "backpressure"):
+        _local.backpressure = Backpressure()
+    return _local.backpressure
+
+
+def forget_backpressure() -> None:
+    """Forget the queues this thread has claimed for (tests, which use a queue each)."""
+    _local.backpressure = Backpressure()
 
 
 def plan_batch(jobs: list[dict], now: datetime, grace: timedelta, active: dict[int, list[tuple]]):
@@ -685,9 +765,12 @@ def republish_stale_runs(now: datetime, *, limit: int) -> list[RunMessage]:
     return messages
 
 
-def seconds_until_due(now: datetime, *, cap: float) -> float:
+def seconds_until_due(now: datetime, *, cap: float, held_back: Sequence[str] = ()) -> float:
     """How long the beat may sleep: until the earliest next fire or retry (one index
     lookup each), at most `cap`.
+
+    While queues are held back, their due jobs do not count, and at most
+    BACKPRESSURE_POLL_SECONDS: nobody announces that workers drained a queue.
 
     While runs wait for a tenant's quota, at most QUOTA_POLL_SECONDS: a slot frees when a
     minute has passed since a fire or when a run finishes, and nobody announces the latter
@@ -695,8 +778,10 @@ def seconds_until_due(now: datetime, *, cap: float) -> float:
     """
     if JobRun.objects.filter(state=RunState.PENDING, reason__startswith=QUOTA_PREFIX).exists():
         cap = min(cap, QUOTA_POLL_SECONDS)
+    if held_back:
+        cap = min(cap, BACKPRESSURE_POLL_SECONDS)
     earliest_job = (
-        Job.objects.filter(enabled=True, next_run_at__isnull=False)
+        Job.objects.filter(enabled=True, next_run_at__isnull=False).exclude(queue__in=held_back)
         .order_by("next_run_at").values_list("next_run_at", flat=True).first()
     )
     earliest_retry = JobRun.objects.filter(state=RunState.RETRYING).aggregate(at=Min("next_attempt_at"))["at"]

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from kombu import Exchange, Queue
+from kombu.exceptions import KombuError
 
 from project.celery import app
 from scheduler_app.models import PRIORITY_DEFAULT, PRIORITY_MAX, celery_task_id
@@ -96,13 +97,32 @@ def publish_runs(messages: Iterable[RunMessage]) -> int:
     return len(messages)
 
 
+def broker_errors() -> tuple[type[BaseException], ...]:
+    """What the configured broker raises when it cannot be reached or refuses a call."""
+    with app.connection_for_write() as conn:  # not connected: the transport lists its errors
+        return (KombuError, OSError, *conn.connection_errors, *conn.channel_errors)
+
+
 def queue_depth(queue: str) -> int:
     """Messages waiting in the broker queue `queue` (0 when the broker does not know it)."""
+    return queue_depths([queue])[queue]
+
+
+def queue_depths(queues: Iterable[str]) -> dict[str, int]:
+    """queue_depth of each of `queues`, over one broker connection."""
+    depths: dict[str, int] = {}
     with app.connection_for_write() as conn:
+        channel = conn.channel()
         try:
-            return conn.default_channel.queue_declare(queue=queue_name(queue), passive=True).message_count
-        except conn.channel_errors:  # no such queue: nothing is waiting in it
-            return 0
+            for queue in queues:
+                try:
+                    depths[queue] = channel.queue_declare(queue=queue_name(queue), passive=True).message_count
+                except conn.channel_errors:  # no such queue: nothing is waiting in it
+                    depths[queue] = 0
+                    channel = conn.channel()  # AMQP closed the channel that asked
+        finally:
+            channel.close()
+    return depths
 
 
 def redis_list_keys(queue: str) -> list[str]:

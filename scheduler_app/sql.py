@@ -56,12 +56,14 @@ _FAIR_RANKING = """
                                        ORDER BY due.priority DESC, due.next_run_at, due.id) AS tenant_rank
                FROM scheduler_app_job AS due
               WHERE due.enabled
-                AND due.next_run_at <= %(now)s) AS ranked
+                AND due.next_run_at <= %(now)s
+                    {held_back}) AS ranked
        JOIN scheduler_app_tenant AS tenant ON tenant.id = ranked.tenant_id
       ORDER BY share, ranked.priority DESC, ranked.next_run_at, ranked.id"""
 
 # claim_due_jobs
-# Lock up to %(limit)s due jobs in the fair order. The ranking is a CTE: window functions
+# Lock up to %(limit)s due jobs in the fair order. {held_back} leaves out the jobs of broker
+# queues over the high-water mark (dispatch.hold_back_clause; empty when none is). The ranking is a CTE: window functions
 # cannot be locked, and a locking clause without OF skips CTEs (and function scans), so
 # "FOR NO KEY UPDATE SKIP LOCKED" locks the job rows only, never the tenants. The ranked ids
 # are walked in order and each job fetched by primary key ({job}, below); a job another
@@ -122,6 +124,7 @@ SELECT listed.position, {{columns}}
        {CLAIM_JOB_PG.format(id="listed.id")}
  WHERE job.enabled
    AND job.next_run_at <= %(now)s
+       {{held_back}}
  ORDER BY listed.position
  LIMIT %(limit)s
    FOR NO KEY UPDATE SKIP LOCKED

@@ -48,6 +48,16 @@ def wait_for(predicate: Callable[[], object], *, timeout: float, interval: float
         time.sleep(interval)
 
 
+@pytest.fixture(autouse=True)
+def fresh_backpressure():
+    """Each test claims for queues of its own: the beat's list of queues to watch starts empty."""
+    from scheduler_app import dispatch
+
+    dispatch.forget_backpressure()
+    yield
+    dispatch.forget_backpressure()
+
+
 @pytest.fixture
 def tenant(db) -> Tenant:
     return Tenant.objects.create(slug=f"t{next(_names)}", name="Test tenant")

@@ -15,7 +15,7 @@ from datetime import timedelta
 import pytest
 from django.db import connection, connections, transaction
 
-from scheduler_app import dispatch, sql
+from scheduler_app import dispatch
 from scheduler_app.models import Job, JobRun, Tenant
 from tests.conftest import ROOT, utc
 
@@ -151,8 +151,7 @@ def test_a_job_changed_after_the_claim_began_is_not_claimed():
     other = connections.create_connection("default")
     try:
         with transaction.atomic(), connection.cursor() as cursor:
-            statement = sql.FAIR_CLAIM.format(columns=dispatch.CLAIM_COLUMNS, job=dispatch.claim_job_clause(),
-                                              lock=dispatch.claim_lock_clause())
+            statement = dispatch.fair_claim_sql()
             cursor.execute(f"DECLARE claim CURSOR FOR {statement}", {"now": T, "limit": 10})  # snapshot: all due
             with other.cursor() as change:  # another session pauses one job and advances another
                 change.execute("UPDATE scheduler_app_job SET enabled = false WHERE id = %s", [paused])
@@ -266,9 +265,8 @@ def test_the_claim_walks_the_ranking_by_primary_key_even_when_statistics_say_not
 
     with connection.cursor() as cursor:
         for statement, params in [
-            (sql.FAIR_CLAIM.format(columns=dispatch.CLAIM_COLUMNS, job=dispatch.claim_job_clause(),
-                                   lock=dispatch.claim_lock_clause()), {"now": T, "limit": 100}),
-            (sql.CLAIM_LISTED.format(columns=dispatch.CLAIM_COLUMNS), {"now": T, "limit": 100, "ids": ids[:200]}),
+            (dispatch.fair_claim_sql(), {"now": T, "limit": 100}),
+            (dispatch.claim_listed_sql(), {"now": T, "limit": 100, "ids": ids[:200]}),
         ]:
             cursor.execute(f"EXPLAIN {statement}", params)
             plan = "\n".join(row[0] for row in cursor.fetchall())

@@ -5,7 +5,8 @@
 `dispatch` seeds N cron jobs (tenants bench-0..bench-9, queue "bench"), starts K
 `runbeat` processes, makes all N jobs due at one instant (the spike: one UPDATE setting
 next_run_at to the database's now), and measures how long the beats take until the
-ledger holds N queued runs and the Redis list of queue "bench" holds N messages.
+ledger holds N queued runs and the Redis list of queue "bench" holds N messages. No
+worker runs, so the beats run with backpressure off (CRONFLEET_QUEUE_HIGH_WATER=0).
 
 It deletes data: every tenant whose slug starts with "bench-" (with its jobs, runs and
 audit events), and the Redis list of queue "bench", before the run and after it (unless
@@ -319,6 +320,9 @@ class Command(BaseCommand):
         env = dict(os.environ)
         env["DJANGO_SETTINGS_MODULE"] = os.environ.get("DJANGO_SETTINGS_MODULE", "project.settings")
         env["PYTHONUNBUFFERED"] = "1"  # "runbeat: started" must reach the pipe when it is written
+        # No worker drains the queue here: the bench measures how fast beats fill it, so
+        # backpressure (which would stop them at the high-water mark) is off.
+        env["CRONFLEET_QUEUE_HIGH_WATER"] = "0"
         argv = [sys.executable, str(settings.BASE_DIR / "manage.py"), "runbeat", "--batch-size", str(batch_size)]
         return [Beat(n, argv, env) for n in range(1, count + 1)]
 

@@ -12,16 +12,14 @@ from django.conf import settings
 from django.core.checks import Tags
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import DatabaseError, close_old_connections, connection, reset_queries
-from kombu.exceptions import KombuError
 
-from project.celery import app
 
 from scheduler_app import dispatch
 from scheduler_app.models import db_now
+from scheduler_app.publish import broker_errors
 from scheduler_app.services import WAKE_CHANNEL
 
 logger = logging.getLogger("scheduler_app.beat")
-TRANSIENT_ERRORS = (DatabaseError, KombuError, OSError)  # plus the broker transport's own, at start
 RETRY_PAUSE = 1.0  # seconds
 SWEEP_EVERY = 2.0  # seconds between looks for runs to publish again (a few queries and a broker call)
 
@@ -105,8 +103,7 @@ class Command(BaseCommand):
         _, grace = dispatch.beat_settings()
         waker = Waker(self.stop)
         next_sweep = 0.0
-        with app.connection_for_write() as broker:  # e.g. redis.ConnectionError, amqp's errors
-            transient = TRANSIENT_ERRORS + tuple(broker.connection_errors) + tuple(broker.channel_errors)
+        transient = (DatabaseError, *broker_errors())  # e.g. redis.ConnectionError, amqp's errors
         self.stdout.write(f"runbeat: started (batch {batch_size}, max sleep {max_sleep}s, {connection.vendor})")
         try:
             while not self.stop.is_set():
@@ -133,7 +130,7 @@ class Command(BaseCommand):
                 if once:
                     break
                 if not turn.busy:
-                    waker.sleep(dispatch.seconds_until_due(db_now(), cap=max_sleep))
+                    waker.sleep(dispatch.seconds_until_due(db_now(), cap=max_sleep, held_back=turn.held_back))
         finally:
             waker.close()
         self.stdout.write("runbeat: stopped")
