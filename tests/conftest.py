@@ -22,12 +22,15 @@ from pathlib import Path
 import pytest
 import redis
 from django.conf import settings
+from kombu import Connection
 from django.db import connection
 
 from scheduler_app.models import Job, JobRun, RunState, Tenant
 from scheduler_app.publish import redis_list_keys
 
 ROOT = Path(__file__).resolve().parent.parent
+# RabbitMQ, for the tests that run a beat and a worker on it (test.sh checks it answers).
+AMQP_URL = os.environ.get("CRONFLEET_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
 NOW = datetime(2024, 1, 1, 0, 0, 30, tzinfo=UTC)
 _names = itertools.count()
 
@@ -106,6 +109,16 @@ def process_env(**extra: str) -> dict[str, str]:
     )
     env.update(extra)
     return env
+
+
+@pytest.fixture
+def rabbitmq_queue(queue_name):
+    """A RabbitMQ queue name of this test's own, deleted afterwards (RabbitMQ must answer)."""
+    with Connection(AMQP_URL, connect_timeout=5) as conn:
+        conn.ensure_connection(max_retries=1)  # a clear error here, not a timeout later
+    yield queue_name
+    with Connection(AMQP_URL) as conn:
+        conn.default_channel.queue_delete(queue_name)
 
 
 def take_broker_messages(queue: str) -> list[dict]:

@@ -12,7 +12,7 @@ import redis
 
 from scheduler_app import dispatch
 from scheduler_app.models import Job, JobRun, RunState, Tenant, db_now
-from tests.conftest import take_broker_messages, utc, wait_for
+from tests.conftest import AMQP_URL, take_broker_messages, utc, wait_for
 
 GRACE = timedelta(seconds=60)
 T = utc(2024, 1, 1, 0, 0, 0)
@@ -61,9 +61,16 @@ def test_a_full_queue_is_not_claimed_for_until_workers_drain_it(settings, queues
     assert (result.claimed, result.held_back) == (10, [busy])
     assert JobRun.objects.filter(tenant=calm).count() == 10
 
-    # The beat sleeps briefly instead of spinning on the held-back due jobs.
+    # The beat sleeps briefly instead of spinning on the held-back due jobs (it claimed for
+    # another queue this turn) ...
     assert dispatch.seconds_until_due(later, cap=5, held_back=[busy]) == dispatch.BACKPRESSURE_POLL_SECONDS
     assert dispatch.seconds_until_due(later, cap=5) == 0
+    # ... and longer, up to a bound, while turns find nothing else to claim.
+    sleeps = []
+    for _ in range(4):
+        assert turn(later, batch=30).claimed == 0
+        sleeps.append(dispatch.seconds_until_due(later, cap=5, held_back=[busy]))
+    assert sleeps == [1.0, 2.0, 2.0, 2.0]
 
     take_broker_messages(busy)  # workers drained it
 
@@ -96,6 +103,24 @@ def test_when_the_broker_cannot_say_how_deep_a_queue_is_the_beat_claims_as_usual
 
     assert turn(T, batch=20).claimed == 20
     assert "backpressure: could not read the broker queues' depths (ConnectionError" in caplog.text
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_beat_on_rabbitmq_holds_back_a_full_queue(tenant, processes, rabbitmq_queue):
+    """The depth check against RabbitMQ: a queue it does not know yet, then one at the mark."""
+    start = db_now() - timedelta(seconds=1)
+    one_offs(tenant, 20, start, queue=rabbitmq_queue)
+
+    processes.beat("beat", "--max-sleep", "1", "--batch-size", "5", CELERY_BROKER_URL=AMQP_URL,
+                   CRONFLEET_QUEUE_HIGH_WATER="5", CRONFLEET_LOG_LEVEL="INFO")
+    wait_for(lambda: "backpressure: queues holding 5 messages or more" in processes.log("beat"), timeout=30,
+             what="the beat to hold the queue back")
+
+    assert JobRun.objects.count() == 5  # the first batch; then the queue held 5
+    assert Job.objects.filter(next_run_at=start).count() == 15
+    processes.stop_all()
+    assert "backpressure: could not read" not in processes.log("beat")
 
 
 @pytest.mark.slow

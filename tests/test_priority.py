@@ -5,22 +5,19 @@ Priority orders a tenant's own work; it never buys a larger share of a claim tha
 tenant's weight gives.
 """
 
-import os
 from datetime import timedelta
 
 import pytest
-from kombu import Connection
 
 from scheduler_app import dispatch, services
 from scheduler_app.models import PRIORITY_DEFAULT, AuditEvent, Job, JobRun, RunState, Tenant, db_now
 from scheduler_app.publish import RunMessage, broker_priority, publish_runs
-from tests.conftest import take_broker_messages, utc, wait_for
+from tests.conftest import AMQP_URL, take_broker_messages, utc, wait_for
 
 GRACE = timedelta(seconds=60)
 T = utc(2024, 1, 1, 0, 0, 0)
 # Ten jobs, none in priority order by id or by name.
 PRIORITIES = [0, 9, 3, 7, 5, 1, 8, 2, 6, 4]
-AMQP_URL = os.environ.get("CRONFLEET_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
 
 
 @pytest.fixture(autouse=True)
@@ -230,14 +227,10 @@ def test_a_worker_on_redis_takes_queued_runs_by_priority(tenant, processes, queu
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_a_worker_on_rabbitmq_takes_queued_runs_by_priority(tenant, processes, queue_name):
-    with Connection(AMQP_URL, connect_timeout=5) as conn:
-        conn.ensure_connection(max_retries=1)  # RabbitMQ must run: a clear error here, not a timeout later
+def test_a_worker_on_rabbitmq_takes_queued_runs_by_priority(tenant, processes, rabbitmq_queue):
     try:
-        order = start_in_priority_order(tenant, processes, queue_name, CELERY_BROKER_URL=AMQP_URL)
+        order = start_in_priority_order(tenant, processes, rabbitmq_queue, CELERY_BROKER_URL=AMQP_URL)
     finally:
-        processes.stop_all()
-        with Connection(AMQP_URL) as conn:
-            conn.default_channel.queue_delete(queue_name)
+        processes.stop_all()  # before the fixture deletes the queue
 
     assert order == sorted(PRIORITIES, reverse=True)
