@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import connection
 
 from tests.conftest import wait_for
-from tests.faults.harness import FAULT_LAG_BOUND
+from tests.faults.harness import RESTART_LAG_BOUND
 from tests.faults.test_faults import WINDOW, assert_clean
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.faults]
@@ -75,7 +75,7 @@ def test_postgresql_restarted_in_immediate_mode_under_load(cluster):
     cluster.finish()
 
     assert_clean(cluster.check("PostgreSQL restarted (immediate) under load", raw_duplicates_allowed=True,
-                               lag_bound=FAULT_LAG_BOUND))
+                               lag_bound=RESTART_LAG_BOUND))
 
 
 @pytest.mark.skipif(shutil.which("redis-server") is None or not settings.CELERY_BROKER_URL.startswith("redis://127.0.0.1"),
@@ -89,4 +89,4 @@ def test_redis_restarted_without_persistence_loses_no_fire(cluster):
     cluster.run_until(WINDOW + 5)
     cluster.finish()
 
-    assert_clean(cluster.check("Redis restarted without persistence", lag_bound=FAULT_LAG_BOUND))
+    assert_clean(cluster.check("Redis restarted without persistence", lag_bound=RESTART_LAG_BOUND))
