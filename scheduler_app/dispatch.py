@@ -49,7 +49,6 @@ from scheduler_app.publish import (
     RunMessage,
     broker_errors,
     publish_runs,
-    queue_depth,
     queue_depths,
     queue_name,
 )
@@ -762,17 +761,21 @@ def republish_stale_runs(now: datetime, *, limit: int) -> list[RunMessage]:
     with connection.cursor() as cursor:
         cursor.execute(sql.STALE_QUEUES, {"before": adapt(max(idle_before, busy_before))})
         queues = [row[0] for row in cursor.fetchall()]
-    messages: list[RunMessage] = []
+    if not queues:
+        return []
+    depths = queue_depths(queues)  # one broker connection for all of them, no locks held
+    stale: list[tuple[int, int, int]] = []
     for queue in queues:
-        before = idle_before if queue_depth(queue) == 0 else busy_before  # a broker call: no locks held
+        before = idle_before if depths[queue] == 0 else busy_before
         with transaction.atomic(durable=True), connection.cursor() as cursor:
             cursor.execute(
                 sql.REPUBLISH_STALE_RUNS.format(lock_run=lock_clause(of="run")),
-                {"now": adapt(now), "before": adapt(before), "queue": queue, "limit": limit - len(messages)},
+                {"now": adapt(now), "before": adapt(before), "queue": queue, "limit": limit - len(stale)},
             )
-            messages += messages_for(cursor.fetchall())
-        if len(messages) >= limit:
+            stale += cursor.fetchall()
+        if len(stale) >= limit:
             break
+    messages = messages_for(stale)
     if messages:
         logger.warning("publishing %s runs again (not started in time)", len(messages))
     return messages
