@@ -38,7 +38,7 @@ from scheduler_app.models import (
     Trigger,
     db_now,
 )
-from scheduler_app.dispatch import tenant_budget
+from scheduler_app.dispatch import run_times, tenant_budget
 from scheduler_app.publish import RunMessage, publish_runs
 
 WAKE_CHANNEL = "cronfleet_jobs"
@@ -398,10 +398,12 @@ def admitted(tenant_id: int, now: datetime, count: int) -> tuple[int, str]:
 
 
 def admission_fields(go: bool, reason: str, now: datetime) -> dict:
-    """The columns of a run that goes to the broker now, or waits for its tenant's quota."""
-    if go:
-        return {"state": RunState.QUEUED, "enqueued_at": now, "dispatched_at": now}
-    return {"state": RunState.PENDING, "reason": reason, "enqueued_at": None, "dispatched_at": None}
+    """The columns of a run that goes to the broker now, or waits for its tenant's quota
+    (its times as the beat records them: dispatch.run_times)."""
+    state = RunState.QUEUED if go else RunState.PENDING
+    _, enqueued_at, dispatched_at, _ = run_times(state, now)
+    fields = {"state": state, "enqueued_at": enqueued_at, "dispatched_at": dispatched_at}
+    return fields if go else {**fields, "reason": reason}
 
 
 def job_trigger(job: Job, *, actor: str = "") -> JobRun:
