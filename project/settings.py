@@ -202,6 +202,9 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = env_str("CRONFLEET_DEFAULT_QUEUE", "cronfleet")
+# The broker queues jobs may name (comma-separated; empty: any name scheduler_app.queues
+# accepts). Blank on a job means CELERY_TASK_DEFAULT_QUEUE, which is always allowed.
+CRONFLEET_QUEUES = env_list("CRONFLEET_QUEUES", [])
 CELERY_TASK_SEND_SENT_EVENT = False
 CELERY_WORKER_SEND_TASK_EVENTS = env_bool("CELERY_WORKER_SEND_TASK_EVENTS", True)
 CELERY_TIMEZONE = "UTC"
