@@ -5,6 +5,8 @@ import os
 
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/cronfleet")
 os.environ.setdefault("CELERY_BROKER_URL", "redis://127.0.0.1:6379/15")
+# Debug stays off, as in production, so a key is needed (the processes tests start inherit it).
+os.environ.setdefault("DJANGO_SECRET_KEY", "tests-only-secret-key-never-used-anywhere-else")
 
 from project.settings import *  # noqa: E402,F403
 
