@@ -358,10 +358,18 @@ CRONFLEET_API_MAX_BODY_BYTES = env_int("CRONFLEET_API_MAX_BODY_BYTES", 256 * 102
 # one transaction), at CRONFLEET_RATE_LIMIT_REDIS_URL, which defaults to the broker when that
 # is Redis. Without Redis (the SQLite/filesystem-broker first run) rate limiting is off;
 # GET /api/v1/me says so. When Redis is unreachable requests are let through (fail open) with
-# a logged warning, and Redis is not asked again for CRONFLEET_RATE_LIMIT_RETRY_SECONDS:
-# the limit protects the API from floods, and refusing every request would turn a Redis
-# outage into an API outage.
+# a logged warning, /me says the limit is off, and no request asks Redis again: after
+# CRONFLEET_RATE_LIMIT_RETRY_SECONDS a background probe does (scheduler_app/api/throttling.py).
 CRONFLEET_API_REQUESTS_PER_MINUTE = env_int("CRONFLEET_API_REQUESTS_PER_MINUTE", 600, minimum=1)
+# All of a tenant's keys together, so that more keys do not mean more requests: this many a
+# minute, or the tenant's per-key limit when that is larger.
+CRONFLEET_API_TENANT_REQUESTS_PER_MINUTE = env_int("CRONFLEET_API_TENANT_REQUESTS_PER_MINUTE", 1200, minimum=1)
+# Failed authentications (a wrong or revoked key) per client address; past it, 429 until the
+# window ends, without a database query. The address is REMOTE_ADDR, or with
+# CRONFLEET_TRUSTED_PROXIES reverse proxies in front (each appending to X-Forwarded-For) the
+# address the outermost proxy saw. Behind an unlisted proxy every client shares its address.
+CRONFLEET_API_FAILED_AUTH_PER_MINUTE = env_int("CRONFLEET_API_FAILED_AUTH_PER_MINUTE", 60, minimum=1)
+CRONFLEET_TRUSTED_PROXIES = env_int("CRONFLEET_TRUSTED_PROXIES", 0, minimum=0)
 CRONFLEET_RATE_LIMIT_REDIS_URL = env_str(
     "CRONFLEET_RATE_LIMIT_REDIS_URL",
     CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis://", "rediss://")) else "",

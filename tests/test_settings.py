@@ -33,6 +33,7 @@ def check_settings(*, script: str = "", **env: str) -> subprocess.CompletedProce
         ({"DATABASE_URL": "postgres://u@127.0.0.1:5432/x", "DB_POOL_MAX_SIZE": "2", "DB_POOL_MIN_SIZE": "3"},
          "DB_POOL_MIN_SIZE (3) must not exceed DB_POOL_MAX_SIZE (2)"),
         ({"DB_POOL_MAX_SIZE": "-1"}, "DB_POOL_MAX_SIZE must be at least 0"),
+        ({"CRONFLEET_API_FAILED_AUTH_PER_MINUTE": "0"}, "CRONFLEET_API_FAILED_AUTH_PER_MINUTE must be at least 1"),
         ({"CRONFLEET_LEASE_SECONDS": "10", "CRONFLEET_HEARTBEAT_SECONDS": "6"}, "CRONFLEET_HEARTBEAT_SECONDS must be"),
         ({"CELERY_BROKER_URL": "redis://127.0.0.1:6379/15", "CELERY_VISIBILITY_TIMEOUT": "600",
           "CRONFLEET_MAX_JOB_TIMEOUT_SECONDS": "600"}, "CELERY_VISIBILITY_TIMEOUT (600) must exceed"),
