@@ -1,6 +1,6 @@
 """A local demo: seed a tenant and a few jobs, run web + beat + worker, watch runs finish.
 
-    ./demo.sh                  # or: python manage.py migrate && python manage.py demo
+    ./demo.sh                  # or: export DJANGO_DEBUG=true; python manage.py migrate && python manage.py demo
     python manage.py demo --port 8001
     python manage.py demo --no-web
 
