@@ -384,8 +384,9 @@ def test_delete_removes_the_job(api):
 
 def test_backfill_dry_run_lists_the_missing_fires_and_the_real_one_records_them(api):
     job = create_job(api, schedule={"cron": "0 * * * *", "timezone": "UTC"})
-    now = db_now()
-    body = {"start": (now - timedelta(hours=3)).isoformat(), "end": (now - timedelta(minutes=1)).isoformat()}
+    hour = db_now().replace(minute=0, second=0, microsecond=0)  # three fires, whatever the minute now
+    body = {"start": (hour - timedelta(hours=3, minutes=30)).isoformat(),
+            "end": (hour - timedelta(minutes=1)).isoformat()}
 
     dry = api.post(f"/api/v1/jobs/{job['id']}/backfill/", body, format="json")
     real = api.post(f"/api/v1/jobs/{job['id']}/backfill/", {**body, "dry_run": False}, format="json")
