@@ -295,6 +295,12 @@ CRONFLEET_REPUBLISH_IDLE_SECONDS = env_int("CRONFLEET_REPUBLISH_IDLE_SECONDS", 1
 # messages; they wait in the database, due and in the fair order, until workers drain the
 # queue, so a tenant's spike cannot bury the next tenant's fires at the workers. 0: off.
 CRONFLEET_QUEUE_HIGH_WATER = env_int("CRONFLEET_QUEUE_HIGH_WATER", 5000, minimum=0)
+# Batched runs (Job.batch, or every job of a queue in CRONFLEET_BATCH_QUEUES): the beat puts
+# up to this many runs of one queue and target kind in one message.
+CRONFLEET_RUN_BATCH_SIZE = env_int("CRONFLEET_RUN_BATCH_SIZE", 100, minimum=1)
+CRONFLEET_BATCH_QUEUES = env_list("CRONFLEET_BATCH_QUEUES", [])
+# A batched job's timeout may be at most this (a batch's time limit is the sum of its runs').
+CRONFLEET_BATCH_MAX_TIMEOUT_SECONDS = env_int("CRONFLEET_BATCH_MAX_TIMEOUT_SECONDS", 60, minimum=1)
 # The longest timeout a job may ask for. Its run's hard time limit (timeout + 30 s) must stay
 # below the Redis visibility timeout, or Redis hands a message whose worker is still busy to
 # another worker; a RabbitMQ consumer_timeout must in turn exceed the hard limit.

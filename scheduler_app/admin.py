@@ -172,7 +172,7 @@ class JobAddForm(forms.ModelForm):
         fields = ("tenant", "name", "description", "tags", "cron", "timezone", "every_seconds", "run_at",
                   "start_at", "end_at", "jitter_seconds", "task_name", "args", "kwargs", "queue", "priority",
                   "timeout_seconds", "max_attempts", "retry_backoff_seconds", "retry_backoff_max_seconds",
-                  "misfire_policy", "catchup_window_seconds", "run_all_cap", "overlap_policy")
+                  "misfire_policy", "catchup_window_seconds", "run_all_cap", "overlap_policy", "batch")
         help_texts = {"cron": "5 fields or a nickname such as @daily", "every_seconds": "Counted from now",
                       "tags": 'A JSON list of strings, e.g. ["billing"]'}
 
@@ -209,7 +209,7 @@ class JobAddForm(forms.ModelForm):
             retry_backoff_max_seconds=data["retry_backoff_max_seconds"], misfire_policy=data["misfire_policy"],
             catchup_window_seconds=data["catchup_window_seconds"], run_all_cap=data["run_all_cap"],
             overlap_policy=data["overlap_policy"], jitter_seconds=data["jitter_seconds"],
-            description=data.get("description") or "", tags=data.get("tags"),
+            description=data.get("description") or "", tags=data.get("tags"), batch=bool(data.get("batch")),
         )
         try:
             _, fields = services.validate_spec(tenant, spec, db_now())
@@ -229,7 +229,7 @@ JOB_EDITABLE = ("name", "description", "tags", "cron", "timezone", "every_second
                 "task_name", "args", "kwargs", "queue", "priority", "timeout_seconds", "max_attempts",
                 "retry_backoff_seconds",
                 "retry_backoff_max_seconds", "misfire_policy", "catchup_window_seconds", "run_all_cap",
-                "overlap_policy", "jitter_seconds")
+                "overlap_policy", "jitter_seconds", "batch")
 
 
 class JobChangeForm(forms.ModelForm):
@@ -283,7 +283,7 @@ class JobAdmin(admin.ModelAdmin):
                                  "jitter_seconds"),
                       "description": "Give exactly one of cron, every seconds or run at. "
                                      f"Datetimes are in the site's zone ({settings.TIME_ZONE})."}),
-        ("Target", {"fields": ("task_name", "args", "kwargs", "queue", "priority", "timeout_seconds")}),
+        ("Target", {"fields": ("task_name", "args", "kwargs", "queue", "priority", "timeout_seconds", "batch")}),
         ("Retries, misfires and overlap", {"fields": ("max_attempts", "retry_backoff_seconds",
                                                       "retry_backoff_max_seconds", "misfire_policy",
                                                       "catchup_window_seconds", "run_all_cap", "overlap_policy")}),
@@ -294,7 +294,7 @@ class JobAdmin(admin.ModelAdmin):
         ("Schedule", {"fields": ("schedule", "cron", "timezone", "every_seconds", "run_at", "anchor_at",
                                  "start_at", "end_at", "jitter_seconds", "next_run_at", "next_fires")}),
         ("Target", {"fields": ("target_kind", "target_config", "task_name", "args", "kwargs", "queue",
-                               "priority", "timeout_seconds")}),
+                               "priority", "timeout_seconds", "batch")}),
         ("Retries, misfires and overlap", {"fields": ("max_attempts", "retry_backoff_seconds",
                                                       "retry_backoff_max_seconds", "misfire_policy",
                                                       "catchup_window_seconds", "run_all_cap", "overlap_policy")}),

@@ -13,6 +13,7 @@ import ipaddress
 import json
 import logging
 import random
+import time
 import urllib.parse
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -26,9 +27,10 @@ from scheduler_app.failpoints import failpoint
 from scheduler_app.fire import FireContext, firing
 from scheduler_app.heartbeat import LEASES
 from scheduler_app.models import Job, JobRun, RunState, TargetKind, db_now
-from scheduler_app.transitions import Started
+from scheduler_app.transitions import Ending, Started
 
 logger = logging.getLogger(__name__)
+FLUSH_SECONDS = 1.0  # in a batch, outcomes are written at least this often
 
 
 class PermanentFailure(Exception):
@@ -56,17 +58,30 @@ class Outcome:
 
 
 def execute_run(run_id: int, attempt: int, *, worker: str, task_id: str = "") -> Outcome:
-    started = start_run(run_id, attempt, worker=worker, task_id=task_id)
-    if started is None:
-        return record_duplicate(run_id, attempt, worker=worker)
-    failpoint("worker.before_target")
-    with LEASES.held({run_id: attempt}):
-        try:
-            result = perform(started)
-            failpoint("worker.after_target")
-        except Exception as exc:  # noqa: BLE001 - every failure is recorded on the run (outcome_of_failure)
-            return fail_run(started, exc)
-    return finish_run(started, result)
+    return execute_runs([(run_id, attempt)], worker=worker, task_id=task_id)[0]
+
+
+def execute_runs(pairs: list[tuple[int, int]], *, worker: str, task_id: str = "") -> list[Outcome]:
+    """Start the runs (run id, attempt) this delivery wins, run each target in turn, and
+    record their outcomes: one statement starts them all, one ends them all (or one every
+    FLUSH_SECONDS in a long batch, so a worker that dies re-runs as little as possible).
+    A batch's runs keep their own rows, attempts, results, retries and fencing."""
+    started = start_runs(pairs, worker=worker, task_id=task_id)
+    won = {s.run.id for s in started}
+    outcomes = record_duplicates([pair for pair in pairs if pair[0] not in won], worker=worker)
+    with LEASES.held({s.run.id: s.run.attempt for s in started}):
+        endings: list[Ending] = []
+        flushed_at = time.monotonic()
+        for number, run in enumerate(started):
+            endings.append(attempt_target(run))
+            if isinstance(endings[-1].cause, SoftTimeLimitExceeded):  # the batch's time is up
+                endings += [time_up(rest) for rest in started[number + 1:]]
+                break
+            if time.monotonic() - flushed_at >= FLUSH_SECONDS:
+                outcomes.update(write_endings(endings))
+                endings, flushed_at = [], time.monotonic()
+        outcomes.update(write_endings(endings))
+    return [outcomes[run_id] for run_id, _ in pairs]
 
 
 def start_run(run_id: int, attempt: int, *, worker: str, task_id: str = "") -> Started | None:
@@ -74,22 +89,55 @@ def start_run(run_id: int, attempt: int, *, worker: str, task_id: str = "") -> S
     return transitions.start_run(run_id, attempt, worker=worker, task_id=task_id)
 
 
+def start_runs(pairs: list[tuple[int, int]], *, worker: str, task_id: str = "") -> list[Started]:
+    return transitions.start_runs(pairs, worker=worker, task_id=task_id)
+
+
 def renew_lease(run_id: int, attempt: int) -> bool:
     """Extend the lease of a run this attempt still owns, by the database's clock."""
     return run_id in transitions.renew_leases({run_id: attempt})
 
 
-def record_duplicate(run_id: int, attempt: int, *, worker: str) -> Outcome:
-    """Count a delivery that did not start the run (already running, finished, or stale)."""
-    now = transitions.count_duplicate(run_id)
-    if now is None:
-        logger.warning("run %s does not exist; dropping its message", run_id)
-        return Outcome("duplicate", "no such run")
-    job_id, tenant_id, state, current = now
-    logger.info("run %s attempt %s is %s (attempt %s); duplicate delivery not executed",
-                run_id, attempt, state, current)
-    transitions.audit(run_id, job_id, tenant_id, "run.duplicate_delivery", worker, attempt=attempt, state=state)
-    return Outcome("duplicate", f"run is {state} at attempt {current}")
+def record_duplicates(pairs: list[tuple[int, int]], *, worker: str) -> dict[int, Outcome]:
+    """Count deliveries that did not start their runs (already running, finished, or stale)."""
+    found = transitions.count_duplicates([run_id for run_id, _ in pairs])
+    outcomes = {}
+    for run_id, attempt in pairs:
+        if run_id not in found:
+            logger.warning("run %s does not exist; dropping its message", run_id)
+            outcomes[run_id] = Outcome("duplicate", "no such run")
+            continue
+        job_id, tenant_id, state, current = found[run_id]
+        logger.info("run %s attempt %s is %s (attempt %s); duplicate delivery not executed",
+                    run_id, attempt, state, current)
+        transitions.audit(run_id, job_id, tenant_id, "run.duplicate_delivery", worker, attempt=attempt, state=state)
+        outcomes[run_id] = Outcome("duplicate", f"run is {state} at attempt {current}")
+    return outcomes
+
+
+def attempt_target(started: Started) -> Ending:
+    """Run one started run's target; how its attempt ends (not yet written)."""
+    failpoint("worker.before_target")
+    try:
+        result = perform(started)
+        failpoint("worker.after_target")
+    except Exception as exc:  # noqa: BLE001 - every failure is recorded on the run
+        return failure(started, exc)
+    return Ending(started, RunState.SUCCEEDED, result=truncate(_to_text(result)))
+
+
+def time_up(started: Started) -> Ending:
+    """A batched run whose batch ran out of time before its turn: a timeout, retried."""
+    return failure(started, SoftTimeLimitExceeded("the batch's time limit came before this run's turn"))
+
+
+def write_endings(endings: list[Ending]) -> dict[int, Outcome]:
+    written = transitions.end_runs(endings)
+    LEASES.release([ending.started.run.id for ending in endings])
+    return {
+        e.started.run.id: Outcome(RunState(e.state).value, e.error) if e.started.run.id in written else Outcome("stale")
+        for e in endings
+    }
 
 
 def perform(started: Started):
@@ -215,13 +263,12 @@ def perform_command(run: JobRun, job: Job) -> dict:
 
 
 def finish_run(started: Started, result) -> Outcome:
-    if not transitions.end_run(started, RunState.SUCCEEDED, result=truncate(_to_text(result))):
-        return Outcome("stale")
-    return Outcome(RunState.SUCCEEDED.value)
+    """Record a successful attempt (or "stale" if the attempt no longer owns the run)."""
+    return write_endings([Ending(started, RunState.SUCCEEDED, result=truncate(_to_text(result)))])[started.run.id]
 
 
-def fail_run(started: Started, exc: BaseException) -> Outcome:
-    """Record a failed attempt: retrying with backoff while attempts are left and the
+def failure(started: Started, exc: BaseException) -> Ending:
+    """How a failed attempt ends: retrying with backoff while attempts are left and the
     failure is retryable, else failed (not retryable) or dead (attempts used up)."""
     run, job = started.run, started.job
     error, retryable, retry_after = classify(exc, job)
@@ -237,9 +284,7 @@ def fail_run(started: Started, exc: BaseException) -> Outcome:
         state = RunState.RETRYING
     else:
         state = RunState.DEAD
-    if not transitions.end_run(started, state, error=truncate(error), delay=delay):
-        return Outcome("stale")
-    return Outcome(RunState(state).value, error)
+    return Ending(started, state, error=truncate(error), delay=delay, cause=exc)
 
 
 def classify(exc: BaseException, job: Job) -> tuple[str, bool, float | None]:

@@ -36,7 +36,8 @@ class Leases:
 
     @contextmanager
     def held(self, owned: dict[int, int]) -> Iterator[None]:
-        """Keep renewing the leases of {run id: attempt} while the block runs."""
+        """Keep renewing the leases of {run id: attempt} while the block runs (or until
+        release() lets one go: a batch's run whose outcome is written)."""
         now = time.monotonic()  # the start set the lease
         with self._lock:
             self._owned.update((run_id, (attempt, now)) for run_id, attempt in owned.items())
@@ -44,9 +45,12 @@ class Leases:
         try:
             yield
         finally:
-            with self._lock:
-                for run_id in owned:
-                    self._owned.pop(run_id, None)
+            self.release(owned)
+
+    def release(self, run_ids) -> None:
+        with self._lock:
+            for run_id in run_ids:
+                self._owned.pop(run_id, None)
 
     def _ensure_thread(self) -> None:
         # A forked pool process inherits the object but not the thread: start one per process.

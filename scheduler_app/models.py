@@ -126,6 +126,11 @@ class Job(models.Model):
         help_text=f"{PRIORITY_MIN}-{PRIORITY_MAX}; higher goes first: claimed first among its tenant's due jobs, "
                   "released first from a quota wait, and taken first from the broker queue")
     timeout_seconds = models.PositiveIntegerField(default=300)
+    # Short, idempotent targets: the beat sends up to CRONFLEET_RUN_BATCH_SIZE runs of the
+    # same queue and target kind in one message, started and finished one statement each.
+    batch = models.BooleanField(
+        default=False, db_default=False, help_text="Run in batches with other short runs of the same queue (for short, idempotent "
+                                 "targets: a worker that dies costs the batch one lease)")
 
     # Retries: attempt n+1 waits backoff * 2**(n-1) seconds (capped), with up to 10% jitter.
     max_attempts = models.PositiveSmallIntegerField(default=3)

@@ -27,6 +27,7 @@ from scheduler_app.models import PRIORITY_DEFAULT, PRIORITY_MAX, celery_task_id
 logger = logging.getLogger(__name__)
 
 EXECUTE_RUN = "scheduler_app.execute_run"
+EXECUTE_RUNS = "scheduler_app.execute_runs"  # a batch: [[run id, attempt], ...]
 # Seconds between the soft time limit (the task is told to stop) and the hard one (killed).
 HARD_LIMIT_MARGIN = 30
 PUBLISH_BATCH = 1000
@@ -39,9 +40,15 @@ class RunMessage:
     queue: str
     timeout_seconds: int
     priority: int = PRIORITY_DEFAULT
+    batch: bool = False  # the job's runs may share a message with others (Job.batch)
+    target_kind: str = "task"
 
     # The job columns a message is made from (after the run's id and attempt).
-    JOB_FIELDS = ("queue", "timeout_seconds", "priority")
+    JOB_FIELDS = ("queue", "timeout_seconds", "priority", "batch", "target_kind")
+
+    @property
+    def batched(self) -> bool:
+        return self.batch or queue_name(self.queue) in settings.CRONFLEET_BATCH_QUEUES
 
     @classmethod
     def of(cls, run_id: int, attempt: int, job) -> RunMessage:
@@ -94,6 +101,7 @@ def _publish_queue(name: str, messages: list[RunMessage], templates: MessageTemp
     # Higher priority first: a transport without priorities (filesystem) still hands this
     # batch out in that order. sort() is stable: equal priorities keep their order.
     messages.sort(key=lambda message: -message.priority)
+    alone, batches = batched(messages, settings.CRONFLEET_RUN_BATCH_SIZE)
     with app.producer_or_acquire() as producer:
         driver_type = producer.connection.transport.driver_type
         # Declared once per call (kombu caches it per connection), so a queue no worker has
@@ -102,12 +110,29 @@ def _publish_queue(name: str, messages: list[RunMessage], templates: MessageTemp
         producer.maybe_declare(Queue(name, Exchange(name), routing_key=name,
                                      max_priority=settings.CELERY_TASK_QUEUE_MAX_PRIORITY))
         with producer.batch(max_size=PUBLISH_BATCH):
-            for message in messages:
+            for message in alone:
                 body, headers, properties = templates.build(message)
                 producer.publish(body, exchange="", routing_key=name, headers=headers, serializer="json",
                                  delivery_mode=2, priority=broker_priority(message.priority, driver_type),
                                  **properties)
+            for batch in batches:
+                body, headers, properties = templates.build_batch(batch)
+                producer.publish(body, exchange="", routing_key=name, headers=headers, serializer="json",
+                                 delivery_mode=2, priority=broker_priority(batch[0].priority, driver_type),
+                                 **properties)
     return len(messages)
+
+
+def batched(messages: list[RunMessage], size: int) -> tuple[list[RunMessage], list[list[RunMessage]]]:
+    """The messages to send alone, and the batches (up to `size` runs of one target kind,
+    in the order given: a batch starts with its highest priority) to send as one message."""
+    alone = [message for message in messages if not message.batched]
+    by_kind: dict[str, list[RunMessage]] = {}
+    for message in messages:
+        if message.batched:
+            by_kind.setdefault(message.target_kind, []).append(message)
+    batches = [runs[start:start + size] for runs in by_kind.values() for start in range(0, len(runs), size)]
+    return alone, batches
 
 
 def _unreachable(exc: BaseException) -> bool:
@@ -165,23 +190,33 @@ class MessageTemplates:
     """
 
     def __init__(self) -> None:
-        self._by_timeout: dict[int, tuple[dict, dict, tuple]] = {}
+        self._by_timeout: dict[tuple[str, int], tuple[dict, dict, tuple]] = {}
 
     def build(self, message: RunMessage) -> tuple[tuple, dict, dict]:
-        headers, properties, rest = self._template(message.timeout_seconds)
         task_id = celery_task_id(message.run_id, message.attempt)
-        args = [message.run_id, message.attempt]
+        return self._fill(EXECUTE_RUN, message.timeout_seconds, task_id, [message.run_id, message.attempt])
+
+    def build_batch(self, batch: list[RunMessage]) -> tuple[tuple, dict, dict]:
+        """One execute_runs message for `batch`. Its time limit is the sum of its runs'
+        timeouts, within the longest a job may ask for (which stays below the broker's
+        visibility timeout); its id names its first run and its size."""
+        timeout = min(sum(m.timeout_seconds for m in batch), settings.CRONFLEET_MAX_JOB_TIMEOUT_SECONDS)
+        task_id = f"{celery_task_id(batch[0].run_id, batch[0].attempt)}-batch-{len(batch)}"
+        return self._fill(EXECUTE_RUNS, timeout, task_id, [[[m.run_id, m.attempt] for m in batch]])
+
+    def _fill(self, task: str, timeout: int, task_id: str, args: list) -> tuple[tuple, dict, dict]:
+        headers, properties, rest = self._template(task, timeout)
         return (
             (args, *rest),
-            {**headers, "id": task_id, "root_id": task_id, "argsrepr": repr(args)},
+            {**headers, "id": task_id, "root_id": task_id, "argsrepr": repr(args)[:1000]},
             {**properties, "correlation_id": task_id},
         )
 
-    def _template(self, timeout: int) -> tuple[dict, dict, tuple]:
-        if timeout not in self._by_timeout:
+    def _template(self, task: str, timeout: int) -> tuple[dict, dict, tuple]:
+        if (task, timeout) not in self._by_timeout:
             headers, properties, body, _ = app.amqp.as_task_v2(
-                "template", EXECUTE_RUN, args=[0, 0], soft_time_limit=timeout,
+                "template", task, args=[0, 0], soft_time_limit=timeout,
                 time_limit=timeout + HARD_LIMIT_MARGIN, ignore_result=True,
             )
-            self._by_timeout[timeout] = (headers, properties, tuple(body[1:]))  # body: (args, kwargs, embed)
-        return self._by_timeout[timeout]
+            self._by_timeout[task, timeout] = (headers, properties, tuple(body[1:]))  # body: (args, kwargs, embed)
+        return self._by_timeout[task, timeout]

@@ -92,6 +92,7 @@ class JobSpec:
     description: str = ""
     tags: list[str] | None = None
     jitter_seconds: int = 0
+    batch: bool = False
 
 
 def check_name(field: str, value: str, *, max_length: int = 200) -> str:
@@ -112,6 +113,17 @@ def check_queue(name) -> str:
         return queues.check_queue(name)
     except queues.InvalidQueue as exc:
         raise InvalidInput("queue", str(exc)) from None
+
+
+def check_batch(spec: JobSpec) -> bool:
+    """Batched runs share their batch's time limit: only short targets may be batched."""
+    if not isinstance(spec.batch, bool):
+        raise InvalidInput("batch", "must be true or false")
+    cap = settings.CRONFLEET_BATCH_MAX_TIMEOUT_SECONDS
+    if spec.batch and isinstance(spec.timeout_seconds, int) and spec.timeout_seconds > cap:
+        raise InvalidInput("batch", f"a batched job's timeout_seconds may be at most {cap} "
+                                    "(CRONFLEET_BATCH_MAX_TIMEOUT_SECONDS); batch short targets only")
+    return spec.batch
 
 
 def _check_int(field: str, value, low: int, high: int) -> int:
@@ -194,6 +206,7 @@ def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime, *, anchor: datet
         cron=schedule.cron, timezone=schedule.timezone, every_seconds=schedule.every,
         run_at=schedule.at, anchor_at=schedule.anchor, start_at=schedule.start_at, end_at=schedule.end_at,
         jitter_seconds=schedule.jitter,
+        batch=check_batch(spec),
     )
     return schedule, fields
 
@@ -474,7 +487,7 @@ def job_spec_of(job: Job) -> JobSpec:
         retry_backoff_seconds=job.retry_backoff_seconds, retry_backoff_max_seconds=job.retry_backoff_max_seconds,
         misfire_policy=job.misfire_policy, catchup_window_seconds=job.catchup_window_seconds,
         run_all_cap=job.run_all_cap, overlap_policy=job.overlap_policy, description=job.description,
-        tags=list(job.tags), jitter_seconds=job.jitter_seconds,
+        tags=list(job.tags), jitter_seconds=job.jitter_seconds, batch=job.batch,
     )
 
 

@@ -50,6 +50,16 @@ def drop_broken_connections(**kwargs) -> None:
             conn.close_if_unusable_or_obsolete()
 
 
+@shared_task(name="scheduler_app.execute_runs", bind=True, acks_late=True, ignore_result=True)
+def execute_runs(self, runs: list[list[int]]) -> list[str]:
+    """A batch of short runs, [[run id, attempt], ...], run in turn by this process."""
+    outcomes = execution.execute_runs(
+        [(run_id, attempt) for run_id, attempt in runs], worker=self.request.hostname or "unknown",
+        task_id=self.request.id or "",
+    )
+    return [outcome.state for outcome in outcomes]
+
+
 @shared_task(name="scheduler_app.echo")
 def echo(*args, **kwargs) -> dict:
     """A harmless target for demos and smoke tests: returns what it was given and its fire."""

@@ -5,15 +5,16 @@ on (id, attempt, state = 'running'): a duplicate delivery or a superseded attemp
 nothing (fencing). Each statement takes its times from the database's clock and returns
 what the next step needs, so a successful run costs two statements:
 
-- START_RUN_PG: the compare-and-set, and the job and tenant the target needs, in one
+- START_RUNS_PG: the compare-and-set, and the job and tenant the target needs, in one
   statement (a data-modifying CTE joined to the job);
-- FINISH_RUN: the outcome, and the attempt's record appended to the run's `attempts` (its
+- END_RUNS_PG: the outcome, and the attempt's record appended to the run's `attempts` (its
   history: no audit row per normal transition, and no moment where the state changed but
   its record is missing).
 
 The audit trail keeps the anomalies (duplicate deliveries, stale writes, lost runs).
 SQLite (the embedded first run) takes the same steps with the ORM and Python's clock, which
-there is the database's.
+there is the database's. A batch of runs (one message, execution.execute_runs) is started
+and ended by the same two statements, each run keeping its own row, attempt and fencing.
 
 On PostgreSQL these statements are sent with server-side parameters and prepared once per
 session (execute()): planning the start's CTE anew each time cost more than running it.
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -33,38 +34,57 @@ from django.utils import timezone
 
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState
 
-# start_run (PostgreSQL): move the run to running for this attempt and read, in the same
-# statement, every job column the target and the outcome need. No row: the delivery lost.
-START_RUN_PG = """
+# start_runs (PostgreSQL): move each (id, attempt) still queued to running and read, in the
+# same statement, every job column its target and outcome need, in the order given. A pair
+# missing from the answer lost the race (a duplicate delivery, a superseded attempt).
+START_RUNS_PG = """
 WITH started AS (
-    UPDATE scheduler_app_jobrun
+    UPDATE scheduler_app_jobrun AS run
        SET state = 'running', started_at = statement_timestamp(), heartbeat_at = statement_timestamp(),
            lease_expires_at = statement_timestamp() + make_interval(secs => %(lease)s),
            worker = %(worker)s, celery_task_id = %(task_id)s
-     WHERE id = %(id)s AND attempt = %(attempt)s AND state = 'queued'
-    RETURNING id, job_id, tenant_id, scheduled_at, enqueued_at, started_at
+      FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) WITH ORDINALITY AS mine (id, attempt, position)
+     WHERE run.id = mine.id AND run.attempt = mine.attempt AND run.state = 'queued'
+    RETURNING run.id, run.attempt, run.job_id, run.tenant_id, run.scheduled_at, run.enqueued_at, run.started_at,
+              mine.position
 )
-SELECT started.id, started.job_id, started.tenant_id, started.scheduled_at, started.enqueued_at,
-       started.started_at, tenant.slug, {job_columns}
+SELECT started.id, started.attempt, started.job_id, started.tenant_id, started.scheduled_at,
+       started.enqueued_at, started.started_at, tenant.slug, {job_columns}
   FROM started
   JOIN scheduler_app_job AS job ON job.id = started.job_id
   JOIN scheduler_app_tenant AS tenant ON tenant.id = started.tenant_id
+ ORDER BY started.position
 """
 # The job columns a started run carries (Started.job has these and no others).
 JOB_COLUMNS = (
     "name", "target_kind", "task_name", "args", "kwargs", "target_config", "timeout_seconds",
-    "max_attempts", "retry_backoff_seconds", "retry_backoff_max_seconds",
+    "max_attempts", "retry_backoff_seconds", "retry_backoff_max_seconds", "queue",
 )
 JSON_COLUMNS = {"args", "kwargs", "target_config"}
-START_RUN = START_RUN_PG.format(job_columns=", ".join(f"job.{column}" for column in JOB_COLUMNS))
+START_RUNS = START_RUNS_PG.format(job_columns=", ".join(f"job.{column}" for column in JOB_COLUMNS))
 
-# finish_run / fail_run: end this attempt with `state` if it still owns the run. {now} is
-# the database's clock; a retry's next attempt is due `delay` seconds later (NULL: none).
-# The CASTs give a parameter used twice one type (server-side parameters are typed).
-FINISH_RUN = """
+# end_runs (PostgreSQL): end each attempt that still owns its run with its outcome, and
+# append the attempt's record to the run's history. A retry's next attempt is due `delay`
+# seconds later (NULL: none). The ending's columns are named apart from the run's: the
+# record (append_attempt) reads the run's own attempt, worker and started_at.
+END_RUNS_PG = """
 UPDATE scheduler_app_jobrun
-   SET state = CAST(%(state)s AS TEXT), finished_at = {now}, lease_expires_at = NULL,
-       result = %(result)s, error = CAST(%(error)s AS TEXT), next_attempt_at = {next_attempt_at},
+   SET state = ending.new_state, finished_at = statement_timestamp(), lease_expires_at = NULL,
+       result = ending.new_result, error = ending.new_error,
+       next_attempt_at = statement_timestamp() + make_interval(secs => ending.delay),
+       attempts = {append}
+  FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(states)s::text[], %(results)s::text[],
+              %(errors)s::text[], %(delays)s::float8[])
+       AS ending (run_id, run_attempt, new_state, new_result, new_error, delay)
+ WHERE scheduler_app_jobrun.id = ending.run_id AND scheduler_app_jobrun.attempt = ending.run_attempt
+   AND scheduler_app_jobrun.state = 'running'
+RETURNING scheduler_app_jobrun.id
+"""
+# end_run (SQLite): the same for one run, with Python's clock, which there is the database's.
+END_RUN_SQLITE = """
+UPDATE scheduler_app_jobrun
+   SET state = %(state)s, finished_at = %(now)s, lease_expires_at = NULL,
+       result = %(result)s, error = %(error)s, next_attempt_at = %(next_attempt_at)s,
        attempts = {append}
  WHERE id = %(id)s AND attempt = %(attempt)s AND state = 'running'
 RETURNING id
@@ -78,11 +98,16 @@ UPDATE scheduler_app_jobrun AS run
  WHERE run.id = mine.id AND run.attempt = mine.attempt AND run.state = 'running'
 RETURNING run.id
 """
-# record_duplicate: count a delivery that did not start the run; what the run is now.
+# count_duplicates: count a delivery that did not start its run; what each run is now.
+COUNT_DUPLICATES_PG = """
+UPDATE scheduler_app_jobrun SET duplicate_deliveries = duplicate_deliveries + 1
+ WHERE id = ANY(%(ids)s::bigint[])
+RETURNING id, job_id, tenant_id, state, attempt
+"""
 COUNT_DUPLICATE = """
 UPDATE scheduler_app_jobrun SET duplicate_deliveries = duplicate_deliveries + 1
  WHERE id = %(id)s
-RETURNING job_id, tenant_id, state, attempt
+RETURNING id, job_id, tenant_id, state, attempt
 """
 ERROR_IN_HISTORY = 500  # characters of an attempt's error kept in its record
 STATEMENTS = itertools.count()  # statements execute() has sent in this process (next() - 1)
@@ -124,63 +149,99 @@ class Started:
         return self.run.job
 
 
-def start_run(run_id: int, attempt: int, *, worker: str, task_id: str) -> Started | None:
-    """Move a run from queued to running for `attempt`; None if this delivery lost the race."""
-    params = {"id": run_id, "attempt": attempt, "worker": worker[:200], "task_id": task_id[:100],
-              "lease": settings.CRONFLEET_LEASE_SECONDS}
+@dataclass(frozen=True)
+class Ending:
+    """How an attempt ends: its state, result and error, and for a retry the backoff."""
+
+    started: Started
+    state: str
+    result: str = ""
+    error: str = ""
+    delay: timedelta | None = None
+    cause: BaseException | None = field(default=None, compare=False)  # the failure, not written
+
+
+def start_runs(pairs: list[tuple[int, int]], *, worker: str, task_id: str = "") -> list[Started]:
+    """Move each (run id, attempt) from queued to running, in one statement on PostgreSQL;
+    the runs this delivery won, in the order given."""
+    params = {"ids": [run_id for run_id, _ in pairs], "attempts": [attempt for _, attempt in pairs],
+              "worker": worker[:200], "task_id": task_id[:100], "lease": settings.CRONFLEET_LEASE_SECONDS}
     if connection.vendor != "postgresql":
-        return _start_run_orm(params)
-    row = execute(START_RUN, params)
-    if row is None:
-        return None
-    run_id, job_id, tenant_id, scheduled_at, enqueued_at, started_at, slug, *job_values = row
+        return [started for pair in pairs if (started := _start_run_orm(*pair, params)) is not None]
+    return [_started(row, params["worker"]) for row in execute(START_RUNS, params, many=True)]
+
+
+def start_run(run_id: int, attempt: int, *, worker: str, task_id: str = "") -> Started | None:
+    """Move a run from queued to running for `attempt`; None if this delivery lost the race."""
+    started = start_runs([(run_id, attempt)], worker=worker, task_id=task_id)
+    return started[0] if started else None
+
+
+def _started(row: tuple, worker: str) -> Started:
+    run_id, attempt, job_id, tenant_id, scheduled_at, enqueued_at, started_at, slug, *job_values = row
     job = Job(id=job_id, tenant_id=tenant_id, **{
         column: json.loads(value) if column in JSON_COLUMNS and isinstance(value, str) else value
         for column, value in zip(JOB_COLUMNS, job_values, strict=True)
     })
     run = JobRun(id=run_id, job=job, tenant_id=tenant_id, scheduled_at=scheduled_at, enqueued_at=enqueued_at,
-                 state=RunState.RUNNING, attempt=attempt, started_at=started_at, worker=params["worker"])
+                 state=RunState.RUNNING, attempt=attempt, started_at=started_at, worker=worker)
     return Started(run, slug, started_at)
 
 
-def _start_run_orm(params: dict) -> Started | None:
+def _start_run_orm(run_id: int, attempt: int, params: dict) -> Started | None:
     now = timezone.now()
-    won = JobRun.objects.filter(id=params["id"], attempt=params["attempt"], state=RunState.QUEUED).update(
+    won = JobRun.objects.filter(id=run_id, attempt=attempt, state=RunState.QUEUED).update(
         state=RunState.RUNNING, started_at=now, heartbeat_at=now,
         lease_expires_at=now + timedelta(seconds=params["lease"]), worker=params["worker"],
         celery_task_id=params["task_id"],
     )
     if not won:
         return None
-    run = JobRun.objects.select_related("job", "job__tenant").get(id=params["id"])
+    run = JobRun.objects.select_related("job", "job__tenant").get(id=run_id)
     return Started(run, run.job.tenant.slug, now)
+
+
+def end_runs(endings: list[Ending]) -> set[int]:
+    """Write each ending whose attempt still owns its run, in one statement on PostgreSQL;
+    the run ids written. A refused write (a superseded attempt) is audited."""
+    if not endings:
+        return set()
+    if connection.vendor == "postgresql":
+        statement = END_RUNS_PG.format(append=append_attempt("statement_timestamp()", "ending.new_state",
+                                                             "ending.new_error"))
+        rows = execute(statement, {
+            "ids": [e.started.run.id for e in endings], "attempts": [e.started.run.attempt for e in endings],
+            "states": [str(e.state) for e in endings], "results": [e.result for e in endings],
+            "errors": [e.error for e in endings],
+            "delays": [None if e.delay is None else e.delay.total_seconds() for e in endings],
+        }, many=True)
+        written = {row[0] for row in rows}
+    else:
+        written = {e.started.run.id for e in endings if _end_run_sqlite(e)}
+    for ending in endings:
+        run = ending.started.run
+        if run.id not in written:
+            audit(run.id, run.job_id, run.tenant_id, "run.stale_write_rejected", run.worker, attempt=run.attempt)
+    return written
 
 
 def end_run(started: Started, state: str, *, result: str = "", error: str = "",
             delay: timedelta | None = None) -> bool:
-    """End the attempt with `state` (and, for a retry, its next attempt `delay` later);
-    False when the attempt no longer owns the run (nothing written, the refusal audited)."""
-    run = started.run
-    params = {"id": run.id, "attempt": run.attempt, "state": state, "result": result, "error": error}
-    if connection.vendor == "postgresql":
-        now, next_attempt_at = "statement_timestamp()", "statement_timestamp() + make_interval(secs => %(delay)s)"
-        params["delay"] = None if delay is None else delay.total_seconds()
-    else:
-        adapt = connection.ops.adapt_datetimefield_value
-        now, next_attempt_at = "%(now)s", "%(next_attempt_at)s"
-        clock = timezone.now()
-        params.update(now=adapt(clock), next_attempt_at=None if delay is None else adapt(clock + delay))
-    statement = FINISH_RUN.format(now=now, next_attempt_at=next_attempt_at,
-                                  append=append_attempt(now, "%(state)s", "%(error)s"))
-    if connection.vendor == "postgresql":
-        written = execute(statement, params) is not None
-    else:
-        with connection.cursor() as cursor:
-            cursor.execute(statement, params)
-            written = cursor.fetchone() is not None
-    if not written:
-        audit(run.id, run.job_id, run.tenant_id, "run.stale_write_rejected", run.worker, attempt=run.attempt)
-    return written
+    """end_runs for one run: False when the attempt no longer owns the run."""
+    return bool(end_runs([Ending(started, state, result, error, delay)]))
+
+
+def _end_run_sqlite(ending: Ending) -> bool:
+    adapt = connection.ops.adapt_datetimefield_value
+    now = timezone.now()
+    run = ending.started.run
+    with connection.cursor() as cursor:
+        cursor.execute(END_RUN_SQLITE.format(append=append_attempt("%(now)s", "%(state)s", "%(error)s")), {
+            "id": run.id, "attempt": run.attempt, "state": str(ending.state), "result": ending.result,
+            "error": ending.error, "now": adapt(now),
+            "next_attempt_at": None if ending.delay is None else adapt(now + ending.delay),
+        })
+        return cursor.fetchone() is not None
 
 
 def renew_leases(owned: dict[int, int]) -> set[int]:
@@ -199,17 +260,22 @@ def renew_leases(owned: dict[int, int]) -> set[int]:
             .update(heartbeat_at=now, lease_expires_at=now + timedelta(seconds=lease))}
 
 
-def count_duplicate(run_id: int) -> tuple[int, int, str, int] | None:
-    """Count a delivery that did not start the run: (job id, tenant id, state, attempt) of
-    the run now, or None if there is no such run."""
+def count_duplicates(run_ids: list[int]) -> dict[int, tuple[int, int, str, int]]:
+    """Count a delivery that did not start each run: {run id: (job id, tenant id, state,
+    attempt)} of the runs as they are now (a run that does not exist is missing)."""
+    if not run_ids:
+        return {}
     if connection.vendor == "postgresql":
-        return execute(COUNT_DUPLICATE, {"id": run_id})
-    with connection.cursor() as cursor:
-        cursor.execute(COUNT_DUPLICATE, {"id": run_id})
-        return cursor.fetchone()
+        rows = execute(COUNT_DUPLICATES_PG, {"ids": run_ids}, many=True)
+    else:
+        rows = []
+        with connection.cursor() as cursor:
+            for run_id in run_ids:
+                cursor.execute(COUNT_DUPLICATE, {"id": run_id})
+                rows += cursor.fetchall()
+    return {run_id: rest for run_id, *rest in rows}
 
 
 def audit(run_id: int, job_id: int, tenant_id: int, action: str, worker: str, **detail) -> None:
     AuditEvent.objects.create(tenant_id=tenant_id, job_id=job_id, run_id=run_id, action=action,
                               actor=f"worker:{worker}" if worker else "worker", detail=detail)
-

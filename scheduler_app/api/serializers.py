@@ -251,7 +251,7 @@ class TargetField(serializers.Field):
 SPEC_PLAIN_FIELDS = (
     "name", "description", "tags", "start_at", "end_at", "queue", "priority", "timeout_seconds", "max_attempts",
     "retry_backoff_seconds", "retry_backoff_max_seconds", "misfire_policy", "catchup_window_seconds",
-    "run_all_cap", "overlap_policy", "jitter_seconds",
+    "run_all_cap", "overlap_policy", "jitter_seconds", "batch",
 )
 # Where a service's field name lives in the API's representation.
 SERVICE_FIELDS = {
@@ -321,6 +321,10 @@ class JobWriteSerializer(StrictSerializer):
     jitter_seconds = StrictIntegerField(
         required=False, max_value=schedules.MAX_JITTER_SECONDS,
         help_text="Each fire moves later by a stable random 0..N-1 seconds; at most the shortest gap between fires")
+    batch = StrictBooleanField(
+        required=False, help_text="Short, idempotent targets only: runs travel to workers in batches (one message, "
+                                  "one statement to start and one to end many runs); a worker that dies costs the "
+                                  "batch one lease, and its unfinished runs are retried")
 
 
 class JobSerializer(serializers.ModelSerializer):
@@ -333,7 +337,8 @@ class JobSerializer(serializers.ModelSerializer):
         fields = (
             "id", "name", "description", "tags", "schedule", "target", "start_at", "end_at", "queue", "priority",
             "timeout_seconds", "max_attempts", "retry_backoff_seconds", "retry_backoff_max_seconds",
-            "misfire_policy", "catchup_window_seconds", "run_all_cap", "overlap_policy", "jitter_seconds", "enabled",
+            "misfire_policy", "catchup_window_seconds", "run_all_cap", "overlap_policy", "jitter_seconds", "batch",
+            "enabled",
             "paused_note", "next_run_at", "version", "created_at", "updated_at",
         )
         read_only_fields = fields

@@ -76,6 +76,8 @@ class Command(OneLineErrors, BaseCommand):
         add.add_argument("--priority", type=int, metavar="P",
                          help=f"{PRIORITY_MIN}-{PRIORITY_MAX}, higher goes first (default {PRIORITY_DEFAULT})")
         add.add_argument("--timeout", type=int, metavar="S", help="Seconds a run may take (default 300)")
+        add.add_argument("--batch", action="store_true",
+                         help="Send runs to workers in batches (short, idempotent targets only)")
         add.add_argument("--max-attempts", type=int, metavar="N", help="Attempts per run (default 3)")
         add.add_argument("--retry-backoff", type=int, metavar="S",
                          help="Seconds before the first retry, doubling after (default 10)")
@@ -143,7 +145,8 @@ class Command(OneLineErrors, BaseCommand):
                timeout: int | None, max_attempts: int | None, retry_backoff: int | None,
                retry_backoff_max: int | None, overlap: str | None, jitter: int | None, misfire: str | None,
                catchup_window: int | None, run_all_cap: int | None,
-               start: str | None, end: str | None, tags: list[str], description: str, **options) -> None:
+               start: str | None, end: str | None, tags: list[str], description: str, batch: bool = False,
+               **options) -> None:
         # Parse every value before the first query: bad input writes nothing.
         defaults_overridden = {
             "priority": priority, "timeout_seconds": timeout, "max_attempts": max_attempts, "retry_backoff_seconds": retry_backoff,
@@ -164,7 +167,7 @@ class Command(OneLineErrors, BaseCommand):
             at=parse_instant("at", at), start_at=parse_instant("start_at", start),
             end_at=parse_instant("end_at", end),
             args=parse_json("args", task_args), kwargs=parse_json("kwargs", task_kwargs),
-            queue=queue, description=description, tags=tags,
+            queue=queue, description=description, tags=tags, batch=batch,
             **{key: value for key, value in defaults_overridden.items() if value is not None},
         )
         job = services.job_create(services.tenant_by_slug(tenant), spec, actor="cli")

@@ -1,0 +1,173 @@
+"""Batched runs: many short runs in one message, started by one statement and ended by one,
+each run keeping its own row, attempt, result, retries and fencing."""
+
+import signal
+from datetime import timedelta
+
+import pytest
+
+from scheduler_app import execution, services, transitions
+from scheduler_app.models import Job, JobRun, RunState, Tenant, db_now
+from scheduler_app.publish import RunMessage, batched, publish_runs
+from tests.conftest import take_broker_messages, wait_for
+
+
+def message(run_id, *, batch=True, kind="task", priority=5, queue="q", timeout=10):
+    return RunMessage(run_id, 1, queue, timeout, priority, batch, kind)
+
+
+def test_batched_runs_are_grouped_by_target_kind_up_to_the_batch_size():
+    messages = [message(i) for i in range(250)] + [message(1000 + i, kind="http") for i in range(3)]
+    messages += [message(2000, batch=False)]
+
+    alone, batches = batched(messages, 100)
+
+    assert [m.run_id for m in alone] == [2000]
+    assert [len(b) for b in batches] == [100, 100, 50, 3]
+    assert {m.target_kind for m in batches[3]} == {"http"}
+
+
+def test_a_queue_can_batch_every_job_on_it(settings):
+    settings.CRONFLEET_BATCH_QUEUES = ["bulk"]
+
+    alone, batches = batched([message(1, batch=False, queue="bulk"), message(2, batch=False)], 100)
+
+    assert [m.run_id for m in alone] == [2] and [[m.run_id for m in b] for b in batches] == [[1]]
+
+
+def test_one_message_carries_a_batch_with_a_time_limit_of_its_runs_sum(queue_name, settings):
+    settings.CRONFLEET_RUN_BATCH_SIZE = 2
+    publish_runs([message(1, queue=queue_name, timeout=7), message(2, queue=queue_name, timeout=5),
+                  message(3, queue=queue_name, timeout=5), message(4, queue=queue_name, batch=False)])
+
+    sent = take_broker_messages(queue_name)
+
+    by_task = sorted((m["headers"]["task"], m["args"], m["headers"]["timelimit"][1]) for m in sent)
+    assert by_task == [
+        ("scheduler_app.execute_run", [4, 1], 10),
+        ("scheduler_app.execute_runs", [[[1, 1], [2, 1]]], 12),
+        ("scheduler_app.execute_runs", [[[3, 1]]], 5),
+    ]
+
+
+def queued_runs(job, count, *, attempt=1):
+    now = db_now()
+    return JobRun.objects.bulk_create(
+        JobRun(job=job, tenant=job.tenant, scheduled_at=now - timedelta(seconds=i), state=RunState.QUEUED,
+               attempt=attempt, created_at=now, enqueued_at=now) for i in range(count))
+
+
+def test_a_batch_is_started_and_ended_by_one_statement_each(make_job):
+    ok, failing = make_job(batch=True), make_job(batch=True, task_name="scheduler_app.fail", max_attempts=1)
+    runs = queued_runs(ok, 5) + queued_runs(failing, 2)
+    stale = queued_runs(make_job(batch=True), 1, attempt=2)[0]  # the message names attempt 1
+    pairs = [(run.id, 1) for run in [*runs, stale]]
+    execution.execute_run(queued_runs(ok, 1)[0].id, 1, worker="warm")  # prepares the statements
+
+    before = next(transitions.STATEMENTS)
+    outcomes = execution.execute_runs(pairs, worker="w1", task_id="t")
+    sent = next(transitions.STATEMENTS) - before - 1
+
+    assert [o.state for o in outcomes] == ["succeeded"] * 5 + ["dead"] * 2 + ["duplicate"]
+    assert sent == 3  # start the batch, count the duplicate, end the batch
+    for run in JobRun.objects.filter(id__in=[r.id for r in runs]):
+        assert [(a["attempt"], a["worker"]) for a in run.attempts] == [(1, "w1")]
+        assert run.state == ("succeeded" if run.job_id == ok.id else "dead")
+        assert run.job_id == failing.id or f'"fire_key": "{run.fire_key}"' in run.result  # its own result
+    stale.refresh_from_db()
+    assert (stale.state, stale.duplicate_deliveries) == ("queued", 1)
+
+
+def test_a_batch_run_that_was_taken_away_is_not_overwritten(make_job):
+    job = make_job(batch=True)
+    first, second = queued_runs(job, 2)
+    started = execution.start_runs([(first.id, 1), (second.id, 1)], worker="old")
+    JobRun.objects.filter(id=first.id).update(state=RunState.QUEUED, attempt=2)  # lost and requeued meanwhile
+
+    outcomes = execution.write_endings([execution.attempt_target(run) for run in started])
+
+    assert (outcomes[first.id].state, outcomes[second.id].state) == ("stale", "succeeded")
+    first.refresh_from_db()
+    assert (first.state, first.attempt, first.result) == ("queued", 2, "")
+
+
+def test_batch_needs_a_short_timeout_and_names_the_field(tenant):
+    spec = services.JobSpec(name="long", task_name="scheduler_app.echo", every=60, batch=True, timeout_seconds=300)
+
+    with pytest.raises(services.InvalidInput) as refused:
+        services.job_create(tenant, spec)
+
+    assert refused.value.field == "batch" and not Job.objects.exists()
+    job = services.job_create(tenant, services.JobSpec(name="short", task_name="scheduler_app.echo", every=60,
+                                                       batch=True, timeout_seconds=30))
+    assert job.batch
+
+
+def test_the_api_and_the_cli_take_batch(tenant):
+    from django.core.management import call_command
+
+    from tests.test_api import client_for, job_body
+
+    made = client_for(tenant).post("/api/v1/jobs/", job_body(batch=True, timeout_seconds=20), format="json")
+    call_command("jobs", "add", "--tenant", tenant.slug, "--name", "cli", "--every", "60",
+                 "--task", "scheduler_app.echo", "--batch", "--timeout", "10")
+
+    assert made.status_code == 201, made.json()
+    assert made.json()["batch"] is True
+    assert Job.objects.get(name="cli").batch
+
+
+# --- real beats and workers -----------------------------------------------------------
+
+
+def one_offs(tenant, count, at, **fields):
+    return Job.objects.bulk_create(
+        Job(tenant=tenant, name=f"b{i}", task_name="scheduler_app.echo", run_at=at, next_run_at=at, batch=True,
+            timeout_seconds=10, **fields) for i in range(count))
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_real_worker_runs_batches_and_each_run_keeps_its_row(processes, queue_name):
+    tenant = Tenant.objects.create(slug="batched", name="batched")
+    jobs = one_offs(tenant, 300, db_now(), queue=queue_name)
+    processes.worker(queue_name, concurrency=2)
+    processes.beat("beat", "--max-sleep", "1", CRONFLEET_RUN_BATCH_SIZE="50")
+
+    wait_for(lambda: JobRun.objects.filter(state=RunState.SUCCEEDED).count() == 300, timeout=60,
+             what="all 300 batched runs to succeed")
+
+    runs = JobRun.objects.filter(job__in=jobs)
+    assert runs.count() == 300 and {len(run.attempts) for run in runs} == {1}
+    assert sum(run.duplicate_deliveries for run in runs) == 0
+    batches = {run.celery_task_id for run in runs}
+    assert all("-batch-" in task_id for task_id in batches) and len(batches) <= 300 // 50 + 2
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_killed_mid_batch_costs_one_lease_and_every_run_ends_once(processes, queue_name):
+    """Twenty runs of 0.3 s in one batch; the worker is killed after some have finished. The
+    finished ones were written (every FLUSH_SECONDS) and stay attempt 1; the rest are lost
+    after one lease, retried by a new worker, and succeed as attempt 2."""
+    tenant = Tenant.objects.create(slug="killed", name="killed")
+    jobs = Job.objects.bulk_create(
+        Job(tenant=tenant, name=f"k{i}", task_name="scheduler_app.sleep", kwargs={"seconds": 0.3}, run_at=db_now(),
+            next_run_at=db_now(), batch=True, timeout_seconds=10, queue=queue_name) for i in range(20))
+    fast = {"CRONFLEET_LEASE_SECONDS": "4", "CRONFLEET_HEARTBEAT_SECONDS": "1"}
+    worker = processes.worker(queue_name, concurrency=1, **fast)
+    processes.beat("beat", "--max-sleep", "1", CRONFLEET_RUN_BATCH_SIZE="20", **fast)
+    wait_for(lambda: JobRun.objects.filter(job__in=jobs, state=RunState.SUCCEEDED).count() >= 4, timeout=60,
+             what="a few runs of the batch to be written")
+    processes.stop(worker, signal.SIGKILL)
+    done_before = set(JobRun.objects.filter(job__in=jobs, state=RunState.SUCCEEDED).values_list("id", flat=True))
+
+    processes.worker(queue_name, name="worker2", concurrency=1, **fast)
+    wait_for(lambda: JobRun.objects.filter(job__in=jobs, state=RunState.SUCCEEDED).count() == 20, timeout=90,
+             what="every run to succeed after the lease ran out")
+
+    runs = list(JobRun.objects.filter(job__in=jobs))
+    assert 4 <= len(done_before) < 20
+    assert all(run.attempt == 1 for run in runs if run.id in done_before)
+    assert all(run.attempt == 2 and [a["outcome"] for a in run.attempts] == ["lost", "succeeded"]
+               for run in runs if run.id not in done_before)
