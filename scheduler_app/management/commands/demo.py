@@ -1,8 +1,8 @@
 """A local demo: seed a tenant and a few jobs, run web + beat + worker, watch runs finish.
 
-    ./demo.sh                  # or: python manage.py migrate && python manage.py demo
-    python manage.py demo --port 8001
-    python manage.py demo --no-web
+    ./demo.sh                  # or: ./manage.py migrate && ./manage.py demo
+    ./manage.py demo --port 8001
+    ./manage.py demo --no-web
 
 Everything runs on this machine: with no DATABASE_URL / CELERY_BROKER_URL the settings use
 an SQLite file and kombu's filesystem broker under CRONFLEET_VAR_DIR (default var/).
@@ -124,7 +124,7 @@ class Command(BaseCommand):
         connection = connections[DEFAULT_DB_ALIAS]
         executor = MigrationExecutor(connection)
         if executor.migration_plan(executor.loader.graph.leaf_nodes()):
-            raise CommandError("the database has unapplied migrations: run `python manage.py migrate` first "
+            raise CommandError("the database has unapplied migrations: run `./manage.py migrate` first "
                                "(./demo.sh does this for you)")
 
     def describe_backends(self) -> None:
@@ -166,7 +166,7 @@ class Command(BaseCommand):
         if not User.objects.filter(is_superuser=True).exists():
             if User.objects.filter(username="admin").exists():
                 self.say(f"demo: a user 'admin' exists but no superuser; create one with "
-                         f"`python manage.py createsuperuser` to use {url}")
+                         f"`./manage.py createsuperuser` to use {url}")
                 return
             User.objects.create_superuser("admin", "", "admin")
             self.say(f"demo: created superuser admin / password admin for {url}")
