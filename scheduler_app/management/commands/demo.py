@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 from types import FrameType
+from zoneinfo import ZoneInfo
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -108,7 +109,9 @@ class Command(BaseCommand):
                 self.start(child)
             if not self.stopping.is_set():
                 self.say("demo: everything is up; runs are printed as they finish. Ctrl-C stops the demo.")
-                self.say(f"{'finished':8}  {'job':10} {'scheduled':8}  {'state':9} {'try':>3}  result / error")
+                width = len(_hms(db_now()))
+                self.say(f"{'finished':{width}}  {'job':10} {'scheduled':{width}}  {'state':9} {'try':>3}  "
+                         "result / error")
                 code = self.watch()
         finally:
             if self.signal_name:
@@ -326,8 +329,10 @@ class Command(BaseCommand):
 
 
 def _hms(moment: datetime) -> str:
-    """HH:MM:SS on this machine's clock."""
-    return moment.astimezone().strftime("%H:%M:%S")
+    """HH:MM:SS and the zone's abbreviation, in settings.TIME_ZONE (the zone Django gives this
+    process; UTC unless changed)."""
+    local = moment.astimezone(ZoneInfo(settings.TIME_ZONE))
+    return f"{local:%H:%M:%S} {local.tzname() or local.strftime('%z')}"
 
 
 def _signal_name(signum: int) -> str:
