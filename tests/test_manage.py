@@ -55,3 +55,10 @@ def test_dot_slash_manage_py_works_from_a_shell_whose_python3_has_no_django():
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage: manage.py jobs ")
+
+
+def test_the_readme_runs_commands_as_dot_slash_manage_py():
+    readme = (ROOT / "README.md").read_text().replace("`.venv/bin/python manage.py …`", "")  # the alternative
+
+    assert "python manage.py" not in readme
+    assert readme.count("./manage.py jobs ") >= 10
