@@ -12,6 +12,10 @@ set -euo pipefail
 
 cd -- "$(dirname -- "${BASH_SOURCE[0]}")"
 
+# A local demo asks for debug explicitly (settings default it to off): the development secret
+# key and Django's debug pages. Never serve this to a network.
+export DJANGO_DEBUG="${DJANGO_DEBUG:-true}"
+
 PYTHON="${PYTHON:-python3}"
 VENV=.venv
 VENV_PY="$VENV/bin/python"

@@ -52,12 +52,22 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
-DEBUG = env_bool("DJANGO_DEBUG", True)
+# Debug pages only where asked for (./demo.sh sets DJANGO_DEBUG=true): they show settings,
+# the broker URL and the caller's request headers to whoever makes a request fail.
+DEBUG = env_bool("DJANGO_DEBUG", False)
+# Public values, so never a production key: the webhook secrets' encryption key is derived
+# from SECRET_KEY (crypto.py) unless CRONFLEET_ENCRYPTION_KEYS is set.
+DEVELOPMENT_SECRET_KEY = "insecure-development-key-do-not-use-in-production"
+PLACEHOLDER_SECRET_KEYS = {DEVELOPMENT_SECRET_KEY, "change-me"}
 SECRET_KEY = env_str("DJANGO_SECRET_KEY", "")
 if not SECRET_KEY:
     if not DEBUG:
-        raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set when DJANGO_DEBUG is false")
-    SECRET_KEY = "insecure-development-key-do-not-use-in-production"
+        raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set (DJANGO_DEBUG=true, for local development "
+                                   "only, uses a public development key)")
+    SECRET_KEY = DEVELOPMENT_SECRET_KEY
+elif not DEBUG and (SECRET_KEY in PLACEHOLDER_SECRET_KEYS or len(SECRET_KEY) < 32):
+    raise ImproperlyConfigured("DJANGO_SECRET_KEY must be a random value of at least 32 characters, not a "
+                               "placeholder (python -c 'import secrets; print(secrets.token_urlsafe(50))')")
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 
 INSTALLED_APPS = [
@@ -76,7 +86,11 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: it sees every answer under /api/, including those Django makes from exceptions.
+    "scheduler_app.api.middleware.ApiErrorMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Static files (the admin's, the API docs') from the web process itself, debug or not.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -139,6 +153,26 @@ elif _db["ENGINE"] == "django.db.backends.postgresql":
         ]),
     )
     _db["CONN_HEALTH_CHECKS"] = True
+    # The web server's connection pool (project/gunicorn.conf.py sets DB_POOL_MAX_SIZE to its
+    # threads per process): at most that many connections per web process, reused across
+    # requests. Beats and workers set no pool and keep one persistent connection per thread
+    # (DB_CONN_MAX_AGE). Django refuses a pool beside persistent connections, and the pool is
+    # what keeps connections here, so a DB_CONN_MAX_AGE shared with them through .env is not
+    # an error for the web process.
+    _pool_max = env_int("DB_POOL_MAX_SIZE", 0, minimum=0)
+    if _pool_max:
+        _pool_min = env_int("DB_POOL_MIN_SIZE", 1, minimum=0)
+        if _pool_min > _pool_max:
+            raise ImproperlyConfigured(f"DB_POOL_MIN_SIZE ({_pool_min}) must not exceed DB_POOL_MAX_SIZE ({_pool_max})")
+        _db["CONN_MAX_AGE"] = 0
+        _db["OPTIONS"]["pool"] = {
+            "min_size": _pool_min,
+            "max_size": _pool_max,
+            # A request waits this long for a free connection, then fails (never reached when
+            # the pool has a connection per thread).
+            "timeout": env_int("DB_POOL_TIMEOUT", 10, minimum=1),
+            "name": "cronfleet-web",
+        }
 DATABASES = {"default": _db}
 if _db["ENGINE"] == "django.db.backends.sqlite3":
     Path(_db["NAME"]).parent.mkdir(parents=True, exist_ok=True)
@@ -156,7 +190,14 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
+# `manage.py collectstatic` fills it (the Dockerfile does at build time); WhiteNoise serves it.
 STATIC_ROOT = VAR_DIR / "static"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    # Gzip copies made by collectstatic; no manifest, so nothing breaks before collectstatic runs.
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns at every start without it
 
 LOGGING = {
     "version": 1,
@@ -203,11 +244,29 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = env_str("CRONFLEET_DEFAULT_QUEUE", "cronfleet")
+# The broker queues jobs may name (comma-separated; empty: any name scheduler_app.queues
+# accepts). Blank on a job means CELERY_TASK_DEFAULT_QUEUE, which is always allowed.
+CRONFLEET_QUEUES = env_list("CRONFLEET_QUEUES", [])
 CELERY_TASK_SEND_SENT_EVENT = False
 CELERY_WORKER_SEND_TASK_EVENTS = env_bool("CELERY_WORKER_SEND_TASK_EVENTS", True)
 CELERY_TIMEZONE = "UTC"
 CELERY_ENABLE_UTC = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Celery's Django fixup closes every database connection before and after each task unless
+# this is set; a worker then connects to PostgreSQL once per run (a quarter of its time).
+# Keep the connection (tasks.drop_broken_connections closes one that stopped working).
+CELERY_DB_REUSE_MAX = env_int("CELERY_DB_REUSE_MAX", 1_000_000, minimum=0)
+# How a worker's PostgreSQL session commits a run's start and end. "off" returns before the
+# commit reaches disk (0.2-0.4 ms instead of 2.7-3.6 ms a commit on a loaded 2-core machine):
+# a PostgreSQL *crash* (not a restart, not a worker's death) can then forget the last
+# fraction of a second of transitions, and those runs are taken up again as if their worker
+# had died (a forgotten start is published again, a forgotten end is lost and retried); the
+# fire key stays the same, so an idempotent target sees one effect. "on": every transition
+# durable before the next step. Beats and the web always commit durably.
+CRONFLEET_WORKER_SYNCHRONOUS_COMMIT = env_str("CRONFLEET_WORKER_SYNCHRONOUS_COMMIT", "off")
+if CRONFLEET_WORKER_SYNCHRONOUS_COMMIT not in {"on", "off", "local", "remote_write", "remote_apply"}:
+    raise ImproperlyConfigured("CRONFLEET_WORKER_SYNCHRONOUS_COMMIT must be on, off, local, remote_write or "
+                               f"remote_apply, got {CRONFLEET_WORKER_SYNCHRONOUS_COMMIT!r}")
 
 # --- Cronfleet ------------------------------------------------------------------------
 # Celery task names a job may call (target kind "task"). Anything else is refused when
@@ -318,10 +377,18 @@ CRONFLEET_API_MAX_BODY_BYTES = env_int("CRONFLEET_API_MAX_BODY_BYTES", 256 * 102
 # one transaction), at CRONFLEET_RATE_LIMIT_REDIS_URL, which defaults to the broker when that
 # is Redis. Without Redis (the SQLite/filesystem-broker first run) rate limiting is off;
 # GET /api/v1/me says so. When Redis is unreachable requests are let through (fail open) with
-# a logged warning, and Redis is not asked again for CRONFLEET_RATE_LIMIT_RETRY_SECONDS:
-# the limit protects the API from floods, and refusing every request would turn a Redis
-# outage into an API outage.
+# a logged warning, /me says the limit is off, and no request asks Redis again: after
+# CRONFLEET_RATE_LIMIT_RETRY_SECONDS a background probe does (scheduler_app/api/throttling.py).
 CRONFLEET_API_REQUESTS_PER_MINUTE = env_int("CRONFLEET_API_REQUESTS_PER_MINUTE", 600, minimum=1)
+# All of a tenant's keys together, so that more keys do not mean more requests: this many a
+# minute, or the tenant's per-key limit when that is larger.
+CRONFLEET_API_TENANT_REQUESTS_PER_MINUTE = env_int("CRONFLEET_API_TENANT_REQUESTS_PER_MINUTE", 1200, minimum=1)
+# Failed authentications (a wrong or revoked key) per client address; past it, 429 until the
+# window ends, without a database query. The address is REMOTE_ADDR, or with
+# CRONFLEET_TRUSTED_PROXIES reverse proxies in front (each appending to X-Forwarded-For) the
+# address the outermost proxy saw. Behind an unlisted proxy every client shares its address.
+CRONFLEET_API_FAILED_AUTH_PER_MINUTE = env_int("CRONFLEET_API_FAILED_AUTH_PER_MINUTE", 60, minimum=1)
+CRONFLEET_TRUSTED_PROXIES = env_int("CRONFLEET_TRUSTED_PROXIES", 0, minimum=0)
 CRONFLEET_RATE_LIMIT_REDIS_URL = env_str(
     "CRONFLEET_RATE_LIMIT_REDIS_URL",
     CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis://", "rediss://")) else "",

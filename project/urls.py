@@ -1,9 +1,9 @@
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from scheduler_app import views
-from scheduler_app.api.handler import not_found
+from scheduler_app.api.handler import no_route, not_found
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -11,6 +11,8 @@ urlpatterns = [
     path("api/v1/", include(("scheduler_app.api.urls", "api"))),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    # Last: whatever else is under /api/ answers the API's JSON 404 (handler.no_route).
+    re_path(r"^api/", no_route),
 ]
 
 # Unknown URLs under /api/ answer in the API's error shape; others get Django's page.

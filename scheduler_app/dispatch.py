@@ -45,6 +45,7 @@ from scheduler_app.models import (
     schedule_of,
 )
 from scheduler_app.failpoints import failpoint
+from scheduler_app.transitions import append_attempt
 from scheduler_app.publish import (
     RunMessage,
     broker_errors,
@@ -712,13 +713,6 @@ def requeue_due_retries(now: datetime, *, limit: int) -> list[RunMessage]:
                 {"now": adapt(now), "limit": limit},
             )
             requeued = cursor.fetchall()
-        if not requeued:
-            return []
-        AuditEvent.objects.bulk_create(
-            AuditEvent(tenant_id=tenant_id, job_id=job_id, run_id=run_id, action="run.requeued",
-                       actor="beat", detail={"attempt": attempt})
-            for run_id, attempt, job_id, tenant_id in requeued
-        )
     return messages_for([(run_id, attempt, job_id) for run_id, attempt, job_id, _ in requeued])
 
 
@@ -735,7 +729,10 @@ def mark_lost_runs(now: datetime, *, limit: int) -> int:
     adapt = connection.ops.adapt_datetimefield_value
     with transaction.atomic(durable=True):
         with connection.cursor() as cursor:
-            cursor.execute(sql.MARK_LOST_RUNS.format(lock=lock_clause()), {"now": adapt(now), "limit": limit})
+            statement = sql.MARK_LOST_RUNS.format(
+                lock=lock_clause(), error=sql.LOST_ERROR,
+                append=append_attempt("%(now)s", "'lost'", sql.LOST_ERROR))
+            cursor.execute(statement, {"now": adapt(now), "limit": limit})
             lost = cursor.fetchall()
         if lost:
             logger.warning("marked %s runs lost (lease expired): %s", len(lost), [row[0] for row in lost][:20])

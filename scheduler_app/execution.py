@@ -13,22 +13,20 @@ import ipaddress
 import json
 import logging
 import random
-import threading
 import urllib.parse
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
-from django.db import DatabaseError, connection
-from django.db.models import DateTimeField, ExpressionWrapper, F
-from django.db.models.functions import Now
 
 from project.celery import app
-from scheduler_app import commandjobs, httpclient, netguard, services, webhooks
+from scheduler_app import commandjobs, httpclient, netguard, services, transitions, webhooks
 from scheduler_app.failpoints import failpoint
 from scheduler_app.fire import FireContext, firing
-from scheduler_app.models import AuditEvent, Job, JobRun, RunState, TargetKind, db_now
+from scheduler_app.heartbeat import LEASES
+from scheduler_app.models import Job, JobRun, RunState, TargetKind, db_now
+from scheduler_app.transitions import Started
 
 logger = logging.getLogger(__name__)
 
@@ -58,104 +56,47 @@ class Outcome:
 
 
 def execute_run(run_id: int, attempt: int, *, worker: str, task_id: str = "") -> Outcome:
-    run = start_run(run_id, attempt, worker=worker, task_id=task_id, now=db_now())
-    if run is None:
+    started = start_run(run_id, attempt, worker=worker, task_id=task_id)
+    if started is None:
         return record_duplicate(run_id, attempt, worker=worker)
     failpoint("worker.before_target")
-    try:
-        with Heartbeat(run):
-            result = perform(run)
-        failpoint("worker.after_target")
-    except SoftTimeLimitExceeded:
-        return fail_run(run, f"timeout: exceeded {run.job.timeout_seconds}s", retryable=True, now=db_now())
-    except PermanentFailure as exc:
-        if exc.pause_note:
-            services.job_pause(run.job, note=exc.pause_note, actor=f"worker:{worker}")
-        return fail_run(run, str(exc), retryable=False, now=db_now())
-    except RetryableFailure as exc:
-        return fail_run(run, str(exc), retryable=True, now=db_now(), retry_after=exc.retry_after)
-    except Exception as exc:  # the target's own error: record it, retry per the job's policy
-        logger.info("run %s attempt %s failed: %r", run_id, attempt, exc)
-        return fail_run(run, f"{type(exc).__name__}: {exc}", retryable=True, now=db_now())
-    return finish_run(run, result, now=db_now())
-
-
-def start_run(run_id: int, attempt: int, *, worker: str, task_id: str, now: datetime) -> JobRun | None:
-    """Move a run from queued to running for `attempt`; None if this delivery lost the race."""
-    run = JobRun.objects.select_related("job", "job__tenant").filter(id=run_id).first()
-    if run is None:
-        return None
-    lease = now + timedelta(seconds=settings.CRONFLEET_LEASE_SECONDS)
-    won = JobRun.objects.filter(id=run_id, attempt=attempt, state=RunState.QUEUED).update(
-        state=RunState.RUNNING, started_at=now, heartbeat_at=now, lease_expires_at=lease,
-        worker=worker[:200], celery_task_id=task_id[:100],
-    )
-    if not won:
-        return None
-    run.state, run.attempt, run.started_at, run.worker = RunState.RUNNING, attempt, now, worker
-    audit(run, "run.started", worker, attempt=attempt)
-    return run
-
-
-class Heartbeat:
-    """Renews a running run's lease from a side thread while its target runs.
-
-    The lease, not the job's timeout, is how a beat tells a dead or frozen worker from a
-    slow one: a worker that stops heartbeating (killed, SIGSTOPped, cut off) loses the run
-    after CRONFLEET_LEASE_SECONDS, and its later writes are refused (fencing).
-    """
-
-    def __init__(self, run: JobRun) -> None:
-        self.run = run
-        self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._beat, name=f"heartbeat-run-{run.id}", daemon=True)
-
-    def __enter__(self) -> Heartbeat:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.stopped.set()
-        self.thread.join(timeout=10)
-
-    def _beat(self) -> None:
+    with LEASES.held({run_id: attempt}):
         try:
-            while not self.stopped.wait(settings.CRONFLEET_HEARTBEAT_SECONDS):
-                if not renew_lease(self.run.id, self.run.attempt):
-                    logger.warning("run %s attempt %s lost its lease; heartbeat stops", self.run.id, self.run.attempt)
-                    return
-        except DatabaseError as exc:  # the next beat retries; a missed heartbeat only shortens the lease
-            logger.warning("heartbeat for run %s failed: %s", self.run.id, exc)
-        finally:
-            connection.close()  # this thread's own connection
+            result = perform(started)
+            failpoint("worker.after_target")
+        except Exception as exc:  # noqa: BLE001 - every failure is recorded on the run (outcome_of_failure)
+            return fail_run(started, exc)
+    return finish_run(started, result)
+
+
+def start_run(run_id: int, attempt: int, *, worker: str, task_id: str = "") -> Started | None:
+    """Move a run from queued to running for `attempt`; None if this delivery lost the race."""
+    return transitions.start_run(run_id, attempt, worker=worker, task_id=task_id)
 
 
 def renew_lease(run_id: int, attempt: int) -> bool:
     """Extend the lease of a run this attempt still owns, by the database's clock."""
-    lease = ExpressionWrapper(Now() + timedelta(seconds=settings.CRONFLEET_LEASE_SECONDS),
-                              output_field=DateTimeField())
-    return bool(JobRun.objects.filter(id=run_id, attempt=attempt, state=RunState.RUNNING)
-                .update(heartbeat_at=Now(), lease_expires_at=lease))
+    return run_id in transitions.renew_leases({run_id: attempt})
 
 
 def record_duplicate(run_id: int, attempt: int, *, worker: str) -> Outcome:
     """Count a delivery that did not start the run (already running, finished, or stale)."""
-    JobRun.objects.filter(id=run_id).update(duplicate_deliveries=F("duplicate_deliveries") + 1)
-    run = JobRun.objects.filter(id=run_id).only("id", "job_id", "tenant_id", "state", "attempt").first()
-    if run is None:
+    now = transitions.count_duplicate(run_id)
+    if now is None:
         logger.warning("run %s does not exist; dropping its message", run_id)
         return Outcome("duplicate", "no such run")
+    job_id, tenant_id, state, current = now
     logger.info("run %s attempt %s is %s (attempt %s); duplicate delivery not executed",
-                run_id, attempt, run.state, run.attempt)
-    audit(run, "run.duplicate_delivery", worker, attempt=attempt, state=run.state)
-    return Outcome("duplicate", f"run is {run.state} at attempt {run.attempt}")
+                run_id, attempt, state, current)
+    transitions.audit(run_id, job_id, tenant_id, "run.duplicate_delivery", worker, attempt=attempt, state=state)
+    return Outcome("duplicate", f"run is {state} at attempt {current}")
 
 
-def perform(run: JobRun):
+def perform(started: Started):
     """Run the job's target from this worker process and return its result."""
-    job: Job = run.job
+    run, job = started.run, started.job
     if job.target_kind == TargetKind.HTTP:
-        return perform_http(run, job)
+        return perform_http(run, job, started.now)
     if job.target_kind == TargetKind.COMMAND:
         return perform_command(run, job)
     if job.target_kind != TargetKind.TASK:
@@ -170,13 +111,13 @@ def perform(run: JobRun):
         raise PermanentFailure(f"task {job.task_name!r} is not registered in this worker") from None
     context = FireContext(
         fire_key=run.fire_key, attempt=run.attempt, scheduled_at=run.scheduled_at,
-        run_id=run.id, job_id=job.id, job_name=job.name, tenant=job.tenant.slug,
+        run_id=run.id, job_id=job.id, job_name=job.name, tenant=started.tenant,
     )
     with firing(context):
         return task(*job.args, **job.kwargs)
 
 
-def perform_http(run: JobRun, job: Job) -> dict:
+def perform_http(run: JobRun, job: Job, now: datetime) -> dict:
     """Call the job's URL once, signed the Standard Webhooks way; classify the answer.
 
     2xx succeeds; 429 (honouring Retry-After), 5xx, timeouts and connection errors retry;
@@ -185,7 +126,6 @@ def perform_http(run: JobRun, job: Job) -> dict:
     """
     config = job.target_config
     body = config.get("body", "").encode()
-    now = db_now()
     secrets = [webhooks.parse_secret(s) for s in services.tenant_signing_secrets(job.tenant, now)]
     signed = webhooks.headers(secrets, run.fire_key, int(now.timestamp()), body, attempt=run.attempt,
                               scheduled_at=run.scheduled_at.isoformat())
@@ -274,42 +214,45 @@ def perform_command(run: JobRun, job: Job) -> dict:
     return outcome
 
 
-def finish_run(run: JobRun, result, *, now: datetime) -> Outcome:
-    written = _write_if_current(run, state=RunState.SUCCEEDED, finished_at=now, lease_expires_at=None,
-                                result=truncate(_to_text(result)), error="")
-    if not written:
+def finish_run(started: Started, result) -> Outcome:
+    if not transitions.end_run(started, RunState.SUCCEEDED, result=truncate(_to_text(result))):
         return Outcome("stale")
-    audit(run, "run.succeeded", run.worker)
     return Outcome(RunState.SUCCEEDED.value)
 
 
-def fail_run(run: JobRun, error: str, *, retryable: bool, now: datetime, retry_after: float | None = None) -> Outcome:
-    job = run.job
+def fail_run(started: Started, exc: BaseException) -> Outcome:
+    """Record a failed attempt: retrying with backoff while attempts are left and the
+    failure is retryable, else failed (not retryable) or dead (attempts used up)."""
+    run, job = started.run, started.job
+    error, retryable, retry_after = classify(exc, job)
+    if isinstance(exc, PermanentFailure) and exc.pause_note:
+        services.job_pause(Job.objects.get(id=job.id), note=exc.pause_note, actor=f"worker:{run.worker}")
+    delay = None
     if not retryable:
-        state, fields = RunState.FAILED, {}
+        state = RunState.FAILED
     elif run.attempt < job.max_attempts:
         delay = retry_delay(run.attempt, base=job.retry_backoff_seconds, cap=job.retry_backoff_max_seconds)
         if retry_after is not None:  # the target said when; within our own cap
             delay = timedelta(seconds=min(max(retry_after, 0.0), job.retry_backoff_max_seconds))
-        state, fields = RunState.RETRYING, {"next_attempt_at": now + delay}
+        state = RunState.RETRYING
     else:
-        state, fields = RunState.DEAD, {}
-    written = _write_if_current(run, state=state, finished_at=now, lease_expires_at=None,
-                                error=truncate(error), **fields)
-    if not written:
+        state = RunState.DEAD
+    if not transitions.end_run(started, state, error=truncate(error), delay=delay):
         return Outcome("stale")
-    audit(run, f"run.{RunState(state).value}", run.worker, attempt=run.attempt, error=truncate(error, 500),
-          **{k: v.isoformat() for k, v in fields.items()})
     return Outcome(RunState(state).value, error)
 
 
-def _write_if_current(run: JobRun, **fields) -> bool:
-    """Write `fields` only while this worker's attempt still owns the run (fencing)."""
-    written = JobRun.objects.filter(id=run.id, attempt=run.attempt, state=RunState.RUNNING).update(**fields)
-    if not written:
-        logger.warning("run %s attempt %s is no longer ours; write rejected", run.id, run.attempt)
-        audit(run, "run.stale_write_rejected", run.worker, attempt=run.attempt)
-    return bool(written)
+def classify(exc: BaseException, job: Job) -> tuple[str, bool, float | None]:
+    """(error text, retryable, seconds the target asked us to wait) for a failed attempt."""
+    if isinstance(exc, SoftTimeLimitExceeded):
+        return f"timeout: exceeded {job.timeout_seconds}s", True, None
+    if isinstance(exc, PermanentFailure):
+        return str(exc), False, None
+    if isinstance(exc, RetryableFailure):
+        return str(exc), True, exc.retry_after
+    # The target's own error: record it, retry per the job's policy.
+    logger.info("job %s failed: %r", job.id, exc)
+    return f"{type(exc).__name__}: {exc}", True, None
 
 
 def retry_delay(attempt: int, *, base: int, cap: int, rng: random.Random | None = None) -> timedelta:
@@ -336,8 +279,3 @@ def _to_text(result) -> str:
         return json.dumps(result, default=str, sort_keys=True)
     except (TypeError, ValueError):
         return repr(result)
-
-
-def audit(run: JobRun, action: str, actor: str, **detail) -> None:
-    AuditEvent.objects.create(tenant_id=run.tenant_id, job_id=run.job_id, run_id=run.id,
-                              action=action, actor=f"worker:{actor}" if actor else "worker", detail=detail)

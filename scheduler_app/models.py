@@ -249,6 +249,10 @@ class JobRun(models.Model):
     result = models.TextField(blank=True, default="", db_default="")
     error = models.TextField(blank=True, default="", db_default="")
     duplicate_deliveries = models.PositiveIntegerField(default=0, db_default=0)
+    # Every finished attempt, oldest first: {"attempt", "worker", "started_at",
+    # "finished_at", "outcome", "error"}; written by the statement that ends the attempt
+    # (scheduler_app.transitions, sql.append_attempt), so the history costs no extra row.
+    attempts = models.JSONField(default=list, blank=True, db_default=models.Value([], models.JSONField()))
 
     class Meta:
         constraints = [

@@ -1,6 +1,8 @@
 """SSRF guard for the HTTP jobs the scheduler calls on behalf of tenants.
 
-No Django imports: settings (the explicit allow-list) are passed in as arguments.
+No Django imports: settings (the explicit allow-list) are passed in as arguments. A refusal
+names the class of address it met ("loopback", "private"), never the address: the message
+reaches the tenant; the address goes to the log.
 
 The flow for one request is::
 
@@ -18,12 +20,15 @@ address that was checked; the name is never resolved a second time.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import re
 import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
+
+logger = logging.getLogger(__name__)
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -297,15 +302,21 @@ def resolve_and_check(
     seen: set[tuple] = set()
     for info in infos:
         family, sockaddr = info[0], info[4]
+        # The messages name the address's class, never the address: they reach the tenant
+        # (the run's error), and what internal names resolve to is not theirs to learn.
+        # The operator's log has the address.
         if family not in (socket.AF_INET, socket.AF_INET6):
-            raise BlockedTarget(SSRF_BLOCKED, f"{host!r} resolved to unsupported family {family!r}")
+            logger.warning("HTTP job host %r resolved to address family %r: refused", host, family)
+            raise BlockedTarget(SSRF_BLOCKED, f"{host!r} resolves to an unsupported address family")
         try:
             ip = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
         except ValueError as exc:
-            raise BlockedTarget(SSRF_BLOCKED, f"{host!r} resolved to unparsable {sockaddr!r}") from exc
+            logger.warning("HTTP job host %r resolved to unparsable %r: refused", host, sockaddr)
+            raise BlockedTarget(SSRF_BLOCKED, f"{host!r} resolves to an unparsable address") from exc
         ok, category = address_allowed(ip, allowed_networks)
         if not ok:
-            raise BlockedTarget(SSRF_BLOCKED, f"{host!r} resolves to {ip} ({category})")
+            logger.warning("HTTP job host %r resolves to %s (%s): refused", host, ip, category)
+            raise BlockedTarget(SSRF_BLOCKED, f"{host!r} resolves to a refused address ({category})")
         key = (family, tuple(sockaddr))
         if key not in seen:
             seen.add(key)

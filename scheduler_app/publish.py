@@ -67,34 +67,53 @@ def broker_priority(priority: int, driver_type: str) -> int:
 def publish_runs(messages: Iterable[RunMessage]) -> int:
     """Publish one execute_run message per run; return how many were sent.
 
-    A failure part-way raises: the runs stay `queued` in the ledger and the recovery
-    sweep publishes them again; the worker's compare-and-set makes a repeat harmless.
+    Queue by queue: a queue the broker refuses (a name that collides with one of its own
+    keys, a policy, a full disk on one node) costs only that queue's messages, not the turn
+    of every other tenant. Those runs stay `queued` in the ledger and the recovery sweep
+    publishes them again; the worker's compare-and-set makes a repeat harmless. A broker
+    that cannot be reached at all still raises (nothing can be sent: the beat retries).
     """
-    messages = list(messages)
-    if not messages:
-        return 0
+    by_queue: dict[str, list[RunMessage]] = {}
+    for message in messages:
+        by_queue.setdefault(queue_name(message.queue), []).append(message)
+    sent = 0
+    templates = MessageTemplates()
+    refused = broker_errors()
+    for name, batch in by_queue.items():
+        try:
+            sent += _publish_queue(name, batch, templates)
+        except refused as exc:
+            if _unreachable(exc):
+                raise
+            logger.error("publish to queue %r refused (%s: %s); its %s runs stay queued for the republish sweep",
+                         name, type(exc).__name__, exc, len(batch))
+    return sent
+
+
+def _publish_queue(name: str, messages: list[RunMessage], templates: MessageTemplates) -> int:
     # Higher priority first: a transport without priorities (filesystem) still hands this
     # batch out in that order. sort() is stable: equal priorities keep their order.
     messages.sort(key=lambda message: -message.priority)
-    declared: set[str] = set()
-    templates = MessageTemplates()
     with app.producer_or_acquire() as producer:
         driver_type = producer.connection.transport.driver_type
+        # Declared once per call (kombu caches it per connection), so a queue no worker has
+        # consumed yet still keeps its messages; with the x-max-priority a worker declares it
+        # with (RabbitMQ compares them).
+        producer.maybe_declare(Queue(name, Exchange(name), routing_key=name,
+                                     max_priority=settings.CELERY_TASK_QUEUE_MAX_PRIORITY))
         with producer.batch(max_size=PUBLISH_BATCH):
             for message in messages:
-                name = queue_name(message.queue)
-                if name not in declared:
-                    # Declared once per call (kombu caches it per connection), so a queue
-                    # no worker has consumed yet still keeps its messages; with the
-                    # x-max-priority a worker declares it with (RabbitMQ compares them).
-                    producer.maybe_declare(Queue(name, Exchange(name), routing_key=name,
-                                                 max_priority=settings.CELERY_TASK_QUEUE_MAX_PRIORITY))
-                    declared.add(name)
                 body, headers, properties = templates.build(message)
                 producer.publish(body, exchange="", routing_key=name, headers=headers, serializer="json",
                                  delivery_mode=2, priority=broker_priority(message.priority, driver_type),
                                  **properties)
     return len(messages)
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """True when `exc` says the broker is out of reach (not that it refused one queue)."""
+    with app.connection_for_write() as conn:
+        return isinstance(exc, (OSError, *conn.connection_errors)) and not isinstance(exc, conn.channel_errors)
 
 
 def broker_errors() -> tuple[type[BaseException], ...]:

@@ -22,7 +22,7 @@ from django.db.models.functions import Now
 from django.utils.timezone import now as node_now
 from django.utils.text import slugify
 
-from scheduler_app import commandjobs, crypto, netguard, schedules, webhooks
+from scheduler_app import commandjobs, crypto, netguard, queues, schedules, webhooks
 from scheduler_app.models import (
     ApiKey,
     AuditEvent,
@@ -107,6 +107,13 @@ def check_name(field: str, value: str, *, max_length: int = 200) -> str:
     return value
 
 
+def check_queue(name) -> str:
+    try:
+        return queues.check_queue(name)
+    except queues.InvalidQueue as exc:
+        raise InvalidInput("queue", str(exc)) from None
+
+
 def _check_int(field: str, value, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidInput(field, "must be a whole number")
@@ -171,7 +178,7 @@ def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime, *, anchor: datet
     fields = dict(
         name=name, task_name=spec.task_name if spec.target_kind == TargetKind.TASK else "", args=args, kwargs=kwargs,
         target_kind=spec.target_kind, target_config=target_config,
-        queue=check_name("queue", spec.queue, max_length=100) if spec.queue else "",
+        queue=check_queue(spec.queue),
         priority=_check_int("priority", spec.priority, PRIORITY_MIN, PRIORITY_MAX),
         timeout_seconds=_check_int("timeout_seconds", spec.timeout_seconds, 1,
                                    settings.CRONFLEET_MAX_JOB_TIMEOUT_SECONDS),

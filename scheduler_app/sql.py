@@ -219,7 +219,9 @@ RETURNING id, attempt, job_id, tenant_id
 # Running runs whose lease ran out (the worker died, froze or lost the database) become
 # `retrying` at once when the job has attempts left, else `dead`. The CASE reads the job's
 # max_attempts by primary key (a correlated subquery, not UPDATE ... FROM: SQLite refuses a
-# RETURNING that names an alias). Returns what it changed, for the audit trail.
+# RETURNING that names an alias). The lost attempt joins the run's history ({append}:
+# transitions.append_attempt). Returns what it changed, for the audit trail.
+LOST_ERROR = "'lost: lease expired (worker ' || worker || ')'"
 MARK_LOST_RUNS = """
 UPDATE scheduler_app_jobrun
    SET state = CASE WHEN attempt < (SELECT job.max_attempts FROM scheduler_app_job AS job
@@ -230,7 +232,8 @@ UPDATE scheduler_app_jobrun
                               THEN %(now)s ELSE NULL END,
        finished_at = %(now)s,
        lease_expires_at = NULL,
-       error = 'lost: lease expired (worker ' || worker || ')'
+       error = {error},
+       attempts = {append}
  WHERE id IN (
        SELECT id
          FROM scheduler_app_jobrun

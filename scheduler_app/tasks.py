@@ -6,6 +6,10 @@ Task names are explicit strings: renaming a function must not orphan queued mess
 import time
 
 from celery import shared_task
+from celery.signals import task_postrun, worker_init
+from django.conf import settings
+from django.db import connections
+from django.db.backends.signals import connection_created
 
 from scheduler_app import execution
 from scheduler_app.fire import current_fire
@@ -19,6 +23,31 @@ def execute_run(self, run_id: int, attempt: int) -> str:
         run_id, attempt, worker=self.request.hostname or "unknown", task_id=self.request.id or ""
     )
     return outcome.state
+
+
+@worker_init.connect
+def tune_worker_sessions(**kwargs) -> None:
+    """In a worker process (and the pool processes it forks), each new PostgreSQL session
+    commits with CRONFLEET_WORKER_SYNCHRONOUS_COMMIT (see the README's "What a run costs")."""
+    connection_created.connect(_set_synchronous_commit, weak=False, dispatch_uid="cronfleet-worker-session")
+
+
+def _set_synchronous_commit(sender, connection, **kwargs) -> None:
+    mode = settings.CRONFLEET_WORKER_SYNCHRONOUS_COMMIT
+    if connection.vendor == "postgresql" and mode != "on":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT set_config('synchronous_commit', %s, false)", [mode])
+
+
+@task_postrun.connect
+def drop_broken_connections(**kwargs) -> None:
+    """Workers keep their database connection from task to task (CELERY_DB_REUSE_MAX: a
+    connection per run cost a quarter of a worker's time). One that saw an error (a
+    database restart) is checked, and closed if it no longer works, so the next task
+    connects afresh; a healthy one costs nothing here."""
+    for conn in connections.all(initialized_only=True):
+        if conn.errors_occurred:
+            conn.close_if_unusable_or_obsolete()
 
 
 @shared_task(name="scheduler_app.echo")

@@ -5,6 +5,11 @@ import os
 
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/cronfleet")
 os.environ.setdefault("CELERY_BROKER_URL", "redis://127.0.0.1:6379/15")
+# Debug stays off, as in production, so a key is needed (the processes tests start inherit it).
+os.environ.setdefault("DJANGO_SECRET_KEY", "tests-only-secret-key-never-used-anywhere-else")
+# The whole suite authenticates wrongly from 127.0.0.1 on purpose, far more than a client
+# would; the tests of that limit set their own.
+os.environ.setdefault("CRONFLEET_API_FAILED_AUTH_PER_MINUTE", "1000000")
 
 from project.settings import *  # noqa: E402,F403
 

@@ -384,8 +384,9 @@ def test_delete_removes_the_job(api):
 
 def test_backfill_dry_run_lists_the_missing_fires_and_the_real_one_records_them(api):
     job = create_job(api, schedule={"cron": "0 * * * *", "timezone": "UTC"})
-    now = db_now()
-    body = {"start": (now - timedelta(hours=3)).isoformat(), "end": (now - timedelta(minutes=1)).isoformat()}
+    hour = db_now().replace(minute=0, second=0, microsecond=0)  # three fires, whatever the minute now
+    body = {"start": (hour - timedelta(hours=3, minutes=30)).isoformat(),
+            "end": (hour - timedelta(minutes=1)).isoformat()}
 
     dry = api.post(f"/api/v1/jobs/{job['id']}/backfill/", body, format="json")
     real = api.post(f"/api/v1/jobs/{job['id']}/backfill/", {**body, "dry_run": False}, format="json")
@@ -467,20 +468,27 @@ def test_a_run_shows_its_attempts_and_a_dead_run_is_replayed_as_its_next_attempt
     job = Job.objects.get(id=create_job(api)["id"])
     [run] = add_runs(job, 1, db_now() - timedelta(hours=1), state=RunState.DEAD, attempt=3, error="boom",
                      result="")
-    AuditEvent.objects.create(tenant=job.tenant, job=job, job_name=job.name, run_id=run.id, action="run.dead",
-                              actor="worker:w1", detail={"attempt": 3})
+    JobRun.objects.filter(id=run.id).update(attempts=[
+        {"attempt": n, "worker": "w1", "started_at": "2030-01-01T00:00:00+00:00",
+         "finished_at": "2030-01-01T00:00:01+00:00", "outcome": outcome, "error": "boom"}
+        for n, outcome in [(1, "retrying"), (2, "retrying"), (3, "dead")]])
+    AuditEvent.objects.create(tenant=job.tenant, job=job, job_name=job.name, run_id=run.id,
+                              action="run.duplicate_delivery", actor="worker:w2", detail={"attempt": 3})
 
     detail = api.get(f"/api/v1/runs/{run.id}/").json()
     replayed = api.post(f"/api/v1/runs/{run.id}/replay/")
     again = api.post(f"/api/v1/runs/{run.id}/replay/")
 
     assert (detail["state"], detail["attempt"], detail["error"]) == ("dead", 3, "boom")
-    assert [(event["action"], event["actor"]) for event in detail["attempts"]] == [("run.dead", "worker:w1")]
+    assert [(a["attempt"], a["outcome"], a["worker"]) for a in detail["attempts"]] == [
+        (1, "retrying", "w1"), (2, "retrying", "w1"), (3, "dead", "w1")]
+    assert [(event["action"], event["actor"]) for event in detail["events"]] == [
+        ("run.duplicate_delivery", "worker:w2")]
     assert replayed.status_code == 200, replayed.json()
     assert (replayed.json()["state"], replayed.json()["attempt"], replayed.json()["job_name"]) == ("queued", 4, "job")
     assert again.status_code == 400 and list(errors_of(again)) == ["state"]
-    history = api.get(f"/api/v1/runs/{run.id}/").json()["attempts"]
-    assert [event["action"] for event in history] == ["run.dead", "run.replayed"]
+    history = api.get(f"/api/v1/runs/{run.id}/").json()["events"]
+    assert [event["action"] for event in history] == ["run.duplicate_delivery", "run.replayed"]
     assert history[1]["actor"] == f"api:{api.key.prefix}"
 
 

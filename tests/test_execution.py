@@ -32,16 +32,17 @@ def test_a_second_delivery_of_the_same_message_does_nothing_and_is_counted(make_
     run.refresh_from_db()
     assert (first.state, second.state) == ("succeeded", "duplicate")
     assert (run.worker, run.duplicate_deliveries) == ("w1", 1)
-    assert AuditEvent.objects.filter(run_id=run.id, action="run.started").count() == 1
-    assert AuditEvent.objects.filter(run_id=run.id, action="run.duplicate_delivery").count() == 1
+    assert [(a["attempt"], a["worker"], a["outcome"]) for a in run.attempts] == [(1, "w1", "succeeded")]
+    assert not AuditEvent.objects.filter(run_id=run.id, action="run.started").exists()  # normal: on the row
+    assert AuditEvent.objects.filter(run_id=run.id, action="run.duplicate_delivery").count() == 1  # an anomaly
 
 
 def test_start_run_refuses_a_stale_attempt(make_run):
     run = make_run(attempt=2)
 
-    assert execution.start_run(run.id, 1, worker="w", task_id="", now=NOW) is None
-    assert execution.start_run(run.id, 2, worker="w", task_id="", now=NOW) is not None
-    assert execution.start_run(run.id, 2, worker="w", task_id="", now=NOW) is None
+    assert execution.start_run(run.id, 1, worker="w") is None
+    assert execution.start_run(run.id, 2, worker="w") is not None
+    assert execution.start_run(run.id, 2, worker="w") is None
 
 
 def test_a_failing_run_with_attempts_left_waits_to_retry(make_job, make_run):
@@ -77,10 +78,10 @@ def test_a_task_not_allowed_fails_without_retrying(make_job, make_run, settings)
 
 def test_a_write_from_a_superseded_attempt_is_rejected(make_run):
     run = make_run()
-    started = execution.start_run(run.id, 1, worker="old", task_id="", now=NOW)
+    started = execution.start_run(run.id, 1, worker="old")
     JobRun.objects.filter(id=run.id).update(state=RunState.QUEUED, attempt=2)  # re-claimed meanwhile
 
-    assert execution.finish_run(started, "late", now=NOW).state == "stale"
+    assert execution.finish_run(started, "late").state == "stale"
 
     run.refresh_from_db()
     assert (run.state, run.attempt, run.result) == ("queued", 2, "")

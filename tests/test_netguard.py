@@ -161,7 +161,19 @@ def test_dns_rebinding_public_then_loopback_refused():
     with pytest.raises(BlockedTarget) as exc:
         resolve_and_check("rebind.example", 443, allowed_networks=[], resolver=resolver)
     assert exc.value.reason == "ssrf_blocked"
-    assert "127.0.0.1" in exc.value.detail and "loopback" in exc.value.detail
+    assert "loopback" in exc.value.detail
+
+
+@pytest.mark.parametrize(("address", "category"), [("10.20.30.40", "private"), ("fd12:3456::7", "private"),
+                                                    ("169.254.169.254", "metadata")])
+def test_a_refusal_names_the_class_of_address_and_only_the_log_has_the_address(address, category, caplog):
+    with pytest.raises(BlockedTarget) as exc:
+        resolve_and_check("internal.example", 443, resolver=_stub_resolver(address))
+
+    # The message reaches the tenant (the run's error): what the name resolves to is not theirs.
+    assert exc.value.detail == f"'internal.example' resolves to a refused address ({category})"
+    assert address not in str(exc.value)
+    assert address in caplog.text
 
 
 def test_any_blocked_address_among_many_refuses():

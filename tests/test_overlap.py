@@ -75,12 +75,12 @@ def test_replace_cancels_the_running_run_and_its_late_write_is_refused(make_job)
     job = make_job(every_seconds=10, anchor_at=T0, next_run_at=T0, overlap_policy="replace")
     dispatch_at(T0)
     first = JobRun.objects.get(job=job)
-    started = execution.start_run(first.id, 1, worker="w", task_id="", now=T0)
+    started = execution.start_run(first.id, 1, worker="w")
 
     dispatch_at(T1)
 
     first.refresh_from_db()
     assert first.state == "cancelled" and first.reason.startswith("overlap_replaced")
     assert JobRun.objects.get(job=job, scheduled_at=T1).state == "queued"
-    assert execution.finish_run(started, "late", now=T1).state == "stale"
+    assert execution.finish_run(started, "late").state == "stale"
     assert AuditEvent.objects.filter(run_id=first.id, action="run.cancelled").exists()

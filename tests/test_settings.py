@@ -6,13 +6,15 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, process_env
 
 
-def check_settings(**env: str) -> subprocess.CompletedProcess:
+def check_settings(*, script: str = "", **env: str) -> subprocess.CompletedProcess:
+    """Load the project's settings in a fresh process with `env` over this one's (whose test
+    settings set DJANGO_SECRET_KEY: pass "" to unset it), then run `script`."""
     environment = {**os.environ, "DJANGO_SETTINGS_MODULE": "project.settings", **env}
-    return subprocess.run([sys.executable, "-c", "import django; django.setup()"], cwd=ROOT, env=environment,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-c", "import django; django.setup()\n" + script], cwd=ROOT,
+                          env=environment, capture_output=True, text=True, timeout=60)
 
 
 @pytest.mark.parametrize(
@@ -22,6 +24,16 @@ def check_settings(**env: str) -> subprocess.CompletedProcess:
         ({"CRONFLEET_BATCH_SIZE": "0"}, "CRONFLEET_BATCH_SIZE must be at least 1"),
         ({"DJANGO_DEBUG": "perhaps"}, "DJANGO_DEBUG must be a boolean"),
         ({"DJANGO_DEBUG": "false", "DJANGO_SECRET_KEY": ""}, "DJANGO_SECRET_KEY must be set"),
+        # Debug is off unless asked for, so production cannot start on the public development key ...
+        ({"DJANGO_DEBUG": "", "DJANGO_SECRET_KEY": ""}, "DJANGO_SECRET_KEY must be set"),
+        # ... nor on .env.example's placeholder or the development key named outright.
+        ({"DJANGO_SECRET_KEY": "change-me"}, "DJANGO_SECRET_KEY must be a random value of at least 32"),
+        ({"DJANGO_SECRET_KEY": "insecure-development-key-do-not-use-in-production"}, "not a placeholder"),
+        ({"DJANGO_SECRET_KEY": "short"}, "DJANGO_SECRET_KEY must be a random value of at least 32"),
+        ({"DATABASE_URL": "postgres://u@127.0.0.1:5432/x", "DB_POOL_MAX_SIZE": "2", "DB_POOL_MIN_SIZE": "3"},
+         "DB_POOL_MIN_SIZE (3) must not exceed DB_POOL_MAX_SIZE (2)"),
+        ({"DB_POOL_MAX_SIZE": "-1"}, "DB_POOL_MAX_SIZE must be at least 0"),
+        ({"CRONFLEET_API_FAILED_AUTH_PER_MINUTE": "0"}, "CRONFLEET_API_FAILED_AUTH_PER_MINUTE must be at least 1"),
         ({"CRONFLEET_LEASE_SECONDS": "10", "CRONFLEET_HEARTBEAT_SECONDS": "6"}, "CRONFLEET_HEARTBEAT_SECONDS must be"),
         ({"CELERY_BROKER_URL": "redis://127.0.0.1:6379/15", "CELERY_VISIBILITY_TIMEOUT": "600",
           "CRONFLEET_MAX_JOB_TIMEOUT_SECONDS": "600"}, "CELERY_VISIBILITY_TIMEOUT (600) must exceed"),
@@ -34,7 +46,45 @@ def test_bad_settings_stop_start_up_naming_the_variable(env, message):
     assert "ImproperlyConfigured" in done.stderr and message in done.stderr
 
 
-def test_defaults_start_without_any_environment(tmp_path):
-    done = check_settings(CRONFLEET_VAR_DIR=str(tmp_path), DATABASE_URL="", CELERY_BROKER_URL="")
+def test_debug_is_off_unless_asked_for(tmp_path):
+    done = check_settings(CRONFLEET_VAR_DIR=str(tmp_path), DJANGO_DEBUG="",
+                          script="from django.conf import settings; print(settings.DEBUG)")
 
     assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
+
+
+def test_the_demo_starts_without_any_environment_but_debug(tmp_path):
+    done = check_settings(CRONFLEET_VAR_DIR=str(tmp_path), DATABASE_URL="", CELERY_BROKER_URL="",
+                          DJANGO_SECRET_KEY="", DJANGO_DEBUG="true")
+
+    assert done.returncode == 0, done.stderr
+
+
+POOL_SCRIPT = """
+from django.db import connection
+db = connection.settings_dict
+print(db["CONN_MAX_AGE"], db["OPTIONS"].get("pool"))
+with connection.cursor() as cursor:
+    cursor.execute("SELECT 1")
+connection.close()
+print("pooled" if connection.pool is not None and connection.pool.get_stats()["pool_size"] >= 1 else "direct")
+"""
+
+
+def test_a_pool_size_gives_the_process_a_pool_instead_of_persistent_connections(db):
+    # DB_CONN_MAX_AGE, shared with beats and workers through .env, does not stop the web process.
+    done = check_settings(DATABASE_URL=process_env()["DATABASE_URL"], DB_POOL_MAX_SIZE="3", DB_CONN_MAX_AGE="60",
+                          script=POOL_SCRIPT)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "0 {'min_size': 1, 'max_size': 3, 'timeout': 10, 'name': 'cronfleet-web'}", "pooled"]
+
+
+def test_without_a_pool_size_connections_persist_as_before(db):
+    done = check_settings(DATABASE_URL=process_env()["DATABASE_URL"], DB_POOL_MAX_SIZE="", DB_CONN_MAX_AGE="",
+                          script=POOL_SCRIPT)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["60 None", "direct"]

@@ -12,6 +12,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
 
 from scheduler_app import services
+from scheduler_app.api import throttling
 from scheduler_app.models import ApiKey
 
 BEARER = "Bearer"
@@ -39,8 +40,12 @@ class BearerKeyAuthentication(authentication.BaseAuthentication):
         scheme, _, raw = header.strip().partition(" ")
         if scheme.lower() != BEARER.lower() or not raw.strip():
             raise exceptions.AuthenticationFailed(f"use {BEARER} <api key>")
+        # An address that guessed wrong too often this minute is refused before the lookup;
+        # a wrong guess costs one indexed lookup (the unique prefix) and counts against it.
+        throttling.check_address(request)
         key = services.apikey_authenticate(raw.strip())
         if key is None:
+            throttling.count_failure(request)
             raise exceptions.AuthenticationFailed("unknown or revoked API key (or its tenant is not active)")
         return KeyCaller(key), key
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.http import Http404, JsonResponse
+from django.urls import Resolver404, resolve
+from django.views.decorators.csrf import csrf_exempt
 from django.views.defaults import page_not_found
 from rest_framework import exceptions, status
 from rest_framework.settings import api_settings
@@ -81,5 +83,22 @@ def flatten(detail, path: tuple[str, ...] = ()):
 def not_found(request, exception):
     """Django's 404 handler: API paths answer JSON in the API's error shape."""
     if request.path.startswith("/api/"):
-        return JsonResponse({"errors": [{"field": "path", "message": f"no route {request.path!r}"}]}, status=404)
+        return no_route(request)
     return page_not_found(request, exception)
+
+
+@csrf_exempt  # nothing is done here; a POST must get this 404, not a CSRF page
+def no_route(request, *args, **kwargs):
+    """Every path under /api/ that no route takes (project/urls.py maps it last): a JSON 404
+    whatever DEBUG says (Django's debug 404 lists the URL patterns), and never APPEND_SLASH's
+    redirect, which cannot carry a POST (Django answers 500 to that under DEBUG). A path that
+    differs from a route by its trailing slash says which one it meant."""
+    path = request.path_info
+    message = f"no route {path!r}"
+    other = path[:-1] if path.endswith("/") else f"{path}/"
+    try:
+        if resolve(other).func is not no_route:
+            message += f"; the route is {other!r}"
+    except Resolver404:
+        pass
+    return JsonResponse({"errors": [{"field": "path", "message": message}]}, status=404)

@@ -448,12 +448,27 @@ class RunEventSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField()
 
 
+class AttemptSerializer(serializers.Serializer):
+    attempt = serializers.IntegerField()
+    worker = serializers.CharField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField()
+    outcome = serializers.CharField(help_text="succeeded, failed, retrying, dead or lost")
+    error = serializers.CharField(help_text="The first 500 characters of the attempt's error")
+
+
 class RunDetailSerializer(RunSerializer):
-    attempts = RunEventSerializer(many=True, read_only=True, source="events",
-                                  help_text="The run's history from the audit trail, oldest first")
+    attempts = AttemptSerializer(many=True, read_only=True,
+                                 help_text="Every finished attempt, oldest first (the current one is the run's own "
+                                           "attempt, worker and started_at)")
+    events = RunEventSerializer(many=True, read_only=True,
+                                help_text="What the audit trail says of the run, oldest first: operator actions "
+                                          "(replay, trigger) and anomalies (duplicate deliveries, stale writes, "
+                                          "lost leases)")
 
     class Meta(RunSerializer.Meta):
-        fields = (*RUN_FIELDS, "heartbeat_at", "lease_expires_at", "celery_task_id", "result", "error", "attempts")
+        fields = (*RUN_FIELDS, "heartbeat_at", "lease_expires_at", "celery_task_id", "result", "error", "attempts",
+                  "events")
         read_only_fields = fields
 
 

@@ -1,95 +1,165 @@
-"""Requests per minute per API key, counted in Redis.
+"""API rate limits, counted in Redis: per key, per tenant, and failed authentications per address.
 
-A fixed one-minute window: INCR and EXPIRE in one MULTI/EXEC on the key
-"cronfleet:api-rate:<caller>:<minute>", so every API process shares one count and a
-crashed process leaves nothing behind. The limit is the tenant's api_requests_per_minute,
-else CRONFLEET_API_REQUESTS_PER_MINUTE. Windows follow this node's clock; a few seconds of
-skew between nodes moves a handful of requests into the neighbouring window.
+A fixed one-minute window: INCR and EXPIRE in one MULTI/EXEC on
+"cronfleet:api-rate:<counter>:<minute>", so every API process shares one count and a crashed
+process leaves nothing behind. A request with a key counts against two limits at once (one
+round trip): its key's (the tenant's api_requests_per_minute, else
+CRONFLEET_API_REQUESTS_PER_MINUTE) and its tenant's, shared by all the tenant's keys (the
+larger of CRONFLEET_API_TENANT_REQUESTS_PER_MINUTE and the key limit), so making more keys
+does not multiply a tenant's budget. A failed authentication counts against its client
+address (CRONFLEET_API_FAILED_AUTH_PER_MINUTE); past that, the process that saw it refuses the
+address's bearer requests until the window ends without asking the database.
+Windows follow this node's clock; a few seconds of skew between nodes moves a handful of
+requests into the neighbouring window.
 
-Without a Redis URL rate limiting is off. When Redis does not answer, requests go through
-(fail open) with a logged warning, and Redis is left alone for
-CRONFLEET_RATE_LIMIT_RETRY_SECONDS so an outage costs one timeout, not one per request.
+Without a Redis URL rate limiting is off. When Redis fails to answer, requests go through
+(fail open: the limit protects the API from floods, and refusing every request would turn a
+Redis outage into an API outage) with a logged warning, and a breaker stops asking it: for
+CRONFLEET_RATE_LIMIT_RETRY_SECONDS no request talks to Redis, then one background probe
+(never a request) checks whether it answers again. A Redis that accepts connections but never
+answers costs the requests in flight when it stopped one timeout each, and nothing after that.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from dataclasses import dataclass
 
 import redis
 from django.conf import settings
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 from rest_framework import exceptions
 from rest_framework.throttling import BaseThrottle
 
-from scheduler_app.api.auth import api_key
+from scheduler_app.models import ApiKey
 
 logger = logging.getLogger(__name__)
 
 WINDOW_SECONDS = 60
 REDIS_TIMEOUT_SECONDS = 0.5
+# Addresses this process remembers as over their failed-authentication limit (bounded: a
+# flood from many addresses cannot grow it without end; forgotten ones are counted again).
+MAX_REFUSED_ADDRESSES = 10_000
 
 
 @dataclass(frozen=True)
 class Limit:
-    caller: str  # "key:<prefix>" or "user:<id>"
+    counter: str  # "key:<prefix>", "tenant:<slug>", "user:<id>" or "auth-failed:<address>"
     per_minute: int
+    what: str  # ends the 429's message: "more than N requests a minute <what>"
+
+
+def limits_for(request) -> list[Limit]:
+    """What a request counts against, its own limit first; none for anonymous requests."""
+    default = settings.CRONFLEET_API_REQUESTS_PER_MINUTE
+    key = request.auth if isinstance(request.auth, ApiKey) else None
+    if key is not None and key.tenant is not None:
+        per_key = key.tenant.api_requests_per_minute or default
+        per_tenant = max(settings.CRONFLEET_API_TENANT_REQUESTS_PER_MINUTE, per_key)
+        return [Limit(f"key:{key.prefix}", per_key, "with this key"),
+                Limit(f"tenant:{key.tenant.slug}", per_tenant, "for this tenant's keys together")]
+    if key is not None:
+        return [Limit(f"key:{key.prefix}", default, "with this key")]
+    if request.user is not None and request.user.is_authenticated:
+        return [Limit(f"user:{request.user.pk}", default, "in this session")]
+    return []
 
 
 def limit_for(request) -> Limit | None:
-    key = api_key(request)
-    if key is not None:
-        per_minute = key.tenant.api_requests_per_minute if key.tenant is not None else None
-        return Limit(f"key:{key.prefix}", per_minute or settings.CRONFLEET_API_REQUESTS_PER_MINUTE)
-    if request.user is not None and request.user.is_authenticated:
-        return Limit(f"user:{request.user.pk}", settings.CRONFLEET_API_REQUESTS_PER_MINUTE)
-    return None
+    """The caller's own limit (its key's or session's), as GET /me shows it."""
+    limits = limits_for(request)
+    return limits[0] if limits else None
 
 
 class Counter:
-    """The shared Redis connection pool, and when Redis may next be asked after a failure."""
+    """The shared Redis client, and the breaker that stops asking it after a failure."""
 
     def __init__(self) -> None:
+        self.lock = threading.Lock()
         self.url = ""
         self.client: redis.Redis | None = None
-        self.resume_at = 0.0
+        self.closed_at = 0.0  # monotonic time before which Redis is not asked; 0: it answers
+        self.probing = False
 
-    def get(self) -> redis.Redis | None:
+    def available(self) -> redis.Redis | None:
+        """The client when Redis may be asked now; None when there is no Redis or the breaker
+        is open (which starts a background probe once the retry time has passed)."""
         url = settings.CRONFLEET_RATE_LIMIT_REDIS_URL
         if not url:
             return None
-        if self.client is None or self.url != url:
-            self.url, self.resume_at = url, 0.0
-            self.client = redis.Redis.from_url(url, socket_timeout=REDIS_TIMEOUT_SECONDS,
-                                               socket_connect_timeout=REDIS_TIMEOUT_SECONDS)
-        return self.client
+        with self.lock:
+            if self.client is None or self.url != url:
+                self.url, self.closed_at, self.probing = url, 0.0, False
+                self.client = redis.Redis.from_url(
+                    url, socket_timeout=REDIS_TIMEOUT_SECONDS, socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
+                    retry=Retry(NoBackoff(), 0))  # one try: a retry doubles the wait on a hung Redis
+            if not self.closed_at:
+                return self.client
+            if time.monotonic() >= self.closed_at and not self.probing:
+                self.probing = True
+                threading.Thread(target=self.probe, args=(self.client,), name="rate-limit-probe", daemon=True).start()
+            return None
 
-    def hit(self, caller: str, now: float) -> int | None:
-        """Count one request in the current window; None when Redis cannot be asked."""
-        client = self.get()
-        if client is None or now < self.resume_at:
+    def is_on(self) -> bool:
+        return bool(settings.CRONFLEET_RATE_LIMIT_REDIS_URL) and not self.closed_at
+
+    def trip(self, exc: Exception) -> None:
+        retry = settings.CRONFLEET_RATE_LIMIT_RETRY_SECONDS
+        with self.lock:
+            first = not self.closed_at
+            self.closed_at = time.monotonic() + retry
+        if first:
+            logger.warning("API rate limiting is off for %ss: Redis did not answer (%s); then a background "
+                           "probe asks it again", retry, exc)
+
+    def probe(self, client: redis.Redis) -> None:
+        try:
+            client.ping()
+        except redis.RedisError as exc:
+            with self.lock:
+                if self.client is client:
+                    self.closed_at = time.monotonic() + settings.CRONFLEET_RATE_LIMIT_RETRY_SECONDS
+                    self.probing = False
+            logger.debug("Redis still does not answer (%s)", exc)
+            return
+        with self.lock:
+            if self.client is client:
+                self.closed_at, self.probing = 0.0, False
+        logger.warning("API rate limiting is on again: Redis answers")
+
+    def hit(self, counters: list[str], now: float) -> list[int] | None:
+        """Count one request on each counter in the current window; None when Redis cannot be asked."""
+        client = self.available()
+        if client is None:
             return None
         window = int(now // WINDOW_SECONDS)
-        name = f"cronfleet:api-rate:{caller}:{window}"
         try:
             with client.pipeline(transaction=True) as pipe:
-                pipe.incr(name)
-                pipe.expire(name, WINDOW_SECONDS * 2)
-                count, _ = pipe.execute()
+                for counter in counters:
+                    name = f"cronfleet:api-rate:{counter}:{window}"
+                    pipe.incr(name)
+                    pipe.expire(name, WINDOW_SECONDS * 2)
+                replies = pipe.execute()
         except redis.RedisError as exc:  # fail open, by design (see the module docstring)
-            self.resume_at = now + settings.CRONFLEET_RATE_LIMIT_RETRY_SECONDS
-            logger.warning("API rate limiting is off for %ss: Redis did not answer (%s)",
-                           settings.CRONFLEET_RATE_LIMIT_RETRY_SECONDS, exc)
+            self.trip(exc)
             return None
-        return count
+        return replies[::2]
 
 
 counter = Counter()
 
 
 def rate_limit_enabled() -> bool:
-    return bool(settings.CRONFLEET_RATE_LIMIT_REDIS_URL)
+    """A Redis is configured and answered the last time it was asked."""
+    return counter.is_on()
+
+
+def window_reset(now: float) -> int:
+    return max(1, math.ceil(WINDOW_SECONDS - now % WINDOW_SECONDS))
 
 
 def rate_limit_headers(request) -> dict[str, str]:
@@ -104,17 +174,86 @@ def rate_limit_headers(request) -> dict[str, str]:
 
 class KeyRateThrottle(BaseThrottle):
     def allow_request(self, request, view) -> bool:
-        limit = limit_for(request)
-        if limit is None:
+        limits = limits_for(request)
+        if not limits:
             return True
         now = time.time()
-        count = counter.hit(limit.caller, now)
-        if count is None:
+        counts = counter.hit([limit.counter for limit in limits], now)
+        if counts is None:
             return True
-        reset = max(1, math.ceil(WINDOW_SECONDS - now % WINDOW_SECONDS))
+        reset = window_reset(now)
+        # The headers speak of the limit closest to refusing.
+        limit, count = min(zip(limits, counts), key=lambda pair: pair[0].per_minute - pair[1])
         request.cronfleet_rate_limit = (limit.per_minute, max(0, limit.per_minute - count), reset)
         if count <= limit.per_minute:
             return True
         # Raised here rather than returning False, to say which limit was hit; DRF adds
         # the Retry-After header (seconds to the end of the window).
-        raise exceptions.Throttled(wait=reset, detail=f"more than {limit.per_minute} requests a minute with this key.")
+        raise exceptions.Throttled(wait=reset, detail=f"more than {limit.per_minute} requests a minute {limit.what}.")
+
+
+# --- failed authentication ------------------------------------------------------------
+
+
+class RefusedAddresses:
+    """Addresses over their failed-authentication limit, as this process saw them: refused
+    without asking Redis or the database until their window ends."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.until: dict[str, float] = {}
+
+    def refuse(self, address: str, until: float) -> None:
+        with self.lock:
+            if len(self.until) >= MAX_REFUSED_ADDRESSES:
+                now = time.time()
+                self.until = {kept: end for kept, end in self.until.items() if end > now}
+                if len(self.until) >= MAX_REFUSED_ADDRESSES:
+                    self.until.pop(next(iter(self.until)))
+            self.until[address] = until
+
+    def refused_until(self, address: str, now: float) -> float | None:
+        end = self.until.get(address)
+        return end if end is not None and end > now else None
+
+
+refused = RefusedAddresses()
+
+
+def client_address(request) -> str:
+    """The caller's address: REMOTE_ADDR, or behind CRONFLEET_TRUSTED_PROXIES proxies the
+    address the outermost of them saw (the entry it appended to X-Forwarded-For)."""
+    proxies = settings.CRONFLEET_TRUSTED_PROXIES
+    if proxies:
+        forwarded = [part.strip() for part in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",") if part.strip()]
+        if len(forwarded) >= proxies:
+            return forwarded[-proxies]
+    return request.META.get("REMOTE_ADDR", "")
+
+
+def too_many_failures(per_minute: int, reset: int) -> exceptions.Throttled:
+    return exceptions.Throttled(wait=reset, detail=f"more than {per_minute} failed authentications a minute "
+                                                   "from this address.")
+
+
+def check_address(request) -> None:
+    """Refuse (429) a bearer request from an address this process saw go over its limit of
+    failed authentications in this window; costs no database query and no Redis call."""
+    now = time.time()
+    end = refused.refused_until(client_address(request), now)
+    if end is not None:
+        raise too_many_failures(settings.CRONFLEET_API_FAILED_AUTH_PER_MINUTE, max(1, math.ceil(end - now)))
+
+
+def count_failure(request) -> None:
+    """Count a failed authentication against its address; raise Throttled (429) once it is
+    over the limit (the caller answers 401 otherwise)."""
+    address = client_address(request)
+    now = time.time()
+    counts = counter.hit([f"auth-failed:{address}"], now)
+    per_minute = settings.CRONFLEET_API_FAILED_AUTH_PER_MINUTE
+    if counts is None or counts[0] <= per_minute:
+        return
+    reset = window_reset(now)
+    refused.refuse(address, now + reset)
+    raise too_many_failures(per_minute, reset)

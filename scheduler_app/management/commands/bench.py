@@ -1,6 +1,12 @@
 """Load benchmarks against a real PostgreSQL and Redis.
 
     manage.py bench dispatch --jobs N --beats K [--batch-size B] [--timeout S] [--keep] [--yes]
+    manage.py bench e2e --jobs N [--workers W] [--concurrency C] [--pool prefork|threads|solo]
+                        [--beats K] [--no-floor] [--yes]
+
+`e2e` (scheduler_app/benchmarks/e2e.py) runs N one-off jobs due at one instant through real
+beats and workers until every run finished, beside a plain Celery no-op app with the same
+worker settings (the floor), and prints both.
 
 `dispatch` seeds N cron jobs (tenants bench-0..bench-9, queue "bench"), starts K
 `runbeat` processes, makes all N jobs due at one instant (the spike: one UPDATE setting
@@ -29,6 +35,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, transaction
 
+from scheduler_app.benchmarks import e2e
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Tenant, db_now
 from scheduler_app.publish import redis_list_keys
 from scheduler_app.services import WAKE_CHANNEL, wake_beats
@@ -176,13 +183,18 @@ class Command(BaseCommand):
             "published. Deletes bench-* tenants and the 'bench' Redis queue.")
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("scenario", choices=["dispatch"], help="What to measure")
+        parser.add_argument("scenario", choices=["dispatch", "e2e"], help="What to measure")
         parser.add_argument("--jobs", type=int, required=True, help="Jobs due at the spike (N)")
         parser.add_argument("--beats", type=int, default=1, help="runbeat processes (K, default 1)")
         parser.add_argument("--batch-size", type=int, default=settings.CRONFLEET_BATCH_SIZE,
                             help="The beats' --batch-size (default %(default)s)")
         parser.add_argument("--timeout", type=float, default=300.0,
                             help="Seconds to wait for all runs after the spike (default %(default)s)")
+        parser.add_argument("--workers", type=int, default=1, help="e2e: Celery worker processes (default 1)")
+        parser.add_argument("--concurrency", type=int, default=2, help="e2e: each worker's -c (default 2)")
+        parser.add_argument("--pool", choices=["prefork", "threads", "solo"], default="prefork",
+                            help="e2e: each worker's -P (default prefork)")
+        parser.add_argument("--no-floor", action="store_true", help="e2e: skip the plain-Celery floor")
         parser.add_argument("--keep", action="store_true",
                             help="Leave the bench rows and messages in place at the end")
         parser.add_argument("--yes", action="store_true",
@@ -191,7 +203,7 @@ class Command(BaseCommand):
     # --- entry -------------------------------------------------------------------------
 
     def handle(self, *args, scenario: str, jobs: int, beats: int, batch_size: int, timeout: float,
-               keep: bool, yes: bool, **options) -> None:
+               keep: bool, yes: bool, workers: int, concurrency: int, pool: str, no_floor: bool, **options) -> None:
         if jobs < 1 or beats < 1 or batch_size < 1 or timeout <= 0:
             raise CommandError("bench: --jobs, --beats and --batch-size must be at least 1, --timeout positive",
                                returncode=2)
@@ -212,7 +224,12 @@ class Command(BaseCommand):
         # beats and clean up: turn both into an exception that unwinds through `finally`.
         previous = {sig: signal.signal(sig, self.on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
-            ok = self.dispatch_bench(jobs, beats, batch_size, timeout, beats_list)
+            if scenario == "e2e":
+                ok = e2e.run(self, e2e.Options(jobs=jobs, workers=workers, concurrency=concurrency, pool=pool,
+                                               beats=beats, batch_size=batch_size, timeout=timeout,
+                                               floor=not no_floor))
+            else:
+                ok = self.dispatch_bench(jobs, beats, batch_size, timeout, beats_list)
         finally:
             for sig, handler in previous.items():  # a second signal during clean-up acts as usual
                 signal.signal(sig, handler)

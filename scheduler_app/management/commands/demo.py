@@ -1,6 +1,6 @@
 """A local demo: seed a tenant and a few jobs, run web + beat + worker, watch runs finish.
 
-    ./demo.sh                  # or: ./manage.py migrate && ./manage.py demo
+    ./demo.sh                  # or: export DJANGO_DEBUG=true; ./manage.py migrate && ./manage.py demo
     ./manage.py demo --port 8001
     ./manage.py demo --no-web
 

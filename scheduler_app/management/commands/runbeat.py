@@ -6,6 +6,7 @@ import logging
 import signal
 import threading
 import time
+from pathlib import Path
 from types import FrameType
 
 from django.conf import settings
@@ -89,8 +90,12 @@ class Command(BaseCommand):
                             help="Due jobs claimed per transaction (default %(default)s)")
         parser.add_argument("--max-sleep", type=float, default=settings.CRONFLEET_MAX_SLEEP_SECONDS,
                             help="Longest sleep between turns in seconds (default %(default)s)")
+        parser.add_argument("--alive-file", type=Path, default=None,
+                            help="Touch this file after every turn that completes (for a health check: "
+                                 "a stale file means a frozen or failing beat)")
 
-    def handle(self, *args, once: bool, batch_size: int, max_sleep: float, **options) -> None:
+    def handle(self, *args, once: bool, batch_size: int, max_sleep: float, alive_file: Path | None,
+               **options) -> None:
         if batch_size < 1:
             self.stderr.write("runbeat: --batch-size must be at least 1")
             raise SystemExit(2)
@@ -122,6 +127,8 @@ class Command(BaseCommand):
                     continue
                 if sweep:
                     next_sweep = time.monotonic() + SWEEP_EVERY
+                if alive_file is not None:
+                    alive_file.touch()
                 if turn.claimed or turn.requeued or turn.lost or turn.republished or turn.released:
                     logger.info("beat turn: claimed %s jobs, published %s runs, skipped %s fires, held %s over "
                                 "quota, released %s, requeued %s retries, %s lost, %s republished", turn.claimed,
