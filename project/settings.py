@@ -78,6 +78,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_celery_results",
+    "django_celery_beat",  # its tables, for manage.py import_beat
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 
 from django import forms
+from django.apps import apps
 from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
@@ -545,3 +546,10 @@ class AuditEventAdmin(ReadOnlyAdmin):
     @admin.display(description="detail")
     def short_detail(self, event):
         return shorten(json.dumps(event.detail, ensure_ascii=False), 80)
+
+
+# django_celery_beat is installed so that manage.py import_beat can read its tables; its admin
+# pages would invite editing PeriodicTasks that nothing in a Cronfleet deployment runs.
+for beat_model in apps.get_app_config("django_celery_beat").get_models():
+    if admin.site.is_registered(beat_model):
+        admin.site.unregister(beat_model)

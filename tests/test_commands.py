@@ -292,12 +292,39 @@ def test_bad_cron_line_is_exactly_the_documented_one(acme, cli):
     assert cli(*add_argv(["--cron", "0 0 31 2 *"]))[2] == BAD_CRON_LINE + "\n"
 
 
-def test_syntax_errors_are_argparse_usage_errors(acme, cli):
-    status, _, err = cli(*add_argv(["--cron", "@daily", "--every", "5"]))
+@pytest.mark.parametrize(("extra", "expected"), [
+    ([], "jobs add: give exactly one of --cron, --every, --at"),
+    (["--cron", "@daily", "--every", "5"], "jobs add: give exactly one of --cron, --every, --at"),
+    (["--cron", "@daily", "--every", "5", "--at", "2031-01-01T00:00Z"],
+     "jobs add: give exactly one of --cron, --every, --at"),
+    (["--cron", "@daily", "--http-url", "https://example.com/"],
+     "jobs add: give exactly one of --task, --http-url, --command"),
+])
+def test_add_with_two_schedules_or_none_says_so_in_one_line(acme, cli, extra, expected):
+    status, out, err = cli(*add_argv(extra))
+
+    assert (status, out, err) == (2, "", expected + "\n")
+    assert Job.objects.count() == 0
+
+
+def test_add_without_a_target_says_so_in_one_line(acme, cli):
+    status, _, err = cli("jobs", "add", "--tenant", "acme", "--name", "x", "--every", "5")
+
+    assert (status, err) == (2, "jobs add: give exactly one of --task, --http-url, --command\n")
+
+
+def test_other_syntax_errors_are_argparse_usage_errors(acme, cli):
+    status, _, err = cli(*add_argv(["--every", "often"]))
 
     assert status == 2
-    assert "argument --every: not allowed with argument --cron" in err
+    assert "argument --every: invalid int value: 'often'" in err
     assert Job.objects.count() == 0
+
+
+def test_http_options_without_an_http_target_are_refused(acme):
+    error = fails(*add_argv(["--every", "60", "--body", "{}"]))
+
+    assert str(error) == "jobs add: http: --body is for HTTP jobs only (--http-url)"
 
 
 @pytest.mark.django_db(transaction=True)
@@ -566,3 +593,235 @@ def test_preview_refuses_bad_input(acme, argv, expected):
     error = fails("jobs", "preview", *argv)
 
     assert str(error).startswith(expected) and error.returncode == 2
+
+
+def test_preview_from_a_start_instant_as_the_api_does(db):
+    out = run("jobs", "preview", "--cron", "30 2 * * *", "--timezone", "Europe/Berlin",
+              "--start", "2030-03-29T00:00:00Z", "-n", "3")
+
+    assert out.splitlines()[0] == "next 3 fires of cron 30 2 * * * (Europe/Berlin), from 2030-03-29 00:00:00Z:"
+    rows = table_rows(out)
+    assert [row[1] for row in rows] == [
+        "2030-03-29 02:30:00+01:00 CET", "2030-03-30 02:30:00+01:00 CET", "2030-03-31 03:00:00+02:00 CEST"]
+    # 02:30 does not exist on the day clocks go forward: the fire comes right after the gap.
+    assert [row[3] for row in rows[:2]] == ["-", "-"] and rows[2][3].startswith("dst_gap: ")
+    assert out.splitlines()[1].split() == ["#", "local", "(Europe/Berlin)", "UTC", "note"]
+
+
+def test_preview_an_interval_counted_from_its_start(db):
+    out = run("jobs", "preview", "--every", "5400", "--start", "2030-01-01T00:00:00Z",
+              "--end", "2030-01-01T03:00:00Z")
+
+    assert [row[2] for row in table_rows(out)] == [
+        "2030-01-01 00:00:00Z", "2030-01-01 01:30:00Z", "2030-01-01 03:00:00Z"]
+
+
+def test_preview_a_saved_job_from_a_start_instant(tokyo):
+    job = add_job(tokyo, cron="0 9 * * *")
+
+    out = run("jobs", "preview", str(job.id), "--start", "2030-01-01T00:00:00Z", "-n", "2")
+
+    assert out.splitlines()[0].endswith(", from 2030-01-01 00:00:00Z:")
+    assert [row[2] for row in table_rows(out)] == ["2030-01-01 00:00:00Z", "2030-01-02 00:00:00Z"]
+    assert str(fails("jobs", "preview", str(job.id), "--end", "2030-01-01T00:00:00Z")) == (
+        "jobs preview: end_at: applies to --cron or --every; a saved job keeps its own end")
+    assert str(fails("jobs", "preview", str(job.id), "--start", "2030-01-01")).startswith(
+        "jobs preview: start_at: '2030-01-01' has no UTC offset")
+
+
+# --- edit -----------------------------------------------------------------------------
+
+
+class Terminal(io.StringIO):
+    """A stdin that says it is a terminal, with the answers typed into it."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_edit_shows_the_fires_before_and_after_then_saves_with_yes(tokyo):
+    job = add_job(tokyo, cron="0 9 * * *")
+
+    out = run("jobs", "edit", "tokyo/nightly", "--cron", "30 10 * * *", "--yes")
+
+    job.refresh_from_db()
+    assert (job.cron, job.version) == ("30 10 * * *", 2)
+    lines = out.splitlines()
+    assert lines[0] == f"Edit job {job.id} (tokyo/nightly):"
+    assert "  cron  0 9 * * *  ->  30 10 * * *" in lines
+    before, after = out.split("next 5 fires now:")[1].split("next 5 fires after the edit:")
+    assert [row[1][11:] for row in table_rows(before)] == ["09:00:00+09:00 JST"] * 5
+    assert [row[1][11:] for row in table_rows(after)] == ["10:30:00+09:00 JST"] * 5
+    assert lines[-1] == f"Saved job {job.id} (tokyo/nightly) (version 2); next run at {utc_text(job.next_run_at)}."
+    assert AuditEvent.objects.get(action="job.updated").detail["changes"]["cron"] == ["0 9 * * *", "30 10 * * *"]
+
+
+def utc_text(value: datetime) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def test_edit_asks_at_a_terminal_and_saves_only_on_yes(acme):
+    job = add_job(acme, every=60)
+
+    with pytest.raises(CommandError) as declined:
+        call_command("jobs", "edit", str(job.id), "--every", "120", stdin=Terminal("n\n"), stdout=io.StringIO())
+    job.refresh_from_db()
+    assert (job.every_seconds, job.version) == (60, 1)
+    assert (str(declined.value), declined.value.returncode) == ("jobs edit: not saved", 1)
+
+    out = io.StringIO()
+    call_command("jobs", "edit", str(job.id), "--every", "120", stdin=Terminal("y\n"), stdout=out)
+    job.refresh_from_db()
+    assert (job.every_seconds, job.version) == (120, 2)
+    assert "Save these changes? [y/N] Saved job" in out.getvalue()
+
+
+def test_edit_without_a_terminal_or_yes_refuses_after_the_preview(acme):
+    job = add_job(acme, every=60)
+    out = io.StringIO()
+
+    with pytest.raises(CommandError) as refused:
+        call_command("jobs", "edit", str(job.id), "--every", "120", stdin=io.StringIO("y\n"), stdout=out)
+
+    assert str(refused.value) == ("jobs edit: not saved: no terminal to ask for confirmation; "
+                                  "pass --yes to go ahead without asking")
+    assert refused.value.returncode == 2
+    assert "next 5 fires after the edit:" in out.getvalue()
+    job.refresh_from_db()
+    assert (job.every_seconds, job.version) == (60, 1)
+
+
+def test_edit_changes_only_what_is_given(acme):
+    job = add_job(acme, "hook", every=60, target_kind="http", task_name="",
+                  http={"method": "PUT", "url": "https://example.com/hook", "headers": {"X-A": "1"}, "body": "old"})
+
+    out = run("jobs", "edit", "acme/hook", "--body", '{"new": true}', "--priority", "8", "--yes")
+
+    job.refresh_from_db()
+    assert job.target_config == {"method": "PUT", "url": "https://example.com/hook", "headers": {"X-A": "1"},
+                                 "body": '{"new": true}'}
+    assert (job.every_seconds, job.priority) == (60, 8)
+    before, after = out.split("next 5 fires now:")[1].split("next 5 fires after the edit:")
+    assert table_rows(before) == table_rows(after)  # the schedule is untouched
+    assert "due at once" not in out and "dropped" not in out
+
+
+def test_edit_that_changes_nothing_saves_nothing(acme):
+    job = add_job(acme, cron="0 9 * * *")
+
+    out = run("jobs", "edit", str(job.id), "--cron", "0 9 * * *", "--task", TASK)
+
+    assert out == f"Job {job.id} (acme/nightly) already has these values; nothing to save.\n"
+    job.refresh_from_db()
+    assert job.version == 1
+
+
+def test_edit_can_remove_the_end_and_rename(acme):
+    end = hour_after(db_now()) + timedelta(days=30)
+    job = add_job(acme, cron="0 9 * * *", end_at=end)
+
+    run("jobs", "edit", str(job.id), "--end", "none", "--name", "daily", "--tag", "x", "y", "--yes")
+
+    job.refresh_from_db()
+    assert (job.end_at, job.name, job.tags) == (None, "daily", ["x", "y"])
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    ([], "jobs edit: job: nothing to change: give the options to change"),
+    (["--cron", "0 0 31 2 *"], "jobs edit: cron: Bad day-of-month in '0 0 31 2 *'"),
+    (["--cron", "@daily", "--every", "60"], "jobs edit: give at most one of --cron, --every, --at"),
+    (["--task", TASK, "--command", "x"], "jobs edit: give at most one of --task, --http-url, --command"),
+    (["--name", "other"], "jobs edit: name: tenant 'acme' already has a job named 'other'"),
+    (["--task", "os.system"], "jobs edit: task: 'os.system' is not an allowed task"),
+    (["--body", "{}"], "jobs edit: http: --body is for HTTP jobs only (--http-url)"),
+    (["--start", "tomorrow"], "jobs edit: start_at: 'tomorrow' is not an ISO 8601 date and time"),
+])
+def test_edit_refuses_bad_input_naming_the_field(acme, argv, expected):
+    job = add_job(acme)
+    add_job(acme, "other")
+
+    error = fails("jobs", "edit", "acme/nightly", *argv, "--yes")
+
+    assert str(error).startswith(expected), str(error)
+    assert error.returncode == 2
+    job.refresh_from_db()
+    assert job.version == 1
+
+
+def test_edit_refuses_to_save_over_a_change_made_while_it_asked(acme):
+    job = add_job(acme, every=60)
+
+    class PausedMeanwhile(Terminal):
+        def readline(self, *args) -> str:
+            services.job_pause(job, note="someone else")
+            return "y\n"
+
+    with pytest.raises(CommandError) as refused:
+        call_command("jobs", "edit", str(job.id), "--every", "120", stdin=PausedMeanwhile(), stdout=io.StringIO())
+
+    assert str(refused.value).startswith(f"jobs edit: job {job.id} (acme/nightly) was changed by someone else")
+    job.refresh_from_db()
+    assert (job.every_seconds, job.enabled) == (60, False)
+
+
+# --- delete ---------------------------------------------------------------------------
+
+
+def test_delete_says_what_goes_and_deletes_with_yes(acme):
+    job = add_job(acme)
+    base = datetime(2024, 1, 1, tzinfo=UTC)
+    add_run(job, base)
+    add_run(job, base + timedelta(hours=1), RunState.QUEUED)
+
+    out = run("jobs", "delete", "acme/nightly", "--yes")
+
+    assert not Job.objects.exists() and not JobRun.objects.exists()
+    assert out.splitlines() == [
+        f"Job {job.id} (acme/nightly): cron 0 9 * * * (UTC), task {TASK}, enabled",
+        "Deleting it deletes its 2 runs from the ledger too (1 pending, queued, running or retrying: "
+        "their outcome will not be recorded).",
+        f"Deleted job {job.id} (acme/nightly) and its 2 runs.",
+    ]
+    event = AuditEvent.objects.get(action="job.deleted")
+    assert (event.job_name, event.actor) == ("nightly", "cli")
+
+
+def test_delete_asks_and_refuses_without_a_terminal(acme):
+    add_job(acme)
+
+    with pytest.raises(CommandError) as declined:
+        call_command("jobs", "delete", "acme/nightly", stdin=Terminal("\n"), stdout=io.StringIO())
+    with pytest.raises(CommandError) as refused:
+        call_command("jobs", "delete", "acme/nightly", stdin=io.StringIO("y\n"), stdout=io.StringIO())
+
+    assert (str(declined.value), declined.value.returncode) == ("jobs delete: not deleted", 1)
+    assert str(refused.value).startswith("jobs delete: not deleted: no terminal to ask for confirmation")
+    assert refused.value.returncode == 2
+    assert Job.objects.count() == 1
+    call_command("jobs", "delete", "acme/nightly", stdin=Terminal("yes\n"), stdout=io.StringIO())
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_edit_and_delete_in_a_real_process_with_no_terminal():
+    job = add_job(services.tenant_create(slug="acme"), every=60)
+    db = connection.settings_dict
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="project.settings", CELERY_BROKER_URL=settings.CELERY_BROKER_URL,
+               DATABASE_URL=f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:"
+                            f"{db['PORT'] or 5432}/{db['NAME']}")
+
+    def manage(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "manage.py", *argv], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=60, stdin=subprocess.DEVNULL)
+
+    refused = manage("jobs", "edit", "acme/nightly", "--every", "120")
+    saved = manage("jobs", "edit", "acme/nightly", "--every", "120", "--yes")
+    kept = manage("jobs", "delete", "acme/nightly")
+
+    assert refused.returncode == 2 and "next 5 fires after the edit:" in refused.stdout
+    assert refused.stderr == ("jobs edit: not saved: no terminal to ask for confirmation; "
+                              "pass --yes to go ahead without asking\n")
+    assert saved.returncode == 0 and saved.stdout.splitlines()[-1].startswith(f"Saved job {job.id}"), saved.stderr
+    assert kept.returncode == 2 and kept.stderr.startswith("jobs delete: not deleted: no terminal")
+    job.refresh_from_db()
+    assert job.every_seconds == 120

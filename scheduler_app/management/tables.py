@@ -63,9 +63,13 @@ def local_text(value: datetime, zone_name: str) -> str:
     return f"{local.isoformat(sep=' ', timespec='seconds')} {local.tzname()}"
 
 
-def fires_table(fires: Sequence[datetime], zone_name: str) -> str:
-    """Fire times in the job's zone and in UTC, numbered from 1."""
+def fires_table(fires: Sequence[datetime], zone_name: str, *, notes: Sequence[str | None] = ()) -> str:
+    """Fire times in the job's zone and in UTC, numbered from 1; a "note" column when any of
+    `notes` (one per fire, e.g. a DST anomaly) is set."""
     rows = [(index, local_text(fire, zone_name), utc_text(fire)) for index, fire in enumerate(fires, 1)]
+    if any(notes):
+        return format_table(["#", f"local ({zone_name})", "UTC", "note"],
+                            [(*row, note) for row, note in zip(rows, notes, strict=True)])
     return format_table(["#", f"local ({zone_name})", "UTC"], rows)
 
 

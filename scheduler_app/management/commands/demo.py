@@ -1,8 +1,8 @@
 """A local demo: seed a tenant and a few jobs, run web + beat + worker, watch runs finish.
 
-    ./demo.sh                  # or: export DJANGO_DEBUG=true; python manage.py migrate && python manage.py demo
-    python manage.py demo --port 8001
-    python manage.py demo --no-web
+    ./demo.sh                  # or: export DJANGO_DEBUG=true; ./manage.py migrate && ./manage.py demo
+    ./manage.py demo --port 8001
+    ./manage.py demo --no-web
 
 Everything runs on this machine: with no DATABASE_URL / CELERY_BROKER_URL the settings use
 an SQLite file and kombu's filesystem broker under CRONFLEET_VAR_DIR (default var/).
@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 from types import FrameType
+from zoneinfo import ZoneInfo
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -108,7 +109,9 @@ class Command(BaseCommand):
                 self.start(child)
             if not self.stopping.is_set():
                 self.say("demo: everything is up; runs are printed as they finish. Ctrl-C stops the demo.")
-                self.say(f"{'finished':8}  {'job':10} {'scheduled':8}  {'state':9} {'try':>3}  result / error")
+                width = len(_hms(db_now()))
+                self.say(f"{'finished':{width}}  {'job':10} {'scheduled':{width}}  {'state':9} {'try':>3}  "
+                         "result / error")
                 code = self.watch()
         finally:
             if self.signal_name:
@@ -124,7 +127,7 @@ class Command(BaseCommand):
         connection = connections[DEFAULT_DB_ALIAS]
         executor = MigrationExecutor(connection)
         if executor.migration_plan(executor.loader.graph.leaf_nodes()):
-            raise CommandError("the database has unapplied migrations: run `python manage.py migrate` first "
+            raise CommandError("the database has unapplied migrations: run `./manage.py migrate` first "
                                "(./demo.sh does this for you)")
 
     def describe_backends(self) -> None:
@@ -166,7 +169,7 @@ class Command(BaseCommand):
         if not User.objects.filter(is_superuser=True).exists():
             if User.objects.filter(username="admin").exists():
                 self.say(f"demo: a user 'admin' exists but no superuser; create one with "
-                         f"`python manage.py createsuperuser` to use {url}")
+                         f"`./manage.py createsuperuser` to use {url}")
                 return
             User.objects.create_superuser("admin", "", "admin")
             self.say(f"demo: created superuser admin / password admin for {url}")
@@ -326,8 +329,10 @@ class Command(BaseCommand):
 
 
 def _hms(moment: datetime) -> str:
-    """HH:MM:SS on this machine's clock."""
-    return moment.astimezone().strftime("%H:%M:%S")
+    """HH:MM:SS and the zone's abbreviation, in settings.TIME_ZONE (the zone Django gives this
+    process; UTC unless changed)."""
+    local = moment.astimezone(ZoneInfo(settings.TIME_ZONE))
+    return f"{local:%H:%M:%S} {local.tzname() or local.strftime('%z')}"
 
 
 def _signal_name(signum: int) -> str:

@@ -8,13 +8,22 @@ field (`jobs add: cron: ...`) and exit status 2.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+import sys
+from datetime import timedelta
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import JSONField, OuterRef, Subquery
 
-from scheduler_app import schedules, services
+from scheduler_app import services
+from scheduler_app.management.joboptions import (
+    ISO_HELP,
+    SCHEDULE_OPTIONS,
+    TARGET_OPTIONS,
+    add_job_options,
+    check_one_of,
+    job_fields,
+    parse_instant,
+)
 from scheduler_app.management.tables import (
     OneLineErrors,
     cell,
@@ -24,80 +33,47 @@ from scheduler_app.management.tables import (
     shorten,
     utc_text,
 )
-from scheduler_app.models import PRIORITY_DEFAULT, PRIORITY_MAX, PRIORITY_MIN, Job, JobRun, RunState, db_now
+from scheduler_app.models import Job, JobRun, RunState, Tenant
 
 MAX_LIMIT = 1000
 MAX_PREVIEW = 1000
 SHOW_FIRES = 5
 SHOW_RUNS = 10
-ISO_HELP = ("ISO 8601 with a UTC offset, e.g. 2030-01-31T09:00:00+01:00 or 2030-01-31T08:00:00Z; "
-            "a time without an offset is rejected, never guessed")
 JOB_HELP = "a job id, or TENANT/NAME"
 # The columns `jobs list` reads (no args, kwargs or description).
 LIST_FIELDS = ("id", "name", "cron", "timezone", "every_seconds", "run_at", "enabled", "next_run_at",
                "tenant", "tenant__slug")
 RUN_FIELDS = ("id", "scheduled_at", "trigger", "state", "attempt", "reason", "error", "started_at",
               "finished_at")
+# Runs a deletion cuts short: their results will never be recorded.
+ACTIVE_STATES = (RunState.PENDING, RunState.QUEUED, RunState.RUNNING, RunState.RETRYING)
+ACTIONS = "{add,edit,delete,list,show,pause,resume,trigger,preview,runs}"
 
 
 class Command(OneLineErrors, BaseCommand):
-    help = "Manage jobs. Subcommands: add, list, show, pause, resume, trigger, preview, runs."
+    help = "Manage jobs. Subcommands: add, edit, delete, list, show, pause, resume, trigger, preview, runs."
+    # call_command("jobs", "edit", ..., stdin=...) answers the confirmation from a file (tests).
+    stealth_options = ("stdin",)
 
     def add_arguments(self, parser: CommandParser) -> None:
-        sub = parser.add_subparsers(dest="action", required=True,
-                                    metavar="{add,list,show,pause,resume,trigger,preview,runs}")
+        sub = parser.add_subparsers(dest="action", required=True, metavar=ACTIONS)
 
-        allowed = ", ".join(settings.CRONFLEET_ALLOWED_TASKS) or "(none)"
         add = sub.add_parser("add", help="Create a job", description=(
             "Create a job with exactly one schedule: --cron, --every or --at. Datetimes are " + ISO_HELP + "."))
-        add.add_argument("--tenant", required=True, metavar="SLUG")
-        add.add_argument("--name", required=True)
-        when = add.add_mutually_exclusive_group(required=True)
-        when.add_argument("--cron", metavar="EXPR", help="5-field cron expression or a nickname such as @daily")
-        when.add_argument("--every", metavar="SECONDS", type=int, help="Fire every SECONDS, counted from now "
-                          "(or from --start)")
-        when.add_argument("--at", metavar="ISO8601", help="Fire once at this instant")
-        add.add_argument("--timezone", metavar="ZONE", default="",
-                         help="IANA zone the cron expression is read in (default: the tenant's zone)")
-        target = add.add_mutually_exclusive_group(required=True)
-        target.add_argument("--task", metavar="TASKNAME", help=f"Celery task to call ({allowed})")
-        target.add_argument("--http-url", metavar="URL", help="Call this URL (a signed webhook)")
-        target.add_argument("--command", dest="command_name", metavar="NAME",
-                            help="Run this program from CRONFLEET_COMMANDS")
-        add.add_argument("--method", default="POST", help="HTTP method for --http-url (default POST)")
-        add.add_argument("--header", dest="http_headers", action="append", default=[], metavar="K:V",
-                         help="HTTP header for --http-url (repeatable)")
-        add.add_argument("--body", default="", help="HTTP request body for --http-url")
-        add.add_argument("--param", dest="command_params", action="append", default=[], metavar="K=V",
-                         help="Parameter for --command (repeatable; a repeated key makes a list)")
-        add.add_argument("--args", dest="task_args", metavar="JSON", help="Positional arguments: a JSON array")
-        add.add_argument("--kwargs", dest="task_kwargs", metavar="JSON", help="Keyword arguments: a JSON object")
-        add.add_argument("--queue", default="", metavar="Q", help="Celery queue (default: the default queue)")
-        add.add_argument("--priority", type=int, metavar="P",
-                         help=f"{PRIORITY_MIN}-{PRIORITY_MAX}, higher goes first (default {PRIORITY_DEFAULT})")
-        add.add_argument("--timeout", type=int, metavar="S", help="Seconds a run may take (default 300)")
-        add.add_argument("--batch", action="store_true",
-                         help="Send runs to workers in batches (short, idempotent targets only)")
-        add.add_argument("--max-attempts", type=int, metavar="N", help="Attempts per run (default 3)")
-        add.add_argument("--retry-backoff", type=int, metavar="S",
-                         help="Seconds before the first retry, doubling after (default 10)")
-        add.add_argument("--retry-backoff-max", type=int, metavar="S",
-                         help="Longest wait between attempts (default 3600)")
-        add.add_argument("--overlap", metavar="{allow,skip,buffer_one,replace}",
-                         help="A fire while the previous run is still going (default allow)")
-        add.add_argument("--jitter", type=int, metavar="S",
-                         help="Move each fire later by a stable random 0..S-1 seconds (default 0)")
-        add.add_argument("--misfire", metavar="{run_once,run_all,skip}",
-                         help="What to do with fires missed while the beat was down (default run_once)")
-        add.add_argument("--catchup-window", type=int, metavar="S",
-                         help="Missed fires older than this are never run (default 86400)")
-        add.add_argument("--run-all-cap", type=int, metavar="N",
-                         help="run_all runs at most this many missed fires (default 100)")
-        add.add_argument("--start", metavar="ISO", help="No fires before this instant")
-        add.add_argument("--end", metavar="ISO", help="No fires after this instant")
-        add.add_argument("--tag", dest="tags", action="extend", nargs="+", default=[], metavar="T",
-                         help="Tags (repeatable)")
-        add.add_argument("--description", default="", metavar="D")
+        add_job_options(add, edit=False)
+
+        edit = sub.add_parser("edit", help="Change a job: shows the next fires before and after, then asks",
+                              description="Change the options given and keep the others. Giving one of --cron, "
+                                          "--every or --at replaces the schedule. Shows what the edit does to the "
+                                          "next fires and asks before saving (--yes: do not ask). Datetimes are "
+                                          + ISO_HELP + ".")
+        edit.add_argument("job", metavar="JOB", help=JOB_HELP)
+        add_job_options(edit, edit=True)
+        edit.add_argument("--yes", action="store_true", help="Save without asking")
+
+        delete = sub.add_parser("delete", help="Delete a job and its runs (asks first)")
+        delete.add_argument("job", metavar="JOB", help=JOB_HELP)
+        delete.add_argument("--yes", action="store_true", help="Delete without asking")
 
         lst = sub.add_parser("list", help="List jobs by id, a page at a time")
         lst.add_argument("--tenant", metavar="SLUG", default="")
@@ -121,10 +97,14 @@ class Command(OneLineErrors, BaseCommand):
         preview = sub.add_parser("preview", help="Show upcoming fire times of a job or of an unsaved schedule",
                                  description="Give JOB, or --cron EXPR [--timezone ZONE], or --every SECONDS.")
         preview.add_argument("job", metavar="JOB", nargs="?", help=JOB_HELP)
-        unsaved = preview.add_mutually_exclusive_group()
-        unsaved.add_argument("--cron", metavar="EXPR")
-        unsaved.add_argument("--every", metavar="SECONDS", type=int, help="Counted from now, as for a new job")
+        preview.add_argument("--cron", metavar="EXPR")
+        preview.add_argument("--every", metavar="SECONDS", type=int,
+                             help="Counted from now (or --start), as for a new job")
         preview.add_argument("--timezone", metavar="ZONE", default="", help="Zone for --cron (default UTC)")
+        preview.add_argument("--start", metavar="ISO", help="A job's fires from this instant on; for --cron or "
+                             "--every, the schedule's start (no fires before it; an interval counts from it), "
+                             "as the API's start_at")
+        preview.add_argument("--end", metavar="ISO", help="For --cron or --every: no fires after this instant")
         preview.add_argument("-n", "--count", type=int, default=10, metavar="N",
                              help=f"How many fires (1-{MAX_PREVIEW}, default 10)")
 
@@ -134,42 +114,16 @@ class Command(OneLineErrors, BaseCommand):
         runs.add_argument("--limit", type=int, default=20, metavar="N", help=f"1-{MAX_LIMIT}, default 20")
 
     def handle(self, *args, action: str, **options) -> None:
+        self.stdin = options.pop("stdin", None)
         self.run_action("jobs", action, **options)
 
     # --- add ------------------------------------------------------------------------
 
-    def do_add(self, *, tenant: str, name: str, cron: str | None, every: int | None, at: str | None,
-               timezone: str, task: str | None, task_args: str | None, task_kwargs: str | None, queue: str,
-               http_url: str | None, method: str, http_headers: list[str], body: str,
-               command_name: str | None, command_params: list[str], priority: int | None,
-               timeout: int | None, max_attempts: int | None, retry_backoff: int | None,
-               retry_backoff_max: int | None, overlap: str | None, jitter: int | None, misfire: str | None,
-               catchup_window: int | None, run_all_cap: int | None,
-               start: str | None, end: str | None, tags: list[str], description: str, batch: bool = False,
-               **options) -> None:
+    def do_add(self, *, tenant: str, **options) -> None:
+        check_one_of("jobs add", options, SCHEDULE_OPTIONS, required=True)
+        check_one_of("jobs add", options, TARGET_OPTIONS, required=True)
         # Parse every value before the first query: bad input writes nothing.
-        defaults_overridden = {
-            "priority": priority, "timeout_seconds": timeout, "max_attempts": max_attempts, "retry_backoff_seconds": retry_backoff,
-            "retry_backoff_max_seconds": retry_backoff_max,
-            "overlap_policy": overlap, "jitter_seconds": jitter,
-            "misfire_policy": misfire, "catchup_window_seconds": catchup_window, "run_all_cap": run_all_cap,
-        }
-        if http_url is not None:
-            target = {"target_kind": "http", "http": {"method": method, "url": http_url, "body": body,
-                                                      "headers": parse_pairs("header", http_headers, ":")}}
-        elif command_name is not None:
-            target = {"target_kind": "command",
-                      "command": {"name": command_name, "params": parse_params(command_name, command_params)}}
-        else:
-            target = {"target_kind": "task", "task_name": task}
-        spec = services.JobSpec(
-            name=name, cron=cron or "", timezone=timezone, every=every, **target,
-            at=parse_instant("at", at), start_at=parse_instant("start_at", start),
-            end_at=parse_instant("end_at", end),
-            args=parse_json("args", task_args), kwargs=parse_json("kwargs", task_kwargs),
-            queue=queue, description=description, tags=tags, batch=batch,
-            **{key: value for key, value in defaults_overridden.items() if value is not None},
-        )
+        spec = services.JobSpec(**job_fields(options))
         job = services.job_create(services.tenant_by_slug(tenant), spec, actor="cli")
         self.stdout.write(f"Created job {job.id}: {job.tenant.slug}/{job.name}")
         self.stdout.write(f"schedule: {schedule_text(job)}")
@@ -180,6 +134,82 @@ class Command(OneLineErrors, BaseCommand):
         fires = services.job_preview(job, count=SHOW_FIRES, after=job.next_run_at - timedelta(microseconds=1))
         self.stdout.write("next fires:")
         self.stdout.write(fires_table(fires, job.timezone))
+
+    # --- edit / delete --------------------------------------------------------------
+
+    def do_edit(self, *, job: str, yes: bool, **options) -> None:
+        check_one_of("jobs edit", options, SCHEDULE_OPTIONS, required=False)
+        check_one_of("jobs edit", options, TARGET_OPTIONS, required=False)
+        job = find_job(job)
+        changes = job_fields(options, job)
+        if not changes:
+            raise services.InvalidInput("job", "nothing to change: give the options to change (see jobs edit -h)")
+        if Job.objects.filter(tenant_id=job.tenant_id, name=changes.get("name")).exclude(id=job.id).exists():
+            raise services.InvalidInput("name", f"tenant {job.tenant.slug!r} already has a job named "
+                                                f"{changes['name']!r}")
+        impact = services.job_update_impact(job, changes, count=SHOW_FIRES)
+        if not impact["changes"]:
+            self.stdout.write(f"Job {job_label(job)} already has these values; nothing to save.")
+            return
+        self.show_impact(job, impact)
+        self.confirm("edit", "Save these changes?", yes=yes, refused="not saved")
+        if Job.objects.filter(id=job.id).values_list("version", flat=True).first() != job.version:
+            raise CommandError(f"jobs edit: job {job_label(job)} was changed by someone else meanwhile; "
+                               "nothing saved, run the edit again to see the new preview", returncode=1)
+        job = services.job_update(job, changes, actor="cli")
+        self.stdout.write(f"Saved job {job_label(job)} (version {job.version}); next run at "
+                          f"{utc_text(job.next_run_at)}.")
+
+    def show_impact(self, job: Job, impact: dict) -> None:
+        self.stdout.write(f"Edit job {job_label(job)}:")
+        width = max(len(key) for key in impact["changes"])
+        for key, (before, after) in impact["changes"].items():
+            self.stdout.write(f"  {key.ljust(width)}  {change_text(before)}  ->  {change_text(after)}")
+        new_zone = impact["changes"].get("timezone", (None, job.timezone))[1]
+        for title, fires, zone_name in (("now", impact["next_before"], job.timezone),
+                                        ("after the edit", impact["next_after"], new_zone)):
+            self.stdout.write("")
+            self.stdout.write(f"next {SHOW_FIRES} fires {title}:")
+            self.stdout.write(fires_table(fires, zone_name) if fires else "(no fires left)")
+        self.stdout.write("")
+        if impact["fires_now"]:
+            listed = ", ".join(utc_text(at) for at in impact["fires_now"])
+            self.stdout.write(f"due at once when saved: {listed}")
+        for dropped in impact["skipped"]:
+            self.stdout.write(f"dropped: {utc_text(dropped['at'])} ({dropped['reason']})")
+        if impact["paused"]:
+            self.stdout.write("(the job is paused: these fire only if it is resumed before them)")
+
+    def do_delete(self, *, job: str, yes: bool, **options) -> None:
+        job = find_job(job)
+        runs = JobRun.objects.filter(job=job)
+        total, active = runs.count(), runs.filter(state__in=ACTIVE_STATES).count()
+        self.stdout.write(f"Job {job_label(job)}: {schedule_text(job)}, {target_text(job)}, "
+                          f"{'enabled' if job.enabled else 'paused'}")
+        if total:
+            self.stdout.write(f"Deleting it deletes its {total} runs from the ledger too" + (
+                f" ({active} pending, queued, running or retrying: their outcome will not be recorded)."
+                if active else "."))
+        else:
+            self.stdout.write("It has no runs.")
+        self.confirm("delete", "Delete it?", yes=yes, refused="not deleted")
+        label = job_label(job)
+        services.job_delete(job, actor="cli")
+        self.stdout.write(f"Deleted job {label} and its {total} runs.")
+
+    def confirm(self, action: str, question: str, *, yes: bool, refused: str) -> None:
+        """Return when the person at the terminal answers yes (or --yes was given); else end
+        the command. Never waits on a stdin that is not a terminal: it refuses instead."""
+        if yes:
+            return
+        stdin = getattr(self, "stdin", None) or sys.stdin
+        if stdin is None or stdin.closed or not stdin.isatty():
+            raise CommandError(f"jobs {action}: {refused}: no terminal to ask for confirmation; "
+                               "pass --yes to go ahead without asking", returncode=2)
+        self.stdout.write(f"{question} [y/N] ", ending="")
+        self.stdout.flush()
+        if stdin.readline().strip().lower() not in ("y", "yes"):
+            raise CommandError(f"jobs {action}: {refused}", returncode=1)
 
     # --- list / show / runs ---------------------------------------------------------
 
@@ -274,28 +304,33 @@ class Command(OneLineErrors, BaseCommand):
     # --- preview --------------------------------------------------------------------
 
     def do_preview(self, *, job: str | None, cron: str | None, every: int | None, timezone: str, count: int,
-                   **options) -> None:
+                   start: str | None, end: str | None, **options) -> None:
         check_range("count", count, 1, MAX_PREVIEW)
         if sum(value is not None for value in (job, cron, every)) != 1:
             raise services.InvalidInput("schedule", "give JOB, or --cron EXPR, or --every SECONDS")
-        now = db_now()
+        start_at, end_at = parse_instant("start_at", start), parse_instant("end_at", end)
         if job is not None:
             if timezone:
                 raise services.InvalidInput("timezone", "applies to --cron only; a saved job uses its own zone")
+            if end_at is not None:
+                raise services.InvalidInput("end_at", "applies to --cron or --every; a saved job keeps its own end")
             found = find_job(job)
-            title, zone_name, target = f"job {job_label(found)}: {schedule_text(found)}", found.timezone, found
+            title, schedule = f"job {job_label(found)}: {schedule_text(found)}", found.schedule
+            after = start_at - timedelta(microseconds=1) if start_at is not None else None
         else:
-            try:
-                target = schedules.validate(schedules.Schedule(
-                    cron=cron or "", timezone=timezone or "UTC", every=every,
-                    anchor=now.replace(microsecond=0) if every is not None else None,
-                ))
-            except schedules.InvalidSchedule as exc:
-                raise services.InvalidInput(exc.field, exc.message) from None
-            title, zone_name = target.describe(), target.timezone
-        fires = services.job_preview(target, count=count, after=now)
-        self.stdout.write(f"next {count} fires of {title}:")
-        self.stdout.write(fires_table(fires, zone_name) if fires else "(no fires left)")
+            # The same path as the API's POST /preview/: the schedule starts at start_at.
+            spec = services.JobSpec(name="", cron=cron or "", timezone=timezone or "UTC", every=every,
+                                    start_at=start_at, end_at=end_at)
+            schedule = services.spec_schedule(Tenant(slug="", timezone="UTC"), spec)
+            title, after = schedule.describe(), None
+        fires = services.schedule_preview(schedule, count=count, after=after)
+        since = f", from {utc_text(start_at)}" if start_at is not None else ""
+        self.stdout.write(f"next {count} fires of {title}{since}:")
+        if not fires:
+            self.stdout.write("(no fires left)")
+            return
+        self.stdout.write(fires_table([fire["utc"] for fire in fires], schedule.timezone,
+                                      notes=[fire["anomaly"] for fire in fires]))
 
 
 # --- helpers --------------------------------------------------------------------------
@@ -304,40 +339,6 @@ class Command(OneLineErrors, BaseCommand):
 def check_range(field: str, value: int, low: int, high: int) -> int:
     if not low <= value <= high:
         raise services.InvalidInput(field, f"must be between {low} and {high}")
-    return value
-
-
-def parse_instant(field: str, text: str | None) -> datetime | None:
-    """An aware datetime from ISO 8601 text; a value without a UTC offset is refused."""
-    if text is None:
-        return None
-    try:
-        value = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise services.InvalidInput(field, f"{text!r} is not an ISO 8601 date and time") from None
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise services.InvalidInput(field, f"{text!r} has no UTC offset (naive times are refused); "
-                                           f"write e.g. {value.isoformat()}Z or {value.isoformat()}+01:00")
-    return value
-
-
-def _no_constant(name: str):
-    raise ValueError(name)
-
-
-def parse_json(field: str, text: str | None):
-    """JSON as PostgreSQL's jsonb can store it (no NaN or Infinity, no NUL characters)."""
-    if text is None:
-        return None
-    try:
-        value = json.loads(text, parse_constant=_no_constant)
-    except json.JSONDecodeError as exc:
-        raise services.InvalidInput(field, f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") \
-            from None
-    except ValueError as exc:
-        raise services.InvalidInput(field, f"{exc} is not allowed in JSON") from None
-    if "\\u0000" in json.dumps(value):
-        raise services.InvalidInput(field, "must not contain NUL (\\u0000) characters")
     return value
 
 
@@ -355,6 +356,11 @@ def find_job(ref: str) -> Job:
     if job is None:
         raise services.InvalidInput("job", f"no job {ref!r}")
     return job
+
+
+def change_text(value) -> str:
+    """One side of a changed field: JSON for lists and objects, '-' for nothing."""
+    return shorten(json.dumps(value, ensure_ascii=False) if isinstance(value, (list, dict)) else cell(value), 80)
 
 
 def job_label(job: Job) -> str:
@@ -392,38 +398,6 @@ def runs_table(runs: list[JobRun]) -> str:
     return format_table(["id", "scheduled_at", "trigger", "state", "attempt", "reason/error", "started", "finished"],
                         rows)
 
-
-
-def parse_pairs(field: str, items: list[str], separator: str) -> dict[str, str]:
-    pairs = {}
-    for item in items:
-        key, found, value = item.partition(separator)
-        if not found or not key.strip():
-            raise services.InvalidInput(field, f"{item!r} is not KEY{separator}VALUE")
-        pairs[key.strip()] = value.strip() if separator == ":" else value
-    return pairs
-
-
-def parse_params(command: str, items: list[str]) -> dict[str, object]:
-    """K=V pairs; a key given twice becomes a list (for list parameters); values of the
-    command's int parameters become numbers."""
-    specs = (settings.CRONFLEET_COMMANDS.get(command) or {}).get("params") or {}
-    params: dict[str, object] = {}
-    for item in items:
-        key, found, value = item.partition("=")
-        if not found or not key:
-            raise services.InvalidInput("param", f"{item!r} is not KEY=VALUE")
-        if (specs.get(key) or {}).get("type") == "int":
-            try:
-                value = int(value)
-            except ValueError:
-                raise services.InvalidInput(f"command.params.{key}", f"{value!r} is not a whole number") from None
-        if key in params:
-            previous = params[key]
-            params[key] = [*previous, value] if isinstance(previous, list) else [previous, value]
-        else:
-            params[key] = value
-    return params
 
 
 def target_text(job: Job) -> str:

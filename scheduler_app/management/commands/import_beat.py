@@ -1,0 +1,74 @@
+"""`manage.py import_beat --tenant SLUG`: django-celery-beat's schedules become Cronfleet jobs.
+
+The work is scheduler_app.importbeat's; this command parses the options and prints the report.
+"""
+
+from __future__ import annotations
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError
+
+from scheduler_app import importbeat, services
+from scheduler_app.management.tables import OneLineErrors, format_table
+
+
+class Command(OneLineErrors, BaseCommand):
+    help = ("Import django-celery-beat's PeriodicTask rows and CELERY_BEAT_SCHEDULE entries as jobs of a tenant, "
+            "each named as its source. Running it again changes nothing; an existing job that differs is never "
+            "overwritten.")
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--tenant", required=True, metavar="SLUG", help="The tenant the jobs are made for")
+        parser.add_argument("--from-db", action="store_true",
+                            help="Import the PeriodicTask rows of this database (without either --from option: both)")
+        parser.add_argument("--from-settings", action="store_true", help="Import settings.CELERY_BEAT_SCHEDULE")
+        parser.add_argument("--dry-run", action="store_true", help="Say what would happen; write nothing")
+        parser.add_argument("--disable-source", action="store_true",
+                            help="Disable the PeriodicTask rows of the jobs imported (or already imported), in "
+                                 "the same transaction, so the two schedulers never both send them")
+
+    def handle(self, *args, tenant: str, from_db: bool, from_settings: bool, dry_run: bool, disable_source: bool,
+               **options) -> None:
+        if not from_db and not from_settings:
+            from_db = from_settings = True
+        try:
+            report = importbeat.import_schedules(services.tenant_by_slug(tenant), from_db=from_db,
+                                                 from_settings=from_settings, dry_run=dry_run,
+                                                 disable_source=disable_source)
+        except services.InvalidInput as exc:
+            raise CommandError(f"import_beat: {exc.field}: {exc.message}", returncode=2) from None
+        except DatabaseError as exc:
+            if "django_celery_beat" not in str(exc):
+                raise
+            raise CommandError("import_beat: the django-celery-beat tables are not in this database (run "
+                               "./manage.py migrate django_celery_beat, or set DATABASE_URL to the database that "
+                               "holds them)", returncode=2) from None
+        sources = " and ".join(name for name, wanted in (("PeriodicTask rows", from_db),
+                                                         ("CELERY_BEAT_SCHEDULE", from_settings)) if wanted)
+        self.stdout.write(f"Import into tenant {tenant} from {sources}"
+                          + (" (dry run: nothing written):" if dry_run else ":"))
+        self.print_report(report)
+
+    def print_report(self, report: importbeat.Report) -> None:
+        if not report.outcomes:
+            self.stdout.write("(nothing to import)")
+            return
+        rows = [(outcome.origin, outcome.name, outcome.result, outcome.schedule, "; ".join(outcome.notes))
+                for outcome in report.outcomes]
+        self.stdout.write(format_table(["source", "name", "result", "job schedule", "notes"], rows))
+        imported = "would import" if report.dry_run else "imported"
+        counts = ", ".join(f"{report.count(result)} {result}" for result in (imported, "unchanged", "skipped"))
+        self.stdout.write("")
+        self.stdout.write(f"{counts}.")
+        if report.disabled:
+            verb = "would be disabled" if report.dry_run else "disabled"
+            self.stdout.write(f"PeriodicTask rows {verb}: {', '.join(report.disabled)}.")
+        if report.still_enabled:
+            self.stdout.write(f"Still enabled in django-celery-beat, so a running celery beat sends them too: "
+                              f"{', '.join(report.still_enabled)}. Disable them with --disable-source (or stop "
+                              "celery beat) before the beats fire them.")
+        if report.differences:
+            self.stdout.write("")
+            self.stdout.write("Differences in meaning from django-celery-beat:")
+            for difference in report.differences:
+                self.stdout.write(f"- {difference}")
