@@ -50,6 +50,7 @@ class Options:
     batch_size: int
     timeout: float
     floor: bool = True
+    batch: int = 0  # runs per message (Job.batch, CRONFLEET_RUN_BATCH_SIZE); 0: one run per message
 
 
 @dataclass
@@ -237,15 +238,16 @@ def measure_cronfleet(opts: Options, note, clean) -> Result:
     result = Result("cronfleet (beat + workers + ledger)")
     result.statements = statements_per_run()
     clean()
-    tenant_ids = seed(opts.jobs, QUEUE)
+    tenant_ids = seed(opts.jobs, QUEUE, **({"batch": True, "timeout_seconds": 10} if opts.batch else {}))
     note(f"cronfleet: seeded {opts.jobs} one-off jobs; {result.statements:.2f} statements per run")
     children = Children()
     try:
         names = start_workers(children, "project", QUEUE, opts)
         wait_ready(project_app, names, children)
         for number in range(opts.beats):
+            env = {**child_env(), "CRONFLEET_RUN_BATCH_SIZE": str(opts.batch or 1)}
             children.start(f"beat{number}", [sys.executable, str(settings.BASE_DIR / "manage.py"), "runbeat",
-                                             "--batch-size", str(opts.batch_size)], child_env())
+                                             "--batch-size", str(opts.batch_size)], env)
         deadline = time.monotonic() + READY_TIMEOUT
         while not all("runbeat: started" in children.log(f"beat{n}") for n in range(opts.beats)):
             if time.monotonic() > deadline:
@@ -307,7 +309,8 @@ def ledger_figures(result: Result, tenant_ids: list[int], spike: datetime, jobs:
 
 def report(out, opts: Options, results: list[Result]) -> bool:
     db = settings.DATABASES["default"]
-    out(f"bench e2e: {opts.jobs} runs due at one instant; {opts.workers} worker(s) x -c {opts.concurrency} "
+    batching = f"batches of {opts.batch}" if opts.batch else "one run per message"
+    out(f"bench e2e: {opts.jobs} runs due at one instant, {batching}; {opts.workers} worker(s) x -c {opts.concurrency} "
         f"-P {opts.pool}; {opts.beats} beat(s); PostgreSQL {db['NAME']!r}; {os.cpu_count()} CPUs; load average "
         + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     out(f"  {'':<38}{'runs':>7}{'seconds':>9}{'runs/s':>9}{'start lag p50/p99/max s':>26}"

@@ -2,7 +2,7 @@
 
     manage.py bench dispatch --jobs N --beats K [--batch-size B] [--timeout S] [--keep] [--yes]
     manage.py bench e2e --jobs N [--workers W] [--concurrency C] [--pool prefork|threads|solo]
-                        [--beats K] [--no-floor] [--yes]
+                        [--beats K] [--batch B] [--no-floor] [--yes]
 
 `e2e` (scheduler_app/benchmarks/e2e.py) runs N one-off jobs due at one instant through real
 beats and workers until every run finished, beside a plain Celery no-op app with the same
@@ -195,6 +195,8 @@ class Command(BaseCommand):
         parser.add_argument("--pool", choices=["prefork", "threads", "solo"], default="prefork",
                             help="e2e: each worker's -P (default prefork)")
         parser.add_argument("--no-floor", action="store_true", help="e2e: skip the plain-Celery floor")
+        parser.add_argument("--batch", type=int, default=0, metavar="B",
+                            help="e2e: batched jobs, B runs per message (default 0: one run per message)")
         parser.add_argument("--keep", action="store_true",
                             help="Leave the bench rows and messages in place at the end")
         parser.add_argument("--yes", action="store_true",
@@ -203,7 +205,8 @@ class Command(BaseCommand):
     # --- entry -------------------------------------------------------------------------
 
     def handle(self, *args, scenario: str, jobs: int, beats: int, batch_size: int, timeout: float,
-               keep: bool, yes: bool, workers: int, concurrency: int, pool: str, no_floor: bool, **options) -> None:
+               keep: bool, yes: bool, workers: int, concurrency: int, pool: str, no_floor: bool, batch: int,
+               **options) -> None:
         if jobs < 1 or beats < 1 or batch_size < 1 or timeout <= 0:
             raise CommandError("bench: --jobs, --beats and --batch-size must be at least 1, --timeout positive",
                                returncode=2)
@@ -227,7 +230,7 @@ class Command(BaseCommand):
             if scenario == "e2e":
                 ok = e2e.run(self, e2e.Options(jobs=jobs, workers=workers, concurrency=concurrency, pool=pool,
                                                beats=beats, batch_size=batch_size, timeout=timeout,
-                                               floor=not no_floor))
+                                               floor=not no_floor, batch=batch))
             else:
                 ok = self.dispatch_bench(jobs, beats, batch_size, timeout, beats_list)
         finally:
