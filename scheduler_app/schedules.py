@@ -11,9 +11,10 @@ often fire at every real instant.
 
 from __future__ import annotations
 
+import bisect
 import enum
+import functools
 import hashlib
-import itertools
 import re
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -250,23 +251,87 @@ def _interval_anchor(schedule: Schedule) -> datetime:
     return anchor.astimezone(UTC).replace(microsecond=0)
 
 
+def _next_cron_fire(cron: str, zone_name: str, after: datetime) -> datetime | None:
+    """The first fire strictly after `after` of a cron expression.
+
+    cronsim walks the job's wall clock, so "0 9 * * *" means 09:00 local on both sides of a
+    DST change; a wall time skipped by a gap fires right after it, and one in a repeated
+    hour fires in its first pass only.
+    """
+    local = after.astimezone(zone(zone_name))
+    if _is_fixed_time(cron) and local.fold and local.replace(fold=0).utcoffset() != local.utcoffset():
+        # `after` is in the second pass of a repeated hour. cronsim reads every wall time of
+        # that hour as its first pass, which is behind us (the job fired there once), so it
+        # would answer with up to 60 past fires per hour of overlap. Look from the end of the
+        # repeated hour instead: one step past all of it, however many fires it holds.
+        local = _end_of_second_pass(zone_name, after) - timedelta(seconds=1)
+    found = next(CronSim(cron, local), None)
+    return None if found is None else found.astimezone(UTC)
+
+
+def _is_fixed_time(cron: str) -> bool:
+    """Whether Debian cron treats the job as fixed-time: no `*` starts its minute or hour field."""
+    minute, hour = cron.split()[:2]
+    return not (minute.startswith("*") or hour.startswith("*"))
+
+
+def _end_of_second_pass(zone_name: str, after: datetime) -> datetime:
+    """The wall time (in the zone) at which the repeated hour holding `after` ends."""
+    tz = zone(zone_name)
+    local = after.astimezone(tz)
+    earlier = local.replace(fold=0).utcoffset()
+    # The clocks went back at most `earlier - local.utcoffset()` ago.
+    change = _first_offset_change(zone_name, after - (earlier - local.utcoffset()), after)
+    assert change is not None
+    return (change + earlier).replace(tzinfo=tz)
+
+
+# zoneinfo does not list a zone's offset changes, so _offset_changes_in() compares offsets a
+# day apart and bisects where they differ (no zone changes its offset twice in a day).
+_DAY = timedelta(days=1)
+_SECOND = timedelta(seconds=1)
+
+
+@functools.lru_cache(maxsize=4096)
+def _offset_changes_in(zone_name: str, year: int) -> tuple[datetime, ...]:
+    """The instants at which the zone's UTC offset changes, from (exclusive) 1 January of
+    `year` to (inclusive) 1 January of the next, 00:00 UTC, in order."""
+    tz = zone(zone_name)
+    start = datetime(year, 1, 1, tzinfo=UTC)
+    days = (datetime(year + 1, 1, 1, tzinfo=UTC) - start).days
+    samples = [start + k * _DAY for k in range(days + 1)]
+    offsets = [moment.astimezone(tz).utcoffset() for moment in samples]
+    changes = []
+    for low, high, old, new in zip(samples, samples[1:], offsets, offsets[1:]):
+        if old == new:
+            continue
+        while high - low > _SECOND:  # keep: offset(low) == old != offset(high)
+            middle = low + (high - low) // 2 // _SECOND * _SECOND
+            if middle.astimezone(tz).utcoffset() == old:
+                low = middle
+            else:
+                high = middle
+        changes.append(high)
+    return tuple(changes)
+
+
+def _first_offset_change(zone_name: str, after: datetime, until: datetime) -> datetime | None:
+    """The first instant in (after, until] at which the zone's UTC offset changes, or None."""
+    for year in range(after.year, until.year + 1):
+        changes = _offset_changes_in(zone_name, year)
+        index = bisect.bisect_right(changes, after)
+        if index < len(changes):
+            return changes[index] if changes[index] <= until else None
+    return None
+
+
 def _raw_next_after(schedule: Schedule, after: datetime) -> datetime | None:
     """The first fire strictly after `after`, ignoring the start/end window."""
     if schedule.cron:
-        # Iterate in the job's own zone so "0 9 * * *" means 09:00 local on both sides of a
-        # DST change; cronsim then handles the gap and the repeated hour.
-        local = after.astimezone(zone(schedule.timezone))
         try:
-            # For a fixed-time job whose `after` lies in the second pass of a repeated
-            # autumn hour, cronsim answers with that day's fire in the first pass (before
-            # `after`); step on until the answer is really later.
-            for candidate in itertools.islice(CronSim(schedule.cron, local), 8):
-                found = candidate.astimezone(UTC)
-                if found > after:
-                    return found
+            return _next_cron_fire(schedule.cron, schedule.timezone, after)
         except (OverflowError, ValueError):
             return None
-        return None
     if schedule.every is not None:
         anchor = _interval_anchor(schedule)
         if after < anchor:

@@ -231,6 +231,35 @@ def test_next_fire_after_from_second_pass_of_repeated_hour_is_strictly_later(exp
     assert result == expected
 
 
+@pytest.mark.parametrize(
+    ("expression", "tz", "after", "expected"),
+    [
+        # New York, 2024-11-03: 06:00Z is 01:00 EST, the start of the second pass of 01:xx.
+        # Every minute of 01:xx fired in the first pass (05:00Z-05:59Z), so the next fire is
+        # 2024-11-04 01:00 EST = 06:00Z. BUG: returned None (the job never fired again).
+        ("0-59 1 * * *", "America/New_York", U(2024, 11, 3, 6, 0), U(2024, 11, 4, 6, 0)),
+        ("0-55/5 1 * * *", "America/New_York", U(2024, 11, 3, 6, 0), U(2024, 11, 4, 6, 0)),
+        # Control: at the end of the second pass only one past fire is left to step over.
+        ("0-59 1 * * *", "America/New_York", U(2024, 11, 3, 6, 59, 59), U(2024, 11, 4, 6, 0)),
+        # Berlin, 2024-10-27: 01:00Z is 02:00 CET (second pass); next 2024-10-28 02:00 CET.
+        ("0-59 2 * * *", "Europe/Berlin", U(2024, 10, 27, 1, 0), U(2024, 10, 28, 1, 0)),
+        # Lord Howe goes back half an hour (02:00 LHDT -> 01:30 LHST) at 2024-04-06 15:00Z.
+        # 15:10Z is 01:40 LHST (second pass); 01:45-01:55 fired in the first pass, so the
+        # next fire is 02:00 LHST = 15:30Z, right after the repeated half hour.
+        ("0-55/5 1,2 * * *", "Australia/Lord_Howe", U(2024, 4, 6, 15, 10), U(2024, 4, 6, 15, 30)),
+    ],
+)
+def test_next_fire_after_steps_past_a_whole_repeated_hour_of_fires(expression, tz, after, expected):
+    assert next_fire_after(cron(expression, tz), after) == expected
+
+
+def test_validate_accepts_a_start_in_the_second_pass_of_a_repeated_hour_full_of_fires():
+    # BUG: next_fire_after(start_at) was None, so this was refused as "never fires" (and a
+    # job created, edited or resumed in that hour got next_run_at = NULL).
+    schedule = cron("0-59 1 * * *", "America/New_York", start_at=U(2024, 11, 3, 6, 30))
+    assert next_fire_after(schedule, U(2024, 11, 3, 6, 30)) == U(2024, 11, 4, 6, 0)
+
+
 # --------------------------------------------------------------------------------------
 # 2. Nicknames and normalisation
 # --------------------------------------------------------------------------------------
