@@ -3,10 +3,12 @@
 Every function takes the instants it reasons about as arguments. Datetimes in and out are
 timezone-aware and in UTC; the job's own zone is used only inside the calculation.
 
-Cron expressions are evaluated by cronsim in the job's IANA zone, which follows Debian
-cron's DST rules: a local time skipped by spring-forward fires right after the gap, a
-fixed-hour job in the repeated autumn hour fires once, and jobs that fire hourly or more
-often fire at every real instant.
+Cron expressions are evaluated in the job's IANA zone with Debian cron's DST rules. A
+fixed-time job (no `*` starting its minute or hour field) follows the wall clock, as cronsim
+walks it: a local time skipped by spring-forward fires right after the gap, one in the
+repeated autumn hour fires once. An hourly or finer job fires at every real instant whose
+local time matches; cronsim matches the fields, and the stepping across offset changes is
+our own (cronsim's misses fires next to 30- and 45-minute shifts).
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ MAX_EVERY_SECONDS = 10 * 366 * 86400
 LATEST_INSTANT = datetime(9000, 1, 1, tzinfo=UTC)
 _PROBE_FROM = datetime(2000, 1, 1, tzinfo=UTC)
 _ONE_VALUE_RANGE = re.compile(r"^(\w+)-\1/\d+$")
+_DAY = timedelta(days=1)
+_SECOND = timedelta(seconds=1)
+_MICROSECOND = timedelta(microseconds=1)
 # How far last_fire_at_or_before looks back, widening until a window holds a fire; each
 # window is at most ~60 times the last, so stepping forward through it stays cheap.
 _LOOKBACKS = [timedelta(seconds=s) for s in (120, 7200, 2 * 86400, 32 * 86400, 367 * 86400, 29 * 366 * 86400)]
@@ -251,22 +256,47 @@ def _interval_anchor(schedule: Schedule) -> datetime:
     return anchor.astimezone(UTC).replace(microsecond=0)
 
 
-def _next_cron_fire(cron: str, zone_name: str, after: datetime) -> datetime | None:
-    """The first fire strictly after `after` of a cron expression.
+def _next_fixed_time_fire(cron: str, zone_name: str, after: datetime) -> datetime | None:
+    """The first fire strictly after `after` of a fixed-time job (see _is_fixed_time).
 
     cronsim walks the job's wall clock, so "0 9 * * *" means 09:00 local on both sides of a
     DST change; a wall time skipped by a gap fires right after it, and one in a repeated
     hour fires in its first pass only.
     """
     local = after.astimezone(zone(zone_name))
-    if _is_fixed_time(cron) and local.fold and local.replace(fold=0).utcoffset() != local.utcoffset():
+    if local.fold and local.replace(fold=0).utcoffset() != local.utcoffset():
         # `after` is in the second pass of a repeated hour. cronsim reads every wall time of
         # that hour as its first pass, which is behind us (the job fired there once), so it
         # would answer with up to 60 past fires per hour of overlap. Look from the end of the
         # repeated hour instead: one step past all of it, however many fires it holds.
-        local = _end_of_second_pass(zone_name, after) - timedelta(seconds=1)
+        local = _end_of_second_pass(zone_name, after) - _SECOND
     found = next(CronSim(cron, local), None)
     return None if found is None else found.astimezone(UTC)
+
+
+def _next_wildcard_fire(cron: str, zone_name: str, after: datetime) -> datetime | None:
+    """The first fire strictly after `after` of a job that is not fixed-time (hourly or finer).
+
+    Such a job fires at every real instant whose wall time matches (Debian cron). Between
+    two changes of the zone's UTC offset the wall clock is UTC plus a constant, so each such
+    stretch is searched as plain wall time, moving on to the next stretch when the answer
+    lies past its end. (cronsim's own stepping in the zone measures its jumps on the wall
+    clock but makes them in UTC, and misses fires where the offset changes by 30 or 45
+    minutes: Australia/Lord_Howe, Pacific/Chatham.)
+    """
+    cursor = after
+    while True:
+        offset = (cursor + _MICROSECOND).astimezone(zone(zone_name)).utcoffset()
+        wall = next(CronSim(cron, (cursor + offset).replace(tzinfo=None)), None)
+        if wall is None:
+            return None
+        found = (wall - offset).replace(tzinfo=UTC)
+        change = _first_offset_change(zone_name, cursor + _MICROSECOND, found)
+        if change is None:
+            return found
+        # Each turn starts at a later offset change, so the loop ends at the first fire
+        # (or when cronsim finds none within 50 years of its start).
+        cursor = change - _MICROSECOND
 
 
 def _is_fixed_time(cron: str) -> bool:
@@ -286,16 +316,12 @@ def _end_of_second_pass(zone_name: str, after: datetime) -> datetime:
     return (change + earlier).replace(tzinfo=tz)
 
 
-# zoneinfo does not list a zone's offset changes, so _offset_changes_in() compares offsets a
-# day apart and bisects where they differ (no zone changes its offset twice in a day).
-_DAY = timedelta(days=1)
-_SECOND = timedelta(seconds=1)
-
-
 @functools.lru_cache(maxsize=4096)
 def _offset_changes_in(zone_name: str, year: int) -> tuple[datetime, ...]:
     """The instants at which the zone's UTC offset changes, from (exclusive) 1 January of
     `year` to (inclusive) 1 January of the next, 00:00 UTC, in order."""
+    # zoneinfo does not list a zone's offset changes: compare offsets a day apart and bisect
+    # to the second where they differ (no zone changes its offset twice within a day).
     tz = zone(zone_name)
     start = datetime(year, 1, 1, tzinfo=UTC)
     days = (datetime(year + 1, 1, 1, tzinfo=UTC) - start).days
@@ -329,7 +355,9 @@ def _raw_next_after(schedule: Schedule, after: datetime) -> datetime | None:
     """The first fire strictly after `after`, ignoring the start/end window."""
     if schedule.cron:
         try:
-            return _next_cron_fire(schedule.cron, schedule.timezone, after)
+            if _is_fixed_time(schedule.cron):
+                return _next_fixed_time_fire(schedule.cron, schedule.timezone, after)
+            return _next_wildcard_fire(schedule.cron, schedule.timezone, after)
         except (OverflowError, ValueError):
             return None
     if schedule.every is not None:

@@ -231,6 +231,33 @@ def test_next_fire_after_from_second_pass_of_repeated_hour_is_strictly_later(exp
     assert result == expected
 
 
+def minutes(start: datetime, count: int) -> list[datetime]:
+    return [start + timedelta(minutes=k) for k in range(count)]
+
+
+@pytest.mark.parametrize(
+    ("expression", "tz", "start", "end", "expected"),
+    [
+        # Lord Howe goes back half an hour at 2024-04-06 15:00Z (02:00 LHDT -> 01:30 LHST), so
+        # 01:30 happens at 14:30Z and again at 15:00Z. BUG: the fire at 15:00Z was missing.
+        ("30 * * * *", "Australia/Lord_Howe", U(2024, 4, 6, 14), U(2024, 4, 6, 16, 1),
+         [U(2024, 4, 6, 14, 30), U(2024, 4, 6, 15), U(2024, 4, 6, 16)]),
+        # ... and 02:00 LHST comes at 15:30Z. BUG: missing (next was 04:00 LHST = 17:30Z).
+        ("0 */2 * * *", "Australia/Lord_Howe", U(2024, 4, 6, 14), U(2024, 4, 6, 17, 31),
+         [U(2024, 4, 6, 15, 30), U(2024, 4, 6, 17, 30)]),
+        # Chatham goes back an hour at 2024-04-06 14:00Z (03:45 CHADT -> 02:45 CHAST): 02:00-02:59
+        # CHADT is 12:15Z-13:14Z, and 02:45-02:59 CHAST comes again at 14:00Z-14:14Z.
+        # BUG: the second 02:45-02:59 was missing.
+        ("* 2 * * *", "Pacific/Chatham", U(2024, 4, 6, 12), U(2024, 4, 6, 16),
+         minutes(U(2024, 4, 6, 12, 15), 60) + minutes(U(2024, 4, 6, 14), 15)),
+    ],
+)
+def test_hourly_and_finer_jobs_fire_at_every_real_instant_around_half_hour_and_45_minute_shifts(
+    expression, tz, start, end, expected
+):
+    assert fires_between(cron(expression, tz), start, end) == expected
+
+
 @pytest.mark.parametrize(
     ("expression", "tz", "after", "expected"),
     [
