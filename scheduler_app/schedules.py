@@ -218,11 +218,19 @@ def validate(schedule: Schedule) -> Schedule:
         if normalised.end_at is None:
             raise InvalidSchedule("cron", f"{cron!r} never fires")
     if jitter:
-        gap = shortest_gap(normalised.nominal, normalised.start_at or _PROBE_FROM)
-        if gap is not None and jitter > gap:
-            raise InvalidSchedule("jitter", f"must not exceed the shortest gap between two fires ({gap:g} s), "
-                                            "or fires would overtake each other")
+        _check_jitter(normalised)
     return normalised
+
+
+def _check_jitter(schedule: Schedule) -> None:
+    """Refuse a jitter longer than the shortest gap between two fires, DST changes included."""
+    nominal, probe = schedule.nominal, schedule.start_at or _PROBE_FROM
+    gap, where = shortest_gap(nominal, probe), ""
+    if gap is not None and (near_change := shortest_gap_at_offset_changes(nominal, probe, under=gap)) is not None:
+        gap, where = near_change, " next to a DST change"
+    if gap is not None and schedule.jitter > gap:
+        raise InvalidSchedule("jitter", f"must not exceed the shortest gap between two fires ({gap:g} s{where}), "
+                                        "or fires would overtake each other")
 
 
 # How many upcoming fires of a cron schedule are looked at to find its shortest gap.
@@ -239,6 +247,37 @@ def shortest_gap(schedule: Schedule, after: datetime) -> float | None:
         return None
     fires = preview(schedule, after, GAP_PROBE_FIRES)
     return min(((b - a).total_seconds() for a, b in zip(fires, fires[1:])), default=None)
+
+
+# How many years of a zone's offset changes shortest_gap_at_offset_changes looks at. Zones
+# change their rules (Casablanca has had DST only since 2008; Sydney moved its dates that
+# year), so one year from the probe's start (2000) is not enough; forty reach well past today
+# and into the rule that repeats every year after tzdata's last listed change.
+GAP_CHECK_YEARS = 40
+
+
+def shortest_gap_at_offset_changes(schedule: Schedule, after: datetime, *, under: float) -> float | None:
+    """The shortest time in seconds, if under `under`, between two cron fires next to a
+    change of the zone's UTC offset in the GAP_CHECK_YEARS years from `after`; else None.
+
+    A change can bring fires closer than the expression's pattern does: "30 2,3 * * *" in
+    Australia/Sydney fires at 03:00 (02:30 does not exist) and 03:30 on the spring-forward
+    day, 30 minutes apart instead of 60. Two fires closer than `under` with the change
+    between them or the first at it both lie within `under` of the change, so only those
+    fires are looked at.
+    """
+    if not schedule.cron:
+        return None
+    window = timedelta(seconds=under)
+    until = min(after + GAP_CHECK_YEARS * 365 * _DAY, schedule.end_at or LATEST_INSTANT, LATEST_INSTANT)
+    gaps = []
+    change: datetime | None = after
+    while (change := _first_offset_change(schedule.timezone, change, until)) is not None:
+        fires, cursor = [], change - window
+        while (cursor := next_fire_after(schedule, cursor)) is not None and cursor < change + window:
+            fires.append(cursor)
+        gaps += [(b - a).total_seconds() for a, b in zip(fires, fires[1:])]
+    return min((gap for gap in gaps if gap < under), default=None)
 
 
 def jitter_offset(schedule: Schedule, nominal: datetime) -> timedelta:
