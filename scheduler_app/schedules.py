@@ -14,13 +14,14 @@ our own (cronsim's misses fires next to 30- and 45-minute shifts).
 from __future__ import annotations
 
 import bisect
+import difflib
 import enum
 import functools
 import hashlib
 import re
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from cronsim import CronSim, CronSimError
 
@@ -155,9 +156,48 @@ def normalize_cron(expression: str) -> str:
 
 
 def zone(name: str) -> ZoneInfo:
-    """Return the IANA zone `name`; raise InvalidSchedule(field="timezone")."""
-    if not isinstance(name, str) or not name or not name.isascii() or not name.isprintable():
-        raise InvalidSchedule("timezone", f"{name!r} is not an IANA time zone name")
+    """Return the IANA zone `name`; raise InvalidSchedule(field="timezone").
+
+    Only the exact names of the tz database count. ZoneInfo opens more, by file name: on a
+    case-insensitive disk "europe/berlin", and everywhere `localtime` (this machine's zone),
+    `posixrules`, `Factory` and the `posix/` and `right/` copies of every zone (`right/`
+    counts leap seconds, so runs 27 s off UTC).
+    """
+    if not isinstance(name, str) or name not in _zone_names():
+        raise InvalidSchedule("timezone", _unknown_zone(name))
+    return ZoneInfo(name)
+
+
+_NOT_ZONES = {"localtime", "posixrules", "Factory"}
+
+
+@functools.cache
+def _zone_names() -> frozenset[str]:
+    return frozenset(
+        name for name in available_timezones() if name not in _NOT_ZONES and not name.startswith(("posix/", "right/"))
+    )
+
+
+@functools.cache
+def _zone_names_by_folded() -> dict[str, str]:
+    return {name.casefold(): name for name in _zone_names()}
+
+
+def _unknown_zone(name: object) -> str:
+    """The message for a zone name that is not one, with the name most likely meant."""
+    if not isinstance(name, str) or not name.strip():
+        return f"{name!r} is not an IANA time zone name"
+    folded, names = name.strip().casefold(), _zone_names_by_folded()
+    # The same name in another case or with spaces around it, else the closest spelling
+    # (difflib's ratio: "Europe/Berlim" scores 0.92; "Mars/Olympus" nothing over 0.6).
+    guess = [folded] if folded in names else difflib.get_close_matches(folded[:64], names, n=1, cutoff=0.8)
+    hint = f"; did you mean {names[guess[0]]}?" if guess else ""
+    return f"unknown time zone {name!r}{hint}"
+
+
+def _tz(name: str) -> ZoneInfo:
+    """The zone of a saved schedule, for arithmetic. Its name was checked when it was saved,
+    less strictly before zone() took only exact names; the beat keeps computing those."""
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError):
@@ -302,7 +342,7 @@ def _next_fixed_time_fire(cron: str, zone_name: str, after: datetime) -> datetim
     DST change; a wall time skipped by a gap fires right after it, and one in a repeated
     hour fires in its first pass only.
     """
-    local = after.astimezone(zone(zone_name))
+    local = after.astimezone(_tz(zone_name))
     if local.fold and local.replace(fold=0).utcoffset() != local.utcoffset():
         # `after` is in the second pass of a repeated hour. cronsim reads every wall time of
         # that hour as its first pass, which is behind us (the job fired there once), so it
@@ -325,7 +365,7 @@ def _next_wildcard_fire(cron: str, zone_name: str, after: datetime) -> datetime 
     """
     cursor = after
     while True:
-        offset = (cursor + _MICROSECOND).astimezone(zone(zone_name)).utcoffset()
+        offset = (cursor + _MICROSECOND).astimezone(_tz(zone_name)).utcoffset()
         wall = next(CronSim(cron, (cursor + offset).replace(tzinfo=None)), None)
         if wall is None:
             return None
@@ -346,7 +386,7 @@ def _is_fixed_time(cron: str) -> bool:
 
 def _end_of_second_pass(zone_name: str, after: datetime) -> datetime:
     """The wall time (in the zone) at which the repeated hour holding `after` ends."""
-    tz = zone(zone_name)
+    tz = _tz(zone_name)
     local = after.astimezone(tz)
     earlier = local.replace(fold=0).utcoffset()
     # The clocks went back at most `earlier - local.utcoffset()` ago.
@@ -361,7 +401,7 @@ def _offset_changes_in(zone_name: str, year: int) -> tuple[datetime, ...]:
     `year` to (inclusive) 1 January of the next, 00:00 UTC, in order."""
     # zoneinfo does not list a zone's offset changes: compare offsets a day apart and bisect
     # to the second where they differ (no zone changes its offset twice within a day).
-    tz = zone(zone_name)
+    tz = _tz(zone_name)
     start = datetime(year, 1, 1, tzinfo=UTC)
     days = (datetime(year + 1, 1, 1, tzinfo=UTC) - start).days
     samples = [start + k * _DAY for k in range(days + 1)]
@@ -516,7 +556,7 @@ def fire_anomaly(schedule: Schedule, fire: datetime) -> str | None:
         return None
     if schedule.jitter:  # judge the nominal time the jitter moved
         fire = _last_nominal_at_or_before(schedule.nominal, fire) or fire
-    local = fire.astimezone(zone(schedule.timezone))
+    local = fire.astimezone(_tz(schedule.timezone))
     wall = local.replace(tzinfo=None)
     nominal = next(CronSim(schedule.cron, wall - timedelta(seconds=1)), None)
     if nominal != wall:

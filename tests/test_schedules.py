@@ -645,9 +645,38 @@ def test_zone_rejects_names_that_are_not_zones_with_invalid_schedule(name):
 
 
 @pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        # BUG: ZoneInfo opens these files of the tz folder too, so they were accepted: the
+        # machine's own zone, tzdata internals, and copies of every zone (right/ is 27 s off).
+        ("localtime", "unknown time zone 'localtime'"),
+        ("posixrules", "unknown time zone 'posixrules'"),
+        ("Factory", "unknown time zone 'Factory'"),
+        ("right/UTC", "unknown time zone 'right/UTC'"),
+        ("posix/Europe/Berlin", "unknown time zone 'posix/Europe/Berlin'; did you mean Europe/Berlin?"),
+        # BUG: refused without a hint (and "europe/berlin" accepted on a case-insensitive disk).
+        ("europe/berlin", "unknown time zone 'europe/berlin'; did you mean Europe/Berlin?"),
+        ("Europe/Berlin ", "unknown time zone 'Europe/Berlin '; did you mean Europe/Berlin?"),
+        ("Europe/Berlim", "unknown time zone 'Europe/Berlim'; did you mean Europe/Berlin?"),
+        ("utc", "unknown time zone 'utc'; did you mean UTC?"),
+        ("America/Sao Paulo", "unknown time zone 'America/Sao Paulo'; did you mean America/Sao_Paulo?"),
+        # Control: nothing close enough to suggest.
+        ("Mars/Olympus", "unknown time zone 'Mars/Olympus'"),
+    ],
+)
+def test_zone_takes_only_exact_iana_names_and_suggests_the_one_meant(name, message):
+    with pytest.raises(InvalidSchedule) as info:
+        validate(Schedule(cron="0 0 * * *", timezone=name))
+    assert info.value.field == "timezone"
+    assert str(info.value) == f"timezone: {message}"
+
+
+@pytest.mark.parametrize(
     "kwargs",
     [
         {"cron": "0 0 29 2 *"},  # leap day: rare but real
+        {"cron": "0 0 * * *", "timezone": "Etc/UTC"},
+        {"cron": "0 0 * * *", "timezone": "America/Argentina/Buenos_Aires"},
         {"cron": "0 0 L * *"},
         {"cron": "0 0 30 2 1"},  # day-of-week OR: Mondays in February
         {"cron": "0 9 * * MON-FRI", "timezone": "Australia/Lord_Howe"},
