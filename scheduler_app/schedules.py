@@ -3,21 +3,25 @@
 Every function takes the instants it reasons about as arguments. Datetimes in and out are
 timezone-aware and in UTC; the job's own zone is used only inside the calculation.
 
-Cron expressions are evaluated by cronsim in the job's IANA zone, which follows Debian
-cron's DST rules: a local time skipped by spring-forward fires right after the gap, a
-fixed-hour job in the repeated autumn hour fires once, and jobs that fire hourly or more
-often fire at every real instant.
+Cron expressions are evaluated in the job's IANA zone with Debian cron's DST rules. A
+fixed-time job (no `*` starting its minute or hour field) follows the wall clock, as cronsim
+walks it: a local time skipped by spring-forward fires right after the gap, one in the
+repeated autumn hour fires once. An hourly or finer job fires at every real instant whose
+local time matches; cronsim matches the fields, and the stepping across offset changes is
+our own (cronsim's misses fires next to 30- and 45-minute shifts).
 """
 
 from __future__ import annotations
 
+import bisect
+import difflib
 import enum
+import functools
 import hashlib
-import itertools
 import re
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from cronsim import CronSim, CronSimError
 
@@ -38,6 +42,9 @@ MAX_EVERY_SECONDS = 10 * 366 * 86400
 LATEST_INSTANT = datetime(9000, 1, 1, tzinfo=UTC)
 _PROBE_FROM = datetime(2000, 1, 1, tzinfo=UTC)
 _ONE_VALUE_RANGE = re.compile(r"^(\w+)-\1/\d+$")
+_DAY = timedelta(days=1)
+_SECOND = timedelta(seconds=1)
+_MICROSECOND = timedelta(microseconds=1)
 # How far last_fire_at_or_before looks back, widening until a window holds a fire; each
 # window is at most ~60 times the last, so stepping forward through it stays cheap.
 _LOOKBACKS = [timedelta(seconds=s) for s in (120, 7200, 2 * 86400, 32 * 86400, 367 * 86400, 29 * 366 * 86400)]
@@ -149,9 +156,48 @@ def normalize_cron(expression: str) -> str:
 
 
 def zone(name: str) -> ZoneInfo:
-    """Return the IANA zone `name`; raise InvalidSchedule(field="timezone")."""
-    if not isinstance(name, str) or not name or not name.isascii() or not name.isprintable():
-        raise InvalidSchedule("timezone", f"{name!r} is not an IANA time zone name")
+    """Return the IANA zone `name`; raise InvalidSchedule(field="timezone").
+
+    Only the exact names of the tz database count. ZoneInfo opens more, by file name: on a
+    case-insensitive disk "europe/berlin", and everywhere `localtime` (this machine's zone),
+    `posixrules`, `Factory` and the `posix/` and `right/` copies of every zone (`right/`
+    counts leap seconds, so runs 27 s off UTC).
+    """
+    if not isinstance(name, str) or name not in _zone_names():
+        raise InvalidSchedule("timezone", _unknown_zone(name))
+    return ZoneInfo(name)
+
+
+_NOT_ZONES = {"localtime", "posixrules", "Factory"}
+
+
+@functools.cache
+def _zone_names() -> frozenset[str]:
+    return frozenset(
+        name for name in available_timezones() if name not in _NOT_ZONES and not name.startswith(("posix/", "right/"))
+    )
+
+
+@functools.cache
+def _zone_names_by_folded() -> dict[str, str]:
+    return {name.casefold(): name for name in _zone_names()}
+
+
+def _unknown_zone(name: object) -> str:
+    """The message for a zone name that is not one, with the name most likely meant."""
+    if not isinstance(name, str) or not name.strip():
+        return f"{name!r} is not an IANA time zone name"
+    folded, names = name.strip().casefold(), _zone_names_by_folded()
+    # The same name in another case or with spaces around it, else the closest spelling
+    # (difflib's ratio: "Europe/Berlim" scores 0.92; "Mars/Olympus" nothing over 0.6).
+    guess = [folded] if folded in names else difflib.get_close_matches(folded[:64], names, n=1, cutoff=0.8)
+    hint = f"; did you mean {names[guess[0]]}?" if guess else ""
+    return f"unknown time zone {name!r}{hint}"
+
+
+def _tz(name: str) -> ZoneInfo:
+    """The zone of a saved schedule, for arithmetic. Its name was checked when it was saved,
+    less strictly before zone() took only exact names; the beat keeps computing those."""
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError):
@@ -212,11 +258,19 @@ def validate(schedule: Schedule) -> Schedule:
         if normalised.end_at is None:
             raise InvalidSchedule("cron", f"{cron!r} never fires")
     if jitter:
-        gap = shortest_gap(normalised.nominal, normalised.start_at or _PROBE_FROM)
-        if gap is not None and jitter > gap:
-            raise InvalidSchedule("jitter", f"must not exceed the shortest gap between two fires ({gap:g} s), "
-                                            "or fires would overtake each other")
+        _check_jitter(normalised)
     return normalised
+
+
+def _check_jitter(schedule: Schedule) -> None:
+    """Refuse a jitter longer than the shortest gap between two fires, DST changes included."""
+    nominal, probe = schedule.nominal, schedule.start_at or _PROBE_FROM
+    gap, where = shortest_gap(nominal, probe), ""
+    if gap is not None and (near_change := shortest_gap_at_offset_changes(nominal, probe, under=gap)) is not None:
+        gap, where = near_change, " next to a DST change"
+    if gap is not None and schedule.jitter > gap:
+        raise InvalidSchedule("jitter", f"must not exceed the shortest gap between two fires ({gap:g} s{where}), "
+                                        "or fires would overtake each other")
 
 
 # How many upcoming fires of a cron schedule are looked at to find its shortest gap.
@@ -235,6 +289,37 @@ def shortest_gap(schedule: Schedule, after: datetime) -> float | None:
     return min(((b - a).total_seconds() for a, b in zip(fires, fires[1:])), default=None)
 
 
+# How many years of a zone's offset changes shortest_gap_at_offset_changes looks at. Zones
+# change their rules (Casablanca has had DST only since 2008; Sydney moved its dates that
+# year), so one year from the probe's start (2000) is not enough; forty reach well past today
+# and into the rule that repeats every year after tzdata's last listed change.
+GAP_CHECK_YEARS = 40
+
+
+def shortest_gap_at_offset_changes(schedule: Schedule, after: datetime, *, under: float) -> float | None:
+    """The shortest time in seconds, if under `under`, between two cron fires next to a
+    change of the zone's UTC offset in the GAP_CHECK_YEARS years from `after`; else None.
+
+    A change can bring fires closer than the expression's pattern does: "30 2,3 * * *" in
+    Australia/Sydney fires at 03:00 (02:30 does not exist) and 03:30 on the spring-forward
+    day, 30 minutes apart instead of 60. Two fires closer than `under` with the change
+    between them or the first at it both lie within `under` of the change, so only those
+    fires are looked at.
+    """
+    if not schedule.cron:
+        return None
+    window = timedelta(seconds=under)
+    until = min(after + GAP_CHECK_YEARS * 365 * _DAY, schedule.end_at or LATEST_INSTANT, LATEST_INSTANT)
+    gaps = []
+    change: datetime | None = after
+    while (change := _first_offset_change(schedule.timezone, change, until)) is not None:
+        fires, cursor = [], change - window
+        while (cursor := next_fire_after(schedule, cursor)) is not None and cursor < change + window:
+            fires.append(cursor)
+        gaps += [(b - a).total_seconds() for a, b in zip(fires, fires[1:])]
+    return min((gap for gap in gaps if gap < under), default=None)
+
+
 def jitter_offset(schedule: Schedule, nominal: datetime) -> timedelta:
     """The stable delay of the fire due at `nominal`: whole seconds in [0, jitter)."""
     if not schedule.jitter:
@@ -250,23 +335,110 @@ def _interval_anchor(schedule: Schedule) -> datetime:
     return anchor.astimezone(UTC).replace(microsecond=0)
 
 
+def _next_fixed_time_fire(cron: str, zone_name: str, after: datetime) -> datetime | None:
+    """The first fire strictly after `after` of a fixed-time job (see _is_fixed_time).
+
+    cronsim walks the job's wall clock, so "0 9 * * *" means 09:00 local on both sides of a
+    DST change; a wall time skipped by a gap fires right after it, and one in a repeated
+    hour fires in its first pass only.
+    """
+    local = after.astimezone(_tz(zone_name))
+    if local.fold and local.replace(fold=0).utcoffset() != local.utcoffset():
+        # `after` is in the second pass of a repeated hour. cronsim reads every wall time of
+        # that hour as its first pass, which is behind us (the job fired there once), so it
+        # would answer with up to 60 past fires per hour of overlap. Look from the end of the
+        # repeated hour instead: one step past all of it, however many fires it holds.
+        local = _end_of_second_pass(zone_name, after) - _SECOND
+    found = next(CronSim(cron, local), None)
+    return None if found is None else found.astimezone(UTC)
+
+
+def _next_wildcard_fire(cron: str, zone_name: str, after: datetime) -> datetime | None:
+    """The first fire strictly after `after` of a job that is not fixed-time (hourly or finer).
+
+    Such a job fires at every real instant whose wall time matches (Debian cron). Between
+    two changes of the zone's UTC offset the wall clock is UTC plus a constant, so each such
+    stretch is searched as plain wall time, moving on to the next stretch when the answer
+    lies past its end. (cronsim's own stepping in the zone measures its jumps on the wall
+    clock but makes them in UTC, and misses fires where the offset changes by 30 or 45
+    minutes: Australia/Lord_Howe, Pacific/Chatham.)
+    """
+    cursor = after
+    while True:
+        offset = (cursor + _MICROSECOND).astimezone(_tz(zone_name)).utcoffset()
+        wall = next(CronSim(cron, (cursor + offset).replace(tzinfo=None)), None)
+        if wall is None:
+            return None
+        found = (wall - offset).replace(tzinfo=UTC)
+        change = _first_offset_change(zone_name, cursor + _MICROSECOND, found)
+        if change is None:
+            return found
+        # Each turn starts at a later offset change, so the loop ends at the first fire
+        # (or when cronsim finds none within 50 years of its start).
+        cursor = change - _MICROSECOND
+
+
+def _is_fixed_time(cron: str) -> bool:
+    """Whether Debian cron treats the job as fixed-time: no `*` starts its minute or hour field."""
+    minute, hour = cron.split()[:2]
+    return not (minute.startswith("*") or hour.startswith("*"))
+
+
+def _end_of_second_pass(zone_name: str, after: datetime) -> datetime:
+    """The wall time (in the zone) at which the repeated hour holding `after` ends."""
+    tz = _tz(zone_name)
+    local = after.astimezone(tz)
+    earlier = local.replace(fold=0).utcoffset()
+    # The clocks went back at most `earlier - local.utcoffset()` ago.
+    change = _first_offset_change(zone_name, after - (earlier - local.utcoffset()), after)
+    assert change is not None
+    return (change + earlier).replace(tzinfo=tz)
+
+
+@functools.lru_cache(maxsize=4096)
+def _offset_changes_in(zone_name: str, year: int) -> tuple[datetime, ...]:
+    """The instants at which the zone's UTC offset changes, from (exclusive) 1 January of
+    `year` to (inclusive) 1 January of the next, 00:00 UTC, in order."""
+    # zoneinfo does not list a zone's offset changes: compare offsets a day apart and bisect
+    # to the second where they differ (no zone changes its offset twice within a day).
+    tz = _tz(zone_name)
+    start = datetime(year, 1, 1, tzinfo=UTC)
+    days = (datetime(year + 1, 1, 1, tzinfo=UTC) - start).days
+    samples = [start + k * _DAY for k in range(days + 1)]
+    offsets = [moment.astimezone(tz).utcoffset() for moment in samples]
+    changes = []
+    for low, high, old, new in zip(samples, samples[1:], offsets, offsets[1:]):
+        if old == new:
+            continue
+        while high - low > _SECOND:  # keep: offset(low) == old != offset(high)
+            middle = low + (high - low) // 2 // _SECOND * _SECOND
+            if middle.astimezone(tz).utcoffset() == old:
+                low = middle
+            else:
+                high = middle
+        changes.append(high)
+    return tuple(changes)
+
+
+def _first_offset_change(zone_name: str, after: datetime, until: datetime) -> datetime | None:
+    """The first instant in (after, until] at which the zone's UTC offset changes, or None."""
+    for year in range(after.year, until.year + 1):
+        changes = _offset_changes_in(zone_name, year)
+        index = bisect.bisect_right(changes, after)
+        if index < len(changes):
+            return changes[index] if changes[index] <= until else None
+    return None
+
+
 def _raw_next_after(schedule: Schedule, after: datetime) -> datetime | None:
     """The first fire strictly after `after`, ignoring the start/end window."""
     if schedule.cron:
-        # Iterate in the job's own zone so "0 9 * * *" means 09:00 local on both sides of a
-        # DST change; cronsim then handles the gap and the repeated hour.
-        local = after.astimezone(zone(schedule.timezone))
         try:
-            # For a fixed-time job whose `after` lies in the second pass of a repeated
-            # autumn hour, cronsim answers with that day's fire in the first pass (before
-            # `after`); step on until the answer is really later.
-            for candidate in itertools.islice(CronSim(schedule.cron, local), 8):
-                found = candidate.astimezone(UTC)
-                if found > after:
-                    return found
+            if _is_fixed_time(schedule.cron):
+                return _next_fixed_time_fire(schedule.cron, schedule.timezone, after)
+            return _next_wildcard_fire(schedule.cron, schedule.timezone, after)
         except (OverflowError, ValueError):
             return None
-        return None
     if schedule.every is not None:
         anchor = _interval_anchor(schedule)
         if after < anchor:
@@ -384,7 +556,7 @@ def fire_anomaly(schedule: Schedule, fire: datetime) -> str | None:
         return None
     if schedule.jitter:  # judge the nominal time the jitter moved
         fire = _last_nominal_at_or_before(schedule.nominal, fire) or fire
-    local = fire.astimezone(zone(schedule.timezone))
+    local = fire.astimezone(_tz(schedule.timezone))
     wall = local.replace(tzinfo=None)
     nominal = next(CronSim(schedule.cron, wall - timedelta(seconds=1)), None)
     if nominal != wall:

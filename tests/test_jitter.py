@@ -79,6 +79,36 @@ def test_jitter_is_validated(schedule, message):
     assert caught.value.field == "jitter"
 
 
+@pytest.mark.parametrize(
+    ("cron", "tz"),
+    [
+        # Sydney springs forward 2024-10-06 02:00 -> 03:00 (16:00Z): 02:30 fires at 03:00, then
+        # 03:30, 30 minutes apart. BUG: the check looked at 200 fires from 2000-01-01, saw
+        # only 60-minute gaps and accepted 3000 s; the 03:30 fire was then never returned.
+        ("30 2,3 * * *", "Australia/Sydney"),
+        # Casablanca has had DST only since 2008 (an hour back for Ramadan): 2000 has no change.
+        ("30 2,3 * * *", "Africa/Casablanca"),
+        # Lord Howe goes back half an hour: 01:30 comes twice, 30 minutes apart.
+        ("30 * * * *", "Australia/Lord_Howe"),
+    ],
+)
+def test_jitter_over_a_gap_that_a_dst_change_shortens_is_refused(cron, tz):
+    with pytest.raises(schedules.InvalidSchedule, match=re.escape("(1800 s next to a DST change)")) as caught:
+        schedules.validate(jittered(cron=cron, jitter=3000, timezone=tz))
+    assert caught.value.field == "jitter"
+
+
+def test_jitter_up_to_the_gap_a_dst_change_leaves_keeps_every_fire_in_order():
+    schedule = schedules.validate(jittered(cron="30 2,3 * * *", jitter=1800, timezone="Australia/Sydney"))
+    after = datetime(2024, 10, 4, 12, tzinfo=UTC)  # Sydney springs forward 2024-10-05 16:00Z
+
+    nominal = schedules.preview(schedule.nominal, after, 6)
+    fires = schedules.preview(schedule, after, 6)
+
+    assert datetime(2024, 10, 5, 16, tzinfo=UTC) in nominal  # 02:30, moved to 03:00 AEDT
+    assert all(timedelta(0) <= fire - at < timedelta(seconds=1800) for fire, at in zip(fires, nominal, strict=True))
+
+
 def test_dst_anomalies_are_judged_on_the_nominal_time():
     schedule = jittered(cron="0 * * * *", jitter=600, timezone="Europe/Paris")
     after = datetime(2024, 3, 30, 12, tzinfo=UTC)

@@ -231,6 +231,62 @@ def test_next_fire_after_from_second_pass_of_repeated_hour_is_strictly_later(exp
     assert result == expected
 
 
+def minutes(start: datetime, count: int) -> list[datetime]:
+    return [start + timedelta(minutes=k) for k in range(count)]
+
+
+@pytest.mark.parametrize(
+    ("expression", "tz", "start", "end", "expected"),
+    [
+        # Lord Howe goes back half an hour at 2024-04-06 15:00Z (02:00 LHDT -> 01:30 LHST), so
+        # 01:30 happens at 14:30Z and again at 15:00Z. BUG: the fire at 15:00Z was missing.
+        ("30 * * * *", "Australia/Lord_Howe", U(2024, 4, 6, 14), U(2024, 4, 6, 16, 1),
+         [U(2024, 4, 6, 14, 30), U(2024, 4, 6, 15), U(2024, 4, 6, 16)]),
+        # ... and 02:00 LHST comes at 15:30Z. BUG: missing (next was 04:00 LHST = 17:30Z).
+        ("0 */2 * * *", "Australia/Lord_Howe", U(2024, 4, 6, 14), U(2024, 4, 6, 17, 31),
+         [U(2024, 4, 6, 15, 30), U(2024, 4, 6, 17, 30)]),
+        # Chatham goes back an hour at 2024-04-06 14:00Z (03:45 CHADT -> 02:45 CHAST): 02:00-02:59
+        # CHADT is 12:15Z-13:14Z, and 02:45-02:59 CHAST comes again at 14:00Z-14:14Z.
+        # BUG: the second 02:45-02:59 was missing.
+        ("* 2 * * *", "Pacific/Chatham", U(2024, 4, 6, 12), U(2024, 4, 6, 16),
+         minutes(U(2024, 4, 6, 12, 15), 60) + minutes(U(2024, 4, 6, 14), 15)),
+    ],
+)
+def test_hourly_and_finer_jobs_fire_at_every_real_instant_around_half_hour_and_45_minute_shifts(
+    expression, tz, start, end, expected
+):
+    assert fires_between(cron(expression, tz), start, end) == expected
+
+
+@pytest.mark.parametrize(
+    ("expression", "tz", "after", "expected"),
+    [
+        # New York, 2024-11-03: 06:00Z is 01:00 EST, the start of the second pass of 01:xx.
+        # Every minute of 01:xx fired in the first pass (05:00Z-05:59Z), so the next fire is
+        # 2024-11-04 01:00 EST = 06:00Z. BUG: returned None (the job never fired again).
+        ("0-59 1 * * *", "America/New_York", U(2024, 11, 3, 6, 0), U(2024, 11, 4, 6, 0)),
+        ("0-55/5 1 * * *", "America/New_York", U(2024, 11, 3, 6, 0), U(2024, 11, 4, 6, 0)),
+        # Control: at the end of the second pass only one past fire is left to step over.
+        ("0-59 1 * * *", "America/New_York", U(2024, 11, 3, 6, 59, 59), U(2024, 11, 4, 6, 0)),
+        # Berlin, 2024-10-27: 01:00Z is 02:00 CET (second pass); next 2024-10-28 02:00 CET.
+        ("0-59 2 * * *", "Europe/Berlin", U(2024, 10, 27, 1, 0), U(2024, 10, 28, 1, 0)),
+        # Lord Howe goes back half an hour (02:00 LHDT -> 01:30 LHST) at 2024-04-06 15:00Z.
+        # 15:10Z is 01:40 LHST (second pass); 01:45-01:55 fired in the first pass, so the
+        # next fire is 02:00 LHST = 15:30Z, right after the repeated half hour.
+        ("0-55/5 1,2 * * *", "Australia/Lord_Howe", U(2024, 4, 6, 15, 10), U(2024, 4, 6, 15, 30)),
+    ],
+)
+def test_next_fire_after_steps_past_a_whole_repeated_hour_of_fires(expression, tz, after, expected):
+    assert next_fire_after(cron(expression, tz), after) == expected
+
+
+def test_validate_accepts_a_start_in_the_second_pass_of_a_repeated_hour_full_of_fires():
+    # BUG: next_fire_after(start_at) was None, so this was refused as "never fires" (and a
+    # job created, edited or resumed in that hour got next_run_at = NULL).
+    schedule = cron("0-59 1 * * *", "America/New_York", start_at=U(2024, 11, 3, 6, 30))
+    assert next_fire_after(schedule, U(2024, 11, 3, 6, 30)) == U(2024, 11, 4, 6, 0)
+
+
 # --------------------------------------------------------------------------------------
 # 2. Nicknames and normalisation
 # --------------------------------------------------------------------------------------
@@ -589,9 +645,38 @@ def test_zone_rejects_names_that_are_not_zones_with_invalid_schedule(name):
 
 
 @pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        # BUG: ZoneInfo opens these files of the tz folder too, so they were accepted: the
+        # machine's own zone, tzdata internals, and copies of every zone (right/ is 27 s off).
+        ("localtime", "unknown time zone 'localtime'"),
+        ("posixrules", "unknown time zone 'posixrules'"),
+        ("Factory", "unknown time zone 'Factory'"),
+        ("right/UTC", "unknown time zone 'right/UTC'"),
+        ("posix/Europe/Berlin", "unknown time zone 'posix/Europe/Berlin'; did you mean Europe/Berlin?"),
+        # BUG: refused without a hint (and "europe/berlin" accepted on a case-insensitive disk).
+        ("europe/berlin", "unknown time zone 'europe/berlin'; did you mean Europe/Berlin?"),
+        ("Europe/Berlin ", "unknown time zone 'Europe/Berlin '; did you mean Europe/Berlin?"),
+        ("Europe/Berlim", "unknown time zone 'Europe/Berlim'; did you mean Europe/Berlin?"),
+        ("utc", "unknown time zone 'utc'; did you mean UTC?"),
+        ("America/Sao Paulo", "unknown time zone 'America/Sao Paulo'; did you mean America/Sao_Paulo?"),
+        # Control: nothing close enough to suggest.
+        ("Mars/Olympus", "unknown time zone 'Mars/Olympus'"),
+    ],
+)
+def test_zone_takes_only_exact_iana_names_and_suggests_the_one_meant(name, message):
+    with pytest.raises(InvalidSchedule) as info:
+        validate(Schedule(cron="0 0 * * *", timezone=name))
+    assert info.value.field == "timezone"
+    assert str(info.value) == f"timezone: {message}"
+
+
+@pytest.mark.parametrize(
     "kwargs",
     [
         {"cron": "0 0 29 2 *"},  # leap day: rare but real
+        {"cron": "0 0 * * *", "timezone": "Etc/UTC"},
+        {"cron": "0 0 * * *", "timezone": "America/Argentina/Buenos_Aires"},
         {"cron": "0 0 L * *"},
         {"cron": "0 0 30 2 1"},  # day-of-week OR: Mondays in February
         {"cron": "0 9 * * MON-FRI", "timezone": "Australia/Lord_Howe"},
