@@ -1,8 +1,9 @@
 """Writes used by the commands, the admin and (later) the API.
 
 Services validate their input (raising InvalidInput naming the field, before anything is
-written), compute next_run_at with schedules.py, write in one transaction, audit the
-change and wake sleeping beats. Nothing else computes schedules.
+written; the pure checks of what people write are in validation.py), compute next_run_at
+with schedules.py, write in one transaction, audit the change and wake sleeping beats.
+Nothing else computes schedules.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import hashlib
 import hmac
 import re
 import secrets
-import unicodedata
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
@@ -40,18 +40,12 @@ from scheduler_app.models import (
 )
 from scheduler_app.dispatch import run_times, tenant_budget
 from scheduler_app.publish import RunMessage, publish_runs
+from scheduler_app.validation import InvalidInput, check_name, check_tags
 
 WAKE_CHANNEL = "cronfleet_jobs"
 # A one-off instant this far in the past is still accepted (and fires at once).
 PAST_GRACE = timedelta(minutes=5)
 MAX_ATTEMPTS = 100
-
-
-class InvalidInput(ValueError):
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
 
 
 class QuotaExceeded(InvalidInput):
@@ -92,19 +86,6 @@ class JobSpec:
     description: str = ""
     tags: list[str] | None = None
     jitter_seconds: int = 0
-
-
-def check_name(field: str, value: str, *, max_length: int = 200) -> str:
-    """A display name: 1..max_length characters, no control or bidi-override characters."""
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidInput(field, "must not be empty")
-    value = value.strip()
-    if len(value) > max_length:
-        raise InvalidInput(field, f"must be at most {max_length} characters")
-    for char in value:
-        if unicodedata.category(char) in {"Cc", "Cf", "Cs", "Co", "Cn"}:
-            raise InvalidInput(field, f"must not contain the character U+{ord(char):04X}")
-    return value
 
 
 def _check_int(field: str, value, low: int, high: int) -> int:
@@ -204,9 +185,6 @@ def spec_schedule(tenant: Tenant, spec: JobSpec, *, anchor: datetime | None = No
         raise InvalidInput("jitter_seconds" if exc.field == "jitter" else exc.field, exc.message) from None
 
 
-MAX_TAGS = 20
-
-
 def check_min_interval(tenant: Tenant, schedule: schedules.Schedule, now: datetime) -> None:
     """Refuse a schedule that fires more often than the tenant's min_interval_seconds
     (schedules.shortest_gap: exact for intervals, the next few hundred fires for cron)."""
@@ -218,14 +196,6 @@ def check_min_interval(tenant: Tenant, schedule: schedules.Schedule, now: dateti
     if shortest < least:
         raise QuotaExceeded(field, f"fires every {shortest:g} s; tenant {tenant.slug!r} allows at least "
                                    f"{least} s between fires (min_interval_seconds)")
-
-
-def check_tags(tags) -> list[str]:
-    if tags is None:
-        return []
-    if not isinstance(tags, list) or len(tags) > MAX_TAGS:
-        raise InvalidInput("tags", f"must be a list of at most {MAX_TAGS} tags")
-    return [check_name(f"tags.{index}", tag, max_length=64) for index, tag in enumerate(tags)]
 
 
 def check_job_quota(tenant: Tenant) -> None:

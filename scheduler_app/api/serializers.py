@@ -24,7 +24,7 @@ from drf_spectacular.utils import (
 )
 from rest_framework import serializers
 
-from scheduler_app import schedules, services
+from scheduler_app import schedules, services, validation
 from scheduler_app.models import (
     ApiKey,
     Job,
@@ -300,7 +300,7 @@ class JobWriteSerializer(StrictSerializer):
     name = StrictCharField(max_length=200, trim_whitespace=False)
     description = StrictCharField(required=False, allow_blank=True, trim_whitespace=False, max_length=10_000)
     tags = serializers.ListField(child=StrictCharField(max_length=64, trim_whitespace=False), required=False,
-                                 max_length=services.MAX_TAGS)
+                                 max_length=validation.MAX_TAGS)
     schedule = ScheduleField()
     target = TargetField()
     start_at = AwareDateTimeField(required=False, allow_null=True, help_text="No fires before this instant")
