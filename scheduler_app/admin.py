@@ -160,6 +160,17 @@ SPEC_FIELD_TO_FORM = {"task": "task_name", "every": "every_seconds", "at": "run_
                       "anchor": None}
 
 
+def add_service_error(form: forms.Form, exc: services.InvalidInput) -> None:
+    """Show a service's refusal on the form field it names; an item of a list field
+    ("tags.1") on the list's field, saying which item."""
+    name, _, item = exc.field.partition(".")
+    field = SPEC_FIELD_TO_FORM.get(exc.field, name)
+    if field in form.fields:
+        form.add_error(field, f"{exc.field}: {exc.message}" if item else exc.message)
+    else:
+        form.add_error(None, exc.message)
+
+
 class JobAddForm(forms.ModelForm):
     """Creates a job through services.job_create; validated by services.validate_spec."""
 
@@ -214,8 +225,7 @@ class JobAddForm(forms.ModelForm):
         try:
             _, fields = services.validate_spec(tenant, spec, db_now())
         except services.InvalidInput as exc:
-            field = SPEC_FIELD_TO_FORM.get(exc.field, exc.field)
-            self.add_error(field if field in self.fields else None, exc.message)
+            add_service_error(self, exc)
             return data
         # Show the model validation what job_create will store (normalised cron and so on).
         data.update({name: value for name, value in fields.items() if name in self.fields})
@@ -261,8 +271,7 @@ class JobChangeForm(forms.ModelForm):
         try:
             services.plan_edit(self.instance, changes, db_now())
         except services.InvalidInput as exc:
-            field = SPEC_FIELD_TO_FORM.get(exc.field, exc.field)
-            self.add_error(field if field in self.fields else None, exc.message)
+            add_service_error(self, exc)
             return data
         self.changes = changes
         return data
@@ -423,6 +432,12 @@ class ApiKeyForm(forms.ModelForm):
         model = ApiKey
         fields = ("tenant", "name")
         help_texts = {"tenant": "Blank makes a staff key, which administers every tenant."}
+
+    def clean_name(self):
+        try:
+            return services.check_name("name", self.cleaned_data["name"])
+        except services.InvalidInput as exc:
+            raise ValidationError(exc.message) from None
 
 
 @admin.register(ApiKey)

@@ -40,7 +40,7 @@ from scheduler_app.models import (
 )
 from scheduler_app.dispatch import run_times, tenant_budget
 from scheduler_app.publish import RunMessage, publish_runs
-from scheduler_app.validation import InvalidInput, check_name, check_tags
+from scheduler_app.validation import InvalidInput, check_line, check_name, check_tags, check_text
 
 WAKE_CHANNEL = "cronfleet_jobs"
 # A one-off instant this far in the past is still accepted (and fires at once).
@@ -163,7 +163,7 @@ def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime, *, anchor: datet
         catchup_window_seconds=_check_int("catchup_window_seconds", spec.catchup_window_seconds, 0, 366 * 86400),
         run_all_cap=_check_int("run_all_cap", spec.run_all_cap, 1, 10000),
         overlap_policy=spec.overlap_policy,
-        description=spec.description or "",
+        description=check_text("description", spec.description or ""),
         tags=check_tags(spec.tags),
         cron=schedule.cron, timezone=schedule.timezone, every_seconds=schedule.every,
         run_at=schedule.at, anchor_at=schedule.anchor, start_at=schedule.start_at, end_at=schedule.end_at,
@@ -321,6 +321,7 @@ def job_create(tenant: Tenant, spec: JobSpec, *, actor: str = "") -> Job:
 
 def job_pause(job: Job, *, note: str = "", actor: str = "") -> Job:
     """Stop a job firing. next_run_at is kept so resume can record what was missed."""
+    note = check_line("note", note)
     with transaction.atomic():
         updated = Job.objects.filter(id=job.id, enabled=True).update(
             enabled=False, paused_note=note[:500], version=F("version") + 1)
@@ -600,7 +601,7 @@ BULK_ACTIONS = ("pause", "resume", "delete")
 
 def jobs_bulk(tenant: Tenant, *, tag: str, action: str, note: str = "", actor: str = "") -> int:
     """Pause, resume or delete every job of `tenant` tagged `tag`; return how many changed."""
-    tag = check_name("tag", tag, max_length=64)
+    tag, note = check_name("tag", tag, max_length=64), check_line("note", note)
     if action not in BULK_ACTIONS:
         raise InvalidInput("action", f"must be one of {', '.join(BULK_ACTIONS)}")
     ids = list(Job.objects.filter(tenant=tenant).tagged(tag).values_list("id", flat=True))

@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from scheduler_app import services
-from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Tenant, Trigger, db_now
+from scheduler_app.models import ApiKey, AuditEvent, Job, JobRun, RunState, Tenant, Trigger, db_now
 
 TASK = "scheduler_app.echo"
 BASE = datetime(2024, 1, 1, tzinfo=UTC)
@@ -195,6 +195,26 @@ def test_api_key_is_shown_once_when_made_in_the_admin_and_can_be_revoked(admin_c
     assert services.apikey_authenticate(raw) is None
 
 
+@pytest.mark.parametrize("name", ["deploy\u202e", "deploy\u2028admin", "a\u0007b"])
+def test_add_api_key_refuses_a_name_with_hidden_characters_on_its_field(admin_client, tenant, name):
+    response = admin_client.post(url("apikey", "add"), {"tenant": tenant.pk, "name": name})
+
+    assert response.status_code == 200
+    assert "must not contain the character" in str(response.context["adminform"].form.errors["name"])
+    assert not ApiKey.objects.exists()
+
+
+def test_job_change_page_keeps_the_description_s_line_breaks_and_refuses_a_bidi_override(admin_client, job):
+    saved = admin_client.post(url("job", "change", job.pk), change_form(job, description="one\r\ntwo"))
+    refused = admin_client.post(url("job", "change", job.pk), change_form(job, description="one\u2067two"))
+
+    assert saved.status_code == 302
+    assert refused.status_code == 200
+    assert "U+2067" in str(refused.context["adminform"].form.errors["description"])
+    job.refresh_from_db()
+    assert (job.description, job.version) == ("one\ntwo", 2)
+
+
 def test_list_pages_do_not_query_per_row(admin_client, tenant):
     def queries(path: str) -> int:
         with CaptureQueriesContext(connection) as captured:
@@ -227,6 +247,7 @@ def test_add_tenant_goes_through_the_service(admin_client, db):
 @pytest.mark.parametrize(("data", "message"), [
     ({"slug": "Beta", "name": "Beta", "timezone": "UTC"}, "Use lowercase letters"),
     ({"slug": "beta", "name": "Beta", "timezone": "Mars/Base"}, "unknown time zone"),
+    ({"slug": "beta", "name": "Beta\u2028Corp", "timezone": "UTC"}, "must not contain the character U+2028"),
 ])
 def test_add_tenant_refuses_bad_input(admin_client, db, data, message):
     response = admin_client.post(url("tenant", "add"), data)
@@ -273,6 +294,10 @@ def test_add_job_sets_priority_overlap_and_jitter(admin_client, tenant):
     ({"tags": '"one"'}, "tags", "Give a JSON list of strings."),
     ({"cron": "", "run_at_0": "2020-01-01", "run_at_1": "00:00:00"}, "run_at", "is in the past"),
     ({"name": "nightly"}, "__all__", "already exists"),
+    ({"name": "a\u2028b"}, "name", "must not contain the character U+2028 LINE SEPARATOR"),
+    ({"description": "pays \u202e001$"}, "description", "must not contain the character U+202E"),
+    ({"description": "a\u2029b"}, "description", "must not contain the character U+2029"),
+    ({"tags": '["ok", "b\\u2066ad"]'}, "tags", "must not contain the character U+2066"),
 ])
 def test_add_job_refuses_bad_input_and_writes_nothing(admin_client, job, overrides, field, message):
     jobs, events = Job.objects.count(), AuditEvent.objects.count()

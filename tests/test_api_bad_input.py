@@ -118,7 +118,18 @@ CASES = [
     Case("name-with-bidi-override", job_body(name="invoice\u202egpj.exe"), "name"),
     Case("name-blank", job_body(name="   "), "name"),
     Case("name-too-long", job_body(name="n" * 201), "name"),
+    Case("name-with-line-separator", job_body(name="two\u2028lines"), "name"),
+    Case("name-with-isolate", job_body(name="a\u2067b"), "name"),
     Case("tag-with-bidi-override", job_body(name="new", tags=["ok", "b\u202ead"]), "tags.1"),
+    Case("tag-with-paragraph-separator", job_body(name="new", tags=["a\u2029b"]), "tags.0"),
+    Case("description-with-bidi-override", job_body(name="new", description="pays \u202e001$"), "description"),
+    Case("description-with-isolate", job_body(name="new", description="a\u2066b\u2069"), "description"),
+    Case("description-with-line-separator", job_body(name="new", description="a\u2028b"), "description"),
+    Case("description-with-escape-sequence", job_body(name="new", description="\u001b[2Jok"), "description"),
+    Case("description-with-a-lone-CR", job_body(name="new", description="done\rfailed"), "description"),
+    Case("description-with-C1-control", job_body(name="new", description="a\u0085b"), "description"),
+    Case("patch-description-with-bidi-override", {"description": "\u202e"}, "description", method="patch",
+         url="/api/v1/jobs/{job}/"),
     Case("too-many-tags", job_body(name="new", tags=[f"t{n}" for n in range(21)]), "tags"),
     Case("tags-not-a-list", job_body(name="new", tags="nightly"), "tags"),
     # fields
@@ -171,6 +182,9 @@ CASES = [
          url="/api/v1/jobs/{job}/impact/"),
     # actions
     Case("pause-note-too-long", {"note": "n" * 501}, "note", url="/api/v1/jobs/{job}/pause/"),
+    Case("pause-note-with-bidi-override", {"note": "by \u202enimda"}, "note", url="/api/v1/jobs/{job}/pause/"),
+    Case("pause-note-with-line-separator", {"note": "a\u2028b"}, "note", url="/api/v1/jobs/{job}/pause/"),
+    Case("pause-note-with-newline", {"note": "a\nb"}, "note", url="/api/v1/jobs/{job}/pause/"),
     Case("backfill-end-before-start", {"start": "2024-01-02T00:00:00Z", "end": "2024-01-01T00:00:00Z"}, "end",
          url="/api/v1/jobs/{job}/backfill/"),
     Case("backfill-naive-start", {"start": "2024-01-01T00:00:00", "end": "2024-01-02T00:00:00Z"}, "start",
@@ -181,10 +195,13 @@ CASES = [
                                        "dry_run": "yes"}, "dry_run", url="/api/v1/jobs/{job}/backfill/"),
     Case("bulk-unknown-action", {"tag": "t", "action": "explode"}, "action", url="/api/v1/jobs/bulk/"),
     Case("bulk-blank-tag", {"tag": "", "action": "pause"}, "tag", url="/api/v1/jobs/bulk/"),
+    Case("bulk-note-with-bidi-override", {"tag": "t", "action": "pause", "note": "\u2067x"}, "note",
+         url="/api/v1/jobs/bulk/"),
     Case("preview-count-0", {"schedule": {"every": 60}, "count": 0}, "count", url="/api/v1/preview/"),
     Case("preview-never-fires", {"schedule": {"cron": "0 0 31 2 *"}}, "schedule.cron", url="/api/v1/preview/"),
     Case("key-name-blank", {"name": ""}, "name", url="/api/v1/keys/"),
     Case("key-name-with-NUL", {"name": "a\u0000"}, "name", url="/api/v1/keys/"),
+    Case("key-name-with-line-separator", {"name": "deploy\u2028admin"}, "name", url="/api/v1/keys/"),
     # queries
     Case("runs-of-another-tenants-job", None, "job", method="get", url="/api/v1/runs/?job={other_job}"),
     Case("runs-job-not-a-number", None, "job", method="get", url="/api/v1/runs/?job=abc"),
@@ -279,3 +296,24 @@ def test_unknown_routes_under_the_api_answer_json_404(setup):
 
     assert response.status_code == 404
     assert list(errors_of(response)) == ["path"]
+
+
+def test_a_description_keeps_tabs_and_line_feeds_and_an_emoji_sequence_and_stores_crlf_as_lf(setup):
+    body = job_body(name="described", description="Steps:\r\n\t1. run\n\t2. \U0001F468\u200D\U0001F469 check")
+
+    response = setup["api"].post("/api/v1/jobs/", body, format="json")
+
+    assert response.status_code == 201, response.json()
+    assert response.json()["description"] == "Steps:\n\t1. run\n\t2. \U0001F468\u200D\U0001F469 check"
+
+
+def test_repeated_tags_are_kept_once_in_their_first_order(setup):
+    body = job_body(name="tagged", tags=["nightly", "billing", "nightly", " billing ", "eu"])
+
+    created = setup["api"].post("/api/v1/jobs/", body, format="json")
+    patched = setup["api"].patch(f"/api/v1/jobs/{setup['job'].id}/", {"tags": ["b", "a", "b"]}, format="json")
+
+    assert created.status_code == 201, created.json()
+    assert created.json()["tags"] == ["nightly", "billing", "eu"]
+    assert Job.objects.get(name="tagged").tags == ["nightly", "billing", "eu"]
+    assert patched.json()["tags"] == ["b", "a"]

@@ -350,6 +350,13 @@ def test_apikeys_command_adds_lists_and_revokes(tenant):
         call_command("apikeys", "add", "--tenant", "nope", stdout=io.StringIO())
 
 
+def test_apikeys_add_refuses_a_name_with_a_hidden_line_break(tenant):
+    with pytest.raises(CommandError, match="^apikeys add: name: must not contain the character U[+]2028"):
+        call_command("apikeys", "add", "--tenant", tenant.slug, "--name", "deploy\u2028admin", stdout=io.StringIO())
+
+    assert not ApiKey.objects.exists()
+
+
 def test_tenants_set_changes_quotas(tenant):
     out = io.StringIO()
     call_command("tenants", "set", tenant.slug, "--max-fires-per-minute", "100", "--weight", "2",
