@@ -40,7 +40,15 @@ from scheduler_app.models import (
 )
 from scheduler_app.dispatch import run_times, tenant_budget
 from scheduler_app.publish import RunMessage, publish_runs
-from scheduler_app.validation import InvalidInput, check_line, check_name, check_tags, check_text
+from scheduler_app.validation import (
+    InvalidInput,
+    check_headers,
+    check_line,
+    check_name,
+    check_tags,
+    check_text,
+    check_url_path,
+)
 
 WAKE_CHANNEL = "cronfleet_jobs"
 # A one-off instant this far in the past is still accepted (and fires at once).
@@ -210,7 +218,6 @@ def check_job_quota(tenant: Tenant) -> None:
 
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")
 MAX_HTTP_BODY = 64 * 1024
-RESERVED_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "user-agent", "accept-encoding"}
 
 
 def validate_target(spec: JobSpec) -> dict:
@@ -246,14 +253,8 @@ def validate_http(http: dict) -> dict:
         netguard.check_url(url)
     except netguard.BlockedTarget as exc:
         raise InvalidInput("http.url", exc.detail) from None
-    headers = http.get("headers") or {}
-    if not isinstance(headers, dict):
-        raise InvalidInput("http.headers", "must be an object of names to values")
-    for key, value in headers.items():
-        if not isinstance(value, str) or any(c in f"{key}{value}" for c in "\r\n\x00"):
-            raise InvalidInput(f"http.headers.{key}", "must be text without CR, LF or NUL")
-        if key.lower() in RESERVED_HEADERS or key.lower().startswith("webhook-"):
-            raise InvalidInput(f"http.headers.{key}", "is set by Cronfleet and cannot be overridden")
+    check_url_path("http.url", url)
+    headers = check_headers("http.headers", http.get("headers") or {})
     body = http.get("body") or ""
     if not isinstance(body, str):
         raise InvalidInput("http.body", "must be text (JSON as a string)")

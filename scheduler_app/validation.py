@@ -1,4 +1,4 @@
-"""Checks of what people write: text fields and tags.
+"""Checks of what people write: text fields, tags and HTTP targets.
 
 Pure functions: each returns the value as it is to be stored, or raises InvalidInput
 naming the field. The services call them before anything is written, so the API, the
@@ -7,7 +7,9 @@ admin and the CLI refuse the same things. No database, no clock, no Django.
 
 from __future__ import annotations
 
+import re
 import unicodedata
+from urllib.parse import quote, urlsplit, urlunsplit
 
 
 class InvalidInput(ValueError):
@@ -89,3 +91,63 @@ def check_tags(tags) -> list[str]:
         raise InvalidInput("tags", f"must be a list of at most {MAX_TAGS} tags")
     checked = [check_name(f"tags.{index}", tag, max_length=64) for index, tag in enumerate(tags)]
     return list(dict.fromkeys(checked))
+
+
+# --- HTTP targets -----------------------------------------------------------------------
+# What a worker would refuse to send, or a server to read, on every attempt is refused when
+# the job is saved.
+
+# RFC 9110 section 5.6.2: a header name is a token.
+HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+# Set by the HTTP client (httpclient.RESERVED_HEADERS) or by the signature (webhook-*).
+RESERVED_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection", "user-agent",
+                              "accept-encoding"})
+SIGNED_PREFIX = "webhook-"
+
+
+def _header_value_char(char: str) -> bool:
+    """Tab, space, visible ASCII and printable Latin-1 (U+00A0-U+00FF): what is sent as one
+    byte each and is no control character (RFC 9110's field-vchar, minus the C1 controls)."""
+    return char == "\t" or " " <= char <= "~" or "\xa0" <= char <= "\xff"
+
+
+def check_headers(field: str, headers) -> dict[str, str]:
+    """A target's extra headers: {name: value}, names RFC 9110 tokens, values printable Latin-1."""
+    if not isinstance(headers, dict):
+        raise InvalidInput(field, "must be an object of names to values")
+    for name, value in headers.items():
+        if not isinstance(name, str) or not name:
+            raise InvalidInput(field, "a header name must not be empty")
+        if not HEADER_NAME.fullmatch(name):
+            raise InvalidInput(f"{field}.{name}", "is not a header name: use letters, digits and "
+                                                  "! # $ % & ' * + - . ^ _ ` | ~ (no spaces, colons or line breaks)")
+        if name.lower() in RESERVED_HEADERS or name.lower().startswith(SIGNED_PREFIX):
+            raise InvalidInput(f"{field}.{name}", "is set by Cronfleet and cannot be overridden")
+        if not isinstance(value, str):
+            raise InvalidInput(f"{field}.{name}", "must be text")
+        bad = next((char for char in value if not _header_value_char(char)), None)
+        if bad in ("\r", "\n"):
+            raise InvalidInput(f"{field}.{name}", "must not contain CR or LF")
+        if bad is not None:
+            raise InvalidInput(f"{field}.{name}", "must be printable Latin-1 (tab, space, ASCII, U+00A0-U+00FF); "
+                                                  f"{describe(bad)} is not")
+    return dict(headers)
+
+
+_BAD_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def check_url_path(field: str, url: str) -> str:
+    """The part of a target URL after the host (path, query, fragment) must already be
+    percent-encoded ASCII: it is sent as written, never re-encoded, so it is refused (with
+    its encoded form suggested) rather than guessed at. Call after netguard.check_url."""
+    parts = urlsplit(url)
+    tail = urlunsplit(("", "", parts.path, parts.query, parts.fragment))
+    if not tail.isascii():
+        encoded = urlunsplit((parts.scheme, parts.netloc, *(quote(part, safe="/?:@!$&'()*+,;=%~")
+                                                            for part in (parts.path, parts.query, parts.fragment))))
+        raise InvalidInput(field, f"the path and query must be percent-encoded ASCII (they are sent as written); "
+                                  f"write {encoded}")
+    if _BAD_PERCENT.search(tail):
+        raise InvalidInput(field, "a '%' must start a percent-encoded byte such as %20 (write %25 for '%' itself)")
+    return url

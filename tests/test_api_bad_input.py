@@ -22,6 +22,7 @@ from scheduler_app.models import ApiKey, AuditEvent, Job, JobRun, Tenant, db_now
 from tests.test_api import client_for, errors_of, job_body, make_tenant
 
 TASK = {"kind": "task", "task": "scheduler_app.echo"}
+HTTP = {"kind": "http", "url": "https://example.com/"}
 
 
 @dataclass(frozen=True)
@@ -161,12 +162,35 @@ CASES = [
     Case("http-header-name-with-CRLF",
          job_body(name="new", target={"kind": "http", "url": "https://example.com/",
                                       "headers": {"X-A\r\nInjected": "v"}}), "target.headers.X-A\r\nInjected"),
+    Case("http-header-name-with-a-space", job_body(name="new", target={**HTTP, "headers": {"X A": "v"}}),
+         "target.headers.X A"),
+    Case("http-header-name-with-a-colon", job_body(name="new", target={**HTTP, "headers": {"X-A:": "v"}}),
+         "target.headers.X-A:"),
+    Case("http-header-name-empty", job_body(name="new", target={**HTTP, "headers": {"": "v"}}), "target.headers"),
+    Case("http-header-name-non-ASCII", job_body(name="new", target={**HTTP, "headers": {"X-\u00c4": "v"}}),
+         "target.headers.X-\u00c4"),
+    Case("http-header-value-not-latin-1", job_body(name="new", target={**HTTP, "headers": {"X-A": "5 \u20ac"}}),
+         "target.headers.X-A"),
+    Case("http-header-value-with-a-control-character",
+         job_body(name="new", target={**HTTP, "headers": {"X-A": "a\u0007"}}), "target.headers.X-A"),
+    Case("http-header-value-with-a-C1-control",
+         job_body(name="new", target={**HTTP, "headers": {"X-A": "a\u0085"}}), "target.headers.X-A"),
     Case("http-reserved-header",
          job_body(name="new", target={"kind": "http", "url": "https://example.com/", "headers": {"Host": "x"}}),
          "target.headers.Host"),
     Case("http-file-url", job_body(name="new", target={"kind": "http", "url": "file:///etc/passwd"}), "target.url"),
     Case("http-credentials-in-url", job_body(name="new", target={"kind": "http", "url": "https://u:p@example.com/"}),
          "target.url"),
+    Case("http-non-ASCII-path", job_body(name="new", target={"kind": "http", "url": "https://example.com/caf\u00e9"}),
+         "target.url"),
+    Case("http-non-ASCII-query", job_body(name="new", target={"kind": "http", "url": "https://example.com/?q=\u00fc"}),
+         "target.url"),
+    Case("http-space-in-path", job_body(name="new", target={"kind": "http", "url": "https://example.com/a b"}),
+         "target.url"),
+    Case("http-stray-percent", job_body(name="new", target={"kind": "http", "url": "https://example.com/?off=50%"}),
+         "target.url"),
+    Case("patch-http-header-name-with-a-space", {"target": {**HTTP, "headers": {"X A": "v"}}}, "target.headers.X A",
+         method="patch", url="/api/v1/jobs/{job}/"),
     Case("http-method-unknown", job_body(name="new", target={"kind": "http", "method": "TRACE",
                                                              "url": "https://example.com/"}), "target.method"),
     Case("command-not-configured", job_body(name="new", target={"kind": "command", "name": "rm"}), "target.name"),
