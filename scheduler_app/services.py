@@ -42,6 +42,7 @@ from scheduler_app.dispatch import run_times, tenant_budget
 from scheduler_app.publish import RunMessage, publish_runs
 from scheduler_app.validation import (
     InvalidInput,
+    check_end_at,
     check_headers,
     check_line,
     check_name,
@@ -128,12 +129,14 @@ def tenant_by_slug(slug: str, *, field: str = "tenant") -> Tenant:
 
 
 def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime, *, anchor: datetime | None = None,
-                  jitter_seed: int = 0, check_schedule_quota: bool = True) -> tuple[schedules.Schedule, dict]:
+                  jitter_seed: int = 0, check_schedule_quota: bool = True,
+                  check_end: bool = True) -> tuple[schedules.Schedule, dict]:
     """Check every field of `spec`; return the normalised schedule and the model fields.
 
     An interval counts from `anchor` (an edit keeps the job's), else from now. An edit
     that leaves the schedule alone passes check_schedule_quota=False: a one-off time that
-    has since passed, or a quota tightened since, does not block renaming the job.
+    has since passed, or a quota tightened since, does not block renaming the job; one that
+    leaves end_at alone passes check_end=False (an end that has since passed is no error).
     """
     if not tenant.is_active:
         raise InvalidInput("tenant", f"tenant {tenant.slug!r} is not active")
@@ -154,6 +157,8 @@ def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime, *, anchor: datet
         raise InvalidInput("overlap_policy", f"must be one of {', '.join(OverlapPolicy.values)}")
     if check_schedule_quota and spec.at is not None and spec.at.tzinfo is not None and spec.at < now - PAST_GRACE:
         raise InvalidInput("at", "is in the past")
+    if check_end:
+        check_end_at("end_at", spec.end_at, now)
     schedule = spec_schedule(tenant, spec, anchor=anchor or now.replace(microsecond=0), jitter_seed=jitter_seed)
     if check_schedule_quota:
         check_min_interval(tenant, schedule, now)
@@ -473,7 +478,7 @@ def plan_edit(job: Job, changes: dict, now: datetime) -> Edit:
     # An interval keeps its anchor unless the interval itself changes.
     anchor = job.anchor_at if spec.every is not None and spec.every == job.every_seconds else None
     schedule, fields = validate_spec(job.tenant, spec, now, anchor=anchor, jitter_seed=job.jitter_seed,
-                                     check_schedule_quota=schedule_changed)
+                                     check_schedule_quota=schedule_changed, check_end=spec.end_at != before.end_at)
     diff = {
         key: [_jsonable(getattr(job, key)), _jsonable(value)]
         for key, value in fields.items()

@@ -1,4 +1,4 @@
-"""Checks of what people write: text fields, tags and HTTP targets.
+"""Checks of what people write: text fields, tags, HTTP targets and the end of a job.
 
 Pure functions: each returns the value as it is to be stored, or raises InvalidInput
 naming the field. The services call them before anything is written, so the API, the
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from datetime import UTC, datetime
 from urllib.parse import quote, urlsplit, urlunsplit
 
 
@@ -151,3 +152,14 @@ def check_url_path(field: str, url: str) -> str:
     if _BAD_PERCENT.search(tail):
         raise InvalidInput(field, "a '%' must start a percent-encoded byte such as %20 (write %25 for '%' itself)")
     return url
+
+
+# --- instants ---------------------------------------------------------------------------
+
+
+def check_end_at(field: str, end_at: datetime | None, now: datetime) -> None:
+    """A job's end must not have passed: nothing would ever fire. (Naive values are left to
+    schedules.validate, which refuses them.)"""
+    if end_at is not None and end_at.tzinfo is not None and end_at < now:
+        raise InvalidInput(field, f"is in the past ({end_at.astimezone(UTC):%Y-%m-%d %H:%M:%S}Z); "
+                                  "a job that has ended never fires")

@@ -169,6 +169,16 @@ def test_job_change_page_shows_a_bad_edit_on_its_field_and_saves_nothing(admin_c
     assert (job.cron, job.version) == ("0 9 * * *", 1)
 
 
+def test_job_change_page_refuses_an_end_in_the_past_on_its_field(admin_client, job):
+    response = admin_client.post(url("job", "change", job.pk), change_form(job, end_at_0="2020-01-01",
+                                                                           end_at_1="00:00:00"))
+
+    assert response.status_code == 200
+    assert "is in the past" in str(response.context["adminform"].form.errors["end_at"])
+    job.refresh_from_db()
+    assert (job.end_at, job.version) == (None, 1)
+
+
 def test_tenant_change_page_sets_quotas_through_the_service(admin_client, tenant):
     data = {"name": tenant.name, "timezone": tenant.timezone, "is_active": "on", "max_jobs": "10",
             "min_interval_seconds": "60", "max_fires_per_minute": "", "max_concurrent_runs": "4", "weight": "2",
@@ -293,6 +303,7 @@ def test_add_job_sets_priority_overlap_and_jitter(admin_client, tenant):
     ({"task_name": "os.system"}, "task_name", "Select a valid choice"),
     ({"tags": '"one"'}, "tags", "Give a JSON list of strings."),
     ({"cron": "", "run_at_0": "2020-01-01", "run_at_1": "00:00:00"}, "run_at", "is in the past"),
+    ({"end_at_0": "2020-01-01", "end_at_1": "00:00:00"}, "end_at", "is in the past"),
     ({"name": "nightly"}, "__all__", "already exists"),
     ({"name": "a\u2028b"}, "name", "must not contain the character U+2028 LINE SEPARATOR"),
     ({"description": "pays \u202e001$"}, "description", "must not contain the character U+202E"),

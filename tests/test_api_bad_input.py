@@ -100,6 +100,10 @@ CASES = [
     Case("at-words", schedule({"at": "tomorrow"}), "schedule.at"),
     Case("at-a-number", schedule({"at": 1893456000}), "schedule.at"),
     Case("start-naive", job_body(name="new", start_at="2030-01-01T00:00:00"), "start_at"),
+    Case("end-in-the-past", job_body(name="new", end_at=PAST), "end_at"),
+    Case("end-in-the-past-in-another-offset", job_body(name="new", end_at="2024-06-01T02:00:00+02:00"), "end_at"),
+    Case("patch-end-in-the-past", {"end_at": PAST}, "end_at", method="patch", url="/api/v1/jobs/{job}/"),
+    Case("impact-end-in-the-past", {"end_at": PAST}, "end_at", url="/api/v1/jobs/{job}/impact/"),
     Case("end-before-start", job_body(name="new", start_at="2030-01-02T00:00:00Z", end_at="2030-01-01T00:00:00Z"),
          "end_at"),
     # the body as a whole
@@ -341,3 +345,15 @@ def test_repeated_tags_are_kept_once_in_their_first_order(setup):
     assert created.json()["tags"] == ["nightly", "billing", "eu"]
     assert Job.objects.get(name="tagged").tags == ["nightly", "billing", "eu"]
     assert patched.json()["tags"] == ["b", "a"]
+
+
+def test_an_end_that_has_passed_since_does_not_block_other_edits(setup):
+    job = setup["job"]
+    Job.objects.filter(id=job.id).update(end_at=db_now() - timedelta(days=1))  # the job ended yesterday
+
+    renamed = setup["api"].patch(f"/api/v1/jobs/{job.id}/", {"name": "renamed"}, format="json")
+    reopened = setup["api"].patch(f"/api/v1/jobs/{job.id}/", {"end_at": None}, format="json")
+
+    assert renamed.status_code == 200, renamed.json()
+    assert reopened.status_code == 200, reopened.json()
+    assert reopened.json()["end_at"] is None and reopened.json()["next_run_at"] is not None

@@ -245,6 +245,7 @@ BAD_ADD_INPUT = [
     (["--cron", "@daily", "--end", "31/12/2031"], "jobs add: end_at: '31/12/2031' is not an ISO 8601"),
     (["--cron", "@daily", "--start", "2031-02-01T00:00Z", "--end", "2031-01-01T00:00Z"],
      "jobs add: end_at: must not be before start_at"),
+    (["--cron", "@daily", "--end", "2020-01-01T00:00:00Z"], "jobs add: end_at: is in the past (2020-01-01 00:00:00Z)"),
     (["--every", "0"], "jobs add: every: must be between 1 and"),
     (["--cron", "@daily", "--misfire", "sometimes"], "jobs add: misfire_policy: must be one of"),
     (["--cron", "@daily", "--timeout", "0"], "jobs add: timeout_seconds: must be between 1 and"),

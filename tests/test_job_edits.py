@@ -86,6 +86,8 @@ def test_an_edit_that_changes_nothing_writes_nothing(tenant):
         ({"priority": -1}, "priority"),
         ({"bogus": 3}, "bogus"),
         ({"at": datetime(2001, 1, 1, tzinfo=UTC)}, "at"),
+        ({"end_at": datetime(2001, 1, 1, tzinfo=UTC)}, "end_at"),
+        ({"end_at": datetime(2001, 1, 1, tzinfo=UTC), "name": "renamed"}, "end_at"),
     ],
 )
 def test_a_bad_edit_names_the_field_and_changes_nothing(tenant, changes, field):

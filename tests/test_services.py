@@ -1,6 +1,6 @@
 """Services: what pausing and resuming record, and what job creation refuses."""
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -54,6 +54,7 @@ def test_a_paused_job_is_not_due(tenant):
         ({"every": 10, "description": "bell\u0007"}, "description"),
         ({"every": 10, "tags": ["ok", "a\u2028b"]}, "tags.1"),
         ({"cron": "0 0 31 2 *"}, "cron"),
+        ({"every": 10, "end_at": datetime(2020, 1, 1, tzinfo=UTC)}, "end_at"),
         ({"cron": "* * * * *", "timezone": "Mars/Olympus"}, "timezone"),
     ],
 )
