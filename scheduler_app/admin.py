@@ -29,13 +29,14 @@ from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
+from django.db import models
 from django.db.models import Count, IntegerField, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.text import slugify
 
-from scheduler_app import schedules, services
+from scheduler_app import schedules, services, validation
 from scheduler_app.management.tables import describe_schedule, local_text, shorten, utc_text
 from scheduler_app.models import ApiKey, AuditEvent, Job, JobRun, Tenant, db_now
 
@@ -55,6 +56,20 @@ def adopt(obj, created) -> None:
         setattr(obj, field.attname, getattr(created, field.attname))
     obj._state.adding = False
     obj._state.db = created._state.db
+
+
+class AsciiSplitDateTimeField(forms.SplitDateTimeField):
+    """The admin's date and time boxes, refusing digits other than ASCII 0-9 (strptime
+    reads full-width and other scripts' digits as if they were)."""
+
+    def clean(self, value):
+        for part in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(part, str):
+                try:
+                    validation.check_instant_text("", part)
+                except validation.InvalidInput as exc:
+                    raise ValidationError(exc.message) from None
+        return super().clean(value)
 
 
 def jsonb_safe(value):
@@ -286,6 +301,7 @@ class JobAdmin(admin.ModelAdmin):
     autocomplete_fields = ("tenant",)
     show_facets = admin.ShowFacets.NEVER
     actions = ("pause_jobs", "resume_jobs", "trigger_jobs")
+    formfield_overrides = {models.DateTimeField: {"form_class": AsciiSplitDateTimeField}}
     add_fieldsets = (
         (None, {"fields": ("tenant", "name", "description", "tags")}),
         ("Schedule", {"fields": ("cron", "timezone", "every_seconds", "run_at", "start_at", "end_at",

@@ -1,4 +1,4 @@
-"""Checks of what people write: text fields, tags, HTTP targets and the end of a job.
+"""Checks of what people write: text fields, tags, HTTP targets, instants.
 
 Pure functions: each returns the value as it is to be stored, or raises InvalidInput
 naming the field. The services call them before anything is written, so the API, the
@@ -155,6 +155,17 @@ def check_url_path(field: str, url: str) -> str:
 
 
 # --- instants ---------------------------------------------------------------------------
+
+
+def check_instant_text(field: str, text: str) -> str:
+    """An instant written as text must be ASCII. Django's parse_datetime and strptime (the
+    API's and the admin's parsers) read full-width digits (U+FF10-U+FF19) and every other
+    script's decimal digits as 0-9, and datetime.fromisoformat some of them, so what a
+    reviewer reads and what is stored could differ. Call before parsing."""
+    for char in text:
+        if not char.isascii():
+            raise InvalidInput(field, f"must be written with ASCII characters, digits 0-9; {describe(char)} is not one")
+    return text
 
 
 def check_end_at(field: str, end_at: datetime | None, now: datetime) -> None:

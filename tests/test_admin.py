@@ -179,6 +179,17 @@ def test_job_change_page_refuses_an_end_in_the_past_on_its_field(admin_client, j
     assert (job.end_at, job.version) == (None, 1)
 
 
+def test_job_change_page_refuses_full_width_digits_in_an_instant(admin_client, job):
+    form = change_form(job, end_at_0="\uff12\uff10\uff13\uff10-01-01", end_at_1="00:00:00")
+
+    response = admin_client.post(url("job", "change", job.pk), form)
+
+    assert response.status_code == 200
+    assert "digits 0-9" in str(response.context["adminform"].form.errors["end_at"])
+    job.refresh_from_db()
+    assert (job.end_at, job.version) == (None, 1)
+
+
 def test_tenant_change_page_sets_quotas_through_the_service(admin_client, tenant):
     data = {"name": tenant.name, "timezone": tenant.timezone, "is_active": "on", "max_jobs": "10",
             "min_interval_seconds": "60", "max_fires_per_minute": "", "max_concurrent_runs": "4", "weight": "2",
@@ -304,6 +315,10 @@ def test_add_job_sets_priority_overlap_and_jitter(admin_client, tenant):
     ({"tags": '"one"'}, "tags", "Give a JSON list of strings."),
     ({"cron": "", "run_at_0": "2020-01-01", "run_at_1": "00:00:00"}, "run_at", "is in the past"),
     ({"end_at_0": "2020-01-01", "end_at_1": "00:00:00"}, "end_at", "is in the past"),
+    ({"cron": "", "run_at_0": "\uff12\uff10\uff13\uff10-01-01", "run_at_1": "00:00:00"}, "run_at",
+     "U+FF12 FULLWIDTH DIGIT TWO is not one"),
+    ({"start_at_0": "2030-01-01", "start_at_1": "0\uff10:00:00"}, "start_at", "digits 0-9"),
+    ({"end_at_0": "\u0662\u0660\u0663\u0660-01-01", "end_at_1": "00:00:00"}, "end_at", "digits 0-9"),
     ({"name": "nightly"}, "__all__", "already exists"),
     ({"name": "a\u2028b"}, "name", "must not contain the character U+2028 LINE SEPARATOR"),
     ({"description": "pays \u202e001$"}, "description", "must not contain the character U+202E"),

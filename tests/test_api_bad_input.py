@@ -11,6 +11,7 @@ import io
 import json
 from dataclasses import dataclass
 from datetime import timedelta
+from urllib.parse import quote
 
 import pytest
 from rest_framework.test import APIClient
@@ -100,6 +101,14 @@ CASES = [
     Case("at-words", schedule({"at": "tomorrow"}), "schedule.at"),
     Case("at-a-number", schedule({"at": 1893456000}), "schedule.at"),
     Case("start-naive", job_body(name="new", start_at="2030-01-01T00:00:00"), "start_at"),
+    # digits other than ASCII 0-9, which parse_datetime reads as if they were
+    Case("at-full-width-year", schedule({"at": "\uff12\uff10\uff13\uff10-01-01T00:00:00Z"}), "schedule.at"),
+    Case("at-full-width-offset", schedule({"at": "2030-01-01T00:00:00+\uff10\uff11:00"}), "schedule.at"),
+    Case("start-one-full-width-digit", job_body(name="new", start_at="2030-01-0\uff11T00:00:00Z"), "start_at"),
+    Case("end-arabic-indic-digits", job_body(name="new", end_at="\u0662\u0660\u0663\u0660-01-01T00:00:00Z"),
+         "end_at"),
+    Case("patch-end-devanagari-digit", {"end_at": "2030-01-01T0\u0966:00:00Z"}, "end_at", method="patch",
+         url="/api/v1/jobs/{job}/"),
     Case("end-in-the-past", job_body(name="new", end_at=PAST), "end_at"),
     Case("end-in-the-past-in-another-offset", job_body(name="new", end_at="2024-06-01T02:00:00+02:00"), "end_at"),
     Case("patch-end-in-the-past", {"end_at": PAST}, "end_at", method="patch", url="/api/v1/jobs/{job}/"),
@@ -217,6 +226,11 @@ CASES = [
          url="/api/v1/jobs/{job}/backfill/"),
     Case("backfill-naive-start", {"start": "2024-01-01T00:00:00", "end": "2024-01-02T00:00:00Z"}, "start",
          url="/api/v1/jobs/{job}/backfill/"),
+    Case("backfill-full-width-start", {"start": "\uff12\uff10\uff12\uff14-01-01T00:00:00Z",
+                                       "end": "2024-01-02T00:00:00Z", "dry_run": False}, "start",
+         url="/api/v1/jobs/{job}/backfill/"),
+    Case("backfill-full-width-end", {"start": "2024-01-01T00:00:00Z", "end": "2024-01-0\uff12T00:00:00Z",
+                                     "dry_run": False}, "end", url="/api/v1/jobs/{job}/backfill/"),
     Case("backfill-in-the-future", {"start": "2024-01-01T00:00:00Z", "end": "2100-01-01T00:00:00Z",
                                     "dry_run": False}, "end", url="/api/v1/jobs/{job}/backfill/"),
     Case("backfill-dry-run-a-string", {"start": "2024-01-01T00:00:00Z", "end": "2024-01-02T00:00:00Z",
@@ -226,6 +240,9 @@ CASES = [
     Case("bulk-note-with-bidi-override", {"tag": "t", "action": "pause", "note": "\u2067x"}, "note",
          url="/api/v1/jobs/bulk/"),
     Case("preview-count-0", {"schedule": {"every": 60}, "count": 0}, "count", url="/api/v1/preview/"),
+    Case("preview-full-width-start",
+         {"schedule": {"every": 60}, "start_at": "\uff12\uff10\uff13\uff10-01-01T00:00:00Z"}, "start_at",
+         url="/api/v1/preview/"),
     Case("preview-never-fires", {"schedule": {"cron": "0 0 31 2 *"}}, "schedule.cron", url="/api/v1/preview/"),
     Case("key-name-blank", {"name": ""}, "name", url="/api/v1/keys/"),
     Case("key-name-with-NUL", {"name": "a\u0000"}, "name", url="/api/v1/keys/"),
@@ -237,6 +254,8 @@ CASES = [
     Case("runs-state-unknown", None, "state", method="get", url="/api/v1/runs/?state=exploded"),
     Case("runs-naive-after", None, "scheduled_after", method="get",
          url="/api/v1/runs/?scheduled_after=2024-01-01T00:00:00"),
+    Case("runs-full-width-after", None, "scheduled_after", method="get",
+         url="/api/v1/runs/?scheduled_after=" + quote("\uff12\uff10\uff12\uff14-01-01T00:00:00Z")),
     Case("runs-limit-0", None, "limit", method="get", url="/api/v1/runs/?limit=0"),
     Case("runs-limit-501", None, "limit", method="get", url="/api/v1/runs/?limit=501"),
     Case("runs-limit-huge", None, "limit", method="get", url="/api/v1/runs/?limit=" + "9" * 5000),

@@ -83,7 +83,8 @@ class AwareDateTimeField(serializers.DateTimeField):
     """An ISO 8601 instant with a UTC offset ("Z" or "+01:00"), returned in UTC.
 
     A local time without an offset is refused, never guessed: it may not exist (spring
-    forward) or happen twice (autumn).
+    forward) or happen twice (autumn). So are digits other than ASCII 0-9, which
+    parse_datetime would read as if they were.
     """
 
     default_error_messages: ClassVar[dict[str, str]] = {
@@ -98,6 +99,10 @@ class AwareDateTimeField(serializers.DateTimeField):
     def to_internal_value(self, value):
         if not isinstance(value, str) or len(value) > 64:
             self.fail("invalid")
+        try:
+            validation.check_instant_text(self.field_name, value)
+        except validation.InvalidInput as exc:
+            raise serializers.ValidationError(exc.message) from None
         try:
             parsed = parse_datetime(value.strip())
         except ValueError:  # well formed but impossible, such as month 13

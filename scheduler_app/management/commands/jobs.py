@@ -14,7 +14,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import JSONField, OuterRef, Subquery
 
-from scheduler_app import schedules, services
+from scheduler_app import schedules, services, validation
 from scheduler_app.management.tables import (
     OneLineErrors,
     cell,
@@ -308,6 +308,7 @@ def parse_instant(field: str, text: str | None) -> datetime | None:
     """An aware datetime from ISO 8601 text; a value without a UTC offset is refused."""
     if text is None:
         return None
+    validation.check_instant_text(field, text)
     try:
         value = datetime.fromisoformat(text.strip())
     except ValueError:
