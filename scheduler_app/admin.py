@@ -455,6 +455,15 @@ class ApiKeyForm(forms.ModelForm):
         except services.InvalidInput as exc:
             raise ValidationError(exc.message) from None
 
+    def clean(self):
+        data = super().clean()
+        if data.get("tenant") is not None:
+            try:
+                services.check_key_quota(data["tenant"])
+            except services.InvalidInput as exc:
+                self.add_error("tenant", exc.message)
+        return data
+
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):

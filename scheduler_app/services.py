@@ -714,14 +714,33 @@ def _key_hash(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
+# Unrevoked keys a tenant may hold (staff keys are not counted), unless settings say otherwise.
+MAX_API_KEYS_PER_TENANT = 20
+
+
+def check_key_quota(tenant: Tenant) -> None:
+    """Refuse a new key for a tenant already holding CRONFLEET_MAX_API_KEYS_PER_TENANT
+    unrevoked keys. Locks the tenant row, so concurrent creations are counted one at a time,
+    until the caller's transaction ends (or a short one of its own)."""
+    limit = getattr(settings, "CRONFLEET_MAX_API_KEYS_PER_TENANT", MAX_API_KEYS_PER_TENANT)
+    with transaction.atomic():
+        Tenant.objects.select_for_update().filter(id=tenant.id).first()
+        active = ApiKey.objects.filter(tenant=tenant, revoked_at__isnull=True).count()
+    if active >= limit:
+        raise QuotaExceeded("tenant", f"tenant {tenant.slug!r} already has the most unrevoked API keys allowed "
+                                      f"({limit}, CRONFLEET_MAX_API_KEYS_PER_TENANT); revoke one first")
+
+
 def apikey_create(*, tenant: Tenant | None, name: str, actor: str = "") -> tuple[ApiKey, str]:
     """Make an API key; return it and its secret text, which is shown once and never kept.
 
-    tenant None makes a staff key (tenant administration)."""
+    tenant None makes a staff key (tenant administration), which no quota counts."""
     name = check_name("name", name)
     prefix = secrets.token_hex(6)
     raw = f"cf_{prefix}_{secrets.token_urlsafe(24)}"
     with transaction.atomic():
+        if tenant is not None:
+            check_key_quota(tenant)
         key = ApiKey.objects.create(tenant=tenant, name=name, prefix=prefix, key_hash=_key_hash(raw))
         if tenant is not None:
             AuditEvent.objects.create(tenant=tenant, action="apikey.created", actor=actor,

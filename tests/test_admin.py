@@ -225,6 +225,19 @@ def test_add_api_key_refuses_a_name_with_hidden_characters_on_its_field(admin_cl
     assert not ApiKey.objects.exists()
 
 
+def test_add_api_key_over_the_tenant_s_cap_is_refused_on_the_tenant_field(admin_client, tenant, settings):
+    settings.CRONFLEET_MAX_API_KEYS_PER_TENANT = 1
+    services.apikey_create(tenant=tenant, name="first")
+
+    response = admin_client.post(url("apikey", "add"), {"tenant": tenant.pk, "name": "second"})
+    staff = admin_client.post(url("apikey", "add"), {"tenant": "", "name": "staff"})
+
+    assert response.status_code == 200
+    assert "(1, CRONFLEET_MAX_API_KEYS_PER_TENANT)" in str(response.context["adminform"].form.errors["tenant"])
+    assert staff.status_code == 302  # staff keys are not counted
+    assert list(ApiKey.objects.order_by("id").values_list("name", flat=True)) == ["first", "staff"]
+
+
 def test_job_change_page_keeps_the_description_s_line_breaks_and_refuses_a_bidi_override(admin_client, job):
     saved = admin_client.post(url("job", "change", job.pk), change_form(job, description="one\r\ntwo"))
     refused = admin_client.post(url("job", "change", job.pk), change_form(job, description="one\u2067two"))

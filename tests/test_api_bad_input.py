@@ -35,6 +35,7 @@ class Case:
     method: str = "post"
     url: str = "/api/v1/jobs/"  # {job} is the existing job's id, {other_job} another tenant's
     content_type: str = "application/json"
+    settings: tuple = ()  # (name, value) pairs set for the request
 
 
 def schedule(value) -> dict:
@@ -246,6 +247,8 @@ CASES = [
     Case("preview-never-fires", {"schedule": {"cron": "0 0 31 2 *"}}, "schedule.cron", url="/api/v1/preview/"),
     Case("key-name-blank", {"name": ""}, "name", url="/api/v1/keys/"),
     Case("key-name-with-NUL", {"name": "a\u0000"}, "name", url="/api/v1/keys/"),
+    Case("key-over-the-tenants-cap", {"name": "one more"}, "tenant", 403, url="/api/v1/keys/",
+         settings=(("CRONFLEET_MAX_API_KEYS_PER_TENANT", 1),)),  # the caller's own key is the one
     Case("key-name-with-line-separator", {"name": "deploy\u2028admin"}, "name", url="/api/v1/keys/"),
     # queries
     Case("runs-of-another-tenants-job", None, "job", method="get", url="/api/v1/runs/?job={other_job}"),
@@ -292,9 +295,11 @@ def everything() -> list:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
-def test_bad_input_is_refused_naming_the_field_and_writes_nothing(setup, case):
+def test_bad_input_is_refused_naming_the_field_and_writes_nothing(setup, settings, case):
     api: APIClient = setup["api"]
     url = case.url.format(job=setup["job"].id, other_job=setup["other_job"].id)
+    for name, value in case.settings:
+        setattr(settings, name, value)
     before = everything()
 
     if case.body is None:
