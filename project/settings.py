@@ -385,6 +385,8 @@ CRONFLEET_API_MAX_BODY_BYTES = env_int("CRONFLEET_API_MAX_BODY_BYTES", 256 * 102
 # GET /api/v1/me says so. When Redis is unreachable requests are let through (fail open) with
 # a logged warning, /me says the limit is off, and no request asks Redis again: after
 # CRONFLEET_RATE_LIMIT_RETRY_SECONDS a background probe does (scheduler_app/api/throttling.py).
+# Unrevoked API keys a tenant may hold (staff keys are not counted).
+CRONFLEET_MAX_API_KEYS_PER_TENANT = env_int("CRONFLEET_MAX_API_KEYS_PER_TENANT", 20, minimum=1)
 CRONFLEET_API_REQUESTS_PER_MINUTE = env_int("CRONFLEET_API_REQUESTS_PER_MINUTE", 600, minimum=1)
 # All of a tenant's keys together, so that more keys do not mean more requests: this many a
 # minute, or the tenant's per-key limit when that is larger.

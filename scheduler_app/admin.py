@@ -30,13 +30,14 @@ from django.apps import apps
 from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
+from django.db import models
 from django.db.models import Count, IntegerField, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.text import slugify
 
-from scheduler_app import schedules, services
+from scheduler_app import schedules, services, validation
 from scheduler_app.management.tables import describe_schedule, local_text, shorten, utc_text
 from scheduler_app.models import ApiKey, AuditEvent, Job, JobRun, Tenant, db_now
 
@@ -56,6 +57,20 @@ def adopt(obj, created) -> None:
         setattr(obj, field.attname, getattr(created, field.attname))
     obj._state.adding = False
     obj._state.db = created._state.db
+
+
+class AsciiSplitDateTimeField(forms.SplitDateTimeField):
+    """The admin's date and time boxes, refusing digits other than ASCII 0-9 (strptime
+    reads full-width and other scripts' digits as if they were)."""
+
+    def clean(self, value):
+        for part in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(part, str):
+                try:
+                    validation.check_instant_text("", part)
+                except validation.InvalidInput as exc:
+                    raise ValidationError(exc.message) from None
+        return super().clean(value)
 
 
 def jsonb_safe(value):
@@ -161,6 +176,17 @@ SPEC_FIELD_TO_FORM = {"task": "task_name", "every": "every_seconds", "at": "run_
                       "anchor": None}
 
 
+def add_service_error(form: forms.Form, exc: services.InvalidInput) -> None:
+    """Show a service's refusal on the form field it names; an item of a list field
+    ("tags.1") on the list's field, saying which item."""
+    name, _, item = exc.field.partition(".")
+    field = SPEC_FIELD_TO_FORM.get(exc.field, name)
+    if field in form.fields:
+        form.add_error(field, f"{exc.field}: {exc.message}" if item else exc.message)
+    else:
+        form.add_error(None, exc.message)
+
+
 class JobAddForm(forms.ModelForm):
     """Creates a job through services.job_create; validated by services.validate_spec."""
 
@@ -215,8 +241,7 @@ class JobAddForm(forms.ModelForm):
         try:
             _, fields = services.validate_spec(tenant, spec, db_now())
         except services.InvalidInput as exc:
-            field = SPEC_FIELD_TO_FORM.get(exc.field, exc.field)
-            self.add_error(field if field in self.fields else None, exc.message)
+            add_service_error(self, exc)
             return data
         # Show the model validation what job_create will store (normalised cron and so on).
         data.update({name: value for name, value in fields.items() if name in self.fields})
@@ -262,8 +287,7 @@ class JobChangeForm(forms.ModelForm):
         try:
             services.plan_edit(self.instance, changes, db_now())
         except services.InvalidInput as exc:
-            field = SPEC_FIELD_TO_FORM.get(exc.field, exc.field)
-            self.add_error(field if field in self.fields else None, exc.message)
+            add_service_error(self, exc)
             return data
         self.changes = changes
         return data
@@ -278,6 +302,7 @@ class JobAdmin(admin.ModelAdmin):
     autocomplete_fields = ("tenant",)
     show_facets = admin.ShowFacets.NEVER
     actions = ("pause_jobs", "resume_jobs", "trigger_jobs")
+    formfield_overrides = {models.DateTimeField: {"form_class": AsciiSplitDateTimeField}}
     add_fieldsets = (
         (None, {"fields": ("tenant", "name", "description", "tags")}),
         ("Schedule", {"fields": ("cron", "timezone", "every_seconds", "run_at", "start_at", "end_at",
@@ -424,6 +449,21 @@ class ApiKeyForm(forms.ModelForm):
         model = ApiKey
         fields = ("tenant", "name")
         help_texts = {"tenant": "Blank makes a staff key, which administers every tenant."}
+
+    def clean_name(self):
+        try:
+            return services.check_name("name", self.cleaned_data["name"])
+        except services.InvalidInput as exc:
+            raise ValidationError(exc.message) from None
+
+    def clean(self):
+        data = super().clean()
+        if data.get("tenant") is not None:
+            try:
+                services.check_key_quota(data["tenant"])
+            except services.InvalidInput as exc:
+                self.add_error("tenant", exc.message)
+        return data
 
 
 @admin.register(ApiKey)

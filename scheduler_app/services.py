@@ -1,8 +1,9 @@
 """Writes used by the commands, the admin and (later) the API.
 
 Services validate their input (raising InvalidInput naming the field, before anything is
-written), compute next_run_at with schedules.py, write in one transaction, audit the
-change and wake sleeping beats. Nothing else computes schedules.
+written; the pure checks of what people write are in validation.py), compute next_run_at
+with schedules.py, write in one transaction, audit the change and wake sleeping beats.
+Nothing else computes schedules.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import hashlib
 import hmac
 import re
 import secrets
-import unicodedata
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
@@ -40,18 +40,21 @@ from scheduler_app.models import (
 )
 from scheduler_app.dispatch import run_times, tenant_budget
 from scheduler_app.publish import RunMessage, publish_runs
+from scheduler_app.validation import (
+    InvalidInput,
+    check_end_at,
+    check_headers,
+    check_line,
+    check_name,
+    check_tags,
+    check_text,
+    check_url_path,
+)
 
 WAKE_CHANNEL = "cronfleet_jobs"
 # A one-off instant this far in the past is still accepted (and fires at once).
 PAST_GRACE = timedelta(minutes=5)
 MAX_ATTEMPTS = 100
-
-
-class InvalidInput(ValueError):
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
 
 
 class QuotaExceeded(InvalidInput):
@@ -93,19 +96,6 @@ class JobSpec:
     tags: list[str] | None = None
     jitter_seconds: int = 0
     batch: bool = False
-
-
-def check_name(field: str, value: str, *, max_length: int = 200) -> str:
-    """A display name: 1..max_length characters, no control or bidi-override characters."""
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidInput(field, "must not be empty")
-    value = value.strip()
-    if len(value) > max_length:
-        raise InvalidInput(field, f"must be at most {max_length} characters")
-    for char in value:
-        if unicodedata.category(char) in {"Cc", "Cf", "Cs", "Co", "Cn"}:
-            raise InvalidInput(field, f"must not contain the character U+{ord(char):04X}")
-    return value
 
 
 def check_queue(name) -> str:
@@ -158,12 +148,14 @@ def tenant_by_slug(slug: str, *, field: str = "tenant") -> Tenant:
 
 
 def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime, *, anchor: datetime | None = None,
-                  jitter_seed: int = 0, check_schedule_quota: bool = True) -> tuple[schedules.Schedule, dict]:
+                  jitter_seed: int = 0, check_schedule_quota: bool = True,
+                  check_end: bool = True) -> tuple[schedules.Schedule, dict]:
     """Check every field of `spec`; return the normalised schedule and the model fields.
 
     An interval counts from `anchor` (an edit keeps the job's), else from now. An edit
     that leaves the schedule alone passes check_schedule_quota=False: a one-off time that
-    has since passed, or a quota tightened since, does not block renaming the job.
+    has since passed, or a quota tightened since, does not block renaming the job; one that
+    leaves end_at alone passes check_end=False (an end that has since passed is no error).
     """
     if not tenant.is_active:
         raise InvalidInput("tenant", f"tenant {tenant.slug!r} is not active")
@@ -184,6 +176,8 @@ def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime, *, anchor: datet
         raise InvalidInput("overlap_policy", f"must be one of {', '.join(OverlapPolicy.values)}")
     if check_schedule_quota and spec.at is not None and spec.at.tzinfo is not None and spec.at < now - PAST_GRACE:
         raise InvalidInput("at", "is in the past")
+    if check_end:
+        check_end_at("end_at", spec.end_at, now)
     schedule = spec_schedule(tenant, spec, anchor=anchor or now.replace(microsecond=0), jitter_seed=jitter_seed)
     if check_schedule_quota:
         check_min_interval(tenant, schedule, now)
@@ -201,7 +195,7 @@ def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime, *, anchor: datet
         catchup_window_seconds=_check_int("catchup_window_seconds", spec.catchup_window_seconds, 0, 366 * 86400),
         run_all_cap=_check_int("run_all_cap", spec.run_all_cap, 1, 10000),
         overlap_policy=spec.overlap_policy,
-        description=spec.description or "",
+        description=check_text("description", spec.description or ""),
         tags=check_tags(spec.tags),
         cron=schedule.cron, timezone=schedule.timezone, every_seconds=schedule.every,
         run_at=schedule.at, anchor_at=schedule.anchor, start_at=schedule.start_at, end_at=schedule.end_at,
@@ -224,9 +218,6 @@ def spec_schedule(tenant: Tenant, spec: JobSpec, *, anchor: datetime | None = No
         raise InvalidInput("jitter_seconds" if exc.field == "jitter" else exc.field, exc.message) from None
 
 
-MAX_TAGS = 20
-
-
 def check_min_interval(tenant: Tenant, schedule: schedules.Schedule, now: datetime) -> None:
     """Refuse a schedule that fires more often than the tenant's min_interval_seconds
     (schedules.shortest_gap: exact for intervals, the next few hundred fires for cron)."""
@@ -238,14 +229,6 @@ def check_min_interval(tenant: Tenant, schedule: schedules.Schedule, now: dateti
     if shortest < least:
         raise QuotaExceeded(field, f"fires every {shortest:g} s; tenant {tenant.slug!r} allows at least "
                                    f"{least} s between fires (min_interval_seconds)")
-
-
-def check_tags(tags) -> list[str]:
-    if tags is None:
-        return []
-    if not isinstance(tags, list) or len(tags) > MAX_TAGS:
-        raise InvalidInput("tags", f"must be a list of at most {MAX_TAGS} tags")
-    return [check_name(f"tags.{index}", tag, max_length=64) for index, tag in enumerate(tags)]
 
 
 def check_job_quota(tenant: Tenant) -> None:
@@ -260,7 +243,6 @@ def check_job_quota(tenant: Tenant) -> None:
 
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")
 MAX_HTTP_BODY = 64 * 1024
-RESERVED_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "user-agent", "accept-encoding"}
 
 
 def validate_target(spec: JobSpec) -> dict:
@@ -296,14 +278,8 @@ def validate_http(http: dict) -> dict:
         netguard.check_url(url)
     except netguard.BlockedTarget as exc:
         raise InvalidInput("http.url", exc.detail) from None
-    headers = http.get("headers") or {}
-    if not isinstance(headers, dict):
-        raise InvalidInput("http.headers", "must be an object of names to values")
-    for key, value in headers.items():
-        if not isinstance(value, str) or any(c in f"{key}{value}" for c in "\r\n\x00"):
-            raise InvalidInput(f"http.headers.{key}", "must be text without CR, LF or NUL")
-        if key.lower() in RESERVED_HEADERS or key.lower().startswith("webhook-"):
-            raise InvalidInput(f"http.headers.{key}", "is set by Cronfleet and cannot be overridden")
+    check_url_path("http.url", url)
+    headers = check_headers("http.headers", http.get("headers") or {})
     body = http.get("body") or ""
     if not isinstance(body, str):
         raise InvalidInput("http.body", "must be text (JSON as a string)")
@@ -371,6 +347,7 @@ def job_create(tenant: Tenant, spec: JobSpec, *, actor: str = "") -> Job:
 
 def job_pause(job: Job, *, note: str = "", actor: str = "") -> Job:
     """Stop a job firing. next_run_at is kept so resume can record what was missed."""
+    note = check_line("note", note)
     with transaction.atomic():
         updated = Job.objects.filter(id=job.id, enabled=True).update(
             enabled=False, paused_note=note[:500], version=F("version") + 1)
@@ -521,7 +498,7 @@ def plan_edit(job: Job, changes: dict, now: datetime) -> Edit:
     # An interval keeps its anchor unless the interval itself changes.
     anchor = job.anchor_at if spec.every is not None and spec.every == job.every_seconds else None
     schedule, fields = validate_spec(job.tenant, spec, now, anchor=anchor, jitter_seed=job.jitter_seed,
-                                     check_schedule_quota=schedule_changed)
+                                     check_schedule_quota=schedule_changed, check_end=spec.end_at != before.end_at)
     diff = {
         key: [_jsonable(getattr(job, key)), _jsonable(value)]
         for key, value in fields.items()
@@ -650,7 +627,7 @@ BULK_ACTIONS = ("pause", "resume", "delete")
 
 def jobs_bulk(tenant: Tenant, *, tag: str, action: str, note: str = "", actor: str = "") -> int:
     """Pause, resume or delete every job of `tenant` tagged `tag`; return how many changed."""
-    tag = check_name("tag", tag, max_length=64)
+    tag, note = check_name("tag", tag, max_length=64), check_line("note", note)
     if action not in BULK_ACTIONS:
         raise InvalidInput("action", f"must be one of {', '.join(BULK_ACTIONS)}")
     ids = list(Job.objects.filter(tenant=tenant).tagged(tag).values_list("id", flat=True))
@@ -757,14 +734,29 @@ def _key_hash(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
+def check_key_quota(tenant: Tenant) -> None:
+    """Refuse a new key for a tenant already holding CRONFLEET_MAX_API_KEYS_PER_TENANT
+    unrevoked keys. Locks the tenant row, so concurrent creations are counted one at a time,
+    until the caller's transaction ends (or a short one of its own)."""
+    limit = settings.CRONFLEET_MAX_API_KEYS_PER_TENANT
+    with transaction.atomic():
+        Tenant.objects.select_for_update().filter(id=tenant.id).first()
+        active = ApiKey.objects.filter(tenant=tenant, revoked_at__isnull=True).count()
+    if active >= limit:
+        raise QuotaExceeded("tenant", f"tenant {tenant.slug!r} already has the most unrevoked API keys allowed "
+                                      f"({limit}, CRONFLEET_MAX_API_KEYS_PER_TENANT); revoke one first")
+
+
 def apikey_create(*, tenant: Tenant | None, name: str, actor: str = "") -> tuple[ApiKey, str]:
     """Make an API key; return it and its secret text, which is shown once and never kept.
 
-    tenant None makes a staff key (tenant administration)."""
+    tenant None makes a staff key (tenant administration), which no quota counts."""
     name = check_name("name", name)
     prefix = secrets.token_hex(6)
     raw = f"cf_{prefix}_{secrets.token_urlsafe(24)}"
     with transaction.atomic():
+        if tenant is not None:
+            check_key_quota(tenant)
         key = ApiKey.objects.create(tenant=tenant, name=name, prefix=prefix, key_hash=_key_hash(raw))
         if tenant is not None:
             AuditEvent.objects.create(tenant=tenant, action="apikey.created", actor=actor,

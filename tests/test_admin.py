@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from scheduler_app import services
-from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Tenant, Trigger, db_now
+from scheduler_app.models import ApiKey, AuditEvent, Job, JobRun, RunState, Tenant, Trigger, db_now
 
 TASK = "scheduler_app.echo"
 BASE = datetime(2024, 1, 1, tzinfo=UTC)
@@ -169,6 +169,27 @@ def test_job_change_page_shows_a_bad_edit_on_its_field_and_saves_nothing(admin_c
     assert (job.cron, job.version) == ("0 9 * * *", 1)
 
 
+def test_job_change_page_refuses_an_end_in_the_past_on_its_field(admin_client, job):
+    response = admin_client.post(url("job", "change", job.pk), change_form(job, end_at_0="2020-01-01",
+                                                                           end_at_1="00:00:00"))
+
+    assert response.status_code == 200
+    assert "is in the past" in str(response.context["adminform"].form.errors["end_at"])
+    job.refresh_from_db()
+    assert (job.end_at, job.version) == (None, 1)
+
+
+def test_job_change_page_refuses_full_width_digits_in_an_instant(admin_client, job):
+    form = change_form(job, end_at_0="\uff12\uff10\uff13\uff10-01-01", end_at_1="00:00:00")
+
+    response = admin_client.post(url("job", "change", job.pk), form)
+
+    assert response.status_code == 200
+    assert "digits 0-9" in str(response.context["adminform"].form.errors["end_at"])
+    job.refresh_from_db()
+    assert (job.end_at, job.version) == (None, 1)
+
+
 def test_tenant_change_page_sets_quotas_through_the_service(admin_client, tenant):
     data = {"name": tenant.name, "timezone": tenant.timezone, "is_active": "on", "max_jobs": "10",
             "min_interval_seconds": "60", "max_fires_per_minute": "", "max_concurrent_runs": "4", "weight": "2",
@@ -193,6 +214,39 @@ def test_api_key_is_shown_once_when_made_in_the_admin_and_can_be_revoked(admin_c
 
     admin_client.post(url("apikey", "changelist"), {"action": "revoke_keys", "_selected_action": [key.pk]})
     assert services.apikey_authenticate(raw) is None
+
+
+@pytest.mark.parametrize("name", ["deploy\u202e", "deploy\u2028admin", "a\u0007b"])
+def test_add_api_key_refuses_a_name_with_hidden_characters_on_its_field(admin_client, tenant, name):
+    response = admin_client.post(url("apikey", "add"), {"tenant": tenant.pk, "name": name})
+
+    assert response.status_code == 200
+    assert "must not contain the character" in str(response.context["adminform"].form.errors["name"])
+    assert not ApiKey.objects.exists()
+
+
+def test_add_api_key_over_the_tenant_s_cap_is_refused_on_the_tenant_field(admin_client, tenant, settings):
+    settings.CRONFLEET_MAX_API_KEYS_PER_TENANT = 1
+    services.apikey_create(tenant=tenant, name="first")
+
+    response = admin_client.post(url("apikey", "add"), {"tenant": tenant.pk, "name": "second"})
+    staff = admin_client.post(url("apikey", "add"), {"tenant": "", "name": "staff"})
+
+    assert response.status_code == 200
+    assert "(1, CRONFLEET_MAX_API_KEYS_PER_TENANT)" in str(response.context["adminform"].form.errors["tenant"])
+    assert staff.status_code == 302  # staff keys are not counted
+    assert list(ApiKey.objects.order_by("id").values_list("name", flat=True)) == ["first", "staff"]
+
+
+def test_job_change_page_keeps_the_description_s_line_breaks_and_refuses_a_bidi_override(admin_client, job):
+    saved = admin_client.post(url("job", "change", job.pk), change_form(job, description="one\r\ntwo"))
+    refused = admin_client.post(url("job", "change", job.pk), change_form(job, description="one\u2067two"))
+
+    assert saved.status_code == 302
+    assert refused.status_code == 200
+    assert "U+2067" in str(refused.context["adminform"].form.errors["description"])
+    job.refresh_from_db()
+    assert (job.description, job.version) == ("one\ntwo", 2)
 
 
 def test_list_pages_do_not_query_per_row(admin_client, tenant):
@@ -227,6 +281,7 @@ def test_add_tenant_goes_through_the_service(admin_client, db):
 @pytest.mark.parametrize(("data", "message"), [
     ({"slug": "Beta", "name": "Beta", "timezone": "UTC"}, "Use lowercase letters"),
     ({"slug": "beta", "name": "Beta", "timezone": "Mars/Base"}, "unknown time zone"),
+    ({"slug": "beta", "name": "Beta\u2028Corp", "timezone": "UTC"}, "must not contain the character U+2028"),
 ])
 def test_add_tenant_refuses_bad_input(admin_client, db, data, message):
     response = admin_client.post(url("tenant", "add"), data)
@@ -272,7 +327,16 @@ def test_add_job_sets_priority_overlap_and_jitter(admin_client, tenant):
     ({"task_name": "os.system"}, "task_name", "Select a valid choice"),
     ({"tags": '"one"'}, "tags", "Give a JSON list of strings."),
     ({"cron": "", "run_at_0": "2020-01-01", "run_at_1": "00:00:00"}, "run_at", "is in the past"),
+    ({"end_at_0": "2020-01-01", "end_at_1": "00:00:00"}, "end_at", "is in the past"),
+    ({"cron": "", "run_at_0": "\uff12\uff10\uff13\uff10-01-01", "run_at_1": "00:00:00"}, "run_at",
+     "U+FF12 FULLWIDTH DIGIT TWO is not one"),
+    ({"start_at_0": "2030-01-01", "start_at_1": "0\uff10:00:00"}, "start_at", "digits 0-9"),
+    ({"end_at_0": "\u0662\u0660\u0663\u0660-01-01", "end_at_1": "00:00:00"}, "end_at", "digits 0-9"),
     ({"name": "nightly"}, "__all__", "already exists"),
+    ({"name": "a\u2028b"}, "name", "must not contain the character U+2028 LINE SEPARATOR"),
+    ({"description": "pays \u202e001$"}, "description", "must not contain the character U+202E"),
+    ({"description": "a\u2029b"}, "description", "must not contain the character U+2029"),
+    ({"tags": '["ok", "b\\u2066ad"]'}, "tags", "must not contain the character U+2066"),
 ])
 def test_add_job_refuses_bad_input_and_writes_nothing(admin_client, job, overrides, field, message):
     jobs, events = Job.objects.count(), AuditEvent.objects.count()

@@ -134,6 +134,25 @@ def test_a_tenant_key_makes_and_revokes_its_own_keys_and_a_revoked_key_is_refuse
     assert api.get(f"/api/v1/keys/{made['id']}/").json()["revoked_at"] is not None
 
 
+def test_a_tenant_holds_at_most_the_configured_number_of_unrevoked_keys(api, tenant, settings):
+    settings.CRONFLEET_MAX_API_KEYS_PER_TENANT = 2
+    staff = client_for(None, tenant_header=tenant.slug)
+    second = api.post("/api/v1/keys/", {"name": "second"}, format="json")
+
+    by_the_tenant = api.post("/api/v1/keys/", {"name": "third"}, format="json")
+    by_staff = staff.post(f"/api/v1/tenants/{tenant.slug}/keys/", {"name": "third"}, format="json")
+    api.delete(f"/api/v1/keys/{second.json()['id']}/")
+    after_a_revocation = api.post("/api/v1/keys/", {"name": "third"}, format="json")
+
+    assert second.status_code == 201
+    for refused in (by_the_tenant, by_staff):
+        assert refused.status_code == 403
+        assert errors_of(refused) == {"tenant": f"tenant {tenant.slug!r} already has the most unrevoked API keys "
+                                                "allowed (2, CRONFLEET_MAX_API_KEYS_PER_TENANT); revoke one first"}
+    assert after_a_revocation.status_code == 201
+    assert ApiKey.objects.filter(tenant=tenant).count() == 3  # two active, one revoked
+
+
 @pytest.mark.parametrize(
     "authorization",
     [None, "Bearer", "Bearer cf_000000000000_" + "x" * 32, "Basic YWRtaW46YWRtaW4=", "Token abc"],

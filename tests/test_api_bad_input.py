@@ -11,6 +11,7 @@ import io
 import json
 from dataclasses import dataclass
 from datetime import timedelta
+from urllib.parse import quote
 
 import pytest
 from rest_framework.test import APIClient
@@ -22,6 +23,7 @@ from scheduler_app.models import ApiKey, AuditEvent, Job, JobRun, Tenant, db_now
 from tests.test_api import client_for, errors_of, job_body, make_tenant
 
 TASK = {"kind": "task", "task": "scheduler_app.echo"}
+HTTP = {"kind": "http", "url": "https://example.com/"}
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,7 @@ class Case:
     method: str = "post"
     url: str = "/api/v1/jobs/"  # {job} is the existing job's id, {other_job} another tenant's
     content_type: str = "application/json"
+    settings: tuple = ()  # (name, value) pairs set for the request
 
 
 def schedule(value) -> dict:
@@ -99,6 +102,18 @@ CASES = [
     Case("at-words", schedule({"at": "tomorrow"}), "schedule.at"),
     Case("at-a-number", schedule({"at": 1893456000}), "schedule.at"),
     Case("start-naive", job_body(name="new", start_at="2030-01-01T00:00:00"), "start_at"),
+    # digits other than ASCII 0-9, which parse_datetime reads as if they were
+    Case("at-full-width-year", schedule({"at": "\uff12\uff10\uff13\uff10-01-01T00:00:00Z"}), "schedule.at"),
+    Case("at-full-width-offset", schedule({"at": "2030-01-01T00:00:00+\uff10\uff11:00"}), "schedule.at"),
+    Case("start-one-full-width-digit", job_body(name="new", start_at="2030-01-0\uff11T00:00:00Z"), "start_at"),
+    Case("end-arabic-indic-digits", job_body(name="new", end_at="\u0662\u0660\u0663\u0660-01-01T00:00:00Z"),
+         "end_at"),
+    Case("patch-end-devanagari-digit", {"end_at": "2030-01-01T0\u0966:00:00Z"}, "end_at", method="patch",
+         url="/api/v1/jobs/{job}/"),
+    Case("end-in-the-past", job_body(name="new", end_at=PAST), "end_at"),
+    Case("end-in-the-past-in-another-offset", job_body(name="new", end_at="2024-06-01T02:00:00+02:00"), "end_at"),
+    Case("patch-end-in-the-past", {"end_at": PAST}, "end_at", method="patch", url="/api/v1/jobs/{job}/"),
+    Case("impact-end-in-the-past", {"end_at": PAST}, "end_at", url="/api/v1/jobs/{job}/impact/"),
     Case("end-before-start", job_body(name="new", start_at="2030-01-02T00:00:00Z", end_at="2030-01-01T00:00:00Z"),
          "end_at"),
     # the body as a whole
@@ -118,7 +133,18 @@ CASES = [
     Case("name-with-bidi-override", job_body(name="invoice\u202egpj.exe"), "name"),
     Case("name-blank", job_body(name="   "), "name"),
     Case("name-too-long", job_body(name="n" * 201), "name"),
+    Case("name-with-line-separator", job_body(name="two\u2028lines"), "name"),
+    Case("name-with-isolate", job_body(name="a\u2067b"), "name"),
     Case("tag-with-bidi-override", job_body(name="new", tags=["ok", "b\u202ead"]), "tags.1"),
+    Case("tag-with-paragraph-separator", job_body(name="new", tags=["a\u2029b"]), "tags.0"),
+    Case("description-with-bidi-override", job_body(name="new", description="pays \u202e001$"), "description"),
+    Case("description-with-isolate", job_body(name="new", description="a\u2066b\u2069"), "description"),
+    Case("description-with-line-separator", job_body(name="new", description="a\u2028b"), "description"),
+    Case("description-with-escape-sequence", job_body(name="new", description="\u001b[2Jok"), "description"),
+    Case("description-with-a-lone-CR", job_body(name="new", description="done\rfailed"), "description"),
+    Case("description-with-C1-control", job_body(name="new", description="a\u0085b"), "description"),
+    Case("patch-description-with-bidi-override", {"description": "\u202e"}, "description", method="patch",
+         url="/api/v1/jobs/{job}/"),
     Case("too-many-tags", job_body(name="new", tags=[f"t{n}" for n in range(21)]), "tags"),
     Case("tags-not-a-list", job_body(name="new", tags="nightly"), "tags"),
     # fields
@@ -150,12 +176,35 @@ CASES = [
     Case("http-header-name-with-CRLF",
          job_body(name="new", target={"kind": "http", "url": "https://example.com/",
                                       "headers": {"X-A\r\nInjected": "v"}}), "target.headers.X-A\r\nInjected"),
+    Case("http-header-name-with-a-space", job_body(name="new", target={**HTTP, "headers": {"X A": "v"}}),
+         "target.headers.X A"),
+    Case("http-header-name-with-a-colon", job_body(name="new", target={**HTTP, "headers": {"X-A:": "v"}}),
+         "target.headers.X-A:"),
+    Case("http-header-name-empty", job_body(name="new", target={**HTTP, "headers": {"": "v"}}), "target.headers"),
+    Case("http-header-name-non-ASCII", job_body(name="new", target={**HTTP, "headers": {"X-\u00c4": "v"}}),
+         "target.headers.X-\u00c4"),
+    Case("http-header-value-not-latin-1", job_body(name="new", target={**HTTP, "headers": {"X-A": "5 \u20ac"}}),
+         "target.headers.X-A"),
+    Case("http-header-value-with-a-control-character",
+         job_body(name="new", target={**HTTP, "headers": {"X-A": "a\u0007"}}), "target.headers.X-A"),
+    Case("http-header-value-with-a-C1-control",
+         job_body(name="new", target={**HTTP, "headers": {"X-A": "a\u0085"}}), "target.headers.X-A"),
     Case("http-reserved-header",
          job_body(name="new", target={"kind": "http", "url": "https://example.com/", "headers": {"Host": "x"}}),
          "target.headers.Host"),
     Case("http-file-url", job_body(name="new", target={"kind": "http", "url": "file:///etc/passwd"}), "target.url"),
     Case("http-credentials-in-url", job_body(name="new", target={"kind": "http", "url": "https://u:p@example.com/"}),
          "target.url"),
+    Case("http-non-ASCII-path", job_body(name="new", target={"kind": "http", "url": "https://example.com/caf\u00e9"}),
+         "target.url"),
+    Case("http-non-ASCII-query", job_body(name="new", target={"kind": "http", "url": "https://example.com/?q=\u00fc"}),
+         "target.url"),
+    Case("http-space-in-path", job_body(name="new", target={"kind": "http", "url": "https://example.com/a b"}),
+         "target.url"),
+    Case("http-stray-percent", job_body(name="new", target={"kind": "http", "url": "https://example.com/?off=50%"}),
+         "target.url"),
+    Case("patch-http-header-name-with-a-space", {"target": {**HTTP, "headers": {"X A": "v"}}}, "target.headers.X A",
+         method="patch", url="/api/v1/jobs/{job}/"),
     Case("http-method-unknown", job_body(name="new", target={"kind": "http", "method": "TRACE",
                                                              "url": "https://example.com/"}), "target.method"),
     Case("command-not-configured", job_body(name="new", target={"kind": "command", "name": "rm"}), "target.name"),
@@ -171,20 +220,36 @@ CASES = [
          url="/api/v1/jobs/{job}/impact/"),
     # actions
     Case("pause-note-too-long", {"note": "n" * 501}, "note", url="/api/v1/jobs/{job}/pause/"),
+    Case("pause-note-with-bidi-override", {"note": "by \u202enimda"}, "note", url="/api/v1/jobs/{job}/pause/"),
+    Case("pause-note-with-line-separator", {"note": "a\u2028b"}, "note", url="/api/v1/jobs/{job}/pause/"),
+    Case("pause-note-with-newline", {"note": "a\nb"}, "note", url="/api/v1/jobs/{job}/pause/"),
     Case("backfill-end-before-start", {"start": "2024-01-02T00:00:00Z", "end": "2024-01-01T00:00:00Z"}, "end",
          url="/api/v1/jobs/{job}/backfill/"),
     Case("backfill-naive-start", {"start": "2024-01-01T00:00:00", "end": "2024-01-02T00:00:00Z"}, "start",
          url="/api/v1/jobs/{job}/backfill/"),
+    Case("backfill-full-width-start", {"start": "\uff12\uff10\uff12\uff14-01-01T00:00:00Z",
+                                       "end": "2024-01-02T00:00:00Z", "dry_run": False}, "start",
+         url="/api/v1/jobs/{job}/backfill/"),
+    Case("backfill-full-width-end", {"start": "2024-01-01T00:00:00Z", "end": "2024-01-0\uff12T00:00:00Z",
+                                     "dry_run": False}, "end", url="/api/v1/jobs/{job}/backfill/"),
     Case("backfill-in-the-future", {"start": "2024-01-01T00:00:00Z", "end": "2100-01-01T00:00:00Z",
                                     "dry_run": False}, "end", url="/api/v1/jobs/{job}/backfill/"),
     Case("backfill-dry-run-a-string", {"start": "2024-01-01T00:00:00Z", "end": "2024-01-02T00:00:00Z",
                                        "dry_run": "yes"}, "dry_run", url="/api/v1/jobs/{job}/backfill/"),
     Case("bulk-unknown-action", {"tag": "t", "action": "explode"}, "action", url="/api/v1/jobs/bulk/"),
     Case("bulk-blank-tag", {"tag": "", "action": "pause"}, "tag", url="/api/v1/jobs/bulk/"),
+    Case("bulk-note-with-bidi-override", {"tag": "t", "action": "pause", "note": "\u2067x"}, "note",
+         url="/api/v1/jobs/bulk/"),
     Case("preview-count-0", {"schedule": {"every": 60}, "count": 0}, "count", url="/api/v1/preview/"),
+    Case("preview-full-width-start",
+         {"schedule": {"every": 60}, "start_at": "\uff12\uff10\uff13\uff10-01-01T00:00:00Z"}, "start_at",
+         url="/api/v1/preview/"),
     Case("preview-never-fires", {"schedule": {"cron": "0 0 31 2 *"}}, "schedule.cron", url="/api/v1/preview/"),
     Case("key-name-blank", {"name": ""}, "name", url="/api/v1/keys/"),
     Case("key-name-with-NUL", {"name": "a\u0000"}, "name", url="/api/v1/keys/"),
+    Case("key-over-the-tenants-cap", {"name": "one more"}, "tenant", 403, url="/api/v1/keys/",
+         settings=(("CRONFLEET_MAX_API_KEYS_PER_TENANT", 1),)),  # the caller's own key is the one
+    Case("key-name-with-line-separator", {"name": "deploy\u2028admin"}, "name", url="/api/v1/keys/"),
     # queries
     Case("runs-of-another-tenants-job", None, "job", method="get", url="/api/v1/runs/?job={other_job}"),
     Case("runs-job-not-a-number", None, "job", method="get", url="/api/v1/runs/?job=abc"),
@@ -192,6 +257,8 @@ CASES = [
     Case("runs-state-unknown", None, "state", method="get", url="/api/v1/runs/?state=exploded"),
     Case("runs-naive-after", None, "scheduled_after", method="get",
          url="/api/v1/runs/?scheduled_after=2024-01-01T00:00:00"),
+    Case("runs-full-width-after", None, "scheduled_after", method="get",
+         url="/api/v1/runs/?scheduled_after=" + quote("\uff12\uff10\uff12\uff14-01-01T00:00:00Z")),
     Case("runs-limit-0", None, "limit", method="get", url="/api/v1/runs/?limit=0"),
     Case("runs-limit-501", None, "limit", method="get", url="/api/v1/runs/?limit=501"),
     Case("runs-limit-huge", None, "limit", method="get", url="/api/v1/runs/?limit=" + "9" * 5000),
@@ -228,9 +295,11 @@ def everything() -> list:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
-def test_bad_input_is_refused_naming_the_field_and_writes_nothing(setup, case):
+def test_bad_input_is_refused_naming_the_field_and_writes_nothing(setup, settings, case):
     api: APIClient = setup["api"]
     url = case.url.format(job=setup["job"].id, other_job=setup["other_job"].id)
+    for name, value in case.settings:
+        setattr(settings, name, value)
     before = everything()
 
     if case.body is None:
@@ -279,3 +348,36 @@ def test_unknown_routes_under_the_api_answer_json_404(setup):
 
     assert response.status_code == 404
     assert list(errors_of(response)) == ["path"]
+
+
+def test_a_description_keeps_tabs_and_line_feeds_and_an_emoji_sequence_and_stores_crlf_as_lf(setup):
+    body = job_body(name="described", description="Steps:\r\n\t1. run\n\t2. \U0001F468\u200D\U0001F469 check")
+
+    response = setup["api"].post("/api/v1/jobs/", body, format="json")
+
+    assert response.status_code == 201, response.json()
+    assert response.json()["description"] == "Steps:\n\t1. run\n\t2. \U0001F468\u200D\U0001F469 check"
+
+
+def test_repeated_tags_are_kept_once_in_their_first_order(setup):
+    body = job_body(name="tagged", tags=["nightly", "billing", "nightly", " billing ", "eu"])
+
+    created = setup["api"].post("/api/v1/jobs/", body, format="json")
+    patched = setup["api"].patch(f"/api/v1/jobs/{setup['job'].id}/", {"tags": ["b", "a", "b"]}, format="json")
+
+    assert created.status_code == 201, created.json()
+    assert created.json()["tags"] == ["nightly", "billing", "eu"]
+    assert Job.objects.get(name="tagged").tags == ["nightly", "billing", "eu"]
+    assert patched.json()["tags"] == ["b", "a"]
+
+
+def test_an_end_that_has_passed_since_does_not_block_other_edits(setup):
+    job = setup["job"]
+    Job.objects.filter(id=job.id).update(end_at=db_now() - timedelta(days=1))  # the job ended yesterday
+
+    renamed = setup["api"].patch(f"/api/v1/jobs/{job.id}/", {"name": "renamed"}, format="json")
+    reopened = setup["api"].patch(f"/api/v1/jobs/{job.id}/", {"end_at": None}, format="json")
+
+    assert renamed.status_code == 200, renamed.json()
+    assert reopened.status_code == 200, reopened.json()
+    assert reopened.json()["end_at"] is None and reopened.json()["next_run_at"] is not None

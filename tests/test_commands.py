@@ -157,6 +157,8 @@ def test_tenants_list_pages_by_slug(db):
     (["Not A Slug"], "tenants add: slug: use 1-64 lowercase letters"),
     (["ok", "--timezone", "Mars/Olympus"], "tenants add: timezone: unknown time zone 'Mars/Olympus'"),
     (["acme"], "tenants add: slug: tenant 'acme' already exists"),
+    (["ok", "--name", "Acme\u2028Corp"], "tenants add: name: must not contain the character U+2028 LINE SEPARATOR"),
+    (["ok", "--name", "Acme \u202eproC"], "tenants add: name: must not contain the character U+202E"),
 ])
 def test_tenants_add_refuses_bad_input(acme, argv, expected):
     error = fails("tenants", "add", *argv)
@@ -243,6 +245,12 @@ BAD_ADD_INPUT = [
     (["--cron", "@daily", "--end", "31/12/2031"], "jobs add: end_at: '31/12/2031' is not an ISO 8601"),
     (["--cron", "@daily", "--start", "2031-02-01T00:00Z", "--end", "2031-01-01T00:00Z"],
      "jobs add: end_at: must not be before start_at"),
+    (["--cron", "@daily", "--end", "2020-01-01T00:00:00Z"], "jobs add: end_at: is in the past (2020-01-01 00:00:00Z)"),
+    (["--at", "\uff12\uff10\uff13\uff11-01-01T09:00:00Z"],
+     "jobs add: at: must be written with ASCII characters, digits 0-9; U+FF12 FULLWIDTH DIGIT TWO is not one"),
+    (["--cron", "@daily", "--start", "2031-01-01T00:00:00.000000\uff11Z"],
+     "jobs add: start_at: must be written with ASCII characters, digits 0-9; U+FF11"),
+    (["--cron", "@daily", "--end", "2031-01-01T00:00:00\u0663Z"], "jobs add: end_at: must be written with ASCII"),
     (["--every", "0"], "jobs add: every: must be between 1 and"),
     (["--cron", "@daily", "--misfire", "sometimes"], "jobs add: misfire_policy: must be one of"),
     (["--cron", "@daily", "--timeout", "0"], "jobs add: timeout_seconds: must be between 1 and"),
@@ -251,6 +259,11 @@ BAD_ADD_INPUT = [
     (["--cron", "@daily", "--task", "os.system"], "jobs add: task: 'os.system' is not an allowed task"),
     (["--cron", "@daily", "--name", "   "], "jobs add: name: must not be empty"),
     (["--cron", "@daily", "--name", "existing"], "jobs add: name: tenant 'acme' already has a job named"),
+    (["--cron", "@daily", "--name", "a\u2028b"], "jobs add: name: must not contain the character U+2028"),
+    (["--cron", "@daily", "--description", "pays \u202e001$"],
+     "jobs add: description: must not contain the character U+202E RIGHT-TO-LEFT OVERRIDE"),
+    (["--cron", "@daily", "--description", "\x1b[2J"], "jobs add: description: must not contain the character U+001B"),
+    (["--cron", "@daily", "--tag", "ok", "a\u2029b"], "jobs add: tags.1: must not contain the character U+2029"),
 ]
 
 
@@ -276,6 +289,12 @@ def test_add_refuses_bad_input_naming_the_field_and_writes_nothing(acme, extra, 
     assert "\n" not in str(error)
     assert error.returncode == 2
     assert (Job.objects.count(), AuditEvent.objects.count()) == (jobs, events)
+
+
+def test_add_keeps_each_tag_once_in_first_order(acme):
+    run(*add_argv(["--cron", "@daily", "--tag", "b", "a", "--tag", "b", "c", "a"]))
+
+    assert Job.objects.get(name="new-job").tags == ["b", "a", "c"]
 
 
 @pytest.mark.parametrize(("extra", "expected"), BAD_ADD_INPUT[:12], ids=[case[1] for case in BAD_ADD_INPUT[:12]])
@@ -464,6 +483,8 @@ def test_runs_newest_first_with_state_filter_and_limit(acme):
     (["preview", "999999"], "jobs preview: job: no job '999999'"),
     (["runs", "acme/nightly", "--state", "exploded"], "jobs runs: state: must be one of pending, queued"),
     (["runs", "acme/nightly", "--limit", "5000"], "jobs runs: limit: must be between 1 and 1000"),
+    (["pause", "acme/nightly", "--note", "by \u202enimda"], "jobs pause: note: must not contain the character U+202E"),
+    (["pause", "acme/nightly", "--note", "a\u2028b"], "jobs pause: note: must not contain the character U+2028"),
 ])
 def test_unknown_jobs_and_bad_options_name_the_field(acme, argv, expected):
     add_job(acme)

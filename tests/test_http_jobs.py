@@ -201,6 +201,18 @@ def test_a_private_address_is_refused_without_retrying_and_never_contacted(recei
         ({"url": "https://example.com/", "headers": {"webhook-id": "x"}}, "http.headers.webhook-id"),
         ({"url": "https://example.com/", "body": "x" * 70000}, "http.body"),
         ({}, "http.url"),
+        ({"url": "https://example.com/", "headers": {"X A": "1"}}, "http.headers.X A"),
+        ({"url": "https://example.com/", "headers": {"X-A:": "1"}}, "http.headers.X-A:"),
+        ({"url": "https://example.com/", "headers": {"": "1"}}, "http.headers"),
+        ({"url": "https://example.com/", "headers": {"X-\u00c4": "1"}}, "http.headers.X-\u00c4"),
+        ({"url": "https://example.com/", "headers": {"X-A": "5 \u20ac"}}, "http.headers.X-A"),
+        ({"url": "https://example.com/", "headers": {"X-A": "a\u0007"}}, "http.headers.X-A"),
+        ({"url": "https://example.com/", "headers": {"X-A": "a\u0085"}}, "http.headers.X-A"),
+        ({"url": "https://example.com/", "headers": {"X-A": "a\u007f"}}, "http.headers.X-A"),
+        ({"url": "https://example.com/caf\u00e9"}, "http.url"),
+        ({"url": "https://example.com/?q=\u00fc"}, "http.url"),
+        ({"url": "https://example.com/a b"}, "http.url"),
+        ({"url": "https://example.com/50%"}, "http.url"),
     ],
 )
 def test_bad_http_targets_are_refused_at_creation(tenant, http, field):
@@ -209,6 +221,49 @@ def test_bad_http_targets_are_refused_at_creation(tenant, http, field):
 
     assert caught.value.field == field
     assert not Job.objects.exists()
+
+
+def test_a_non_ascii_url_is_refused_with_its_percent_encoded_form(tenant):
+    with pytest.raises(services.InvalidInput, match="write https://example.com/caf%C3%A9[?]q=%C3%BC$"):
+        services.job_create(tenant, services.JobSpec(name="bad", target_kind="http", every=60,
+                                                     http={"url": "https://example.com/caf\u00e9?q=\u00fc"}))
+
+
+@pytest.mark.parametrize(
+    ("http", "error_start"),
+    [
+        ({"headers": {"X A": "1"}}, "ValueError: header 'X A': invalid header name"),
+        ({"headers": {"X-A:": "1"}}, "ValueError: header 'X-A:': invalid header name"),
+        ({"headers": {"": "1"}}, "ValueError: header '': invalid header name"),
+        ({"headers": {"X-A": "5 \u20ac"}}, "ValueError: header 'X-A': value is not latin-1 encodable"),
+        ({"path": "/caf\u00e9"}, "UnicodeEncodeError"),
+    ],
+)
+def test_what_creation_now_refuses_failed_every_delivery(receiver_for, http_job, http, error_start):
+    receiver = receiver_for()
+    job = http_job(receiver.url)
+    config = {**job.target_config, "headers": http.get("headers", {})}
+    config["url"] = config["url"].replace("/hook", http.get("path", "/hook"))
+    Job.objects.filter(id=job.id).update(target_config=config)  # as saved before the checks
+
+    outcome, run = run_once(job)
+
+    assert outcome.state == "retrying" and run.error.startswith(error_start), run.error
+    assert receiver.requests == []
+
+
+def test_what_the_checks_accept_is_delivered_as_written(receiver_for, http_job):
+    receiver = receiver_for()
+    job = http_job(receiver.url.replace("/hook", "/caf%C3%A9/~a;b"))
+    headers = {"X-Latin-1": "caf\u00e9 \u00bd", "X-Tab": "a\tb", "X-Empty": "", "X-Token!#$%&'*+.^_`|~": "1"}
+    job = services.job_update(job, {"http": {**job.target_config, "headers": headers}})
+
+    outcome, run = run_once(job)
+
+    assert outcome.state == "succeeded", run.error
+    _, path, received, _ = receiver.requests[0]
+    assert path == "/caf%C3%A9/~a;b?x=1"
+    assert {name: received.get(name) for name in headers} == {**headers, "X-Latin-1": "caf\u00e9 \u00bd"}
 
 
 @pytest.mark.django_db(transaction=True)

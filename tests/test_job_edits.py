@@ -86,6 +86,8 @@ def test_an_edit_that_changes_nothing_writes_nothing(tenant):
         ({"priority": -1}, "priority"),
         ({"bogus": 3}, "bogus"),
         ({"at": datetime(2001, 1, 1, tzinfo=UTC)}, "at"),
+        ({"end_at": datetime(2001, 1, 1, tzinfo=UTC)}, "end_at"),
+        ({"end_at": datetime(2001, 1, 1, tzinfo=UTC), "name": "renamed"}, "end_at"),
     ],
 )
 def test_a_bad_edit_names_the_field_and_changes_nothing(tenant, changes, field):
@@ -348,6 +350,41 @@ def test_apikeys_command_adds_lists_and_revokes(tenant):
 
     with pytest.raises(CommandError, match="apikeys add: tenant: no tenant 'nope'"):
         call_command("apikeys", "add", "--tenant", "nope", stdout=io.StringIO())
+
+
+def test_apikeys_add_refuses_a_name_with_a_hidden_line_break(tenant):
+    with pytest.raises(CommandError, match="^apikeys add: name: must not contain the character U[+]2028"):
+        call_command("apikeys", "add", "--tenant", tenant.slug, "--name", "deploy\u2028admin", stdout=io.StringIO())
+
+    assert not ApiKey.objects.exists()
+
+
+def test_a_tenant_may_hold_twenty_unrevoked_keys_by_default_and_staff_keys_are_not_counted(tenant, settings):
+    assert settings.CRONFLEET_MAX_API_KEYS_PER_TENANT == 20  # the default
+    keys = [services.apikey_create(tenant=tenant, name=f"k{n}")[0] for n in range(20)]
+    services.apikey_create(tenant=None, name="staff")
+
+    with pytest.raises(services.QuotaExceeded) as caught:
+        services.apikey_create(tenant=tenant, name="k20")
+    services.apikey_revoke(keys[0])
+    services.apikey_create(tenant=tenant, name="k20")
+
+    assert caught.value.field == "tenant" and "(20, CRONFLEET_MAX_API_KEYS_PER_TENANT)" in caught.value.message
+    assert ApiKey.objects.filter(tenant=tenant, revoked_at__isnull=True).count() == 20
+    assert AuditEvent.objects.filter(action="apikey.created").count() == 21
+
+
+def test_apikeys_add_over_the_tenant_s_cap_names_the_setting_and_writes_nothing(tenant, settings):
+    settings.CRONFLEET_MAX_API_KEYS_PER_TENANT = 1
+    call_command("apikeys", "add", "--tenant", tenant.slug, stdout=io.StringIO())
+
+    with pytest.raises(CommandError) as caught:
+        call_command("apikeys", "add", "--tenant", tenant.slug, stdout=io.StringIO())
+
+    assert str(caught.value) == (f"apikeys add: tenant: tenant {tenant.slug!r} already has the most unrevoked API "
+                                 "keys allowed (1, CRONFLEET_MAX_API_KEYS_PER_TENANT); revoke one first")
+    assert caught.value.returncode == 2
+    assert ApiKey.objects.count() == 1
 
 
 def test_tenants_set_changes_quotas(tenant):

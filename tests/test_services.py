@@ -1,11 +1,11 @@
 """Services: what pausing and resuming record, and what job creation refuses."""
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from scheduler_app import services
-from scheduler_app.models import AuditEvent, Job, JobRun, db_now
+from scheduler_app.models import ApiKey, AuditEvent, Job, JobRun, Tenant, db_now
 
 
 def spec(**fields):
@@ -48,7 +48,13 @@ def test_a_paused_job_is_not_due(tenant):
         ({"every": 10, "timeout_seconds": 0}, "timeout_seconds"),
         ({"every": 10, "max_attempts": 0}, "max_attempts"),
         ({"every": 10, "name": "bad\u202ename"}, "name"),
+        ({"every": 10, "name": "two\u2028lines"}, "name"),
+        ({"every": 10, "description": "a\u2069"}, "description"),
+        ({"every": 10, "description": "a\u2029b"}, "description"),
+        ({"every": 10, "description": "bell\u0007"}, "description"),
+        ({"every": 10, "tags": ["ok", "a\u2028b"]}, "tags.1"),
         ({"cron": "0 0 31 2 *"}, "cron"),
+        ({"every": 10, "end_at": datetime(2020, 1, 1, tzinfo=UTC)}, "end_at"),
         ({"cron": "* * * * *", "timezone": "Mars/Olympus"}, "timezone"),
     ],
 )
@@ -65,3 +71,40 @@ def test_job_names_are_unique_per_tenant(tenant):
 
     with pytest.raises(services.InvalidInput, match="already has a job named 'job'"):
         services.job_create(tenant, spec(every=10))
+
+
+@pytest.mark.parametrize("text", ["by \u202enimda", "a\u2066b", "a\u2028b", "a\u2029b", "a\nb", "\u001b[31mred",
+                                  "a\u0085b"])
+def test_pause_notes_refuse_hidden_and_control_characters_and_leave_the_job_running(tenant, text):
+    job = services.job_create(tenant, spec(every=10))
+
+    with pytest.raises(services.InvalidInput) as caught:
+        services.job_pause(job, note=text)
+
+    assert caught.value.field == "note"
+    job.refresh_from_db()
+    assert job.enabled and job.version == 1
+    assert not AuditEvent.objects.filter(action="job.paused").exists()
+
+
+@pytest.mark.parametrize("name", ["Acme\u202e", "Acme\u2028Corp", "Ac\u0085me", "\u2066Acme"])
+def test_tenant_and_key_names_refuse_hidden_and_control_characters(tenant, name):
+    with pytest.raises(services.InvalidInput, match="^name: must not contain the character U\\+"):
+        services.tenant_create(slug="other", name=name)
+    with pytest.raises(services.InvalidInput, match="^name: must not contain"):
+        services.tenant_update(tenant, {"name": name})
+    with pytest.raises(services.InvalidInput, match="^name: must not contain"):
+        services.apikey_create(tenant=tenant, name=name)
+
+    assert not Tenant.objects.filter(slug="other").exists()
+    tenant.refresh_from_db()
+    assert tenant.name != name and not ApiKey.objects.exists()
+
+
+def test_a_description_written_in_a_browser_is_stored_with_line_feeds(tenant):
+    job = services.job_create(tenant, spec(every=10, description="one\r\ntwo\r\n"))
+
+    unchanged = services.job_update(job, {"description": "one\ntwo\n"})
+
+    assert job.description == "one\ntwo\n"
+    assert unchanged.version == 1  # the same text: nothing to save

@@ -110,6 +110,22 @@ def test_jobs_add_refuses_a_bad_url_naming_the_field(tenant):
     assert not Job.objects.exists()
 
 
+@pytest.mark.parametrize(("options", "expected"), [
+    (["--http-url", "https://example.com/caf\u00e9"],
+     "jobs add: http.url: the path and query must be percent-encoded ASCII (they are sent as written); "
+     "write https://example.com/caf%C3%A9"),
+    (["--http-url", "https://example.com/", "--header", "X A: 1"], "jobs add: http.headers.X A: is not a header name"),
+    (["--http-url", "https://example.com/", "--header", "X-Price: 5 \u20ac"],
+     "jobs add: http.headers.X-Price: must be printable Latin-1"),
+])
+def test_jobs_add_refuses_a_header_or_url_no_delivery_could_send(tenant, options, expected):
+    with pytest.raises(CommandError) as caught:
+        call_command("jobs", "add", "--tenant", tenant.slug, "--name", "hook", "--every", "60", *options)
+
+    assert str(caught.value).startswith(expected), str(caught.value)
+    assert not Job.objects.exists()
+
+
 def test_tenants_rotate_secret_prints_a_secret_that_signs(tenant, capsys):
     from scheduler_app.models import db_now
 

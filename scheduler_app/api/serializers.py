@@ -24,7 +24,7 @@ from drf_spectacular.utils import (
 )
 from rest_framework import serializers
 
-from scheduler_app import schedules, services
+from scheduler_app import schedules, services, validation
 from scheduler_app.models import (
     ApiKey,
     Job,
@@ -83,7 +83,8 @@ class AwareDateTimeField(serializers.DateTimeField):
     """An ISO 8601 instant with a UTC offset ("Z" or "+01:00"), returned in UTC.
 
     A local time without an offset is refused, never guessed: it may not exist (spring
-    forward) or happen twice (autumn).
+    forward) or happen twice (autumn). So are digits other than ASCII 0-9, which
+    parse_datetime would read as if they were.
     """
 
     default_error_messages: ClassVar[dict[str, str]] = {
@@ -98,6 +99,10 @@ class AwareDateTimeField(serializers.DateTimeField):
     def to_internal_value(self, value):
         if not isinstance(value, str) or len(value) > 64:
             self.fail("invalid")
+        try:
+            validation.check_instant_text(self.field_name, value)
+        except validation.InvalidInput as exc:
+            raise serializers.ValidationError(exc.message) from None
         try:
             parsed = parse_datetime(value.strip())
         except ValueError:  # well formed but impossible, such as month 13
@@ -300,7 +305,7 @@ class JobWriteSerializer(StrictSerializer):
     name = StrictCharField(max_length=200, trim_whitespace=False)
     description = StrictCharField(required=False, allow_blank=True, trim_whitespace=False, max_length=10_000)
     tags = serializers.ListField(child=StrictCharField(max_length=64, trim_whitespace=False), required=False,
-                                 max_length=services.MAX_TAGS)
+                                 max_length=validation.MAX_TAGS)
     schedule = ScheduleField()
     target = TargetField()
     start_at = AwareDateTimeField(required=False, allow_null=True, help_text="No fires before this instant")

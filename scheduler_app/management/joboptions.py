@@ -15,7 +15,7 @@ from datetime import datetime
 from django.conf import settings
 from django.core.management.base import CommandError, CommandParser
 
-from scheduler_app import services
+from scheduler_app import services, validation
 from scheduler_app.models import PRIORITY_DEFAULT, PRIORITY_MAX, PRIORITY_MIN, Job, TargetKind
 
 ISO_HELP = ("ISO 8601 with a UTC offset, e.g. 2030-01-31T09:00:00+01:00 or 2030-01-31T08:00:00Z; "
@@ -163,6 +163,7 @@ def parse_instant(field: str, text: str | None) -> datetime | None:
     """An aware datetime from ISO 8601 text; a value without a UTC offset is refused."""
     if text is None:
         return None
+    validation.check_instant_text(field, text)
     try:
         value = datetime.fromisoformat(text.strip())
     except ValueError:
