@@ -346,15 +346,38 @@ def job_create(tenant: Tenant, spec: JobSpec, *, actor: str = "") -> Job:
 
 
 def job_pause(job: Job, *, note: str = "", actor: str = "") -> Job:
-    """Stop a job firing. next_run_at is kept so resume can record what was missed."""
+    """Stop a job firing. next_run_at is kept so resume can record what was missed.
+
+    The job row is locked first, so a beat that has claimed the job finishes its turn (the
+    fire gets its run) before the pause; a fire already due that no beat has claimed yet is
+    recorded as skipped ("paused"), so no fire due before the pause is left without a row.
+    A one-off keeps its fire for resume.
+    """
     note = check_line("note", note)
     with transaction.atomic():
-        updated = Job.objects.filter(id=job.id, enabled=True).update(
-            enabled=False, paused_note=note[:500], version=F("version") + 1)
-        if updated:
+        if Job.objects.select_for_update(no_key=True).filter(id=job.id, enabled=True).exists():
+            skip_due_fires([job.id])
+            Job.objects.filter(id=job.id).update(enabled=False, paused_note=note[:500], version=F("version") + 1)
             _audit(job, "job.paused", actor, note=note[:500])
     job.refresh_from_db()
     return job
+
+
+def skip_due_fires(job_ids: list[int]) -> None:
+    """Record the due, unclaimed fire of each of these (locked) jobs as skipped ("paused")."""
+    now = db_now()
+    for due in Job.objects.filter(id__in=job_ids, next_run_at__lte=now, run_at__isnull=True):
+        record_skipped(due, due.next_run_at, now,
+                       f"paused: due at {due.next_run_at.isoformat()}, paused at {now.isoformat()}")
+
+
+def record_skipped(job: Job, scheduled_at: datetime, now: datetime, reason: str) -> None:
+    """A skipped run for the fire at `scheduled_at`, unless that fire has a run already."""
+    JobRun.objects.get_or_create(
+        job=job, scheduled_at=scheduled_at,
+        defaults=dict(tenant_id=job.tenant_id, state=RunState.SKIPPED, created_at=now, finished_at=now,
+                      job_version=job.version, reason=reason),
+    )
 
 
 def job_resume(job: Job, *, actor: str = "") -> Job:
@@ -368,12 +391,8 @@ def job_resume(job: Job, *, actor: str = "") -> Job:
         missed_from = job.next_run_at
         next_run_at = first_fire(job.schedule, now) if job.schedule.at is None else job.next_run_at
         if missed_from is not None and missed_from < now and job.schedule.at is None:
-            JobRun.objects.get_or_create(
-                job=job, scheduled_at=missed_from,
-                defaults=dict(tenant_id=job.tenant_id, state=RunState.SKIPPED, created_at=now,
-                              finished_at=now, job_version=job.version,
-                              reason=f"paused: missed fires from {missed_from.isoformat()} until {now.isoformat()}"),
-            )
+            record_skipped(job, missed_from, now,
+                           f"paused: missed fires from {missed_from.isoformat()} until {now.isoformat()}")
             next_run_at = schedules.next_fire_after(job.schedule, now - timedelta(microseconds=1))
         Job.objects.filter(id=job.id).update(enabled=True, paused_note="", next_run_at=next_run_at,
                                              version=job.version + 1)
@@ -647,6 +666,7 @@ def jobs_bulk(tenant: Tenant, *, tag: str, action: str, note: str = "", actor: s
         )
         changed_ids = [job_id for job_id, _ in changed]
         if action == "pause":
+            skip_due_fires(changed_ids)
             Job.objects.filter(id__in=changed_ids).update(enabled=False, paused_note=note[:500],
                                                          version=F("version") + 1)
         else:
