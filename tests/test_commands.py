@@ -7,7 +7,6 @@ exit-status tests go through Django's real argv path, in this process and in a c
 from __future__ import annotations
 
 import io
-import os
 import re
 import subprocess
 import sys
@@ -16,7 +15,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 from django.core.management import ManagementUtility, call_command
 from django.core.management import base as management_base
 from django.core.management.base import CommandError
@@ -26,7 +24,7 @@ from django.test.utils import CaptureQueriesContext
 from scheduler_app import services
 from scheduler_app.management.tables import format_table, shorten
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Tenant, Trigger, db_now
-from tests.conftest import take_broker_messages
+from tests.conftest import process_env, take_broker_messages
 
 ROOT = Path(__file__).resolve().parent.parent
 TASK = "scheduler_app.echo"
@@ -349,10 +347,7 @@ def test_http_options_without_an_http_target_are_refused(acme):
 @pytest.mark.django_db(transaction=True)
 def test_exit_status_of_a_real_manage_py_process():
     services.tenant_create(slug="acme")
-    db = connection.settings_dict
-    env = dict(os.environ, DJANGO_SETTINGS_MODULE="project.settings", CELERY_BROKER_URL=settings.CELERY_BROKER_URL,
-               DATABASE_URL=f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:"
-                            f"{db['PORT'] or 5432}/{db['NAME']}")
+    env = process_env()
 
     def manage(*argv: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "manage.py", *argv], cwd=ROOT, env=env, capture_output=True,
@@ -826,10 +821,7 @@ def test_delete_asks_and_refuses_without_a_terminal(acme):
 @pytest.mark.django_db(transaction=True)
 def test_edit_and_delete_in_a_real_process_with_no_terminal():
     job = add_job(services.tenant_create(slug="acme"), every=60)
-    db = connection.settings_dict
-    env = dict(os.environ, DJANGO_SETTINGS_MODULE="project.settings", CELERY_BROKER_URL=settings.CELERY_BROKER_URL,
-               DATABASE_URL=f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:"
-                            f"{db['PORT'] or 5432}/{db['NAME']}")
+    env = process_env()
 
     def manage(*argv: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "manage.py", *argv], cwd=ROOT, env=env, capture_output=True,
