@@ -256,17 +256,17 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # this is set; a worker then connects to PostgreSQL once per run (a quarter of its time).
 # Keep the connection (tasks.drop_broken_connections closes one that stopped working).
 CELERY_DB_REUSE_MAX = env_int("CELERY_DB_REUSE_MAX", 1_000_000, minimum=0)
-# How a worker's PostgreSQL session commits a run's start and end. "off" returns before the
-# commit reaches disk (0.2-0.4 ms instead of 2.7-3.6 ms a commit on a loaded 2-core machine):
-# a PostgreSQL *crash* (not a restart, not a worker's death) can then forget the last
-# fraction of a second of transitions, and those runs are taken up again as if their worker
-# had died (a forgotten start is published again, a forgotten end is lost and retried); the
-# fire key stays the same, so an idempotent target sees one effect. "on": every transition
-# durable before the next step. Beats and the web always commit durably.
-CRONFLEET_WORKER_SYNCHRONOUS_COMMIT = env_str("CRONFLEET_WORKER_SYNCHRONOUS_COMMIT", "off")
-if CRONFLEET_WORKER_SYNCHRONOUS_COMMIT not in {"on", "off", "local", "remote_write", "remote_apply"}:
-    raise ImproperlyConfigured("CRONFLEET_WORKER_SYNCHRONOUS_COMMIT must be on, off, local, remote_write or "
-                               f"remote_apply, got {CRONFLEET_WORKER_SYNCHRONOUS_COMMIT!r}")
+# How the statement that ends a run commits (synchronous_commit for that transaction only).
+# A run's start is always durable: it is the claim that keeps an attempt from running twice.
+# Its end may be asynchronous ("off": the commit returns before it reaches disk, 0.2-0.4 ms
+# instead of about 3 ms on a loaded 2-core machine): a PostgreSQL *crash* (not a clean
+# restart, not a worker's death) can then forget the last fraction of a second of ends;
+# those runs are still running with their lease, so they are marked lost and run again as
+# their next attempt, under the same fire key. "on": every end durable.
+CRONFLEET_END_SYNCHRONOUS_COMMIT = env_str("CRONFLEET_END_SYNCHRONOUS_COMMIT", "off")
+if CRONFLEET_END_SYNCHRONOUS_COMMIT not in {"on", "off", "local", "remote_write", "remote_apply"}:
+    raise ImproperlyConfigured("CRONFLEET_END_SYNCHRONOUS_COMMIT must be on, off, local, remote_write or "
+                               f"remote_apply, got {CRONFLEET_END_SYNCHRONOUS_COMMIT!r}")
 
 # --- Cronfleet ------------------------------------------------------------------------
 # Celery task names a job may call (target kind "task"). Anything else is refused when

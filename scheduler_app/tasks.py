@@ -6,10 +6,8 @@ Task names are explicit strings: renaming a function must not orphan queued mess
 import time
 
 from celery import shared_task
-from celery.signals import task_postrun, worker_init
-from django.conf import settings
+from celery.signals import task_postrun
 from django.db import connections
-from django.db.backends.signals import connection_created
 
 from scheduler_app import execution
 from scheduler_app.fire import current_fire
@@ -23,20 +21,6 @@ def execute_run(self, run_id: int, attempt: int) -> str:
         run_id, attempt, worker=self.request.hostname or "unknown", task_id=self.request.id or ""
     )
     return outcome.state
-
-
-@worker_init.connect
-def tune_worker_sessions(**kwargs) -> None:
-    """In a worker process (and the pool processes it forks), each new PostgreSQL session
-    commits with CRONFLEET_WORKER_SYNCHRONOUS_COMMIT (see the README's "What a run costs")."""
-    connection_created.connect(_set_synchronous_commit, weak=False, dispatch_uid="cronfleet-worker-session")
-
-
-def _set_synchronous_commit(sender, connection, **kwargs) -> None:
-    mode = settings.CRONFLEET_WORKER_SYNCHRONOUS_COMMIT
-    if connection.vendor == "postgresql" and mode != "on":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT set_config('synchronous_commit', %s, false)", [mode])
 
 
 @task_postrun.connect

@@ -70,7 +70,9 @@ START_RUNS = START_RUNS_PG.format(job_columns=", ".join(f"job.{column}" for colu
 # end_runs (PostgreSQL): end each attempt that still owns its run with its outcome, and
 # append the attempt's record to the run's history. A retry's next attempt is due `delay`
 # seconds later (NULL: none). The ending's columns are named apart from the run's: the
-# record (append_attempt) reads the run's own attempt, worker and started_at.
+# record (append_attempt) reads the run's own attempt, worker and started_at. commit_mode
+# sets how this statement's own transaction commits (CRONFLEET_END_SYNCHRONOUS_COMMIT: the
+# setting in force at commit decides, and autocommit commits right after the statement).
 END_RUNS_PG = """
 UPDATE scheduler_app_jobrun
    SET state = ending.new_state, finished_at = statement_timestamp(), lease_expires_at = NULL,
@@ -79,7 +81,8 @@ UPDATE scheduler_app_jobrun
        attempts = {append}
   FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(states)s::text[], %(results)s::text[],
               %(errors)s::text[], %(delays)s::float8[])
-       AS ending (run_id, run_attempt, new_state, new_result, new_error, delay)
+       AS ending (run_id, run_attempt, new_state, new_result, new_error, delay),
+       (SELECT set_config('synchronous_commit', %(commit)s, true)) AS commit_mode
  WHERE scheduler_app_jobrun.id = ending.run_id AND scheduler_app_jobrun.attempt = ending.run_attempt
    AND scheduler_app_jobrun.state = %(running)s
 RETURNING scheduler_app_jobrun.id
@@ -219,7 +222,7 @@ def end_runs(endings: list[Ending]) -> set[int]:
             "states": [str(e.state) for e in endings], "results": [e.result for e in endings],
             "errors": [e.error for e in endings],
             "delays": [None if e.delay is None else e.delay.total_seconds() for e in endings],
-            "running": RunState.RUNNING.value,
+            "running": RunState.RUNNING.value, "commit": settings.CRONFLEET_END_SYNCHRONOUS_COMMIT,
         }, many=True)
         written = {row[0] for row in rows}
     else:

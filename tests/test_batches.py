@@ -78,6 +78,22 @@ def test_a_batch_is_started_and_ended_by_one_statement_each(make_job):
     assert (stale.state, stale.duplicate_deliveries) == ("queued", 1)
 
 
+@pytest.mark.django_db(transaction=True)  # autocommit, as in a worker
+def test_only_the_end_commits_asynchronously_and_the_session_stays_durable(make_job, settings):
+    """The end's synchronous_commit is set for its own transaction (set_config(..., true));
+    the start and everything after the end commit as the session says (on)."""
+    from django.db import connection
+
+    settings.CRONFLEET_END_SYNCHRONOUS_COMMIT = "off"
+    run = queued_runs(make_job(), 1)[0]
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        before = cursor.fetchone()[0]
+        assert execution.execute_run(run.id, 1, worker="w").state == "succeeded"
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone()[0] == before == "on"
+
+
 def test_a_batch_run_that_was_taken_away_is_not_overwritten(make_job):
     job = make_job(batch=True)
     first, second = queued_runs(job, 2)
