@@ -188,6 +188,8 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# Instants with seconds and their zone ("2024-01-01 18:33:05 UTC"), not "6:33 p.m.".
+FORMAT_MODULE_PATH = ["scheduler_app.formats"]
 
 STATIC_URL = "static/"
 # `manage.py collectstatic` fills it (the Dockerfile does at build time); WhiteNoise serves it.

@@ -172,7 +172,8 @@ class Job(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.tenant_id}/{self.name}"
+        # tenant/job, as the CLI and API name it (select_related("tenant") where many are shown).
+        return f"{self.tenant.slug}/{self.name}"
 
     @property
     def schedule(self) -> schedules.Schedule:

@@ -1,0 +1,15 @@
+"""What the admin index shows besides Cronfleet's own models."""
+
+from __future__ import annotations
+
+from django.apps import apps
+from django.contrib import admin
+
+# django_celery_beat is installed so that manage.py import_beat can read its tables; its admin
+# pages would invite editing PeriodicTasks that nothing in a Cronfleet deployment runs.
+# django_celery_results is the result backend, but Cronfleet's tasks ignore their results
+# (a run's outcome is in the ledger), so its section was always empty: hidden too.
+for app_label in ("django_celery_beat", "django_celery_results"):
+    for model in apps.get_app_config(app_label).get_models():
+        if admin.site.is_registered(model):
+            admin.site.unregister(model)
