@@ -83,3 +83,99 @@ def test_the_index_has_no_empty_celery_results_section(admin_client, db):
     assert "Celery Results" not in html
     assert "Periodic Tasks" not in html
     assert "Cronfleet scheduler" in html
+
+
+# --- 2. the run page and the ledger ------------------------------------------------------------
+
+
+def test_the_run_page_shows_every_attempt_the_whole_error_and_replays(admin_client, job):
+    long_error = "Traceback (most recent call last):\n" + "  frame\n" * 40 + "RuntimeError: the end"
+    run = make_run(job, BASE, state=RunState.DEAD, attempt=2, worker="celery@w2", error=long_error, attempts=[
+        {"attempt": 1, "worker": "celery@w1", "started_at": "2024-01-01T18:33:06.100000+00:00",
+         "finished_at": "2024-01-01T18:33:08.350000+00:00", "outcome": "retrying", "error": "ConnectionError: reset"},
+        {"attempt": 2, "worker": "celery@w2", "started_at": "2024-01-01T18:33:20+00:00",
+         "finished_at": "2024-01-01T18:33:25+00:00", "outcome": "dead", "error": "RuntimeError: the end"},
+    ])
+
+    html = admin_client.get(url("jobrun", "change", run.pk)).content.decode()
+
+    assert f"Run {run.pk} of demo/flaky at 2024-01-01 18:33:05 UTC" in html
+    assert "celery@w1" in html and "ConnectionError: reset" in html and "2024-01-01 18:33:08 UTC" in html
+    assert "2.25 s" in html  # attempt 1 took 2.25 s
+    assert "RuntimeError: the end" in html and long_error.count("frame") == html.count("  frame")
+    assert "Replay as attempt 3" in html
+
+    response = admin_client.post(reverse("admin:scheduler_app_jobrun_replay", args=[run.pk]), follow=True)
+
+    run.refresh_from_db()
+    assert (run.state, run.attempt, run.error) == (RunState.QUEUED, 3, "")
+    assert "queued again as attempt 3" in response.content.decode()
+    assert AuditEvent.objects.filter(run_id=run.pk, action="run.replayed", actor="admin:admin").exists()
+
+
+def test_the_run_page_shows_the_attempt_in_progress_and_no_replay(admin_client, job):
+    run = make_run(job, BASE, state=RunState.RUNNING, attempt=2, worker="celery@w9", finished_at=None, attempts=[
+        {"attempt": 1, "worker": "celery@w1", "started_at": "2024-01-01T18:33:06+00:00",
+         "finished_at": "2024-01-01T18:33:07+00:00", "outcome": "retrying", "error": "boom"}])
+
+    html = admin_client.get(url("jobrun", "change", run.pk)).content.decode()
+
+    assert "celery@w1" in html and "celery@w9" in html and "cf-current" in html
+    assert "Replay as attempt" not in html
+    assert admin_client.post(reverse("admin:scheduler_app_jobrun_replay", args=[run.pk]), follow=True)
+    run.refresh_from_db()
+    assert run.state == RunState.RUNNING
+
+
+def test_replay_needs_the_change_job_permission(client, django_user_model, job):
+    run = make_run(job, BASE, state=RunState.FAILED)
+    viewer = django_user_model.objects.create_user("viewer", password="pw", is_staff=True)
+    from django.contrib.auth.models import Permission
+    viewer.user_permissions.add(Permission.objects.get(codename="view_jobrun"))
+    client.force_login(viewer)
+
+    assert "Replay as attempt" not in client.get(url("jobrun", "change", run.pk)).content.decode()
+    assert client.post(reverse("admin:scheduler_app_jobrun_replay", args=[run.pk])).status_code == 403
+
+
+def test_the_ledger_cuts_long_errors_and_keeps_the_whole_text_on_hover(admin_client, job):
+    make_run(job, BASE, state=RunState.FAILED, error="E" * 300)
+
+    html = admin_client.get(url("jobrun", "changelist")).content.decode()
+
+    assert "E" * 89 + "…" in html and "E" * 300 in html  # shown cut, title whole
+    assert "18:33:06 UTC" in html and "5.00 s" in html  # started, took
+
+
+@pytest.mark.parametrize("term", ["demo/flaky", "flak", "FIRE_KEY", "RUN_ID"])
+def test_the_ledger_searches_by_job_fire_key_and_run_id(admin_client, job, tenant, term):
+    other = services.job_create(tenant, services.JobSpec(name="steady", task_name=TASK, cron="0 * * * *"))
+    run = make_run(job, BASE)
+    make_run(other, BASE)
+    term = term.replace("FIRE_KEY", run.fire_key).replace("RUN_ID", str(run.pk))
+
+    response = admin_client.get(url("jobrun", "changelist"), {"q": term})
+
+    assert [found.pk for found in response.context["cl"].result_list] == [run.pk]
+
+
+def test_the_ledger_counts_at_most_the_cap(admin_client, job, monkeypatch):
+    from scheduler_app.admin import runs as runs_admin
+    monkeypatch.setattr(runs_admin, "LEDGER_COUNT_CAP", 3)
+    for minute in range(5):
+        make_run(job, BASE + timedelta(minutes=minute))
+
+    html = admin_client.get(url("jobrun", "changelist")).content.decode()
+
+    assert "more than 3 job runs" in html
+
+
+def test_a_filtered_ledger_is_newest_fire_first(admin_client, job):
+    late = make_run(job, BASE + timedelta(hours=1))
+    early = make_run(job, BASE)  # recorded later (a backfill), fired earlier
+
+    unfiltered = admin_client.get(url("jobrun", "changelist")).context["cl"].result_list
+    by_job = admin_client.get(url("jobrun", "changelist"), {"job__id__exact": job.pk}).context["cl"].result_list
+
+    assert [run.pk for run in unfiltered] == [early.pk, late.pk]  # by id: the primary key's order
+    assert [run.pk for run in by_job] == [late.pk, early.pk]  # by fire time: the (job, scheduled_at) index
