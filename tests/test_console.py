@@ -179,3 +179,95 @@ def test_a_filtered_ledger_is_newest_fire_first(admin_client, job):
 
     assert [run.pk for run in unfiltered] == [early.pk, late.pk]  # by id: the primary key's order
     assert [run.pk for run in by_job] == [late.pk, early.pk]  # by fire time: the (job, scheduled_at) index
+
+
+# --- 3. the job page ------------------------------------------------------------------------
+
+
+def console(admin_client, job, action: str, **data):
+    return admin_client.post(reverse("admin:scheduler_app_job_console", args=[job.pk, action]), data, follow=True)
+
+
+def test_the_job_page_shows_recent_runs_a_timeline_and_the_next_fires_in_the_job_s_zone(admin_client, job):
+    from scheduler_app.models import db_now
+
+    now = db_now()
+    make_run(job, now - timedelta(hours=2), state=RunState.SUCCEEDED)
+    make_run(job, now - timedelta(hours=1), state=RunState.DEAD, error="RuntimeError: nope")
+
+    html = admin_client.get(url("job", "change", job.pk)).content.decode()
+
+    assert html.count('class="cf-point cf-state-fill') == 2  # the timeline's two fires
+    assert 'cf-state-fill cf-dead' in html
+    recent = html.split('id="cf-recent-runs"')[1].split("</table>")[0]
+    assert recent.count("<tr>") == 3 and "1.00 s" in recent and "5.00 s" in recent  # start lag, took
+    assert "RuntimeError: nope" in recent
+    assert html.count("+01:00 CET &nbsp; (") == 5  # the next 5 fires, local and UTC
+
+
+def test_the_next_fires_flag_dst(admin_client, tenant):
+    job = services.job_create(tenant, services.JobSpec(name="night", task_name=TASK, cron="30 2 * * *"))
+    from scheduler_app.models import Job as JobModel
+    JobModel.objects.filter(pk=job.pk).update(next_run_at=datetime(2026, 3, 28, 1, 30, tzinfo=UTC))
+
+    html = admin_client.get(url("job", "change", job.pk)).content.decode()
+
+    assert "dst_gap" in html  # 02:30 does not exist in Berlin on 2026-03-29
+
+
+def test_the_job_page_pauses_resumes_and_triggers(admin_client, job):
+    assert "Paused demo/flaky" in console(admin_client, job, "pause").content.decode()
+    job.refresh_from_db()
+    assert not job.enabled
+
+    assert "Resumed demo/flaky" in console(admin_client, job, "resume").content.decode()
+    html = console(admin_client, job, "trigger").content.decode()
+
+    job.refresh_from_db()
+    assert job.enabled
+    run = JobRun.objects.get(job=job, trigger="manual")
+    assert f"Triggered demo/flaky: run {run.pk}" in html
+
+
+def test_the_job_page_backfills_after_a_dry_run(admin_client, tenant):
+    job = services.job_create(tenant, services.JobSpec(name="hourly", task_name=TASK, cron="0 * * * *"))
+    bounds = {"start": "2024-01-01 00:30:00", "end": "2024-01-01 03:30:00"}  # the site's zone (UTC)
+
+    dry = console(admin_client, job, "backfill", dry_run="1", **bounds).content.decode()
+
+    assert "Dry run: 3 fire(s) in the range, 0 already recorded, 3 would be backfilled" in dry
+    assert not JobRun.objects.filter(job=job).exists()
+
+    done = console(admin_client, job, "backfill", dry_run="0", **bounds).content.decode()
+
+    assert "Backfilled 3 run(s)" in done
+    assert JobRun.objects.filter(job=job, trigger="backfill").count() == 3
+
+
+def test_the_job_page_refuses_a_bad_backfill_naming_the_field(admin_client, job):
+    html = console(admin_client, job, "backfill", dry_run="1", start="yesterday", end="2024-01-01 03:00:00")
+
+    assert "Backfill: start: give a date and time" in html.content.decode()  # capitalised by the admin
+
+
+def test_the_job_page_replays_the_last_failed_run(admin_client, job):
+    make_run(job, BASE, state=RunState.FAILED)
+    failed = make_run(job, BASE + timedelta(minutes=5), state=RunState.DEAD)
+    make_run(job, BASE + timedelta(minutes=10), state=RunState.SUCCEEDED)
+    assert f"Replay last failed run ({failed.pk}, dead)" in admin_client.get(url("job", "change", job.pk)).content.decode()
+
+    html = console(admin_client, job, "replay").content.decode()
+
+    failed.refresh_from_db()
+    assert (failed.state, failed.attempt) == (RunState.QUEUED, 2)
+    assert f"Run {failed.pk} (2024-01-01 18:38:05 UTC) is queued again as attempt 2" in html
+
+
+def test_the_job_page_s_actions_need_the_change_job_permission(client, django_user_model, job):
+    from django.contrib.auth.models import Permission
+    viewer = django_user_model.objects.create_user("viewer", password="pw", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_job"))
+    client.force_login(viewer)
+
+    assert "You may look, not operate" in client.get(url("job", "change", job.pk)).content.decode()
+    assert client.post(reverse("admin:scheduler_app_job_console", args=[job.pk, "pause"])).status_code == 403

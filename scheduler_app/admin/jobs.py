@@ -3,16 +3,19 @@ resume, trigger, backfill, replay) through the services."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import OuterRef, Subquery
-from django.urls import reverse
+from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
-from scheduler_app import services
+from scheduler_app import schedules, services
+from scheduler_app.admin import jobpage
 from scheduler_app.admin.common import ACTION_LIMIT, AsciiSplitDateTimeField, actor, adopt, jsonb_safe
 from scheduler_app.management.tables import describe_schedule, local_text, shorten, utc_text
 from scheduler_app.models import Job, JobRun, db_now
@@ -183,8 +186,24 @@ class JobAdmin(admin.ModelAdmin):
     readonly_fields = ("tenant", "enabled", "paused_note", "anchor_at", "target_kind", "target_config", "next_run_at",
                        "version", "created_at", "updated_at", "schedule", "next_fires", "links")
 
+    class Media:
+        css = {"all": ("scheduler_app/console.css",)}
+
     def get_queryset(self, request):
         return super().get_queryset(request).annotate(last_run_state=last_run_state())
+
+    def get_urls(self):
+        return [path("<path:object_id>/console/<str:action>/", self.admin_site.admin_view(self.console_view),
+                     name="scheduler_app_job_console"), *super().get_urls()]
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        job = self.get_object(request, object_id)
+        extra = jobpage.console_context(job, can_operate=self.has_operate_permission(request)) if job else {}
+        return super().change_view(request, object_id, form_url, {**extra, **(extra_context or {})})
+
+    def console_view(self, request, object_id, action):
+        """The job page's buttons: pause, resume, trigger, backfill (or its dry run), replay."""
+        return jobpage.operate(self, request, object_id, action)
 
     def get_fieldsets(self, request, obj=None):
         return self.add_fieldsets if obj is None else self.fieldsets
@@ -214,11 +233,16 @@ class JobAdmin(admin.ModelAdmin):
     def next_fires(self, job):
         # The saved job: a change form shown again with errors holds the rejected values.
         job = Job.objects.get(pk=job.pk)
-        fires = services.job_preview(job, count=NEXT_FIRES)
+        # From the fire the beats will record next (a late one included); a paused job's
+        # next_run_at is stale until it is resumed, so from now.
+        after = job.next_run_at - timedelta(microseconds=1) if job.enabled and job.next_run_at else None
+        fires = services.job_preview(job, count=NEXT_FIRES, after=after)
         if not fires:
             return "none left"
-        rows = format_html_join("", "<li>{} &nbsp; ({})</li>",
-                                ((local_text(fire, job.timezone), utc_text(fire)) for fire in fires))
+        schedule = job.schedule
+        rows = format_html_join("", "<li>{} &nbsp; ({}) <b class='cf-dst'>{}</b></li>",
+                                ((local_text(fire, job.timezone), utc_text(fire),
+                                  schedules.fire_anomaly(schedule, fire) or "") for fire in fires))
         note = "" if job.enabled else "Paused: these fire only if the job is resumed before them."
         return format_html("<ol style='margin:0'>{}</ol>{}", rows, note)
 
