@@ -364,3 +364,7 @@ class ApiKey(models.Model):
     @property
     def is_staff(self) -> bool:
         return self.tenant_id is None
+
+
+# Alert rules and alerts live in their own module (it imports nothing of the project).
+from scheduler_app.alertmodels import Alert, AlertKind, AlertRule  # noqa: E402,F401

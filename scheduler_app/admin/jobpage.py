@@ -19,6 +19,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from scheduler_app import charts, services, validation
+from scheduler_app.admin import alerts as alerts_admin
 from scheduler_app.admin.common import actor, duration_text, when
 from scheduler_app.management.tables import shorten
 from scheduler_app.models import Job, JobRun, db_now
@@ -80,6 +81,7 @@ def last_failed_run(job: Job) -> JobRun | None:
 def console_context(job: Job, *, can_operate: bool) -> dict:
     now = db_now()
     return {
+        **alerts_admin.panel_context(job, now),
         "cf_job": job,
         "cf_recent": recent_runs(job),
         "cf_timeline": fire_timeline(job, now),
