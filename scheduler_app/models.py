@@ -366,5 +366,6 @@ class ApiKey(models.Model):
         return self.tenant_id is None
 
 
-# Alert rules and alerts live in their own module (it imports nothing of the project).
-from scheduler_app.alertmodels import Alert, AlertKind, AlertRule  # noqa: E402,F401
+# The console's models (alerts, the dashboard's rollup) live in their own module, which
+# imports nothing of the project.
+from scheduler_app.consolemodels import Alert, AlertKind, AlertRule, RunMinute  # noqa: E402,F401

@@ -14,7 +14,7 @@ from django.core import mail
 from django.db import connections, transaction
 
 from scheduler_app import alerts, services, webhooks
-from scheduler_app.alertmodels import Alert, AlertKind, AlertRule
+from scheduler_app.consolemodels import Alert, AlertKind, AlertRule
 from scheduler_app.models import Job, JobRun, RunState, Tenant, db_now
 from tests.conftest import wait_for
 

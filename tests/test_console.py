@@ -271,3 +271,34 @@ def test_the_job_page_s_actions_need_the_change_job_permission(client, django_us
 
     assert "You may look, not operate" in client.get(url("job", "change", job.pk)).content.decode()
     assert client.post(reverse("admin:scheduler_app_job_console", args=[job.pk, "pause"])).status_code == 403
+
+
+# --- 5. the dashboard ------------------------------------------------------------------------------
+
+
+def test_the_dashboard_charts_the_last_hour_and_day_and_the_next_hour(admin_client, job):
+    from scheduler_app import dashboard
+    from scheduler_app.models import db_now
+
+    now = db_now()
+    for minutes in (50, 40, 30, 20, 3):
+        make_run(job, now - timedelta(minutes=minutes, seconds=6), state=RunState.SUCCEEDED)
+    make_run(job, now - timedelta(minutes=10, seconds=6), state=RunState.DEAD, error="boom")
+    assert dashboard.roll_up(now, max_minutes=1440) > 0
+
+    index = admin_client.get("/admin/").content.decode()
+    html = admin_client.get(reverse("cronfleet_dashboard")).content.decode()
+
+    assert 'href="/admin/dashboard/"' in index
+    runs_hour = html.split('id="cf-runs-hour"')[1].split("</section>")[0]
+    assert runs_hour.count('class="cf-point') == 6
+    assert html.split('id="cf-lag-hour"')[1].split("</section>")[0].count('data-series="p99"') == 6
+    assert html.split('id="cf-runs-day"')[1].split("</section>")[0].count('class="cf-point') >= 5
+    assert html.split('id="cf-forecast"')[1].split("</section>")[0].count('data-series="fires"') == 12  # */5 * * * *
+    assert ">demo/flaky</a></td><td>1</td>" in html  # top failing jobs
+    assert "<td>demo</td><td>6</td><td>1</td>" in html  # noisiest tenants
+    assert 'id="cf-nodes"' in html and 'id="cf-queues"' in html
+
+
+def test_the_dashboard_is_for_staff_only(client, job):
+    assert client.get(reverse("cronfleet_dashboard")).status_code == 302  # to the login page

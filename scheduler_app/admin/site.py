@@ -13,3 +13,6 @@ for app_label in ("django_celery_beat", "django_celery_results"):
     for model in apps.get_app_config(app_label).get_models():
         if admin.site.is_registered(model):
             admin.site.unregister(model)
+
+# The index links to the dashboard (/admin/dashboard/, scheduler_app/admin/dashboard.py).
+admin.site.index_template = "admin/cronfleet_index.html"

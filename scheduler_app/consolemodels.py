@@ -1,4 +1,6 @@
-"""Alert rules per job and the alerts they raised (scheduler_app/alerts.py evaluates them).
+"""The console's models: alert rules per job and the alerts they raised (scheduler_app/alerts.py
+evaluates them), and the per-minute rollup of finished runs behind the dashboard
+(scheduler_app/dashboard.py).
 
 Imports nothing of the project but Django: models.py imports these models from here.
 """
@@ -87,3 +89,21 @@ class Alert(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} alert on job {self.job_id} at {self.raised_at:%Y-%m-%d %H:%M:%S}Z"
+
+
+class RunMinute(models.Model):
+    """Finished runs of one tenant in one minute (by finished_at), by outcome. tenant_id 0
+    marks a minute as rolled up even when nothing finished in it."""
+
+    minute = models.DateTimeField()
+    tenant_id = models.BigIntegerField()  # not a foreign key: 0 is the marker row
+    succeeded = models.IntegerField(default=0)
+    failed = models.IntegerField(default=0)
+    dead = models.IntegerField(default=0)
+    retrying = models.IntegerField(default=0)
+    lost = models.IntegerField(default=0)
+    cancelled = models.IntegerField(default=0)
+    skipped = models.IntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["minute", "tenant_id"], name="runminute_unique")]
