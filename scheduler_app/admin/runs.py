@@ -94,7 +94,7 @@ def search_runs(queryset, term: str):
 
 @admin.register(JobRun)
 class JobRunAdmin(ReadOnlyAdmin):
-    list_display = ("id", "job_link", "scheduled_at", "trigger", "state_label", "attempt", "started", "finished",
+    list_display = ("id", "job_link", "fire_time", "trigger", "state_label", "attempt_no", "started", "finished",
                     "took", "short_reason")
     list_display_links = ("id",)
     list_filter = ("state", "trigger", "tenant")
@@ -135,6 +135,14 @@ class JobRunAdmin(ReadOnlyAdmin):
     def job_link(self, run):
         url = reverse("admin:scheduler_app_job_change", args=[run.job_id])
         return format_html('<a href="{}">{}</a>', url, run.job)
+
+    @admin.display(description="fire time", ordering="scheduled_at")
+    def fire_time(self, run):
+        return when(run.scheduled_at)
+
+    @admin.display(description="#", ordering="attempt")
+    def attempt_no(self, run):
+        return run.attempt
 
     @admin.display(description="state", ordering="state")
     def state_label(self, run):
