@@ -188,6 +188,8 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# Instants with seconds and their zone ("2024-01-01 18:33:05 UTC"), not "6:33 p.m.".
+FORMAT_MODULE_PATH = ["scheduler_app.formats"]
 
 STATIC_URL = "static/"
 # `manage.py collectstatic` fills it (the Dockerfile does at build time); WhiteNoise serves it.
@@ -330,6 +332,20 @@ CRONFLEET_HTTP_MAX_RESPONSE_BYTES = env_int("CRONFLEET_HTTP_MAX_RESPONSE_BYTES",
 CRONFLEET_ENCRYPTION_KEYS = env_list("CRONFLEET_ENCRYPTION_KEYS", [])
 # Bytes of a run's result and error kept in the ledger.
 CRONFLEET_RESULT_MAX_BYTES = env_int("CRONFLEET_RESULT_MAX_BYTES", 8192, minimum=256)
+
+# Job alerts (scheduler_app/alerts.py): each beat evaluates due alert rules and delivers
+# pending alerts at most this often, after a turn.
+CRONFLEET_ALERT_CHECK_SECONDS = env_int("CRONFLEET_ALERT_CHECK_SECONDS", 10, minimum=1)
+# E-mailed alerts go through Django's e-mail backend: SMTP at EMAIL_HOST unless
+# DJANGO_EMAIL_BACKEND names another (django.core.mail.backends.console.EmailBackend, say).
+EMAIL_BACKEND = env_str("DJANGO_EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10, minimum=1)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "cronfleet@localhost")
 
 # --- REST API (/api/v1/) -----------------------------------------------------------------
 # Bearer keys (services.apikey_authenticate) or a logged-in staff session; JSON in and out;

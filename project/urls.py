@@ -3,9 +3,11 @@ from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from scheduler_app import views
+from scheduler_app.admin.dashboard import dashboard_view
 from scheduler_app.api.handler import no_route, not_found
 
 urlpatterns = [
+    path("admin/dashboard/", admin.site.admin_view(dashboard_view), name="cronfleet_dashboard"),
     path("admin/", admin.site.urls),
     path("healthz", views.healthz, name="healthz"),
     path("api/v1/", include(("scheduler_app.api.urls", "api"))),

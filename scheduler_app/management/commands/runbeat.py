@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import DatabaseError, close_old_connections, connection, reset_queries
 
 
-from scheduler_app import dispatch
+from scheduler_app import alerts, dispatch
 from scheduler_app.models import db_now
 from scheduler_app.publish import broker_errors
 from scheduler_app.services import WAKE_CHANNEL
@@ -117,6 +117,7 @@ class Command(BaseCommand):
                 sweep = time.monotonic() >= next_sweep
                 try:
                     turn = dispatch.run_turn(db_now(), batch_size=batch_size, grace=grace, sweep=sweep)
+                    alerts.on_beat_turn()  # job alerts: at most every CRONFLEET_ALERT_CHECK_SECONDS
                 except transient as exc:
                     # The database or broker went away mid-turn. A turn that did not commit
                     # changed nothing; runs that committed but were not published stay

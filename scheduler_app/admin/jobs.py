@@ -1,170 +1,27 @@
-"""Admin for tenants, jobs, the run ledger and the audit trail.
-
-Every write goes through scheduler_app.services, as the CLI's do:
-
-- Tenants and jobs are created by services.tenant_create / services.job_create; the add
-  forms check their input first (jobs with services.validate_spec) so mistakes come back
-  as form errors naming the field.
-- A job's change page saves through services.job_update (validated as a whole, version
-  bumped, next_run_at recomputed when the schedule changes, the diff audited). Its target
-  kind and an HTTP or command target are edited through the API. Pause, resume and
-  trigger are changelist actions calling the services.
-- A tenant's change page (name, zone, active flag, quotas, weight) saves through
-  services.tenant_update. API keys are made by services.apikey_create: the key is shown
-  once, in the confirmation message; afterwards only revoking is possible.
-- Deleting a job calls services.job_delete (audited). Tenants are not deleted here.
-- Runs and audit events are read-only records.
-
-The ledger and the audit trail grow to millions of rows: their lists never count the
-whole table next to the filtered count (show_full_result_count = False), never compute
-facet counts, show foreign keys as raw ids, and the action filter lists known actions
-instead of asking the table for its distinct values.
-"""
+"""Jobs: made by services.job_create, edited by services.job_update, operated (pause,
+resume, trigger, backfill, replay) through the services."""
 
 from __future__ import annotations
 
-import json
+from datetime import timedelta
 
 from django import forms
-from django.apps import apps
 from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db import models
-from django.db.models import Count, IntegerField, OuterRef, Subquery
-from django.db.models.functions import Coalesce
-from django.urls import reverse
+from django.db.models import OuterRef, Subquery
+from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
-from django.utils.text import slugify
 
-from scheduler_app import schedules, services, validation
+from scheduler_app import schedules, services
+from scheduler_app.admin import jobpage
+from scheduler_app.admin.common import ACTION_LIMIT, AsciiSplitDateTimeField, actor, adopt, jsonb_safe
 from scheduler_app.management.tables import describe_schedule, local_text, shorten, utc_text
-from scheduler_app.models import ApiKey, AuditEvent, Job, JobRun, Tenant, db_now
+from scheduler_app.models import Job, JobRun, db_now
 
-# Jobs one pause/resume/trigger action works on; select fewer (filter first) beyond this.
-ACTION_LIMIT = 500
 NEXT_FIRES = 5
 
-
-def actor(request) -> str:
-    return f"admin:{request.user}"
-
-
-def adopt(obj, created) -> None:
-    """Make the admin's unsaved `obj` the row a service just created, so the admin's log
-    entry and redirect name the real object."""
-    for field in type(created)._meta.concrete_fields:
-        setattr(obj, field.attname, getattr(created, field.attname))
-    obj._state.adding = False
-    obj._state.db = created._state.db
-
-
-class AsciiSplitDateTimeField(forms.SplitDateTimeField):
-    """The admin's date and time boxes, refusing digits other than ASCII 0-9 (strptime
-    reads full-width and other scripts' digits as if they were)."""
-
-    def clean(self, value):
-        for part in value if isinstance(value, (list, tuple)) else [value]:
-            if isinstance(part, str):
-                try:
-                    validation.check_instant_text("", part)
-                except validation.InvalidInput as exc:
-                    raise ValidationError(exc.message) from None
-        return super().clean(value)
-
-
-def jsonb_safe(value):
-    """Refuse JSON that PostgreSQL's jsonb cannot store (NaN, Infinity, NUL characters)."""
-    try:
-        text = json.dumps(value, allow_nan=False)
-    except ValueError:
-        raise ValidationError("NaN and Infinity are not allowed") from None
-    if "\\u0000" in text:
-        raise ValidationError("must not contain NUL (\\u0000) characters")
-    return value
-
-
-# --- tenants --------------------------------------------------------------------------
-
-
-TENANT_EDITABLE = ("name", "timezone", "is_active", *services.TENANT_LIMITS)
-
-
-class TenantForm(forms.ModelForm):
-    class Meta:
-        model = Tenant
-        fields = ("slug", *TENANT_EDITABLE)
-
-    def clean_slug(self):
-        slug = self.cleaned_data["slug"]
-        if slugify(slug) != slug:  # the rule services.tenant_create applies
-            raise ValidationError("Use lowercase letters, digits, hyphens or underscores.")
-        return slug
-
-    def clean_name(self):
-        try:
-            return services.check_name("name", self.cleaned_data["name"])
-        except services.InvalidInput as exc:
-            raise ValidationError(exc.message) from None
-
-    def clean_timezone(self):
-        try:
-            return schedules.zone(self.cleaned_data["timezone"]).key
-        except schedules.InvalidSchedule as exc:
-            raise ValidationError(exc.message) from None
-
-
-@admin.register(Tenant)
-class TenantAdmin(admin.ModelAdmin):
-    form = TenantForm
-    list_display = ("slug", "name", "timezone", "is_active", "job_count")
-    list_filter = ("is_active",)
-    search_fields = ("slug", "name")  # also serves the job form's tenant autocomplete
-    ordering = ("slug",)
-
-    def get_readonly_fields(self, request, obj=None):
-        # The slug is how the CLI and URLs name a tenant: fixed once created.
-        return ("slug", "created_at", "links") if obj else ()
-
-    def get_fields(self, request, obj=None):
-        # New tenants are active with no quotas: services.tenant_create takes neither.
-        return ("slug", *TENANT_EDITABLE, "created_at", "links") if obj else ("slug", "name", "timezone")
-
-    def get_queryset(self, request):
-        # A correlated count per listed tenant: only the page's tenants are counted.
-        jobs = (Job.objects.filter(tenant=OuterRef("pk")).order_by().values("tenant")
-                .annotate(n=Count("id")).values("n"))
-        return super().get_queryset(request).annotate(
-            job_count=Coalesce(Subquery(jobs, output_field=IntegerField()), 0))
-
-    @admin.display(description="jobs")
-    def job_count(self, tenant):
-        return tenant.job_count
-
-    @admin.display(description="see also")
-    def links(self, tenant):
-        return format_html(
-            '<a href="{}?tenant__id__exact={}">jobs</a> · <a href="{}?tenant__id__exact={}">runs</a> · '
-            '<a href="{}?tenant__id__exact={}">audit events</a>',
-            reverse("admin:scheduler_app_job_changelist"), tenant.pk,
-            reverse("admin:scheduler_app_jobrun_changelist"), tenant.pk,
-            reverse("admin:scheduler_app_auditevent_changelist"), tenant.pk,
-        )
-
-    def save_model(self, request, obj, form, change):
-        if change:
-            changes = {name: form.cleaned_data[name] for name in form.changed_data if name in TENANT_EDITABLE}
-            adopt(obj, services.tenant_update(Tenant.objects.get(pk=obj.pk), changes, actor=actor(request)))
-            return
-        adopt(obj, services.tenant_create(slug=obj.slug, name=obj.name, timezone=obj.timezone, actor=actor(request)))
-
-    def has_delete_permission(self, request, obj=None):
-        # Deleting a tenant would cascade to all its jobs, runs and audit events; there is
-        # no service for it and it should not be two clicks away.
-        return False
-
-
-# --- jobs -----------------------------------------------------------------------------
 
 
 def allowed_task_choices():
@@ -295,7 +152,7 @@ class JobChangeForm(forms.ModelForm):
 
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
-    list_display = ("name", "tenant", "schedule", "enabled", "priority", "next_run_at", "last_run_state")
+    list_display = ("title", "schedule", "enabled", "priority", "next_run_at", "last_run_state")
     list_filter = ("tenant", "enabled", "priority", "misfire_policy")
     list_select_related = ("tenant",)
     search_fields = ("name",)
@@ -329,8 +186,24 @@ class JobAdmin(admin.ModelAdmin):
     readonly_fields = ("tenant", "enabled", "paused_note", "anchor_at", "target_kind", "target_config", "next_run_at",
                        "version", "created_at", "updated_at", "schedule", "next_fires", "links")
 
+    class Media:
+        css = {"all": ("scheduler_app/console.css",)}
+
     def get_queryset(self, request):
         return super().get_queryset(request).annotate(last_run_state=last_run_state())
+
+    def get_urls(self):
+        return [path("<path:object_id>/console/<str:action>/", self.admin_site.admin_view(self.console_view),
+                     name="scheduler_app_job_console"), *super().get_urls()]
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        job = self.get_object(request, object_id)
+        extra = jobpage.console_context(job, can_operate=self.has_operate_permission(request)) if job else {}
+        return super().change_view(request, object_id, form_url, {**extra, **(extra_context or {})})
+
+    def console_view(self, request, object_id, action):
+        """The job page's buttons: pause, resume, trigger, backfill (or its dry run), replay."""
+        return jobpage.operate(self, request, object_id, action)
 
     def get_fieldsets(self, request, obj=None):
         return self.add_fieldsets if obj is None else self.fieldsets
@@ -344,6 +217,10 @@ class JobAdmin(admin.ModelAdmin):
 
     # -- display --
 
+    @admin.display(description="job", ordering="name")
+    def title(self, job):
+        return str(job)  # tenant/job, as the CLI says it
+
     @admin.display(description="schedule")
     def schedule(self, job):
         return describe_schedule(job.cron, job.timezone, job.every_seconds, job.run_at)
@@ -356,11 +233,16 @@ class JobAdmin(admin.ModelAdmin):
     def next_fires(self, job):
         # The saved job: a change form shown again with errors holds the rejected values.
         job = Job.objects.get(pk=job.pk)
-        fires = services.job_preview(job, count=NEXT_FIRES)
+        # From the fire the beats will record next (a late one included); a paused job's
+        # next_run_at is stale until it is resumed, so from now.
+        after = job.next_run_at - timedelta(microseconds=1) if job.enabled and job.next_run_at else None
+        fires = services.job_preview(job, count=NEXT_FIRES, after=after)
         if not fires:
             return "none left"
-        rows = format_html_join("", "<li>{} &nbsp; ({})</li>",
-                                ((local_text(fire, job.timezone), utc_text(fire)) for fire in fires))
+        schedule = job.schedule
+        rows = format_html_join("", "<li>{} &nbsp; ({}) <b class='cf-dst'>{}</b></li>",
+                                ((local_text(fire, job.timezone), utc_text(fire),
+                                  schedules.fire_anomaly(schedule, fire) or "") for fire in fires))
         note = "" if job.enabled else "Paused: these fire only if the job is resumed before them."
         return format_html("<ol style='margin:0'>{}</ol>{}", rows, note)
 
@@ -441,66 +323,6 @@ class JobAdmin(admin.ModelAdmin):
             self.message_user(request, f"Triggered {len(runs)} job(s): run(s) {', '.join(map(str, runs))}.")
 
 
-# --- API keys -------------------------------------------------------------------------
-
-
-class ApiKeyForm(forms.ModelForm):
-    class Meta:
-        model = ApiKey
-        fields = ("tenant", "name")
-        help_texts = {"tenant": "Blank makes a staff key, which administers every tenant."}
-
-    def clean_name(self):
-        try:
-            return services.check_name("name", self.cleaned_data["name"])
-        except services.InvalidInput as exc:
-            raise ValidationError(exc.message) from None
-
-    def clean(self):
-        data = super().clean()
-        if data.get("tenant") is not None:
-            try:
-                services.check_key_quota(data["tenant"])
-            except services.InvalidInput as exc:
-                self.add_error("tenant", exc.message)
-        return data
-
-
-@admin.register(ApiKey)
-class ApiKeyAdmin(admin.ModelAdmin):
-    form = ApiKeyForm
-    list_display = ("prefix", "tenant", "name", "created_at", "last_used_at", "revoked_at")
-    list_filter = ("tenant",)
-    list_select_related = ("tenant",)
-    search_fields = ("prefix", "name")
-    autocomplete_fields = ("tenant",)
-    show_facets = admin.ShowFacets.NEVER
-    actions = ("revoke_keys",)
-
-    def get_fields(self, request, obj=None):
-        return ("tenant", "name") if obj is None else ("prefix", "tenant", "name", "created_at", "last_used_at",
-                                                       "revoked_at")
-
-    def get_readonly_fields(self, request, obj=None):
-        return () if obj is None else self.get_fields(request, obj)
-
-    def save_model(self, request, obj, form, change):
-        if change:  # every field of a saved key is read-only
-            return
-        key, raw = services.apikey_create(tenant=obj.tenant, name=obj.name, actor=actor(request))
-        adopt(obj, key)
-        messages.warning(request, f"The new key (copy it now: it is shown only this once): {raw}")
-
-    def has_delete_permission(self, request, obj=None):
-        return False  # revoke instead: the audit trail keeps naming the key
-
-    @admin.action(description="Revoke selected keys")
-    def revoke_keys(self, request, queryset):
-        keys = [key for key in queryset[:ACTION_LIMIT] if key.revoked_at is None]
-        for key in keys:
-            services.apikey_revoke(key, actor=actor(request))
-        self.message_user(request, f"Revoked {len(keys)} key(s).")
-
 
 def last_run_state() -> Subquery:
     """The state of a job's latest run (by fire time): one probe of the (job, scheduled_at)
@@ -509,87 +331,3 @@ def last_run_state() -> Subquery:
     return Subquery(latest)
 
 
-
-# --- the ledger and the audit trail: read-only ----------------------------------------
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    show_full_result_count = False  # one count of the filtered rows, not a second of the table
-    show_facets = admin.ShowFacets.NEVER  # facet counts would count the table once per filter choice
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-
-@admin.register(JobRun)
-class JobRunAdmin(ReadOnlyAdmin):
-    list_display = ("id", "job_link", "tenant", "scheduled_at", "trigger", "state", "attempt", "short_reason",
-                    "started_at", "finished_at")
-    list_filter = ("state", "trigger", "tenant")
-    list_select_related = ("job", "tenant")
-    raw_id_fields = ("job", "tenant")
-    # Newest first by primary key: the unfiltered ledger of millions of rows pages from the
-    # primary key index. (No date hierarchy: its distinct-years query scans the table.)
-    ordering = ("-id",)
-
-    @admin.display(description="job", ordering="job__name")
-    def job_link(self, run):
-        url = reverse("admin:scheduler_app_job_change", args=[run.job_id])
-        return format_html('<a href="{}">{}/{}</a>', url, run.tenant.slug, run.job.name)
-
-    @admin.display(description="reason / error")
-    def short_reason(self, run):
-        return shorten(run.reason or run.error, 80) or "-"
-
-
-class ActionFilter(admin.SimpleListFilter):
-    """Known actions, without a SELECT DISTINCT over the whole audit trail."""
-
-    title = "action"
-    parameter_name = "action"
-    KNOWN = ("job.created", "job.paused", "job.resumed", "job.triggered", "job.deleted", "run.started",
-             "run.succeeded", "run.failed", "run.retrying", "run.dead", "run.lost", "run.requeued",
-             "run.duplicate_delivery", "run.stale_write_rejected")
-
-    def lookups(self, request, model_admin):
-        return [("job.*", "any job.* action"), ("run.*", "any run.* action"), *((a, a) for a in self.KNOWN)]
-
-    def queryset(self, request, queryset):
-        value = self.value()
-        if not value:
-            return queryset
-        if value.endswith(".*"):
-            return queryset.filter(action__startswith=value[:-1])
-        return queryset.filter(action=value)
-
-
-@admin.register(AuditEvent)
-class AuditEventAdmin(ReadOnlyAdmin):
-    list_display = ("created_at", "action", "actor", "tenant", "job_name", "run_link", "short_detail")
-    list_filter = (ActionFilter, "tenant")
-    list_select_related = ("tenant",)
-    raw_id_fields = ("tenant", "job")
-
-    @admin.display(description="run")
-    def run_link(self, event):
-        if event.run_id is None:
-            return "-"
-        return format_html('<a href="{}">{}</a>', reverse("admin:scheduler_app_jobrun_change", args=[event.run_id]),
-                           event.run_id)
-
-    @admin.display(description="detail")
-    def short_detail(self, event):
-        return shorten(json.dumps(event.detail, ensure_ascii=False), 80)
-
-
-# django_celery_beat is installed so that manage.py import_beat can read its tables; its admin
-# pages would invite editing PeriodicTasks that nothing in a Cronfleet deployment runs.
-for beat_model in apps.get_app_config("django_celery_beat").get_models():
-    if admin.site.is_registered(beat_model):
-        admin.site.unregister(beat_model)

@@ -1,0 +1,26 @@
+"""Admin for tenants, jobs, the run ledger, the audit trail and alerts: one module per noun.
+
+Every write goes through scheduler_app.services, as the CLI's do:
+
+- Tenants and jobs are created by services.tenant_create / services.job_create; the add
+  forms check their input first (jobs with services.validate_spec) so mistakes come back
+  as form errors naming the field.
+- A job's change page saves through services.job_update (validated as a whole, version
+  bumped, next_run_at recomputed when the schedule changes, the diff audited). Its target
+  kind and an HTTP or command target are edited through the API. Pause, resume and
+  trigger are changelist actions calling the services.
+- A tenant's change page (name, zone, active flag, quotas, weight) saves through
+  services.tenant_update. API keys are made by services.apikey_create: the key is shown
+  once, in the confirmation message; afterwards only revoking is possible.
+- Deleting a job calls services.job_delete (audited). Tenants are not deleted here.
+- Runs and audit events are read-only records.
+
+The ledger and the audit trail grow to millions of rows: their lists never count the
+whole table next to the filtered count (show_full_result_count = False), never compute
+facet counts, show foreign keys as raw ids, and the action filter lists known actions
+instead of asking the table for its distinct values.
+
+Datetimes show with seconds and their zone everywhere (scheduler_app/formats).
+"""
+
+from scheduler_app.admin import alerts, apikeys, audit, jobs, runs, site, tenants  # noqa: F401 (registers the models)

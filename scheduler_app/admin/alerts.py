@@ -1,0 +1,139 @@
+"""Alert rules (one per job, written through alerts.rule_set) and the alerts raised (read-only)."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin
+from django.urls import reverse
+from django.utils.html import format_html
+
+from scheduler_app import alerts
+from scheduler_app.admin.common import ReadOnlyAdmin, actor, adopt, when
+from scheduler_app.consolemodels import Alert, AlertRule
+from scheduler_app.management.tables import shorten
+from scheduler_app.validation import InvalidInput
+
+
+class AlertRuleForm(forms.ModelForm):
+    emails = forms.CharField(required=False, help_text="Comma-separated addresses mailed each alert",
+                             widget=forms.TextInput(attrs={"size": 60}))
+
+    class Meta:
+        model = AlertRule
+        fields = ("job", *alerts.RULE_FIELDS)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            self.initial["emails"] = ", ".join(self.instance.emails or [])
+
+    def clean(self):
+        data = super().clean()
+        if self.errors:
+            return data
+        try:
+            self.values = alerts.validate_rule({name: data.get(name) for name in alerts.RULE_FIELDS})
+        except InvalidInput as exc:
+            name = exc.field.partition(".")[0]
+            self.add_error(name if name in self.fields else None, exc.message)
+        return data
+
+
+@admin.register(AlertRule)
+class AlertRuleAdmin(admin.ModelAdmin):
+    form = AlertRuleForm
+    list_display = ("job", "enabled", "conditions", "channels", "cooldown_seconds", "last_success_at")
+    list_select_related = ("job__tenant",)
+    autocomplete_fields = ("job",)
+    show_facets = admin.ShowFacets.NEVER
+    fieldsets = (
+        (None, {"fields": ("job", "enabled")}),
+        ("When", {"fields": ("no_success_seconds", "grace_seconds", "on_failure", "max_start_lag_seconds",
+                             "max_duration_seconds", "min_duration_seconds"),
+                  "description": "Seconds. Leave a box empty to not watch that condition."}),
+        ("Where", {"fields": ("webhook_url", "emails", "cooldown_seconds")}),
+    )
+
+    def get_readonly_fields(self, request, obj=None):
+        return ("job",) if obj else ()
+
+    def get_changeform_initial_data(self, request):
+        return {**super().get_changeform_initial_data(request), "cooldown_seconds": 3600}
+
+    @admin.display(description="watches")
+    def conditions(self, rule):
+        return describe_rule(rule)
+
+    @admin.display(description="tells")
+    def channels(self, rule):
+        return ", ".join(filter(None, [rule.webhook_url and "webhook", *(rule.emails or [])])) or "-"
+
+    def save_model(self, request, obj, form, change):
+        adopt(obj, alerts.rule_set(obj.job, form.values, actor=actor(request)))
+
+    def delete_model(self, request, obj):
+        alerts.rule_delete(obj.job, actor=actor(request))
+
+    def delete_queryset(self, request, queryset):
+        for rule in queryset.select_related("job"):
+            alerts.rule_delete(rule.job, actor=actor(request))
+
+
+def describe_rule(rule: AlertRule) -> str:
+    parts = []
+    if rule.no_success_seconds is not None:
+        parts.append(f"a success every {alerts.describe_seconds(rule.no_success_seconds)}"
+                     f" + {alerts.describe_seconds(rule.grace_seconds)} grace")
+    if rule.on_failure:
+        parts.append("failed or dead runs")
+    if rule.max_start_lag_seconds is not None:
+        parts.append(f"start lag over {rule.max_start_lag_seconds:g} s")
+    if rule.max_duration_seconds is not None:
+        parts.append(f"runs over {rule.max_duration_seconds:g} s")
+    if rule.min_duration_seconds is not None:
+        parts.append(f"runs under {rule.min_duration_seconds:g} s")
+    return "; ".join(parts) or "nothing"
+
+
+@admin.register(Alert)
+class AlertAdmin(ReadOnlyAdmin):
+    list_display = ("raised_at", "job_link", "kind", "short_message", "delivery", "suppressed")
+    list_filter = ("kind",)
+    list_select_related = ("job__tenant",)
+    raw_id_fields = ("job", "tenant", "rule")
+
+    @admin.display(description="job")
+    def job_link(self, alert):
+        return format_html('<a href="{}">{}</a>', reverse("admin:scheduler_app_job_change", args=[alert.job_id]),
+                           alert.job)
+
+    @admin.display(description="message")
+    def short_message(self, alert):
+        return format_html('<span class="cf-cut" title="{}">{}</span>', alert.message, shorten(alert.message, 90))
+
+    @admin.display(description="delivered")
+    def delivery(self, alert):
+        return delivery_text(alert)
+
+
+def delivery_text(alert: Alert) -> str:
+    if alert.delivered_at:
+        return when(alert.delivered_at)
+    last = (alert.delivery_log or [{}])[-1].get("error")
+    if alert.delivery_attempts >= alerts.DELIVERY_ATTEMPTS:
+        return f"gave up after {alert.delivery_attempts} attempts: {last}"
+    return f"pending ({alert.delivery_attempts} attempts{': ' + last if last else ''})"
+
+
+def panel_context(job, now) -> dict:
+    """The job page's alerts panel: the rule, what it watches, the latest alerts."""
+    rule = AlertRule.objects.filter(job=job).first()
+    found = alerts.recent_alerts(job)
+    return {
+        "cf_alert_rule": rule,
+        "cf_alert_rule_text": describe_rule(rule) if rule else "",
+        "cf_alert_rule_url": (reverse("admin:scheduler_app_alertrule_change", args=[rule.pk]) if rule
+                              else reverse("admin:scheduler_app_alertrule_add") + f"?job={job.pk}"),
+        "cf_alerts": [{"alert": alert, "raised": when(alert.raised_at), "delivery": delivery_text(alert)}
+                      for alert in found],
+    }

@@ -1,0 +1,304 @@
+"""The operator's console (issue 13): what a person reads in the admin, without a browser.
+
+tests/test_console_browser.py looks at the same pages through headless Chromium.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.urls import reverse
+
+from scheduler_app import services
+from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Tenant
+
+TASK = "scheduler_app.echo"
+BASE = datetime(2024, 1, 1, 18, 33, 5, tzinfo=UTC)
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+def url(model: str, view: str, *args) -> str:
+    return reverse(f"admin:scheduler_app_{model}_{view}", args=args)
+
+
+@pytest.fixture
+def tenant(db) -> Tenant:
+    return services.tenant_create(slug="demo", name="Demo", timezone="Europe/Berlin")
+
+
+@pytest.fixture
+def job(tenant) -> Job:
+    return services.job_create(tenant, services.JobSpec(name="flaky", task_name=TASK, cron="*/5 * * * *"))
+
+
+def make_run(job: Job, at: datetime, state: str = RunState.SUCCEEDED, **fields) -> JobRun:
+    fields.setdefault("started_at", at + timedelta(seconds=1))
+    fields.setdefault("finished_at", at + timedelta(seconds=6))
+    return JobRun.objects.create(job=job, tenant=job.tenant, scheduled_at=at, state=state, created_at=at, **fields)
+
+
+# --- 1. names, times, the audit trail, the index ------------------------------------------
+
+
+def test_a_job_is_titled_and_listed_as_tenant_slash_name(admin_client, job):
+    assert str(job) == "demo/flaky"
+
+    change = admin_client.get(url("job", "change", job.pk)).content.decode()
+    listing = admin_client.get(url("job", "changelist")).content.decode()
+
+    assert "<h2>demo/flaky</h2>" in change
+    assert ">demo/flaky<" in listing
+
+
+def test_times_show_seconds_and_the_zone(admin_client, job):
+    run = make_run(job, BASE)
+
+    listing = admin_client.get(url("jobrun", "changelist")).content.decode()
+    page = admin_client.get(url("jobrun", "change", run.pk)).content.decode()
+
+    for html in (listing, page):
+        assert "2024-01-01 18:33:05 UTC" in html
+        assert "2024-01-01 18:33:06 UTC" in html  # started a second later: told apart
+        assert "p.m." not in html
+
+
+def test_the_audit_trail_names_the_job_of_run_events(admin_client, job):
+    run = make_run(job, BASE, state=RunState.DEAD)
+    # As dispatch.mark_lost_runs and the worker write them: the job's id, no name.
+    AuditEvent.objects.create(tenant=job.tenant, job_id=job.pk, run_id=run.pk, action="run.lost", actor="beat")
+
+    html = admin_client.get(url("auditevent", "changelist")).content.decode()
+
+    assert f'<a href="{url("job", "change", job.pk)}">demo/flaky</a>' in html
+
+
+def test_the_index_has_no_empty_celery_results_section(admin_client, db):
+    html = admin_client.get("/admin/").content.decode()
+
+    assert "Celery Results" not in html
+    assert "Periodic Tasks" not in html
+    assert "Cronfleet scheduler" in html
+
+
+# --- 2. the run page and the ledger ------------------------------------------------------------
+
+
+def test_the_run_page_shows_every_attempt_the_whole_error_and_replays(admin_client, job):
+    long_error = "Traceback (most recent call last):\n" + "  frame\n" * 40 + "RuntimeError: the end"
+    run = make_run(job, BASE, state=RunState.DEAD, attempt=2, worker="celery@w2", error=long_error, attempts=[
+        {"attempt": 1, "worker": "celery@w1", "started_at": "2024-01-01T18:33:06.100000+00:00",
+         "finished_at": "2024-01-01T18:33:08.350000+00:00", "outcome": "retrying", "error": "ConnectionError: reset"},
+        {"attempt": 2, "worker": "celery@w2", "started_at": "2024-01-01T18:33:20+00:00",
+         "finished_at": "2024-01-01T18:33:25+00:00", "outcome": "dead", "error": "RuntimeError: the end"},
+    ])
+
+    html = admin_client.get(url("jobrun", "change", run.pk)).content.decode()
+
+    assert f"Run {run.pk} of demo/flaky at 2024-01-01 18:33:05 UTC" in html
+    assert "celery@w1" in html and "ConnectionError: reset" in html and "2024-01-01 18:33:08 UTC" in html
+    assert "2.25 s" in html  # attempt 1 took 2.25 s
+    assert "RuntimeError: the end" in html and long_error.count("frame") == html.count("  frame")
+    assert "Replay as attempt 3" in html
+
+    response = admin_client.post(reverse("admin:scheduler_app_jobrun_replay", args=[run.pk]), follow=True)
+
+    run.refresh_from_db()
+    assert (run.state, run.attempt, run.error) == (RunState.QUEUED, 3, "")
+    assert "queued again as attempt 3" in response.content.decode()
+    assert AuditEvent.objects.filter(run_id=run.pk, action="run.replayed", actor="admin:admin").exists()
+
+
+def test_the_run_page_shows_the_attempt_in_progress_and_no_replay(admin_client, job):
+    run = make_run(job, BASE, state=RunState.RUNNING, attempt=2, worker="celery@w9", finished_at=None, attempts=[
+        {"attempt": 1, "worker": "celery@w1", "started_at": "2024-01-01T18:33:06+00:00",
+         "finished_at": "2024-01-01T18:33:07+00:00", "outcome": "retrying", "error": "boom"}])
+
+    html = admin_client.get(url("jobrun", "change", run.pk)).content.decode()
+
+    assert "celery@w1" in html and "celery@w9" in html and "cf-current" in html
+    assert "Replay as attempt" not in html
+    assert admin_client.post(reverse("admin:scheduler_app_jobrun_replay", args=[run.pk]), follow=True)
+    run.refresh_from_db()
+    assert run.state == RunState.RUNNING
+
+
+def test_replay_needs_the_change_job_permission(client, django_user_model, job):
+    run = make_run(job, BASE, state=RunState.FAILED)
+    viewer = django_user_model.objects.create_user("viewer", password="pw", is_staff=True)
+    from django.contrib.auth.models import Permission
+    viewer.user_permissions.add(Permission.objects.get(codename="view_jobrun"))
+    client.force_login(viewer)
+
+    assert "Replay as attempt" not in client.get(url("jobrun", "change", run.pk)).content.decode()
+    assert client.post(reverse("admin:scheduler_app_jobrun_replay", args=[run.pk])).status_code == 403
+
+
+def test_the_ledger_cuts_long_errors_and_keeps_the_whole_text_on_hover(admin_client, job):
+    make_run(job, BASE, state=RunState.FAILED, error="E" * 300)
+
+    html = admin_client.get(url("jobrun", "changelist")).content.decode()
+
+    assert "E" * 89 + "…" in html and "E" * 300 in html  # shown cut, title whole
+    assert "18:33:06 UTC" in html and "5.00 s" in html  # started, took
+
+
+@pytest.mark.parametrize("term", ["demo/flaky", "flak", "FIRE_KEY", "RUN_ID"])
+def test_the_ledger_searches_by_job_fire_key_and_run_id(admin_client, job, tenant, term):
+    other = services.job_create(tenant, services.JobSpec(name="steady", task_name=TASK, cron="0 * * * *"))
+    run = make_run(job, BASE)
+    make_run(other, BASE)
+    term = term.replace("FIRE_KEY", run.fire_key).replace("RUN_ID", str(run.pk))
+
+    response = admin_client.get(url("jobrun", "changelist"), {"q": term})
+
+    assert [found.pk for found in response.context["cl"].result_list] == [run.pk]
+
+
+def test_the_ledger_counts_at_most_the_cap(admin_client, job, monkeypatch):
+    from scheduler_app.admin import runs as runs_admin
+    monkeypatch.setattr(runs_admin, "LEDGER_COUNT_CAP", 3)
+    for minute in range(5):
+        make_run(job, BASE + timedelta(minutes=minute))
+
+    html = admin_client.get(url("jobrun", "changelist")).content.decode()
+
+    assert "more than 3 job runs" in html
+
+
+def test_a_filtered_ledger_is_newest_fire_first(admin_client, job):
+    late = make_run(job, BASE + timedelta(hours=1))
+    early = make_run(job, BASE)  # recorded later (a backfill), fired earlier
+
+    unfiltered = admin_client.get(url("jobrun", "changelist")).context["cl"].result_list
+    by_job = admin_client.get(url("jobrun", "changelist"), {"job__id__exact": job.pk}).context["cl"].result_list
+
+    assert [run.pk for run in unfiltered] == [early.pk, late.pk]  # by id: the primary key's order
+    assert [run.pk for run in by_job] == [late.pk, early.pk]  # by fire time: the (job, scheduled_at) index
+
+
+# --- 3. the job page ------------------------------------------------------------------------
+
+
+def console(admin_client, job, action: str, **data):
+    return admin_client.post(reverse("admin:scheduler_app_job_console", args=[job.pk, action]), data, follow=True)
+
+
+def test_the_job_page_shows_recent_runs_a_timeline_and_the_next_fires_in_the_job_s_zone(admin_client, job):
+    from scheduler_app.models import db_now
+
+    now = db_now()
+    make_run(job, now - timedelta(hours=2), state=RunState.SUCCEEDED)
+    make_run(job, now - timedelta(hours=1), state=RunState.DEAD, error="RuntimeError: nope")
+
+    html = admin_client.get(url("job", "change", job.pk)).content.decode()
+
+    assert html.count('class="cf-point cf-state-fill') == 2  # the timeline's two fires
+    assert 'cf-state-fill cf-dead' in html
+    recent = html.split('id="cf-recent-runs"')[1].split("</table>")[0]
+    assert recent.count("<tr>") == 3 and "1.00 s" in recent and "5.00 s" in recent  # start lag, took
+    assert "RuntimeError: nope" in recent
+    assert html.count("+01:00 CET &nbsp; (") == 5  # the next 5 fires, local and UTC
+
+
+def test_the_next_fires_flag_dst(admin_client, tenant):
+    job = services.job_create(tenant, services.JobSpec(name="night", task_name=TASK, cron="30 2 * * *"))
+    from scheduler_app.models import Job as JobModel
+    JobModel.objects.filter(pk=job.pk).update(next_run_at=datetime(2026, 3, 28, 1, 30, tzinfo=UTC))
+
+    html = admin_client.get(url("job", "change", job.pk)).content.decode()
+
+    assert "dst_gap" in html  # 02:30 does not exist in Berlin on 2026-03-29
+
+
+def test_the_job_page_pauses_resumes_and_triggers(admin_client, job):
+    assert "Paused demo/flaky" in console(admin_client, job, "pause").content.decode()
+    job.refresh_from_db()
+    assert not job.enabled
+
+    assert "Resumed demo/flaky" in console(admin_client, job, "resume").content.decode()
+    html = console(admin_client, job, "trigger").content.decode()
+
+    job.refresh_from_db()
+    assert job.enabled
+    run = JobRun.objects.get(job=job, trigger="manual")
+    assert f"Triggered demo/flaky: run {run.pk}" in html
+
+
+def test_the_job_page_backfills_after_a_dry_run(admin_client, tenant):
+    job = services.job_create(tenant, services.JobSpec(name="hourly", task_name=TASK, cron="0 * * * *"))
+    bounds = {"start": "2024-01-01 00:30:00", "end": "2024-01-01 03:30:00"}  # the site's zone (UTC)
+
+    dry = console(admin_client, job, "backfill", dry_run="1", **bounds).content.decode()
+
+    assert "Dry run: 3 fire(s) in the range, 0 already recorded, 3 would be backfilled" in dry
+    assert not JobRun.objects.filter(job=job).exists()
+
+    done = console(admin_client, job, "backfill", dry_run="0", **bounds).content.decode()
+
+    assert "Backfilled 3 run(s)" in done
+    assert JobRun.objects.filter(job=job, trigger="backfill").count() == 3
+
+
+def test_the_job_page_refuses_a_bad_backfill_naming_the_field(admin_client, job):
+    html = console(admin_client, job, "backfill", dry_run="1", start="yesterday", end="2024-01-01 03:00:00")
+
+    assert "Backfill: start: give a date and time" in html.content.decode()  # capitalised by the admin
+
+
+def test_the_job_page_replays_the_last_failed_run(admin_client, job):
+    make_run(job, BASE, state=RunState.FAILED)
+    failed = make_run(job, BASE + timedelta(minutes=5), state=RunState.DEAD)
+    make_run(job, BASE + timedelta(minutes=10), state=RunState.SUCCEEDED)
+    assert f"Replay last failed run ({failed.pk}, dead)" in admin_client.get(url("job", "change", job.pk)).content.decode()
+
+    html = console(admin_client, job, "replay").content.decode()
+
+    failed.refresh_from_db()
+    assert (failed.state, failed.attempt) == (RunState.QUEUED, 2)
+    assert f"Run {failed.pk} (2024-01-01 18:38:05 UTC) is queued again as attempt 2" in html
+
+
+def test_the_job_page_s_actions_need_the_change_job_permission(client, django_user_model, job):
+    from django.contrib.auth.models import Permission
+    viewer = django_user_model.objects.create_user("viewer", password="pw", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_job"))
+    client.force_login(viewer)
+
+    assert "You may look, not operate" in client.get(url("job", "change", job.pk)).content.decode()
+    assert client.post(reverse("admin:scheduler_app_job_console", args=[job.pk, "pause"])).status_code == 403
+
+
+# --- 5. the dashboard ------------------------------------------------------------------------------
+
+
+def test_the_dashboard_charts_the_last_hour_and_day_and_the_next_hour(admin_client, job):
+    from scheduler_app import dashboard
+    from scheduler_app.models import db_now
+
+    now = db_now()
+    for minutes in (50, 40, 30, 20, 3):
+        make_run(job, now - timedelta(minutes=minutes, seconds=6), state=RunState.SUCCEEDED)
+    make_run(job, now - timedelta(minutes=10, seconds=6), state=RunState.DEAD, error="boom")
+    assert dashboard.roll_up(now, max_minutes=1440) > 0
+
+    index = admin_client.get("/admin/").content.decode()
+    html = admin_client.get(reverse("cronfleet_dashboard")).content.decode()
+
+    assert 'href="/admin/dashboard/"' in index
+    runs_hour = html.split('id="cf-runs-hour"')[1].split("</section>")[0]
+    assert runs_hour.count('class="cf-point') == 6
+    assert html.split('id="cf-lag-hour"')[1].split("</section>")[0].count('data-series="p99"') == 6
+    assert html.split('id="cf-runs-day"')[1].split("</section>")[0].count('class="cf-point') >= 5
+    assert html.split('id="cf-forecast"')[1].split("</section>")[0].count('data-series="fires"') == 12  # */5 * * * *
+    assert ">demo/flaky</a></td><td>1</td>" in html  # top failing jobs
+    assert "<td>demo</td><td>6</td><td>1</td>" in html  # noisiest tenants
+    assert 'id="cf-nodes"' in html and 'id="cf-queues"' in html
+
+
+def test_the_dashboard_is_for_staff_only(client, job):
+    assert client.get(reverse("cronfleet_dashboard")).status_code == 302  # to the login page

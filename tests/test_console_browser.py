@@ -1,0 +1,109 @@
+"""The console as a person sees it: real headless Chromium (Debian's, through chromedriver)
+logs into the admin at 1,280 px and opens the dashboard, a job page and a run page.
+Screenshots go to var/test-artifacts/console/."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from scheduler_app import dashboard, services
+from scheduler_app.models import JobRun, RunState, db_now
+from tests import browser
+from tests.conftest import ROOT
+
+pytestmark = [pytest.mark.django_db(transaction=True),
+              pytest.mark.skipif(not browser.available(), reason="chromium and chromedriver are not installed")]
+ARTIFACTS = ROOT / "var" / "test-artifacts" / "console"
+WIDTH = 1280
+
+
+@pytest.fixture
+def chromium():
+    found = browser.Browser(width=WIDTH, height=1000)
+    yield found
+    found.close()
+
+
+@pytest.fixture
+def seeded(django_user_model, settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    django_user_model.objects.create_superuser("ops", "ops@example.com", "a long passphrase 7")
+    tenant = services.tenant_create(slug="demo", name="Demo", timezone="Europe/Berlin")
+    job = services.job_create(tenant, services.JobSpec(name="flaky", task_name="scheduler_app.echo", cron="* * * * *"))
+    now = db_now()
+    runs = []
+    for minute in range(1, 90):
+        at = now - timedelta(minutes=minute, seconds=7)
+        state = RunState.DEAD if minute % 7 == 0 else RunState.SUCCEEDED
+        runs.append(JobRun(job=job, tenant=tenant, scheduled_at=at, created_at=at, state=state, attempt=1,
+                           started_at=at + timedelta(seconds=0.4 + minute % 3), worker="celery@worker-1",
+                           finished_at=at + timedelta(seconds=3 + minute % 5),
+                           error=("RuntimeError: upstream answered 503 Service Unavailable; " * 8
+                                  if state == RunState.DEAD else "")))
+    JobRun.objects.bulk_create(runs)
+    dashboard.roll_up(now, max_minutes=1440)
+    return job
+
+
+def login(chromium, live_server) -> None:
+    chromium.get(f"{live_server.url}/admin/login/")
+    chromium.js("document.querySelector('#id_username').value = 'ops';"
+                "document.querySelector('#id_password').value = 'a long passphrase 7';"
+                "document.querySelector('#login-form').submit();")
+    for _ in range(50):
+        if chromium.js("return document.body && document.body.innerText.includes('Site administration')"):
+            return
+        import time
+        time.sleep(0.1)
+    raise AssertionError("login failed")
+
+
+def test_a_person_sees_the_dashboard_job_and_run_pages(chromium, live_server, seeded):
+    login(chromium, live_server)
+
+    chromium.get(f"{live_server.url}/admin/")
+    assert chromium.js("return !!document.querySelector('#cf-dashboard-link')")
+    assert not chromium.js("return document.body.innerText.includes('Celery Results')")
+
+    chromium.get(f"{live_server.url}/admin/dashboard/")
+    chromium.screenshot(ARTIFACTS / "dashboard.png")
+    points = chromium.js("""
+        const count = (id) => document.querySelectorAll('#' + id + ' .cf-point').length;
+        return {hour: count('cf-runs-hour'), lag: count('cf-lag-hour'), day: count('cf-runs-day'),
+                failure: count('cf-failure-day'), forecast: count('cf-forecast'),
+                failing: document.querySelectorAll('#cf-failing tbody tr').length,
+                visible: document.querySelector('#cf-runs-hour svg').getBoundingClientRect().width};""")
+    assert points["hour"] >= 55 and points["lag"] >= 110 and points["day"] >= 6 and points["failure"] >= 6
+    assert points["forecast"] >= 59 and points["failing"] == 1 and points["visible"] > 300
+
+    chromium.get(f"{live_server.url}/admin/scheduler_app/job/{seeded.pk}/change/")
+    chromium.screenshot(ARTIFACTS / "job.png")
+    job_page = chromium.js("""
+        return {title: document.querySelector('#content h2').innerText,
+                ticks: document.querySelectorAll('.cf-timeline .cf-point').length,
+                recent: document.querySelectorAll('#cf-recent-runs tbody tr').length,
+                buttons: [...document.querySelectorAll('.cf-actions button')].map(b => b.innerText)};""")
+    assert job_page["title"] == "demo/flaky" and job_page["ticks"] == 89 and job_page["recent"] == 20
+    assert {"PAUSE", "TRIGGER NOW", "DRY RUN", "BACKFILL"} <= {b.upper() for b in job_page["buttons"]}
+
+    chromium.get(f"{live_server.url}/admin/scheduler_app/jobrun/")
+    chromium.screenshot(ARTIFACTS / "ledger.png")
+    ledger = chromium.js("""
+        const table = document.querySelector('#result_list');
+        const heads = [...table.querySelectorAll('thead th')].map(th => th.innerText.trim().toLowerCase());
+        const cells = [...table.querySelectorAll('tbody tr:first-child td, tbody tr:first-child th')];
+        return {heads: heads, page: document.documentElement.scrollWidth, view: window.innerWidth,
+                right: Math.max(...cells.map(c => c.getBoundingClientRect().right))};""")
+    assert {"started", "finished", "took", "reason / error"} <= set(ledger["heads"])
+    assert ledger["page"] <= ledger["view"] and ledger["right"] <= WIDTH, ledger  # nothing cut off at 1,280 px
+
+    dead = JobRun.objects.filter(job=seeded, state=RunState.DEAD).order_by("-scheduled_at").first()
+    chromium.get(f"{live_server.url}/admin/scheduler_app/jobrun/{dead.pk}/change/")
+    chromium.screenshot(ARTIFACTS / "run.png")
+    run_page = chromium.js("""
+        return {attempts: document.querySelectorAll('.cf-attempts tbody tr').length,
+                replay: !!document.querySelector('#cf-replay'),
+                error: document.querySelector('.cf-pre').innerText.length};""")
+    assert run_page["attempts"] >= 1 and run_page["replay"] and run_page["error"] > 400
