@@ -7,7 +7,7 @@ Every write goes through scheduler_app.services, as the CLI's do:
   as form errors naming the field.
 - A job's change page saves through services.job_update (validated as a whole, version
   bumped, next_run_at recomputed when the schedule changes, the diff audited). Its target
-  kind and an HTTP or command target are edited through the API. Pause, resume and
+  kind and an HTTP, command or SQL target are edited through the API. Pause, resume and
   trigger are changelist actions calling the services.
 - A tenant's change page (name, zone, active flag, quotas, weight) saves through
   services.tenant_update. API keys are made by services.apikey_create: the key is shown
@@ -37,7 +37,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.text import slugify
 
-from scheduler_app import schedules, services, validation
+from scheduler_app import schedules, services, sqljobs, validation
 from scheduler_app.management.tables import describe_schedule, local_text, shorten, utc_text
 from scheduler_app.models import ApiKey, AuditEvent, Job, JobRun, Tenant, db_now
 
@@ -319,15 +319,15 @@ class JobAdmin(admin.ModelAdmin):
                            "created_at", "updated_at")}),
         ("Schedule", {"fields": ("schedule", "cron", "timezone", "every_seconds", "run_at", "anchor_at",
                                  "start_at", "end_at", "jitter_seconds", "next_run_at", "next_fires")}),
-        ("Target", {"fields": ("target_kind", "target_config", "task_name", "args", "kwargs", "queue",
-                               "priority", "timeout_seconds", "batch")}),
+        ("Target", {"fields": ("target_kind", "target_config", "sql_statement", "task_name", "args", "kwargs",
+                               "queue", "priority", "timeout_seconds", "batch")}),
         ("Retries, misfires and overlap", {"fields": ("max_attempts", "retry_backoff_seconds",
                                                       "retry_backoff_max_seconds", "misfire_policy",
                                                       "catchup_window_seconds", "run_all_cap", "overlap_policy")}),
         ("History", {"fields": ("links",)}),
     )
     readonly_fields = ("tenant", "enabled", "paused_note", "anchor_at", "target_kind", "target_config", "next_run_at",
-                       "version", "created_at", "updated_at", "schedule", "next_fires", "links")
+                       "version", "created_at", "updated_at", "schedule", "next_fires", "links", "sql_statement")
 
     def get_queryset(self, request):
         return super().get_queryset(request).annotate(last_run_state=last_run_state())
@@ -347,6 +347,10 @@ class JobAdmin(admin.ModelAdmin):
     @admin.display(description="schedule")
     def schedule(self, job):
         return describe_schedule(job.cron, job.timezone, job.every_seconds, job.run_at)
+
+    @admin.display(description="SQL statement")
+    def sql_statement(self, job):
+        return sqljobs.describe(job.target_config) if job.target_kind == "sql" else "-"
 
     @admin.display(description="last run")
     def last_run_state(self, job):
