@@ -31,7 +31,8 @@ not be empty there.
 Each run is one transaction on the alias: PostgreSQL ``SET TRANSACTION [ISOLATION LEVEL ..]
 [READ ONLY]`` and ``SET LOCAL statement_timeout``; MariaDB ``SET TRANSACTION ISOLATION
 LEVEL ..``, ``START TRANSACTION [READ ONLY]`` and ``SET STATEMENT max_statement_time=..,
-innodb_lock_wait_timeout=.. FOR <statement>``. Failures are classified (classify_error):
+innodb_lock_wait_timeout=.. FOR <statement>`` (MySQL proper has no statement timeout for
+writes: refused when the job runs). Failures are classified (classify_error):
 serialization failures, deadlocks, lock and statement timeouts and lost connections are
 retried; syntax, permission, undefined objects, data and constraint errors and writes in a
 read-only transaction are not.
@@ -616,6 +617,10 @@ def run_statement(name: str, params: Mapping, *, config: Mapping, databases: Map
     started = time.monotonic()
     try:
         with transaction.atomic(using=stmt.database), connection.wrap_database_errors:
+            if stmt.vendor == "mysql" and not connection.mysql_is_mariadb:
+                raise StatementError("not_supported", f"{stmt.database!r} is MySQL, which has no statement timeout "
+                                                      "for writes (max_statement_time); SQL jobs run on MariaDB",
+                                     retryable=False)
             cursor = _cursor(connection, stmt.vendor)
             try:
                 for setup in _preamble(stmt, timeout):
