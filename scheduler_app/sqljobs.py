@@ -264,8 +264,9 @@ def check_entry(name: object, entry: object, databases: Mapping) -> Statement:
     isolation = entry.get("isolation")
     if isolation is not None and isolation not in ISOLATION_LEVELS:
         raise InvalidSql(f"{base}.isolation", f"must be one of {', '.join(ISOLATION_LEVELS)}")
-    return Statement(name=name, database=alias, vendor=vendor, sql=sql, params=params, placeholders=used,
-                     read_only=read_only, timeout=float(timeout), max_rows=max_rows, isolation=isolation)
+    return Statement(name=name, database=alias, vendor=vendor, sql=sql.strip().rstrip(";").rstrip(), params=params,
+                     placeholders=used, read_only=read_only, timeout=float(timeout), max_rows=max_rows,
+                     isolation=isolation)
 
 
 def validate_config(config: object, databases: Mapping) -> None:

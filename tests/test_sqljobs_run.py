@@ -12,7 +12,6 @@ import json
 import os
 import threading
 import time
-from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.conf import settings
@@ -140,7 +139,7 @@ def statements(alias: str) -> dict:
                          "SELECT seq AS n, REPEAT('x', 40) AS pad FROM seq_1_to_50")},
         "broken": {"database": alias, "sql": "SELEC 1"},
         "missing_table": {"database": alias, "sql": "SELECT * FROM sqljob_nowhere"},
-        "percent": {"database": alias, "sql": "SELECT name FROM sqljob_items WHERE name LIKE 't%%' ORDER BY id"},
+        "percent": {"database": alias, "sql": "SELECT name FROM sqljob_items WHERE name LIKE 't%%' ORDER BY id ;\n"},
     }
 
 
@@ -233,7 +232,7 @@ def test_typed_parameters_reach_the_database_as_their_types(tables, allow_list, 
         assert row[:4] == [-7, 2.5, 1, "2024-02-29"] and row[4].startswith("2024-03-01 08:30:00")
 
 
-def test_a_literal_percent_is_written_twice(tables, allow_list, tenant):
+def test_a_literal_percent_is_written_twice_and_a_final_semicolon_is_allowed(tables, allow_list, tenant):
     outcome, run = run_once(sql_job(tenant, "percent"))
 
     assert result_of(run)["rows"] == [["two"], ["three"]]
