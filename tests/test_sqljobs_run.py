@@ -12,6 +12,7 @@ import json
 import os
 import threading
 import time
+from urllib.parse import quote
 
 import pytest
 from django.conf import settings
@@ -474,8 +475,9 @@ def test_a_sql_job_runs_end_to_end_through_a_real_worker(tables, allow_list, ten
     env = {"CRONFLEET_SQL": json.dumps(allow_list)}
     if alias == "mariadb":  # the worker reaches this test's MariaDB database through the same alias
         db = connections[alias].settings_dict
+        login = quote(db["USER"], safe="") + (f":{quote(db['PASSWORD'], safe='')}" if db["PASSWORD"] else "")
         env["CRONFLEET_SQL_DATABASES"] = json.dumps(
-            {"mariadb": f"mysql://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"})
+            {"mariadb": f"mysql://{login}@{db['HOST']}:{db['PORT']}/{db['NAME']}"})
     job = sql_job(tenant, "add_item", {"id": 42, "name": "'; DROP TABLE sqljob_items; --"}, queue=queue_name)
     fired = sql_job(tenant, "record_fire", name="fire", queue=queue_name)
     processes.worker(queue_name, **env)
