@@ -523,6 +523,8 @@ def classify_error(exc: BaseException, vendor: str) -> StatementError:
             text = args[1] if len(args) > 1 else message
             return StatementError(kind, f"error {code}: {text}", retryable=retryable)
     kind, retryable = _by_class(cause)
+    if retryable and vendor == "postgresql":  # no SQLSTATE: libpq could not reach or lost the server
+        kind = "connection_error"
     return StatementError(kind, message, retryable=retryable)
 
 

@@ -424,6 +424,32 @@ def test_a_permission_error_is_not_retried(tables, allow_list):
     assert (error.kind, error.retryable) == ("permission_denied", False), error
 
 
+def test_a_database_that_does_not_answer_is_retried(tables, allow_list, tenant):
+    """The statement's own connection fails (a port nobody listens on); on PostgreSQL that
+    connection is the worker's own, so there the real driver's error is classified."""
+    if vendor(tables) == "postgresql":
+        import psycopg
+
+        with pytest.raises(psycopg.OperationalError) as caught:
+            psycopg.connect("postgresql://postgres@127.0.0.1:9/x", connect_timeout=2)
+        error = sqljobs.classify_error(caught.value, "postgresql")
+        assert (error.kind, error.retryable) == ("connection_error", True), error
+        return
+    job = sql_job(tenant, "items")
+    connection = connections[tables]
+    connection.close()
+    port = connection.settings_dict["PORT"]
+    connection.settings_dict["PORT"] = 9
+    try:
+        outcome, run = run_once(job)
+    finally:
+        connection.close()
+        connection.settings_dict["PORT"] = port
+
+    assert (outcome.state, run.state) == ("retrying", "retrying")
+    assert run.error.startswith("connection_error: error 2002: "), run.error
+
+
 def test_a_statement_removed_from_the_allow_list_fails_permanently(tables, allow_list, tenant, settings):
     job = sql_job(tenant, "items")
     del settings.CRONFLEET_SQL["items"]
