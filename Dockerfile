@@ -2,7 +2,13 @@ FROM python:3.11-slim
 ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 WORKDIR /app
 COPY requirements.txt .
-RUN pip install -r requirements.txt
+# mysqlclient (SQL jobs on MariaDB) compiles against MariaDB's client library; the compiler
+# and headers go again once it is built, the library stays.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev pkg-config libmariadb-dev libmariadb3 \
+    && pip install -r requirements.txt \
+    && apt-get purge -y gcc libc6-dev pkg-config libmariadb-dev && apt-get autoremove -y \
+    && rm -rf /var/lib/apt/lists/*
 COPY . .
 # Static files (the admin's, the API docs') for WhiteNoise to serve. The key is a build-time
 # stand-in: collectstatic signs nothing, and the image holds no secret.

@@ -46,9 +46,20 @@ want="$("$VENV_PY" -c 'import hashlib, sys; print(hashlib.sha256(open(sys.argv[1
 have="$(cat "$STAMP" 2>/dev/null || true)"
 if [ "$want" != "$have" ]; then
     say "Installing requirements (first run can take a minute)"
-    "$VENV_PY" -m pip install --quiet --disable-pip-version-check -r requirements.txt \
+    requirements=requirements.txt
+    # mysqlclient (SQL jobs on MariaDB) compiles against MariaDB's client library; without it
+    # the demo installs the rest (and tries again next time).
+    if ! "$VENV_PY" -c 'import MySQLdb' 2>/dev/null \
+        && ! { command -v pkg-config >/dev/null 2>&1 && pkg-config --exists libmariadb 2>/dev/null; }; then
+        say "Leaving out mysqlclient (SQL jobs on MariaDB): apt-get install libmariadb-dev pkg-config to have it"
+        requirements="$VENV/requirements-without-mysqlclient.txt"
+        grep -v '^mysqlclient' requirements.txt > "$requirements"
+    fi
+    "$VENV_PY" -m pip install --quiet --disable-pip-version-check -r "$requirements" \
         || die "pip install failed (see above). Check your network connection and run ./demo.sh again."
-    printf '%s\n' "$want" > "$STAMP"
+    if [ "$requirements" = requirements.txt ]; then
+        printf '%s\n' "$want" > "$STAMP"
+    fi
 fi
 
 say "Applying database migrations"

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Run Cronfleet's test suite against real PostgreSQL and Redis.
+# Run Cronfleet's test suite against real PostgreSQL and Redis (and MariaDB for SQL jobs).
 #   ./test.sh                 everything
 #   ./test.sh -m "not slow"   skip the multi-process scenarios
 # Defaults: postgres://postgres@127.0.0.1:5432, redis://127.0.0.1:6379/15 and RabbitMQ at
 # amqp://guest:guest@127.0.0.1:5672// (the priority tests run a worker on each broker); set
 # DATABASE_URL / CELERY_BROKER_URL / CRONFLEET_TEST_AMQP_URL to use others (pytest creates
-# its own test database).
+# its own test database). SQL jobs' tests also use MariaDB at mysql://root@127.0.0.1:3306/test
+# (CRONFLEET_TEST_MARIADB_URL); they are skipped when it does not answer, except with CI=true.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -18,6 +19,12 @@ fi
 stamp=.venv/.requirements.sha256
 want=$(sha256sum requirements.txt | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  if ! .venv/bin/python -c 'import MySQLdb' 2>/dev/null \
+      && ! { command -v pkg-config >/dev/null && { pkg-config --exists libmariadb || pkg-config --exists mysqlclient; }; }; then
+    echo "test.sh: mysqlclient (requirements.txt) compiles against MariaDB's client library;" \
+         "install it first: apt-get install libmariadb-dev pkg-config" >&2
+    exit 1
+  fi
   .venv/bin/python -m pip install --quiet --upgrade pip
   .venv/bin/python -m pip install --quiet -r requirements.txt
   echo "$want" > "$stamp"

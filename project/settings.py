@@ -174,6 +174,33 @@ elif _db["ENGINE"] == "django.db.backends.postgresql":
             "name": "cronfleet-web",
         }
 DATABASES = {"default": _db}
+# Databases SQL jobs may run statements on besides "default" (CRONFLEET_SQL names the alias):
+# a JSON object alias -> URL (PostgreSQL or MariaDB), e.g. {"reporting": "postgres://..."}.
+# Cronfleet's tables are never migrated into them (scheduler_app.sqljobs.SqlDatabasesRouter).
+try:
+    _sql_databases = json.loads(env_str("CRONFLEET_SQL_DATABASES", "{}"))
+except ValueError as exc:
+    raise ImproperlyConfigured(f"CRONFLEET_SQL_DATABASES must be JSON: {exc}") from None
+if not isinstance(_sql_databases, dict):
+    raise ImproperlyConfigured("CRONFLEET_SQL_DATABASES must be a JSON object of alias -> database URL")
+for _alias, _url in _sql_databases.items():
+    if not _alias.isidentifier() or _alias == "default":
+        raise ImproperlyConfigured(f"CRONFLEET_SQL_DATABASES.{_alias}: an alias must be an identifier other "
+                                   "than default")
+    try:
+        _extra = dj_database_url.parse(_url, conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0))
+    except (TypeError, ValueError) as exc:
+        raise ImproperlyConfigured(f"CRONFLEET_SQL_DATABASES.{_alias}: not a valid database URL: {exc}") from None
+    if _extra["ENGINE"] not in ("django.db.backends.postgresql", "django.db.backends.mysql"):
+        raise ImproperlyConfigured(f"CRONFLEET_SQL_DATABASES.{_alias}: SQL jobs run on PostgreSQL "
+                                   f"(postgres://) or MariaDB (mysql://), not {_extra['ENGINE']}")
+    _extra.setdefault("OPTIONS", {})["connect_timeout"] = env_int("DB_CONNECT_TIMEOUT", 10, minimum=1)
+    if _extra["ENGINE"] == "django.db.backends.mysql":
+        _extra["OPTIONS"].setdefault("charset", "utf8mb4")  # Django's default utf8 is utf8mb3
+    _extra["CONN_HEALTH_CHECKS"] = True
+    DATABASES[_alias] = _extra
+CRONFLEET_SQL_DATABASE_ALIASES = tuple(_sql_databases)
+DATABASE_ROUTERS = ["scheduler_app.sqljobs.SqlDatabasesRouter"]
 if _db["ENGINE"] == "django.db.backends.sqlite3":
     Path(_db["NAME"]).parent.mkdir(parents=True, exist_ok=True)
 
@@ -323,6 +350,15 @@ except ValueError as exc:
 if not isinstance(CRONFLEET_COMMANDS, dict):
     raise ImproperlyConfigured("CRONFLEET_COMMANDS must be a JSON object of command names")
 CRONFLEET_COMMAND_CWD = env_str("CRONFLEET_COMMAND_CWD", str(VAR_DIR))
+# Statements SQL jobs may run: name -> {"database": alias, "sql": "... %(param)s ...",
+# "params": {name: {"type": ...}}, "read_only", "timeout", "max_rows", "isolation"} (see
+# scheduler_app/sqljobs.py). JSON in the variable; checked at start-up against DATABASES.
+try:
+    CRONFLEET_SQL = json.loads(env_str("CRONFLEET_SQL", "{}"))
+except ValueError as exc:
+    raise ImproperlyConfigured(f"CRONFLEET_SQL must be JSON: {exc}") from None
+if not isinstance(CRONFLEET_SQL, dict):
+    raise ImproperlyConfigured("CRONFLEET_SQL must be a JSON object of statement names")
 # Networks HTTP jobs may reach although they are private or loopback (development and tests
 # only, e.g. "127.0.0.0/8"). Empty in production: every private address is refused.
 CRONFLEET_HTTP_ALLOWED_NETWORKS = env_list("CRONFLEET_HTTP_ALLOWED_NETWORKS", [])
@@ -380,6 +416,7 @@ SPECTACULAR_SETTINGS = {
         "TaskKindEnum": ["task"],
         "HttpKindEnum": ["http"],
         "CommandKindEnum": ["command"],
+        "SqlKindEnum": ["sql"],
         "RunStateEnum": "scheduler_app.models.RunState",
         "TriggerEnum": "scheduler_app.models.Trigger",
     },

@@ -12,9 +12,13 @@ class SchedulerAppConfig(AppConfig):
         from django.conf import settings
         from django.core.exceptions import ImproperlyConfigured
 
-        from scheduler_app import commandjobs, tasks  # noqa: F401
+        from scheduler_app import commandjobs, sqljobs, tasks  # noqa: F401
 
         try:  # a broken allow-list stops start-up, not the first run that uses it
             commandjobs.validate_config(settings.CRONFLEET_COMMANDS)
         except commandjobs.InvalidCommand as exc:
+            raise ImproperlyConfigured(str(exc)) from None
+        try:
+            sqljobs.validate_config(settings.CRONFLEET_SQL, settings.DATABASES)
+        except sqljobs.InvalidSql as exc:
             raise ImproperlyConfigured(str(exc)) from None

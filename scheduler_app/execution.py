@@ -22,7 +22,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 
 from project.celery import app
-from scheduler_app import commandjobs, httpclient, netguard, services, transitions, webhooks
+from scheduler_app import commandjobs, httpclient, netguard, services, sqljobs, transitions, webhooks
 from scheduler_app.failpoints import failpoint
 from scheduler_app.fire import FireContext, firing
 from scheduler_app.heartbeat import LEASES
@@ -147,6 +147,8 @@ def perform(started: Started):
         return perform_http(run, job, started.now)
     if job.target_kind == TargetKind.COMMAND:
         return perform_command(run, job)
+    if job.target_kind == TargetKind.SQL:
+        return sqljobs.perform(started)
     if job.target_kind != TargetKind.TASK:
         raise PermanentFailure(f"unsupported target kind {job.target_kind!r}")
     if job.task_name not in settings.CRONFLEET_ALLOWED_TASKS:

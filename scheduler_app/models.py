@@ -68,6 +68,7 @@ class TargetKind(models.TextChoices):
     TASK = "task"  # a registered Celery task: task_name, args, kwargs
     HTTP = "http"  # target_config: method, url, headers, body
     COMMAND = "command"  # target_config: name, params (an allow-listed program)
+    SQL = "sql"  # target_config: name, params (an allow-listed statement, scheduler_app/sqljobs.py)
 
 
 class OverlapPolicy(models.TextChoices):
@@ -119,7 +120,7 @@ class Job(models.Model):
     task_name = models.CharField(max_length=200, blank=True)
     args = models.JSONField(default=list, blank=True)
     kwargs = models.JSONField(default=dict, blank=True)
-    target_config = models.JSONField(default=dict, blank=True, help_text="For http and command targets")
+    target_config = models.JSONField(default=dict, blank=True, help_text="For http, command and sql targets")
     queue = models.CharField(max_length=100, blank=True, help_text="Celery queue; blank for the default")
     priority = models.PositiveSmallIntegerField(
         default=PRIORITY_DEFAULT,

@@ -22,7 +22,7 @@ from django.db.models.functions import Now
 from django.utils.timezone import now as node_now
 from django.utils.text import slugify
 
-from scheduler_app import commandjobs, crypto, netguard, queues, schedules, webhooks
+from scheduler_app import commandjobs, crypto, netguard, queues, schedules, sqljobs, webhooks
 from scheduler_app.models import (
     ApiKey,
     AuditEvent,
@@ -66,7 +66,7 @@ class JobSpec:
     """Everything a user states about a job; validated by job_create.
 
     target_kind "task" uses task_name/args/kwargs; "http" uses http (method, url, headers,
-    body); "command" uses command (name, params).
+    body); "command" uses command (name, params); "sql" uses sql (name, params).
     """
 
     name: str
@@ -74,6 +74,7 @@ class JobSpec:
     target_kind: str = "task"
     http: dict | None = None
     command: dict | None = None
+    sql: dict | None = None
     cron: str = ""
     timezone: str = ""  # blank: the tenant's zone
     every: int | None = None
@@ -264,6 +265,8 @@ def validate_target(spec: JobSpec) -> dict:
         except commandjobs.InvalidCommand as exc:
             raise InvalidInput(f"command.{exc.field}" if exc.field != "command" else "command", exc.message) from None
         return {"name": name, "params": params}
+    if spec.target_kind == TargetKind.SQL:
+        return sqljobs.check_target(spec.sql)
     raise InvalidInput("target_kind", f"must be one of {', '.join(TargetKind.values)}")
 
 
@@ -476,6 +479,7 @@ def job_spec_of(job: Job) -> JobSpec:
         name=job.name, task_name=job.task_name, target_kind=job.target_kind,
         http=dict(job.target_config) if job.target_kind == TargetKind.HTTP else None,
         command=dict(job.target_config) if job.target_kind == TargetKind.COMMAND else None,
+        sql=dict(job.target_config) if job.target_kind == TargetKind.SQL else None,
         cron=job.cron, timezone=job.timezone, every=job.every_seconds, at=job.run_at,
         start_at=job.start_at, end_at=job.end_at, args=job.args, kwargs=job.kwargs, queue=job.queue,
         priority=job.priority,

@@ -1,6 +1,7 @@
 """Test settings: the real PostgreSQL and Redis on this machine unless the environment says
 otherwise (pytest-django creates and drops the test database itself)."""
 
+import json
 import os
 
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/cronfleet")
@@ -10,9 +11,15 @@ os.environ.setdefault("DJANGO_SECRET_KEY", "tests-only-secret-key-never-used-any
 # The whole suite authenticates wrongly from 127.0.0.1 on purpose, far more than a client
 # would; the tests of that limit set their own.
 os.environ.setdefault("CRONFLEET_API_FAILED_AUTH_PER_MINUTE", "1000000")
+# SQL jobs' tests run statements on MariaDB too, through this second alias (CRONFLEET_TEST_MARIADB_URL
+# points it elsewhere). Only the tests that ask for the alias create its test database.
+os.environ.setdefault("CRONFLEET_SQL_DATABASES", json.dumps(
+    {"mariadb": os.environ.get("CRONFLEET_TEST_MARIADB_URL", "mysql://root@127.0.0.1:3306/test")}))
 
 from project.settings import *  # noqa: E402,F403
 
 # Each pytest process gets its own test database, so two runs on one machine (a developer
 # and CI, or parallel sessions) never drop each other's database.
 DATABASES["default"]["TEST"] = {"NAME": f"test_cronfleet_{os.getpid()}"}  # noqa: F405
+if "mariadb" in DATABASES:  # noqa: F405
+    DATABASES["mariadb"]["TEST"] = {"NAME": f"test_cronfleet_sql_{os.getpid()}"}  # noqa: F405

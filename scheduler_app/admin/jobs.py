@@ -14,7 +14,7 @@ from django.db.models import OuterRef, Subquery
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
-from scheduler_app import schedules, services
+from scheduler_app import schedules, services, sqljobs
 from scheduler_app.admin import jobpage
 from scheduler_app.admin.common import ACTION_LIMIT, AsciiSplitDateTimeField, actor, adopt, jsonb_safe
 from scheduler_app.management.tables import describe_schedule, local_text, shorten, utc_text
@@ -176,15 +176,15 @@ class JobAdmin(admin.ModelAdmin):
                            "created_at", "updated_at")}),
         ("Schedule", {"fields": ("schedule", "cron", "timezone", "every_seconds", "run_at", "anchor_at",
                                  "start_at", "end_at", "jitter_seconds", "next_run_at", "next_fires")}),
-        ("Target", {"fields": ("target_kind", "target_config", "task_name", "args", "kwargs", "queue",
-                               "priority", "timeout_seconds", "batch")}),
+        ("Target", {"fields": ("target_kind", "target_config", "sql_statement", "task_name", "args", "kwargs",
+                               "queue", "priority", "timeout_seconds", "batch")}),
         ("Retries, misfires and overlap", {"fields": ("max_attempts", "retry_backoff_seconds",
                                                       "retry_backoff_max_seconds", "misfire_policy",
                                                       "catchup_window_seconds", "run_all_cap", "overlap_policy")}),
         ("History", {"fields": ("links",)}),
     )
     readonly_fields = ("tenant", "enabled", "paused_note", "anchor_at", "target_kind", "target_config", "next_run_at",
-                       "version", "created_at", "updated_at", "schedule", "next_fires", "links")
+                       "version", "created_at", "updated_at", "schedule", "next_fires", "links", "sql_statement")
 
     class Media:
         css = {"all": ("scheduler_app/console.css",)}
@@ -224,6 +224,10 @@ class JobAdmin(admin.ModelAdmin):
     @admin.display(description="schedule")
     def schedule(self, job):
         return describe_schedule(job.cron, job.timezone, job.every_seconds, job.run_at)
+
+    @admin.display(description="SQL statement")
+    def sql_statement(self, job):
+        return sqljobs.describe(job.target_config) if job.target_kind == "sql" else "-"
 
     @admin.display(description="last run")
     def last_run_state(self, job):

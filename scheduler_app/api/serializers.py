@@ -6,8 +6,8 @@ which decide what they mean. Integer bounds here are those of the columns, so no
 overflows even before a service looks; the services' own ranges are narrower.
 
 A job's schedule is exactly one of {"cron", "timezone"?}, {"every"} or {"at"}; its target
-one of {"kind": "task"|"http"|"command", ...}. services.JobSpec spells both flat
-(cron/every/at, target_kind/task_name/http/command); spec_fields() translates, and
+one of {"kind": "task"|"http"|"command"|"sql", ...}. services.JobSpec spells both flat
+(cron/every/at, target_kind/task_name/http/command/sql); spec_fields() translates, and
 api_field() maps the field a service names back to the request's path.
 """
 
@@ -227,7 +227,17 @@ class CommandTargetSerializer(StrictSerializer):
     params = serializers.DictField(required=False, default=dict)
 
 
-TARGET_KINDS = {"task": TaskTargetSerializer, "http": HttpTargetSerializer, "command": CommandTargetSerializer}
+class SqlTargetSerializer(StrictSerializer):
+    kind = serializers.ChoiceField(choices=["sql"])
+    name = StrictCharField(max_length=100, help_text="A statement named in CRONFLEET_SQL")
+    params = serializers.DictField(
+        required=False, default=dict,
+        help_text="The statement's declared parameters (bound, never interpolated); fire_key, scheduled_at, "
+                  "attempt and tenant are filled from the run")
+
+
+TARGET_KINDS = {"task": TaskTargetSerializer, "http": HttpTargetSerializer, "command": CommandTargetSerializer,
+                "sql": SqlTargetSerializer}
 
 
 @extend_schema_field(PolymorphicProxySerializer(
@@ -248,7 +258,7 @@ class TargetField(serializers.Field):
         if job.target_kind == "http":
             return {"kind": "http", "method": config.get("method", "POST"), "url": config.get("url", ""),
                     "headers": config.get("headers", {}), "body": config.get("body", "")}
-        return {"kind": "command", "name": config.get("name", ""), "params": config.get("params", {})}
+        return {"kind": job.target_kind, "name": config.get("name", ""), "params": config.get("params", {})}
 
 
 # --- jobs -------------------------------------------------------------------------------
@@ -262,14 +272,14 @@ SPEC_PLAIN_FIELDS = (
 SERVICE_FIELDS = {
     "cron": "schedule.cron", "timezone": "schedule.timezone", "every": "schedule.every", "at": "schedule.at",
     "anchor": "schedule", "task": "target.task", "target_kind": "target.kind", "args": "target.args",
-    "kwargs": "target.kwargs", "command": "target.name",
+    "kwargs": "target.kwargs", "command": "target.name", "sql": "target",
 }
 
 
 def api_field(field: str) -> str:
     if field in SERVICE_FIELDS:
         return SERVICE_FIELDS[field]
-    for prefix in ("http.", "command."):
+    for prefix in ("http.", "command.", "sql."):
         if field.startswith(prefix):
             return f"target.{field.removeprefix(prefix)}"
     return field
@@ -292,6 +302,7 @@ def spec_fields(data: dict) -> dict:
             kwargs=target.get("kwargs", {}),
             http={key: target[key] for key in ("method", "url", "headers", "body")} if kind == "http" else None,
             command={"name": target["name"], "params": target["params"]} if kind == "command" else None,
+            sql={"name": target["name"], "params": target["params"]} if kind == "sql" else None,
         )
     return fields
 

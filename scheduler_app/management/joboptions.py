@@ -15,13 +15,13 @@ from datetime import datetime
 from django.conf import settings
 from django.core.management.base import CommandError, CommandParser
 
-from scheduler_app import services, validation
+from scheduler_app import services, sqljobs, validation
 from scheduler_app.models import PRIORITY_DEFAULT, PRIORITY_MAX, PRIORITY_MIN, Job, TargetKind
 
 ISO_HELP = ("ISO 8601 with a UTC offset, e.g. 2030-01-31T09:00:00+01:00 or 2030-01-31T08:00:00Z; "
             "a time without an offset is rejected, never guessed")
 SCHEDULE_OPTIONS = {"cron": "--cron", "every": "--every", "at": "--at"}
-TARGET_OPTIONS = {"task": "--task", "http_url": "--http-url", "command_name": "--command"}
+TARGET_OPTIONS = {"task": "--task", "http_url": "--http-url", "command_name": "--command", "sql_name": "--sql"}
 # option dest -> JobSpec field, for options taken as they are.
 PLAIN_OPTIONS = {
     "name": "name", "timezone": "timezone", "queue": "queue", "priority": "priority", "timeout": "timeout_seconds",
@@ -50,12 +50,13 @@ def add_job_options(parser: CommandParser, *, edit: bool) -> None:
     parser.add_argument("--http-url", metavar="URL", help="Call this URL (a signed webhook)")
     parser.add_argument("--command", dest="command_name", metavar="NAME",
                         help="Run this program from CRONFLEET_COMMANDS")
+    parser.add_argument("--sql", dest="sql_name", metavar="NAME", help="Run this statement from CRONFLEET_SQL")
     parser.add_argument("--method", help="HTTP method of an HTTP job (default POST)")
     parser.add_argument("--header", dest="http_headers", action="append", metavar="K:V",
                         help="HTTP header of an HTTP job (repeatable" + ("; replaces all headers)" if edit else ")"))
     parser.add_argument("--body", help="HTTP request body of an HTTP job")
     parser.add_argument("--param", dest="command_params", action="append", metavar="K=V",
-                        help="Parameter of a command job (repeatable; a repeated key makes a list"
+                        help="Parameter of a command or SQL job (repeatable; a repeated key makes a list"
                              + ("; replaces all parameters)" if edit else ")"))
     parser.add_argument("--args", dest="task_args", metavar="JSON", help="Positional arguments: a JSON array")
     parser.add_argument("--kwargs", dest="task_kwargs", metavar="JSON", help="Keyword arguments: a JSON object")
@@ -122,8 +123,8 @@ def job_fields(options: dict, current: Job | None = None) -> dict:
 
 
 def target_fields(options: dict, current: Job | None) -> dict:
-    """The target of the job: a new one (--task, --http-url, --command), or the current HTTP
-    or command job's settings with the options given replacing theirs."""
+    """The target of the job: a new one (--task, --http-url, --command, --sql), or the current
+    HTTP, command or SQL job's settings with the options given replacing theirs."""
     kind = current.target_kind if current is not None else None
     config = dict(current.target_config) if current is not None else {}
     http_given = [flag for dest, flag in (("method", "--method"), ("http_headers", "--header"), ("body", "--body"))
@@ -149,13 +150,24 @@ def target_fields(options: dict, current: Job | None) -> dict:
         else:  # the same program keeps its parameters; another one starts with none
             params = base.get("params", {}) if name == base.get("name") else {}
         fields = {"target_kind": TargetKind.COMMAND.value, "command": {"name": name, "params": params}}
+    elif options.get("sql_name") is not None or (options.get("command_params") is not None
+                                                  and kind == TargetKind.SQL):
+        base = config if kind == TargetKind.SQL else {}
+        name = options.get("sql_name") or base.get("name", "")
+        params = options.get("command_params")
+        if params is not None:
+            params = sqljobs.parse_cli_params(name, params, settings.CRONFLEET_SQL)
+        else:  # the same statement keeps its parameters; another one starts with none
+            params = base.get("params", {}) if name == base.get("name") else {}
+        fields = {"target_kind": TargetKind.SQL.value, "sql": {"name": name, "params": params}}
     else:
         fields = {}
     if http_given and fields.get("target_kind") != TargetKind.HTTP:
         verb = "is" if len(http_given) == 1 else "are"
         raise services.InvalidInput("http", f"{' and '.join(http_given)} {verb} for HTTP jobs only (--http-url)")
-    if options.get("command_params") is not None and fields.get("target_kind") != TargetKind.COMMAND:
-        raise services.InvalidInput("command", "--param is for command jobs only (--command)")
+    if options.get("command_params") is not None and fields.get("target_kind") not in (TargetKind.COMMAND,
+                                                                                       TargetKind.SQL):
+        raise services.InvalidInput("command", "--param is for command and SQL jobs only (--command, --sql)")
     return fields
 
 

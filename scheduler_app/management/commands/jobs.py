@@ -14,7 +14,7 @@ from datetime import timedelta
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import JSONField, OuterRef, Subquery
 
-from scheduler_app import services
+from scheduler_app import services, sqljobs
 from scheduler_app.management.joboptions import (
     ISO_HELP,
     SCHEDULE_OPTIONS,
@@ -405,4 +405,6 @@ def target_text(job: Job) -> str:
         return f"http {job.target_config.get('method')} {job.target_config.get('url')}"
     if job.target_kind == "command":
         return f"command {job.target_config.get('name')} {job.target_config.get('params')}"
+    if job.target_kind == "sql":
+        return sqljobs.describe(job.target_config)
     return f"task {job.task_name}"

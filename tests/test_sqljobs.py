@@ -1,0 +1,345 @@
+"""SQL jobs' allow-list and parameters: refused at start-up, at save (services, API, CLI)
+naming the statement, the key or the parameter; shown by the API, the CLI and the admin.
+Running statements is tests/test_sqljobs_run.py."""
+
+from __future__ import annotations
+
+import copy
+import json
+from datetime import UTC, date, datetime
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.urls import reverse
+
+from scheduler_app import services, sqljobs
+from scheduler_app.models import Job
+from tests.test_api import client_for, errors_of, job_body
+from tests.test_settings import check_settings
+
+DATABASES = {
+    "default": {"ENGINE": "django.db.backends.postgresql", "NAME": "x"},
+    "maria": {"ENGINE": "django.db.backends.mysql", "NAME": "y"},
+    "lite": {"ENGINE": "django.db.backends.sqlite3", "NAME": "z"},
+}
+REPORT = {
+    "database": "default",
+    "sql": "SELECT * FROM orders WHERE day = %(day)s AND region = ANY(%(regions)s) AND total > %(min_total)s "
+           "AND %(fire_key)s IS NOT NULL",
+    "params": {"day": {"type": "date"}, "regions": {"type": "str_list", "max_items": 3, "max_length": 10},
+               "min_total": {"type": "float", "min": 0, "default": 0}},
+    "timeout": 5, "max_rows": 20,
+}
+TYPED = {
+    "database": "default",
+    "sql": "SELECT %(i)s, %(f)s, %(b)s, %(s)s, %(c)s, %(d)s, %(t)s, %(il)s, %(sl)s",
+    "params": {"i": {"type": "int", "min": 1, "max": 10}, "f": {"type": "float", "max": 1.5},
+               "b": {"type": "bool"}, "s": {"type": "str", "max_length": 5, "pattern": "[a-z]+"},
+               "c": {"type": "choice", "choices": ["eu", "us"]}, "d": {"type": "date"},
+               "t": {"type": "datetime"}, "il": {"type": "int_list", "max_items": 2, "min": 0},
+               "sl": {"type": "str_list", "max_items": 2, "max_length": 3}},
+}
+GOOD = {"i": 3, "f": 1.5, "b": False, "s": "abc", "c": "eu", "d": "2024-02-29", "t": "2024-01-01T01:00:00+01:00",
+        "il": [0, 7], "sl": ["a", "bcd"]}
+
+
+def config(**entries) -> dict:
+    return {"report": copy.deepcopy(REPORT), **entries}
+
+
+def with_changes(**changes) -> dict:
+    entry = copy.deepcopy(REPORT)
+    for key, value in changes.items():
+        if value is None:
+            entry.pop(key)
+        else:
+            entry[key] = value
+    return {"report": entry}
+
+
+# --- the allow-list --------------------------------------------------------------------------
+
+
+def test_a_good_allow_list_is_accepted():
+    sqljobs.validate_config(config(typed=TYPED), DATABASES)
+    sqljobs.validate_config({}, DATABASES)
+
+
+@pytest.mark.parametrize(("changes", "field", "message"), [
+    ({"database": "reports"}, "CRONFLEET_SQL.report.database", "unknown database alias 'reports'"),
+    ({"database": "lite"}, "CRONFLEET_SQL.report.database", "SQL jobs run on PostgreSQL or MariaDB"),
+    ({"database": None}, "CRONFLEET_SQL.report.database", "is required"),
+    ({"sql": ""}, "CRONFLEET_SQL.report.sql", "is required"),
+    ({"sql": "SELECT %(day)s, %(regions)s, %(min_total)s, %(nope)s"}, "CRONFLEET_SQL.report.sql",
+     "%(nope)s is not a declared parameter"),
+    ({"sql": "SELECT %(day)s, %(regions)s"}, "CRONFLEET_SQL.report.params.min_total",
+     "is declared but the SQL does not use %(min_total)s"),
+    ({"sql": "SELECT %(day)s, %(regions)s, %(min_total)s, %s"}, "CRONFLEET_SQL.report.sql",
+     "positional %s placeholders are not accepted"),
+    ({"sql": "SELECT %(day)s, %(regions)s, %(min_total)s WHERE a LIKE 'x%'"}, "CRONFLEET_SQL.report.sql",
+     "neither %(name)s nor %%"),
+    ({"sql": "SELECT %(day)s, %(regions)s, %(min_total)s; DROP TABLE orders"}, "CRONFLEET_SQL.report.sql",
+     "must be one statement"),
+    ({"params": {"day": {"type": "date"}, "regions": {"type": "text"}, "min_total": {"type": "float"}}},
+     "CRONFLEET_SQL.report.params.regions.type", "unsupported type 'text'"),
+    ({"params": {"day": {"type": "date"}, "regions": {"type": "str_list", "max_items": 3}},
+      "sql": "SELECT %(day)s, %(regions)s"}, "CRONFLEET_SQL.report.params.regions.max_length", "is required"),
+    ({"params": {"day": {"type": "date", "min": 1}}, "sql": "SELECT %(day)s"}, "CRONFLEET_SQL.report.params.day.min",
+     "unknown key for type date"),
+    ({"params": {"day": {"type": "date", "default": "tomorrow"}}, "sql": "SELECT %(day)s"},
+     "CRONFLEET_SQL.report.params.day.default", "must be an ISO date"),
+    ({"params": {"fire_key": {"type": "str", "max_length": 9}}, "sql": "SELECT %(fire_key)s"},
+     "CRONFLEET_SQL.report.params.fire_key", "is reserved"),
+    ({"timeout": 0}, "CRONFLEET_SQL.report.timeout", "must be between 0.01 and 3600 seconds"),
+    ({"timeout": 3601}, "CRONFLEET_SQL.report.timeout", "must be between 0.01 and 3600 seconds"),
+    ({"timeout": "5"}, "CRONFLEET_SQL.report.timeout", "must be between 0.01 and 3600 seconds"),
+    ({"max_rows": 10_001}, "CRONFLEET_SQL.report.max_rows", "from 0 to 10000"),
+    ({"read_only": "no"}, "CRONFLEET_SQL.report.read_only", "must be true or false"),
+    ({"isolation": "snapshot"}, "CRONFLEET_SQL.report.isolation", "must be one of read_committed"),
+    ({"readonly": True}, "CRONFLEET_SQL.report.readonly", "unknown key"),
+])
+def test_a_bad_entry_is_refused_naming_the_statement_and_key(changes, field, message):
+    with pytest.raises(sqljobs.InvalidSql) as caught:
+        sqljobs.validate_config(with_changes(**changes), DATABASES)
+
+    assert caught.value.field == field, caught.value
+    assert message in caught.value.message, caught.value
+
+
+def test_an_empty_list_is_refused_on_mariadb_only():
+    entry = {**REPORT, "database": "maria"}
+    stmt = sqljobs.check_entry("report", entry, DATABASES)
+    with pytest.raises(sqljobs.InvalidSql, match="must not be empty on MariaDB"):
+        sqljobs.check_params(stmt, {"day": "2024-01-01", "regions": []})
+    pg = sqljobs.check_entry("report", REPORT, DATABASES)
+    assert sqljobs.check_params(pg, {"day": "2024-01-01", "regions": []})["regions"] == []
+
+
+def test_a_broken_allow_list_stops_start_up_naming_the_statement_and_key():
+    bad = {"nightly": {"database": "default", "sql": "DELETE FROM x WHERE day < %(before)s"}}
+    done = check_settings(CRONFLEET_SQL=json.dumps(bad))
+
+    assert done.returncode != 0
+    assert "ImproperlyConfigured: CRONFLEET_SQL.nightly.sql: %(before)s is not a declared parameter" in done.stderr
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"CRONFLEET_SQL": "{nope"}, "CRONFLEET_SQL must be JSON"),
+    ({"CRONFLEET_SQL": "[]"}, "CRONFLEET_SQL must be a JSON object"),
+    ({"CRONFLEET_SQL_DATABASES": "{nope"}, "CRONFLEET_SQL_DATABASES must be JSON"),
+    ({"CRONFLEET_SQL_DATABASES": '{"default": "postgres://x@127.0.0.1/y"}'},
+     "CRONFLEET_SQL_DATABASES.default: an alias must be an identifier other than default"),
+    ({"CRONFLEET_SQL_DATABASES": '{"files": "sqlite:///tmp/x.db"}'},
+     "CRONFLEET_SQL_DATABASES.files: SQL jobs run on PostgreSQL"),
+    ({"CRONFLEET_SQL_DATABASES": '{"odd": "gopher://x"}'}, "CRONFLEET_SQL_DATABASES.odd: not a valid database URL"),
+    ({"CRONFLEET_SQL": json.dumps({"r": {"database": "reporting", "sql": "SELECT 1"}})},
+     "CRONFLEET_SQL.r.database: unknown database alias 'reporting'"),
+])
+def test_bad_sql_settings_stop_start_up(env, message):
+    done = check_settings(**env)
+
+    assert done.returncode != 0
+    assert "ImproperlyConfigured" in done.stderr and message in done.stderr, done.stderr[-2000:]
+
+
+def test_an_extra_alias_is_a_database_cronfleet_never_migrates_into():
+    done = check_settings(
+        CRONFLEET_SQL_DATABASES=json.dumps({"reporting": "postgres://reader@127.0.0.1:5432/reports"}),
+        CRONFLEET_SQL=json.dumps({"count": {"database": "reporting", "sql": "SELECT count(*) FROM orders"}}),
+        script="from django.conf import settings; from django.db import router; "
+               "from scheduler_app.models import Job\n"
+               "print(settings.DATABASES['reporting']['NAME'], settings.DATABASES['reporting']['USER'])\n"
+               "print(router.allow_migrate_model('reporting', Job), router.allow_migrate_model('default', Job))")
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["reports", "reader", "False", "True"]
+
+
+# --- parameters --------------------------------------------------------------------------------
+
+
+def typed() -> sqljobs.Statement:
+    return sqljobs.check_entry("typed", TYPED, DATABASES)
+
+
+def test_good_parameters_are_kept_as_json_with_instants_in_utc():
+    assert sqljobs.check_params(typed(), GOOD) == {**GOOD, "t": "2024-01-01T00:00:00+00:00"}
+
+
+@pytest.mark.parametrize(("changes", "field", "message"), [
+    ({"i": 11}, "params.i", "must be <= 10"),
+    ({"i": "3"}, "params.i", "must be an integer"),
+    ({"i": True}, "params.i", "must be an integer"),
+    ({"i": 2**63}, "params.i", "must fit in 64 bits"),
+    ({"f": float("nan")}, "params.f", "must be a finite number"),
+    ({"f": 2}, "params.f", "must be <= 1.5"),
+    ({"b": "true"}, "params.b", "must be true or false"),
+    ({"s": "abcdef"}, "params.s", "is longer than 5 characters"),
+    ({"s": "ab1"}, "params.s", "does not match the allowed pattern"),
+    ({"s": "a\x00b"}, "params.s", "contains a NUL character (U+0000)"),
+    ({"s": "a\ud800"}, "params.s", "lone surrogate"),
+    ({"c": "asia"}, "params.c", "must be one of ['eu', 'us']"),
+    ({"d": "2023-02-29"}, "params.d", "is not a valid calendar date"),
+    ({"d": "29/02/2024"}, "params.d", "must be an ISO date"),
+    ({"t": "2024-01-01T00:00:00"}, "params.t", "has no UTC offset"),
+    ({"t": "2024-01-01T\uff10\uff10:00:00Z"}, "params.t", "must be written with ASCII characters"),
+    ({"il": [1, 2, 3]}, "params.il", "has more than 2 items"),
+    ({"il": [1, -1]}, "params.il[1]", "must be >= 0"),
+    ({"il": "1,2"}, "params.il", "must be a list"),
+    ({"sl": ["ok", "\x00"]}, "params.sl[1]", "NUL"),
+    ({"sl": ["toolong"]}, "params.sl[0]", "is longer than 3 characters"),
+    ({"extra": 1}, "params.extra", "unknown parameter of statement 'typed'"),
+    ({"attempt": 1}, "params.attempt", "is reserved"),
+])
+def test_bad_parameters_are_refused_naming_the_parameter(changes, field, message):
+    with pytest.raises(sqljobs.InvalidSql) as caught:
+        sqljobs.check_params(typed(), {**GOOD, **changes})
+
+    assert caught.value.field == field, caught.value
+    assert message in caught.value.message, caught.value
+
+
+def test_a_missing_parameter_is_required_unless_it_has_a_default():
+    stmt = sqljobs.check_entry("report", REPORT, DATABASES)
+
+    with pytest.raises(sqljobs.InvalidSql) as caught:
+        sqljobs.check_params(stmt, {"regions": ["eu"]})
+    assert (caught.value.field, caught.value.message) == ("params.day", "is required")
+    assert sqljobs.check_params(stmt, {"day": "2024-01-01", "regions": ["eu"]})["min_total"] == 0.0
+
+
+def test_values_are_bound_as_the_driver_s_types_with_the_fire_s():
+    fire = {"fire_key": "k", "scheduled_at": datetime(2024, 1, 1, tzinfo=UTC), "attempt": 2,
+            "tenant": "acme"}
+    pg = sqljobs.check_entry("report", REPORT, DATABASES)
+    maria = sqljobs.check_entry("report", {**REPORT, "database": "maria"}, DATABASES)
+    values = {"day": "2024-01-01", "regions": ["eu", "us"], "min_total": 1.0}
+
+    assert sqljobs.bind_values(pg, values, fire) == {
+        "day": date(2024, 1, 1), "regions": ["eu", "us"], "min_total": 1.0, "fire_key": "k"}
+    assert sqljobs.bind_values(maria, values, fire)["regions"] == ("eu", "us")  # IN %(regions)s
+
+
+# --- services, API, CLI ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def allow_list(settings):
+    settings.CRONFLEET_SQL = config(typed=TYPED)
+    return settings.CRONFLEET_SQL
+
+
+def sql_spec(name="typed", params=None, **fields) -> services.JobSpec:
+    return services.JobSpec(name="sql", target_kind="sql", every=3600,
+                            sql={"name": name, "params": GOOD if params is None else params}, **fields)
+
+
+def test_a_sql_job_is_saved_with_its_checked_parameters(allow_list, tenant):
+    job = services.job_create(tenant, sql_spec())
+
+    assert (job.target_kind, job.task_name) == ("sql", "")
+    assert job.target_config == {"name": "typed", "params": {**GOOD, "t": "2024-01-01T00:00:00+00:00"}}
+
+
+@pytest.mark.parametrize(("sql", "field"), [
+    ({"name": "nope", "params": {}}, "sql.name"),
+    ({"name": "typed", "params": {**GOOD, "i": 0}}, "sql.params.i"),
+    ({"name": "typed", "params": {**GOOD, "s": "'; DROP TABLE x; --"}}, "sql.params.s"),
+    ({"name": "typed", "params": [1]}, "sql.params"),
+])
+def test_the_services_refuse_a_bad_sql_target_naming_the_field(allow_list, tenant, sql, field):
+    with pytest.raises(services.InvalidInput) as caught:
+        services.job_create(tenant, services.JobSpec(name="x", target_kind="sql", every=60, sql=sql))
+
+    assert caught.value.field == field
+    assert not Job.objects.exists()
+
+
+def test_an_edit_checks_the_parameters_again(allow_list, tenant):
+    job = services.job_create(tenant, sql_spec())
+
+    with pytest.raises(services.InvalidInput) as caught:
+        services.job_update(job, {"sql": {"name": "typed", "params": {**GOOD, "c": "asia"}}})
+    assert caught.value.field == "sql.params.c"
+    job = services.job_update(job, {"sql": {"name": "typed", "params": {**GOOD, "c": "us"}}})
+    assert job.target_config["params"]["c"] == "us" and job.version == 2
+
+
+def test_the_api_creates_shows_and_edits_a_sql_job(allow_list, tenant):
+    api = client_for(tenant)
+    target = {"kind": "sql", "name": "typed", "params": GOOD}
+
+    made = api.post("/api/v1/jobs/", job_body(target=target), format="json")
+    assert made.status_code == 201, made.json()
+    assert made.json()["target"] == {**target, "params": {**GOOD, "t": "2024-01-01T00:00:00+00:00"}}
+    changed = api.patch(f"/api/v1/jobs/{made.json()['id']}/",
+                        {"target": {**target, "params": {**GOOD, "i": 9}}}, format="json")
+    assert changed.status_code == 200 and changed.json()["target"]["params"]["i"] == 9
+
+
+@pytest.mark.parametrize(("target", "field", "message"), [
+    ({"kind": "sql", "name": "nope"}, "target.name", "'nope' is not a statement in CRONFLEET_SQL"),
+    ({"kind": "sql", "name": "typed", "params": {**GOOD, "s": "x\x00"}}, "target.params.s", "NUL"),
+    ({"kind": "sql", "name": "typed", "params": {**GOOD, "il": [1, "2"]}}, "target.params.il[1]",
+     "must be an integer"),
+    ({"kind": "sql", "name": "typed", "params": {**GOOD, "fire_key": "mine"}}, "target.params.fire_key",
+     "is reserved"),
+    ({"kind": "sql", "name": "typed", "sql": "DROP TABLE x"}, "target.sql", ""),
+])
+def test_the_api_refuses_a_bad_sql_target_naming_the_field(allow_list, tenant, target, field, message):
+    response = client_for(tenant).post("/api/v1/jobs/", job_body(target=target), format="json")
+
+    assert response.status_code == 400
+    errors = errors_of(response)
+    assert field in errors and message in errors[field], errors
+    assert not Job.objects.exists()
+
+
+def test_jobs_add_and_edit_a_sql_job(allow_list, tenant, capsys):
+    call_command("jobs", "add", "--tenant", tenant.slug, "--name", "nightly", "--cron", "0 2 * * *",
+                 "--sql", "typed", "--param", "i=3", "--param", "f=1.5", "--param", "b=false", "--param", "s=abc",
+                 "--param", "c=eu", "--param", "d=2024-02-29", "--param", "t=2024-01-01T00:00:00Z",
+                 "--param", "il=0", "--param", "il=7", "--param", "sl=a")
+
+    job = Job.objects.get(name="nightly")
+    assert job.target_config == {"name": "typed", "params": {
+        "i": 3, "f": 1.5, "b": False, "s": "abc", "c": "eu", "d": "2024-02-29", "t": "2024-01-01T00:00:00+00:00",
+        "il": [0, 7], "sl": ["a"]}}
+    assert "target: sql typed" in capsys.readouterr().out
+    call_command("jobs", "edit", f"{tenant.slug}/nightly", "--yes", "--param", "i=4", "--param", "f=0", "--param", "b=yes",
+                 "--param", "s=z", "--param", "c=us", "--param", "d=2024-03-01", "--param", "t=2024-01-01T00:00:00Z",
+                 "--param", "il=1", "--param", "sl=b")
+    job.refresh_from_db()
+    assert job.target_config["params"]["i"] == 4 and job.target_config["params"]["b"] is True
+
+
+CLI_GOOD = ["i=3", "f=1.5", "b=false", "s=abc", "c=eu", "d=2024-02-29", "t=2024-01-01T00:00:00Z", "il=1", "sl=a"]
+
+
+@pytest.mark.parametrize(("params", "message"), [
+    (["i=three"], "jobs add: sql.params.i: 'three' is not a whole number"),
+    (["i=11"], "jobs add: sql.params.i: must be <= 10"),
+    (["b=maybe"], "jobs add: sql.params.b: 'maybe' is not true or false"),
+    (["i=1", "i=2"], "jobs add: sql.params.i: is given twice"),
+    (["zz=1"], "jobs add: sql.params.zz: unknown parameter of statement 'typed'"),
+])
+def test_jobs_add_refuses_a_bad_sql_parameter_naming_it(allow_list, tenant, params, message):
+    given = {param.partition("=")[0] for param in params}
+    items = [param for param in CLI_GOOD if param.partition("=")[0] not in given] + params
+
+    with pytest.raises(CommandError) as caught:
+        call_command("jobs", "add", "--tenant", tenant.slug, "--name", "x", "--every", "60", "--sql", "typed",
+                     *[item for param in items for item in ("--param", param)])
+
+    assert str(caught.value).startswith(message), str(caught.value)
+    assert not Job.objects.exists()
+
+
+def test_the_admin_shows_a_sql_job_s_statement(allow_list, tenant, admin_client):
+    job = services.job_create(tenant, sql_spec(name="report", params={"day": "2024-01-01", "regions": ["eu"]}))
+
+    page = admin_client.get(reverse("admin:scheduler_app_job_change", args=[job.pk])).content.decode()
+
+    assert "SQL statement" in page
+    assert "sql report" in page and "on default (read-only, timeout 5s)" in page
+    assert "SELECT * FROM orders WHERE day = %(day)s" in page

@@ -1,0 +1,520 @@
+"""SQL jobs run through the worker code on the real PostgreSQL and MariaDB.
+
+Each test runs once on PostgreSQL (the "default" alias) and once on MariaDB (the "mariadb"
+alias that tests/settings.py adds through CRONFLEET_SQL_DATABASES). MariaDB's tests are
+skipped, saying why, only when MariaDB does not answer and this is not CI; with CI=true they
+fail instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from urllib.parse import quote
+
+import pytest
+from django.conf import settings
+from django.db import connections
+
+from scheduler_app import execution, services, sqljobs
+from scheduler_app.models import Job, JobRun, RunState
+from tests.conftest import NOW, wait_for
+
+
+def _mariadb_problem() -> str | None:
+    db = settings.DATABASES.get("mariadb")
+    if db is None:
+        return "DATABASES has no 'mariadb' alias (CRONFLEET_SQL_DATABASES)"
+    try:
+        import MySQLdb
+
+        MySQLdb.connect(host=db["HOST"] or "127.0.0.1", port=int(db["PORT"] or 3306), user=db["USER"],
+                        password=db["PASSWORD"], connect_timeout=3).close()
+    except Exception as exc:  # noqa: BLE001 - any reason is the skip's reason
+        return f"MariaDB is not reachable at {db['HOST']}:{db['PORT']} ({exc})"
+    return None
+
+
+MARIADB_PROBLEM = _mariadb_problem()
+IN_CI = os.environ.get("CI") == "true"
+
+
+def _backends():
+    pg = pytest.param("default", id="postgresql", marks=pytest.mark.django_db(transaction=True))
+    if MARIADB_PROBLEM is None:
+        maria = pytest.param("mariadb", id="mariadb",
+                             marks=pytest.mark.django_db(transaction=True, databases=["default", "mariadb"]))
+    elif IN_CI:  # the `alias` fixture fails the test, naming the problem
+        maria = pytest.param("mariadb", id="mariadb", marks=pytest.mark.django_db(transaction=True))
+    else:
+        maria = pytest.param("mariadb", id="mariadb", marks=pytest.mark.skip(
+            reason=f"{MARIADB_PROBLEM}; these tests must pass where CI=true"))
+    return [pg, maria]
+
+
+BACKENDS = _backends()
+
+
+@pytest.fixture(params=BACKENDS)
+def alias(request) -> str:
+    if request.param == "mariadb" and MARIADB_PROBLEM is not None:
+        pytest.fail(f"CI=true and {MARIADB_PROBLEM}")
+    return request.param
+
+
+def vendor(alias: str) -> str:
+    return sqljobs.vendor_of(settings.DATABASES[alias])
+
+
+TABLE = {
+    "postgresql": "CREATE TABLE sqljob_items (id integer PRIMARY KEY, name varchar(200) NOT NULL DEFAULT '', "
+                  "note text, n integer NOT NULL DEFAULT 0)",
+    "mysql": "CREATE TABLE sqljob_items (id integer PRIMARY KEY, name varchar(200) NOT NULL DEFAULT '', "
+             "note text, n integer NOT NULL DEFAULT 0) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+}
+FIRES = {
+    "postgresql": "CREATE TABLE sqljob_fires (fire_key varchar(100) PRIMARY KEY, scheduled_at timestamptz, "
+                  "attempt integer, tenant varchar(100), hits integer NOT NULL DEFAULT 1)",
+    "mysql": "CREATE TABLE sqljob_fires (fire_key varchar(100) PRIMARY KEY, scheduled_at datetime(6), "
+             "attempt integer, tenant varchar(100), hits integer NOT NULL DEFAULT 1) ENGINE=InnoDB",
+}
+
+
+def execute(alias: str, sql: str, params=None) -> list:
+    """Run `sql` on the alias outside any SQL job (autocommit); its rows, if any."""
+    with connections[alias].cursor() as cursor:
+        cursor.execute(sql, params)
+        return [tuple(row) for row in cursor.fetchall()] if cursor.description else []
+
+
+@pytest.fixture
+def tables(alias):
+    for name, ddl in (("sqljob_items", TABLE), ("sqljob_fires", FIRES)):
+        execute(alias, f"DROP TABLE IF EXISTS {name}")
+        execute(alias, ddl[vendor(alias)])
+    execute(alias, "INSERT INTO sqljob_items (id, name) VALUES (1, 'one'), (2, 'two'), (3, 'three')")
+    yield alias
+    for name in ("sqljob_items", "sqljob_fires"):
+        execute(alias, f"DROP TABLE IF EXISTS {name}")
+
+
+def statements(alias: str) -> dict:
+    """The allow-list the tests use, on `alias`."""
+    pg = vendor(alias) == "postgresql"
+    return {
+        "add_item": {"database": alias, "read_only": False,
+                     "sql": "INSERT INTO sqljob_items (id, name, note) VALUES (%(id)s, %(name)s, %(note)s)",
+                     "params": {"id": {"type": "int", "min": 1}, "name": {"type": "str", "max_length": 200},
+                                "note": {"type": "str", "max_length": 1000, "default": ""}}},
+        "items": {"database": alias, "max_rows": 10,
+                  "sql": "SELECT id, name, note FROM sqljob_items WHERE id >= %(first)s ORDER BY id",
+                  "params": {"first": {"type": "int", "default": 0}}},
+        "named": {"database": alias,
+                  "sql": ("SELECT id FROM sqljob_items WHERE name = ANY(%(names)s) AND id = ANY(%(ids)s) ORDER BY id"
+                          if pg else
+                          "SELECT id FROM sqljob_items WHERE name IN %(names)s AND id IN %(ids)s ORDER BY id"),
+                  "params": {"names": {"type": "str_list", "max_items": 5, "max_length": 50},
+                             "ids": {"type": "int_list", "max_items": 5}}},
+        "sneaky_write": {"database": alias, "sql": "UPDATE sqljob_items SET n = n + 1"},  # read-only by default
+        "bump": {"database": alias, "read_only": False, "sql": "UPDATE sqljob_items SET n = n + 1"},
+        "slow": {"database": alias, "timeout": 0.3,
+                 "sql": "SELECT pg_sleep(%(seconds)s)" if pg else "SELECT SLEEP(%(seconds)s)",
+                 "params": {"seconds": {"type": "float", "max": 10}}},
+        "lock_rows": {"database": alias, "read_only": False, "timeout": 10,
+                      "sql": ("SELECT id FROM sqljob_items WHERE id = ANY(%(ids)s) ORDER BY id DESC FOR UPDATE" if pg
+                              else "SELECT id FROM sqljob_items WHERE id IN %(ids)s ORDER BY id DESC FOR UPDATE"),
+                      "params": {"ids": {"type": "int_list", "max_items": 5}}},
+        "bump_one": {"database": alias, "read_only": False, "timeout": 10, "isolation": "repeatable_read",
+                     "sql": "UPDATE sqljob_items SET n = n + 1 WHERE id = %(id)s",
+                     "params": {"id": {"type": "int"}}},
+        "record_fire": {"database": alias, "read_only": False,
+                        "sql": ("INSERT INTO sqljob_fires (fire_key, scheduled_at, attempt, tenant) "
+                                "VALUES (%(fire_key)s, %(scheduled_at)s, %(attempt)s, %(tenant)s) "
+                                + ("ON CONFLICT (fire_key) DO UPDATE SET hits = sqljob_fires.hits + 1" if pg
+                                   else "ON DUPLICATE KEY UPDATE hits = hits + 1"))},
+        "typed": {"database": alias,
+                  "sql": "SELECT %(i)s, %(f)s, %(b)s, %(d)s, %(t)s",
+                  "params": {"i": {"type": "int"}, "f": {"type": "float"}, "b": {"type": "bool"},
+                             "d": {"type": "date"}, "t": {"type": "datetime"}}},
+        "many": {"database": alias, "max_rows": 10,
+                 "sql": ("SELECT g AS n, repeat('x', 40) AS pad FROM generate_series(1, 50) AS g" if pg else
+                         "SELECT seq AS n, REPEAT('x', 40) AS pad FROM seq_1_to_50")},
+        "broken": {"database": alias, "sql": "SELEC 1"},
+        "missing_table": {"database": alias, "sql": "SELECT * FROM sqljob_nowhere"},
+        "percent": {"database": alias, "sql": "SELECT name FROM sqljob_items WHERE name LIKE 't%%' ORDER BY id ;\n"},
+    }
+
+
+@pytest.fixture
+def allow_list(settings, alias):
+    settings.CRONFLEET_SQL = statements(alias)
+    return settings.CRONFLEET_SQL
+
+
+def sql_job(tenant, statement: str, params: dict | None = None, **fields) -> Job:
+    fields.setdefault("name", f"sql-{statement}")
+    return services.job_create(tenant, services.JobSpec(
+        target_kind="sql", every=3600, sql={"name": statement, "params": params or {}}, **fields))
+
+
+def run_once(job: Job, *, attempt: int = 1, run: JobRun | None = None):
+    """Execute the job's run as a worker would (attempt 1, or the given run's next attempt)."""
+    if run is None:
+        run = JobRun.objects.create(job=job, tenant=job.tenant, scheduled_at=NOW, created_at=NOW,
+                                    state=RunState.QUEUED)
+    else:
+        JobRun.objects.filter(id=run.id).update(state=RunState.QUEUED, attempt=attempt)
+    outcome = execution.execute_run(run.id, attempt, worker="w")
+    run.refresh_from_db()
+    return outcome, run
+
+
+def result_of(run: JobRun) -> dict:
+    return json.loads(run.result)
+
+
+# --- parameters are data ------------------------------------------------------------------
+
+HOSTILE = [
+    "'; DROP TABLE sqljob_items; --",
+    "' OR '1'='1",
+    "O'Reilly",
+    'say "hi"',
+    "back\\slash \\' \\\\",
+    "%(note)s %s $1 ?",
+    "line\nbreak\ttab",
+    "\u00e9t\u00e9 \U0001f600",
+]
+
+
+def test_injection_strings_passed_as_parameters_land_as_data(tables, allow_list, tenant):
+    for number, value in enumerate(HOSTILE, start=10):
+        outcome, run = run_once(sql_job(tenant, "add_item", {"id": number, "name": value, "note": value},
+                                        name=f"add-{number}"))
+        assert outcome.state == "succeeded", run.error
+        assert result_of(run)["rows_affected"] == 1
+
+    stored = execute(tables, "SELECT id, name, note FROM sqljob_items WHERE id >= 10 ORDER BY id")
+    assert stored == [(number, value, value) for number, value in enumerate(HOSTILE, start=10)]
+    outcome, run = run_once(sql_job(tenant, "items", {"first": 10}))
+    assert result_of(run)["rows"] == [[number, value, value] for number, value in enumerate(HOSTILE, start=10)]
+    assert execute(tables, "SELECT count(*) FROM sqljob_items")[0][0] == 3 + len(HOSTILE)  # the table is there
+
+
+def test_a_nul_character_is_refused_when_the_job_is_saved_and_when_it_runs(tables, allow_list, tenant):
+    with pytest.raises(services.InvalidInput) as caught:
+        sql_job(tenant, "add_item", {"id": 9, "name": "nul\x00here"})
+    assert caught.value.field == "sql.params.name" and "NUL character" in caught.value.message
+
+    # A run checks again (the ledger's jsonb cannot hold a NUL, so call the runner itself).
+    fire = {"fire_key": "k", "scheduled_at": NOW, "attempt": 1, "tenant": tenant.slug}
+    with pytest.raises(sqljobs.InvalidSql) as caught:
+        sqljobs.run_statement("add_item", {"id": 9, "name": "nul\x00here"}, config=allow_list,
+                              databases=settings.DATABASES, fire=fire, job_timeout=10, max_bytes=8192)
+    assert caught.value.field == "params.name" and "NUL character" in caught.value.message
+    assert not execute(tables, "SELECT * FROM sqljob_items WHERE id = 9")
+
+
+def test_lists_bind_as_an_array_or_an_in_list(tables, allow_list, tenant):
+    outcome, run = run_once(sql_job(tenant, "named", {"names": ["one", "three", "') OR 1=1 --"], "ids": [1, 2, 3]}))
+
+    assert outcome.state == "succeeded", run.error
+    assert result_of(run)["rows"] == [[1], [3]]
+
+
+def test_typed_parameters_reach_the_database_as_their_types(tables, allow_list, tenant):
+    params = {"i": -7, "f": 2.5, "b": True, "d": "2024-02-29", "t": "2024-03-01T09:30:00+01:00"}
+    outcome, run = run_once(sql_job(tenant, "typed", params))
+
+    assert outcome.state == "succeeded", run.error
+    [row] = result_of(run)["rows"]
+    if vendor(tables) == "postgresql":
+        assert row == [-7, 2.5, True, "2024-02-29", "2024-03-01T08:30:00+00:00"]
+    else:  # MariaDB: booleans are 1/0, datetimes the UTC wall time (no zone)
+        assert row[:4] == [-7, 2.5, 1, "2024-02-29"] and row[4].startswith("2024-03-01 08:30:00")
+
+
+def test_a_literal_percent_is_written_twice_and_a_final_semicolon_is_allowed(tables, allow_list, tenant):
+    outcome, run = run_once(sql_job(tenant, "percent"))
+
+    assert result_of(run)["rows"] == [["two"], ["three"]]
+
+
+def test_the_fire_s_key_time_attempt_and_tenant_are_parameters_so_a_statement_is_idempotent(
+        tables, allow_list, tenant):
+    job = sql_job(tenant, "record_fire")
+    outcome, run = run_once(job)
+    assert outcome.state == "succeeded", run.error
+    run_once(job, run=run, attempt=2)  # the same fire again: its key is the same
+
+    [(fire_key, scheduled_at, attempt, slug, hits)] = execute(tables, "SELECT * FROM sqljob_fires")
+    assert (fire_key, attempt, slug, hits) == (run.fire_key, 1, tenant.slug, 2)
+    if vendor(tables) == "postgresql":
+        assert scheduled_at == NOW
+    else:
+        assert scheduled_at == NOW.replace(tzinfo=None)  # UTC wall time
+
+
+# --- read-only, timeouts, locks -----------------------------------------------------------
+
+
+def test_a_read_only_statement_that_writes_fails_permanently(tables, allow_list, tenant):
+    outcome, run = run_once(sql_job(tenant, "sneaky_write", max_attempts=3))
+
+    assert (outcome.state, run.state, run.attempt) == ("failed", "failed", 1)
+    assert run.error.startswith("read_only_transaction: "), run.error
+    assert execute(tables, "SELECT sum(n) FROM sqljob_items")[0][0] == 0
+
+
+def test_a_read_write_statement_writes_and_reports_rows_affected(tables, allow_list, tenant):
+    outcome, run = run_once(sql_job(tenant, "bump"))
+
+    assert outcome.state == "succeeded"
+    assert result_of(run)["rows_affected"] == 3 and result_of(run)["columns"] == []
+    assert execute(tables, "SELECT sum(n) FROM sqljob_items")[0][0] == 3
+
+
+def test_a_statement_over_its_timeout_is_retried_then_dead(tables, allow_list, tenant):
+    job = sql_job(tenant, "slow", {"seconds": 3}, max_attempts=2, retry_backoff_seconds=0)
+
+    started = time.monotonic()
+    outcome, run = run_once(job)
+    assert (outcome.state, run.state) == ("retrying", "retrying")
+    assert run.error.startswith("statement_timeout: "), run.error
+    assert "timeout 0.3s" in run.error
+    outcome, run = run_once(job, run=run, attempt=2)
+    assert (outcome.state, run.state) == ("dead", "dead")
+    assert run.error.startswith("statement_timeout: ")
+    assert time.monotonic() - started < 2.5  # cancelled at 0.3 s each time, not after 3 s
+
+
+def test_the_job_s_own_timeout_caps_the_statement_s(tables, allow_list, tenant, settings):
+    settings.CRONFLEET_SQL["slow"]["timeout"] = 60
+    job = sql_job(tenant, "slow", {"seconds": 5}, timeout_seconds=1)
+
+    outcome, run = run_once(job)
+
+    assert run.error.startswith("statement_timeout: ") and "timeout 0.9s" in run.error, run.error
+
+
+def hold_row_lock(alias: str, row_id: int, release: threading.Event, then_lock: int | None = None,
+                  locked: threading.Event | None = None, errors: list | None = None) -> threading.Thread:
+    """A second connection (in a thread of its own) that locks `row_id`, optionally then
+    waits to lock `then_lock` too, and commits when `release` is set."""
+    def hold():
+        from django.db import connections as thread_connections, transaction
+
+        try:
+            with transaction.atomic(using=alias):
+                with thread_connections[alias].cursor() as cursor:
+                    cursor.execute("UPDATE sqljob_items SET n = n + 10, note = 'held' WHERE id = %s", [row_id])
+                    if locked is not None:
+                        locked.set()
+                    if then_lock is not None:
+                        time.sleep(0.5)  # the job now holds then_lock and waits for row_id
+                        cursor.execute("UPDATE sqljob_items SET n = n + 10 WHERE id IN (%s, 3)", [then_lock])
+                    release.wait(30)
+        except Exception as exc:  # noqa: BLE001
+            if errors is not None:
+                errors.append(exc)
+        finally:
+            thread_connections[alias].close()
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_deadlock_is_retried_and_the_next_attempt_succeeds(tables, allow_list, tenant):
+    job = sql_job(tenant, "lock_rows", {"ids": [1, 2]}, max_attempts=3, retry_backoff_seconds=0)
+    release, locked, errors = threading.Event(), threading.Event(), []
+    # The other connection locks row 1 (and row 3, so it has more to lose than the job: the
+    # database picks the job as the deadlock's victim); the job locks row 2, then waits for
+    # row 1; the other connection then asks for row 2.
+    holder = hold_row_lock(tables, 1, release, then_lock=2, locked=locked, errors=errors)
+    locked.wait(10)
+    release.set()  # the holder commits as soon as it got row 2
+    outcome, run = run_once(job)
+    holder.join(30)
+
+    assert (outcome.state, run.state) == ("retrying", "retrying"), run.error
+    assert run.error.startswith("deadlock: "), run.error
+    assert errors == []  # the other transaction won
+    outcome, run = run_once(job, run=run, attempt=2)
+    assert outcome.state == "succeeded" and result_of(run)["rows"] == [[2], [1]]
+
+
+def test_a_lock_wait_longer_than_the_timeout_is_retried(tables, allow_list, tenant, settings):
+    settings.CRONFLEET_SQL["lock_rows"]["timeout"] = 1
+    release, locked = threading.Event(), threading.Event()
+    holder = hold_row_lock(tables, 1, release, locked=locked)
+    locked.wait(10)
+    try:
+        outcome, run = run_once(sql_job(tenant, "lock_rows", {"ids": [1]}))
+    finally:
+        release.set()
+        holder.join(30)
+
+    assert (outcome.state, run.state) == ("retrying", "retrying")
+    assert run.error.split(":")[0] in ("statement_timeout", "lock_timeout"), run.error
+
+
+@pytest.mark.parametrize("alias", [BACKENDS[0]])
+def test_a_serialization_failure_is_retried(tables, allow_list, tenant):
+    """PostgreSQL only: InnoDB's REPEATABLE READ updates the latest row version instead of
+    failing to serialize (MariaDB 10.11 has no innodb_snapshot_isolation); MariaDB's
+    retryable conflicts are the deadlock and lock-wait tests'."""
+    job = sql_job(tenant, "bump_one", {"id": 1}, max_attempts=3, retry_backoff_seconds=0)
+    release, locked = threading.Event(), threading.Event()
+    holder = hold_row_lock(tables, 1, release, locked=locked)
+    locked.wait(10)
+    threading.Timer(0.5, release.set).start()  # commits while the job waits for the row
+
+    outcome, run = run_once(job)
+    holder.join(30)
+
+    assert (outcome.state, run.state) == ("retrying", "retrying")
+    assert run.error.startswith("serialization_failure: SQLSTATE 40001"), run.error
+    outcome, run = run_once(job, run=run, attempt=2)
+    assert outcome.state == "succeeded" and result_of(run)["rows_affected"] == 1
+    assert execute(tables, "SELECT n FROM sqljob_items WHERE id = 1")[0][0] == 11
+
+
+# --- errors that another attempt cannot fix ---------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "kind"), [("broken", "syntax_error"), ("missing_table", "undefined_object")])
+def test_syntax_errors_and_undefined_objects_are_not_retried(tables, allow_list, tenant, name, kind):
+    outcome, run = run_once(sql_job(tenant, name, max_attempts=5))
+
+    assert (outcome.state, run.attempt) == ("failed", 1)
+    assert run.error.startswith(f"{kind}: "), run.error
+
+
+def test_a_permission_error_is_not_retried(tables, allow_list):
+    """The tests connect as a superuser; the error comes from a role without privileges."""
+    alias = tables
+    if vendor(alias) == "postgresql":
+        role = f"cf_sqljobs_noperm_{os.getpid()}"
+        execute(alias, f"CREATE ROLE {role}")
+        try:
+            with pytest.raises(Exception) as caught, connections[alias].cursor() as cursor:
+                cursor.execute(f"SET ROLE {role}")
+                cursor.execute("SELECT * FROM sqljob_items")
+        finally:
+            execute(alias, "RESET ROLE")
+            execute(alias, f"DROP ROLE {role}")
+    else:
+        user = f"cf_noperm_{os.getpid()}"
+        execute(alias, f"CREATE USER '{user}'@'127.0.0.1'")
+        try:
+            import MySQLdb
+
+            db = settings.DATABASES[alias]
+            other = MySQLdb.connect(host="127.0.0.1", port=int(db["PORT"]), user=user, connect_timeout=5)
+            with pytest.raises(Exception) as caught:
+                other.cursor().execute(f"SELECT * FROM {connections[alias].settings_dict['NAME']}.sqljob_items")
+            other.close()
+        finally:
+            execute(alias, f"DROP USER '{user}'@'127.0.0.1'")
+
+    error = sqljobs.classify_error(caught.value, vendor(alias))
+    assert (error.kind, error.retryable) == ("permission_denied", False), error
+
+
+def test_a_database_that_does_not_answer_is_retried(tables, allow_list, tenant):
+    """The statement's own connection fails (a port nobody listens on); on PostgreSQL that
+    connection is the worker's own, so there the real driver's error is classified."""
+    if vendor(tables) == "postgresql":
+        import psycopg
+
+        with pytest.raises(psycopg.OperationalError) as caught:
+            psycopg.connect("postgresql://postgres@127.0.0.1:9/x", connect_timeout=2)
+        error = sqljobs.classify_error(caught.value, "postgresql")
+        assert (error.kind, error.retryable) == ("connection_error", True), error
+        return
+    job = sql_job(tenant, "items")
+    connection = connections[tables]
+    connection.close()
+    port = connection.settings_dict["PORT"]
+    connection.settings_dict["PORT"] = 9
+    try:
+        outcome, run = run_once(job)
+    finally:
+        connection.close()
+        connection.settings_dict["PORT"] = port
+
+    assert (outcome.state, run.state) == ("retrying", "retrying")
+    assert run.error.startswith("connection_error: error 2002: "), run.error
+
+
+def test_a_statement_removed_from_the_allow_list_fails_permanently(tables, allow_list, tenant, settings):
+    job = sql_job(tenant, "items")
+    del settings.CRONFLEET_SQL["items"]
+
+    outcome, run = run_once(job)
+
+    assert (outcome.state, run.error) == ("failed", "invalid_sql: sql.name: 'items' is not a statement in "
+                                                    "CRONFLEET_SQL")
+
+
+def test_parameters_are_checked_again_when_the_declaration_changed(tables, allow_list, tenant, settings):
+    job = sql_job(tenant, "items", {"first": 2})
+    settings.CRONFLEET_SQL["items"]["params"]["first"]["max"] = 1
+
+    outcome, run = run_once(job)
+
+    assert outcome.state == "failed" and run.error == "invalid_sql: sql.params.first: must be <= 1"
+
+
+# --- results ------------------------------------------------------------------------------
+
+
+def test_rows_stop_at_the_row_cap(tables, allow_list, tenant):
+    outcome, run = run_once(sql_job(tenant, "many"))
+
+    result = result_of(run)
+    assert result["columns"] == ["n", "pad"] and result["rows_affected"] == 50
+    assert [row[0] for row in result["rows"]] == list(range(1, 11)) and result["truncated"] is True
+    assert result["statement"] == "many" and result["database"] == tables and result["elapsed_ms"] >= 0
+
+
+def test_rows_stop_where_the_result_would_outgrow_its_bytes(tables, allow_list, tenant, settings):
+    settings.CRONFLEET_RESULT_MAX_BYTES = 400
+
+    outcome, run = run_once(sql_job(tenant, "many"))
+
+    result = result_of(run)  # still valid JSON: whole rows were left out
+    assert len(run.result.encode()) <= 400
+    assert result["truncated"] is True and 1 <= len(result["rows"]) < 10
+    assert [row[0] for row in result["rows"]] == list(range(1, len(result["rows"]) + 1))
+
+
+# --- a real worker ------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_sql_job_runs_end_to_end_through_a_real_worker(tables, allow_list, tenant, processes, queue_name):
+    alias = tables
+    env = {"CRONFLEET_SQL": json.dumps(allow_list)}
+    if alias == "mariadb":  # the worker reaches this test's MariaDB database through the same alias
+        db = connections[alias].settings_dict
+        login = quote(db["USER"], safe="") + (f":{quote(db['PASSWORD'], safe='')}" if db["PASSWORD"] else "")
+        env["CRONFLEET_SQL_DATABASES"] = json.dumps(
+            {"mariadb": f"mysql://{login}@{db['HOST']}:{db['PORT']}/{db['NAME']}"})
+    job = sql_job(tenant, "add_item", {"id": 42, "name": "'; DROP TABLE sqljob_items; --"}, queue=queue_name)
+    fired = sql_job(tenant, "record_fire", name="fire", queue=queue_name)
+    processes.worker(queue_name, **env)
+
+    runs = [services.job_trigger(job, actor="test"), services.job_trigger(fired, actor="test")]
+
+    for run in runs:
+        wait_for(lambda run=run: JobRun.objects.filter(id=run.id, finished_at__isnull=False).exists(),
+                 timeout=60, what="the SQL run to finish")
+        run.refresh_from_db()
+        assert run.state == RunState.SUCCEEDED, (run.error, processes.log("worker"))
+        assert result_of(run)["rows_affected"] == 1
+    assert execute(alias, "SELECT name FROM sqljob_items WHERE id = 42") == [("'; DROP TABLE sqljob_items; --",)]
+    assert execute(alias, "SELECT fire_key, attempt FROM sqljob_fires") == [(runs[1].fire_key, 1)]
