@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
+from django.db import transaction
 
 from project.celery import app
 from scheduler_app import commandjobs, httpclient, netguard, services, sqljobs, transitions, webhooks
@@ -100,6 +101,13 @@ def renew_lease(run_id: int, attempt: int) -> bool:
 
 def record_duplicates(pairs: list[tuple[int, int]], *, worker: str) -> dict[int, Outcome]:
     """Count deliveries that did not start their runs (already running, finished, or stale)."""
+    if not pairs:
+        return {}
+    with transaction.atomic():  # the count and its audit rows become visible together
+        return _record_duplicates(pairs, worker=worker)
+
+
+def _record_duplicates(pairs: list[tuple[int, int]], *, worker: str) -> dict[int, Outcome]:
     found = transitions.count_duplicates([run_id for run_id, _ in pairs])
     outcomes = {}
     for run_id, attempt in pairs:
