@@ -545,3 +545,6 @@ class AuditEventAdmin(ReadOnlyAdmin):
     @admin.display(description="detail")
     def short_detail(self, event):
         return shorten(json.dumps(event.detail, ensure_ascii=False), 80)
+
+
+from scheduler_app import admin_nodes  # noqa: E402,F401 (beats and workers)

@@ -355,3 +355,6 @@ class ApiKey(models.Model):
     @property
     def is_staff(self) -> bool:
         return self.tenant_id is None
+
+
+from scheduler_app.nodes import Node, NodeKind  # noqa: E402,F401 (beats and workers; a model of the app)

@@ -17,6 +17,7 @@ from django.db import DatabaseError, close_old_connections, connection, reset_qu
 
 from scheduler_app import dispatch
 from scheduler_app.models import db_now
+from scheduler_app.observe import BeatObserver
 from scheduler_app.publish import broker_errors
 from scheduler_app.services import WAKE_CHANNEL
 
@@ -107,6 +108,7 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, self.on_signal)
         _, grace = dispatch.beat_settings()
         waker = Waker(self.stop)
+        observer = BeatObserver(max_sleep=max_sleep)
         next_sweep = 0.0
         transient = (DatabaseError, *broker_errors())  # e.g. redis.ConnectionError, amqp's errors
         self.stdout.write(f"runbeat: started (batch {batch_size}, max sleep {max_sleep}s, {connection.vendor})")
@@ -115,6 +117,7 @@ class Command(BaseCommand):
                 close_old_connections()
                 reset_queries()  # with DEBUG on, Django keeps every query's SQL: bound the beat's memory
                 sweep = time.monotonic() >= next_sweep
+                began = time.monotonic()
                 try:
                     turn = dispatch.run_turn(db_now(), batch_size=batch_size, grace=grace, sweep=sweep)
                 except transient as exc:
@@ -125,6 +128,7 @@ class Command(BaseCommand):
                     connection.close()
                     waker.sleep(RETRY_PAUSE)
                     continue
+                observer.turn(turn, time.monotonic() - began)
                 if sweep:
                     next_sweep = time.monotonic() + SWEEP_EVERY
                 if alive_file is not None:
@@ -140,6 +144,7 @@ class Command(BaseCommand):
                     waker.sleep(dispatch.seconds_until_due(db_now(), cap=max_sleep, held_back=turn.held_back))
         finally:
             waker.close()
+            observer.stop()
         self.stdout.write("runbeat: stopped")
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:

@@ -1,0 +1,55 @@
+"""What a Celery worker's main process adds to the worker: its node row and heartbeat.
+
+install_worker_step(app) adds a bootstep to the worker blueprint; project/celery.py calls it
+when the app is made, before the command line is read. This module imports nothing of
+Django or the project at import time (the app is made before Django is set up); the step
+imports what it needs when the worker starts.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from celery import bootsteps
+
+logger = logging.getLogger("scheduler_app.worker")
+
+
+def install_worker_step(app) -> None:
+    app.steps["worker"].add(ObserveWorker)
+
+
+class ObserveWorker(bootsteps.StartStopStep):
+    """Registers the worker as a node (kind worker, its Celery node name and queues) and
+    heartbeats it from a thread of the main process (nodes.HeartbeatThread)."""
+
+    label = "cronfleet-observe"
+
+    def __init__(self, parent, **options) -> None:
+        super().__init__(parent, **options)
+        self.heartbeat = None
+
+    def start(self, parent) -> None:
+        from scheduler_app import nodes
+
+        queues = sorted(parent.app.amqp.queues.consume_from or parent.app.amqp.queues)
+        registration = nodes.Registration(nodes.NodeKind.WORKER, parent.hostname,
+                                          stale_after=nodes.WORKER_STALE_AFTER_SECONDS, queues=queues)
+        self.heartbeat = nodes.HeartbeatThread(registration, worker_activity)
+        self.heartbeat.start()
+
+    def stop(self, parent) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
+            self.heartbeat = None
+
+    shutdown = stop
+
+
+def worker_activity() -> str:
+    """What the worker is doing, from the main process's own bookkeeping (no query)."""
+    from celery.worker import state
+
+    active = len(state.active_requests)
+    done = sum(state.total_count.values())
+    return f"{active} running, {done} done" if active else f"idle, {done} done"
