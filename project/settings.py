@@ -395,3 +395,13 @@ CRONFLEET_RATE_LIMIT_REDIS_URL = env_str(
 if CRONFLEET_RATE_LIMIT_REDIS_URL and not CRONFLEET_RATE_LIMIT_REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
     raise ImproperlyConfigured("CRONFLEET_RATE_LIMIT_REDIS_URL must be a redis://, rediss:// or unix:// URL")
 CRONFLEET_RATE_LIMIT_RETRY_SECONDS = env_int("CRONFLEET_RATE_LIMIT_RETRY_SECONDS", 5, minimum=1)
+
+# --- Observability (README: Observability) -----------------------------------------------
+# Count finished runs per tenant too (cronfleet_tenant_runs_finished_total): one series per
+# tenant and state, so only where tenants are few enough for Prometheus.
+CRONFLEET_METRICS_TENANT_LABELS = env_bool("CRONFLEET_METRICS_TENANT_LABELS", False)
+# Where `runbeat --metrics-port` and `celery worker --metrics-port` listen.
+CRONFLEET_METRICS_ADDRESS = env_str("CRONFLEET_METRICS_ADDRESS", "0.0.0.0")
+# When set, the web's /metrics answers only `Authorization: Bearer <this>` (Prometheus's
+# `authorization: {credentials: ...}`); empty: open, like /healthz.
+CRONFLEET_METRICS_TOKEN = env_str("CRONFLEET_METRICS_TOKEN", "")

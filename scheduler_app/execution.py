@@ -13,8 +13,9 @@ import ipaddress
 import json
 import logging
 import random
+import time
 import urllib.parse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from celery.exceptions import SoftTimeLimitExceeded
@@ -53,12 +54,22 @@ class RetryableFailure(Exception):
 class Outcome:
     state: str  # the run's state after this delivery, or "duplicate" / "stale"
     detail: str = ""
+    started: Started | None = None  # what the start returned (None: a duplicate), for metrics and logs
+    seconds: float | None = None  # from the start to the outcome, by this worker's monotonic clock
 
 
 def execute_run(run_id: int, attempt: int, *, worker: str, task_id: str = "") -> Outcome:
     started = start_run(run_id, attempt, worker=worker, task_id=task_id)
     if started is None:
         return record_duplicate(run_id, attempt, worker=worker)
+    began = time.monotonic()
+    outcome = run_started(started)
+    return replace(outcome, started=started, seconds=time.monotonic() - began)
+
+
+def run_started(started: Started) -> Outcome:
+    """Run a started run's target and record its outcome."""
+    run_id, attempt = started.run.id, started.run.attempt
     failpoint("worker.before_target")
     with LEASES.held({run_id: attempt}):
         try:

@@ -8,14 +8,24 @@
   does not fix, so never use it as a liveness probe.
 
 Both answer JSON; 200 when all is well, 503 naming what is not.
+
+- GET /metrics: Prometheus exposition of the cluster's gauges (cluster.py), and of the
+  beats' and workers' counters that share this host's PROMETHEUS_MULTIPROC_DIR (metrics.py).
+  With CRONFLEET_METRICS_TOKEN set, only for `Authorization: Bearer <token>`.
 """
 
 from __future__ import annotations
 
+import hmac
+
+from django.conf import settings
 from django.db import DatabaseError, connection
-from django.http import JsonResponse
+from django.http import HttpResponse, JsonResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from project.celery import app
+from scheduler_app import metrics
+from scheduler_app.cluster import ClusterCollector
 from scheduler_app.models import db_now
 from scheduler_app.nodes import NodeKind, node_states
 from scheduler_app.publish import broker_errors
@@ -65,3 +75,15 @@ def readiness() -> tuple[bool, dict]:
 def readyz(request):
     ready, found = readiness()
     return JsonResponse({"status": "ok" if ready else "error", **found}, status=200 if ready else 503)
+
+
+def metrics_view(request):
+    token = settings.CRONFLEET_METRICS_TOKEN
+    if token and not hmac.compare_digest(request.headers.get("Authorization", ""), f"Bearer {token}"):
+        return HttpResponse("metrics need Authorization: Bearer <CRONFLEET_METRICS_TOKEN>\n", status=401,
+                            content_type="text/plain")
+    registry = CollectorRegistry()
+    registry.register(ClusterCollector())
+    if metrics.MULTIPROC_DIR:
+        registry.register(metrics.LiveProcessesCollector(None, metrics.MULTIPROC_DIR))
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

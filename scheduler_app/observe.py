@@ -1,8 +1,10 @@
-"""What a beat process reports about itself: its node row (nodes.py) after its turns.
+"""What a beat process reports about itself: its metrics and its node row.
 
-runbeat makes one BeatObserver and hands it every completed turn; the observer heartbeats
-the node at most every nodes.BEAT_HEARTBEAT_SECONDS. A heartbeat that fails is logged and
-skipped: it must never cost the beat a turn (the node only looks stale for a while).
+runbeat makes one BeatObserver and hands it every completed turn. The observer counts the
+turn (metrics.observe_turn: in-process counters, derived from the TurnResult) and heartbeats
+the node at most every nodes.BEAT_HEARTBEAT_SECONDS, with the queues the beat has claimed
+for. A heartbeat that fails is logged and skipped: it must never cost the beat a turn (the
+node only looks stale for a while). With a metrics port, the process serves its metrics.
 """
 
 from __future__ import annotations
@@ -13,27 +15,35 @@ import socket
 
 from django.db import DatabaseError
 
-from scheduler_app import nodes
+from scheduler_app import metrics, nodes
 from scheduler_app.dispatch import TurnResult
 
 logger = logging.getLogger("scheduler_app.beat")
 
 
 class BeatObserver:
-    def __init__(self, *, max_sleep: float) -> None:
+    def __init__(self, *, max_sleep: float, metrics_port: int | None = None, metrics_address: str = "") -> None:
         self.node = nodes.Registration(nodes.NodeKind.BEAT, f"beat@{socket.gethostname()}:{os.getpid()}",
                                        stale_after=nodes.beat_stale_after(max_sleep))
-        self.turns = 0
+        self.queues: set[str] = set()
+        self.queues_changed = False
+        if metrics_port:
+            metrics.serve(metrics_port, metrics_address)
 
     def turn(self, turn: TurnResult, seconds: float) -> None:
         """Account for one completed turn that took `seconds`."""
-        self.turns += 1
+        metrics.observe_turn(turn, seconds)
+        queues = {queue for queue, *_ in turn.recorded} | {metrics.queue_label(queue) for queue in turn.held_back}
+        if not queues <= self.queues:
+            self.queues |= queues
+            self.queues_changed = True
         if self.node.due(nodes.BEAT_HEARTBEAT_SECONDS):
             self.heartbeat(activity(turn))
 
     def heartbeat(self, doing: str) -> None:
         try:
-            self.node.heartbeat(doing)
+            self.node.heartbeat(doing, queues=self.queues if self.queues_changed or self.node.id is None else None)
+            self.queues_changed = False
         except DatabaseError as exc:  # the next turn's heartbeat tries again
             logger.warning("beat node heartbeat failed: %s", exc)
 

@@ -24,6 +24,28 @@ from django.db.models import Count
 
 from scheduler_app.models import JobRun, RunState, Trigger
 
+# The lags, defined once: in SQL for the ledger (here, `manage.py status`) and in Python for
+# the worker's and the beat's metrics (metrics.py), so the API, the command and Prometheus agree.
+DISPATCH_LAG_SQL = "extract(epoch FROM coalesce(dispatched_at, enqueued_at) - scheduled_at)"
+# A retry (or a replay, a manual run, a backfill) starts counting when it was queued, so its
+# backoff (or its age) is not lag; only a scheduled fire's first attempt counts from its fire time.
+START_LAG_SQL = ("extract(epoch FROM started_at - CASE WHEN attempt = 1 AND trigger = 'schedule' "
+                 "THEN scheduled_at ELSE coalesce(enqueued_at, scheduled_at) END)")
+
+
+def dispatch_lag(scheduled_at: datetime, dispatched_at: datetime) -> float:
+    """Seconds from a fire time to its run's first trip to the broker (DISPATCH_LAG_SQL)."""
+    return (dispatched_at - scheduled_at).total_seconds()
+
+
+def start_lag(*, attempt: int, trigger: str, scheduled_at: datetime, enqueued_at: datetime | None,
+              started_at: datetime) -> float:
+    """Seconds a run waited for a worker (START_LAG_SQL): from its fire time for a scheduled
+    fire's first attempt, else from when it was queued."""
+    since = scheduled_at if attempt == 1 and trigger == Trigger.SCHEDULE else (enqueued_at or scheduled_at)
+    return (started_at - since).total_seconds()
+
+
 PERCENTILES = (0.5, 0.95, 0.99)
 SAMPLE_SIZE = 10_000
 FINISHED = (RunState.SUCCEEDED, RunState.FAILED, RunState.DEAD)

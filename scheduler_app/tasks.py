@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db import connections
 from django.db.backends.signals import connection_created
 
-from scheduler_app import execution
+from scheduler_app import delivery, execution
 from scheduler_app.fire import current_fire
 
 MAX_SLEEP_SECONDS = 3600
@@ -22,7 +22,7 @@ def execute_run(self, run_id: int, attempt: int) -> str:
     outcome = execution.execute_run(
         run_id, attempt, worker=self.request.hostname or "unknown", task_id=self.request.id or ""
     )
-    return outcome.state
+    return delivery.report(self, outcome)
 
 
 @worker_init.connect

@@ -42,10 +42,10 @@ WITH started AS (
            lease_expires_at = statement_timestamp() + make_interval(secs => %(lease)s),
            worker = %(worker)s, celery_task_id = %(task_id)s
      WHERE id = %(id)s AND attempt = %(attempt)s AND state = 'queued'
-    RETURNING id, job_id, tenant_id, scheduled_at, enqueued_at, started_at
+    RETURNING id, job_id, tenant_id, scheduled_at, enqueued_at, started_at, trigger
 )
 SELECT started.id, started.job_id, started.tenant_id, started.scheduled_at, started.enqueued_at,
-       started.started_at, tenant.slug, {job_columns}
+       started.started_at, started.trigger, tenant.slug, {job_columns}
   FROM started
   JOIN scheduler_app_job AS job ON job.id = started.job_id
   JOIN scheduler_app_tenant AS tenant ON tenant.id = started.tenant_id
@@ -133,13 +133,14 @@ def start_run(run_id: int, attempt: int, *, worker: str, task_id: str) -> Starte
     row = execute(START_RUN, params)
     if row is None:
         return None
-    run_id, job_id, tenant_id, scheduled_at, enqueued_at, started_at, slug, *job_values = row
+    run_id, job_id, tenant_id, scheduled_at, enqueued_at, started_at, trigger, slug, *job_values = row
     job = Job(id=job_id, tenant_id=tenant_id, **{
         column: json.loads(value) if column in JSON_COLUMNS and isinstance(value, str) else value
         for column, value in zip(JOB_COLUMNS, job_values, strict=True)
     })
     run = JobRun(id=run_id, job=job, tenant_id=tenant_id, scheduled_at=scheduled_at, enqueued_at=enqueued_at,
-                 state=RunState.RUNNING, attempt=attempt, started_at=started_at, worker=params["worker"])
+                 state=RunState.RUNNING, attempt=attempt, started_at=started_at, worker=params["worker"],
+                 trigger=trigger)
     return Started(run, slug, started_at)
 
 

@@ -1,4 +1,5 @@
-"""What a Celery worker's main process adds to the worker: its node row and heartbeat.
+"""What a Celery worker's main process adds to the worker: its node row and heartbeat, and
+with `--metrics-port` (an option of `celery worker`) its metrics exporter.
 
 install_worker_step(app) adds a bootstep to the worker blueprint; project/celery.py calls it
 when the app is made, before the command line is read. This module imports nothing of
@@ -10,27 +11,46 @@ from __future__ import annotations
 
 import logging
 
+import click
 from celery import bootsteps
 
 logger = logging.getLogger("scheduler_app.worker")
 
 
 def install_worker_step(app) -> None:
+    app.user_options["worker"].add(click.Option(
+        ["--metrics-port"], type=int, default=None,
+        help="Serve the worker's Prometheus metrics (all its pool processes: a prefork pool needs "
+             "PROMETHEUS_MULTIPROC_DIR) on this port."))
+    app.user_options["worker"].add(click.Option(
+        ["--metrics-address"], default=None, help="Address of --metrics-port (default CRONFLEET_METRICS_ADDRESS)."))
     app.steps["worker"].add(ObserveWorker)
 
 
 class ObserveWorker(bootsteps.StartStopStep):
     """Registers the worker as a node (kind worker, its Celery node name and queues) and
-    heartbeats it from a thread of the main process (nodes.HeartbeatThread)."""
+    heartbeats it from a thread of the main process (nodes.HeartbeatThread); serves the
+    metrics of the worker's processes when asked to."""
 
     label = "cronfleet-observe"
 
-    def __init__(self, parent, **options) -> None:
+    def __init__(self, parent, metrics_port: int | None = None, metrics_address: str | None = None,
+                 **options) -> None:
         super().__init__(parent, **options)
         self.heartbeat = None
+        self.metrics_port, self.metrics_address = metrics_port, metrics_address
 
     def start(self, parent) -> None:
-        from scheduler_app import nodes
+        from django.conf import settings
+
+        from scheduler_app import metrics, nodes
+
+        if self.metrics_port:
+            if metrics.MULTIPROC_DIR:  # files of processes gone since the last start: their totals start again
+                metrics.forget_dead_processes(metrics.MULTIPROC_DIR, counters=True)
+            forked = "prefork" in getattr(parent.pool_cls, "__module__", "")
+            metrics.serve(self.metrics_port, self.metrics_address or settings.CRONFLEET_METRICS_ADDRESS,
+                          forked=forked)
 
         queues = sorted(parent.app.amqp.queues.consume_from or parent.app.amqp.queues)
         registration = nodes.Registration(nodes.NodeKind.WORKER, parent.hostname,

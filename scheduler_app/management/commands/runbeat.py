@@ -94,9 +94,13 @@ class Command(BaseCommand):
         parser.add_argument("--alive-file", type=Path, default=None,
                             help="Touch this file after every turn that completes (for a health check: "
                                  "a stale file means a frozen or failing beat)")
+        parser.add_argument("--metrics-port", type=int, default=None,
+                            help="Serve this beat's Prometheus metrics on this port (/metrics)")
+        parser.add_argument("--metrics-address", default=settings.CRONFLEET_METRICS_ADDRESS,
+                            help="Address the metrics port listens on (default %(default)s)")
 
     def handle(self, *args, once: bool, batch_size: int, max_sleep: float, alive_file: Path | None,
-               **options) -> None:
+               metrics_port: int | None, metrics_address: str, **options) -> None:
         if batch_size < 1:
             self.stderr.write("runbeat: --batch-size must be at least 1")
             raise SystemExit(2)
@@ -108,7 +112,7 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, self.on_signal)
         _, grace = dispatch.beat_settings()
         waker = Waker(self.stop)
-        observer = BeatObserver(max_sleep=max_sleep)
+        observer = BeatObserver(max_sleep=max_sleep, metrics_port=metrics_port, metrics_address=metrics_address)
         next_sweep = 0.0
         transient = (DatabaseError, *broker_errors())  # e.g. redis.ConnectionError, amqp's errors
         self.stdout.write(f"runbeat: started (batch {batch_size}, max sleep {max_sleep}s, {connection.vendor})")
