@@ -241,6 +241,9 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
+# execute_run raises after recording a failed attempt (so Flower shows it failed): its message
+# must then be acknowledged, never redelivered (the beat retries from the run row).
+CELERY_TASK_ACKS_ON_FAILURE_OR_TIMEOUT = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = env_str("CRONFLEET_DEFAULT_QUEUE", "cronfleet")
 # The broker queues jobs may name (comma-separated; empty: any name scheduler_app.queues

@@ -6,8 +6,9 @@ an index sized to the work due or in flight, never the job table or the ledger a
 so a scrape costs the same at a million jobs and ten million runs (README, Observability):
 
 - the due count walks job_due_idx up to the due instant, at most DUE_COUNT_CAP entries;
-- runs in flight come from the partial index jobrun_active_idx (its predicate is the
-  statement's), whatever the size of the ledger's history;
+- runs in flight are read through an index on their state (jobrun_state_recent_idx, or
+  the partial jobrun_active_idx whose predicate is the statement's): the cost follows the
+  runs in flight, whatever the size of the ledger's history;
 - nodes are a few dozen rows; queue depths one broker connection for all queues.
 """
 

@@ -62,6 +62,7 @@ CLAIM_FIELDS = (
     "id", "tenant_id", "version", "cron", "timezone", "every_seconds", "run_at", "anchor_at",
     "start_at", "end_at", "next_run_at", "misfire_policy", "catchup_window_seconds",
     "run_all_cap", "queue", "timeout_seconds", "priority", "overlap_policy", "jitter_seconds", "jitter_seed",
+    "name",
 )
 INSERT_CHUNK = 500  # rows per INSERT on SQLite: 11 parameters each stays below its limit
 QUOTA_PREFIX = "quota_"  # the reason of every run held back by its tenant's quota

@@ -1,7 +1,8 @@
 """Hand recorded runs to the Celery broker, in batches, over one connection.
 
 Called only after the transaction that recorded the runs has committed: a worker must
-find the row its message names. Nothing here touches the database.
+find the row its message names. Nothing here touches the database but shadow.py's cache of
+tenant slugs (a query when a tenant is new to the process).
 
 Messages go through the broker's default exchange ("") with the queue name as routing
 key. Celery's own `apply_async` routes through the `celery` direct exchange, which on
@@ -22,6 +23,7 @@ from kombu import Exchange, Queue
 from kombu.exceptions import KombuError
 
 from project.celery import app
+from scheduler_app import shadow
 from scheduler_app.models import PRIORITY_DEFAULT, PRIORITY_MAX, celery_task_id
 
 logger = logging.getLogger(__name__)
@@ -39,9 +41,11 @@ class RunMessage:
     queue: str
     timeout_seconds: int
     priority: int = PRIORITY_DEFAULT
+    tenant_id: int = 0  # with the job's name, what Celery shows the message as (shadow.py)
+    name: str = ""
 
     # The job columns a message is made from (after the run's id and attempt).
-    JOB_FIELDS = ("queue", "timeout_seconds", "priority")
+    JOB_FIELDS = ("queue", "timeout_seconds", "priority", "tenant_id", "name")
 
     @classmethod
     def of(cls, run_id: int, attempt: int, job) -> RunMessage:
@@ -78,6 +82,7 @@ def publish_runs(messages: Iterable[RunMessage]) -> int:
         by_queue.setdefault(queue_name(message.queue), []).append(message)
     sent = 0
     templates = MessageTemplates()
+    shadow.learn_tenants({message.tenant_id for batch in by_queue.values() for message in batch})
     refused = broker_errors()
     for name, batch in by_queue.items():
         try:
@@ -173,7 +178,8 @@ class MessageTemplates:
         args = [message.run_id, message.attempt]
         return (
             (args, *rest),
-            {**headers, "id": task_id, "root_id": task_id, "argsrepr": repr(args)},
+            {**headers, "id": task_id, "root_id": task_id, "argsrepr": repr(args),
+             "shadow": shadow.shadow_name(message.tenant_id, message.name) or None},
             {**properties, "correlation_id": task_id},
         )
 

@@ -17,7 +17,10 @@ from scheduler_app.fire import current_fire
 MAX_SLEEP_SECONDS = 3600
 
 
-@shared_task(name="scheduler_app.execute_run", bind=True, acks_late=True, ignore_result=True)
+# A failed attempt raises delivery.RunFailed (expected: logged without a traceback) so that
+# Celery and Flower show it as FAILURE; only failures reach the result backend.
+@shared_task(name="scheduler_app.execute_run", bind=True, acks_late=True, ignore_result=True,
+             throws=(delivery.RunFailed,), store_errors_even_if_ignored=True)
 def execute_run(self, run_id: int, attempt: int) -> str:
     outcome = execution.execute_run(
         run_id, attempt, worker=self.request.hostname or "unknown", task_id=self.request.id or ""

@@ -25,11 +25,13 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
-def start_worker(processes: Processes, queue: str, name: str, *options: str, concurrency: int = 2, **env: str):
-    """A real Celery worker like Processes.worker, with more command-line options."""
+def start_worker(processes: Processes, queue: str, name: str, *options: str, concurrency: int = 2,
+                 heartbeat: bool = False, **env: str):
+    """A real Celery worker like Processes.worker, with more command-line options (and event
+    heartbeats, which tell Flower the worker is online, with `heartbeat`)."""
     argv = [sys.executable, "-m", "celery", "-A", "project", "worker", "-Q", queue, "-c", str(concurrency),
-            "-n", f"{name}-{uuid.uuid4().hex[:6]}@%h", "--without-mingle", "--without-gossip", "--without-heartbeat",
-            "-l", "info", *options]
+            "-n", f"{name}-{uuid.uuid4().hex[:6]}@%h", "--without-mingle", "--without-gossip",
+            *([] if heartbeat else ["--without-heartbeat"]), "-l", "info", *options]
     proc = processes.start(name, argv, **env)
     wait_for(lambda: "ready." in processes.log(name) or proc.poll() is not None, timeout=60, what=f"{name} ready")
     assert proc.poll() is None, processes.log(name)

@@ -10,6 +10,7 @@ from datetime import timedelta
 from types import SimpleNamespace
 
 import pytest
+from celery.exceptions import Ignore
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -104,13 +105,10 @@ def test_observe_turn_counts_fires_lags_and_the_turns_other_figures(queue_name):
 
 
 def delivered(outcome, queue: str) -> None:
-    task = SimpleNamespace(request=SimpleNamespace(delivery_info={"routing_key": queue}))
-    delivery.report(task, outcome)
+    metrics.observe_delivery(outcome, queue, tenant_labels=True)
 
 
-def test_a_delivery_counts_its_outcome_duration_and_start_lag_without_retry_backoff(make_job, make_run, queue_name,
-                                                                                   settings):
-    settings.CRONFLEET_METRICS_TENANT_LABELS = True
+def test_a_delivery_counts_its_outcome_duration_and_start_lag_without_retry_backoff(make_job, make_run, queue_name):
     ok = make_job(queue=queue_name)
     failing = make_job(queue=queue_name, task_name="scheduler_app.fail", max_attempts=2)
     now = db_now()
@@ -132,6 +130,33 @@ def test_a_delivery_counts_its_outcome_duration_and_start_lag_without_retry_back
     # not the hour since its fire: its backoff is not lag.
     assert sample("cronfleet_start_lag_seconds_bucket", queue=queue_name, le="2.0") == 1
     assert 100 <= sample("cronfleet_start_lag_seconds_sum", queue=queue_name) < 110
+
+
+def fake_task(queue: str, run_id: int, attempt: int):
+    request = SimpleNamespace(delivery_info={"routing_key": queue}, args=[run_id, attempt], id="t", hostname="w")
+    return SimpleNamespace(request=request, app=SimpleNamespace(conf=SimpleNamespace(worker_send_task_events=False)),
+                           name="scheduler_app.execute_run")
+
+
+def test_report_returns_a_success_and_raises_for_what_is_not(make_job, make_run, queue_name, settings):
+    settings.CRONFLEET_METRICS_TENANT_LABELS = False
+    job = make_job(queue=queue_name, task_name="scheduler_app.fail", max_attempts=1)
+    ok, bad = make_job(queue=queue_name), make_run(job)
+    good = make_run(ok)
+
+    assert delivery.report(fake_task(queue_name, good.id, 1), execution.execute_run(good.id, 1, worker="w")) == (
+        "succeeded")
+    with pytest.raises(delivery.RunFailed, match=rf"^run {bad.id} attempt 1 dead: RuntimeError"):
+        delivery.report(fake_task(queue_name, bad.id, 1), execution.execute_run(bad.id, 1, worker="w"))
+    with pytest.raises(Ignore):
+        delivery.report(fake_task(queue_name, good.id, 1), execution.execute_run(good.id, 1, worker="w"))
+    with pytest.raises(delivery.RunFailed, match="no longer owns the run"):
+        delivery.report(fake_task(queue_name, good.id, 1), execution.Outcome("stale"))
+
+    assert sample("cronfleet_runs_finished_total", queue=queue_name, target="task", state="dead") == 1
+    assert sample("cronfleet_duplicate_deliveries_total", queue=queue_name) == 1
+    assert sample("cronfleet_stale_writes_refused_total", queue=queue_name) == 1
+    assert sample("cronfleet_tenant_runs_finished_total", tenant=job.tenant.slug, state="dead") == 0  # setting off
 
 
 def test_start_lag_in_python_and_in_sql_are_the_same_definition(make_job, make_run):
