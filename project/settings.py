@@ -207,6 +207,16 @@ LOGGING = {
         "scheduler_app": {"handlers": ["console"], "level": env_str("CRONFLEET_LOG_LEVEL", "INFO")},
     },
 }
+# CRONFLEET_LOG_FORMAT=json: one JSON object per line (scheduler_app/logformat.py), from every
+# logger of the process: the root logger writes them, ours included (at their own level).
+CRONFLEET_LOG_FORMAT = env_str("CRONFLEET_LOG_FORMAT", "plain").lower()
+if CRONFLEET_LOG_FORMAT not in {"plain", "json"}:
+    raise ImproperlyConfigured(f"CRONFLEET_LOG_FORMAT must be plain or json, got {CRONFLEET_LOG_FORMAT!r}")
+if CRONFLEET_LOG_FORMAT == "json":
+    LOGGING["formatters"]["json"] = {"()": "scheduler_app.logformat.JsonFormatter"}
+    LOGGING["handlers"]["console"]["formatter"] = "json"
+    LOGGING["root"] = {"handlers": ["console"], "level": "WARNING"}
+    LOGGING["loggers"]["scheduler_app"] = {"level": env_str("CRONFLEET_LOG_LEVEL", "INFO")}
 
 # --- Celery ---------------------------------------------------------------------------
 # The default broker is kombu's filesystem transport: no server to install, shared by the

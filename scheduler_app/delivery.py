@@ -27,7 +27,7 @@ from celery.signals import task_postrun, task_prerun
 from django.conf import settings
 from kombu.exceptions import KombuError
 
-from scheduler_app import metrics
+from scheduler_app import logformat, metrics
 from scheduler_app.execution import Outcome
 
 logger = logging.getLogger(__name__)
@@ -64,12 +64,14 @@ def report(task, outcome: Outcome) -> str:
 def _delivery_begins(sender=None, **kwargs) -> None:
     if getattr(sender, "name", None) == EXECUTE_RUN:
         metrics.IN_PROGRESS.labels(delivery_queue(sender.request)).inc()
+        logformat.bind_delivery(sender.request)
 
 
 @task_postrun.connect
 def _delivery_ends(sender=None, **kwargs) -> None:
     if getattr(sender, "name", None) == EXECUTE_RUN:
         metrics.IN_PROGRESS.labels(delivery_queue(sender.request)).dec()
+        logformat.clear()
 
 
 def announce_duplicate(task, run_id, attempt, detail: str) -> None:

@@ -22,7 +22,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 
 from project.celery import app
-from scheduler_app import commandjobs, httpclient, netguard, services, transitions, webhooks
+from scheduler_app import commandjobs, httpclient, logformat, netguard, services, transitions, webhooks
 from scheduler_app.failpoints import failpoint
 from scheduler_app.fire import FireContext, firing
 from scheduler_app.heartbeat import LEASES
@@ -62,6 +62,7 @@ def execute_run(run_id: int, attempt: int, *, worker: str, task_id: str = "") ->
     started = start_run(run_id, attempt, worker=worker, task_id=task_id)
     if started is None:
         return record_duplicate(run_id, attempt, worker=worker)
+    logformat.bind_started(started)
     began = time.monotonic()
     outcome = run_started(started)
     return replace(outcome, started=started, seconds=time.monotonic() - began)

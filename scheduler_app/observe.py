@@ -15,7 +15,7 @@ import socket
 
 from django.db import DatabaseError
 
-from scheduler_app import metrics, nodes
+from scheduler_app import logformat, metrics, nodes
 from scheduler_app.dispatch import TurnResult
 
 logger = logging.getLogger("scheduler_app.beat")
@@ -25,6 +25,7 @@ class BeatObserver:
     def __init__(self, *, max_sleep: float, metrics_port: int | None = None, metrics_address: str = "") -> None:
         self.node = nodes.Registration(nodes.NodeKind.BEAT, f"beat@{socket.gethostname()}:{os.getpid()}",
                                        stale_after=nodes.beat_stale_after(max_sleep))
+        logformat.set_node(self.node.name)
         self.queues: set[str] = set()
         self.queues_changed = False
         if metrics_port:
@@ -46,6 +47,13 @@ class BeatObserver:
             self.queues_changed = False
         except DatabaseError as exc:  # the next turn's heartbeat tries again
             logger.warning("beat node heartbeat failed: %s", exc)
+
+    def say(self, stdout, text: str) -> None:
+        """A line for the operator: on stdout, or a log record when every line must be JSON."""
+        if logformat.json_wanted():
+            logger.info(text)
+        else:
+            stdout.write(text)
 
     def stop(self) -> None:
         try:

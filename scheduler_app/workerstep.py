@@ -13,6 +13,9 @@ import logging
 
 import click
 from celery import bootsteps
+from celery.signals import after_setup_logger, after_setup_task_logger
+
+from scheduler_app import logformat
 
 logger = logging.getLogger("scheduler_app.worker")
 
@@ -25,6 +28,10 @@ def install_worker_step(app) -> None:
     app.user_options["worker"].add(click.Option(
         ["--metrics-address"], default=None, help="Address of --metrics-port (default CRONFLEET_METRICS_ADDRESS)."))
     app.steps["worker"].add(ObserveWorker)
+    after_setup_logger.connect(logformat.use_json_in_celery, weak=False)
+    after_setup_task_logger.connect(logformat.use_json_in_celery, weak=False)
+    if logformat.json_wanted():
+        logformat.use_json_in_celery_worker()
 
 
 class ObserveWorker(bootsteps.StartStopStep):
@@ -38,6 +45,9 @@ class ObserveWorker(bootsteps.StartStopStep):
                  **options) -> None:
         super().__init__(parent, **options)
         self.heartbeat = None
+        logformat.set_node(parent.hostname)
+        if logformat.json_wanted():
+            parent.quiet = True  # no banner: every line on stdout and stderr is JSON
         self.metrics_port, self.metrics_address = metrics_port, metrics_address
 
     def start(self, parent) -> None:

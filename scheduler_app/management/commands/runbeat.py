@@ -115,7 +115,7 @@ class Command(BaseCommand):
         observer = BeatObserver(max_sleep=max_sleep, metrics_port=metrics_port, metrics_address=metrics_address)
         next_sweep = 0.0
         transient = (DatabaseError, *broker_errors())  # e.g. redis.ConnectionError, amqp's errors
-        self.stdout.write(f"runbeat: started (batch {batch_size}, max sleep {max_sleep}s, {connection.vendor})")
+        observer.say(self.stdout, f"runbeat: started (batch {batch_size}, max sleep {max_sleep}s, {connection.vendor})")
         try:
             while not self.stop.is_set():
                 close_old_connections()
@@ -149,7 +149,7 @@ class Command(BaseCommand):
         finally:
             waker.close()
             observer.stop()
-        self.stdout.write("runbeat: stopped")
+        observer.say(self.stdout, "runbeat: stopped")
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         logger.info("%s: finishing the current turn", signal.strsignal(signum))
