@@ -23,7 +23,8 @@ import logging
 import uuid
 
 from celery.exceptions import Ignore
-from celery.signals import task_postrun, task_prerun
+from celery import current_app
+from celery.signals import task_postrun, task_prerun, worker_process_init
 from django.conf import settings
 from kombu.exceptions import KombuError
 
@@ -58,6 +59,12 @@ def report(task, outcome: Outcome) -> str:
         detail = outcome.detail or (STALE if outcome.state == "stale" else "")
         raise RunFailed(f"run {run_id} attempt {attempt} {outcome.state}: {detail}"[:1000])
     return outcome.state
+
+
+@worker_process_init.connect
+def _pool_process_begins(**kwargs) -> None:
+    """Each pool process keeps its own counts (metrics.py): its series start at 0 too."""
+    metrics.initialise_worker(current_app.amqp.queues.consume_from or current_app.amqp.queues)
 
 
 @task_prerun.connect

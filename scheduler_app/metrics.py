@@ -6,10 +6,10 @@ gauges, read from the database and the broker at scrape time, are cluster.py's.
 
 Exposition (serve):
 - a beat serves its own process (`runbeat --metrics-port`);
-- a Celery worker (`--metrics-port`) serves the sum over its pool processes, which needs
-  prometheus-client's multiprocess mode: PROMETHEUS_MULTIPROC_DIR names a directory of
-  this host, where each process keeps its values in files. A solo or threads pool works
-  without it;
+- a Celery worker (`--metrics-port`) serves the sum over its pool processes, through
+  prometheus-client's multiprocess mode: each process keeps its values in files of
+  PROMETHEUS_MULTIPROC_DIR, a directory of this host (workerstep.py makes the worker one of
+  its own when none is given);
 - the web's /metrics (health.metrics_view) serves the cluster gauges, plus every family in
   PROMETHEUS_MULTIPROC_DIR when it has one (beats and workers sharing its host and
   directory). Scrape a process's own port or a shared directory, not both, or the same
@@ -162,6 +162,21 @@ def observe_delivery(outcome, queue: str, *, tenant_labels: bool = False) -> Non
             RUN_DURATION.labels(queue, target).observe(outcome.seconds)
         if tenant_labels:
             TENANT_RUNS_FINISHED.labels(started.tenant, outcome.state).inc()
+
+
+def initialise_worker(queues: Iterable[str]) -> None:
+    """Make the worker's series for its queues exist at 0 before any run ends, so that the
+    first failure or dead run is an increase Prometheus can see (rate() and increase() need
+    a sample before it), not a series that starts at 1."""
+    from scheduler_app.models import TargetKind
+
+    for queue in queues:
+        queue = queue_label(queue)
+        for target in TargetKind.values:
+            for state in FINISHED_STATES:
+                RUNS_FINISHED.labels(queue, target, state)
+        DUPLICATES.labels(queue)
+        STALE_WRITES.labels(queue)
 
 
 def queue_label(queue: str) -> str:

@@ -1,6 +1,12 @@
 """What a Celery worker's main process adds to the worker: its node row and heartbeat, and
 with `--metrics-port` (an option of `celery worker`) its metrics exporter.
 
+A prefork pool counts in its child processes, so the exporter adds up files in a
+multiprocess directory (metrics.py). Without PROMETHEUS_MULTIPROC_DIR, --metrics-port makes
+the worker a fresh directory of its own when the command line is read, before anything
+imports prometheus-client, and removes it when the worker stops: one exporter per worker,
+nothing to set up, nothing left from an earlier run.
+
 install_worker_step(app) adds a bootstep to the worker blueprint; project/celery.py calls it
 when the app is made, before the command line is read. This module imports nothing of
 Django or the project at import time (the app is made before Django is set up); the step
@@ -10,6 +16,10 @@ imports what it needs when the worker starts.
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+import sys
+import tempfile
 
 import click
 from celery import bootsteps
@@ -22,9 +32,9 @@ logger = logging.getLogger("scheduler_app.worker")
 
 def install_worker_step(app) -> None:
     app.user_options["worker"].add(click.Option(
-        ["--metrics-port"], type=int, default=None,
-        help="Serve the worker's Prometheus metrics (all its pool processes: a prefork pool needs "
-             "PROMETHEUS_MULTIPROC_DIR) on this port."))
+        ["--metrics-port"], type=int, default=None, callback=_metrics_directory,
+        help="Serve the metrics of the worker and its pool processes on this port (added up in "
+             "PROMETHEUS_MULTIPROC_DIR, or a directory of the worker's own)."))
     app.user_options["worker"].add(click.Option(
         ["--metrics-address"], default=None, help="Address of --metrics-port (default CRONFLEET_METRICS_ADDRESS)."))
     app.steps["worker"].add(ObserveWorker)
@@ -32,6 +42,26 @@ def install_worker_step(app) -> None:
     after_setup_task_logger.connect(logformat.use_json_in_celery, weak=False)
     if logformat.json_wanted():
         logformat.use_json_in_celery_worker()
+
+
+_own_directory = ""
+
+
+def _metrics_directory(ctx, param, port):
+    """--metrics-port's callback, run as the command line is read: give the worker a
+    multiprocess directory of its own unless it was given one."""
+    global _own_directory
+    if port and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        _own_directory = tempfile.mkdtemp(prefix="cronfleet-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = _own_directory
+        if "prometheus_client.values" in sys.modules:
+            # Flower's plugin to the celery command imports prometheus-client before the
+            # command line is read, which fixes how values are kept from the environment
+            # of that moment; ours are made later (metrics.py), and must go to the files.
+            from prometheus_client import values
+
+            values.ValueClass = values.get_value_class()
+    return port
 
 
 class ObserveWorker(bootsteps.StartStopStep):
@@ -55,14 +85,14 @@ class ObserveWorker(bootsteps.StartStopStep):
 
         from scheduler_app import metrics, nodes
 
+        queues = sorted(parent.app.amqp.queues.consume_from or parent.app.amqp.queues)
         if self.metrics_port:
             if metrics.MULTIPROC_DIR:  # files of processes gone since the last start: their totals start again
                 metrics.forget_dead_processes(metrics.MULTIPROC_DIR, counters=True)
             forked = "prefork" in getattr(parent.pool_cls, "__module__", "")
+            metrics.initialise_worker(queues)  # a solo or threads pool counts in this process
             metrics.serve(self.metrics_port, self.metrics_address or settings.CRONFLEET_METRICS_ADDRESS,
                           forked=forked)
-
-        queues = sorted(parent.app.amqp.queues.consume_from or parent.app.amqp.queues)
         registration = nodes.Registration(nodes.NodeKind.WORKER, parent.hostname,
                                           stale_after=nodes.WORKER_STALE_AFTER_SECONDS, queues=queues)
         self.heartbeat = nodes.HeartbeatThread(registration, worker_activity)
@@ -72,6 +102,8 @@ class ObserveWorker(bootsteps.StartStopStep):
         if self.heartbeat is not None:
             self.heartbeat.stop()
             self.heartbeat = None
+        if _own_directory:
+            shutil.rmtree(_own_directory, ignore_errors=True)
 
     shutdown = stop
 

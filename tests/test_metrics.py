@@ -4,8 +4,7 @@ cluster's gauges from the database and the broker, and real beats and workers se
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import os
 from datetime import timedelta
 from types import SimpleNamespace
 
@@ -18,7 +17,7 @@ from scheduler_app import cluster, delivery, dispatch, execution, metrics, servi
 from scheduler_app.models import Job, JobRun, RunState, Tenant, Trigger, db_now
 from scheduler_app.nodes import NodeKind, Registration
 from scheduler_app.publish import RunMessage, publish_runs
-from tests.conftest import NOW, ROOT, process_env, take_broker_messages, utc, wait_for
+from tests.conftest import NOW, take_broker_messages, utc, wait_for
 from tests.observing import free_ports, scrape, scraped, start_worker, total
 
 
@@ -242,17 +241,19 @@ def test_every_name_the_cluster_collector_exposes_is_listed(client, db):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("directory", ["given", "its own"])
 @pytest.mark.django_db(transaction=True)
 def test_a_real_beat_and_a_prefork_worker_serve_counts_that_match_the_ledger(tenant, processes, queue_name,
-                                                                              tmp_path):
+                                                                              tmp_path, directory):
     beat_port, worker_port = free_ports(2)
     multiproc = tmp_path / "worker-metrics"
+    env = {"PROMETHEUS_MULTIPROC_DIR": str(multiproc)} if directory == "given" else {}
     ok = services.job_create(tenant, services.JobSpec(name="ok", task_name="scheduler_app.echo", every=1,
                                                       queue=queue_name))
     bad = services.job_create(tenant, services.JobSpec(name="bad", task_name="scheduler_app.fail", every=3600,
                                                        queue=queue_name, max_attempts=1))
-    start_worker(processes, queue_name, "worker", "--metrics-port", str(worker_port), "--metrics-address",
-                 "127.0.0.1", PROMETHEUS_MULTIPROC_DIR=str(multiproc))
+    worker = start_worker(processes, queue_name, "worker", "--metrics-port", str(worker_port), "--metrics-address",
+                          "127.0.0.1", **env)
     processes.beat("beat", "--max-sleep", "1", "--metrics-port", str(beat_port), "--metrics-address", "127.0.0.1")
     services.job_trigger(bad, actor="test")
 
@@ -278,18 +279,19 @@ def test_a_real_beat_and_a_prefork_worker_serve_counts_that_match_the_ledger(ten
     found = scrape(f"http://127.0.0.1:{worker_port}/metrics")
     assert total(found, "cronfleet_run_duration_seconds_count", queue=queue_name, target="task") == sum(ledger())
     assert total(found, "cronfleet_runs_in_progress", queue=queue_name) == 0
-    assert len({path.name.rsplit("_", 1)[-1] for path in multiproc.glob("*.db")}) >= 2  # children wrote their own
+    if directory == "given":
+        assert len({path.name.rsplit("_", 1)[-1] for path in multiproc.glob("*.db")}) >= 2  # each child its own
+    else:  # a directory of the worker's own, gone with it
+        own = [line for line in processes.log("worker").splitlines() if "metrics on http://" in line]
+        assert own and "(processes of " in own[0], processes.log("worker")
+        directory_of_its_own = own[0].rsplit("(processes of ", 1)[1].rstrip(")")
+        processes.stop(worker)
+        assert not os.path.exists(directory_of_its_own)
 
 
-@pytest.mark.slow
-def test_a_prefork_worker_refuses_a_metrics_port_without_a_multiprocess_directory(queue_name):
-    [port] = free_ports(1)
-    env = process_env()
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+def test_a_forked_exporter_without_a_multiprocess_directory_is_refused(monkeypatch):
+    monkeypatch.setattr(metrics, "MULTIPROC_DIR", "")
 
-    done = subprocess.run([sys.executable, "-m", "celery", "-A", "project", "worker", "-Q", queue_name, "-c", "2",
-                           "--without-mingle", "--without-gossip", "--metrics-port", str(port)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
-
-    assert done.returncode != 0
-    assert "PROMETHEUS_MULTIPROC_DIR" in done.stderr + done.stdout
+    with pytest.raises(metrics.MissingMultiprocDir, match="PROMETHEUS_MULTIPROC_DIR"):
+        metrics.process_registry(forked=True)
+    assert metrics.process_registry(forked=False) is REGISTRY
