@@ -237,6 +237,16 @@ LOGGING = {
         "scheduler_app": {"handlers": ["console"], "level": env_str("CRONFLEET_LOG_LEVEL", "INFO")},
     },
 }
+# CRONFLEET_LOG_FORMAT=json: one JSON object per line (scheduler_app/logformat.py), from every
+# logger of the process: the root logger writes them, ours included (at their own level).
+CRONFLEET_LOG_FORMAT = env_str("CRONFLEET_LOG_FORMAT", "plain").lower()
+if CRONFLEET_LOG_FORMAT not in {"plain", "json"}:
+    raise ImproperlyConfigured(f"CRONFLEET_LOG_FORMAT must be plain or json, got {CRONFLEET_LOG_FORMAT!r}")
+if CRONFLEET_LOG_FORMAT == "json":
+    LOGGING["formatters"]["json"] = {"()": "scheduler_app.logformat.JsonFormatter"}
+    LOGGING["handlers"]["console"]["formatter"] = "json"
+    LOGGING["root"] = {"handlers": ["console"], "level": "WARNING"}
+    LOGGING["loggers"]["scheduler_app"] = {"level": env_str("CRONFLEET_LOG_LEVEL", "INFO")}
 
 # --- Celery ---------------------------------------------------------------------------
 # The default broker is kombu's filesystem transport: no server to install, shared by the
@@ -271,6 +281,9 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
+# execute_run raises after recording a failed attempt (so Flower shows it failed): its message
+# must then be acknowledged, never redelivered (the beat retries from the run row).
+CELERY_TASK_ACKS_ON_FAILURE_OR_TIMEOUT = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = env_str("CRONFLEET_DEFAULT_QUEUE", "cronfleet")
 # The broker queues jobs may name (comma-separated; empty: any name scheduler_app.queues
@@ -457,3 +470,13 @@ CRONFLEET_RATE_LIMIT_REDIS_URL = env_str(
 if CRONFLEET_RATE_LIMIT_REDIS_URL and not CRONFLEET_RATE_LIMIT_REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
     raise ImproperlyConfigured("CRONFLEET_RATE_LIMIT_REDIS_URL must be a redis://, rediss:// or unix:// URL")
 CRONFLEET_RATE_LIMIT_RETRY_SECONDS = env_int("CRONFLEET_RATE_LIMIT_RETRY_SECONDS", 5, minimum=1)
+
+# --- Observability (README: Observability) -----------------------------------------------
+# Count finished runs per tenant too (cronfleet_tenant_runs_finished_total): one series per
+# tenant and state, so only where tenants are few enough for Prometheus.
+CRONFLEET_METRICS_TENANT_LABELS = env_bool("CRONFLEET_METRICS_TENANT_LABELS", False)
+# Where `runbeat --metrics-port` and `celery worker --metrics-port` listen.
+CRONFLEET_METRICS_ADDRESS = env_str("CRONFLEET_METRICS_ADDRESS", "0.0.0.0")
+# When set, the web's /metrics answers only `Authorization: Bearer <this>` (Prometheus's
+# `authorization: {credentials: ...}`); empty: open, like /healthz.
+CRONFLEET_METRICS_TOKEN = env_str("CRONFLEET_METRICS_TOKEN", "")

@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from scheduler_app import views
+from scheduler_app import health, views
 from scheduler_app.admin.dashboard import dashboard_view
 from scheduler_app.api.handler import no_route, not_found
 
@@ -10,6 +10,8 @@ urlpatterns = [
     path("admin/dashboard/", admin.site.admin_view(dashboard_view), name="cronfleet_dashboard"),
     path("admin/", admin.site.urls),
     path("healthz", views.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path("metrics", health.metrics_view, name="metrics"),
     path("api/v1/", include(("scheduler_app.api.urls", "api"))),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),

@@ -45,6 +45,7 @@ from scheduler_app.models import (
     schedule_of,
 )
 from scheduler_app.failpoints import failpoint
+from scheduler_app.metrics import recorded_fires
 from scheduler_app.transitions import append_attempt
 from scheduler_app.publish import (
     RunMessage,
@@ -61,7 +62,7 @@ CLAIM_FIELDS = (
     "id", "tenant_id", "version", "cron", "timezone", "every_seconds", "run_at", "anchor_at",
     "start_at", "end_at", "next_run_at", "misfire_policy", "catchup_window_seconds",
     "run_all_cap", "queue", "timeout_seconds", "priority", "overlap_policy", "jitter_seconds", "jitter_seed",
-    "batch", "target_kind",
+    "batch", "target_kind", "name",
 )
 INSERT_CHUNK = 500  # rows per INSERT on SQLite: 11 parameters each stays below its limit
 QUOTA_PREFIX = "quota_"  # the reason of every run held back by its tenant's quota
@@ -105,6 +106,7 @@ class Dispatched:
     messages: list[RunMessage] = field(default_factory=list)
     skipped: int = 0
     held: int = 0  # fires recorded as pending because their tenant was over its quota
+    recorded: list[tuple] = field(default_factory=list)  # metrics.recorded_fires of the runs inserted
 
 
 @dataclass
@@ -119,6 +121,7 @@ class TurnResult:
     released: int = 0  # runs held for a quota and queued this turn
     busy: bool = False  # True: there may be more work right now, go again without sleeping
     held_back: list[str] = field(default_factory=list)  # job queues over the high-water mark: not claimed
+    recorded: list[tuple] = field(default_factory=list)  # (queue, state, reason, dispatch lag) per run recorded
 
 
 def lock_clause(of: str = "") -> str:
@@ -164,6 +167,7 @@ def run_turn(now: datetime, *, batch_size: int, grace: timedelta, sweep: bool = 
         released=len(released),
         busy=max(dispatched.claimed, len(retries), lost, len(released)) >= batch_size,
         held_back=held_back,
+        recorded=dispatched.recorded,
     )
 
 
@@ -197,7 +201,8 @@ def dispatch_due_jobs(now: datetime, *, limit: int, grace: timedelta, held_back:
     ]
     skipped = sum(1 for _, _, state in inserted if state == RunState.SKIPPED)
     held = sum(1 for row in rows if row.reason.startswith(QUOTA_PREFIX))
-    return Dispatched(claimed=len(jobs), messages=messages, skipped=skipped, held=held)
+    return Dispatched(claimed=len(jobs), messages=messages, skipped=skipped, held=held,
+                      recorded=recorded_fires(rows, inserted, by_id, now))
 
 
 def claim_due_jobs(now: datetime, *, limit: int, held_back: Sequence[str] = ()) -> list[dict]:

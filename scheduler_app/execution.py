@@ -15,7 +15,7 @@ import logging
 import random
 import time
 import urllib.parse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from celery.exceptions import SoftTimeLimitExceeded
@@ -23,7 +23,7 @@ from django.conf import settings
 from django.db import transaction
 
 from project.celery import app
-from scheduler_app import commandjobs, httpclient, netguard, services, sqljobs, transitions, webhooks
+from scheduler_app import commandjobs, httpclient, logformat, netguard, services, sqljobs, transitions, webhooks
 from scheduler_app.failpoints import failpoint
 from scheduler_app.fire import FireContext, firing
 from scheduler_app.heartbeat import LEASES
@@ -56,6 +56,8 @@ class RetryableFailure(Exception):
 class Outcome:
     state: str  # the run's state after this delivery, or "duplicate" / "stale"
     detail: str = ""
+    started: Started | None = None  # what the start returned (None: a duplicate), for metrics and logs
+    seconds: float | None = None  # from the start to the outcome, by this worker's monotonic clock
 
 
 def execute_run(run_id: int, attempt: int, *, worker: str, task_id: str = "") -> Outcome:
@@ -69,12 +71,16 @@ def execute_runs(pairs: list[tuple[int, int]], *, worker: str, task_id: str = ""
     A batch's runs keep their own rows, attempts, results, retries and fencing."""
     started = start_runs(pairs, worker=worker, task_id=task_id)
     won = {s.run.id for s in started}
+    seconds: dict[int, float] = {}  # each run's target, for metrics
     outcomes = record_duplicates([pair for pair in pairs if pair[0] not in won], worker=worker)
     with LEASES.held({s.run.id: s.run.attempt for s in started}):
         endings: list[Ending] = []
         flushed_at = time.monotonic()
         for number, run in enumerate(started):
+            logformat.bind_started(run)
+            began = time.monotonic()
             endings.append(attempt_target(run))
+            seconds[run.run.id] = time.monotonic() - began
             if isinstance(endings[-1].cause, SoftTimeLimitExceeded):  # the batch's time is up
                 endings += [time_up(rest) for rest in started[number + 1:]]
                 break
@@ -82,7 +88,8 @@ def execute_runs(pairs: list[tuple[int, int]], *, worker: str, task_id: str = ""
                 outcomes.update(write_endings(endings))
                 endings, flushed_at = [], time.monotonic()
         outcomes.update(write_endings(endings))
-    return [outcomes[run_id] for run_id, _ in pairs]
+    by_id = {s.run.id: s for s in started}
+    return [replace(outcomes[run_id], started=by_id.get(run_id), seconds=seconds.get(run_id)) for run_id, _ in pairs]
 
 
 def start_run(run_id: int, attempt: int, *, worker: str, task_id: str = "") -> Started | None:

@@ -370,3 +370,4 @@ class ApiKey(models.Model):
 # The console's models (alerts, the dashboard's rollup) live in their own module, which
 # imports nothing of the project.
 from scheduler_app.consolemodels import Alert, AlertKind, AlertRule, RunMinute  # noqa: E402,F401
+from scheduler_app.nodes import Node, NodeKind  # noqa: E402,F401 (beats and workers; a model of the app)

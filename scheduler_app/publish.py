@@ -1,7 +1,8 @@
 """Hand recorded runs to the Celery broker, in batches, over one connection.
 
 Called only after the transaction that recorded the runs has committed: a worker must
-find the row its message names. Nothing here touches the database.
+find the row its message names. Nothing here touches the database but shadow.py's cache of
+tenant slugs (a query when a tenant is new to the process).
 
 Messages go through the broker's default exchange ("") with the queue name as routing
 key. Celery's own `apply_async` routes through the `celery` direct exchange, which on
@@ -22,6 +23,7 @@ from kombu import Exchange, Queue
 from kombu.exceptions import KombuError
 
 from project.celery import app
+from scheduler_app import shadow
 from scheduler_app.models import PRIORITY_DEFAULT, PRIORITY_MAX, celery_task_id
 
 logger = logging.getLogger(__name__)
@@ -42,9 +44,11 @@ class RunMessage:
     priority: int = PRIORITY_DEFAULT
     batch: bool = False  # the job's runs may share a message with others (Job.batch)
     target_kind: str = "task"
+    tenant_id: int = 0  # with the job's name, what Celery shows the message as (shadow.py)
+    name: str = ""
 
     # The job columns a message is made from (after the run's id and attempt).
-    JOB_FIELDS = ("queue", "timeout_seconds", "priority", "batch", "target_kind")
+    JOB_FIELDS = ("queue", "timeout_seconds", "priority", "batch", "target_kind", "tenant_id", "name")
 
     @property
     def batched(self) -> bool:
@@ -85,6 +89,7 @@ def publish_runs(messages: Iterable[RunMessage]) -> int:
         by_queue.setdefault(queue_name(message.queue), []).append(message)
     sent = 0
     templates = MessageTemplates()
+    shadow.learn_tenants({message.tenant_id for batch in by_queue.values() for message in batch})
     refused = broker_errors()
     for name, batch in by_queue.items():
         try:
@@ -194,7 +199,8 @@ class MessageTemplates:
 
     def build(self, message: RunMessage) -> tuple[tuple, dict, dict]:
         task_id = celery_task_id(message.run_id, message.attempt)
-        return self._fill(EXECUTE_RUN, message.timeout_seconds, task_id, [message.run_id, message.attempt])
+        return self._fill(EXECUTE_RUN, message.timeout_seconds, task_id, [message.run_id, message.attempt],
+                          shadow.shadow_name(message.tenant_id, message.name) or None)
 
     def build_batch(self, batch: list[RunMessage]) -> tuple[tuple, dict, dict]:
         """One execute_runs message for `batch`. Its time limit is the sum of its runs'
@@ -202,13 +208,16 @@ class MessageTemplates:
         visibility timeout); its id names its first run and its size."""
         timeout = min(sum(m.timeout_seconds for m in batch), settings.CRONFLEET_MAX_JOB_TIMEOUT_SECONDS)
         task_id = f"{celery_task_id(batch[0].run_id, batch[0].attempt)}-batch-{len(batch)}"
-        return self._fill(EXECUTE_RUNS, timeout, task_id, [[[m.run_id, m.attempt] for m in batch]])
+        first = shadow.shadow_name(batch[0].tenant_id, batch[0].name)
+        name = f"{first} and {len(batch) - 1} more" if first and len(batch) > 1 else first
+        return self._fill(EXECUTE_RUNS, timeout, task_id, [[[m.run_id, m.attempt] for m in batch]], name or None)
 
-    def _fill(self, task: str, timeout: int, task_id: str, args: list) -> tuple[tuple, dict, dict]:
+    def _fill(self, task: str, timeout: int, task_id: str, args: list,
+              shadow_name: str | None) -> tuple[tuple, dict, dict]:
         headers, properties, rest = self._template(task, timeout)
         return (
             (args, *rest),
-            {**headers, "id": task_id, "root_id": task_id, "argsrepr": repr(args)[:1000]},
+            {**headers, "id": task_id, "root_id": task_id, "argsrepr": repr(args)[:1000], "shadow": shadow_name},
             {**properties, "correlation_id": task_id},
         )
 

@@ -1,14 +1,21 @@
-"""Run statistics for one tenant over a recent window: runs by state, lags, failure rate.
-
-Every query reads only the runs scheduled inside the window, through
-jobrun_tenant_recent_idx (tenant, -scheduled_at): a tenant's history beyond the window
-costs nothing. Lags are measured on scheduled runs only (a manual run is scheduled at the
-moment it is queued; a backfilled one hours after its fire time).
+"""Run statistics over a recent window, for one tenant or all: runs by state, lags,
+failure rate, the failing jobs. The one place the lags are defined: the stats API, `manage.py
+status` and the metrics (metrics.py, through dispatch_lag and start_lag) all use these.
 
 - dispatch lag: coalesce(dispatched_at, enqueued_at) - scheduled_at (how late a fire
   reached the broker);
-- start lag: started_at - scheduled_at (how late a worker started it);
+- start lag: how long a run waited for a worker: started_at - scheduled_at for a scheduled
+  fire's first attempt; started_at - enqueued_at for anything else (a retry, so its backoff
+  is not lag; a replay);
 - failure rate: (failed + dead) / (succeeded + failed + dead), None when none finished.
+
+Lags are measured on scheduled runs only (a manual run is scheduled at the moment it is
+queued; a backfilled one hours after its fire time).
+
+Every query reads only the runs scheduled inside the window: for one tenant through
+jobrun_tenant_recent_idx (tenant, -scheduled_at); for all tenants through
+jobrun_state_recent_idx (state, -scheduled_at), by naming every state (ALL_TENANTS), since
+no index starts with scheduled_at. The ledger's history beyond the window costs nothing.
 
 Percentiles are PostgreSQL's percentile_cont. Elsewhere (SQLite) they are computed in
 Python, the same interpolation, over the newest SAMPLE_SIZE runs of the window.
@@ -24,28 +31,72 @@ from django.db.models import Count
 
 from scheduler_app.models import JobRun, RunState, Trigger
 
+# The lags, defined once: in SQL for the ledger (here, `manage.py status`) and in Python for
+# the worker's and the beat's metrics (metrics.py), so the API, the command and Prometheus agree.
+DISPATCH_LAG_SQL = "extract(epoch FROM coalesce(dispatched_at, enqueued_at) - scheduled_at)"
+# A retry (or a replay, a manual run, a backfill) starts counting when it was queued, so its
+# backoff (or its age) is not lag; only a scheduled fire's first attempt counts from its fire time.
+START_LAG_SQL = ("extract(epoch FROM started_at - CASE WHEN attempt = 1 AND trigger = 'schedule' "
+                 "THEN scheduled_at ELSE coalesce(enqueued_at, scheduled_at) END)")
+
+
+def dispatch_lag(scheduled_at: datetime, dispatched_at: datetime) -> float:
+    """Seconds from a fire time to its run's first trip to the broker (DISPATCH_LAG_SQL)."""
+    return (dispatched_at - scheduled_at).total_seconds()
+
+
+def start_lag(*, attempt: int, trigger: str, scheduled_at: datetime, enqueued_at: datetime | None,
+              started_at: datetime) -> float:
+    """Seconds a run waited for a worker (START_LAG_SQL): from its fire time for a scheduled
+    fire's first attempt, else from when it was queued."""
+    since = scheduled_at if attempt == 1 and trigger == Trigger.SCHEDULE else (enqueued_at or scheduled_at)
+    return (started_at - since).total_seconds()
+
+
 PERCENTILES = (0.5, 0.95, 0.99)
 SAMPLE_SIZE = 10_000
 FINISHED = (RunState.SUCCEEDED, RunState.FAILED, RunState.DEAD)
 FAILED = (RunState.FAILED, RunState.DEAD)
 
-LAGS_SQL = """
-SELECT percentile_cont(%(percentiles)s::float8[]) WITHIN GROUP (
-           ORDER BY extract(epoch FROM coalesce(dispatched_at, enqueued_at) - scheduled_at)),
+LAGS_SQL = f"""
+SELECT percentile_cont(%(percentiles)s::float8[]) WITHIN GROUP (ORDER BY {DISPATCH_LAG_SQL}),
        count(coalesce(dispatched_at, enqueued_at)),
-       percentile_cont(%(percentiles)s::float8[]) WITHIN GROUP (
-           ORDER BY extract(epoch FROM started_at - scheduled_at)),
+       percentile_cont(%(percentiles)s::float8[]) WITHIN GROUP (ORDER BY {START_LAG_SQL}),
        count(started_at)
   FROM scheduler_app_jobrun
- WHERE tenant_id = %(tenant_id)s
+ WHERE {{scope}}
    AND scheduled_at > %(since)s AND scheduled_at <= %(until)s
    AND trigger = %(trigger)s
 """
+ONE_TENANT = "tenant_id = %(tenant_id)s"
+# Every state: the planner then walks jobrun_state_recent_idx once per state, over the window.
+ALL_TENANTS = "state = ANY(%(states)s)"
+# The jobs with the most failed and dead runs scheduled in the window, and the last error of each.
+FAILING_JOBS_SQL = """
+WITH failing AS (
+    SELECT job_id, count(*) FILTER (WHERE state = 'failed') AS failed, count(*) FILTER (WHERE state = 'dead') AS dead,
+           max(scheduled_at) AS last_at
+      FROM scheduler_app_jobrun
+     WHERE state IN ('failed', 'dead') AND {scope}
+       AND scheduled_at > %(since)s AND scheduled_at <= %(until)s
+     GROUP BY job_id
+     ORDER BY count(*) DESC, max(scheduled_at) DESC
+     LIMIT %(limit)s
+)
+SELECT tenant.slug, job.name, failing.failed, failing.dead, failing.last_at,
+       (SELECT substr(run.error, 1, 300) FROM scheduler_app_jobrun AS run
+         WHERE run.job_id = failing.job_id AND run.scheduled_at = failing.last_at)
+  FROM failing
+  JOIN scheduler_app_job AS job ON job.id = failing.job_id
+  JOIN scheduler_app_tenant AS tenant ON tenant.id = job.tenant_id
+ ORDER BY failing.failed + failing.dead DESC, failing.last_at DESC
+"""
 
 
-def run_stats(tenant_id: int, *, window: timedelta, now: datetime) -> dict:
+def run_stats(tenant_id: int | None, *, window: timedelta, now: datetime) -> dict:
+    """Runs scheduled in the `window` before `now`, of one tenant or (None) of all."""
     since = now - window
-    runs = JobRun.objects.filter(tenant_id=tenant_id, scheduled_at__gt=since, scheduled_at__lte=now)
+    runs = runs_between(tenant_id, since, now)
     found = dict(runs.order_by().values_list("state").annotate(n=Count("id")))
     counts = {state: found.get(state, 0) for state in RunState.values}
     finished = sum(counts[state] for state in FINISHED)
@@ -64,24 +115,54 @@ def run_stats(tenant_id: int, *, window: timedelta, now: datetime) -> dict:
     }
 
 
-def lags_from_database(tenant_id: int, since: datetime, until: datetime) -> tuple[dict, dict]:
+def runs_between(tenant_id: int | None, since: datetime, until: datetime):
+    runs = JobRun.objects.filter(scheduled_at__gt=since, scheduled_at__lte=until)
+    return runs.filter(tenant_id=tenant_id) if tenant_id is not None else runs.filter(state__in=RunState.values)
+
+
+def scope(tenant_id: int | None) -> tuple[str, dict]:
+    """The WHERE clause choosing one tenant's runs or all, and its parameters."""
+    if tenant_id is None:
+        return ALL_TENANTS, {"states": list(RunState.values)}
+    return ONE_TENANT, {"tenant_id": tenant_id}
+
+
+def lags_from_database(tenant_id: int | None, since: datetime, until: datetime) -> tuple[dict, dict]:
+    clause, params = scope(tenant_id)
     with connection.cursor() as cursor:
-        cursor.execute(LAGS_SQL, {"percentiles": list(PERCENTILES), "tenant_id": tenant_id, "since": since,
-                                  "until": until, "trigger": Trigger.SCHEDULE.value})
+        cursor.execute(LAGS_SQL.format(scope=clause), {
+            "percentiles": list(PERCENTILES), "since": since, "until": until, "trigger": Trigger.SCHEDULE.value,
+            **params})
         dispatch, dispatch_count, start, start_count = cursor.fetchone()
     return summary(dispatch, dispatch_count), summary(start, start_count)
 
 
 def lags_from_sample(runs) -> tuple[dict, dict]:
     rows = runs.filter(trigger=Trigger.SCHEDULE).order_by("-scheduled_at").values_list(
-        "scheduled_at", "dispatched_at", "enqueued_at", "started_at")[:SAMPLE_SIZE]
+        "scheduled_at", "dispatched_at", "enqueued_at", "started_at", "attempt", "trigger")[:SAMPLE_SIZE]
     dispatch, start = [], []
-    for scheduled_at, dispatched_at, enqueued_at, started_at in rows:
+    for scheduled_at, dispatched_at, enqueued_at, started_at, attempt, trigger in rows:
         if (reached := dispatched_at or enqueued_at) is not None:
-            dispatch.append((reached - scheduled_at).total_seconds())
+            dispatch.append(dispatch_lag(scheduled_at, reached))
         if started_at is not None:
-            start.append((started_at - scheduled_at).total_seconds())
+            start.append(start_lag(attempt=attempt, trigger=trigger, scheduled_at=scheduled_at,
+                                   enqueued_at=enqueued_at, started_at=started_at))
     return summary(percentiles(dispatch), len(dispatch)), summary(percentiles(start), len(start))
+
+
+def failing_jobs(tenant_id: int | None, *, window: timedelta, now: datetime, limit: int = 10) -> list[dict]:
+    """The jobs with the most failed and dead runs scheduled in the window (PostgreSQL and
+    SQLite alike), most first, with the last error of each."""
+    clause, params = scope(tenant_id)
+    if connection.vendor != "postgresql":  # no = ANY(array) there: the tenant scope or none at all
+        clause, params = (clause, params) if tenant_id is not None else ("1 = 1", {})
+    adapt = connection.ops.adapt_datetimefield_value
+    with connection.cursor() as cursor:
+        cursor.execute(FAILING_JOBS_SQL.format(scope=clause),
+                       {"since": adapt(now - window), "until": adapt(now), "limit": limit, **params})
+        rows = cursor.fetchall()
+    return [{"job": f"{slug}/{name}", "failed": failed, "dead": dead, "last_at": last_at, "last_error": error or ""}
+            for slug, name, failed, dead, last_at, error in rows]
 
 
 def percentiles(values: list[float]) -> list[float] | None:

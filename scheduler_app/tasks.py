@@ -9,18 +9,21 @@ from celery import shared_task
 from celery.signals import task_postrun
 from django.db import connections
 
-from scheduler_app import execution
+from scheduler_app import delivery, execution
 from scheduler_app.fire import current_fire
 
 MAX_SLEEP_SECONDS = 3600
 
 
-@shared_task(name="scheduler_app.execute_run", bind=True, acks_late=True, ignore_result=True)
+# A failed attempt raises delivery.RunFailed (expected: logged without a traceback) so that
+# Celery and Flower show it as FAILURE; only failures reach the result backend.
+@shared_task(name="scheduler_app.execute_run", bind=True, acks_late=True, ignore_result=True,
+             throws=(delivery.RunFailed,), store_errors_even_if_ignored=True)
 def execute_run(self, run_id: int, attempt: int) -> str:
     outcome = execution.execute_run(
         run_id, attempt, worker=self.request.hostname or "unknown", task_id=self.request.id or ""
     )
-    return outcome.state
+    return delivery.report(self, outcome)
 
 
 @task_postrun.connect
@@ -34,14 +37,15 @@ def drop_broken_connections(**kwargs) -> None:
             conn.close_if_unusable_or_obsolete()
 
 
-@shared_task(name="scheduler_app.execute_runs", bind=True, acks_late=True, ignore_result=True)
+@shared_task(name="scheduler_app.execute_runs", bind=True, acks_late=True, ignore_result=True,
+             throws=(delivery.RunFailed,), store_errors_even_if_ignored=True)
 def execute_runs(self, runs: list[list[int]]) -> list[str]:
     """A batch of short runs, [[run id, attempt], ...], run in turn by this process."""
     outcomes = execution.execute_runs(
         [(run_id, attempt) for run_id, attempt in runs], worker=self.request.hostname or "unknown",
         task_id=self.request.id or "",
     )
-    return [outcome.state for outcome in outcomes]
+    return delivery.report_batch(self, outcomes)
 
 
 @shared_task(name="scheduler_app.echo")

@@ -50,10 +50,10 @@ WITH started AS (
       FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) WITH ORDINALITY AS mine (id, attempt, position)
      WHERE run.id = mine.id AND run.attempt = mine.attempt AND run.state = %(queued)s
     RETURNING run.id, run.attempt, run.job_id, run.tenant_id, run.scheduled_at, run.enqueued_at, run.started_at,
-              mine.position
+              run.trigger, mine.position
 )
 SELECT started.id, started.attempt, started.job_id, started.tenant_id, started.scheduled_at,
-       started.enqueued_at, started.started_at, tenant.slug, {job_columns}
+       started.enqueued_at, started.started_at, started.trigger, tenant.slug, {job_columns}
   FROM started
   JOIN scheduler_app_job AS job ON job.id = started.job_id
   JOIN scheduler_app_tenant AS tenant ON tenant.id = started.tenant_id
@@ -186,13 +186,13 @@ def start_run(run_id: int, attempt: int, *, worker: str, task_id: str = "") -> S
 
 
 def _started(row: tuple, worker: str) -> Started:
-    run_id, attempt, job_id, tenant_id, scheduled_at, enqueued_at, started_at, slug, *job_values = row
+    run_id, attempt, job_id, tenant_id, scheduled_at, enqueued_at, started_at, trigger, slug, *job_values = row
     job = Job(id=job_id, tenant_id=tenant_id, **{
         column: json.loads(value) if column in JSON_COLUMNS and isinstance(value, str) else value
         for column, value in zip(JOB_COLUMNS, job_values, strict=True)
     })
     run = JobRun(id=run_id, job=job, tenant_id=tenant_id, scheduled_at=scheduled_at, enqueued_at=enqueued_at,
-                 state=RunState.RUNNING, attempt=attempt, started_at=started_at, worker=worker)
+                 state=RunState.RUNNING, attempt=attempt, started_at=started_at, worker=worker, trigger=trigger)
     return Started(run, slug, started_at)
 
 

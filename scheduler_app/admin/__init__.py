@@ -23,4 +23,4 @@ instead of asking the table for its distinct values.
 Datetimes show with seconds and their zone everywhere (scheduler_app/formats).
 """
 
-from scheduler_app.admin import alerts, apikeys, audit, jobs, runs, site, tenants  # noqa: F401 (registers the models)
+from scheduler_app.admin import alerts, apikeys, audit, jobs, nodes, runs, site, tenants  # noqa: F401 (registers the models)

@@ -20,7 +20,7 @@ from rest_framework.response import Response
 
 from scheduler_app import services, stats
 from scheduler_app.api import serializers as s
-from scheduler_app.api.auth import IsStaffCaller, actor, api_key
+from scheduler_app.api.auth import IsStaffCaller, actor, api_key, is_staff_caller
 from scheduler_app.api.errors import ApiError
 from scheduler_app.api.pagination import KeysetPagination, RunPagination
 from scheduler_app.api.parsers import check_body_headers
@@ -385,10 +385,22 @@ class RunViewSet(TenantScopedMixin, viewsets.GenericViewSet):
 class StatsView(TenantScopedMixin, GenericAPIView):
     serializer_class = s.StatsSerializer
 
+    def initial(self, request, *args, **kwargs):
+        # ?all_tenants=true: staff only, and no tenant to act for (stats.run_stats(None, ...)).
+        super(TenantScopedMixin, self).initial(request, *args, **kwargs)
+        self.query = s.validated(s.StatsQuerySerializer, request.query_params)
+        if not self.query["all_tenants"]:
+            self.tenant = caller_tenant(request)
+        elif is_staff_caller(request):
+            self.tenant = None
+        else:
+            raise ApiError("all_tenants", "only staff callers see every tenant's runs", status.HTTP_403_FORBIDDEN)
+
     @extend_schema(summary="Runs by state, dispatch and start lag percentiles, failure rate over a recent window",
                    parameters=[s.StatsQuerySerializer], responses=s.StatsSerializer)
     def get(self, request):
-        window = s.validated(s.StatsQuerySerializer, request.query_params)["window"]
-        found = stats.run_stats(self.tenant.id, window=timedelta(seconds=window), now=db_now())
-        return Response(s.StatsSerializer({"window_seconds": window, **found}).data)
+        window = self.query["window"]
+        found = stats.run_stats(self.tenant and self.tenant.id, window=timedelta(seconds=window), now=db_now())
+        tenant = self.tenant and self.tenant.slug
+        return Response(s.StatsSerializer({"window_seconds": window, "tenant": tenant, **found}).data)
 

@@ -17,6 +17,7 @@ from django.db import DatabaseError, close_old_connections, connection, reset_qu
 
 from scheduler_app import alerts, dispatch
 from scheduler_app.models import db_now
+from scheduler_app.observe import BeatObserver
 from scheduler_app.publish import broker_errors
 from scheduler_app.services import WAKE_CHANNEL
 
@@ -93,9 +94,13 @@ class Command(BaseCommand):
         parser.add_argument("--alive-file", type=Path, default=None,
                             help="Touch this file after every turn that completes (for a health check: "
                                  "a stale file means a frozen or failing beat)")
+        parser.add_argument("--metrics-port", type=int, default=None,
+                            help="Serve this beat's Prometheus metrics on this port (/metrics)")
+        parser.add_argument("--metrics-address", default=settings.CRONFLEET_METRICS_ADDRESS,
+                            help="Address the metrics port listens on (default %(default)s)")
 
     def handle(self, *args, once: bool, batch_size: int, max_sleep: float, alive_file: Path | None,
-               **options) -> None:
+               metrics_port: int | None, metrics_address: str, **options) -> None:
         if batch_size < 1:
             self.stderr.write("runbeat: --batch-size must be at least 1")
             raise SystemExit(2)
@@ -107,14 +112,16 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, self.on_signal)
         _, grace = dispatch.beat_settings()
         waker = Waker(self.stop)
+        observer = BeatObserver(max_sleep=max_sleep, metrics_port=metrics_port, metrics_address=metrics_address)
         next_sweep = 0.0
         transient = (DatabaseError, *broker_errors())  # e.g. redis.ConnectionError, amqp's errors
-        self.stdout.write(f"runbeat: started (batch {batch_size}, max sleep {max_sleep}s, {connection.vendor})")
+        observer.say(self.stdout, f"runbeat: started (batch {batch_size}, max sleep {max_sleep}s, {connection.vendor})")
         try:
             while not self.stop.is_set():
                 close_old_connections()
                 reset_queries()  # with DEBUG on, Django keeps every query's SQL: bound the beat's memory
                 sweep = time.monotonic() >= next_sweep
+                began = time.monotonic()
                 try:
                     turn = dispatch.run_turn(db_now(), batch_size=batch_size, grace=grace, sweep=sweep)
                     alerts.on_beat_turn()  # job alerts: at most every CRONFLEET_ALERT_CHECK_SECONDS
@@ -126,6 +133,7 @@ class Command(BaseCommand):
                     connection.close()
                     waker.sleep(RETRY_PAUSE)
                     continue
+                observer.turn(turn, time.monotonic() - began)
                 if sweep:
                     next_sweep = time.monotonic() + SWEEP_EVERY
                 if alive_file is not None:
@@ -141,7 +149,8 @@ class Command(BaseCommand):
                     waker.sleep(dispatch.seconds_until_due(db_now(), cap=max_sleep, held_back=turn.held_back))
         finally:
             waker.close()
-        self.stdout.write("runbeat: stopped")
+            observer.stop()
+        observer.say(self.stdout, "runbeat: stopped")
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         logger.info("%s: finishing the current turn", signal.strsignal(signum))
