@@ -117,8 +117,9 @@ def snapshot(*, depths: bool = True) -> Snapshot:
         else:
             in_flight[state] = count
     nodes = node_states(now)
-    found = Snapshot(now=now, due_jobs=due, oldest_due_seconds=max(0.0, (now - oldest).total_seconds()) if oldest else 0.0,
-                     in_flight=in_flight, waiting=waiting, nodes=nodes, queue_depths=None)
+    oldest_age = max(0.0, (now - oldest).total_seconds()) if oldest else 0.0
+    found = Snapshot(now=now, due_jobs=due, oldest_due_seconds=oldest_age, in_flight=in_flight, waiting=waiting,
+                     nodes=nodes, queue_depths=None)
     queues = known_queues(nodes, queued)
     workers = Counter(queue for node in found.live(NodeKind.WORKER) for queue in node.node.queues)
     found.queue_workers = {queue: workers.get(queue, 0) for queue in queues}

@@ -59,7 +59,8 @@ SELECT job, (job - 1) %% %(tenants)s + 1, at, 'schedule', state,
        CASE WHEN i < 2500 AND i >= 1500 THEN 'quota_concurrency: waiting for room'
             WHEN i < 3000 AND i >= 2500 THEN 'overlap_buffered: waiting for the run before it' ELSE '' END,
        at, enq, enq,
-       CASE WHEN state IN ('pending', 'queued', 'retrying') THEN NULL ELSE at + make_interval(secs => 0.3 + i %% 7 * 0.1) END,
+       CASE WHEN state IN ('pending', 'queued', 'retrying') THEN NULL
+            ELSE at + make_interval(secs => 0.3 + i %% 7 * 0.1) END,
        CASE WHEN state IN ('succeeded', 'failed', 'dead') THEN at + make_interval(secs => 1.3 + i %% 7 * 0.1) END,
        CASE WHEN state = 'running' THEN now() + interval '30 seconds' END,
        CASE WHEN state = 'retrying' THEN now() + interval '60 seconds' END
