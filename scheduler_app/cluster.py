@@ -9,6 +9,8 @@ so a scrape costs the same at a million jobs and ten million runs (README, Obser
 - runs in flight are read through an index on their state (jobrun_state_recent_idx, or
   the partial jobrun_active_idx whose predicate is the statement's): the cost follows the
   runs in flight, whatever the size of the ledger's history;
+- the queues worth a depth are the default, CRONFLEET_QUEUES, the nodes' and those of up
+  to QUEUED_SAMPLE jobs with a queued run (jobrun_queued_idx, then each job by primary key);
 - nodes are a few dozen rows; queue depths one broker connection for all queues.
 """
 
@@ -38,6 +40,14 @@ SELECT count(*), min(next_run_at)
   FROM (SELECT next_run_at FROM scheduler_app_job
          WHERE enabled AND next_run_at IS NOT NULL AND next_run_at <= %(now)s
          ORDER BY next_run_at LIMIT %(cap)s) AS due
+"""
+# The queues of jobs with runs waiting in the broker (a run queued by a trigger or a backfill
+# reaches a queue no beat or worker may know of). A sample bounds the cost in a spike.
+QUEUED_SAMPLE = 1000
+QUEUED_QUEUES_SQL = """
+SELECT DISTINCT job.queue
+  FROM (SELECT DISTINCT job_id FROM scheduler_app_jobrun WHERE state = 'queued' LIMIT %(sample)s) AS run
+  JOIN scheduler_app_job AS job ON job.id = run.job_id
 """
 # The predicate is jobrun_active_idx's, so the planner reads that partial index only.
 IN_FLIGHT_SQL = """
@@ -74,10 +84,11 @@ class Snapshot:
         return [node for node in self.nodes if node.node.kind == kind and node.live]
 
 
-def known_queues(nodes: list[NodeState]) -> list[str]:
-    """The queues worth a depth: the default, CRONFLEET_QUEUES, and every queue a node that
-    has not stopped consumes (workers) or has claimed jobs for (beats)."""
-    queues = {queue_name(""), *settings.CRONFLEET_QUEUES}
+def known_queues(nodes: list[NodeState], queued: list[str] = ()) -> list[str]:
+    """The queues worth a depth: the default, CRONFLEET_QUEUES, the `queued` ones (where runs
+    wait), and every queue a node that has not stopped consumes (workers) or has claimed
+    jobs for (beats)."""
+    queues = {queue_name(""), *settings.CRONFLEET_QUEUES, *(queue_name(queue) for queue in queued)}
     for node in nodes:
         if node.state != "stopped":
             queues.update(node.node.queues)
@@ -94,6 +105,8 @@ def snapshot(*, depths: bool = True) -> Snapshot:
         due, oldest = cursor.fetchone()
         cursor.execute(IN_FLIGHT_SQL)
         rows = cursor.fetchall()
+        cursor.execute(QUEUED_QUEUES_SQL, {"sample": QUEUED_SAMPLE})
+        queued = [row[0] for row in cursor.fetchall()]
     if isinstance(oldest, str):  # SQLite
         oldest = connection.ops.convert_datetimefield_value(oldest, None, connection)
     in_flight = {"queued": 0, "running": 0, "retrying": 0}
@@ -104,9 +117,10 @@ def snapshot(*, depths: bool = True) -> Snapshot:
         else:
             in_flight[state] = count
     nodes = node_states(now)
-    found = Snapshot(now=now, due_jobs=due, oldest_due_seconds=max(0.0, (now - oldest).total_seconds()) if oldest else 0.0,
-                     in_flight=in_flight, waiting=waiting, nodes=nodes, queue_depths=None)
-    queues = known_queues(nodes)
+    oldest_age = max(0.0, (now - oldest).total_seconds()) if oldest else 0.0
+    found = Snapshot(now=now, due_jobs=due, oldest_due_seconds=oldest_age, in_flight=in_flight, waiting=waiting,
+                     nodes=nodes, queue_depths=None)
+    queues = known_queues(nodes, queued)
     workers = Counter(queue for node in found.live(NodeKind.WORKER) for queue in node.node.queues)
     found.queue_workers = {queue: workers.get(queue, 0) for queue in queues}
     if depths:

@@ -102,7 +102,8 @@ def fire_outcome(state: str, reason: str) -> tuple[str, str]:
     if state == "queued":
         return "queued", ""
     if state == "pending":
-        return "held", "quota" if reason.startswith("quota_") else "overlap" if reason.startswith("overlap_") else "other"
+        why = "quota" if reason.startswith("quota_") else "overlap" if reason.startswith("overlap_") else "other"
+        return "held", why
     return state, reason_class(reason)
 
 

@@ -161,6 +161,9 @@ def failing_jobs(tenant_id: int | None, *, window: timedelta, now: datetime, lim
         cursor.execute(FAILING_JOBS_SQL.format(scope=clause),
                        {"since": adapt(now - window), "until": adapt(now), "limit": limit, **params})
         rows = cursor.fetchall()
+    if connection.vendor == "sqlite":  # datetimes come back as text there
+        convert = connection.ops.convert_datetimefield_value
+        rows = [(*row[:4], convert(row[4], None, connection), row[5]) for row in rows]
     return [{"job": f"{slug}/{name}", "failed": failed, "dead": dead, "last_at": last_at, "last_error": error or ""}
             for slug, name, failed, dead, last_at, error in rows]
 

@@ -196,13 +196,17 @@ def test_metrics_serves_the_clusters_gauges_from_the_database_and_the_broker(cli
     for n, (state, reason) in enumerate([("pending", "quota_concurrency: ..."), ("pending", "overlap_buffered: ..."),
                                          ("pending", "quota_fires_per_minute: ..."), ("queued", ""), ("running", "")]):
         make_run(job, state=state, reason=reason, scheduled_at=now - timedelta(seconds=n))
+    triggered = f"{queue_name}-x"  # a queue only a queued run names: no node, not configured
+    make_run(make_job(queue=triggered, next_run_at=None), state="queued", scheduled_at=now)
     Registration(NodeKind.BEAT, "beat@here:1", stale_after=15).register()
     Registration(NodeKind.WORKER, "worker@here", stale_after=15, queues=[queue_name]).register()
     publish_runs([RunMessage(run_id, 1, queue_name, 60) for run_id in (901, 902)])
+    publish_runs([RunMessage(903, 1, triggered, 60)])
     try:
         response = client.get("/metrics")
     finally:
         take_broker_messages(queue_name)
+        take_broker_messages(triggered)
 
     assert response.status_code == 200 and response["Content-Type"].startswith("text/plain")
     found = scraped(response.content.decode())
@@ -210,11 +214,13 @@ def test_metrics_serves_the_clusters_gauges_from_the_database_and_the_broker(cli
     assert 600 <= total(found, "cronfleet_oldest_due_seconds") < 660
     assert total(found, "cronfleet_runs_waiting", reason="quota") == 2
     assert total(found, "cronfleet_runs_waiting", reason="overlap") == 1
-    assert total(found, "cronfleet_runs_in_flight", state="queued") == 1
+    assert total(found, "cronfleet_runs_in_flight", state="queued") == 2
     assert total(found, "cronfleet_runs_in_flight", state="running") == 1
     assert total(found, "cronfleet_queue_depth", queue=queue_name) == 2
     assert total(found, "cronfleet_queue_workers", queue=queue_name) == 1
     assert total(found, "cronfleet_queue_workers", queue="cronfleet") == 0
+    assert (total(found, "cronfleet_queue_depth", queue=triggered), total(found, "cronfleet_queue_workers",
+                                                                         queue=triggered)) == (1, 0)
     assert total(found, "cronfleet_nodes", kind="beat", state="live") == 1
     assert total(found, "cronfleet_nodes", kind="worker", state="live") == 1
     assert 0 <= total(found, "cronfleet_node_last_seen_seconds", kind="beat", node="beat@here:1") < 15

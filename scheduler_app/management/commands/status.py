@@ -96,7 +96,7 @@ def render(status: dict) -> str:
                                     ("start", status["start_lag_seconds"]))])]
     runs = status["runs"]
     rate = status["failure_rate"]
-    lines += ["", f"Runs scheduled in the last hour: " + (", ".join(f"{count:,} {state}" for state, count in
+    lines += ["", "Runs scheduled in the last hour: " + (", ".join(f"{count:,} {state}" for state, count in
                                                                    runs.items()) or "none")
               + (f"; failure rate {rate:.1%}" if rate is not None else "")]
     if status["failing_jobs"]:
