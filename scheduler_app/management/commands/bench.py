@@ -3,7 +3,7 @@ floor, measured in the same command, and checks itself (it exits 1 when a check 
 Figures are never asserted by tests: they are for reading.
 
     manage.py bench dispatch --jobs N [--beats K] [--batch-size B] [--schedule interval|once|cron]
-                             [--lead S] [--grace S] [--floor-jobs F] [--timeout S]
+                             [--lead S] [--grace S] [--misfire-policy P] [--floor-jobs F] [--timeout S]
     manage.py bench peers --jobs N [--cap S] [--beats K]
     manage.py bench steady --jobs N --rate R --seconds T [--beats K] [--workers W] [--concurrency C]
                            [--pool prefork|threads|solo] [--no-floor]
@@ -31,7 +31,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, transaction
 
-from scheduler_app.benchmarks import dispatch, e2e
+from scheduler_app.benchmarks import dispatch, e2e, peers
 from scheduler_app.benchmarks.common import PREFIX
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Tenant
 from scheduler_app.publish import redis_list_keys
@@ -42,7 +42,7 @@ class Command(BaseCommand):
             "Deletes bench-* tenants and the bench Redis queues.")
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("scenario", choices=["dispatch", "e2e"], help="What to measure")
+        parser.add_argument("scenario", choices=["dispatch", "peers", "e2e"], help="What to measure")
         parser.add_argument("--jobs", type=int, required=True, help="Jobs (N)")
         parser.add_argument("--beats", type=int, default=None,
                             help="runbeat processes (K; default 1, steady 2)")
@@ -59,6 +59,8 @@ class Command(BaseCommand):
         parser.add_argument("--grace", type=int, default=None,
                             help="dispatch, peers: the beats' misfire grace in seconds (default: "
                                  "CRONFLEET_MISFIRE_GRACE_SECONDS)")
+        parser.add_argument("--misfire-policy", choices=["run_once", "skip", "run_all"], default="run_once",
+                            help="dispatch: the seeded jobs' misfire policy (default %(default)s)")
         parser.add_argument("--floor-jobs", type=int, default=100_000,
                             help="dispatch: fires the one-process floor writes, at most N (0: none; "
                                  "default %(default)s)")
@@ -98,7 +100,7 @@ class Command(BaseCommand):
             raise CommandError(f"bench: cannot reach the broker {self.broker_label()}: {exc}", returncode=2) from None
         self.verbosity = options.get("verbosity", 1)
         # Queues each scenario fills, flushed before and after (a scenario adds its own).
-        self.extra_queues: list[str] = [dispatch.QUEUE, dispatch.FLOOR_QUEUE, e2e.QUEUE]
+        self.extra_queues: list[str] = [dispatch.QUEUE, dispatch.FLOOR_QUEUE, e2e.QUEUE, peers.QUEUE]
 
         self.clean()
         # SIGTERM (and SIGINT, which a shell ignores in background jobs) must still stop the
@@ -114,7 +116,10 @@ class Command(BaseCommand):
                 ok = dispatch.run(self, dispatch.Options(
                     jobs=jobs, beats=beats or 1, batch_size=batch_size, timeout=timeout,
                     schedule=options["schedule"], lead=options["lead"], grace=options["grace"],
-                    floor_jobs=max(0, options["floor_jobs"])))
+                    floor_jobs=max(0, options["floor_jobs"]), misfire_policy=options["misfire_policy"]))
+            else:
+                ok = peers.run(self, peers.Options(jobs=jobs, beats=beats or 1, batch_size=batch_size,
+                                                   cap=options["cap"], grace=options["grace"]))
         finally:
             for sig, handler in previous.items():  # a second signal during clean-up acts as usual
                 signal.signal(sig, handler)
@@ -190,3 +195,4 @@ class Command(BaseCommand):
         keys = [key for queue in self.extra_queues for key in
                 (*redis_list_keys(queue), f"{prefix}_kombu.binding.{queue}", f"{prefix}_kombu.binding_permanent.{queue}")]
         self.redis.delete(*keys)
+        peers.clean(self.redis)
