@@ -63,3 +63,13 @@ def test_bench_peers_runs_all_three_schedulers_and_its_checks_pass():
                   "floor: send_task x N"):
         assert label in done.stdout
     assert "cronfleet is" in done.stdout
+
+
+def test_bench_steady_runs_beats_and_workers_and_its_checks_pass():
+    done = bench("steady", "--jobs", "20", "--rate", "10", "--seconds", "4", "--workers", "1",
+                 "--concurrency", "2", timeout=600)
+
+    assert "runs succeeded == fires expected" in done.stdout
+    assert "start lag p50/p99/max s" in done.stdout
+    assert "plain Celery no-op at the same rate (floor)" in done.stdout
+    assert "target: 1,000 fires/s" in done.stdout

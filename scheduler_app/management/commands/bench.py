@@ -31,7 +31,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, transaction
 
-from scheduler_app.benchmarks import dispatch, e2e, peers
+from scheduler_app.benchmarks import dispatch, e2e, peers, steady
 from scheduler_app.benchmarks.common import PREFIX
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Tenant
 from scheduler_app.publish import redis_list_keys
@@ -42,7 +42,7 @@ class Command(BaseCommand):
             "Deletes bench-* tenants and the bench Redis queues.")
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("scenario", choices=["dispatch", "peers", "e2e"], help="What to measure")
+        parser.add_argument("scenario", choices=["dispatch", "peers", "steady", "e2e"], help="What to measure")
         parser.add_argument("--jobs", type=int, required=True, help="Jobs (N)")
         parser.add_argument("--beats", type=int, default=None,
                             help="runbeat processes (K; default 1, steady 2)")
@@ -100,7 +100,8 @@ class Command(BaseCommand):
             raise CommandError(f"bench: cannot reach the broker {self.broker_label()}: {exc}", returncode=2) from None
         self.verbosity = options.get("verbosity", 1)
         # Queues each scenario fills, flushed before and after (a scenario adds its own).
-        self.extra_queues: list[str] = [dispatch.QUEUE, dispatch.FLOOR_QUEUE, e2e.QUEUE, peers.QUEUE]
+        self.extra_queues: list[str] = [dispatch.QUEUE, dispatch.FLOOR_QUEUE, e2e.QUEUE, peers.QUEUE,
+                                        steady.QUEUE]
 
         self.clean()
         # SIGTERM (and SIGINT, which a shell ignores in background jobs) must still stop the
@@ -117,9 +118,15 @@ class Command(BaseCommand):
                     jobs=jobs, beats=beats or 1, batch_size=batch_size, timeout=timeout,
                     schedule=options["schedule"], lead=options["lead"], grace=options["grace"],
                     floor_jobs=max(0, options["floor_jobs"]), misfire_policy=options["misfire_policy"]))
-            else:
+            elif scenario == "peers":
                 ok = peers.run(self, peers.Options(jobs=jobs, beats=beats or 1, batch_size=batch_size,
                                                    cap=options["cap"], grace=options["grace"]))
+            else:
+                ok = steady.run(self, steady.Options(
+                    jobs=jobs, rate=options["rate"], seconds=options["seconds"], beats=beats or 2,
+                    batch_size=batch_size, workers=options["workers"] or 2,
+                    concurrency=options["concurrency"] or 4, pool=options["pool"], timeout=timeout,
+                    floor=not options["no_floor"]))
         finally:
             for sig, handler in previous.items():  # a second signal during clean-up acts as usual
                 signal.signal(sig, handler)
