@@ -1,5 +1,6 @@
-"""The dispatch benchmark still runs and checks itself (a smoke test; its figures are not
-asserted: speed is reported by running the benchmark, not by tests)."""
+"""The benchmarks still run and check themselves (smoke tests at a tiny N on the test
+database; their figures are not asserted: speed is reported by running a benchmark, not
+by tests)."""
 
 import subprocess
 import sys
@@ -11,13 +12,64 @@ from tests.conftest import ROOT, process_env
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
-def test_bench_dispatch_runs_and_its_checks_pass():
-    done = subprocess.run(
-        [sys.executable, "manage.py", "bench", "dispatch", "--jobs", "300", "--beats", "2", "--yes"],
-        cwd=ROOT, env=process_env(), capture_output=True, text=True, timeout=300,
-    )
-
+def bench(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "manage.py", "bench", *args, "--yes"], cwd=ROOT, env=process_env(),
+                          capture_output=True, text=True, timeout=timeout)
+    print(done.stdout)  # the table, for -s
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "runs in ledger == N, all queued" in done.stdout
-    assert "fires/s" in done.stdout
     assert " FAIL" not in done.stdout
+    return done
+
+
+def test_bench_dispatch_runs_and_its_checks_pass():
+    done = bench("dispatch", "--jobs", "300", "--beats", "2", "--lead", "8", "--floor-jobs", "300")
+
+    assert "runs in ledger == N, all queued" in done.stdout
+    assert "every run's fire time is the spike S" in done.stdout
+    assert "fires/s" in done.stdout
+    assert "floor: essential writes" in done.stdout
+
+
+def failing_bench(*args: str) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "manage.py", "bench", *args, "--yes"], cwd=ROOT, env=process_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    return done
+
+
+def test_bench_dispatch_prints_fires_not_queued_with_their_reason_and_fails():
+    """A grace of 0 makes every fire late when a beat claims it; with the `skip` misfire
+    policy each is recorded skipped. The bench must say so and fail, never report them as
+    dispatched."""
+    done = failing_bench("dispatch", "--jobs", "50", "--lead", "8", "--grace", "0", "--misfire-policy", "skip",
+                         "--floor-jobs", "0")
+
+    line = next(line for line in done.stdout.splitlines() if "runs not queued (state: reason)" in line)
+    assert "50 skipped: misfire_skip" in line and line.endswith("FAIL")
+
+
+def test_bench_dispatch_fails_when_the_set_up_overran_the_spike():
+    done = failing_bench("dispatch", "--jobs", "50", "--lead", "0")
+
+    line = next(line for line in done.stdout.splitlines() if "set-up done before the spike" in line)
+    assert line.endswith("FAIL")
+
+
+def test_bench_peers_runs_all_three_schedulers_and_its_checks_pass():
+    pytest.importorskip("redbeat", reason="pip install -r requirements-bench.txt")
+    done = bench("peers", "--jobs", "50", "--cap", "30", timeout=600)
+
+    for label in ("cronfleet: runbeat x 1", "django-celery-beat DatabaseScheduler", "RedBeat",
+                  "floor: send_task x N"):
+        assert label in done.stdout
+    assert "cronfleet is" in done.stdout
+
+
+def test_bench_steady_runs_beats_and_workers_and_its_checks_pass():
+    done = bench("steady", "--jobs", "20", "--rate", "10", "--seconds", "4", "--workers", "1",
+                 "--concurrency", "2", timeout=600)
+
+    assert "runs succeeded == fires expected" in done.stdout
+    assert "start lag p50/p99/max s" in done.stdout
+    assert "plain Celery no-op at the same rate (floor)" in done.stdout
+    assert "target: 1,000 fires/s" in done.stdout

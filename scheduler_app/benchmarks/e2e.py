@@ -11,22 +11,19 @@ the worker runs), and Cronfleet's rate as a share of the floor's.
 from __future__ import annotations
 
 import os
-import signal
 import socket
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from pathlib import Path
 
 from django.conf import settings
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from scheduler_app.benchmarks import floor
+from scheduler_app.benchmarks.common import Children, tree_cpu
 from scheduler_app.models import Job, JobRun, RunState, Tenant, db_now
 from scheduler_app.publish import redis_list_keys
 from scheduler_app.services import wake_beats
@@ -67,62 +64,6 @@ class Result:
     @property
     def rate(self) -> float | None:
         return self.runs / self.seconds if self.seconds else None
-
-
-class Children:
-    """Child processes with their output in files; all stopped at the end."""
-
-    def __init__(self) -> None:
-        self.folder = Path(tempfile.mkdtemp(prefix="cronfleet-bench-"))
-        self.procs: list[tuple[str, subprocess.Popen]] = []
-
-    def start(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
-        log = (self.folder / f"{name}.log").open("wb")
-        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        self.procs.append((name, proc))
-        return proc
-
-    def log(self, name: str) -> str:
-        return (self.folder / f"{name}.log").read_text(errors="replace")
-
-    def cpu(self) -> float:
-        return sum(tree_cpu(proc.pid) for _, proc in self.procs if proc.poll() is None)
-
-    def stop_all(self) -> None:
-        for _, proc in self.procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for _, proc in self.procs:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        self.procs.clear()
-
-
-def tree_cpu(pid: int) -> float:
-    """CPU seconds of `pid` and its descendants (a prefork worker's pool processes)."""
-    parents: dict[int, int] = {}
-    cpu: dict[int, float] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parents[int(entry)] = int(fields[1])
-        cpu[int(entry)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    tree, frontier = {pid}, [pid]
-    while frontier:
-        parent = frontier.pop()
-        children = [child for child, ppid in parents.items() if ppid == parent and child not in tree]
-        tree.update(children)
-        frontier.extend(children)
-    return sum(cpu.get(p, 0.0) for p in tree)
 
 
 def child_env() -> dict[str, str]:

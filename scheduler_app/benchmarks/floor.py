@@ -7,12 +7,14 @@ What Cronfleet's worker costs above this is the price of recording each run.
 """
 
 import os
+import time
 
 import redis
 from celery import Celery
 
 QUEUE = "bench-floor"
 COUNTER = "bench-floor:done"
+LAGS = "bench-floor:lags"  # bench steady: seconds each timed task started after its due instant
 
 app = Celery("cronfleet-floor")
 app.conf.update(
@@ -34,7 +36,17 @@ _counter = None
 @app.task(name="bench.floor.noop")
 def noop(*args) -> None:
     """Nothing, then one INCR so the bench knows when all are done (a Redis round trip)."""
+    _client().incr(COUNTER)
+
+
+@app.task(name="bench.floor.timed")
+def timed(due: float) -> None:
+    """Nothing, then one RPUSH of how late it started: now - `due` (epoch seconds)."""
+    _client().rpush(LAGS, time.time() - due)
+
+
+def _client() -> redis.Redis:
     global _counter
     if _counter is None:
         _counter = redis.Redis.from_url(app.conf.broker_url)
-    _counter.incr(COUNTER)
+    return _counter
