@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import DatabaseError, close_old_connections, connection, reset_queries
 
 
-from scheduler_app import dispatch
+from scheduler_app import dispatch, retention
 from scheduler_app.models import db_now
 from scheduler_app.publish import broker_errors
 from scheduler_app.services import WAKE_CHANNEL
@@ -107,6 +107,7 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, self.on_signal)
         _, grace = dispatch.beat_settings()
         waker = Waker(self.stop)
+        pruner = retention.Pruner()
         next_sweep = 0.0
         transient = (DatabaseError, *broker_errors())  # e.g. redis.ConnectionError, amqp's errors
         self.stdout.write(f"runbeat: started (batch {batch_size}, max sleep {max_sleep}s, {connection.vendor})")
@@ -134,9 +135,12 @@ class Command(BaseCommand):
                                 "quota, released %s, requeued %s retries, %s lost, %s republished", turn.claimed,
                                 turn.published, turn.skipped, turn.held, turn.released, turn.requeued, turn.lost,
                                 turn.republished)
+                # Retention: a bounded batch of old runs deleted when the turn leaves time (at
+                # least every CRONFLEET_RETENTION_BUSY_SECONDS); more to delete: no sleep.
+                pruning = pruner.step(idle=not turn.busy)
                 if once:
                     break
-                if not turn.busy:
+                if not turn.busy and not pruning:
                     waker.sleep(dispatch.seconds_until_due(db_now(), cap=max_sleep, held_back=turn.held_back))
         finally:
             waker.close()
