@@ -38,6 +38,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.text import slugify
 
 from scheduler_app import schedules, services, validation
+from scheduler_app.admin_retention import IN_FORCE, RETENTION_FIELDS, RETENTION_FIELDSET, RetentionAdminMixin
 from scheduler_app.management.tables import describe_schedule, local_text, shorten, utc_text
 from scheduler_app.models import ApiKey, AuditEvent, Job, JobRun, Tenant, db_now
 
@@ -115,7 +116,7 @@ class TenantForm(forms.ModelForm):
 
 
 @admin.register(Tenant)
-class TenantAdmin(admin.ModelAdmin):
+class TenantAdmin(RetentionAdminMixin, admin.ModelAdmin):
     form = TenantForm
     list_display = ("slug", "name", "timezone", "is_active", "job_count")
     list_filter = ("is_active",)
@@ -124,11 +125,13 @@ class TenantAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         # The slug is how the CLI and URLs name a tenant: fixed once created.
-        return ("slug", "created_at", "links") if obj else ()
+        return ("slug", "created_at", "links", IN_FORCE) if obj else ()
 
-    def get_fields(self, request, obj=None):
+    def get_fieldsets(self, request, obj=None):
         # New tenants are active with no quotas: services.tenant_create takes neither.
-        return ("slug", *TENANT_EDITABLE, "created_at", "links") if obj else ("slug", "name", "timezone")
+        if obj is None:
+            return [(None, {"fields": ("slug", "name", "timezone")})]
+        return [(None, {"fields": ("slug", *TENANT_EDITABLE, "created_at", "links")}), RETENTION_FIELDSET]
 
     def get_queryset(self, request):
         # A correlated count per listed tenant: only the page's tenants are counted.
@@ -280,7 +283,9 @@ class JobChangeForm(forms.ModelForm):
         data = super().clean()
         if self.errors:
             return data
-        changes = {FORM_TO_SPEC.get(name, name): data.get(name) for name in self.changed_data}
+        # Retention fields are saved apart (admin_retention), not through job_update.
+        changes = {FORM_TO_SPEC.get(name, name): data.get(name) for name in self.changed_data
+                   if name not in RETENTION_FIELDS}
         for text_field in ("cron", "description", "queue", "task_name", "timezone"):
             if text_field in changes and changes[text_field] is None:
                 changes[text_field] = ""
@@ -294,7 +299,7 @@ class JobChangeForm(forms.ModelForm):
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
     list_display = ("name", "tenant", "schedule", "enabled", "priority", "next_run_at", "last_run_state")
     list_filter = ("tenant", "enabled", "priority", "misfire_policy")
     list_select_related = ("tenant",)
@@ -324,10 +329,11 @@ class JobAdmin(admin.ModelAdmin):
         ("Retries, misfires and overlap", {"fields": ("max_attempts", "retry_backoff_seconds",
                                                       "retry_backoff_max_seconds", "misfire_policy",
                                                       "catchup_window_seconds", "run_all_cap", "overlap_policy")}),
+        RETENTION_FIELDSET,
         ("History", {"fields": ("links",)}),
     )
     readonly_fields = ("tenant", "enabled", "paused_note", "anchor_at", "target_kind", "target_config", "next_run_at",
-                       "version", "created_at", "updated_at", "schedule", "next_fires", "links")
+                       "version", "created_at", "updated_at", "schedule", "next_fires", "links", IN_FORCE)
 
     def get_queryset(self, request):
         return super().get_queryset(request).annotate(last_run_state=last_run_state())

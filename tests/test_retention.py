@@ -16,11 +16,12 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, connections
 from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
 
 from scheduler_app import retention, services
-from scheduler_app.models import AuditEvent, Job, JobRun, RunState, db_now
+from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Tenant, db_now
 from tests.conftest import wait_for
-from tests.test_api import make_tenant
+from tests.test_api import client_for, errors_of, make_tenant
 
 NOW = datetime(2024, 6, 1, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -399,3 +400,160 @@ def test_prune_runs_deletes_one_tenant_s_runs_and_reports(make_job, capsys):
 def test_prune_runs_refuses_an_unknown_tenant(db):
     with pytest.raises(CommandError, match="prune_runs: tenant: no tenant 'nope'"):
         call_command("prune_runs", "--tenant", "nope")
+
+
+# --- setting the policy: CLI ---------------------------------------------------------------------
+
+
+def test_retention_set_and_show_from_the_command_line(make_job, capsys):
+    job = make_job()
+
+    call_command("retention", "set", "--tenant", job.tenant.slug, "--days", "7", "--keep-last", "5")
+    call_command("retention", "set", "--job", str(job.id), "--failed-days", "40")
+    capsys.readouterr()
+    call_command("retention", "show", "--job", f"{job.tenant.slug}/{job.name}")
+
+    out = capsys.readouterr().out
+    assert "7 days    tenant" in out and "40 days   job" in out and "5         tenant" in out
+    job.refresh_from_db()
+    assert (job.tenant.retention_days, job.retention_failed_days, job.retention_days) == (7, 40, None)
+    assert AuditEvent.objects.filter(action="job.updated", actor="cli").count() == 1
+
+    call_command("retention", "set", "--tenant", job.tenant.slug, "--days", "inherit")
+    assert Tenant.objects.get(id=job.tenant_id).retention_days is None
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--days", "36501"], "retention set: retention_days: must be between 0 and 36500"),
+    (["--days", "30", "--failed-days", "7"], "retention set: retention_failed_days: must be at least retention_days"),
+    ([], "retention set: retention: give at least one of"),
+])
+def test_retention_set_refuses_bad_values_naming_the_field(make_job, args, message):
+    job = make_job()
+
+    with pytest.raises(CommandError, match=message):
+        call_command("retention", "set", "--tenant", job.tenant.slug, *args)
+
+
+# --- setting the policy: API ---------------------------------------------------------------------
+
+
+def test_staff_set_a_tenant_s_retention_and_see_what_is_in_force(db):
+    tenant = make_tenant()
+    staff = client_for(None)
+
+    response = staff.patch(f"/api/v1/tenants/{tenant.slug}/retention/",
+                           {"retention_days": 7, "retention_keep_last": 20}, format="json")
+
+    assert response.status_code == 200, response.content
+    assert response.json() == {
+        "retention_days": 7, "retention_failed_days": None, "retention_keep_last": 20,
+        "effective": {"days": 7, "failed_days": 90, "keep_last": 20,
+                      "sources": {"days": "tenant", "failed_days": "settings", "keep_last": "tenant"}}}
+    assert staff.get(f"/api/v1/tenants/{tenant.slug}/retention/").json()["retention_days"] == 7
+    assert AuditEvent.objects.get(tenant=tenant, action="tenant.updated").detail == {
+        "changes": {"retention_days": [None, 7], "retention_keep_last": [None, 20]}}
+
+
+def test_a_tenant_key_may_not_set_its_tenant_s_retention(db):
+    tenant = make_tenant()
+
+    response = client_for(tenant).patch(f"/api/v1/tenants/{tenant.slug}/retention/", {"retention_days": 1},
+                                        format="json")
+
+    assert response.status_code == 403
+    assert Tenant.objects.get(id=tenant.id).retention_days is None
+
+
+def test_a_tenant_sets_its_job_s_retention_and_not_another_tenant_s(db):
+    mine, theirs = make_tenant(retention_days=14), make_tenant()
+    job = services.job_create(mine, services.JobSpec(name="j", task_name="scheduler_app.echo", every=60))
+    other = services.job_create(theirs, services.JobSpec(name="j", task_name="scheduler_app.echo", every=60))
+    client = client_for(mine)
+
+    response = client.patch(f"/api/v1/jobs/{job.id}/retention/", {"retention_failed_days": 60}, format="json")
+
+    assert response.status_code == 200, response.content
+    assert response.json()["effective"] == {"days": 14, "failed_days": 60, "keep_last": 0,
+                                            "sources": {"days": "tenant", "failed_days": "job",
+                                                        "keep_last": "settings"}}
+    assert Job.objects.get(id=job.id).version == 1  # retention is not a new version of the job
+    assert client.get(f"/api/v1/jobs/{other.id}/retention/").status_code == 404
+    assert client.patch(f"/api/v1/jobs/{other.id}/retention/", {"retention_days": 1},
+                        format="json").status_code == 404
+
+
+@pytest.mark.parametrize(("body", "field", "message"), [
+    ({"retention_days": -1}, "retention_days", "greater than or equal to 0"),
+    ({"retention_days": "7"}, "retention_days", "must be a whole number"),
+    ({"retention_days": 36501}, "retention_days", "must be between 0 and 36500"),
+    ({"retention_keep_last": 100_001}, "retention_keep_last", "must be between 0 and 100000"),
+    ({"retention_days": 30, "retention_failed_days": 7}, "retention_failed_days", "at least retention_days (30)"),
+    ({"retention_weeks": 1}, "retention_weeks", "is not a known field"),
+])
+def test_bad_retention_values_are_refused_naming_the_field(db, body, field, message):
+    tenant = make_tenant()
+    job = services.job_create(tenant, services.JobSpec(name="j", task_name="scheduler_app.echo", every=60))
+
+    response = client_for(tenant).patch(f"/api/v1/jobs/{job.id}/retention/", body, format="json")
+
+    assert response.status_code == 400
+    assert message in errors_of(response)[field]
+    assert Job.objects.get(id=job.id).retention_days is None
+
+
+# --- setting the policy: admin ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def fast_admin(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+TENANT_FORM = {"timezone": "UTC", "is_active": "on", "max_jobs": "", "min_interval_seconds": "0",
+               "max_fires_per_minute": "", "max_concurrent_runs": "", "weight": "1", "api_requests_per_minute": ""}
+
+
+def test_the_tenant_change_page_sets_retention(fast_admin, admin_client):
+    tenant = make_tenant()
+    form = {**TENANT_FORM, "name": tenant.name, "retention_days": "7", "retention_failed_days": "",
+            "retention_keep_last": "3"}
+
+    response = admin_client.post(reverse("admin:scheduler_app_tenant_change", args=[tenant.pk]), form)
+
+    assert response.status_code == 302, response.content.decode()[:3000]
+    tenant.refresh_from_db()
+    assert (tenant.retention_days, tenant.retention_failed_days, tenant.retention_keep_last) == (7, None, 3)
+    page = admin_client.get(reverse("admin:scheduler_app_tenant_change", args=[tenant.pk])).content.decode()
+    assert "finished runs 7 days (tenant), failed and dead 90 days (settings)" in page
+
+
+def test_the_tenant_change_page_shows_a_bad_retention_on_its_field(fast_admin, admin_client):
+    tenant = make_tenant()
+    form = {**TENANT_FORM, "name": tenant.name, "retention_days": "30", "retention_failed_days": "7",
+            "retention_keep_last": ""}
+
+    response = admin_client.post(reverse("admin:scheduler_app_tenant_change", args=[tenant.pk]), form)
+
+    assert response.status_code == 200
+    assert "at least retention_days (30)" in str(response.context["adminform"].form.errors["retention_failed_days"])
+    assert Tenant.objects.get(id=tenant.id).retention_days is None
+
+
+def test_the_job_change_page_sets_retention_without_a_new_version(fast_admin, admin_client):
+    from tests.test_admin import change_form
+
+    tenant = make_tenant()
+    job = services.job_create(tenant, services.JobSpec(name="nightly", task_name="scheduler_app.echo",
+                                                       cron="0 9 * * *"))
+
+    response = admin_client.post(reverse("admin:scheduler_app_job_change", args=[job.pk]),
+                                 change_form(job, retention_days="3", retention_failed_days="",
+                                             retention_keep_last=""))
+
+    assert response.status_code == 302, response.content.decode()[:3000]
+    job.refresh_from_db()
+    assert (job.retention_days, job.version) == (3, 1)
+    assert AuditEvent.objects.get(job_id=job.id, action="job.updated").detail == {
+        "changes": {"retention_days": [None, 3]}}
+
