@@ -337,7 +337,7 @@ CRONFLEET_RESULT_MAX_BYTES = env_int("CRONFLEET_RESULT_MAX_BYTES", 8192, minimum
 # (API, CLI `retention`, admin). 0 days: kept forever; 0 runs: no such floor.
 CRONFLEET_RETENTION_DAYS = env_int("CRONFLEET_RETENTION_DAYS", 30, minimum=0)
 CRONFLEET_RETENTION_FAILED_DAYS = env_int("CRONFLEET_RETENTION_FAILED_DAYS", 90, minimum=0)
-CRONFLEET_RETENTION_KEEP_LAST = env_int("CRONFLEET_RETENTION_KEEP_LAST", 10, minimum=0)
+CRONFLEET_RETENTION_KEEP_LAST = env_int("CRONFLEET_RETENTION_KEEP_LAST", 0, minimum=0)
 if 0 < CRONFLEET_RETENTION_FAILED_DAYS < CRONFLEET_RETENTION_DAYS:
     raise ImproperlyConfigured("CRONFLEET_RETENTION_FAILED_DAYS must be at least CRONFLEET_RETENTION_DAYS "
                                "(or 0: failed and dead runs kept forever)")

@@ -51,9 +51,10 @@ nothing is pruned and prune_runs says so.
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -80,6 +81,7 @@ TERMINAL = [state.value for state in TERMINAL_STATES]
 FAILED = [RunState.FAILED.value, RunState.DEAD.value]
 OTHERS = [state for state in TERMINAL if state not in FAILED]
 MAX_UNITS = 500  # units one statement looks into
+LOG_SECONDS = 60  # a beat logs what it pruned at most this often
 
 
 # --- the policy ---------------------------------------------------------------------------
@@ -189,14 +191,17 @@ def job_set_retention(job: Job, changes: Mapping, *, actor: str = "") -> Job:
 # --- pruning: the statements ---------------------------------------------------------------
 
 # Look at up to %(limit)s runs of the units given as arrays, each unit from where it got to
-# (after_at, after_id) up to its cutoff, oldest fire first, and mark the ones the policy
-# lets go (doomed): terminal in the unit's class, finished before the cutoff, not among the
-# newest keep_last runs of their job and, in a tenant's unit, not of a job with a retention
-# of its own (own_rules: that job's unit decides). {column} is tenant_id or job_id; the
-# LATERAL walks jobrun_tenant_recent_idx or jobrun_one_per_fire for one unit at a time, in
-# the order given, and the outer LIMIT stops the statement once it has looked at enough.
-# The floor reads the job's newest runs through jobrun_one_per_fire, and only for runs old
-# enough to go otherwise.
+# (after_at, after_id) up to its cutoff, oldest fire first, lock them, and mark the ones the
+# policy lets go (doomed): terminal in the unit's class, finished before the cutoff, not
+# among the newest keep_last runs of their job and, in a tenant's unit, not of a job with a
+# retention of its own (own_rules: that job's unit decides). {column} is tenant_id or
+# job_id: the LATERAL walks jobrun_tenant_recent_idx or jobrun_one_per_fire for one unit at a
+# time, in the order given, and the outer LIMIT stops the statement once it has looked at
+# enough. Rows another transaction holds (a replay, a late finish, another pruner) are
+# skipped, never waited for; a row changed since the snapshot is locked as it is now, and
+# judged by what it is now (a failed run replayed meanwhile is queued: it stays). The floor
+# reads the job's newest runs through jobrun_one_per_fire, only for runs old enough to go
+# otherwise.
 _EXAMINE = """
 WITH unit AS (
     SELECT unit.key, unit.cutoff, unit.failed, unit.keep_last, unit.own_rules,
@@ -207,7 +212,7 @@ WITH unit AS (
            WITH ORDINALITY AS unit (key, cutoff, failed, keep_last, own_rules, after_at, after_id, position)
 ),
 examined AS MATERIALIZED (
-    SELECT unit.position, run.id, run.scheduled_at,
+    SELECT unit.position, run.id, run.ctid, run.scheduled_at,
            coalesce(run.finished_at < unit.cutoff
                     AND run.state = ANY (CASE WHEN unit.failed THEN %(failed_states)s::varchar[]
                                               ELSE %(other_states)s::varchar[] END)
@@ -226,7 +231,7 @@ examined AS MATERIALIZED (
                     false) AS doomed
       FROM unit
      CROSS JOIN LATERAL (
-           SELECT run.id, run.job_id, run.scheduled_at, run.finished_at, run.state
+           SELECT run.ctid, run.id, run.job_id, run.scheduled_at, run.finished_at, run.state
              FROM scheduler_app_jobrun AS run
             WHERE run.{column} = unit.key
               AND run.scheduled_at < unit.cutoff
@@ -234,46 +239,43 @@ examined AS MATERIALIZED (
               AND (run.scheduled_at, run.id) > (unit.after_at, unit.after_id)
             ORDER BY run.scheduled_at, run.id
             LIMIT %(limit)s
+              {lock}
            ) AS run
      LIMIT %(limit)s
 )"""
+_WALKED = """
+SELECT examined.position, count(*), count(*) FILTER (WHERE examined.doomed),
+       (array_agg(examined.scheduled_at ORDER BY examined.scheduled_at DESC, examined.id DESC))[1],
+       (array_agg(examined.id ORDER BY examined.scheduled_at DESC, examined.id DESC))[1],
+       {deleted}
+  FROM examined
+ GROUP BY examined.position
+"""
 
-# prune: lock the doomed runs, skipping any another transaction holds (a replay, a late
-# finish, another pruner); the lock rechecks that the latest version is still terminal
-# (a failed run replayed since the snapshot is queued now and stays). Then delete them.
-# One row per unit looked into: how many runs, how many doomed, the last one looked at,
-# and (the same on every row) how many were deleted.
-PRUNE_RUNS = _EXAMINE + """,
-locked AS MATERIALIZED (
-    SELECT run.id
-      FROM scheduler_app_jobrun AS run
-     WHERE run.id IN (SELECT examined.id FROM examined WHERE examined.doomed)
-       AND run.state = ANY (%(terminal)s::varchar[])
-       FOR UPDATE OF run SKIP LOCKED
-),
+# prune: delete the doomed runs (locked by the walk). One row per unit looked into: how
+# many runs, how many doomed, the last one looked at, and (the same on every row) how many
+# were deleted.
+PRUNE_RUNS = _EXAMINE.replace("{lock}", "FOR UPDATE OF run SKIP LOCKED") + """,
 gone AS (
     DELETE FROM scheduler_app_jobrun AS run
-     USING locked
-     WHERE run.id = locked.id
+     USING examined
+     WHERE run.ctid = examined.ctid
+       AND run.id = examined.id
+       AND examined.doomed
     RETURNING run.id
-)
-SELECT examined.position, count(*), count(*) FILTER (WHERE examined.doomed),
-       (array_agg(examined.scheduled_at ORDER BY examined.scheduled_at DESC, examined.id DESC))[1],
-       (array_agg(examined.id ORDER BY examined.scheduled_at DESC, examined.id DESC))[1],
-       (SELECT count(*) FROM gone)
-  FROM examined
- GROUP BY examined.position
-"""
+)""" + _WALKED.replace("{deleted}", "(SELECT count(*) FROM gone)")
 
-# prune_runs --dry-run: the same look, nothing locked or deleted.
-COUNT_RUNS = _EXAMINE + """
-SELECT examined.position, count(*), count(*) FILTER (WHERE examined.doomed),
-       (array_agg(examined.scheduled_at ORDER BY examined.scheduled_at DESC, examined.id DESC))[1],
-       (array_agg(examined.id ORDER BY examined.scheduled_at DESC, examined.id DESC))[1],
-       0
-  FROM examined
- GROUP BY examined.position
-"""
+# prune_runs --dry-run: the same walk, nothing locked or deleted.
+COUNT_RUNS = _EXAMINE.replace("{lock}", "") + _WALKED.replace("{deleted}", "0")
+
+# How each batch is planned (SET LOCAL, in the batch's transaction). The walk's rows come
+# out of jobrun_tenant_recent_idx in fire-time order, already nearly sorted for
+# ORDER BY scheduled_at, id (an incremental sort), and the LIMIT stops it after a batch. The
+# planner, which cannot see the unit's bounds (they come from arrays), prefers a bitmap scan
+# of the whole unit below its cutoff plus a sort: measured at 2,000,000 rows, 100,000 rows
+# read and sorted for every 5,000 returned (240 ms against 27 ms). And the statement's
+# estimated cost is high enough for JIT, which spent 30 ms compiling a 60 ms batch.
+PLANNER_SETTINGS = "SET LOCAL enable_bitmapscan = off; SET LOCAL jit = off"
 
 # Events about runs older than the cutoff, oldest first, through audit_run_created_idx.
 PRUNE_AUDIT = """
@@ -331,6 +333,22 @@ class Progress:
     seconds: float = 0.0  # spent in the statements
 
 
+def batch_statement(units: list[Unit], now: datetime, *, limit: int, dry_run: bool = False) -> tuple[str, dict]:
+    """PRUNE_RUNS (COUNT_RUNS for a dry run) and its parameters for `units`, all of one kind."""
+    params = {
+        "key": [u.key for u in units],
+        "cutoff": [now - timedelta(days=u.days) for u in units],
+        "failed": [u.failed for u in units],
+        "keep_last": [u.keep_last for u in units],
+        "own_rules": [u.own_rules for u in units],
+        "after_at": [u.after[0] if u.after else None for u in units],
+        "after_id": [u.after[1] if u.after else None for u in units],
+        "failed_states": FAILED, "other_states": OTHERS, "terminal": TERMINAL, "limit": limit,
+    }
+    column = "tenant_id" if units[0].kind == "tenant" else "job_id"
+    return (COUNT_RUNS if dry_run else PRUNE_RUNS).format(column=column), params
+
+
 def units_for(tenants: Iterable[tuple[int, dict]], own_jobs: Iterable[tuple[int, int, dict]],
               tenant_fields: Mapping[int, dict]) -> list[Unit]:
     """The walks the policy asks for. `tenants`: (id, fields); `own_jobs`: (id, tenant id,
@@ -378,6 +396,10 @@ class Pruner:
         self.audit_at = 0.0
         self.last_batch_at = float("-inf")
         self.progress = Progress()
+        self.logged = (clock(), Progress())  # when the beat last logged, and the progress then
+        # Units waiting equally long are taken in an order of this pruner's own, so that several
+        # beats start on different tenants rather than all walking (and skipping) the same rows.
+        self.order = random.Random().randrange(1 << 32)
 
     # -- the beat's step --
 
@@ -399,7 +421,9 @@ class Pruner:
             return False
         self.last_batch_at = now
         try:
-            return self.prune_batch(db_now())
+            more = self.prune_batch(db_now())
+            self.log_progress(force=not more)
+            return more
         except DatabaseError as exc:
             logger.warning("retention: pruning failed (%s: %s); trying again in %ss", type(exc).__name__, exc,
                            self.check_seconds)
@@ -407,6 +431,20 @@ class Pruner:
                 unit.visit_at = max(unit.visit_at, now + self.check_seconds)
             self.audit_at = now + self.check_seconds
             return False
+
+    def log_progress(self, *, force: bool) -> None:
+        """Log what was pruned since the last line: at most every LOG_SECONDS, or when
+        caught up (`force`), and only if something was."""
+        at, then = self.logged
+        now = self.clock()
+        if now - at < LOG_SECONDS and not force:
+            return
+        pruned, audit = self.progress.pruned - then.pruned, self.progress.audit_pruned - then.audit_pruned
+        if pruned or audit:
+            logger.info("retention: deleted %s runs and %s audit events in %.0fs (%s runs looked at, %.1fs in "
+                        "statements)", pruned, audit, now - at, self.progress.examined - then.examined,
+                        self.progress.seconds - then.seconds)
+        self.logged = (now, replace(self.progress))
 
     def has_work(self, now: float) -> bool:
         """Whether a batch may find something: a walk or the audit due, or the policies to
@@ -423,7 +461,8 @@ class Pruner:
         audit events. `now` is the database's clock. Returns True when more may be due now."""
         clock = self.clock()
         self.refresh(clock)
-        due = sorted((unit for unit in self.units.values() if unit.visit_at <= clock), key=lambda u: u.visit_at)
+        due = sorted((unit for unit in self.units.values() if unit.visit_at <= clock),
+                     key=lambda u: (u.visit_at, hash((u.ident, self.order))))
         if due:
             kind = due[0].kind
             self.prune_units([unit for unit in due if unit.kind == kind][:MAX_UNITS], now)
@@ -434,20 +473,9 @@ class Pruner:
 
     def prune_units(self, units: list[Unit], now: datetime) -> None:
         started = time.monotonic()
-        params = {
-            "key": [u.key for u in units],
-            "cutoff": [now - timedelta(days=u.days) for u in units],
-            "failed": [u.failed for u in units],
-            "keep_last": [u.keep_last for u in units],
-            "own_rules": [u.own_rules for u in units],
-            "after_at": [u.after[0] if u.after else None for u in units],
-            "after_id": [u.after[1] if u.after else None for u in units],
-            "failed_states": FAILED, "other_states": OTHERS, "terminal": TERMINAL, "limit": self.batch_size,
-        }
-        statement = COUNT_RUNS if self.dry_run else PRUNE_RUNS
-        column = "tenant_id" if units[0].kind == "tenant" else "job_id"
-        with connection.cursor() as cursor:
-            cursor.execute(statement.format(column=column), params)
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(PLANNER_SETTINGS)
+            cursor.execute(*batch_statement(units, now, limit=self.batch_size, dry_run=self.dry_run))
             rows = cursor.fetchall()
         examined = sum(row[1] for row in rows)
         self.progress.batches += 1
