@@ -24,10 +24,10 @@ and the unique (job_id, scheduled_at) must then include the partition column (fi
 scheduled_at, but the primary key would become (id, scheduled_at) behind Django's back),
 every lookup by id (the worker's start and finish, the API's run detail) would probe every
 partition, a backfill or a one-off far in the future needs a partition to land in, and
-turning the existing table into a partitioned one rewrites it. So pruning is
-DELETE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED), a bounded batch at a time: a
-run being replayed or finished right now is locked by its writer and simply skipped, and a
-beat never waits for a lock. Nothing references a run by foreign key (audit events keep a
+turning the existing table into a partitioned one rewrites it. So pruning is a batched
+DELETE of rows selected oldest first, LIMIT n, FOR UPDATE SKIP LOCKED, one bounded batch
+per transaction: a run being replayed or finished right now is locked by its writer and
+simply passed over, and a beat never waits for a lock. Nothing references a run by foreign key (audit events keep a
 plain run_id), so a delete touches the run's row and nothing else; the space is reused
 after VACUUM (autovacuum), so the table stops growing once pruning keeps up.
 
@@ -35,8 +35,9 @@ How pruning walks. The work comes in units: each tenant's runs, and each job wit
 retention of its own, in two classes (failed and dead; the others), each with one cutoff
 (now - days). A tenant's unit walks its runs oldest fire first through
 jobrun_tenant_recent_idx (tenant_id, scheduled_at): a run finishes after its fire time, so
-every run finished before the cutoff lies below the cutoff in that index, and no index of
-finished_at is needed (the dispatch path keeps paying for the indexes it had). A job's unit
+every run finished before the cutoff lies below the cutoff in that index (were one ever
+to finish before its fire time, it would only be pruned later, never earlier), and no
+index of finished_at is needed: dispatch and the workers pay for no new index. A job's unit
 walks jobrun_one_per_fire (job_id, scheduled_at) the same way. Each unit remembers how far
 it has looked (scheduled_at, id), so a run the policy keeps (its job's floor, its own
 job's longer policy, a run finished long after its fire time) is looked at once per walk,
@@ -44,8 +45,9 @@ not once per batch; every CRONFLEET_RETENTION_RESCAN_SECONDS the walks start aga
 the oldest run. One statement serves many units (unnest + LATERAL) and looks at no more
 than `batch_size` runs, so its cost is bounded whatever the backlog.
 
-PostgreSQL only (LATERAL, SKIP LOCKED, arrays): on SQLite, the embedded first-run database,
-nothing is pruned and prune_runs says so.
+The statement is PostgreSQL's (LATERAL, arrays, SKIP LOCKED). SQLite, the embedded
+first-run database with one writer and a small ledger, gets the same policy through the
+ORM, a unit at a time (walk_portable).
 """
 
 from __future__ import annotations
@@ -59,12 +61,14 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
+from django.db.models import Q
 
 from scheduler_app.models import (
     JOB_RETENTION_SET,
     TERMINAL_STATES,
     AuditEvent,
     Job,
+    JobRun,
     RunState,
     Tenant,
     db_now,
@@ -287,7 +291,7 @@ DELETE FROM scheduler_app_auditevent
                      {tenant}
                ORDER BY created_at
                LIMIT %(limit)s
-                 FOR UPDATE SKIP LOCKED)
+                 {lock})
 """
 COUNT_AUDIT = """
 SELECT count(*)
@@ -349,6 +353,42 @@ def batch_statement(units: list[Unit], now: datetime, *, limit: int, dry_run: bo
     return (COUNT_RUNS if dry_run else PRUNE_RUNS).format(column=column), params
 
 
+def walk_portable(units: list[Unit], now: datetime, *, limit: int, dry_run: bool = False) -> list[tuple]:
+    """The batch of PRUNE_RUNS (COUNT_RUNS) through the ORM, with its result rows, for a
+    database without LATERAL, arrays or SKIP LOCKED: SQLite, where one writer at a time and
+    a small ledger make a unit-by-unit walk enough. The policy is judged in Python."""
+    results, left, doomed_ids = [], limit, []
+    for position, unit in enumerate(units, start=1):
+        if left <= 0:
+            break
+        cutoff = now - timedelta(days=unit.days)
+        runs = JobRun.objects.filter(**{f"{unit.kind}_id": unit.key}, scheduled_at__lt=cutoff)
+        if unit.after is not None:
+            runs = runs.filter(Q(scheduled_at__gt=unit.after[0]) | Q(scheduled_at=unit.after[0], id__gt=unit.after[1]))
+        seen = list(runs.order_by("scheduled_at", "id")
+                    .values_list("id", "job_id", "scheduled_at", "finished_at", "state")[:left])
+        if not seen:
+            continue
+        states = FAILED if unit.failed else OTHERS
+        doomed = [row for row in seen if row[3] is not None and row[3] < cutoff and row[4] in states]
+        if unit.own_rules and doomed:
+            own = set(Job.objects.filter(JOB_RETENTION_SET, id__in={row[1] for row in doomed})
+                      .values_list("id", flat=True))
+            doomed = [row for row in doomed if row[1] not in own]
+        if unit.keep_last and doomed:
+            floors = {job_id: JobRun.objects.filter(job_id=job_id).order_by("-scheduled_at")
+                      .values_list("scheduled_at", flat=True)[unit.keep_last - 1:unit.keep_last].first()
+                      for job_id in {row[1] for row in doomed}}
+            doomed = [row for row in doomed if floors[row[1]] is not None and row[2] < floors[row[1]]]
+        doomed_ids += [row[0] for row in doomed]
+        results.append((position, len(seen), len(doomed), seen[-1][2], seen[-1][0]))
+        left -= len(seen)
+    deleted = 0
+    if doomed_ids and not dry_run:
+        deleted, _ = JobRun.objects.filter(id__in=doomed_ids, state__in=TERMINAL).delete()
+    return [(*row, deleted) for row in results]
+
+
 def units_for(tenants: Iterable[tuple[int, dict]], own_jobs: Iterable[tuple[int, int, dict]],
               tenant_fields: Mapping[int, dict]) -> list[Unit]:
     """The walks the policy asks for. `tenants`: (id, fields); `own_jobs`: (id, tenant id,
@@ -400,6 +440,7 @@ class Pruner:
         # Units waiting equally long are taken in an order of this pruner's own, so that several
         # beats start on different tenants rather than all walking (and skipping) the same rows.
         self.order = random.Random().randrange(1 << 32)
+        self.portable = connection.vendor != "postgresql"  # walk_portable instead of PRUNE_RUNS
 
     # -- the beat's step --
 
@@ -412,7 +453,7 @@ class Pruner:
         goes round again without sleeping, dispatching between batches). Database errors
         are logged and put pruning off until the next check, never raised into the loop.
         """
-        if not settings.CRONFLEET_RETENTION_IN_BEAT or connection.vendor != "postgresql":
+        if not settings.CRONFLEET_RETENTION_IN_BEAT:
             return False
         now = self.clock()
         if not idle and now - self.last_batch_at < self.busy_seconds:
@@ -473,10 +514,13 @@ class Pruner:
 
     def prune_units(self, units: list[Unit], now: datetime) -> None:
         started = time.monotonic()
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(PLANNER_SETTINGS)
-            cursor.execute(*batch_statement(units, now, limit=self.batch_size, dry_run=self.dry_run))
-            rows = cursor.fetchall()
+        if self.portable:
+            rows = walk_portable(units, now, limit=self.batch_size, dry_run=self.dry_run)
+        else:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute(PLANNER_SETTINGS)
+                cursor.execute(*batch_statement(units, now, limit=self.batch_size, dry_run=self.dry_run))
+                rows = cursor.fetchall()
         examined = sum(row[1] for row in rows)
         self.progress.batches += 1
         self.progress.examined += examined
@@ -510,13 +554,16 @@ class Pruner:
         tenant = ""
         if self.tenant_id is not None:
             tenant, params["tenant"] = "AND tenant_id = %(tenant)s", self.tenant_id
+        lock = "FOR UPDATE SKIP LOCKED" if connection.features.has_select_for_update_skip_locked else ""
+        adapt = connection.ops.adapt_datetimefield_value
+        params["cutoff"] = adapt(params["cutoff"])
         with connection.cursor() as cursor:
             if self.dry_run:
                 cursor.execute(COUNT_AUDIT.format(tenant=tenant), params)
                 self.progress.audit_pruned += cursor.fetchone()[0]
                 self.audit_at = float("inf")  # counted all at once
                 return
-            cursor.execute(PRUNE_AUDIT.format(tenant=tenant), params)
+            cursor.execute(PRUNE_AUDIT.format(tenant=tenant, lock=lock), params)
             deleted = cursor.rowcount
         self.progress.audit_pruned += deleted
         self.audit_at = clock if deleted >= self.batch_size else clock + self.check_seconds

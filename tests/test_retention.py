@@ -49,8 +49,16 @@ def finished(job: Job, state: str, days_ago: float, *, now: datetime = NOW, fire
                                  finished_at=finished_at if done or state == RunState.RETRYING else None, **fields)
 
 
-def prune(now: datetime = NOW, **options) -> retention.Progress:
-    return retention.prune_everything(retention.once_through(**options), now=lambda: now)
+def prune(now: datetime = NOW, *, portable: bool = False, **options) -> retention.Progress:
+    pruner = retention.once_through(**options)
+    pruner.portable = portable
+    return retention.prune_everything(pruner, now=lambda: now)
+
+
+@pytest.fixture(params=["statement", "portable"])
+def walk(request) -> bool:
+    """Run a policy test through PostgreSQL's statement and through the ORM walk SQLite uses."""
+    return request.param == "portable"
 
 
 def left(*runs: JobRun) -> list[bool]:
@@ -99,40 +107,40 @@ def test_units_for_walks_each_tenant_and_each_job_with_its_own_rules_in_two_clas
 # --- what the policy keeps -----------------------------------------------------------------
 
 
-def test_finished_runs_go_after_the_days_and_the_younger_ones_stay(make_job):
+def test_finished_runs_go_after_the_days_and_the_younger_ones_stay(make_job, walk):
     job = make_job()
     old = [finished(job, state, 31) for state in (RunState.SUCCEEDED, RunState.SKIPPED, RunState.CANCELLED)]
     young = [finished(job, state, 29) for state in (RunState.SUCCEEDED, RunState.SKIPPED, RunState.CANCELLED)]
 
-    progress = prune()
+    progress = prune(portable=walk)
 
     assert left(*old) == [False, False, False]
     assert left(*young) == [True, True, True]
     assert progress.pruned == 3
 
 
-def test_failed_and_dead_runs_are_kept_longer(make_job):
+def test_failed_and_dead_runs_are_kept_longer(make_job, walk):
     job = make_job()
     kept = [finished(job, RunState.FAILED, 31), finished(job, RunState.DEAD, 89)]
     gone = [finished(job, RunState.FAILED, 91), finished(job, RunState.DEAD, 91)]
 
-    prune()
+    prune(portable=walk)
 
     assert left(*kept) == [True, True]
     assert left(*gone) == [False, False]
 
 
-def test_runs_still_going_are_never_touched_whatever_their_age(make_job):
+def test_runs_still_going_are_never_touched_whatever_their_age(make_job, walk):
     job = make_job()
     going = [finished(job, state, 400, fired_days_ago=401)
              for state in (RunState.PENDING, RunState.QUEUED, RunState.RUNNING, RunState.RETRYING, RunState.LOST)]
     JobRun.objects.filter(id__in=[run.id for run in going]).update(finished_at=NOW - 400 * DAY)
 
-    assert prune().pruned == 0
+    assert prune(portable=walk).pruned == 0
     assert left(*going) == [True] * 5
 
 
-def test_a_job_keeps_its_newest_runs_whatever_their_age(make_job, settings):
+def test_a_job_keeps_its_newest_runs_whatever_their_age(make_job, settings, walk):
     settings.CRONFLEET_RETENTION_KEEP_LAST = 3
     monthly, busy = make_job(), make_job()
     monthly_runs = [finished(monthly, RunState.SUCCEEDED, days) for days in (150, 120, 90, 60, 31)]
@@ -140,14 +148,14 @@ def test_a_job_keeps_its_newest_runs_whatever_their_age(make_job, settings):
     busy_new = [finished(busy, RunState.SUCCEEDED, days) for days in (3, 2)]
     finished(busy, RunState.QUEUED, 0)  # runs still going count among the newest
 
-    prune()
+    prune(portable=walk)
 
     assert left(*monthly_runs) == [False, False, True, True, True]  # its last three, all older than 30 days
     assert left(*busy_old) == [False, False, False]
     assert left(*busy_new) == [True, True]
 
 
-def test_tenant_and_job_policies_override_the_settings(make_job):
+def test_tenant_and_job_policies_override_the_settings(make_job, walk):
     short, forever = make_tenant(retention_days=7), make_tenant(retention_days=0)
     plain = Job.objects.create(tenant=short, name="plain", cron="* * * * *", task_name="scheduler_app.echo")
     longer = Job.objects.create(tenant=short, name="longer", cron="* * * * *", task_name="scheduler_app.echo",
@@ -168,7 +176,7 @@ def test_tenant_and_job_policies_override_the_settings(make_job):
         "default 31 days": finished(default_job, RunState.SUCCEEDED, 31),
     }
 
-    prune()
+    prune(portable=walk)
 
     still = dict(zip(runs, left(*runs.values()), strict=True))
     assert still == {"plain 8 days": False, "plain 6 days": True, "longer 40 days": True, "longer 61 days": False,
@@ -176,13 +184,13 @@ def test_tenant_and_job_policies_override_the_settings(make_job):
                      "default 31 days": False}
 
 
-def test_failed_days_are_never_shorter_than_the_days_in_force(make_job):
+def test_failed_days_are_never_shorter_than_the_days_in_force(make_job, walk):
     tenant = make_tenant(retention_days=60)
     job = Job.objects.create(tenant=tenant, name="j", cron="* * * * *", task_name="scheduler_app.echo",
                              retention_failed_days=10)  # its days come from the tenant: 60
 
     runs = [finished(job, RunState.FAILED, 59), finished(job, RunState.FAILED, 61)]
-    prune()
+    prune(portable=walk)
 
     assert left(*runs) == [True, False]
 
@@ -190,11 +198,12 @@ def test_failed_days_are_never_shorter_than_the_days_in_force(make_job):
 # --- batches, locks, the walk ------------------------------------------------------------------
 
 
-def test_pruning_goes_in_bounded_batches_and_looks_at_each_run_once(make_job):
+def test_pruning_goes_in_bounded_batches_and_looks_at_each_run_once(make_job, walk):
     job = make_job()
     gone = [finished(job, RunState.SUCCEEDED, 40 + n) for n in range(7)]
     kept = [finished(job, RunState.FAILED, 40 + n) for n in range(3)]  # kept 90 days: looked at, not deleted
     pruner = retention.once_through(batch_size=3)
+    pruner.portable = walk
 
     first = pruner.prune_batch(NOW)
     after_first = pruner.progress.pruned

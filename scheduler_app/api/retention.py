@@ -75,8 +75,9 @@ class TenantRetentionView(ApiViewMixin, GenericAPIView):
     @extend_schema(summary="Set a tenant's retention of finished runs; null inherits the setting (staff)",
                    request=TenantRetentionChangeSerializer, responses=RetentionSerializer, examples=EXAMPLES)
     def patch(self, request, slug=None):
+        tenant = self.get_object()  # first: someone else's object is a 404 whatever the body
         changes = validated(TenantRetentionChangeSerializer, request.data)
-        tenant = retention.tenant_set_retention(self.get_object(), changes, actor=actor(request))
+        tenant = retention.tenant_set_retention(tenant, changes, actor=actor(request))
         return Response(RetentionSerializer(retention.describe(tenant)).data)
 
 
@@ -92,6 +93,7 @@ class JobRetentionView(TenantScopedMixin, GenericAPIView):
     @extend_schema(summary="Set a job's retention of finished runs; null inherits the tenant's",
                    request=JobRetentionChangeSerializer, responses=RetentionSerializer, examples=EXAMPLES)
     def patch(self, request, id=None):
+        job = self.get_object()  # first: another tenant's job is a 404 whatever the body
         changes = validated(JobRetentionChangeSerializer, request.data)
-        job = retention.job_set_retention(self.get_object(), changes, actor=actor(request))
+        job = retention.job_set_retention(job, changes, actor=actor(request))
         return Response(RetentionSerializer(retention.describe(job)).data)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import connection
 
 from scheduler_app import retention, services
 from scheduler_app.management.tables import OneLineErrors, format_table
@@ -30,8 +29,6 @@ class Command(OneLineErrors, BaseCommand):
                             help="Runs looked at per statement (default %(default)s)")
 
     def handle(self, *args, dry_run: bool, tenant: str, batch_size: int, **options) -> None:
-        if connection.vendor != "postgresql":
-            raise CommandError(f"prune_runs: needs PostgreSQL; {connection.vendor} keeps every run", returncode=2)
         if not 1 <= batch_size <= 100_000:
             raise CommandError("prune_runs: --batch-size must be between 1 and 100000", returncode=2)
         try:
