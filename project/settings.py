@@ -381,6 +381,31 @@ CRONFLEET_HTTP_MAX_RESPONSE_BYTES = env_int("CRONFLEET_HTTP_MAX_RESPONSE_BYTES",
 CRONFLEET_ENCRYPTION_KEYS = env_list("CRONFLEET_ENCRYPTION_KEYS", [])
 # Bytes of a run's result and error kept in the ledger.
 CRONFLEET_RESULT_MAX_BYTES = env_int("CRONFLEET_RESULT_MAX_BYTES", 8192, minimum=256)
+# Retention (scheduler_app/retention.py): finished runs are kept this many days after they
+# finished, failed and dead ones at least CRONFLEET_RETENTION_FAILED_DAYS, and a job's newest
+# CRONFLEET_RETENTION_KEEP_LAST runs whatever their age; older ones are deleted in the
+# background by the beats and by `manage.py prune_runs`. Tenants and jobs may set their own
+# (API, CLI `retention`, admin). 0 days: kept forever; 0 runs: no such floor.
+CRONFLEET_RETENTION_DAYS = env_int("CRONFLEET_RETENTION_DAYS", 30, minimum=0)
+CRONFLEET_RETENTION_FAILED_DAYS = env_int("CRONFLEET_RETENTION_FAILED_DAYS", 90, minimum=0)
+CRONFLEET_RETENTION_KEEP_LAST = env_int("CRONFLEET_RETENTION_KEEP_LAST", 0, minimum=0)
+if 0 < CRONFLEET_RETENTION_FAILED_DAYS < CRONFLEET_RETENTION_DAYS:
+    raise ImproperlyConfigured("CRONFLEET_RETENTION_FAILED_DAYS must be at least CRONFLEET_RETENTION_DAYS "
+                               "(or 0: failed and dead runs kept forever)")
+# Audit events about runs (lost leases, replays, duplicate deliveries) are pruned on their own
+# age, whether their run is still kept or not; operators' actions on jobs, tenants and keys are
+# kept. 0: kept forever.
+CRONFLEET_RETENTION_AUDIT_DAYS = env_int("CRONFLEET_RETENTION_AUDIT_DAYS", 365, minimum=0)
+# Beats prune in the background: one batch of at most this many runs looked at per loop turn
+# while they have time (at least every CRONFLEET_RETENTION_BUSY_SECONDS while dispatch is
+# busy); once caught up, they look again every CRONFLEET_RETENTION_CHECK_SECONDS, and walk
+# each tenant's history from its start every CRONFLEET_RETENTION_RESCAN_SECONDS (runs kept
+# by a job's floor or by a longer policy of their job are looked at again then).
+CRONFLEET_RETENTION_IN_BEAT = env_bool("CRONFLEET_RETENTION_IN_BEAT", True)
+CRONFLEET_RETENTION_BATCH_SIZE = env_int("CRONFLEET_RETENTION_BATCH_SIZE", 5000, minimum=1)
+CRONFLEET_RETENTION_BUSY_SECONDS = env_int("CRONFLEET_RETENTION_BUSY_SECONDS", 10, minimum=1)
+CRONFLEET_RETENTION_CHECK_SECONDS = env_int("CRONFLEET_RETENTION_CHECK_SECONDS", 60, minimum=1)
+CRONFLEET_RETENTION_RESCAN_SECONDS = env_int("CRONFLEET_RETENTION_RESCAN_SECONDS", 3600, minimum=1)
 
 # Job alerts (scheduler_app/alerts.py): each beat evaluates due alert rules and delivers
 # pending alerts at most this often, after a turn.

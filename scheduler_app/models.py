@@ -52,6 +52,15 @@ class Tenant(models.Model):
     weight = models.PositiveSmallIntegerField(default=1)
     # API requests each of the tenant's keys may make per minute (NULL: the setting's default).
     api_requests_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    # Retention of the tenant's finished runs (scheduler_app.retention); NULL: the setting.
+    retention_days = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Days finished runs are kept (0: forever); blank: CRONFLEET_RETENTION_DAYS")
+    retention_failed_days = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Days failed and dead runs are kept, at least as long as the others "
+                                         "(0: forever); blank: CRONFLEET_RETENTION_FAILED_DAYS")
+    retention_keep_last = models.PositiveIntegerField(
+        null=True, blank=True, help_text="A job's newest runs kept whatever their age (0: none); "
+                                         "blank: CRONFLEET_RETENTION_KEEP_LAST")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -90,6 +99,11 @@ class JobQuerySet(models.QuerySet):
         # SQLite has no JSON containment; json_each finds the element exactly.
         return self.filter(id__in=RawSQL(
             "SELECT job.id FROM scheduler_app_job job, json_each(job.tags) tag WHERE tag.value = %s", [tag]))
+
+
+# Jobs whose runs follow a retention of their own rather than their tenant's.
+JOB_RETENTION_SET = (Q(retention_days__isnull=False) | Q(retention_failed_days__isnull=False)
+                     | Q(retention_keep_last__isnull=False))
 
 
 class Job(models.Model):
@@ -151,6 +165,15 @@ class Job(models.Model):
         help_text="A fire while an earlier run is still active: allow it, skip it, hold one, or cancel the old",
     )
 
+    # Retention of the job's finished runs, over its tenant's (scheduler_app.retention); NULL: the tenant's.
+    retention_days = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Days finished runs are kept (0: forever); blank: the tenant's")
+    retention_failed_days = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Days failed and dead runs are kept, at least as long as the others "
+                                         "(0: forever); blank: the tenant's")
+    retention_keep_last = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The job's newest runs kept whatever their age (0: none); blank: the tenant's")
+
     version = models.PositiveIntegerField(default=1, help_text="Bumped on every edit")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -169,6 +192,12 @@ class Job(models.Model):
                 fields=["next_run_at", "id"],
                 name="job_due_idx",
                 condition=Q(enabled=True, next_run_at__isnull=False),
+            ),
+            # retention.Pruner lists the few jobs with a retention of their own (JOB_RETENTION_SET).
+            models.Index(
+                fields=["tenant", "id"],
+                name="job_retention_idx",
+                condition=JOB_RETENTION_SET,
             ),
         ]
 
@@ -264,7 +293,8 @@ class JobRun(models.Model):
     class Meta:
         constraints = [
             # One run per fire time: the safety net under the SKIP LOCKED claim
-            # (dispatch.insert_runs relies on it with ON CONFLICT DO NOTHING).
+            # (dispatch.insert_runs relies on it with ON CONFLICT DO NOTHING). Retention
+            # reads a job's newest runs and walks its history through it.
             models.UniqueConstraint(fields=["job", "scheduled_at"], name="jobrun_one_per_fire"),
         ]
         indexes = [
@@ -288,7 +318,9 @@ class JobRun(models.Model):
                          condition=Q(state__in=["queued", "running"])),
             models.Index(fields=["tenant", "-priority", "scheduled_at", "id"], name="jobrun_tenant_held_idx",
                          condition=Q(state="pending")),
-            # Admin, `jobs runs` and per-tenant views list runs newest first.
+            # Admin, `jobs runs` and per-tenant views list runs newest first; retention walks
+            # a tenant's history oldest first (a run finishes after its fire time, so runs
+            # finished before a cutoff lie below it here: no index of finished_at is needed).
             models.Index(fields=["tenant", "-scheduled_at"], name="jobrun_tenant_recent_idx"),
             models.Index(fields=["state", "-scheduled_at"], name="jobrun_state_recent_idx"),
             # The admin's ledger filtered to manual or backfilled runs, newest first. Partial: the
@@ -333,6 +365,8 @@ class AuditEvent(models.Model):
         indexes = [
             models.Index(fields=["tenant", "-created_at"], name="audit_tenant_recent_idx"),
             models.Index(fields=["job", "-created_at"], name="audit_job_recent_idx"),
+            # retention prunes events about runs by their own age; operators' actions stay.
+            models.Index(fields=["created_at"], name="audit_run_created_idx", condition=Q(run_id__isnull=False)),
         ]
 
     def __str__(self) -> str:

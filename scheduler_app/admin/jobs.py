@@ -16,6 +16,7 @@ from django.utils.html import format_html, format_html_join
 
 from scheduler_app import schedules, services, sqljobs
 from scheduler_app.admin import jobpage
+from scheduler_app.admin.retention import IN_FORCE, RETENTION_FIELDS, RETENTION_FIELDSET, RetentionAdminMixin
 from scheduler_app.admin.common import ACTION_LIMIT, AsciiSplitDateTimeField, actor, adopt, jsonb_safe
 from scheduler_app.management.tables import describe_schedule, local_text, shorten, utc_text
 from scheduler_app.models import Job, JobRun, db_now
@@ -137,7 +138,9 @@ class JobChangeForm(forms.ModelForm):
         data = super().clean()
         if self.errors:
             return data
-        changes = {FORM_TO_SPEC.get(name, name): data.get(name) for name in self.changed_data}
+        # Retention fields are saved apart (admin/retention.py), not through job_update.
+        changes = {FORM_TO_SPEC.get(name, name): data.get(name) for name in self.changed_data
+                   if name not in RETENTION_FIELDS}
         for text_field in ("cron", "description", "queue", "task_name", "timezone"):
             if text_field in changes and changes[text_field] is None:
                 changes[text_field] = ""
@@ -151,7 +154,7 @@ class JobChangeForm(forms.ModelForm):
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
     list_display = ("title", "schedule", "enabled", "priority", "next_run_at", "last_run_state")
     list_filter = ("tenant", "enabled", "priority", "misfire_policy")
     list_select_related = ("tenant",)
@@ -181,10 +184,12 @@ class JobAdmin(admin.ModelAdmin):
         ("Retries, misfires and overlap", {"fields": ("max_attempts", "retry_backoff_seconds",
                                                       "retry_backoff_max_seconds", "misfire_policy",
                                                       "catchup_window_seconds", "run_all_cap", "overlap_policy")}),
+        RETENTION_FIELDSET,
         ("History", {"fields": ("links",)}),
     )
     readonly_fields = ("tenant", "enabled", "paused_note", "anchor_at", "target_kind", "target_config", "next_run_at",
-                       "version", "created_at", "updated_at", "schedule", "next_fires", "links", "sql_statement")
+                       "version", "created_at", "updated_at", "schedule", "next_fires", "links", "sql_statement",
+                       IN_FORCE)
 
     class Media:
         css = {"all": ("scheduler_app/console.css",)}

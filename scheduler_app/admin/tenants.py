@@ -13,6 +13,7 @@ from django.utils.text import slugify
 
 from scheduler_app import schedules, services
 from scheduler_app.admin.common import actor, adopt
+from scheduler_app.admin.retention import IN_FORCE, RETENTION_FIELDSET, RetentionAdminMixin
 from scheduler_app.models import Job, Tenant
 
 
@@ -45,7 +46,7 @@ class TenantForm(forms.ModelForm):
 
 
 @admin.register(Tenant)
-class TenantAdmin(admin.ModelAdmin):
+class TenantAdmin(RetentionAdminMixin, admin.ModelAdmin):
     form = TenantForm
     list_display = ("slug", "name", "timezone", "is_active", "job_count")
     list_filter = ("is_active",)
@@ -54,11 +55,13 @@ class TenantAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         # The slug is how the CLI and URLs name a tenant: fixed once created.
-        return ("slug", "created_at", "links") if obj else ()
+        return ("slug", "created_at", "links", IN_FORCE) if obj else ()
 
-    def get_fields(self, request, obj=None):
+    def get_fieldsets(self, request, obj=None):
         # New tenants are active with no quotas: services.tenant_create takes neither.
-        return ("slug", *TENANT_EDITABLE, "created_at", "links") if obj else ("slug", "name", "timezone")
+        if obj is None:
+            return [(None, {"fields": ("slug", "name", "timezone")})]
+        return [(None, {"fields": ("slug", *TENANT_EDITABLE, "created_at", "links")}), RETENTION_FIELDSET]
 
     def get_queryset(self, request):
         # A correlated count per listed tenant: only the page's tenants are counted.

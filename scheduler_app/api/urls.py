@@ -1,9 +1,9 @@
 """Routes of /api/v1/ (project/urls.py mounts them; the schema and docs live beside)."""
 
-from django.urls import path
+from django.urls import path, re_path
 from rest_framework.routers import SimpleRouter
 
-from scheduler_app.api import views
+from scheduler_app.api import retention, views
 
 router = SimpleRouter()
 router.register("tenants", views.TenantViewSet, basename="tenant")
@@ -15,5 +15,8 @@ urlpatterns = [
     path("me", views.MeView.as_view(), name="me"),
     path("preview/", views.SchedulePreviewView.as_view(), name="preview"),
     path("stats/", views.StatsView.as_view(), name="stats"),
+    # Beside the router's routes, with its pattern for the object's key.
+    re_path(r"^tenants/(?P<slug>[^/.]+)/retention/$", retention.TenantRetentionView.as_view(), name="tenant-retention"),
+    re_path(r"^jobs/(?P<id>[^/.]+)/retention/$", retention.JobRetentionView.as_view(), name="job-retention"),
     *router.urls,
 ]

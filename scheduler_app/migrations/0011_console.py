@@ -24,7 +24,7 @@ def drop_brin(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("scheduler_app", "0009_job_batch"),
+        ("scheduler_app", "0010_retention"),
     ]
 
     operations = [

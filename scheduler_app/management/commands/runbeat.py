@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import DatabaseError, close_old_connections, connection, reset_queries
 
 
-from scheduler_app import alerts, dispatch
+from scheduler_app import alerts, dispatch, retention
 from scheduler_app.models import db_now
 from scheduler_app.observe import BeatObserver
 from scheduler_app.publish import broker_errors
@@ -113,6 +113,7 @@ class Command(BaseCommand):
         _, grace = dispatch.beat_settings()
         waker = Waker(self.stop)
         observer = BeatObserver(max_sleep=max_sleep, metrics_port=metrics_port, metrics_address=metrics_address)
+        pruner = retention.Pruner()
         next_sweep = 0.0
         transient = (DatabaseError, *broker_errors())  # e.g. redis.ConnectionError, amqp's errors
         observer.say(self.stdout, f"runbeat: started (batch {batch_size}, max sleep {max_sleep}s, {connection.vendor})")
@@ -143,9 +144,12 @@ class Command(BaseCommand):
                                 "quota, released %s, requeued %s retries, %s lost, %s republished", turn.claimed,
                                 turn.published, turn.skipped, turn.held, turn.released, turn.requeued, turn.lost,
                                 turn.republished)
+                # Retention: a bounded batch of old runs deleted when the turn leaves time (at
+                # least every CRONFLEET_RETENTION_BUSY_SECONDS); more to delete: no sleep.
+                pruning = pruner.step(idle=not turn.busy)
                 if once:
                     break
-                if not turn.busy:
+                if not turn.busy and not pruning:
                     waker.sleep(dispatch.seconds_until_due(db_now(), cap=max_sleep, held_back=turn.held_back))
         finally:
             waker.close()
