@@ -222,6 +222,7 @@ def measure(opts: Options, note, client, label: str = "dispatch") -> Outcome:
     out = Outcome(opts.jobs)
     grace = timedelta(seconds=opts.grace if opts.grace is not None else settings.CRONFLEET_MISFIRE_GRACE_SECONDS)
     lead = opts.lead if opts.lead is not None else auto_lead(opts.jobs)
+    common.vacuum()  # before S is chosen: after a large clean-up it takes seconds
     spike = out.spike = spike_instant(opts.schedule, lead)
     tenant_ids = common.make_tenants(TENANTS, label)
     out.seed_seconds = common.seed_jobs(tenant_ids, opts.jobs, task_name=TASK, queue=QUEUE, next_run_at=spike,

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import connection
 
 from scheduler_app.benchmarks import common, dispatch, e2e, floor
@@ -57,6 +58,8 @@ class Measured:
     machine_busy: float | None = None
     slices: list[tuple[int, int, float | None, float | None]] = field(default_factory=list)  # fires, done, p99s
     states: dict[tuple[str, str], int] = field(default_factory=dict)
+    recorded: int | None = None  # runs in the ledger (cronfleet): fires the beats reached
+    held_back: bool = False  # a beat logged that it held a full queue back (backpressure)
     checks: list[tuple[str, str, bool]] = field(default_factory=list)
 
 
@@ -134,6 +137,7 @@ def measure_cronfleet(opts: Options, note, client) -> Measured:
         # beats' start-up away.
         names = e2e.start_workers(children, "project", QUEUE, opts)
         e2e.wait_ready(project_app, names, children)
+        common.vacuum()
         start = common.next_whole_second(db_now(), 10.0 + opts.jobs / 25_000)
         end = start + timedelta(seconds=opts.seconds)
         tenant_ids = common.make_tenants(TENANTS, "steady")
@@ -164,6 +168,8 @@ def measure_cronfleet(opts: Options, note, client) -> Measured:
             if children.dead():
                 break
             time.sleep(0.5)
+        result.held_back = any("not claimed for: ['" in children.log(f"beat{n}")
+                               for n in range(1, opts.beats + 1))
         dead = children.dead()
         result.checks.append(("beats and workers still running at the end", ", ".join(f"{n} exited {c}" for n, c
                                                                                       in dead) or "yes", not dead))
@@ -205,6 +211,7 @@ def ledger_figures(result: Measured, tenant_ids: list[int], start: datetime, opt
                        {"start": start, "width": width, "tenants": tenant_ids})
         result.slices = [(n, done, d99, s99) for _, n, done, d99, s99 in cursor.fetchall()]
     result.finished = succeeded
+    result.recorded = total
     if lags[0] is not None:
         result.start_lag = tuple(float(x) for x in lags[0:3])
     if lags[3] is not None:
@@ -231,15 +238,22 @@ def report(w, opts: Options, results: list[Measured], broker: str) -> bool:
                      common.num(r.machine_busy * 100 if r.machine_busy is not None else None) + "%"))
     common.table(w, ["", "fires expected", "runs finished", "dispatch lag p50/p99/max s", "start lag p50/p99/max s",
                      "machine busy"], rows)
-    w("  CPU per fire, microseconds (over the T seconds of load; CPU seconds in brackets)")
+    ours = results[-1]
+    if ours.recorded is not None and ours.recorded < ours.expected:
+        w(f"  cronfleet: {ours.expected - ours.recorded:,} of the fires expected were still due in the database, not "
+          "claimed, when the beats stopped")
+    if ours.held_back:
+        w(f"  cronfleet: backpressure engaged (a beat held the queue back at CRONFLEET_QUEUE_HIGH_WATER = "
+          f"{settings.CRONFLEET_QUEUE_HIGH_WATER} messages); fires claimed later than the misfire grace "
+          f"({settings.CRONFLEET_MISFIRE_GRACE_SECONDS} s) followed their misfire policy (run_once: coalesced)")
+    w("  CPU per run finished, microseconds (over the T seconds of load; CPU seconds in brackets)")
     names = []
     for r in results:
         names += [n for n in r.cpu if n not in names]
     common.table(w, ["", *[r.label.split(":")[0] for r in results]],
-                 [(name, *(f"{r.cpu[name] / max(r.expected, 1) * 1e6:,.0f} ({r.cpu[name]:.1f})" if name in r.cpu
+                 [(name, *(f"{r.cpu[name] / max(r.finished, 1) * 1e6:,.0f} ({r.cpu[name]:.1f})" if name in r.cpu
                            else "-" for r in results)) for name in names], indent="    ")
     w("  (postgres: this database's backends; redis: the whole server, shared with other users of it)")
-    ours = results[-1]
     if ours.slices:
         w(f"  cronfleet per tenth of T ({opts.seconds / SLICES:g}s each): a lag that grows is a rate not held")
         common.table(w, ["slice", "fires", "finished", "dispatch p99 s", "start p99 s"],
