@@ -107,6 +107,7 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, self.on_signal)
         _, grace = dispatch.beat_settings()
         waker = Waker(self.stop)
+        waker._listener()  # LISTEN before the first turn: a job changed during it must wake the first sleep
         pruner = retention.Pruner()
         next_sweep = 0.0
         transient = (DatabaseError, *broker_errors())  # e.g. redis.ConnectionError, amqp's errors
