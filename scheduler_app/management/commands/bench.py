@@ -3,6 +3,11 @@
     manage.py bench dispatch --jobs N --beats K [--batch-size B] [--timeout S] [--keep] [--yes]
     manage.py bench e2e --jobs N [--workers W] [--concurrency C] [--pool prefork|threads|solo]
                         [--beats K] [--batch B] [--no-floor] [--yes]
+    manage.py bench ledger --jobs N [--rows R] [--load L] [--repeat X] [--beats K] [--yes]
+
+`ledger` (scheduler_app/benchmarks/ledger.py) seeds R finished runs for N jobs and prints
+the dispatch rate against an empty ledger's, the API's run list and stats latencies, the
+plans of the hot statements, and how fast beats prune while L jobs fire every second.
 
 `e2e` (scheduler_app/benchmarks/e2e.py) runs N one-off jobs due at one instant through real
 beats and workers until every run finished, beside a plain Celery no-op app with the same
@@ -35,7 +40,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, transaction
 
-from scheduler_app.benchmarks import e2e
+from scheduler_app.benchmarks import e2e, ledger
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Tenant, db_now
 from scheduler_app.publish import redis_list_keys
 from scheduler_app.services import WAKE_CHANNEL, wake_beats
@@ -183,7 +188,7 @@ class Command(BaseCommand):
             "published. Deletes bench-* tenants and the 'bench' Redis queue.")
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("scenario", choices=["dispatch", "e2e"], help="What to measure")
+        parser.add_argument("scenario", choices=["dispatch", "e2e", "ledger"], help="What to measure")
         parser.add_argument("--jobs", type=int, required=True, help="Jobs due at the spike (N)")
         parser.add_argument("--beats", type=int, default=1, help="runbeat processes (K, default 1)")
         parser.add_argument("--batch-size", type=int, default=settings.CRONFLEET_BATCH_SIZE,
@@ -197,6 +202,10 @@ class Command(BaseCommand):
         parser.add_argument("--no-floor", action="store_true", help="e2e: skip the plain-Celery floor")
         parser.add_argument("--batch", type=int, default=0, metavar="B",
                             help="e2e: batched jobs, B runs per message (default 0: one run per message)")
+        parser.add_argument("--rows", type=int, default=10_000_000, help="ledger: finished runs to seed (default %(default)s)")
+        parser.add_argument("--load", type=int, default=1667,
+                            help="ledger: jobs firing every second while beats prune (default %(default)s: 100,000 a minute)")
+        parser.add_argument("--repeat", type=int, default=3, help="ledger: spikes per ledger size, the median (default 3)")
         parser.add_argument("--keep", action="store_true",
                             help="Leave the bench rows and messages in place at the end")
         parser.add_argument("--yes", action="store_true",
@@ -206,7 +215,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, scenario: str, jobs: int, beats: int, batch_size: int, timeout: float,
                keep: bool, yes: bool, workers: int, concurrency: int, pool: str, no_floor: bool, batch: int,
-               **options) -> None:
+               rows: int = 0, load: int = 0, repeat: int = 1, **options) -> None:
         if jobs < 1 or beats < 1 or batch_size < 1 or timeout <= 0:
             raise CommandError("bench: --jobs, --beats and --batch-size must be at least 1, --timeout positive",
                                returncode=2)
@@ -231,6 +240,9 @@ class Command(BaseCommand):
                 ok = e2e.run(self, e2e.Options(jobs=jobs, workers=workers, concurrency=concurrency, pool=pool,
                                                beats=beats, batch_size=batch_size, timeout=timeout,
                                                floor=not no_floor, batch=batch))
+            elif scenario == "ledger":
+                ok = ledger.run(self, ledger.Options(jobs=jobs, rows=rows, beats=beats, batch_size=batch_size,
+                                                     load=min(load, jobs), repeat=max(1, repeat), timeout=timeout))
             else:
                 ok = self.dispatch_bench(jobs, beats, batch_size, timeout, beats_list)
         finally:
