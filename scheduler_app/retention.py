@@ -123,14 +123,6 @@ def own_fields(obj: Tenant | Job) -> dict[str, int | None]:
     return {name: getattr(obj, name) for name in FIELDS}
 
 
-def tenant_policy(tenant: Tenant) -> Policy:
-    return resolve(("tenant", own_fields(tenant)))[0]
-
-
-def job_policy(job: Job) -> Policy:
-    return resolve(("job", own_fields(job)), ("tenant", own_fields(job.tenant)))[0]
-
-
 def describe(obj: Tenant | Job) -> dict:
     """What the API, the CLI and the admin show: the values set on `obj` (None: inherited)
     and the policy in force, with where each value comes from."""
@@ -150,9 +142,9 @@ def check_retention(obj: Tenant | Job, changes: Mapping) -> dict[str, int | None
         if name not in FIELDS:
             raise InvalidInput(name, "is not a retention field")
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise InvalidInput(name, "must be a whole number, or null to inherit")
+            raise InvalidInput(name, "must be a whole number")
         if value is not None and not 0 <= value <= LIMITS[name]:
-            raise InvalidInput(name, f"must be between 0 and {LIMITS[name]}, or null to inherit")
+            raise InvalidInput(name, f"must be between 0 and {LIMITS[name]}")
         values[name] = value
     after = {**own_fields(obj), **values}
     days, failed_days = after["retention_days"], after["retention_failed_days"]

@@ -73,3 +73,19 @@ def test_bench_steady_runs_beats_and_workers_and_its_checks_pass():
     assert "start lag p50/p99/max s" in done.stdout
     assert "plain Celery no-op at the same rate (floor)" in done.stdout
     assert "target: 1,000 fires/s" in done.stdout
+
+
+def test_bench_ledger_runs_and_leaves_nothing_the_policy_lets_go():
+    done = subprocess.run(
+        [sys.executable, "manage.py", "bench", "ledger", "--jobs", "200", "--rows", "20000", "--repeat", "1",
+         "--load", "20", "--yes"],
+        cwd=ROOT, env=process_env(), capture_output=True, text=True, timeout=300,
+    )
+
+    # Its speed checks may fail on a busy machine at this size (exit status 1); it must not crash.
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    lines = done.stdout.splitlines()
+    assert any(line.startswith("  ledger rows seeded") and "20,000" in line for line in lines), done.stdout
+    assert any("left that the policy lets go" in line and line.endswith("ok") for line in lines), done.stdout
+    assert "API run list, first page" in done.stdout and "one pruning batch" in done.stdout

@@ -1,7 +1,9 @@
-"""Retention: per-tenant and per-job policy fields, and the two small indexes pruning needs.
+"""Retention: per-tenant and per-job policy fields, the two small indexes pruning needs, and
+one index fewer on the ledger (job_id alone, which jobrun_one_per_fire already covers).
 
-On PostgreSQL the indexes are built CONCURRENTLY (so the migration is not atomic): a plain
-CREATE INDEX would hold off every beat's claim of the job table while it reads the table.
+On PostgreSQL the indexes are built and dropped CONCURRENTLY (so the migration is not
+atomic): a plain CREATE INDEX would hold off every beat's claim of the job table while it
+reads the table, and a plain DROP INDEX would wait for, then block, every use of the ledger.
 Pruning runs needs no new index of the ledger itself (see scheduler_app/retention.py).
 """
 
@@ -24,6 +26,20 @@ class AddIndexConcurrentlyOnPostgres(migrations.AddIndex):
         model = from_state.apps.get_model(app_label, self.model_name)
         if self.allow_migrate_model(schema_editor.connection.alias, model):
             schema_editor.remove_index(model, self.index, concurrently=True)
+
+
+# Django's name for the index of JobRun.job that the field had (db_index) until now.
+JOB_ID_INDEX = "scheduler_app_jobrun_job_id_4f251f58"
+
+
+def drop_job_id_index(apps, schema_editor):
+    concurrently = "CONCURRENTLY " if schema_editor.connection.vendor == "postgresql" else ""
+    schema_editor.execute(f"DROP INDEX {concurrently}IF EXISTS {JOB_ID_INDEX}")
+
+
+def create_job_id_index(apps, schema_editor):
+    concurrently = "CONCURRENTLY " if schema_editor.connection.vendor == "postgresql" else ""
+    schema_editor.execute(f"CREATE INDEX {concurrently}IF NOT EXISTS {JOB_ID_INDEX} ON scheduler_app_jobrun (job_id)")
 
 
 def days_field(help_text):
@@ -77,6 +93,16 @@ class Migration(migrations.Migration):
                 condition=models.Q(('retention_days__isnull', False), ('retention_failed_days__isnull', False),
                                    ('retention_keep_last__isnull', False), _connector='OR'),
                 fields=['tenant', 'id'], name='job_retention_idx'),
+        ),
+        # The ledger's index of job_id alone duplicated the front of jobrun_one_per_fire.
+        migrations.SeparateDatabaseAndState(
+            state_operations=[migrations.AlterField(
+                model_name='jobrun',
+                name='job',
+                field=models.ForeignKey(db_index=False, on_delete=models.deletion.CASCADE, related_name='runs',
+                                        to='scheduler_app.job'),
+            )],
+            database_operations=[migrations.RunPython(drop_job_id_index, create_job_id_index)],
         ),
         AddIndexConcurrentlyOnPostgres(
             model_name='auditevent',

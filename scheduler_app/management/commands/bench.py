@@ -10,6 +10,12 @@ Figures are never asserted by tests: they are for reading.
     manage.py bench e2e --jobs N [--workers W] [--concurrency C] [--pool prefork|threads|solo]
                         [--beats K] [--batch B] [--no-floor]
     (all: [--keep] [--yes])
+    manage.py bench ledger --jobs N [--rows R] [--load L] [--repeat X] [--beats K]
+
+
+`ledger` (scheduler_app/benchmarks/ledger.py) seeds R finished runs for N jobs and prints
+the dispatch rate against an empty ledger's, the API's run list and stats latencies, the
+plans of the hot statements, and how fast beats prune while L jobs fire every second.
 
 Each scenario is a module of scheduler_app/benchmarks/ (dispatch.py, peers.py, steady.py,
 e2e.py); what they share is in common.py. This command parses the arguments, checks that
@@ -31,7 +37,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, transaction
 
-from scheduler_app.benchmarks import dispatch, e2e, peers, steady
+from scheduler_app.benchmarks import dispatch, e2e, ledger, peers, steady
 from scheduler_app.benchmarks.common import PREFIX
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Tenant
 from scheduler_app.publish import redis_list_keys
@@ -42,7 +48,7 @@ class Command(BaseCommand):
             "Deletes bench-* tenants and the bench Redis queues.")
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("scenario", choices=["dispatch", "peers", "steady", "e2e"], help="What to measure")
+        parser.add_argument("scenario", choices=["dispatch", "peers", "steady", "e2e", "ledger"], help="What to measure")
         parser.add_argument("--jobs", type=int, required=True, help="Jobs (N)")
         parser.add_argument("--beats", type=int, default=None,
                             help="runbeat processes (K; default 1, steady 2)")
@@ -77,6 +83,10 @@ class Command(BaseCommand):
         parser.add_argument("--no-floor", action="store_true", help="e2e, steady: skip the plain-Celery floor")
         parser.add_argument("--batch", type=int, default=0, metavar="B",
                             help="e2e: batched jobs, B runs per message (default 0: one run per message)")
+        parser.add_argument("--rows", type=int, default=10_000_000, help="ledger: finished runs to seed (default %(default)s)")
+        parser.add_argument("--load", type=int, default=1667,
+                            help="ledger: jobs firing every second while beats prune (default %(default)s: 100,000 a minute)")
+        parser.add_argument("--repeat", type=int, default=3, help="ledger: spikes per ledger size, the median (default 3)")
         parser.add_argument("--keep", action="store_true",
                             help="Leave the bench rows and messages in place at the end")
         parser.add_argument("--yes", action="store_true",
@@ -123,6 +133,11 @@ class Command(BaseCommand):
             elif scenario == "peers":
                 ok = peers.run(self, peers.Options(jobs=jobs, beats=beats or 1, batch_size=batch_size,
                                                    cap=options["cap"], grace=options["grace"]))
+            elif scenario == "ledger":
+                ok = ledger.run(self, ledger.Options(
+                    jobs=jobs, rows=options.get("rows") or 0, beats=beats or 1, batch_size=batch_size,
+                    load=min(options.get("load") or 0, jobs), repeat=max(1, options.get("repeat") or 1),
+                    timeout=timeout))
             else:
                 ok = steady.run(self, steady.Options(
                     jobs=jobs, rate=options["rate"], seconds=options["seconds"], beats=beats or 2,

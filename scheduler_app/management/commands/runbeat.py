@@ -113,6 +113,7 @@ class Command(BaseCommand):
         _, grace = dispatch.beat_settings()
         waker = Waker(self.stop)
         observer = BeatObserver(max_sleep=max_sleep, metrics_port=metrics_port, metrics_address=metrics_address)
+        waker._listener()  # LISTEN before the first turn: a job changed during it must wake the first sleep
         pruner = retention.Pruner()
         next_sweep = 0.0
         transient = (DatabaseError, *broker_errors())  # e.g. redis.ConnectionError, amqp's errors
