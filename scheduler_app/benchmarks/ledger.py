@@ -44,6 +44,8 @@ from django.test import Client
 from django.test.utils import override_settings
 
 from scheduler_app import dispatch, retention, services, sql, stats
+from scheduler_app.benchmarks import common
+from scheduler_app.benchmarks import dispatch as bench_dispatch
 from scheduler_app.benchmarks.e2e import Children, child_env
 from scheduler_app.models import ApiKey, Job, JobRun, RunState, Tenant, Trigger, db_now
 
@@ -109,7 +111,45 @@ class Report:
         self.rows.append((label, value, "" if passed is None else ("ok" if passed else "FAIL")))
 
 
+class BenchCommand:
+    """The `manage.py bench` command as this scenario uses it: its output and Redis client,
+    plus the seeding and counting helpers the dispatch scenario keeps in its own module."""
+
+    QUEUE = "bench"
+
+    def __init__(self, command) -> None:
+        from scheduler_app.publish import redis_list_keys
+
+        self.command, self.stdout, self.note, self.redis = command, command.stdout, command.note, command.redis
+        self.queue_keys = redis_list_keys(self.QUEUE)
+
+    def seed(self, jobs: int) -> list[int]:
+        """N every-minute cron jobs over ten tenants, not due before the spikes move them."""
+        started = time.monotonic()
+        tenants = Tenant.objects.bulk_create(
+            Tenant(slug=f"{common.PREFIX}{i}", name=f"Bench tenant {i}", timezone="UTC") for i in range(10))
+        far = db_now() + timedelta(days=365 * 100)
+        common.seed_jobs([t.id for t in tenants], jobs, cron="* * * * *", timezone="UTC",
+                         task_name="scheduler_app.echo", queue=self.QUEUE, next_run_at=far)
+        self.note(f"seeded {jobs} jobs in {time.monotonic() - started:.1f}s")
+        return [t.id for t in tenants]
+
+    def listeners(self) -> int:
+        """Connections whose last statement was the beats' LISTEN (a beat ready for a NOTIFY)."""
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                           "AND query = %s", [f"LISTEN {services.WAKE_CHANNEL}"])
+            return cursor.fetchone()[0]
+
+    def redis_messages(self) -> int:
+        return bench_dispatch.redis_messages(self.redis, self.QUEUE)
+
+    def queued_runs(self, tenant_ids: list[int]) -> int:
+        return bench_dispatch.queued_runs(tenant_ids)
+
+
 def run(command, opts: Options) -> bool:
+    command = BenchCommand(command)
     report = Report()
     note = command.note
     with connection.cursor() as cursor:  # seeding, index builds and VACUUM take minutes at 10,000,000 rows
@@ -344,7 +384,7 @@ def explain_all(report: Report, tenant: Tenant, tenant_ids: list[int], opts: Opt
         ("API run list, ?job=", *queryset_sql(runs.filter(job_id=job.id).order_by(*newest)[:51])),
         ("API run list, ?state=failed", *queryset_sql(runs.filter(state=RunState.FAILED).order_by(*newest)[:51])),
         ("stats, 7 days: counts", *queryset_sql(window)),
-        ("stats, 7 days: lag percentiles", stats.LAGS_SQL, {
+        ("stats, 7 days: lag percentiles", stats.LAGS_SQL.format(scope=stats.ONE_TENANT), {
             "percentiles": list(stats.PERCENTILES), "tenant_id": tenant.id, "since": now - timedelta(days=7),
             "until": now, "trigger": Trigger.SCHEDULE.value}),
     ]

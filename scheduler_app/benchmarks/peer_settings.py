@@ -4,4 +4,5 @@ Nothing else uses them."""
 
 from project.settings import *  # noqa: F403
 
-INSTALLED_APPS = [*INSTALLED_APPS, "django_celery_beat"]  # noqa: F405
+if "django_celery_beat" not in INSTALLED_APPS:  # noqa: F405 (the project installs it for import_beat)
+    INSTALLED_APPS = [*INSTALLED_APPS, "django_celery_beat"]  # noqa: F405
