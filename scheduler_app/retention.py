@@ -63,6 +63,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.db.models import Q
 
+from scheduler_app import services
 from scheduler_app.models import (
     JOB_RETENTION_SET,
     TERMINAL_STATES,
@@ -160,14 +161,7 @@ def check_retention(obj: Tenant | Job, changes: Mapping) -> dict[str, int | None
 def tenant_set_retention(tenant: Tenant, changes: Mapping, *, actor: str = "") -> Tenant:
     """Set (or, with None, clear) a tenant's retention fields; audited as tenant.updated.
     The beats' pruning takes it up within CRONFLEET_RETENTION_CHECK_SECONDS."""
-    values = check_retention(tenant, changes)
-    diff = {name: [getattr(tenant, name), value] for name, value in values.items() if getattr(tenant, name) != value}
-    if diff:
-        with transaction.atomic():
-            Tenant.objects.filter(id=tenant.id).update(**values)
-            AuditEvent.objects.create(tenant=tenant, action="tenant.updated", actor=actor, detail={"changes": diff})
-        tenant.refresh_from_db()
-    return tenant
+    return services.write_tenant_changes(tenant, check_retention(tenant, changes), actor=actor)
 
 
 def job_set_retention(job: Job, changes: Mapping, *, actor: str = "") -> Job:

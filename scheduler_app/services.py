@@ -740,6 +740,11 @@ def tenant_update(tenant: Tenant, changes: dict, *, actor: str = "") -> Tenant:
             values[key] = None if value is None and nullable else _check_int(key, value, *TENANT_LIMITS[key])
         else:
             raise InvalidInput(key, "is not a tenant field that can be changed")
+    return write_tenant_changes(tenant, values, actor=actor)
+
+
+def write_tenant_changes(tenant: Tenant, values: dict, *, actor: str = "") -> Tenant:
+    """Save checked `values` on the tenant with one audit row of what changed (if anything)."""
     diff = {key: [getattr(tenant, key), value] for key, value in values.items() if getattr(tenant, key) != value}
     if diff:
         with transaction.atomic():
