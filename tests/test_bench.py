@@ -22,7 +22,7 @@ def bench(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
 
 
 def test_bench_dispatch_runs_and_its_checks_pass():
-    done = bench("dispatch", "--jobs", "300", "--beats", "2", "--lead", "8", "--floor-jobs", "300")
+    done = bench("dispatch", "--jobs", "300", "--beats", "2", "--lead", "20", "--floor-jobs", "300")
 
     assert "runs in ledger == N, all queued" in done.stdout
     assert "every run's fire time is the spike S" in done.stdout
@@ -33,6 +33,7 @@ def test_bench_dispatch_runs_and_its_checks_pass():
 def failing_bench(*args: str) -> subprocess.CompletedProcess:
     done = subprocess.run([sys.executable, "manage.py", "bench", *args, "--yes"], cwd=ROOT, env=process_env(),
                           capture_output=True, text=True, timeout=300)
+    print(done.stdout, done.stderr)
     assert done.returncode == 1, done.stdout + done.stderr
     return done
 
@@ -41,7 +42,7 @@ def test_bench_dispatch_prints_fires_not_queued_with_their_reason_and_fails():
     """A grace of 0 makes every fire late when a beat claims it; with the `skip` misfire
     policy each is recorded skipped. The bench must say so and fail, never report them as
     dispatched."""
-    done = failing_bench("dispatch", "--jobs", "50", "--lead", "8", "--grace", "0", "--misfire-policy", "skip",
+    done = failing_bench("dispatch", "--jobs", "50", "--lead", "20", "--grace", "0", "--misfire-policy", "skip",
                          "--floor-jobs", "0")
 
     line = next(line for line in done.stdout.splitlines() if "runs not queued (state: reason)" in line)

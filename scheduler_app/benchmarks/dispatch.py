@@ -271,6 +271,7 @@ def measure(opts: Options, note, client, label: str = "dispatch") -> Outcome:
                     note(f"every job was dispatched after {now - at_spike:.1f}s, but only {messages} of "
                          f"{opts.jobs} runs were enqueued")
                     break
+            meter.tick()
             time.sleep(POLL_SECONDS)
         meter.stop()
         out.window = time.monotonic() - at_spike if out.seconds is None else out.seconds
