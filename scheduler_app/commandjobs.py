@@ -40,6 +40,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from scheduler_app import paramspecs
+
 try:  # not available on every platform
     import resource
 except ImportError:  # pragma: no cover
@@ -99,12 +101,7 @@ class CommandResult:
 # --------------------------------------------------------------------------------------
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+_is_int, _is_number = paramspecs.is_int, paramspecs.is_number
 
 
 def _bad_char(value: str) -> str | None:
@@ -126,45 +123,9 @@ def _placeholder(element: str) -> str | None:
 
 
 def _validate_param_spec(field: str, spec: object) -> None:
-    if not isinstance(spec, Mapping):
-        raise InvalidCommand(field, "must be a mapping")
-    ptype = spec.get("type")
-    if ptype not in _TYPE_KEYS:
-        raise InvalidCommand(f"{field}.type", f"must be one of {sorted(_TYPE_KEYS)}")
-    unknown = set(spec) - _TYPE_KEYS[ptype]
-    if unknown:
-        raise InvalidCommand(f"{field}.{sorted(map(str, unknown))[0]}", f"unknown key for type {ptype}")
-
-    if ptype == "int":
-        for key in ("min", "max"):
-            if key in spec and not _is_int(spec[key]):
-                raise InvalidCommand(f"{field}.{key}", "must be an integer")
-        if "min" in spec and "max" in spec and spec["min"] > spec["max"]:
-            raise InvalidCommand(f"{field}.min", "must not exceed max")
-    if ptype in ("str", "str_list"):
-        max_length = spec.get("max_length")
-        if not _is_int(max_length) or max_length < 1:
-            raise InvalidCommand(f"{field}.max_length", "is required and must be a positive integer")
-        if "pattern" in spec:
-            if not isinstance(spec["pattern"], str):
-                raise InvalidCommand(f"{field}.pattern", "must be a string")
-            try:
-                re.compile(spec["pattern"])
-            except re.error as exc:
-                raise InvalidCommand(f"{field}.pattern", f"invalid regular expression: {exc}") from None
-    if ptype == "str_list":
-        max_items = spec.get("max_items")
-        if not _is_int(max_items) or max_items < 1:
-            raise InvalidCommand(f"{field}.max_items", "is required and must be a positive integer")
-    if ptype == "choice":
-        choices = spec.get("choices")
-        if (
-            not isinstance(choices, list | tuple)
-            or not choices
-            or not all(isinstance(c, str) for c in choices)
-        ):
-            raise InvalidCommand(f"{field}.choices", "must be a non-empty list of strings")
-        for index, choice in enumerate(choices):
+    ptype = paramspecs.check_declaration(field, spec, _TYPE_KEYS, InvalidCommand)
+    if ptype == "choice":  # each choice becomes an argv element
+        for index, choice in enumerate(spec["choices"]):
             problem = _bad_char(choice)
             if problem:
                 raise InvalidCommand(f"{field}.choices[{index}]", problem)

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal
 
+from scheduler_app import paramspecs
 from scheduler_app.validation import InvalidInput, check_instant_text
 
 CONFIG_FIELD = "CRONFLEET_SQL"
@@ -128,12 +129,7 @@ class Statement:
 # --------------------------------------------------------------------------------------
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+_is_int, _is_number = paramspecs.is_int, paramspecs.is_number
 
 
 def vendor_of(database: Mapping) -> str | None:
@@ -161,40 +157,7 @@ def placeholders(field: str, sql: str) -> frozenset[str]:
 
 
 def _check_spec(field: str, spec: object, vendor: str) -> None:
-    if not isinstance(spec, Mapping):
-        raise InvalidSql(field, "must be a mapping")
-    ptype = spec.get("type")
-    if ptype not in _TYPE_KEYS:
-        raise InvalidSql(f"{field}.type", f"unsupported type {ptype!r}; use one of {', '.join(_TYPE_KEYS)}")
-    unknown = sorted(map(str, set(spec) - _TYPE_KEYS[ptype]))
-    if unknown:
-        raise InvalidSql(f"{field}.{unknown[0]}", f"unknown key for type {ptype}")
-    if ptype in ("int", "int_list", "float"):
-        check = _is_int if ptype != "float" else _is_number
-        for key in ("min", "max"):
-            if key in spec and (not check(spec[key]) or not math.isfinite(spec[key])):
-                raise InvalidSql(f"{field}.{key}", "must be an integer" if ptype != "float" else "must be a number")
-        if "min" in spec and "max" in spec and spec["min"] > spec["max"]:
-            raise InvalidSql(f"{field}.min", "must not exceed max")
-    if ptype in ("str", "str_list"):
-        max_length = spec.get("max_length")
-        if not _is_int(max_length) or max_length < 1:
-            raise InvalidSql(f"{field}.max_length", "is required and must be a positive integer")
-        if "pattern" in spec:
-            if not isinstance(spec["pattern"], str):
-                raise InvalidSql(f"{field}.pattern", "must be a string")
-            try:
-                re.compile(spec["pattern"])
-            except re.error as exc:
-                raise InvalidSql(f"{field}.pattern", f"invalid regular expression: {exc}") from None
-    if ptype in ("int_list", "str_list"):
-        max_items = spec.get("max_items")
-        if not _is_int(max_items) or max_items < 1:
-            raise InvalidSql(f"{field}.max_items", "is required and must be a positive integer")
-    if ptype == "choice":
-        choices = spec.get("choices")
-        if not isinstance(choices, list) or not choices or not all(isinstance(c, str) for c in choices):
-            raise InvalidSql(f"{field}.choices", "must be a non-empty list of strings")
+    paramspecs.check_declaration(field, spec, _TYPE_KEYS, InvalidSql)
     if "default" in spec:
         try:
             _value(field, spec, spec["default"], vendor)

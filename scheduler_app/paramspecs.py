@@ -1,0 +1,63 @@
+"""Typed parameter declarations, as the allow-lists of command jobs (CRONFLEET_COMMANDS)
+and SQL jobs (CRONFLEET_SQL) write them: {"type": ..., plus the keys that type takes}.
+
+check_declaration() checks what both allow-lists share (the type, its keys, bounds,
+lengths, patterns, list sizes and choices); each allow-list adds its own rules (a choice's
+characters for argv, a default converted its own way). Errors are raised with the
+allow-list's own exception class, so each keeps naming the field its users see.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+
+
+def is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def check_declaration(field: str, spec: object, type_keys: Mapping[str, frozenset],
+                      error: Callable[[str, str], Exception]) -> str:
+    """Check one parameter's declaration `spec` against the types `type_keys` allows;
+    return its type. `error(field, message)` makes the exception to raise."""
+    if not isinstance(spec, Mapping):
+        raise error(field, "must be a mapping")
+    ptype = spec.get("type")
+    if ptype not in type_keys:
+        raise error(f"{field}.type", f"unsupported type {ptype!r}; use one of {', '.join(type_keys)}")
+    unknown = sorted(map(str, set(spec) - type_keys[ptype]))
+    if unknown:
+        raise error(f"{field}.{unknown[0]}", f"unknown key for type {ptype}")
+    if ptype in ("int", "int_list", "float"):
+        check, what = (is_number, "must be a number") if ptype == "float" else (is_int, "must be an integer")
+        for key in ("min", "max"):
+            if key in spec and (not check(spec[key]) or not math.isfinite(spec[key])):
+                raise error(f"{field}.{key}", what)
+        if "min" in spec and "max" in spec and spec["min"] > spec["max"]:
+            raise error(f"{field}.min", "must not exceed max")
+    if ptype in ("str", "str_list"):
+        max_length = spec.get("max_length")
+        if not is_int(max_length) or max_length < 1:
+            raise error(f"{field}.max_length", "is required and must be a positive integer")
+        if "pattern" in spec:
+            if not isinstance(spec["pattern"], str):
+                raise error(f"{field}.pattern", "must be a string")
+            try:
+                re.compile(spec["pattern"])
+            except re.error as exc:
+                raise error(f"{field}.pattern", f"invalid regular expression: {exc}") from None
+    if ptype.endswith("_list"):
+        max_items = spec.get("max_items")
+        if not is_int(max_items) or max_items < 1:
+            raise error(f"{field}.max_items", "is required and must be a positive integer")
+    if ptype == "choice":
+        choices = spec.get("choices")
+        if not isinstance(choices, list | tuple) or not choices or not all(isinstance(c, str) for c in choices):
+            raise error(f"{field}.choices", "must be a non-empty list of strings")
+    return ptype
