@@ -12,18 +12,10 @@ from django.urls import reverse
 
 from scheduler_app import services
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Tenant
+from tests.test_admin import fast_password_hashing, url  # noqa: F401 (an autouse fixture, the admin URL helper)
 
 TASK = "scheduler_app.echo"
 BASE = datetime(2024, 1, 1, 18, 33, 5, tzinfo=UTC)
-
-
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
-def url(model: str, view: str, *args) -> str:
-    return reverse(f"admin:scheduler_app_{model}_{view}", args=args)
 
 
 @pytest.fixture
