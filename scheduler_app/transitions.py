@@ -28,6 +28,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+import psycopg
 from django.conf import settings
 from django.db import connection
 from django.utils import timezone
@@ -124,8 +125,6 @@ def execute(statement: str, params: dict, *, many: bool = False):
     """Run `statement` on Django's PostgreSQL connection with server-side parameters,
     prepared on first use in the session; its first row (or all rows with `many`).
     Errors come out as Django's (DatabaseError), and mark the connection for its check."""
-    import psycopg
-
     next(STATEMENTS)
     connection.ensure_connection()
     with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
