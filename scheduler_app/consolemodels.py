@@ -1,4 +1,4 @@
-"""The console's models: alert rules per job and the alerts they raised (scheduler_app/alerts.py
+"""The console's models: alert rules per job and the alerts they raised (scheduler_app/alerts/
 evaluates them), and the per-minute rollup of finished runs behind the dashboard
 (scheduler_app/dashboard.py).
 

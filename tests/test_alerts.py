@@ -1,4 +1,4 @@
-"""Job alerts (scheduler_app/alerts.py): the rules, exactly-once recording, cool-down,
+"""Job alerts (scheduler_app/alerts/): the rules, exactly-once recording, cool-down,
 delivery by signed webhook and e-mail, and real beats raising one alert at a local receiver."""
 
 from __future__ import annotations
