@@ -3,6 +3,9 @@ API, the CLI and the admin alike, each change recorded in the audit trail."""
 
 from __future__ import annotations
 
+import ipaddress
+
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 from django.db import transaction
@@ -92,10 +95,18 @@ def check_webhook_url(value) -> str:
     if not isinstance(value, str) or len(value) > 2000:
         raise InvalidInput("webhook_url", "must be a URL of at most 2000 characters")
     try:
-        netguard.check_url(value)
+        target = netguard.check_url(value)
     except netguard.BlockedTarget as exc:
         raise InvalidInput("webhook_url", exc.detail) from None
     check_url_path("webhook_url", value)
+    try:
+        literal = ipaddress.ip_address(target.host)
+    except ValueError:
+        return value  # a name: judged on what it resolves to at each delivery (httpclient)
+    allowed, category = netguard.address_allowed(
+        literal, [ipaddress.ip_network(net) for net in settings.CRONFLEET_HTTP_ALLOWED_NETWORKS])
+    if not allowed:  # an address refused at every delivery is refused now
+        raise InvalidInput("webhook_url", f"a {category} address is not allowed (CRONFLEET_HTTP_ALLOWED_NETWORKS)")
     return value
 
 
