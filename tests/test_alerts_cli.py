@@ -70,9 +70,10 @@ def test_none_stops_watching_a_condition_and_no_email_clears_the_list(job):
                             'seconds, or none)'),
     (["--grace", "none"], "alerts set: --grace: 'none' is not a duration"),
     (["--no-success", "1.5"], "alerts set: --no-success: '1.5' is not a whole number of seconds"),
-    (["--max-duration", "0"], "alerts set: --max-duration: must be a number of seconds between 0 and 366 days"),
+    (["--max-duration", "0"], "alerts set: --max-duration: must be a number of seconds between 0 and 366 days, "
+                              "or none"),
     (["--cooldown", "400d"], "alerts set: --cooldown: must be a whole number of seconds, 0 to 366 days"),
-    (["--min-duration", "10m", "--max-duration", "5m"], "alerts set: --min-duration: must be below max_duration"),
+    (["--min-duration", "10m", "--max-duration", "5m"], "alerts set: --min-duration: must be below --max-duration"),
     (["--email", "ops@example.com", "nobody"], "alerts set: --email: 'nobody' is not an e-mail address"),
     (["--email", "ops@example.com", "--no-email"], "alerts set: --email: give --email or --no-email, not both"),
     (["--webhook", "ftp://hooks.example.com/"], "alerts set: --webhook: scheme 'ftp' is not allowed"),

@@ -123,7 +123,8 @@ class Command(OneLineErrors, BaseCommand):
             alerts.rule_set(job, changes, actor="cli")
         except services.InvalidInput as exc:  # name the option, not the rule's field
             name = exc.field.partition(".")[0]
-            raise services.InvalidInput(OPTION_OF.get(name, exc.field), exc.message) from None
+            message = exc.message.replace("max_duration_seconds", "--max-duration").replace(", or null", ", or none")
+            raise services.InvalidInput(OPTION_OF.get(name, exc.field), message) from None
         self.show(job)
 
     def do_show(self, *, job: str, **options) -> None:
