@@ -407,9 +407,11 @@ CRONFLEET_RETENTION_BUSY_SECONDS = env_int("CRONFLEET_RETENTION_BUSY_SECONDS", 1
 CRONFLEET_RETENTION_CHECK_SECONDS = env_int("CRONFLEET_RETENTION_CHECK_SECONDS", 60, minimum=1)
 CRONFLEET_RETENTION_RESCAN_SECONDS = env_int("CRONFLEET_RETENTION_RESCAN_SECONDS", 3600, minimum=1)
 
-# Job alerts (scheduler_app/alerts.py): each beat evaluates due alert rules and delivers
-# pending alerts at most this often, after a turn.
+# Job alerts (scheduler_app/alerts/): each beat evaluates due alert rules at most this often,
+# after a turn; its delivery thread sends pending alerts after each check and this often.
 CRONFLEET_ALERT_CHECK_SECONDS = env_int("CRONFLEET_ALERT_CHECK_SECONDS", 10, minimum=1)
+# How long an alert's webhook may take to answer before the attempt counts as failed.
+CRONFLEET_ALERT_DELIVERY_TIMEOUT_SECONDS = env_int("CRONFLEET_ALERT_DELIVERY_TIMEOUT_SECONDS", 5, minimum=1)
 # E-mailed alerts go through Django's e-mail backend: SMTP at EMAIL_HOST unless
 # DJANGO_EMAIL_BACKEND names another (django.core.mail.backends.console.EmailBackend, say).
 EMAIL_BACKEND = env_str("DJANGO_EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")

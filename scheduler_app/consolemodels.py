@@ -1,4 +1,4 @@
-"""The console's models: alert rules per job and the alerts they raised (scheduler_app/alerts.py
+"""The console's models: alert rules per job and the alerts they raised (scheduler_app/alerts/
 evaluates them), and the per-minute rollup of finished runs behind the dashboard
 (scheduler_app/dashboard.py).
 
@@ -82,6 +82,8 @@ class Alert(models.Model):
         ordering = ["-raised_at", "-id"]
         indexes = [
             models.Index(fields=["job", "kind", "-raised_at"], name="alert_job_recent_idx"),
+            # GET /api/v1/alerts/ and `alerts list`: a tenant's alerts, newest first.
+            models.Index(fields=["tenant", "-raised_at", "-id"], name="alert_tenant_recent_idx"),
             # alerts.deliver_pending(): undelivered alerts by next attempt.
             models.Index(fields=["next_delivery_at"], name="alert_undelivered_idx",
                          condition=Q(delivered_at__isnull=True)),

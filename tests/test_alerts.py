@@ -1,4 +1,4 @@
-"""Job alerts (scheduler_app/alerts.py): the rules, exactly-once recording, cool-down,
+"""Job alerts (scheduler_app/alerts/): the rules, exactly-once recording, cool-down,
 delivery by signed webhook and e-mail, and real beats raising one alert at a local receiver."""
 
 from __future__ import annotations
@@ -219,3 +219,70 @@ def test_real_beats_raise_exactly_one_alert_when_a_job_stops_succeeding(processe
     assert Alert.objects.get(kind="failed").suppressed >= 1  # later failures held by the cool-down
     assert {alert["job"] for alert in receiver.received} == {"flaky"}
     assert JobRun.objects.filter(job=job, state__in=[RunState.FAILED, RunState.DEAD]).count() >= 2
+
+
+class HangingReceiver(http.server.ThreadingHTTPServer):
+    """Takes each alert POSTed to it, then answers only once `release` is set."""
+
+    def __init__(self):
+        self.arrived, self.release, self.received = threading.Event(), threading.Event(), []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                outer.received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                outer.arrived.set()
+                outer.release.wait(120)
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/alerts"
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_hanging_webhook_receiver_does_not_hold_up_the_beat_and_gets_the_alert_once(processes, queue_name,
+                                                                                      settings):
+    tenant = services.tenant_create(slug="hanging", name="Hanging")
+    receiver = HangingReceiver()
+    settings.CRONFLEET_HTTP_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    # A webhook timeout far beyond the test's waits: only delivery off the beat's thread
+    # lets the beat dispatch while the receiver hangs.
+    env = {"CRONFLEET_HTTP_ALLOWED_NETWORKS": "127.0.0.0/8", "CRONFLEET_ALERT_CHECK_SECONDS": "1",
+           "CRONFLEET_ALERT_DELIVERY_TIMEOUT_SECONDS": "300"}
+    job = services.job_create(tenant, services.JobSpec(name="every-second", task_name=TASK, every=1,
+                                                       queue=queue_name))
+    # No worker: nothing succeeds, so the dead-man's switch raises one alert within seconds.
+    alerts.rule_set(job, {"no_success_seconds": 1, "webhook_url": receiver.url})
+    try:
+        processes.beat("beat-1", "--max-sleep", "1", **env)
+        assert receiver.arrived.wait(60), "no alert reached the receiver"
+        runs = JobRun.objects.filter(job=job).count()
+        wait_for(lambda: JobRun.objects.filter(job=job).count() >= runs + 5, timeout=60,
+                 what="five more runs dispatched while the receiver hangs")
+        hanging = Alert.objects.get()
+        assert hanging.delivered_at is None and hanging.delivering_until is not None  # still being sent
+        assert len(receiver.received) == 1
+
+        receiver.release.set()
+        wait_for(lambda: Alert.objects.filter(delivered_at__isnull=False).exists(), timeout=60,
+                 what="the alert recorded as delivered")
+        delivered = Alert.objects.get()
+        # Two more checks of the rule (each wakes the delivery thread): nothing is sent again.
+        wait_for(lambda: AlertRule.objects.get(job=job).checked_until > delivered.delivered_at + timedelta(seconds=2),
+                 timeout=60, what="two more checks after the delivery")
+    finally:
+        receiver.release.set()
+        receiver.shutdown()
+
+    assert [alert["kind"] for alert in receiver.received] == ["no_success"]
+    assert Alert.objects.count() == 1 and delivered.delivery_attempts == 1
+    assert delivered.delivery_log[-1]["error"] is None

@@ -15,7 +15,8 @@ from datetime import timedelta
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from scheduler_app import services
+from scheduler_app import alerts, services
+from scheduler_app.consolemodels import Alert, AlertRule
 from scheduler_app.models import (
     ApiKey,
     AuditEvent,
@@ -49,6 +50,8 @@ BODIES = {
                                       "dry_run": False},
     ("tenants/{slug}/", "patch"): {"is_active": False},
     ("keys/", "post"): {"name": "b's own key"},
+    ("jobs/{id}/alerts/", "put"): {"enabled": False, "webhook_url": "https://b.example.com/stolen"},
+    ("jobs/{id}/alerts/", "patch"): {"emails": ["b@example.com"]},
 }
 
 
@@ -117,7 +120,10 @@ def tenant_a(db) -> dict:
     AuditEvent.objects.create(tenant=tenant, job=job, job_name=job.name, run_id=run.id, action="run.dead",
                               actor=f"worker:{MARKER}")
     key, _ = services.apikey_create(tenant=tenant, name=f"{MARKER} key")
-    return {"tenant": tenant, "job": job, "run": run, "key": key}
+    rule = alerts.rule_set(job, {"on_failure": True, "emails": [f"{MARKER}@example.com"]})
+    alert = Alert.objects.create(rule=rule, job=job, tenant=tenant, kind="failed", dedup_key=f"{MARKER}-alert",
+                                 message=f"{MARKER} alert", raised_at=db_now(), next_delivery_at=db_now())
+    return {"tenant": tenant, "job": job, "run": run, "key": key, "alert": alert}
 
 
 def state_of(a: dict) -> list:
@@ -127,6 +133,8 @@ def state_of(a: dict) -> list:
         list(Job.objects.filter(tenant=a["tenant"]).values()),
         list(JobRun.objects.filter(tenant=a["tenant"]).values()),
         list(ApiKey.objects.filter(tenant=a["tenant"]).values()),
+        list(AlertRule.objects.filter(job__tenant=a["tenant"]).values()),
+        list(Alert.objects.filter(tenant=a["tenant"]).values()),
     ]
 
 
@@ -141,7 +149,8 @@ def test_the_walk_every_api_route_and_method_as_tenant_b_never_reaches_tenant_as
     tenant_b = make_tenant()
     b = client_for(tenant_b) if caller == "tenant_key" else client_for(None, tenant_header=tenant_b.slug)
     before = state_of(tenant_a)
-    own_ids = {"jobs": {tenant_a["job"].id}, "runs": {tenant_a["run"].id}, "keys": {tenant_a["key"].id}}
+    own_ids = {"jobs": {tenant_a["job"].id}, "runs": {tenant_a["run"].id}, "keys": {tenant_a["key"].id},
+               "alerts": {tenant_a["alert"].id}}
     walked = set()
 
     for template, callback in api_routes():
@@ -169,7 +178,7 @@ def test_the_walk_every_api_route_and_method_as_tenant_b_never_reaches_tenant_as
     assert state_of(tenant_a) == before
     walked_templates = {template for template, _ in walked}
     assert {"me", "jobs/", "jobs/{id}/", "jobs/{id}/pause/", "runs/{id}/replay/", "keys/{id}/", "stats/",
-            "preview/"} <= walked_templates  # the walk found the routes (and so every other one)
+            "preview/", "jobs/{id}/alerts/", "alerts/"} <= walked_templates  # the walk found the routes (and so every other one)
 
 
 def test_the_walk_fails_on_a_route_parameter_it_cannot_fill():
@@ -201,6 +210,15 @@ def test_a_bulk_action_with_another_tenants_tag_changes_only_the_callers_jobs(te
     assert Job.objects.get(id=tenant_a["job"].id).enabled
 
 
+def test_a_filter_on_another_tenants_job_is_refused_in_the_alerts_list_too(tenant_a):
+    b = client_for(make_tenant())
+
+    response = b.get(f"/api/v1/alerts/?job={tenant_a['job'].id}")
+
+    assert response.status_code == 400
+    assert errors_of(response) == {"job": "not found"}
+
+
 def test_tenant_keys_get_403_on_every_staff_route(tenant_a):
     b = client_for(make_tenant())
 
@@ -218,7 +236,11 @@ def test_a_key_of_tenant_a_acts_only_inside_tenant_a(tenant_a):
 
     jobs = a.get("/api/v1/jobs/").json()["results"]
     runs = a.get("/api/v1/runs/").json()["results"]
+    raised = a.get("/api/v1/alerts/").json()["results"]
+    rule = a.get(f"/api/v1/jobs/{tenant_a['job'].id}/alerts/").json()
 
     assert [job["id"] for job in jobs] == [tenant_a["job"].id]
     assert [run["id"] for run in runs] == [tenant_a["run"].id]
+    assert [alert["id"] for alert in raised] == [tenant_a["alert"].id]
+    assert rule["emails"] == [f"{MARKER}@example.com"]
     assert json.dumps(jobs).count(MARKER) >= 1  # the marker is visible to its own tenant

@@ -3,13 +3,14 @@
 from django.urls import path, re_path
 from rest_framework.routers import SimpleRouter
 
-from scheduler_app.api import retention, views
+from scheduler_app.api import alerts, retention, views
 
 router = SimpleRouter()
 router.register("tenants", views.TenantViewSet, basename="tenant")
 router.register("keys", views.ApiKeyViewSet, basename="apikey")
 router.register("jobs", views.JobViewSet, basename="job")
 router.register("runs", views.RunViewSet, basename="run")
+router.register("alerts", alerts.AlertViewSet, basename="alert")
 
 urlpatterns = [
     path("me", views.MeView.as_view(), name="me"),
@@ -18,5 +19,6 @@ urlpatterns = [
     # Beside the router's routes, with its pattern for the object's key.
     re_path(r"^tenants/(?P<slug>[^/.]+)/retention/$", retention.TenantRetentionView.as_view(), name="tenant-retention"),
     re_path(r"^jobs/(?P<id>[^/.]+)/retention/$", retention.JobRetentionView.as_view(), name="job-retention"),
+    re_path(r"^jobs/(?P<id>[^/.]+)/alerts/$", alerts.JobAlertRuleView.as_view(), name="job-alerts"),
     *router.urls,
 ]

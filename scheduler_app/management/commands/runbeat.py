@@ -23,6 +23,7 @@ from scheduler_app.services import WAKE_CHANNEL
 
 logger = logging.getLogger("scheduler_app.beat")
 RETRY_PAUSE = 1.0  # seconds
+DELIVERER_STOP_SECONDS = 5.0  # how long a stopping beat waits for an alert being sent
 SWEEP_EVERY = 2.0  # seconds between looks for runs to publish again (a few queries and a broker call)
 
 
@@ -116,6 +117,8 @@ class Command(BaseCommand):
         waker._listener()  # LISTEN before the first turn: a job changed during it must wake the first sleep
         pruner = retention.Pruner()
         next_sweep = 0.0
+        if not once:
+            alerts.start_deliverer()  # alerts are sent on their own thread: a slow receiver never stalls a turn
         transient = (DatabaseError, *broker_errors())  # e.g. redis.ConnectionError, amqp's errors
         observer.say(self.stdout, f"runbeat: started (batch {batch_size}, max sleep {max_sleep}s, {connection.vendor})")
         try:
@@ -153,6 +156,7 @@ class Command(BaseCommand):
                 if not turn.busy and not pruning:
                     waker.sleep(dispatch.seconds_until_due(db_now(), cap=max_sleep, held_back=turn.held_back))
         finally:
+            alerts.stop_deliverer(timeout=DELIVERER_STOP_SECONDS)
             waker.close()
             observer.stop()
         observer.say(self.stdout, "runbeat: stopped")

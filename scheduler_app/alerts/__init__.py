@@ -1,0 +1,84 @@
+"""Alerts per job: the dead-man's switch (no success within a period plus grace), failed or
+dead runs, start lag above a threshold, durations above a maximum or below a minimum.
+
+- rules.py: the rules, one per job, written through rule_set() / rule_delete() by the API,
+  the CLI and the admin;
+- evaluate.py: the beats evaluate due rules and record alerts, exactly once;
+- deliver.py: the alerts are sent by webhook and e-mail, exactly once, with retries.
+
+No extra process: runbeat calls on_beat_turn() after every turn, which evaluates at most
+every CRONFLEET_ALERT_CHECK_SECONDS per beat, then wakes the beat's delivery thread
+(start_deliverer); without one (`runbeat --once`, tests) it delivers inline.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from scheduler_app import dashboard
+from scheduler_app.alerts.deliver import (
+    DELIVERY_ATTEMPTS,
+    Deliverer,
+    deliver,
+    deliver_pending,
+    delivery_status,
+    payload,
+)
+from scheduler_app.alerts.evaluate import (
+    check_every,
+    claim_due_rules,
+    describe,
+    describe_seconds,
+    evaluate_due_rules,
+    evaluate_rule,
+    recent_alerts,
+)
+from scheduler_app.alerts.rules import RULE_DEFAULTS, RULE_FIELDS, rule_delete, rule_set, validate_rule
+from scheduler_app.models import db_now
+
+__all__ = [
+    "DELIVERY_ATTEMPTS", "RULE_DEFAULTS", "RULE_FIELDS", "check_every", "claim_due_rules", "deliver",
+    "deliver_pending", "delivery_status", "describe", "describe_seconds", "evaluate_due_rules", "evaluate_rule",
+    "on_beat_turn", "payload", "recent_alerts", "rule_delete", "rule_set", "start_deliverer", "stop_deliverer",
+    "validate_rule",
+]
+logger = logging.getLogger(__name__)
+
+_last_check = float("-inf")  # monotonic time of this process's last check
+_deliverer: Deliverer | None = None  # this process's delivery thread, if it runs one
+
+
+def on_beat_turn() -> bool:
+    """The beat's hook: evaluate due rules, have pending alerts delivered and roll up the
+    dashboard's closed minutes, at most every CRONFLEET_ALERT_CHECK_SECONDS in this process.
+    Returns whether it ran."""
+    global _last_check
+    if time.monotonic() - _last_check < check_every():
+        return False
+    _last_check = time.monotonic()
+    now = db_now()
+    raised = evaluate_due_rules(now)
+    if _deliverer is not None and _deliverer.is_alive():
+        _deliverer.wake()
+    else:
+        deliver_pending(db_now())
+    dashboard.roll_up(now)  # the dashboard's per-minute counts (idempotent across beats)
+    if raised:
+        logger.info("alerts: raised %s", raised)
+    return True
+
+
+def start_deliverer() -> Deliverer:
+    """Start this process's delivery thread (runbeat does, unless --once)."""
+    global _deliverer
+    _deliverer = Deliverer()
+    _deliverer.start()
+    return _deliverer
+
+
+def stop_deliverer(timeout: float) -> None:
+    global _deliverer
+    if _deliverer is not None:
+        _deliverer.stop(timeout)
+        _deliverer = None

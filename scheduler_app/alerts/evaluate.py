@@ -1,0 +1,164 @@
+"""Evaluating alert rules, exactly once with any number of beats:
+
+- a beat claims the rules due for a check with FOR UPDATE SKIP LOCKED (claim_due_rules), so
+  one beat at a time evaluates a rule; it looks at the runs that started or ended since the
+  rule's checked_until and moves checked_until on in the same transaction;
+- each alert has a unique dedup_key (the run and attempt; for no_success the silence's
+  start), inserted with ON CONFLICT DO NOTHING: the same thing is never recorded twice;
+- the cool-down (per rule and kind) is judged under the rule's row lock: alerts held back by
+  it are counted on the last alert (`suppressed`), not recorded.
+
+Records alerts only; deliver.py sends them.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F, Q
+
+from scheduler_app.consolemodels import Alert, AlertKind, AlertRule
+from scheduler_app.models import Job, JobRun, RunState, Trigger
+
+RULES_PER_CHECK = 200  # rules one beat evaluates per check
+RUNS_PER_RULE = 500  # runs looked at per rule per check (the rest wait for the next check)
+ALERTS_PER_RULE = 10  # alerts one rule may raise per check
+LOOKBACK = timedelta(days=1)  # a run ending now was fired at most this long ago (retries included)
+FAILED_STATES = (RunState.FAILED, RunState.DEAD)
+
+
+def check_every() -> float:
+    return float(settings.CRONFLEET_ALERT_CHECK_SECONDS)
+
+
+def claim_due_rules(now: datetime, *, limit: int) -> list[AlertRule]:
+    """Lock the enabled rules due for a check; rules another beat holds are skipped.
+    Call inside a transaction."""
+    rules = AlertRule.objects.filter(enabled=True, next_check_at__lte=now).order_by("next_check_at")
+    if connection.features.has_select_for_update_skip_locked:
+        rules = rules.select_for_update(skip_locked=True, of=("self",))
+    return list(rules.select_related("job__tenant")[:limit])
+
+
+def evaluate_due_rules(now: datetime, *, limit: int = RULES_PER_CHECK) -> int:
+    """Check every due rule once; return how many alerts were recorded. One transaction:
+    the claims, the new alerts and the moved checked_until commit together."""
+    raised = 0
+    with transaction.atomic():
+        for rule in claim_due_rules(now, limit=limit):
+            raised += evaluate_rule(rule, now)
+    return raised
+
+
+def evaluate_rule(rule: AlertRule, now: datetime) -> int:
+    """Look at the runs of the rule's job that started or ended in (checked_until, now];
+    record what breaks the rule; move checked_until and next_check_at on. Under its lock."""
+    job, since = rule.job, rule.checked_until
+    runs = list(
+        JobRun.objects.filter(job=job, scheduled_at__gt=since - LOOKBACK, scheduled_at__lte=now)
+        .filter(Q(finished_at__gt=since, finished_at__lte=now) | Q(started_at__gt=since, started_at__lte=now))
+        .order_by("scheduled_at")
+        .only("id", "scheduled_at", "trigger", "state", "attempt", "started_at", "finished_at", "error")[:RUNS_PER_RULE]
+    )
+    until = now if len(runs) < RUNS_PER_RULE else max(max(r.started_at or since, r.finished_at or since) for r in runs)
+    found = []
+    for run in runs:
+        found.extend(run_findings(rule, run, since, until))
+    successes = [run.finished_at for run in runs if run.state == RunState.SUCCEEDED and run.finished_at
+                 and run.finished_at <= until]
+    if successes:
+        rule.last_success_at = max([*successes, rule.last_success_at or successes[0]])
+    if rule.no_success_seconds is not None:
+        silent_since = rule.last_success_at or rule.created_at
+        limit = timedelta(seconds=rule.no_success_seconds + rule.grace_seconds)
+        if now - silent_since > limit:
+            found.append((AlertKind.NO_SUCCESS, f"since:{silent_since.isoformat()}", None,
+                          f"{job}: no successful run for {describe(now - silent_since)} "
+                          f"(expected one every {describe(timedelta(seconds=rule.no_success_seconds))} "
+                          f"+ {describe(timedelta(seconds=rule.grace_seconds))} grace)",
+                          {"last_success_at": rule.last_success_at.isoformat() if rule.last_success_at else None}))
+    raised = sum(record_alert(rule, now, *finding) for finding in found[:ALERTS_PER_RULE])
+    rule.checked_until = until
+    rule.next_check_at = now + timedelta(seconds=check_every())
+    AlertRule.objects.filter(id=rule.id).update(checked_until=until, next_check_at=rule.next_check_at,
+                                                last_success_at=rule.last_success_at)
+    return raised
+
+
+def run_findings(rule: AlertRule, run: JobRun, since: datetime, until: datetime) -> list[tuple]:
+    """(kind, subject, run id, message, detail) for each way `run` breaks `rule`, judged on
+    the transition that happened in (since, until]."""
+    job, found = rule.job, []
+    ended = run.finished_at is not None and since < run.finished_at <= until
+    started = run.started_at is not None and since < run.started_at <= until
+    subject = f"run{run.id}:a{run.attempt}"
+    if rule.on_failure and ended and run.state in FAILED_STATES:
+        found.append((AlertKind.FAILED, subject, run.id,
+                      f"{job}: run {run.id} ({run.scheduled_at:%Y-%m-%d %H:%M:%S}Z) ended {run.state} on attempt "
+                      f"{run.attempt}: {run.error[:300]}", {"state": run.state, "error": run.error[:2000]}))
+    if (rule.max_start_lag_seconds is not None and started and run.trigger == Trigger.SCHEDULE
+            and run.attempt == 1):
+        lag = (run.started_at - run.scheduled_at).total_seconds()
+        if lag > rule.max_start_lag_seconds:
+            found.append((AlertKind.START_LAG, subject, run.id,
+                          f"{job}: run {run.id} started {lag:.1f} s after its fire time "
+                          f"(more than {rule.max_start_lag_seconds:g} s)", {"start_lag_seconds": lag}))
+    if ended and run.started_at is not None and run.state not in (RunState.SKIPPED, RunState.CANCELLED):
+        took = (run.finished_at - run.started_at).total_seconds()
+        if rule.max_duration_seconds is not None and took > rule.max_duration_seconds:
+            found.append((AlertKind.TOO_LONG, subject, run.id,
+                          f"{job}: run {run.id} took {took:.1f} s (more than {rule.max_duration_seconds:g} s)",
+                          {"duration_seconds": took}))
+        if (rule.min_duration_seconds is not None and took < rule.min_duration_seconds
+                and run.state == RunState.SUCCEEDED):
+            found.append((AlertKind.TOO_SHORT, subject, run.id,
+                          f"{job}: run {run.id} took only {took:.2f} s (less than {rule.min_duration_seconds:g} s)",
+                          {"duration_seconds": took}))
+    return found
+
+
+def record_alert(rule: AlertRule, now: datetime, kind: str, subject: str, run_id: int | None, message: str,
+                 detail: dict) -> int:
+    """Record one alert unless its dedup_key exists (1) or the cool-down holds it back (0)."""
+    last = (Alert.objects.filter(job_id=rule.job_id, kind=kind).order_by("-raised_at")
+            .values("id", "raised_at", "dedup_key").first())
+    key = f"job{rule.job_id}:{kind}:{subject}"
+    if last is not None and last["dedup_key"] == key:
+        return 0
+    if last is not None and now - last["raised_at"] < timedelta(seconds=rule.cooldown_seconds):
+        Alert.objects.filter(id=last["id"]).update(suppressed=F("suppressed") + 1)
+        return 0
+    with connection.cursor() as cursor:  # the unique key decides; a second beat's insert does nothing
+        cursor.execute(INSERT_ALERT, {
+            "rule": rule.id, "job": rule.job_id, "tenant": rule.job.tenant_id, "kind": kind, "key": key[:200],
+            "run": run_id, "message": message[:1000], "detail": json.dumps(detail), "now": now})
+        return cursor.rowcount
+
+
+INSERT_ALERT = """
+INSERT INTO scheduler_app_alert (rule_id, job_id, tenant_id, kind, dedup_key, run_id, message, detail, raised_at,
+                                 suppressed, delivery_attempts, next_delivery_at, delivery_log)
+VALUES (%(rule)s, %(job)s, %(tenant)s, %(kind)s, %(key)s, %(run)s, %(message)s, %(detail)s, %(now)s, 0, 0,
+        %(now)s, '[]')
+ON CONFLICT (dedup_key) DO NOTHING
+"""
+
+
+def describe_seconds(seconds: float) -> str:
+    return describe(timedelta(seconds=seconds))
+
+
+def describe(span: timedelta) -> str:
+    seconds = int(span.total_seconds())
+    if seconds >= 3600:
+        return f"{seconds // 3600} h" + (f" {seconds % 3600 // 60} min" if seconds % 3600 >= 60 else "")
+    if seconds >= 60:
+        return f"{seconds // 60} min" + (f" {seconds % 60} s" if seconds % 60 else "")
+    return f"{seconds} s"
+
+
+def recent_alerts(job: Job, *, limit: int = 10) -> list[Alert]:
+    return list(Alert.objects.filter(job=job).order_by("-raised_at")[:limit])
