@@ -453,7 +453,7 @@ def test_trigger_action_reports_a_run_the_broker_did_not_take(admin_client, monk
     def broker_down(messages):
         raise ConnectionError("Connection refused")
 
-    monkeypatch.setattr(services, "publish_runs", broker_down)
+    monkeypatch.setattr("scheduler_app.services.jobs.publish_runs", broker_down)
     response = post_action(admin_client, "trigger_jobs", job)
 
     run = JobRun.objects.get()

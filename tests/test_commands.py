@@ -548,7 +548,7 @@ def test_trigger_says_which_run_was_not_published_when_the_broker_fails(monkeypa
     def broker_down(messages):
         raise ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
 
-    monkeypatch.setattr(services, "publish_runs", broker_down)
+    monkeypatch.setattr("scheduler_app.services.jobs.publish_runs", broker_down)
     out = io.StringIO()
     with pytest.raises(CommandError) as caught:
         call_command("jobs", "trigger", str(job.id), stdout=out)

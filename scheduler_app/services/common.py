@@ -1,0 +1,63 @@
+"""What the services share: the quota error, whole-number checks, the audit row of a job
+change, waking the beats, and the dispatch-quota admission of runs recorded outside a beat."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import connection
+
+from scheduler_app.models import AuditEvent, Job, RunState
+from scheduler_app.dispatch import run_times, tenant_budget
+from scheduler_app.validation import InvalidInput
+
+
+WAKE_CHANNEL = "cronfleet_jobs"
+
+
+class QuotaExceeded(InvalidInput):
+    """The input is well-formed but the tenant's quota refuses it."""
+
+
+def check_int(field: str, value, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(field, "must be a whole number")
+    if not low <= value <= high:
+        raise InvalidInput(field, f"must be between {low} and {high}")
+    return value
+
+
+def admitted(tenant_id: int, now: datetime, count: int) -> tuple[int, str]:
+    """How many of `count` runs recorded now may go to the broker at once under the tenant's
+    dispatch quota, and the reason to record on the others (they wait as pending; the beat
+    queues them as the budget frees). Locks the tenant row: call inside the transaction
+    that records the runs."""
+    budget = tenant_budget(tenant_id, now)
+    if budget is None:
+        return count, ""
+    return min(count, budget.for_new_runs), budget.reason
+
+
+def admission_fields(go: bool, reason: str, now: datetime) -> dict:
+    """The columns of a run that goes to the broker now, or waits for its tenant's quota
+    (its times as the beat records them: dispatch.run_times)."""
+    state = RunState.QUEUED if go else RunState.PENDING
+    _, enqueued_at, dispatched_at, _ = run_times(state, now)
+    fields = {"state": state, "enqueued_at": enqueued_at, "dispatched_at": dispatched_at}
+    return fields if go else {**fields, "reason": reason}
+
+
+def jsonable(value):
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
+def wake_beats() -> None:
+    """Tell sleeping beats (LISTEN cronfleet_jobs) that a job changed; delivered at commit."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(f"NOTIFY {WAKE_CHANNEL}")
+
+
+def audit_job(job: Job, action: str, actor: str, **detail) -> None:
+    AuditEvent.objects.create(tenant_id=job.tenant_id, job=job, job_name=job.name, action=action,
+                              actor=actor, detail=detail)

@@ -1,0 +1,153 @@
+"""Editing a job: the edit planned and validated as a whole, its impact previewed, schedules
+previewed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from django.db import IntegrityError, transaction
+
+from scheduler_app import schedules
+from scheduler_app.models import Job, TargetKind, db_now
+from scheduler_app.validation import InvalidInput
+from scheduler_app.services.common import audit_job, check_int, jsonable, wake_beats
+from scheduler_app.services.jobs import first_fire
+from scheduler_app.services.jobspec import JobSpec, validate_spec
+
+
+def job_preview(job_or_schedule, *, count: int, after: datetime | None = None) -> list[datetime]:
+    schedule = job_or_schedule.schedule if isinstance(job_or_schedule, Job) else job_or_schedule
+    return schedules.preview(schedule, after or db_now(), count)
+
+
+SCHEDULE_FIELDS = ("cron", "every", "at")
+
+
+SPEC_FIELDS = frozenset(JobSpec.__dataclass_fields__)
+
+
+def job_spec_of(job: Job) -> JobSpec:
+    """The JobSpec that describes `job` as it is saved (the base an edit is merged onto)."""
+    return JobSpec(
+        name=job.name, task_name=job.task_name, target_kind=job.target_kind,
+        http=dict(job.target_config) if job.target_kind == TargetKind.HTTP else None,
+        command=dict(job.target_config) if job.target_kind == TargetKind.COMMAND else None,
+        sql=dict(job.target_config) if job.target_kind == TargetKind.SQL else None,
+        cron=job.cron, timezone=job.timezone, every=job.every_seconds, at=job.run_at,
+        start_at=job.start_at, end_at=job.end_at, args=job.args, kwargs=job.kwargs, queue=job.queue,
+        priority=job.priority,
+        timeout_seconds=job.timeout_seconds, max_attempts=job.max_attempts,
+        retry_backoff_seconds=job.retry_backoff_seconds, retry_backoff_max_seconds=job.retry_backoff_max_seconds,
+        misfire_policy=job.misfire_policy, catchup_window_seconds=job.catchup_window_seconds,
+        run_all_cap=job.run_all_cap, overlap_policy=job.overlap_policy, description=job.description,
+        tags=list(job.tags), jitter_seconds=job.jitter_seconds, batch=job.batch,
+    )
+
+
+@dataclass
+class Edit:
+    """A validated edit of a job: its new columns and what it does to the schedule."""
+
+    fields: dict
+    schedule: schedules.Schedule
+    schedule_changed: bool
+    diff: dict
+
+
+def plan_edit(job: Job, changes: dict, now: datetime) -> Edit:
+    """Merge `changes` (JobSpec field names) onto the job and validate the whole.
+
+    Giving any of cron/every/at replaces the schedule: the kinds not given are cleared.
+    """
+    unknown = sorted(set(changes) - SPEC_FIELDS)
+    if unknown:
+        raise InvalidInput(unknown[0], "is not a job field")
+    changes = dict(changes)
+    if any(key in changes for key in SCHEDULE_FIELDS):
+        changes.setdefault("cron", "")
+        changes.setdefault("every", None)
+        changes.setdefault("at", None)
+    before = job_spec_of(job)
+    spec = replace(before, **changes)
+    schedule_keys = (*SCHEDULE_FIELDS, "timezone", "start_at", "end_at", "jitter_seconds")
+    schedule_changed = any(getattr(spec, key) != getattr(before, key) for key in schedule_keys)
+    # An interval keeps its anchor unless the interval itself changes.
+    anchor = job.anchor_at if spec.every is not None and spec.every == job.every_seconds else None
+    schedule, fields = validate_spec(job.tenant, spec, now, anchor=anchor, jitter_seed=job.jitter_seed,
+                                     check_schedule_quota=schedule_changed, check_end=spec.end_at != before.end_at)
+    diff = {
+        key: [jsonable(getattr(job, key)), jsonable(value)]
+        for key, value in fields.items()
+        if getattr(job, key) != value
+    }
+    return Edit(fields=fields, schedule=schedule, schedule_changed=schedule_changed, diff=diff)
+
+
+def job_update(job: Job, changes: dict, *, actor: str = "") -> Job:
+    """Apply `changes` to a job (validated as a whole), bump its version and, when the
+    schedule changed, compute its next fire from now. Runs already recorded are left alone."""
+    now = db_now()
+    edit = plan_edit(job, changes, now)
+    if not edit.diff:
+        return job
+    fields = dict(edit.fields)
+    if edit.schedule_changed:
+        fields["next_run_at"] = first_fire(edit.schedule, now)
+    try:
+        with transaction.atomic():
+            locked = Job.objects.select_for_update().get(id=job.id)
+            Job.objects.filter(id=job.id).update(version=locked.version + 1, updated_at=now, **fields)
+            audit_job(job, "job.updated", actor, changes=edit.diff)
+            wake_beats()
+    except IntegrityError:
+        raise InvalidInput("name", f"tenant {job.tenant.slug!r} already has a job named {fields['name']!r}") from None
+    job.refresh_from_db()
+    return job
+
+
+def job_update_impact(job: Job, changes: dict, *, count: int = 5) -> dict:
+    """What saving `changes` would do, without saving: the fires due at once, the fires the
+    edit drops, and the next `count` fires before and after."""
+    check_count(count)
+    now = db_now()
+    edit = plan_edit(job, changes, now)
+    before = upcoming_fires(job.schedule, job.next_run_at, count)
+    if not edit.schedule_changed:
+        return {"fires_now": [], "skipped": [], "next_before": before, "next_after": before,
+                "changes": edit.diff, "paused": not job.enabled}
+    first = first_fire(edit.schedule, now)
+    after = upcoming_fires(edit.schedule, first, count)
+    horizon = after[-1] if after else None
+    skipped = [
+        {"at": at, "reason": "due and not yet dispatched; the edit drops it" if at <= now
+         else "no longer a fire time after the edit"}
+        for at in before
+        if at not in after and (horizon is None or at <= horizon)
+    ]
+    return {"fires_now": [at for at in after if at <= now], "skipped": skipped,
+            "next_before": before, "next_after": after, "changes": edit.diff, "paused": not job.enabled}
+
+
+def upcoming_fires(schedule: schedules.Schedule, first: datetime | None, count: int) -> list[datetime]:
+    """`first` and the fires after it, `count` in all."""
+    if first is None:
+        return []
+    return [first, *schedules.preview(schedule, first, count - 1)]
+
+
+MAX_PREVIEW = 1000
+
+
+def check_count(count) -> int:
+    return check_int("count", count, 1, MAX_PREVIEW)
+
+
+def schedule_preview(schedule: schedules.Schedule, *, count: int, after: datetime | None = None) -> list[dict]:
+    """The next `count` fires in UTC and in the schedule's zone, DST anomalies flagged."""
+    check_count(count)
+    tz = schedules.zone(schedule.timezone)
+    return [
+        {"utc": at, "local": at.astimezone(tz), "anomaly": schedules.fire_anomaly(schedule, at)}
+        for at in schedules.preview(schedule, after or db_now(), count)
+    ]

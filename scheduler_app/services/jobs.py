@@ -1,0 +1,168 @@
+"""A job's life: create, pause, resume, trigger, delete, and bulk actions by tag."""
+
+from __future__ import annotations
+
+import secrets
+from datetime import datetime, timedelta
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+
+from scheduler_app import schedules
+from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Tenant, Trigger, db_now
+from scheduler_app.publish import RunMessage, publish_runs
+from scheduler_app.validation import InvalidInput, check_line, check_name
+from scheduler_app.services.common import admission_fields, admitted, audit_job, wake_beats
+from scheduler_app.services.jobspec import JobSpec, check_job_quota, validate_spec
+
+
+def first_fire(schedule: schedules.Schedule, now: datetime) -> datetime | None:
+    """The first fire at or after `now` (a one-off in the recent past fires at once)."""
+    if schedule.at is not None and schedule.at <= now:
+        return schedule.at
+    return schedules.next_fire_after(schedule, now - timedelta(microseconds=1))
+
+
+def job_create(tenant: Tenant, spec: JobSpec, *, actor: str = "") -> Job:
+    now = db_now()
+    seed = secrets.randbelow(2**31)
+    schedule, fields = validate_spec(tenant, spec, now, jitter_seed=seed)
+    fields["jitter_seed"] = seed
+    try:
+        with transaction.atomic():
+            check_job_quota(tenant)
+            job = Job.objects.create(tenant=tenant, next_run_at=first_fire(schedule, now), **fields)
+            audit_job(job, "job.created", actor, schedule=schedule.describe(), task=job.task_name)
+            wake_beats()
+    except IntegrityError:
+        raise InvalidInput("name", f"tenant {tenant.slug!r} already has a job named {fields['name']!r}") from None
+    return job
+
+
+def job_pause(job: Job, *, note: str = "", actor: str = "") -> Job:
+    """Stop a job firing. next_run_at is kept so resume can record what was missed.
+
+    The job row is locked first, so a beat that has claimed the job finishes its turn (the
+    fire gets its run) before the pause; a fire already due that no beat has claimed yet is
+    recorded as skipped ("paused"), so no fire due before the pause is left without a row.
+    A one-off keeps its fire for resume.
+    """
+    note = check_line("note", note)
+    with transaction.atomic():
+        if Job.objects.select_for_update(no_key=True).filter(id=job.id, enabled=True).exists():
+            skip_due_fires([job.id])
+            Job.objects.filter(id=job.id).update(enabled=False, paused_note=note[:500], version=F("version") + 1)
+            audit_job(job, "job.paused", actor, note=note[:500])
+    job.refresh_from_db()
+    return job
+
+
+def skip_due_fires(job_ids: list[int]) -> None:
+    """Record the due, unclaimed fire of each of these (locked) jobs as skipped ("paused")."""
+    now = db_now()
+    for due in Job.objects.filter(id__in=job_ids, next_run_at__lte=now, run_at__isnull=True):
+        record_skipped(due, due.next_run_at, now,
+                       f"paused: due at {due.next_run_at.isoformat()}, paused at {now.isoformat()}")
+
+
+def record_skipped(job: Job, scheduled_at: datetime, now: datetime, reason: str) -> None:
+    """A skipped run for the fire at `scheduled_at`, unless that fire has a run already."""
+    JobRun.objects.get_or_create(
+        job=job, scheduled_at=scheduled_at,
+        defaults=dict(tenant_id=job.tenant_id, state=RunState.SKIPPED, created_at=now, finished_at=now,
+                      job_version=job.version, reason=reason),
+    )
+
+
+def job_resume(job: Job, *, actor: str = "") -> Job:
+    """Start a paused job again from now. Fires missed while paused are recorded as one
+    skipped run (at the first of them), not run."""
+    now = db_now()
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(id=job.id)
+        if job.enabled:
+            return job
+        missed_from = job.next_run_at
+        next_run_at = first_fire(job.schedule, now) if job.schedule.at is None else job.next_run_at
+        if missed_from is not None and missed_from < now and job.schedule.at is None:
+            record_skipped(job, missed_from, now,
+                           f"paused: missed fires from {missed_from.isoformat()} until {now.isoformat()}")
+            next_run_at = schedules.next_fire_after(job.schedule, now - timedelta(microseconds=1))
+        Job.objects.filter(id=job.id).update(enabled=True, paused_note="", next_run_at=next_run_at,
+                                             version=job.version + 1)
+        audit_job(job, "job.resumed", actor, next_run_at=next_run_at.isoformat() if next_run_at else None)
+        wake_beats()
+    job.refresh_from_db()
+    return job
+
+
+def job_trigger(job: Job, *, actor: str = "") -> JobRun:
+    """Record a manual run at the database's now and publish it after commit (or hold it as
+    pending while the tenant is over its dispatch quota)."""
+    now = db_now()
+    with transaction.atomic():
+        go, reason = admitted(job.tenant_id, now, 1)
+        run = JobRun.objects.create(job=job, tenant_id=job.tenant_id, scheduled_at=now, trigger=Trigger.MANUAL,
+                                    created_at=now, job_version=job.version, priority=job.priority,
+                                    **admission_fields(go, reason, now))
+        audit_job(job, "job.triggered", actor, run_id=run.id, state=run.state)
+        if go:
+            message = RunMessage.of(run.id, 1, job)
+            transaction.on_commit(lambda: publish_runs([message]))
+    return run
+
+
+def job_trigger_reporting(job: Job, *, actor: str = "") -> tuple[JobRun, Exception | None]:
+    """job_trigger in a transaction of its own, for callers that tell a person what happened.
+
+    Publishing happens at commit; when it fails the run is already recorded (the beat's
+    sweep publishes it again), so the error comes back beside the run instead of raising.
+    """
+    run = None
+    try:
+        with transaction.atomic():
+            run = job_trigger(job, actor=actor)
+    except Exception as exc:  # publishing runs after commit: only then is the run already saved
+        if run is None or not JobRun.objects.filter(id=run.id).exists():
+            raise
+        return run, exc
+    return run, None
+
+
+def job_delete(job: Job, *, actor: str = "") -> None:
+    with transaction.atomic():
+        audit_job(job, "job.deleted", actor)
+        job.delete()
+
+
+BULK_ACTIONS = ("pause", "resume", "delete")
+
+
+def jobs_bulk(tenant: Tenant, *, tag: str, action: str, note: str = "", actor: str = "") -> int:
+    """Pause, resume or delete every job of `tenant` tagged `tag`; return how many changed."""
+    tag, note = check_name("tag", tag, max_length=64), check_line("note", note)
+    if action not in BULK_ACTIONS:
+        raise InvalidInput("action", f"must be one of {', '.join(BULK_ACTIONS)}")
+    ids = list(Job.objects.filter(tenant=tenant).tagged(tag).values_list("id", flat=True))
+    if action == "resume":
+        paused = list(Job.objects.filter(id__in=ids, enabled=False))
+        return sum(1 for job in paused if job_resume(job, actor=actor).enabled)
+    with transaction.atomic():
+        targets = Job.objects.filter(id__in=ids)
+        if action == "pause":
+            targets = targets.filter(enabled=True)
+        changed = list(targets.select_for_update().values_list("id", "name"))
+        AuditEvent.objects.bulk_create(
+            AuditEvent(tenant=tenant, job_id=None if action == "delete" else job_id, job_name=name,
+                       action=f"job.{'paused' if action == 'pause' else 'deleted'}", actor=actor,
+                       detail={"tag": tag, "note": note[:500]} if action == "pause" else {"tag": tag})
+            for job_id, name in changed
+        )
+        changed_ids = [job_id for job_id, _ in changed]
+        if action == "pause":
+            skip_due_fires(changed_ids)
+            Job.objects.filter(id__in=changed_ids).update(enabled=False, paused_note=note[:500],
+                                                         version=F("version") + 1)
+        else:
+            Job.objects.filter(id__in=changed_ids).delete()
+    return len(changed)

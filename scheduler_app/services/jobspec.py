@@ -1,0 +1,239 @@
+"""What a user states about a job (JobSpec) and its validation: every field checked and named
+in the error, the schedule normalised, the target (task, HTTP, command, SQL) checked."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+
+from scheduler_app import commandjobs, netguard, queues, schedules, sqljobs
+from scheduler_app.models import (
+    Job,
+    PRIORITY_DEFAULT,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    OverlapPolicy,
+    TargetKind,
+    Tenant,
+    db_now,
+)
+from scheduler_app.validation import (
+    InvalidInput,
+    check_end_at,
+    check_headers,
+    check_name,
+    check_tags,
+    check_text,
+    check_url_path,
+)
+from scheduler_app.services.common import QuotaExceeded, check_int
+
+
+# A one-off instant this far in the past is still accepted (and fires at once).
+PAST_GRACE = timedelta(minutes=5)
+
+
+MAX_ATTEMPTS = 100
+
+
+@dataclass
+class JobSpec:
+    """Everything a user states about a job; validated by job_create.
+
+    target_kind "task" uses task_name/args/kwargs; "http" uses http (method, url, headers,
+    body); "command" uses command (name, params); "sql" uses sql (name, params).
+    """
+
+    name: str
+    task_name: str = ""
+    target_kind: str = "task"
+    http: dict | None = None
+    command: dict | None = None
+    sql: dict | None = None
+    cron: str = ""
+    timezone: str = ""  # blank: the tenant's zone
+    every: int | None = None
+    at: datetime | None = None
+    start_at: datetime | None = None
+    end_at: datetime | None = None
+    args: list | None = None
+    kwargs: dict | None = None
+    queue: str = ""
+    priority: int = PRIORITY_DEFAULT
+    timeout_seconds: int = 300
+    max_attempts: int = 3
+    retry_backoff_seconds: int = 10
+    retry_backoff_max_seconds: int = 3600
+    misfire_policy: str = schedules.MisfirePolicy.RUN_ONCE.value
+    catchup_window_seconds: int = 86400
+    run_all_cap: int = 100
+    overlap_policy: str = "allow"
+    description: str = ""
+    tags: list[str] | None = None
+    jitter_seconds: int = 0
+    batch: bool = False
+
+
+def check_queue(name) -> str:
+    try:
+        return queues.check_queue(name)
+    except queues.InvalidQueue as exc:
+        raise InvalidInput("queue", str(exc)) from None
+
+
+def check_batch(spec: JobSpec) -> bool:
+    """Batched runs share their batch's time limit: only short targets may be batched."""
+    if not isinstance(spec.batch, bool):
+        raise InvalidInput("batch", "must be true or false")
+    cap = settings.CRONFLEET_BATCH_MAX_TIMEOUT_SECONDS
+    if spec.batch and isinstance(spec.timeout_seconds, int) and spec.timeout_seconds > cap:
+        raise InvalidInput("batch", f"a batched job's timeout_seconds may be at most {cap} "
+                                    "(CRONFLEET_BATCH_MAX_TIMEOUT_SECONDS); batch short targets only")
+    return spec.batch
+
+
+def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime, *, anchor: datetime | None = None,
+                  jitter_seed: int = 0, check_schedule_quota: bool = True,
+                  check_end: bool = True) -> tuple[schedules.Schedule, dict]:
+    """Check every field of `spec`; return the normalised schedule and the model fields.
+
+    An interval counts from `anchor` (an edit keeps the job's), else from now. An edit
+    that leaves the schedule alone passes check_schedule_quota=False: a one-off time that
+    has since passed, or a quota tightened since, does not block renaming the job; one that
+    leaves end_at alone passes check_end=False (an end that has since passed is no error).
+    """
+    if not tenant.is_active:
+        raise InvalidInput("tenant", f"tenant {tenant.slug!r} is not active")
+    name = check_name("name", spec.name)
+    target_config = validate_target(spec)
+    args = [] if spec.args is None else spec.args
+    kwargs = {} if spec.kwargs is None else spec.kwargs
+    if not isinstance(args, list):
+        raise InvalidInput("args", "must be a JSON array")
+    if not isinstance(kwargs, dict):
+        raise InvalidInput("kwargs", "must be a JSON object")
+    try:
+        policy = schedules.MisfirePolicy(spec.misfire_policy)
+    except ValueError:
+        choices = ", ".join(p.value for p in schedules.MisfirePolicy)
+        raise InvalidInput("misfire_policy", f"must be one of {choices}") from None
+    if spec.overlap_policy not in OverlapPolicy.values:
+        raise InvalidInput("overlap_policy", f"must be one of {', '.join(OverlapPolicy.values)}")
+    if check_schedule_quota and spec.at is not None and spec.at.tzinfo is not None and spec.at < now - PAST_GRACE:
+        raise InvalidInput("at", "is in the past")
+    if check_end:
+        check_end_at("end_at", spec.end_at, now)
+    schedule = spec_schedule(tenant, spec, anchor=anchor or now.replace(microsecond=0), jitter_seed=jitter_seed)
+    if check_schedule_quota:
+        check_min_interval(tenant, schedule, now)
+    fields = dict(
+        name=name, task_name=spec.task_name if spec.target_kind == TargetKind.TASK else "", args=args, kwargs=kwargs,
+        target_kind=spec.target_kind, target_config=target_config,
+        queue=check_queue(spec.queue),
+        priority=check_int("priority", spec.priority, PRIORITY_MIN, PRIORITY_MAX),
+        timeout_seconds=check_int("timeout_seconds", spec.timeout_seconds, 1,
+                                   settings.CRONFLEET_MAX_JOB_TIMEOUT_SECONDS),
+        max_attempts=check_int("max_attempts", spec.max_attempts, 1, MAX_ATTEMPTS),
+        retry_backoff_seconds=check_int("retry_backoff_seconds", spec.retry_backoff_seconds, 0, 86400),
+        retry_backoff_max_seconds=check_int("retry_backoff_max_seconds", spec.retry_backoff_max_seconds, 0, 7 * 86400),
+        misfire_policy=policy.value,
+        catchup_window_seconds=check_int("catchup_window_seconds", spec.catchup_window_seconds, 0, 366 * 86400),
+        run_all_cap=check_int("run_all_cap", spec.run_all_cap, 1, 10000),
+        overlap_policy=spec.overlap_policy,
+        description=check_text("description", spec.description or ""),
+        tags=check_tags(spec.tags),
+        cron=schedule.cron, timezone=schedule.timezone, every_seconds=schedule.every,
+        run_at=schedule.at, anchor_at=schedule.anchor, start_at=schedule.start_at, end_at=schedule.end_at,
+        jitter_seconds=schedule.jitter,
+        batch=check_batch(spec),
+    )
+    return schedule, fields
+
+
+def spec_schedule(tenant: Tenant, spec: JobSpec, *, anchor: datetime | None = None,
+                  jitter_seed: int = 0) -> schedules.Schedule:
+    """The validated schedule of `spec` alone (previewing a schedule not saved yet)."""
+    try:
+        return schedules.validate(schedules.Schedule(
+            cron=spec.cron, timezone=spec.timezone or tenant.timezone, every=spec.every, at=spec.at,
+            anchor=(anchor or db_now().replace(microsecond=0)) if spec.every is not None else None,
+            start_at=spec.start_at, end_at=spec.end_at, jitter=spec.jitter_seconds, jitter_seed=jitter_seed,
+        ))
+    except schedules.InvalidSchedule as exc:
+        raise InvalidInput("jitter_seconds" if exc.field == "jitter" else exc.field, exc.message) from None
+
+
+def check_min_interval(tenant: Tenant, schedule: schedules.Schedule, now: datetime) -> None:
+    """Refuse a schedule that fires more often than the tenant's min_interval_seconds
+    (schedules.shortest_gap: exact for intervals, the next few hundred fires for cron)."""
+    least = tenant.min_interval_seconds
+    shortest = schedules.shortest_gap(schedule.nominal, now) if least else None
+    if shortest is None:
+        return
+    field = "every" if schedule.every is not None else "cron"
+    if shortest < least:
+        raise QuotaExceeded(field, f"fires every {shortest:g} s; tenant {tenant.slug!r} allows at least "
+                                   f"{least} s between fires (min_interval_seconds)")
+
+
+def check_job_quota(tenant: Tenant) -> None:
+    """Refuse a new job over the tenant's max_jobs. Call inside the creating transaction:
+    the tenant row lock serialises concurrent creations."""
+    if tenant.max_jobs is None:
+        return
+    Tenant.objects.select_for_update().filter(id=tenant.id).first()
+    if Job.objects.filter(tenant=tenant).count() >= tenant.max_jobs:
+        raise QuotaExceeded("name", f"tenant {tenant.slug!r} has reached its quota of {tenant.max_jobs} jobs (max_jobs)")
+
+
+HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")
+
+
+MAX_HTTP_BODY = 64 * 1024
+
+
+def validate_target(spec: JobSpec) -> dict:
+    """Check the job's target; return its target_config (empty for task jobs)."""
+    if spec.target_kind == TargetKind.TASK:
+        if spec.task_name not in settings.CRONFLEET_ALLOWED_TASKS:
+            allowed = ", ".join(settings.CRONFLEET_ALLOWED_TASKS) or "(none)"
+            raise InvalidInput("task", f"{spec.task_name!r} is not an allowed task (allowed: {allowed})")
+        return {}
+    if spec.target_kind == TargetKind.HTTP:
+        return validate_http(spec.http or {})
+    if spec.target_kind == TargetKind.COMMAND:
+        command = spec.command or {}
+        name, params = command.get("name", ""), command.get("params") or {}
+        if not isinstance(params, dict):
+            raise InvalidInput("command.params", "must be an object")
+        try:
+            commandjobs.build_argv(name, params, settings.CRONFLEET_COMMANDS)
+        except commandjobs.InvalidCommand as exc:
+            raise InvalidInput(f"command.{exc.field}" if exc.field != "command" else "command", exc.message) from None
+        return {"name": name, "params": params}
+    if spec.target_kind == TargetKind.SQL:
+        return sqljobs.check_target(spec.sql)
+    raise InvalidInput("target_kind", f"must be one of {', '.join(TargetKind.values)}")
+
+
+def validate_http(http: dict) -> dict:
+    method = str(http.get("method") or "POST").upper()
+    if method not in HTTP_METHODS:
+        raise InvalidInput("http.method", f"must be one of {', '.join(HTTP_METHODS)}")
+    url = http.get("url")
+    if not isinstance(url, str) or not url:
+        raise InvalidInput("http.url", "is required")
+    try:
+        netguard.check_url(url)
+    except netguard.BlockedTarget as exc:
+        raise InvalidInput("http.url", exc.detail) from None
+    check_url_path("http.url", url)
+    headers = check_headers("http.headers", http.get("headers") or {})
+    body = http.get("body") or ""
+    if not isinstance(body, str):
+        raise InvalidInput("http.body", "must be text (JSON as a string)")
+    if len(body.encode()) > MAX_HTTP_BODY:
+        raise InvalidInput("http.body", f"must be at most {MAX_HTTP_BODY} bytes")
+    return {"method": method, "url": url, "headers": headers, "body": body}

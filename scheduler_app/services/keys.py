@@ -1,0 +1,89 @@
+"""API keys: created (the secret shown once), revoked, authenticated by prefix and hash."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models.functions import Now
+from django.utils.timezone import now as node_now
+
+from scheduler_app.models import ApiKey, AuditEvent, Tenant, db_now
+from scheduler_app.validation import check_name
+from scheduler_app.services.common import QuotaExceeded
+
+
+API_KEY_PATTERN = re.compile(r"cf_([0-9a-f]{12})_([A-Za-z0-9_-]{32})")
+
+
+# last_used_at is written at most this often per key, not on every request.
+LAST_USED_RESOLUTION = timedelta(seconds=60)
+
+
+def _key_hash(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def check_key_quota(tenant: Tenant) -> None:
+    """Refuse a new key for a tenant already holding CRONFLEET_MAX_API_KEYS_PER_TENANT
+    unrevoked keys. Locks the tenant row, so concurrent creations are counted one at a time,
+    until the caller's transaction ends (or a short one of its own)."""
+    limit = settings.CRONFLEET_MAX_API_KEYS_PER_TENANT
+    with transaction.atomic():
+        Tenant.objects.select_for_update().filter(id=tenant.id).first()
+        active = ApiKey.objects.filter(tenant=tenant, revoked_at__isnull=True).count()
+    if active >= limit:
+        raise QuotaExceeded("tenant", f"tenant {tenant.slug!r} already has the most unrevoked API keys allowed "
+                                      f"({limit}, CRONFLEET_MAX_API_KEYS_PER_TENANT); revoke one first")
+
+
+def apikey_create(*, tenant: Tenant | None, name: str, actor: str = "") -> tuple[ApiKey, str]:
+    """Make an API key; return it and its secret text, which is shown once and never kept.
+
+    tenant None makes a staff key (tenant administration), which no quota counts."""
+    name = check_name("name", name)
+    prefix = secrets.token_hex(6)
+    raw = f"cf_{prefix}_{secrets.token_urlsafe(24)}"
+    with transaction.atomic():
+        if tenant is not None:
+            check_key_quota(tenant)
+        key = ApiKey.objects.create(tenant=tenant, name=name, prefix=prefix, key_hash=_key_hash(raw))
+        if tenant is not None:
+            AuditEvent.objects.create(tenant=tenant, action="apikey.created", actor=actor,
+                                      detail={"prefix": prefix, "name": name})
+    return key, raw
+
+
+def apikey_revoke(key: ApiKey, *, actor: str = "") -> ApiKey:
+    with transaction.atomic():
+        if ApiKey.objects.filter(id=key.id, revoked_at__isnull=True).update(revoked_at=db_now()) and key.tenant_id:
+            AuditEvent.objects.create(tenant_id=key.tenant_id, action="apikey.revoked", actor=actor,
+                                      detail={"prefix": key.prefix, "name": key.name})
+    key.refresh_from_db()
+    return key
+
+
+def apikey_authenticate(raw: str) -> ApiKey | None:
+    """The active key `raw` names, or None (malformed, unknown, revoked, inactive tenant).
+
+    The row is found by its prefix; the hash is compared in constant time."""
+    match = API_KEY_PATTERN.fullmatch(raw) if isinstance(raw, str) else None
+    if match is None:
+        return None
+    key = ApiKey.objects.select_related("tenant").filter(prefix=match.group(1)).first()
+    if key is None or not hmac.compare_digest(key.key_hash, _key_hash(raw)):
+        return None
+    if key.revoked_at is not None or (key.tenant is not None and not key.tenant.is_active):
+        return None
+    # Bookkeeping to the minute: this node's clock decides whether to write (no clock
+    # query per request); the database's clock is what is written.
+    now = node_now()
+    if key.last_used_at is None or key.last_used_at < now - LAST_USED_RESOLUTION:
+        ApiKey.objects.filter(id=key.id).update(last_used_at=Now())
+        key.last_used_at = now
+    return key

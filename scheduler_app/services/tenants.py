@@ -1,0 +1,117 @@
+"""Tenants: creation, changes to their name, zone, quotas and weight, and their webhook
+signing secrets."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.db import IntegrityError, transaction
+from django.utils.text import slugify
+
+from scheduler_app import crypto, schedules, webhooks
+from scheduler_app.models import AuditEvent, Tenant, db_now
+from scheduler_app.validation import InvalidInput, check_name
+from scheduler_app.services.common import check_int
+
+
+def tenant_create(*, slug: str, name: str = "", timezone: str = "UTC", actor: str = "") -> Tenant:
+    if not isinstance(slug, str) or not slug or slugify(slug) != slug or len(slug) > 64:
+        raise InvalidInput("slug", "use 1-64 lowercase letters, digits, hyphens or underscores")
+    try:
+        schedules.zone(timezone)
+    except schedules.InvalidSchedule as exc:
+        raise InvalidInput("timezone", exc.message) from None
+    name = check_name("name", name or slug)
+    try:
+        with transaction.atomic():
+            return Tenant.objects.create(slug=slug, name=name, timezone=timezone,
+                                         webhook_secret_encrypted=crypto.encrypt(webhooks.new_secret()))
+    except IntegrityError:
+        raise InvalidInput("slug", f"tenant {slug!r} already exists") from None
+
+
+def tenant_by_slug(slug: str, *, field: str = "tenant") -> Tenant:
+    tenant = Tenant.objects.filter(slug=slug).first()
+    if tenant is None:
+        raise InvalidInput(field, f"no tenant {slug!r}")
+    return tenant
+
+
+def tenant_rotate_webhook_secret(tenant: Tenant, *, overlap: timedelta = timedelta(hours=24), actor: str = "") -> str:
+    """Give the tenant a new signing secret and return it (shown once). The old one keeps
+    signing beside it for `overlap`, so receivers can switch without dropping deliveries."""
+    secret = webhooks.new_secret()
+    with transaction.atomic():
+        locked = Tenant.objects.select_for_update().get(id=tenant.id)
+        locked.webhook_secret_previous_encrypted = locked.webhook_secret_encrypted
+        locked.webhook_secret_previous_until = db_now() + overlap if locked.webhook_secret_encrypted else None
+        locked.webhook_secret_encrypted = crypto.encrypt(secret)
+        locked.save(update_fields=["webhook_secret_encrypted", "webhook_secret_previous_encrypted",
+                                   "webhook_secret_previous_until"])
+        AuditEvent.objects.create(tenant=tenant, action="tenant.secret_rotated", actor=actor,
+                                  detail={"overlap_seconds": int(overlap.total_seconds())})
+    tenant.refresh_from_db()
+    return secret
+
+
+def tenant_signing_secrets(tenant: Tenant, now: datetime) -> list[str]:
+    """The secrets that sign a delivery now: the current one, and the previous one while
+    its overlap lasts. Tenants made before secrets existed get their first one here."""
+    if not tenant.webhook_secret_encrypted:
+        with transaction.atomic():  # two workers at once: the row lock makes one of them create it
+            locked = Tenant.objects.select_for_update().get(id=tenant.id)
+            if not locked.webhook_secret_encrypted:
+                locked.webhook_secret_encrypted = crypto.encrypt(webhooks.new_secret())
+                locked.save(update_fields=["webhook_secret_encrypted"])
+        tenant.refresh_from_db()
+    secrets = [crypto.decrypt(tenant.webhook_secret_encrypted)]
+    if tenant.webhook_secret_previous_encrypted and tenant.webhook_secret_previous_until and \
+            tenant.webhook_secret_previous_until > now:
+        secrets.append(crypto.decrypt(tenant.webhook_secret_previous_encrypted))
+    return secrets
+
+
+TENANT_LIMITS = {  # field: (lowest, highest); None (no limit) is allowed for all but weight and min_interval_seconds
+    "max_jobs": (0, 10_000_000),
+    "min_interval_seconds": (0, 366 * 86400),
+    "max_fires_per_minute": (0, 10_000_000),
+    "max_concurrent_runs": (0, 10_000_000),
+    "weight": (1, 1000),
+    "api_requests_per_minute": (1, 10_000_000),
+}
+
+
+def tenant_update(tenant: Tenant, changes: dict, *, actor: str = "") -> Tenant:
+    """Change a tenant's name, zone, active flag, quotas or weight. Quotas apply from the
+    next write or dispatch; jobs already saved are not re-checked."""
+    values = {}
+    for key, value in changes.items():
+        if key == "name":
+            values[key] = check_name("name", value)
+        elif key == "timezone":
+            try:
+                schedules.zone(value)
+            except schedules.InvalidSchedule as exc:
+                raise InvalidInput("timezone", exc.message) from None
+            values[key] = value
+        elif key == "is_active":
+            if not isinstance(value, bool):
+                raise InvalidInput(key, "must be true or false")
+            values[key] = value
+        elif key in TENANT_LIMITS:
+            nullable = key not in ("weight", "min_interval_seconds")
+            values[key] = None if value is None and nullable else check_int(key, value, *TENANT_LIMITS[key])
+        else:
+            raise InvalidInput(key, "is not a tenant field that can be changed")
+    return write_tenant_changes(tenant, values, actor=actor)
+
+
+def write_tenant_changes(tenant: Tenant, values: dict, *, actor: str = "") -> Tenant:
+    """Save checked `values` on the tenant with one audit row of what changed (if anything)."""
+    diff = {key: [getattr(tenant, key), value] for key, value in values.items() if getattr(tenant, key) != value}
+    if diff:
+        with transaction.atomic():
+            Tenant.objects.filter(id=tenant.id).update(**values)
+            AuditEvent.objects.create(tenant=tenant, action="tenant.updated", actor=actor, detail={"changes": diff})
+        tenant.refresh_from_db()
+    return tenant
