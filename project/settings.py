@@ -365,7 +365,7 @@ if not isinstance(CRONFLEET_COMMANDS, dict):
 CRONFLEET_COMMAND_CWD = env_str("CRONFLEET_COMMAND_CWD", str(VAR_DIR))
 # Statements SQL jobs may run: name -> {"database": alias, "sql": "... %(param)s ...",
 # "params": {name: {"type": ...}}, "read_only", "timeout", "max_rows", "isolation"} (see
-# scheduler_app/sqljobs.py). JSON in the variable; checked at start-up against DATABASES.
+# the scheduler_app.sqljobs package). JSON in the variable; checked at start-up against DATABASES.
 try:
     CRONFLEET_SQL = json.loads(env_str("CRONFLEET_SQL", "{}"))
 except ValueError as exc:

@@ -77,7 +77,7 @@ class TargetKind(models.TextChoices):
     TASK = "task"  # a registered Celery task: task_name, args, kwargs
     HTTP = "http"  # target_config: method, url, headers, body
     COMMAND = "command"  # target_config: name, params (an allow-listed program)
-    SQL = "sql"  # target_config: name, params (an allow-listed statement, scheduler_app/sqljobs.py)
+    SQL = "sql"  # target_config: name, params (an allow-listed statement, scheduler_app/sqljobs/)
 
 
 class OverlapPolicy(models.TextChoices):

@@ -10,7 +10,7 @@
 
 Services validate their input (raising InvalidInput naming the field, before anything is
 written; the pure checks of what people write are in validation.py), compute next_run_at
-with schedules.py, write in one transaction, audit the change and wake sleeping beats.
+with the schedules package, write in one transaction, audit the change and wake sleeping beats.
 Nothing else computes schedules. Callers use the names below (`services.job_create(...)`);
 a test that replaces a name the services look up (publish_runs, say) patches it in the module
 that uses it.

@@ -1,0 +1,81 @@
+"""Schedule arithmetic. No database, no clock, no Django.
+
+Every function takes the instants it reasons about as arguments. Datetimes in and out are
+timezone-aware and in UTC; the job's own zone is used only inside the calculation.
+
+Cron expressions are evaluated in the job's IANA zone with Debian cron's DST rules. A
+fixed-time job (no `*` starting its minute or hour field) follows the wall clock, as cronsim
+walks it: a local time skipped by spring-forward fires right after the gap, one in the
+repeated autumn hour fires once. An hourly or finer job fires at every real instant whose
+local time matches; cronsim matches the fields, and the stepping across offset changes is
+our own (cronsim's misses fires next to 30- and 45-minute shifts).
+
+The package: base.py (Schedule, the misfire policies, cron normalised), zones.py (IANA
+zones and their offset changes), fires.py (the next and last fires, jitter, previews, DST
+flags), checks.py (a schedule validated, its shortest gap), misfires.py (the fires a beat
+records for a due job under its misfire policy).
+"""
+
+from scheduler_app.schedules.base import (
+    InvalidSchedule,
+    LATEST_INSTANT,
+    MAX_CRON_LENGTH,
+    MAX_EVERY_SECONDS,
+    MAX_JITTER_SECONDS,
+    MisfirePolicy,
+    NICKNAMES,
+    Schedule,
+    SkipReason,
+    normalize_cron,
+)
+from scheduler_app.schedules.checks import (
+    GAP_CHECK_YEARS,
+    GAP_PROBE_FIRES,
+    shortest_gap,
+    shortest_gap_at_offset_changes,
+    validate,
+)
+from scheduler_app.schedules.fires import (
+    fire_anomaly,
+    jitter_offset,
+    last_fire_at_or_before,
+    next_fire_after,
+    preview,
+)
+from scheduler_app.schedules.misfires import (
+    MisfireRules,
+    NextFireCache,
+    Plan,
+    plan_fires,
+)
+from scheduler_app.schedules.zones import (
+    zone,
+)
+
+__all__ = [
+    "GAP_CHECK_YEARS",
+    "GAP_PROBE_FIRES",
+    "InvalidSchedule",
+    "LATEST_INSTANT",
+    "MAX_CRON_LENGTH",
+    "MAX_EVERY_SECONDS",
+    "MAX_JITTER_SECONDS",
+    "MisfirePolicy",
+    "MisfireRules",
+    "NICKNAMES",
+    "NextFireCache",
+    "Plan",
+    "Schedule",
+    "SkipReason",
+    "fire_anomaly",
+    "jitter_offset",
+    "last_fire_at_or_before",
+    "next_fire_after",
+    "normalize_cron",
+    "plan_fires",
+    "preview",
+    "shortest_gap",
+    "shortest_gap_at_offset_changes",
+    "validate",
+    "zone",
+]
