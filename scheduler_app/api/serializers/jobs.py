@@ -1,165 +1,27 @@
-"""Request and response shapes of the API.
-
-Request serializers check shape and types only, strictly (no "300" for 300, no true for
-1, no time without a UTC offset, no unknown keys) and hand plain values to the services,
-which decide what they mean. Integer bounds here are those of the columns, so nothing
-overflows even before a service looks; the services' own ranges are narrower.
-
-A job's schedule is exactly one of {"cron", "timezone"?}, {"every"} or {"at"}; its target
-one of {"kind": "task"|"http"|"command"|"sql", ...}. services.JobSpec spells both flat
-(cron/every/at, target_kind/task_name/http/command/sql); spec_fields() translates, and
-api_field() maps the field a service names back to the request's path.
-"""
+"""A job in the API: its schedule and target (one of several shapes each), the write and read
+shapes, the list filter, and the actions' bodies and answers (pause, preview, impact,
+backfill, bulk)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import ClassVar
 
-from django.utils.dateparse import parse_datetime
-from drf_spectacular.utils import (
-    PolymorphicProxySerializer,
-    extend_schema_field,
-    extend_schema_serializer,
-)
+from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
 from scheduler_app import schedules, services, validation
-from scheduler_app.models import (
-    ApiKey,
-    Job,
-    JobRun,
-    PRIORITY_DEFAULT,
-    PRIORITY_MAX,
-    PRIORITY_MIN,
-    OverlapPolicy,
-    RunState,
-    Tenant,
-    Trigger,
+from scheduler_app.models import Job, PRIORITY_DEFAULT, PRIORITY_MAX, PRIORITY_MIN, OverlapPolicy
+from scheduler_app.api.serializers.fields import (
+    AwareDateTimeField,
+    ListQuerySerializer,
+    MAX_PREVIEW,
+    QuerySerializer,
+    StrictBooleanField,
+    StrictCharField,
+    StrictIntegerField,
+    StrictSerializer,
+    validated,
 )
-
-INT32_MAX = 2**31 - 1  # PositiveIntegerField's column
-INT64_MAX = 2**63 - 1  # ids
-MAX_PREVIEW = 100
-
-# --- strict fields ----------------------------------------------------------------------
-
-
-class StrictCharField(serializers.CharField):
-    """Text only: DRF's CharField would take 300 or 1.5 and store "300" / "1.5"."""
-
-    def to_internal_value(self, data):
-        if not isinstance(data, str):
-            self.fail("invalid")
-        return super().to_internal_value(data)
-
-
-class StrictIntegerField(serializers.IntegerField):
-    """A JSON integer only: not "300", not 300.0, not true. Bounded by the column."""
-
-    default_error_messages: ClassVar[dict[str, str]] = {"invalid": "must be a whole number"}
-
-    def __init__(self, **kwargs) -> None:
-        kwargs.setdefault("min_value", 0)
-        kwargs.setdefault("max_value", INT32_MAX)
-        super().__init__(**kwargs)
-
-    def to_internal_value(self, data):
-        if isinstance(data, bool) or not isinstance(data, int):
-            self.fail("invalid")
-        return data
-
-
-class StrictBooleanField(serializers.BooleanField):
-    default_error_messages: ClassVar[dict[str, str]] = {"invalid": "must be true or false"}
-
-    def to_internal_value(self, data):
-        if not isinstance(data, bool):
-            self.fail("invalid")
-        return data
-
-
-class AwareDateTimeField(serializers.DateTimeField):
-    """An ISO 8601 instant with a UTC offset ("Z" or "+01:00"), returned in UTC.
-
-    A local time without an offset is refused, never guessed: it may not exist (spring
-    forward) or happen twice (autumn). So are digits other than ASCII 0-9, which
-    parse_datetime would read as if they were.
-    """
-
-    default_error_messages: ClassVar[dict[str, str]] = {
-        "invalid": "must be an ISO 8601 date and time with a UTC offset, e.g. 2030-01-31T09:00:00+01:00",
-        "naive": "has no UTC offset; add Z or +HH:MM (a local time is never guessed)",
-        "range": "must be between 1970 and 9999",
-    }
-    # Nothing a scheduler does happens before 1970; instants near datetime.min would
-    # overflow the arithmetic the services do on them.
-    EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
-
-    def to_internal_value(self, value):
-        if not isinstance(value, str) or len(value) > 64:
-            self.fail("invalid")
-        try:
-            validation.check_instant_text(self.field_name, value)
-        except validation.InvalidInput as exc:
-            raise serializers.ValidationError(exc.message) from None
-        try:
-            parsed = parse_datetime(value.strip())
-        except ValueError:  # well formed but impossible, such as month 13
-            parsed = None
-        if parsed is None:
-            self.fail("invalid")
-        if parsed.tzinfo is None or parsed.utcoffset() is None:
-            self.fail("naive")
-        try:
-            instant = parsed.astimezone(UTC)
-        except OverflowError:
-            self.fail("range")
-        if instant < self.EARLIEST:
-            self.fail("range")
-        return instant
-
-
-class StrictSerializer(serializers.Serializer):
-    # Refuses keys it does not know, naming them: a misspelt field is a mistake to report,
-    # not to ignore. (A comment, not a docstring: the schema would show it on every body.)
-
-    read_only_names: tuple[str, ...] = ()  # fields of the response that cannot be written
-
-    def to_internal_value(self, data):
-        if isinstance(data, dict):
-            errors = {key: "is read-only" if key in self.read_only_names else "is not a known field"
-                      for key in data if key not in self.fields}
-            if errors:
-                raise serializers.ValidationError(errors)
-        return super().to_internal_value(data)
-
-
-class QuerySerializer(serializers.Serializer):
-    # Query parameters, refusing names it does not know: a misspelt filter (?stat=dead)
-    # would otherwise list everything. `also_allowed` are read elsewhere (pagination).
-
-    also_allowed: tuple[str, ...] = ()
-
-    def to_internal_value(self, data):
-        unknown = {key: "is not a known query parameter" for key in data
-                   if key not in self.fields and key not in self.also_allowed}
-        if unknown:
-            raise serializers.ValidationError(unknown)
-        return super().to_internal_value(data)
-
-
-class ListQuerySerializer(QuerySerializer):
-    also_allowed = ("cursor", "limit")
-
-
-def validated(serializer_class, data, **kwargs) -> dict:
-    serializer = serializer_class(data=data, **kwargs)
-    serializer.is_valid(raise_exception=True)
-    return serializer.validated_data
-
-
-# --- schedule ---------------------------------------------------------------------------
 
 
 class CronScheduleSerializer(StrictSerializer):
@@ -200,9 +62,6 @@ class ScheduleField(serializers.Field):
         if job.every_seconds is not None:
             return {"every": job.every_seconds}
         return {"at": serializers.DateTimeField().to_representation(job.run_at)}
-
-
-# --- target -----------------------------------------------------------------------------
 
 
 class TaskTargetSerializer(StrictSerializer):
@@ -261,13 +120,13 @@ class TargetField(serializers.Field):
         return {"kind": job.target_kind, "name": config.get("name", ""), "params": config.get("params", {})}
 
 
-# --- jobs -------------------------------------------------------------------------------
-
 SPEC_PLAIN_FIELDS = (
     "name", "description", "tags", "start_at", "end_at", "queue", "priority", "timeout_seconds", "max_attempts",
     "retry_backoff_seconds", "retry_backoff_max_seconds", "misfire_policy", "catchup_window_seconds",
     "run_all_cap", "overlap_policy", "jitter_seconds", "batch",
 )
+
+
 # Where a service's field name lives in the API's representation.
 SERVICE_FIELDS = {
     "cron": "schedule.cron", "timezone": "schedule.timezone", "every": "schedule.every", "at": "schedule.at",
@@ -442,174 +301,3 @@ class BulkResultSerializer(serializers.Serializer):
     tag = serializers.CharField()
     action = serializers.ChoiceField(choices=services.BULK_ACTIONS)
     count = serializers.IntegerField(help_text="How many jobs changed")
-
-
-# --- runs -------------------------------------------------------------------------------
-
-RUN_FIELDS = (
-    "id", "job", "job_name", "scheduled_at", "trigger", "state", "attempt", "reason", "job_version", "priority",
-    "created_at", "enqueued_at", "dispatched_at", "started_at", "finished_at", "next_attempt_at", "worker",
-    "duplicate_deliveries",
-)
-
-
-class RunSerializer(serializers.ModelSerializer):
-    job_name = serializers.CharField(read_only=True)
-
-    class Meta:
-        model = JobRun
-        fields = RUN_FIELDS
-        read_only_fields = fields
-
-
-class RunEventSerializer(serializers.Serializer):
-    action = serializers.CharField()
-    actor = serializers.CharField()
-    detail = serializers.DictField()
-    created_at = serializers.DateTimeField()
-
-
-class AttemptSerializer(serializers.Serializer):
-    attempt = serializers.IntegerField()
-    worker = serializers.CharField()
-    started_at = serializers.DateTimeField(allow_null=True)
-    finished_at = serializers.DateTimeField()
-    outcome = serializers.CharField(help_text="succeeded, failed, retrying, dead or lost")
-    error = serializers.CharField(help_text="The first 500 characters of the attempt's error")
-
-
-class RunDetailSerializer(RunSerializer):
-    attempts = AttemptSerializer(many=True, read_only=True,
-                                 help_text="Every finished attempt, oldest first (the current one is the run's own "
-                                           "attempt, worker and started_at)")
-    events = RunEventSerializer(many=True, read_only=True,
-                                help_text="What the audit trail says of the run, oldest first: operator actions "
-                                          "(replay, trigger) and anomalies (duplicate deliveries, stale writes, "
-                                          "lost leases)")
-
-    class Meta(RunSerializer.Meta):
-        fields = (*RUN_FIELDS, "heartbeat_at", "lease_expires_at", "celery_task_id", "result", "error", "attempts",
-                  "events")
-        read_only_fields = fields
-
-
-class TriggeredRunSerializer(RunSerializer):
-    publish_error = serializers.CharField(read_only=True, allow_null=True,
-                                          help_text="Set when the run is recorded but did not reach the broker "
-                                                    "(the beat's sweep publishes it again)")
-
-    class Meta(RunSerializer.Meta):
-        fields = (*RUN_FIELDS, "publish_error")
-        read_only_fields = fields
-
-
-class RunFilterSerializer(ListQuerySerializer):
-    job = serializers.IntegerField(required=False, min_value=1, max_value=INT64_MAX, help_text="Runs of this job")
-    state = serializers.ChoiceField(choices=RunState.choices, required=False)
-    trigger = serializers.ChoiceField(choices=Trigger.choices, required=False)
-    scheduled_after = AwareDateTimeField(required=False, help_text="Fire times strictly after this instant")
-    scheduled_before = AwareDateTimeField(required=False, help_text="Fire times strictly before this instant")
-
-
-# --- keys, tenants, me, stats -------------------------------------------------------------
-
-
-class ApiKeySerializer(serializers.ModelSerializer):
-    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
-
-    class Meta:
-        model = ApiKey
-        fields = ("id", "name", "prefix", "tenant", "created_at", "last_used_at", "revoked_at")
-        read_only_fields = fields
-
-
-class ApiKeyCreatedSerializer(ApiKeySerializer):
-    key = serializers.CharField(read_only=True, help_text="The key itself: shown in this response only, never again")
-
-    class Meta(ApiKeySerializer.Meta):
-        fields = (*ApiKeySerializer.Meta.fields, "key")
-        read_only_fields = fields
-
-
-class ApiKeyCreateSerializer(StrictSerializer):
-    name = StrictCharField(max_length=200, trim_whitespace=False, help_text="What the key is for")
-
-
-TENANT_QUOTAS = tuple(services.TENANT_LIMITS)
-
-
-class TenantSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = Tenant
-        fields = ("slug", "name", "timezone", "is_active", *TENANT_QUOTAS, "created_at")
-        read_only_fields = fields
-
-
-class TenantChangeSerializer(StrictSerializer):
-    name = StrictCharField(max_length=200, trim_whitespace=False)
-    timezone = StrictCharField(max_length=64)
-    is_active = StrictBooleanField()
-    max_jobs = StrictIntegerField(allow_null=True, help_text="null: no limit")
-    min_interval_seconds = StrictIntegerField(help_text="The shortest interval between fires a job may ask for")
-    max_fires_per_minute = StrictIntegerField(allow_null=True, help_text="null: no limit")
-    max_concurrent_runs = StrictIntegerField(allow_null=True, help_text="null: no limit")
-    weight = StrictIntegerField(max_value=32767, help_text="Fair share at dispatch")
-    api_requests_per_minute = StrictIntegerField(allow_null=True,
-                                                 help_text="Per key; null: CRONFLEET_API_REQUESTS_PER_MINUTE")
-
-
-class TenantCreateSerializer(TenantChangeSerializer):
-    slug = StrictCharField(max_length=64)
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        for name, field in self.fields.items():
-            field.required = name == "slug"
-
-
-class RateLimitSerializer(serializers.Serializer):
-    enabled = serializers.BooleanField(help_text="false without Redis (CRONFLEET_RATE_LIMIT_REDIS_URL unset)")
-    requests_per_minute = serializers.IntegerField(allow_null=True, help_text="For this key; null for sessions "
-                                                                              "without a limit")
-
-
-class MeKeySerializer(serializers.Serializer):
-    prefix = serializers.CharField()
-    name = serializers.CharField()
-    staff = serializers.BooleanField()
-
-
-class MeSerializer(serializers.Serializer):
-    key = MeKeySerializer(allow_null=True, help_text="The key in use; null for a staff session")
-    user = serializers.CharField(allow_null=True, help_text="The staff user of a session; null for a key")
-    tenant = TenantSerializer(allow_null=True, help_text="The key's tenant and its quotas; null for staff")
-    rate_limit = RateLimitSerializer()
-
-
-class StatsQuerySerializer(QuerySerializer):
-    window = serializers.IntegerField(required=False, default=3600, min_value=60, max_value=7 * 86400,
-                                      help_text="Seconds back from now (60 to 604800)")
-    all_tenants = serializers.BooleanField(required=False, default=False,
-                                           help_text="Staff only: every tenant's runs (no X-Cronfleet-Tenant needed)")
-
-
-class LagSerializer(serializers.Serializer):
-    count = serializers.IntegerField(help_text="Runs measured")
-    p50 = serializers.FloatField(allow_null=True)
-    p95 = serializers.FloatField(allow_null=True)
-    p99 = serializers.FloatField(allow_null=True)
-
-
-class StatsSerializer(serializers.Serializer):
-    window_seconds = serializers.IntegerField()
-    tenant = serializers.CharField(allow_null=True, help_text="The tenant's slug; null: all tenants")
-    since = serializers.DateTimeField()
-    until = serializers.DateTimeField()
-    counts = serializers.DictField(child=serializers.IntegerField(), help_text="Runs scheduled in the window, by state")
-    total = serializers.IntegerField()
-    dispatch_lag_seconds = LagSerializer(help_text="coalesce(dispatched_at, enqueued_at) - scheduled_at, "
-                                                   "scheduled runs only")
-    start_lag_seconds = LagSerializer(help_text="started_at - scheduled_at for a first attempt, started_at - "
-                                                "enqueued_at for a retry (its backoff is not lag); scheduled runs only")
-    failure_rate = serializers.FloatField(allow_null=True, help_text="(failed + dead) / (succeeded + failed + dead)")
-
