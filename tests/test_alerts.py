@@ -164,6 +164,7 @@ class Receiver(http.server.ThreadingHTTPServer):
                     outer.received.append(json.loads(body))
                 except webhooks.InvalidSignature as exc:
                     outer.bad.append(exc.reason)
+                outer.took()
                 self.send_response(204)
                 self.end_headers()
 
@@ -172,6 +173,9 @@ class Receiver(http.server.ThreadingHTTPServer):
 
         super().__init__(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    def took(self) -> None:
+        """Called after each alert is taken, before the answer."""
 
     @property
     def url(self) -> str:
@@ -221,30 +225,16 @@ def test_real_beats_raise_exactly_one_alert_when_a_job_stops_succeeding(processe
     assert JobRun.objects.filter(job=job, state__in=[RunState.FAILED, RunState.DEAD]).count() >= 2
 
 
-class HangingReceiver(http.server.ThreadingHTTPServer):
-    """Takes each alert POSTed to it, then answers only once `release` is set."""
+class HangingReceiver(Receiver):
+    """A Receiver that takes each alert, then answers only once `release` is set."""
 
-    def __init__(self):
-        self.arrived, self.release, self.received = threading.Event(), threading.Event(), []
-        outer = self
+    def __init__(self, secrets: list[str]):
+        self.arrived, self.release = threading.Event(), threading.Event()
+        super().__init__(secrets)
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):
-                outer.received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-                outer.arrived.set()
-                outer.release.wait(120)
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        super().__init__(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/alerts"
+    def took(self) -> None:
+        self.arrived.set()
+        self.release.wait(120)
 
 
 @pytest.mark.slow
@@ -252,7 +242,7 @@ class HangingReceiver(http.server.ThreadingHTTPServer):
 def test_a_hanging_webhook_receiver_does_not_hold_up_the_beat_and_gets_the_alert_once(processes, queue_name,
                                                                                       settings):
     tenant = services.tenant_create(slug="hanging", name="Hanging")
-    receiver = HangingReceiver()
+    receiver = HangingReceiver(services.tenant_signing_secrets(tenant, db_now()))
     settings.CRONFLEET_HTTP_ALLOWED_NETWORKS = ["127.0.0.0/8"]
     # A webhook timeout far beyond the test's waits: only delivery off the beat's thread
     # lets the beat dispatch while the receiver hangs.
@@ -284,5 +274,6 @@ def test_a_hanging_webhook_receiver_does_not_hold_up_the_beat_and_gets_the_alert
         receiver.shutdown()
 
     assert [alert["kind"] for alert in receiver.received] == ["no_success"]
+    assert receiver.bad == []
     assert Alert.objects.count() == 1 and delivered.delivery_attempts == 1
     assert delivered.delivery_log[-1]["error"] is None
