@@ -139,8 +139,10 @@ def timeline(title: str, start: datetime, end: datetime, marks: Sequence[Mark]) 
     for n in range(0, 25, 6):
         x = PAD_LEFT + inner_w * n / 24
         at = start + (end - start) * n / 24
+        # The last label ends at the axis' end (centred there, half of it fell outside the chart).
+        anchor, label = ("end", at.strftime("%H:%M %Z")) if n == 24 else ("middle", at.strftime("%H:%M"))
         hours.append(f'<line class="cf-grid" x1="{x:.1f}" x2="{x:.1f}" y1="6" y2="32"/>'
-                     f'<text class="cf-axis" x="{x:.1f}" y="43" text-anchor="middle">{escape(at.strftime("%H:%M"))}</text>')
+                     f'<text class="cf-axis" x="{x:.1f}" y="43" text-anchor="{anchor}">{escape(label)}</text>')
     return format_html(
         '<figure class="cf-chart cf-timeline"><figcaption>{}</figcaption>'
         '<svg viewBox="0 0 {} {}" width="{}" height="{}" role="img" aria-label="{}">{}{}</svg></figure>',

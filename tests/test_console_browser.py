@@ -107,3 +107,34 @@ def test_a_person_sees_the_dashboard_job_and_run_pages(chromium, live_server, se
                 replay: !!document.querySelector('#cf-replay'),
                 error: document.querySelector('.cf-pre').innerText.length};""")
     assert run_page["attempts"] >= 1 and run_page["replay"] and run_page["error"] > 400
+
+
+def test_the_job_and_run_pages_fit_and_name_the_job(chromium, live_server, seeded):
+    """The job page's fire times stay on one line, the 24 h timeline's labels are inside
+    the chart, and the run page's breadcrumb names the job as tenant/job."""
+    login(chromium, live_server)
+    chromium.get(f"{live_server.url}/admin/scheduler_app/job/{seeded.pk}/change/")
+    job_page = chromium.js("""
+        const column = [...document.querySelectorAll('#cf-recent-runs thead th')]
+            .findIndex(th => th.innerText.trim().toLowerCase() === 'fire time');
+        const lines = [...document.querySelectorAll('#cf-recent-runs tbody tr')].map(tr => {
+            const range = document.createRange();
+            range.selectNodeContents(tr.children[column]);
+            return new Set([...range.getClientRects()].map(r => Math.round(r.top))).size;
+        });
+        const svg = document.querySelector('.cf-timeline svg').getBoundingClientRect();
+        const labels = [...document.querySelectorAll('.cf-timeline svg text')].map(t => {
+            const box = t.getBoundingClientRect();
+            return {text: t.textContent, inside: box.left >= svg.left - 0.5 && box.right <= svg.right + 0.5};
+        });
+        return {column: column, lines: lines, labels: labels};""")
+    assert job_page["column"] >= 0 and len(job_page["lines"]) == 20
+    assert set(job_page["lines"]) == {1}, job_page["lines"]  # each fire time on one line
+    assert len(job_page["labels"]) == 5 and all(label["inside"] for label in job_page["labels"]), job_page["labels"]
+
+    run = JobRun.objects.filter(job=seeded).order_by("-scheduled_at").first()
+    chromium.get(f"{live_server.url}/admin/scheduler_app/jobrun/{run.pk}/change/")
+    crumbs = chromium.js("return document.querySelector('.breadcrumbs').innerText")
+    assert "demo/flaky" in crumbs and "of job " not in crumbs, crumbs
+    assert chromium.js("return [...document.querySelectorAll('.breadcrumbs a')].some("
+                       "a => a.getAttribute('href').endsWith('/job/' + arguments[0] + '/change/'))", seeded.pk)

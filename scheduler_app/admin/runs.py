@@ -230,7 +230,9 @@ class JobRunAdmin(ReadOnlyAdmin):
         run = self.get_object(request, object_id)
         extra = {"can_replay": run is not None and run.state in services.REPLAYABLE
                  and self.has_operate_permission(request),
-                 "subtitle": f"Run {run.pk} of {run.job} at {when(run.scheduled_at)}" if run else None}
+                 "subtitle": f"Run {run.pk} of {run.job} at {when(run.scheduled_at)}" if run else None,
+                 # The breadcrumb after the job's tenant/job link (str(run) says "job 12").
+                 "cf_run_label": f"run {run.pk} at {when(run.scheduled_at)}" if run else ""}
         return super().change_view(request, object_id, form_url, {**extra, **(extra_context or {})})
 
     def replay_view(self, request, object_id):
