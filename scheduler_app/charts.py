@@ -55,6 +55,8 @@ def _frame(title: str, top: float, start: datetime, end: datetime, unit: str, bo
         f'{escape(end.strftime("%H:%M %Z"))}</text>'
     )
     keys = "".join(f'<span class="cf-key cf-series-{escape(name)}">{escape(name)}</span>' for name in legend)
+    if not body:  # empty axes alone read as "broken" or "still loading"
+        body = _no_data(PAD_TOP + inner_h / 2)
     return format_html(
         '<figure class="cf-chart"><figcaption>{} <small>{}</small> {}</figcaption>'
         '<svg viewBox="0 0 {} {}" width="{}" height="{}" role="img" aria-label="{}">{}{}{}</svg></figure>',
@@ -146,4 +148,13 @@ def timeline(title: str, start: datetime, end: datetime, marks: Sequence[Mark]) 
     return format_html(
         '<figure class="cf-chart cf-timeline"><figcaption>{}</figcaption>'
         '<svg viewBox="0 0 {} {}" width="{}" height="{}" role="img" aria-label="{}">{}{}</svg></figure>',
-        title, WIDTH, height, WIDTH, height, title, mark_safe("".join(hours)), mark_safe("".join(parts)))
+        title, WIDTH, height, WIDTH, height, title, mark_safe("".join(hours)),
+        mark_safe("".join(parts) or _no_data(22)))
+
+
+NO_DATA = "no data"
+
+
+def _no_data(y: float) -> str:
+    x = PAD_LEFT + (WIDTH - PAD_LEFT - PAD_RIGHT) / 2
+    return f'<text class="cf-nodata" x="{x:.1f}" y="{y:.1f}" text-anchor="middle">{NO_DATA}</text>'

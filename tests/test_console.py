@@ -297,3 +297,16 @@ def test_the_dashboard_charts_the_last_hour_and_day_and_the_next_hour(admin_clie
 
 def test_the_dashboard_is_for_staff_only(client, job):
     assert client.get(reverse("cronfleet_dashboard")).status_code == 302  # to the login page
+
+
+def test_empty_charts_say_no_data(admin_client, job):
+    """With nothing finished and nothing due, each chart says so instead of empty axes."""
+    Job.objects.filter(pk=job.pk).update(enabled=False)
+
+    html = admin_client.get(reverse("cronfleet_dashboard")).content.decode()
+    page = admin_client.get(url("job", "change", job.pk)).content.decode()
+
+    for chart in ("cf-runs-hour", "cf-lag-hour", "cf-runs-day", "cf-failure-day", "cf-forecast"):
+        section = html.split(f'id="{chart}"')[1].split("</section>")[0]
+        assert 'class="cf-point' not in section and ">no data</text>" in section, chart
+    assert ">no data</text>" in page.split('class="cf-chart cf-timeline"')[1].split("</figure>")[0]

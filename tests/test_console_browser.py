@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from scheduler_app import dashboard, services
-from scheduler_app.models import JobRun, RunState, db_now
+from scheduler_app.models import Alert, AlertKind, JobRun, RunState, db_now
 from tests import browser
 from tests.conftest import ROOT
 
@@ -138,3 +138,45 @@ def test_the_job_and_run_pages_fit_and_name_the_job(chromium, live_server, seede
     assert "demo/flaky" in crumbs and "of job " not in crumbs, crumbs
     assert chromium.js("return [...document.querySelectorAll('.breadcrumbs a')].some("
                        "a => a.getAttribute('href').endsWith('/job/' + arguments[0] + '/change/'))", seeded.pk)
+
+
+PAGES = {  # screenshot name: path under the admin
+    "index": "/admin/",
+    "dashboard-fit": "/admin/dashboard/",
+    "job-fit": "/admin/scheduler_app/job/{job}/change/",
+    "job-list": "/admin/scheduler_app/job/",
+    "ledger-failed": "/admin/scheduler_app/jobrun/?state__exact=dead",
+    "alerts": "/admin/scheduler_app/alert/",
+    "alert-rules": "/admin/scheduler_app/alertrule/",
+    "audit": "/admin/scheduler_app/auditevent/",
+}
+
+
+def test_every_console_page_fits_1280_px(chromium, live_server, seeded):
+    """No page scrolls sideways at 1,280 px and no chart's label falls outside its chart;
+    a screenshot of each for a person to look at."""
+    Alert.objects.create(job=seeded, tenant=seeded.tenant, kind=AlertKind.FAILED, dedup_key="failed:1",
+                         message="demo/flaky: run 12 ended dead: RuntimeError: upstream answered 503 " * 3,
+                         raised_at=db_now())
+    login(chromium, live_server)
+    for name, path in PAGES.items():
+        chromium.get(f"{live_server.url}{path.format(job=seeded.pk)}")
+        chromium.screenshot(ARTIFACTS / f"{name}.png")
+        seen = chromium.js("""
+            const outside = [];
+            for (const svg of document.querySelectorAll('svg')) {
+                const frame = svg.getBoundingClientRect();
+                for (const text of svg.querySelectorAll('text')) {
+                    const box = text.getBoundingClientRect();
+                    if (box.left < frame.left - 0.5 || box.right > frame.right + 0.5) outside.push(text.textContent);
+                }
+            }
+            // A panel that scrolls sideways hides part of what it holds.
+            const scrolling = [...document.querySelectorAll('.cf-panel')]
+                .filter(panel => panel.scrollWidth > panel.clientWidth + 1).map(panel => panel.id || panel.className);
+            const filled = [...document.querySelectorAll('polyline')]
+                .filter(line => getComputedStyle(line).fill !== 'none').length;
+            return {page: document.documentElement.scrollWidth, view: window.innerWidth, outside: outside,
+                    scrolling: scrolling, filled: filled};""")
+        assert seen["page"] <= seen["view"] and not seen["outside"], (name, seen)
+        assert not seen["scrolling"] and not seen["filled"], (name, seen)
