@@ -339,8 +339,33 @@ def test_the_dashboard_charts_the_last_hour_and_day_and_the_next_hour(admin_clie
     fires = len(range(0, int((window_end - job.next_run_at).total_seconds()) - 1, 300))  # */5 from next_run_at
     assert html.split('id="cf-forecast"')[1].split("</section>")[0].count('data-series="fires"') == fires  # 11 or 12
     assert ">demo/flaky</a></td><td>1</td>" in html  # top failing jobs
-    assert "<td>demo</td><td>6</td><td>1</td>" in html  # noisiest tenants
+    assert '<td><a href="?tenant=demo">demo</a></td><td>6</td><td>1</td>' in html  # noisiest tenants
     assert 'id="cf-nodes"' in html and 'id="cf-queues"' in html
+
+
+def test_a_tenant_s_dashboard_counts_that_tenant_only(admin_client, job):
+    from scheduler_app import dashboard
+    from scheduler_app.models import db_now
+
+    other = services.tenant_create(slug="other", name="Other", timezone="UTC")
+    noisy = services.job_create(other, services.JobSpec(name="noisy", task_name=TASK, cron="* * * * *"))
+    now = db_now()
+    for minutes in (50, 30, 3):
+        make_run(job, now - timedelta(minutes=minutes, seconds=6), state=RunState.DEAD, error="boom")
+    for minutes in range(2, 12):
+        make_run(noisy, now - timedelta(minutes=minutes, seconds=6))
+    dashboard.roll_up(now, max_minutes=1440)
+
+    html = admin_client.get(reverse("cronfleet_dashboard"), {"tenant": "demo"}).content.decode()
+    missing = admin_client.get(reverse("cronfleet_dashboard"), {"tenant": "nobody"})
+
+    assert 'id="cf-tenant"' in html and "Dashboard of tenant demo" in html
+    assert html.split('id="cf-runs-hour"')[1].split("</section>")[0].count('data-series="dead"') == 3
+    assert 'data-series="succeeded"' not in html.split('id="cf-runs-hour"')[1].split("</section>")[0]
+    assert ">demo/flaky</a></td><td>3</td>" in html and "other/noisy" not in html
+    forecast = html.split('id="cf-forecast"')[1].split("</section>")[0]
+    assert 0 < forecast.count('data-series="fires"') <= 12  # demo's */5 job alone, not other's every minute
+    assert missing.status_code == 404 and "tenant: there is no tenant &#x27;nobody&#x27;" in missing.content.decode()
 
 
 def test_the_dashboard_is_for_staff_only(client, job):

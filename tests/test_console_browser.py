@@ -143,6 +143,7 @@ def test_the_job_and_run_pages_fit_and_name_the_job(chromium, live_server, seede
 PAGES = {  # screenshot name: path under the admin
     "index": "/admin/",
     "dashboard-fit": "/admin/dashboard/",
+    "dashboard-tenant": "/admin/dashboard/?tenant=demo",
     "job-fit": "/admin/scheduler_app/job/{job}/change/",
     "job-list": "/admin/scheduler_app/job/",
     "ledger-failed": "/admin/scheduler_app/jobrun/?state__exact=dead",
