@@ -172,9 +172,10 @@ def overview(now: datetime, tenant_id: int | None = None) -> Overview:
     with connection.cursor() as cursor:
         last_hour(cursor, found, now, tenant_id)
         last_day(cursor, found, now, tenant_id)
-        cursor.execute(scoped(FAILING_SQL, tenant_id), {"start": now - DAY, "end": now, "top": TOP, "tenant": tenant_id})
+        day = {"start": now - DAY, "end": now, "top": TOP, "tenant": tenant_id}
+        cursor.execute(scoped(FAILING_SQL, tenant_id), day)
         found.failing_jobs = cursor.fetchall()
-        cursor.execute(scoped(TENANTS_SQL, tenant_id), {"start": now - DAY, "end": now, "top": TOP, "tenant": tenant_id})
+        cursor.execute(scoped(TENANTS_SQL, tenant_id), day)
         found.noisy_tenants = cursor.fetchall()
         cursor.execute(scoped(FORECAST_SQL, tenant_id), {"end": now + HOUR, "tenant": tenant_id})
         found.forecast_minutes, found.forecast = forecast(cursor.fetchall(), now)
