@@ -158,8 +158,10 @@ def test_the_ledger_counts_at_most_the_cap(admin_client, job, monkeypatch):
         make_run(job, BASE + timedelta(minutes=minute))
 
     html = admin_client.get(url("jobrun", "changelist")).content.decode()
+    filtered = admin_client.get(url("jobrun", "changelist"), {"state__exact": "succeeded"}).content.decode()
 
     assert "more than 3 job runs" in html
+    assert "more than 3 results" in filtered and "4 results" not in filtered  # beside the search box
 
 
 def test_a_filtered_ledger_is_newest_fire_first(admin_client, job):

@@ -147,6 +147,7 @@ PAGES = {  # screenshot name: path under the admin
     "job-fit": "/admin/scheduler_app/job/{job}/change/",
     "job-list": "/admin/scheduler_app/job/",
     "ledger-failed": "/admin/scheduler_app/jobrun/?state__exact=dead",
+    "ledger-long-names": "/admin/scheduler_app/jobrun/",
     "alerts": "/admin/scheduler_app/alert/",
     "alert-rules": "/admin/scheduler_app/alertrule/",
     "audit": "/admin/scheduler_app/auditevent/",
@@ -156,6 +157,14 @@ PAGES = {  # screenshot name: path under the admin
 def test_every_console_page_fits_1280_px(chromium, live_server, seeded):
     """No page scrolls sideways at 1,280 px and no chart's label falls outside its chart;
     a screenshot of each for a person to look at."""
+    # A long tenant/job name and a long error on the ledger's first page.
+    tenant = services.tenant_create(slug="northwind-logistics", name="Northwind", timezone="UTC")
+    long = services.job_create(tenant, services.JobSpec(name="nightly-invoice-export-for-all-regions",
+                                                        task_name="scheduler_app.echo", cron="0 3 * * *"))
+    at = db_now()
+    JobRun.objects.create(job=long, tenant=tenant, scheduled_at=at, created_at=at, state=RunState.FAILED, attempt=3,
+                          started_at=at + timedelta(seconds=1), finished_at=at + timedelta(seconds=75),
+                          error="psycopg.errors.QueryCanceled: canceling statement due to statement timeout " * 4)
     Alert.objects.create(job=seeded, tenant=seeded.tenant, kind=AlertKind.FAILED, dedup_key="failed:1",
                          message="demo/flaky: run 12 ended dead: RuntimeError: upstream answered 503 " * 3,
                          raised_at=db_now())
@@ -173,7 +182,7 @@ def test_every_console_page_fits_1280_px(chromium, live_server, seeded):
                 }
             }
             // A panel that scrolls sideways hides part of what it holds.
-            const scrolling = [...document.querySelectorAll('.cf-panel')]
+            const scrolling = [...document.querySelectorAll('.cf-panel, #changelist .results')]
                 .filter(panel => panel.scrollWidth > panel.clientWidth + 1).map(panel => panel.id || panel.className);
             const filled = [...document.querySelectorAll('polyline')]
                 .filter(line => getComputedStyle(line).fill !== 'none').length;

@@ -285,11 +285,13 @@ def ordered_by_fire(request) -> bool:
 
 
 def short_time(value: datetime | None, scheduled_at: datetime) -> str:
-    """A run's start or end in the list: the time of day to the second (the fire time's
-    column gives the date) with the zone, or the whole instant on another day."""
+    """A run's start or end in the list: the time of day to the second when the fire time's
+    column on the same row gives its date and zone (the whole instant in the tooltip), or the
+    whole instant otherwise. Both zones named made the row too wide for 1,280 px."""
     if value is None:
         return "-"
-    full = when(value)
-    same_day = when(scheduled_at)[:10] == full[:10]
-    return format_html('<span title="{}">{}</span>', full, full[11:] if same_day else full)
+    full, fired = when(value), when(scheduled_at)
+    # "2024-01-01 18:33:05 UTC": the same date and the same zone as the fire time
+    same = fired[:10] == full[:10] and fired[19:] == full[19:]
+    return format_html('<span title="{}">{}</span>', full, full[11:19] if same else full)
 
