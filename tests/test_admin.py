@@ -116,6 +116,7 @@ def test_job_changelist_shows_schedule_and_last_run_state(admin_client, runs, jo
     html = response.content.decode()
     assert "cron 0 9 * * * (Asia/Tokyo)" in html
     assert response.context["cl"].result_list[0].last_run_state == "skipped"  # the latest by fire time
+    assert '<span class="cf-state cf-skipped">skipped</span>' in html  # coloured as in the ledger
 
 
 def change_form(job: Job, **overrides) -> dict:

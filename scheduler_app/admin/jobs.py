@@ -17,7 +17,7 @@ from django.utils.html import format_html, format_html_join
 from scheduler_app import schedules, services, sqljobs
 from scheduler_app.admin import jobpage
 from scheduler_app.admin.retention import IN_FORCE, RETENTION_FIELDS, RETENTION_FIELDSET, RetentionAdminMixin
-from scheduler_app.admin.common import ACTION_LIMIT, AsciiSplitDateTimeField, actor, adopt, jsonb_safe
+from scheduler_app.admin.common import ACTION_LIMIT, AsciiSplitDateTimeField, actor, adopt, jsonb_safe, state_badge
 from scheduler_app.management.tables import describe_schedule, local_text, shorten, utc_text
 from scheduler_app.models import Job, JobRun, db_now
 
@@ -236,7 +236,7 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="last run")
     def last_run_state(self, job):
-        return job.last_run_state or "-"
+        return state_badge(job.last_run_state) if job.last_run_state else "-"  # coloured as in the ledger
 
     @admin.display(description=f"next {NEXT_FIRES} fires")
     def next_fires(self, job):
