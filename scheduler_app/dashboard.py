@@ -95,7 +95,7 @@ SELECT date_trunc('minute', finished_at) AS minute, state, count(*),
        percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - scheduled_at))
            FILTER (WHERE trigger = 'schedule' AND attempt = 1 AND started_at IS NOT NULL)
   FROM scheduler_app_jobrun
- WHERE finished_at >= %(start)s AND finished_at < %(end)s {tenant}
+ WHERE finished_at >= %(start)s AND finished_at < %(end)s {hour_tenant}
  GROUP BY GROUPING SETS ((1, 2), (1))
 """
 
@@ -163,6 +163,10 @@ def scoped(sql: str, tenant_id: int | None) -> str:
     """`sql` for every tenant, or with its {tenant} placeholders limiting it to one."""
     one = tenant_id is not None
     return sql.format(tenant="AND tenant_id = %(tenant)s" if one else "",
+                      # "+ 0": no index on tenant_id applies. The hour's runs are a few BRIN
+                      # ranges; ANDed with jobrun_tenant_state_idx, PostgreSQL read all of the
+                      # tenant's entries first (1,000,000: 99 of 129 ms at 10,000,000 runs).
+                      hour_tenant="AND tenant_id + 0 = %(tenant)s" if one else "",
                       or_tenant="OR tenant_id = %(tenant)s" if one else "OR true",
                       m_tenant="AND m.tenant_id = %(tenant)s" if one else "")
 

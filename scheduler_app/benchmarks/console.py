@@ -10,7 +10,8 @@
    is brought up to date as the beats would (dashboard.roll_up).
 2. While measuring, the jobs are enabled with their next fires spread over the next hour
    (the dashboard's forecast has something to expand); they are disabled again at the end,
-   so no beat of another scenario would fire them.
+   so no beat of another scenario would fire them (the other scenarios refuse to start
+   while they are enabled; `bench console` itself runs no beat and disables them first).
 3. A staff user logged in through Django's test Client (the whole stack: middleware,
    sessions, the admin's views and templates) requests each page X times: dashboard,
    tenant dashboard, job list, job page, run ledger (first page, each filter, search,
@@ -84,6 +85,7 @@ def prepare(opts: Options, note) -> tuple[list[int], int]:
     jobs = Job.objects.filter(tenant_id__in=tenants).count() if tenants else 0
     if tenants and rows >= opts.rows and jobs == opts.jobs and not opts.reseed:
         note(f"reusing the console ledger: {rows:,} runs of {jobs:,} jobs")
+        Job.objects.filter(tenant_id__in=tenants).update(enabled=False)  # an interrupted run left them enabled
         return tenants, rows
     if tenants:
         note("deleting the console tenants to seed again")
