@@ -180,6 +180,7 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
     search_fields = ("name",)
     autocomplete_fields = ("tenant",)
     show_facets = admin.ShowFacets.NEVER
+    show_full_result_count = False  # a second count of the whole job table on every view
     actions = ("pause_jobs", "resume_jobs", "trigger_jobs")
     formfield_overrides = {models.DateTimeField: {"form_class": AsciiSplitDateTimeField}}
     add_fieldsets = (
