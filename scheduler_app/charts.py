@@ -36,6 +36,12 @@ def _scale(maximum: float) -> float:
     return maximum
 
 
+def _clock_format(span: timedelta) -> str:
+    """An axis' time labels: the weekday too when the axis spans a day or more (a day's chart
+    began and ended at the same "23:45")."""
+    return "%a %H:%M" if span >= timedelta(hours=23) else "%H:%M"
+
+
 def _number(value: float) -> str:
     return f"{value:.0f}" if value >= 10 or value == int(value) else f"{value:.2g}"
 
@@ -49,12 +55,15 @@ def _frame(title: str, top: float, start: datetime, end: datetime, unit: str, bo
         f"{_number(top * f)}</text>"
         for f in (0, 0.5, 1)
     )
+    clock = _clock_format(end - start)
     x_labels = (
-        f'<text class="cf-axis" x="{PAD_LEFT}" y="{HEIGHT - 5}">{escape(start.strftime("%H:%M"))}</text>'
+        f'<text class="cf-axis" x="{PAD_LEFT}" y="{HEIGHT - 5}">{escape(start.strftime(clock))}</text>'
         f'<text class="cf-axis" x="{WIDTH - PAD_RIGHT}" y="{HEIGHT - 5}" text-anchor="end">'
-        f'{escape(end.strftime("%H:%M %Z"))}</text>'
+        f'{escape(end.strftime(clock + " %Z"))}</text>'
     )
     keys = "".join(f'<span class="cf-key cf-series-{escape(name)}">{escape(name)}</span>' for name in legend)
+    if not body:  # empty axes alone read as "broken" or "still loading"
+        body = _no_data(PAD_TOP + inner_h / 2)
     return format_html(
         '<figure class="cf-chart"><figcaption>{} <small>{}</small> {}</figcaption>'
         '<svg viewBox="0 0 {} {}" width="{}" height="{}" role="img" aria-label="{}">{}{}{}</svg></figure>',
@@ -139,9 +148,21 @@ def timeline(title: str, start: datetime, end: datetime, marks: Sequence[Mark]) 
     for n in range(0, 25, 6):
         x = PAD_LEFT + inner_w * n / 24
         at = start + (end - start) * n / 24
+        # The last label ends at the axis' end (centred there, half of it fell outside the chart).
+        clock = "%a %H:%M" if n in (0, 24) else "%H:%M"  # the ends say which day (the same clock time)
+        anchor, label = ("end", at.strftime(clock + " %Z")) if n == 24 else ("middle", at.strftime(clock))
         hours.append(f'<line class="cf-grid" x1="{x:.1f}" x2="{x:.1f}" y1="6" y2="32"/>'
-                     f'<text class="cf-axis" x="{x:.1f}" y="43" text-anchor="middle">{escape(at.strftime("%H:%M"))}</text>')
+                     f'<text class="cf-axis" x="{x:.1f}" y="43" text-anchor="{anchor}">{escape(label)}</text>')
     return format_html(
         '<figure class="cf-chart cf-timeline"><figcaption>{}</figcaption>'
         '<svg viewBox="0 0 {} {}" width="{}" height="{}" role="img" aria-label="{}">{}{}</svg></figure>',
-        title, WIDTH, height, WIDTH, height, title, mark_safe("".join(hours)), mark_safe("".join(parts)))
+        title, WIDTH, height, WIDTH, height, title, mark_safe("".join(hours)),
+        mark_safe("".join(parts) or _no_data(22)))
+
+
+NO_DATA = "no data"
+
+
+def _no_data(y: float) -> str:
+    x = PAD_LEFT + (WIDTH - PAD_LEFT - PAD_RIGHT) / 2
+    return f'<text class="cf-nodata" x="{x:.1f}" y="{y:.1f}" text-anchor="middle">{NO_DATA}</text>'

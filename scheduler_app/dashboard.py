@@ -15,6 +15,10 @@ reads more than an hour of runs:
 - top failing jobs read only failed and dead runs (jobrun_state_recent_idx);
 - the forecast groups the jobs due within the hour by schedule (job_due_idx) and expands
   each group's fires once.
+
+overview(now, tenant_id=...) is the same for one tenant (/admin/dashboard/?tenant=<slug>):
+every statement gains "AND tenant_id = %(tenant)s" (RunMinute has a row per tenant and
+minute; the marker rows, tenant 0, still say which minutes are rolled up).
 """
 
 from __future__ import annotations
@@ -91,7 +95,7 @@ SELECT date_trunc('minute', finished_at) AS minute, state, count(*),
        percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - scheduled_at))
            FILTER (WHERE trigger = 'schedule' AND attempt = 1 AND started_at IS NOT NULL)
   FROM scheduler_app_jobrun
- WHERE finished_at >= %(start)s AND finished_at < %(end)s
+ WHERE finished_at >= %(start)s AND finished_at < %(end)s {hour_tenant}
  GROUP BY GROUPING SETS ((1, 2), (1))
 """
 
@@ -99,7 +103,7 @@ DAY_SQL = """
 SELECT date_bin(%(bucket)s, minute, %(origin)s) AS bucket, tenant_id = 0 AS marker,
        sum(succeeded), sum(failed), sum(dead), sum(retrying), sum(lost), sum(cancelled), sum(skipped)
   FROM scheduler_app_runminute
- WHERE minute >= %(start)s AND minute < %(end)s
+ WHERE minute >= %(start)s AND minute < %(end)s AND (tenant_id = 0 {or_tenant})
  GROUP BY 1, 2
 """
 
@@ -108,7 +112,7 @@ SELECT tenant.slug, sum(m.succeeded + m.failed + m.dead + m.retrying + m.lost + 
        sum(m.failed + m.dead) AS failures
   FROM scheduler_app_runminute AS m
   JOIN scheduler_app_tenant AS tenant ON tenant.id = m.tenant_id
- WHERE m.minute >= %(start)s AND m.minute < %(end)s AND m.tenant_id <> 0
+ WHERE m.minute >= %(start)s AND m.minute < %(end)s AND m.tenant_id <> 0 {m_tenant}
  GROUP BY tenant.slug
  ORDER BY runs DESC
  LIMIT %(top)s
@@ -119,7 +123,7 @@ FAILING_SQL = """
 SELECT failing.job_id, tenant.slug, job.name, failing.failures, failing.last_at
   FROM (SELECT job_id, count(*) AS failures, max(scheduled_at) AS last_at
           FROM scheduler_app_jobrun
-         WHERE state IN ('failed', 'dead') AND scheduled_at > %(start)s AND scheduled_at <= %(end)s
+         WHERE state IN ('failed', 'dead') AND scheduled_at > %(start)s AND scheduled_at <= %(end)s {tenant}
          GROUP BY job_id
          ORDER BY failures DESC, job_id
          LIMIT %(top)s) AS failing
@@ -132,7 +136,7 @@ SELECT failing.job_id, tenant.slug, job.name, failing.failures, failing.last_at
 FORECAST_SQL = """
 SELECT cron, timezone, every_seconds, run_at, date_trunc('minute', next_run_at) AS first_minute, count(*)
   FROM scheduler_app_job
- WHERE enabled AND next_run_at IS NOT NULL AND next_run_at < %(end)s
+ WHERE enabled AND next_run_at IS NOT NULL AND next_run_at < %(end)s {tenant}
  GROUP BY 1, 2, 3, 4, 5
 """
 
@@ -155,27 +159,40 @@ class Overview:
     totals: dict[str, dict] = field(default_factory=dict)
 
 
-def overview(now: datetime) -> Overview:
+def scoped(sql: str, tenant_id: int | None) -> str:
+    """`sql` for every tenant, or with its {tenant} placeholders limiting it to one."""
+    one = tenant_id is not None
+    return sql.format(tenant="AND tenant_id = %(tenant)s" if one else "",
+                      # "+ 0": no index on tenant_id applies. The hour's runs are a few BRIN
+                      # ranges; ANDed with jobrun_tenant_state_idx, PostgreSQL read all of the
+                      # tenant's entries first (1,000,000: 99 of 129 ms at 10,000,000 runs).
+                      hour_tenant="AND tenant_id + 0 = %(tenant)s" if one else "",
+                      or_tenant="OR tenant_id = %(tenant)s" if one else "OR true",
+                      m_tenant="AND m.tenant_id = %(tenant)s" if one else "")
+
+
+def overview(now: datetime, tenant_id: int | None = None) -> Overview:
     found = Overview(now=now)
     with connection.cursor() as cursor:
-        last_hour(cursor, found, now)
-        last_day(cursor, found, now)
-        cursor.execute(FAILING_SQL, {"start": now - DAY, "end": now, "top": TOP})
+        last_hour(cursor, found, now, tenant_id)
+        last_day(cursor, found, now, tenant_id)
+        day = {"start": now - DAY, "end": now, "top": TOP, "tenant": tenant_id}
+        cursor.execute(scoped(FAILING_SQL, tenant_id), day)
         found.failing_jobs = cursor.fetchall()
-        cursor.execute(TENANTS_SQL, {"start": now - DAY, "end": now, "top": TOP})
+        cursor.execute(scoped(TENANTS_SQL, tenant_id), day)
         found.noisy_tenants = cursor.fetchall()
-        cursor.execute(FORECAST_SQL, {"end": now + HOUR})
+        cursor.execute(scoped(FORECAST_SQL, tenant_id), {"end": now + HOUR, "tenant": tenant_id})
         found.forecast_minutes, found.forecast = forecast(cursor.fetchall(), now)
     return found
 
 
-def last_hour(cursor, found: Overview, now: datetime) -> None:
+def last_hour(cursor, found: Overview, now: datetime, tenant_id: int | None = None) -> None:
     end = truncate(now) + MINUTE
     minutes = [end - HOUR + MINUTE * i for i in range(60)]
     index = {minute: i for i, minute in enumerate(minutes)}
     counts = {state: [0] * 60 for state in OUTCOMES}
     p50, p99 = [None] * 60, [None] * 60
-    cursor.execute(HOUR_SQL, {"start": minutes[0], "end": end})
+    cursor.execute(scoped(HOUR_SQL, tenant_id), {"start": minutes[0], "end": end, "tenant": tenant_id})
     for minute, state, count, lag50, lag99 in cursor.fetchall():
         i = index.get(minute)
         if i is None:
@@ -188,13 +205,14 @@ def last_hour(cursor, found: Overview, now: datetime) -> None:
     found.totals["hour"] = totals_of({state: sum(values) for state, values in counts.items()})
 
 
-def last_day(cursor, found: Overview, now: datetime) -> None:
+def last_day(cursor, found: Overview, now: datetime, tenant_id: int | None = None) -> None:
     end = truncate(now, DAY_BUCKET) + DAY_BUCKET
     buckets = [end - DAY + DAY_BUCKET * i for i in range(int(DAY / DAY_BUCKET))]
     index = {bucket: i for i, bucket in enumerate(buckets)}
     sums = {state: [0] * len(buckets) for state in OUTCOMES}
     covered = [0] * len(buckets)
-    cursor.execute(DAY_SQL, {"bucket": DAY_BUCKET, "origin": buckets[0], "start": buckets[0], "end": end})
+    cursor.execute(scoped(DAY_SQL, tenant_id), {"bucket": DAY_BUCKET, "origin": buckets[0], "start": buckets[0],
+                                                "end": end, "tenant": tenant_id})
     for bucket, marker, *values in cursor.fetchall():
         i = index.get(bucket)
         if i is None:

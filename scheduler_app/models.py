@@ -261,7 +261,8 @@ class JobRun(models.Model):
     # job, and a second index with an entry at each job's own place cost every recorded run
     # (and every update of one) a random page more: +19% of dispatch CPU at 10,000,000 runs.
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="runs", db_index=False)
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="runs")
+    # No index of its own either: jobrun_tenant_state_idx (tenant_id, state) leads with it.
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="runs", db_index=False)
     scheduled_at = models.DateTimeField()  # the fire time, UTC
     trigger = models.CharField(max_length=16, choices=Trigger.choices, default=Trigger.SCHEDULE,
                                db_default=Trigger.SCHEDULE)
@@ -326,6 +327,12 @@ class JobRun(models.Model):
             # finished before a cutoff lie below it here: no index of finished_at is needed).
             models.Index(fields=["tenant", "-scheduled_at"], name="jobrun_tenant_recent_idx"),
             models.Index(fields=["state", "-scheduled_at"], name="jobrun_state_recent_idx"),
+            # The admin ledger's capped count with a tenant and a state filter, read from the
+            # index alone (without it: 10,001 heap fetches scattered over the tenant's pages,
+            # 0.6-1.7 s at 10,000,000 runs; with it under 5 ms). It replaces the foreign key's
+            # (tenant_id) index: deduplicated, 68 MB against that one's 62 MB at 10,000,000 runs,
+            # and no extra write (every non-HOT update of a run already wrote both).
+            models.Index(fields=["tenant", "state"], name="jobrun_tenant_state_idx"),
             # The admin's ledger filtered to manual or backfilled runs, newest first. Partial: the
             # beats' scheduled runs (nearly all of them) never enter it, so it costs them nothing.
             models.Index(fields=["-scheduled_at"], name="jobrun_triggered_idx", condition=~Q(trigger="schedule")),

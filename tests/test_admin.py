@@ -116,6 +116,29 @@ def test_job_changelist_shows_schedule_and_last_run_state(admin_client, runs, jo
     html = response.content.decode()
     assert "cron 0 9 * * * (Asia/Tokyo)" in html
     assert response.context["cl"].result_list[0].last_run_state == "skipped"  # the latest by fire time
+    assert '<span class="cf-state cf-skipped">skipped</span>' in html  # coloured as in the ledger
+
+
+def test_job_changelist_reads_the_job_table_once_for_its_count_and_not_for_priority_choices(admin_client, job):
+    from django.db import connection
+
+    statements = []
+
+    def record(execute, sql, params, many, context):
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        listing = admin_client.get(url("job", "changelist"))
+    by_five = admin_client.get(url("job", "changelist"), {"priority__exact": "5"}).context["cl"].result_list
+    by_nine = admin_client.get(url("job", "changelist"), {"priority__exact": "9"}).context["cl"].result_list
+    bad = admin_client.get(url("job", "changelist"), {"priority__exact": "high"})
+
+    assert statements and not [sql for sql in statements if "DISTINCT" in sql]
+    assert len([sql for sql in statements if "COUNT(" in sql]) == 1, statements
+    assert "?priority__exact=0" in listing.content.decode() and "?priority__exact=9" in listing.content.decode()
+    assert [found.pk for found in by_five] == [job.pk] and list(by_nine) == []
+    assert bad.status_code == 302 and "e=1" in bad.url  # the admin's "invalid filter" page
 
 
 def change_form(job: Job, **overrides) -> dict:

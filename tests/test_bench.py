@@ -90,3 +90,17 @@ def test_bench_ledger_runs_and_leaves_nothing_the_policy_lets_go():
     assert any(line.startswith("  ledger rows seeded") and "20,000" in line for line in lines), done.stdout
     assert any("left that the policy lets go" in line and line.endswith("ok") for line in lines), done.stdout
     assert "API run list, first page" in done.stdout and "one pruning batch" in done.stdout
+
+
+def test_bench_console_times_every_page_and_reuses_its_ledger():
+    first = bench("console", "--jobs", "20", "--rows", "2000", "--requests", "2", "--explain")
+    again = bench("console", "--jobs", "20", "--rows", "2000", "--requests", "1")
+
+    table = first.stdout.split("bench console:")[1]
+    for page in ("dashboard", "tenant dashboard", "job list", "job page", "run ledger", "ledger: tenant + failed",
+                 "ledger: past 7 days", "ledger: search fire key", "ledger: page ", "run page", "alerts"):
+        assert any(line.startswith(page.rstrip() + " ") for line in table.splitlines()), page
+    assert "/admin/dashboard/  ok (< 300 ms)" in first.stdout
+    assert "EXPLAIN (ANALYZE, BUFFERS)" in first.stdout and "Index jobrun_one_per_fire" in first.stdout
+    assert "seeded 2,000 runs" in first.stderr
+    assert "reusing the console ledger: 2,000 runs of 20 jobs" in again.stderr

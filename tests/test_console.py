@@ -158,8 +158,10 @@ def test_the_ledger_counts_at_most_the_cap(admin_client, job, monkeypatch):
         make_run(job, BASE + timedelta(minutes=minute))
 
     html = admin_client.get(url("jobrun", "changelist")).content.decode()
+    filtered = admin_client.get(url("jobrun", "changelist"), {"state__exact": "succeeded"}).content.decode()
 
     assert "more than 3 job runs" in html
+    assert "more than 3 results" in filtered and "4 results" not in filtered  # beside the search box
 
 
 def test_a_filtered_ledger_is_newest_fire_first(admin_client, job):
@@ -171,6 +173,54 @@ def test_a_filtered_ledger_is_newest_fire_first(admin_client, job):
 
     assert [run.pk for run in unfiltered] == [early.pk, late.pk]  # by id: the primary key's order
     assert [run.pk for run in by_job] == [late.pk, early.pk]  # by fire time: the (job, scheduled_at) index
+
+
+def test_a_deep_ledger_page_shows_its_rows_newest_first(admin_client, job, monkeypatch):
+    """Pages are read as ids first, then the rows: the same rows in the same order."""
+    from scheduler_app.admin.runs import JobRunAdmin
+    monkeypatch.setattr(JobRunAdmin, "list_per_page", 3)
+    runs = [make_run(job, BASE + timedelta(minutes=minute), state=RunState.FAILED) for minute in range(8)]
+
+    second = admin_client.get(url("jobrun", "changelist"), {"p": 2}).context["cl"].result_list
+    third = admin_client.get(url("jobrun", "changelist"), {"p": 3, "state__exact": "failed"}).context["cl"].result_list
+
+    assert [run.pk for run in second] == [run.pk for run in runs[4:1:-1]]
+    assert [run.pk for run in third] == [run.pk for run in runs[1::-1]]
+    assert [run.job.tenant.slug for run in second] == ["demo"] * 3  # the job and tenant came with them
+
+
+def test_the_ledger_filters_by_fire_date_and_sorts_by_id_only(admin_client, job):
+    from scheduler_app.models import db_now
+
+    now = db_now()
+    recent = make_run(job, now - timedelta(hours=1))
+    make_run(job, now - timedelta(days=40))
+
+    response = admin_client.get(url("jobrun", "changelist"))
+    html = response.content.decode()
+    week = next(choice["query_string"] for spec in response.context["cl"].filter_specs
+                if spec.title == "fire time" for choice in spec.choices(response.context["cl"])
+                if choice["display"] == "Past 7 days")
+    filtered = admin_client.get(url("jobrun", "changelist") + week).context["cl"].result_list
+    by_fire_time = admin_client.get(url("jobrun", "changelist"), {"o": "-2"}).context["cl"].result_list
+
+    assert [run.pk for run in filtered] == [recent.pk]
+    # Only the id's header sorts: the others would sort the whole ledger.
+    assert html.count('class="sortable') == 1 and 'class="sortable column-id' in html
+    assert [run.pk for run in by_fire_time] == sorted((run.pk for run in by_fire_time), reverse=True)
+
+
+def test_a_tenant_s_runs_in_one_state_are_counted_from_an_index_alone(job):
+    from django.db import connection, transaction
+
+    make_run(job, BASE, state=RunState.FAILED)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("EXPLAIN SELECT count(*) FROM (SELECT 1 FROM scheduler_app_jobrun "
+                       "WHERE tenant_id = %s AND state = 'failed' LIMIT 10001) AS capped", [job.tenant_id])
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+
+    assert "Index Only Scan using jobrun_tenant_state_idx" in plan, plan
 
 
 # --- 3. the job page ------------------------------------------------------------------------
@@ -291,9 +341,47 @@ def test_the_dashboard_charts_the_last_hour_and_day_and_the_next_hour(admin_clie
     fires = len(range(0, int((window_end - job.next_run_at).total_seconds()) - 1, 300))  # */5 from next_run_at
     assert html.split('id="cf-forecast"')[1].split("</section>")[0].count('data-series="fires"') == fires  # 11 or 12
     assert ">demo/flaky</a></td><td>1</td>" in html  # top failing jobs
-    assert "<td>demo</td><td>6</td><td>1</td>" in html  # noisiest tenants
+    assert '<td><a href="?tenant=demo">demo</a></td><td>6</td><td>1</td>' in html  # noisiest tenants
     assert 'id="cf-nodes"' in html and 'id="cf-queues"' in html
+
+
+def test_a_tenant_s_dashboard_counts_that_tenant_only(admin_client, job):
+    from scheduler_app import dashboard
+    from scheduler_app.models import db_now
+
+    other = services.tenant_create(slug="other", name="Other", timezone="UTC")
+    noisy = services.job_create(other, services.JobSpec(name="noisy", task_name=TASK, cron="* * * * *"))
+    now = db_now()
+    for minutes in (50, 30, 3):
+        make_run(job, now - timedelta(minutes=minutes, seconds=6), state=RunState.DEAD, error="boom")
+    for minutes in range(2, 12):
+        make_run(noisy, now - timedelta(minutes=minutes, seconds=6))
+    dashboard.roll_up(now, max_minutes=1440)
+
+    html = admin_client.get(reverse("cronfleet_dashboard"), {"tenant": "demo"}).content.decode()
+    missing = admin_client.get(reverse("cronfleet_dashboard"), {"tenant": "nobody"})
+
+    assert 'id="cf-tenant"' in html and "Dashboard of tenant demo" in html
+    assert html.split('id="cf-runs-hour"')[1].split("</section>")[0].count('data-series="dead"') == 3
+    assert 'data-series="succeeded"' not in html.split('id="cf-runs-hour"')[1].split("</section>")[0]
+    assert ">demo/flaky</a></td><td>3</td>" in html and "other/noisy" not in html
+    forecast = html.split('id="cf-forecast"')[1].split("</section>")[0]
+    assert 0 < forecast.count('data-series="fires"') <= 12  # demo's */5 job alone, not other's every minute
+    assert missing.status_code == 404 and "tenant: there is no tenant &#x27;nobody&#x27;" in missing.content.decode()
 
 
 def test_the_dashboard_is_for_staff_only(client, job):
     assert client.get(reverse("cronfleet_dashboard")).status_code == 302  # to the login page
+
+
+def test_empty_charts_say_no_data(admin_client, job):
+    """With nothing finished and nothing due, each chart says so instead of empty axes."""
+    Job.objects.filter(pk=job.pk).update(enabled=False)
+
+    html = admin_client.get(reverse("cronfleet_dashboard")).content.decode()
+    page = admin_client.get(url("job", "change", job.pk)).content.decode()
+
+    for chart in ("cf-runs-hour", "cf-lag-hour", "cf-runs-day", "cf-failure-day", "cf-forecast"):
+        section = html.split(f'id="{chart}"')[1].split("</section>")[0]
+        assert 'class="cf-point' not in section and ">no data</text>" in section, chart
+    assert ">no data</text>" in page.split('class="cf-chart cf-timeline"')[1].split("</figure>")[0]

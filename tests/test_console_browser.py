@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from scheduler_app import dashboard, services
-from scheduler_app.models import JobRun, RunState, db_now
+from scheduler_app.models import Alert, AlertKind, JobRun, RunState, db_now
 from tests import browser
 from tests.conftest import ROOT
 
@@ -107,3 +107,86 @@ def test_a_person_sees_the_dashboard_job_and_run_pages(chromium, live_server, se
                 replay: !!document.querySelector('#cf-replay'),
                 error: document.querySelector('.cf-pre').innerText.length};""")
     assert run_page["attempts"] >= 1 and run_page["replay"] and run_page["error"] > 400
+
+
+def test_the_job_and_run_pages_fit_and_name_the_job(chromium, live_server, seeded):
+    """The job page's fire times stay on one line, the 24 h timeline's labels are inside
+    the chart, and the run page's breadcrumb names the job as tenant/job."""
+    login(chromium, live_server)
+    chromium.get(f"{live_server.url}/admin/scheduler_app/job/{seeded.pk}/change/")
+    job_page = chromium.js("""
+        const column = [...document.querySelectorAll('#cf-recent-runs thead th')]
+            .findIndex(th => th.innerText.trim().toLowerCase() === 'fire time');
+        const lines = [...document.querySelectorAll('#cf-recent-runs tbody tr')].map(tr => {
+            const range = document.createRange();
+            range.selectNodeContents(tr.children[column]);
+            return new Set([...range.getClientRects()].map(r => Math.round(r.top))).size;
+        });
+        const svg = document.querySelector('.cf-timeline svg').getBoundingClientRect();
+        const labels = [...document.querySelectorAll('.cf-timeline svg text')].map(t => {
+            const box = t.getBoundingClientRect();
+            return {text: t.textContent, inside: box.left >= svg.left - 0.5 && box.right <= svg.right + 0.5};
+        });
+        return {column: column, lines: lines, labels: labels};""")
+    assert job_page["column"] >= 0 and len(job_page["lines"]) == 20
+    assert set(job_page["lines"]) == {1}, job_page["lines"]  # each fire time on one line
+    assert len(job_page["labels"]) == 5 and all(label["inside"] for label in job_page["labels"]), job_page["labels"]
+
+    run = JobRun.objects.filter(job=seeded).order_by("-scheduled_at").first()
+    chromium.get(f"{live_server.url}/admin/scheduler_app/jobrun/{run.pk}/change/")
+    crumbs = chromium.js("return document.querySelector('.breadcrumbs').innerText")
+    assert "demo/flaky" in crumbs and "of job " not in crumbs, crumbs
+    assert chromium.js("return [...document.querySelectorAll('.breadcrumbs a')].some("
+                       "a => a.getAttribute('href').endsWith('/job/' + arguments[0] + '/change/'))", seeded.pk)
+
+
+PAGES = {  # screenshot name: path under the admin
+    "index": "/admin/",
+    "dashboard-fit": "/admin/dashboard/",
+    "dashboard-tenant": "/admin/dashboard/?tenant=demo",
+    "job-fit": "/admin/scheduler_app/job/{job}/change/",
+    "job-list": "/admin/scheduler_app/job/",
+    "ledger-failed": "/admin/scheduler_app/jobrun/?state__exact=dead",
+    "ledger-long-names": "/admin/scheduler_app/jobrun/",
+    "alerts": "/admin/scheduler_app/alert/",
+    "alert-rules": "/admin/scheduler_app/alertrule/",
+    "audit": "/admin/scheduler_app/auditevent/",
+}
+
+
+def test_every_console_page_fits_1280_px(chromium, live_server, seeded):
+    """No page scrolls sideways at 1,280 px and no chart's label falls outside its chart;
+    a screenshot of each for a person to look at."""
+    # A long tenant/job name and a long error on the ledger's first page.
+    tenant = services.tenant_create(slug="northwind-logistics", name="Northwind", timezone="UTC")
+    long = services.job_create(tenant, services.JobSpec(name="nightly-invoice-export-for-all-regions",
+                                                        task_name="scheduler_app.echo", cron="0 3 * * *"))
+    at = db_now()
+    JobRun.objects.create(job=long, tenant=tenant, scheduled_at=at, created_at=at, state=RunState.FAILED, attempt=3,
+                          started_at=at + timedelta(seconds=1), finished_at=at + timedelta(seconds=75),
+                          error="psycopg.errors.QueryCanceled: canceling statement due to statement timeout " * 4)
+    Alert.objects.create(job=seeded, tenant=seeded.tenant, kind=AlertKind.FAILED, dedup_key="failed:1",
+                         message="demo/flaky: run 12 ended dead: RuntimeError: upstream answered 503 " * 3,
+                         raised_at=db_now())
+    login(chromium, live_server)
+    for name, path in PAGES.items():
+        chromium.get(f"{live_server.url}{path.format(job=seeded.pk)}")
+        chromium.screenshot(ARTIFACTS / f"{name}.png")
+        seen = chromium.js("""
+            const outside = [];
+            for (const svg of document.querySelectorAll('svg')) {
+                const frame = svg.getBoundingClientRect();
+                for (const text of svg.querySelectorAll('text')) {
+                    const box = text.getBoundingClientRect();
+                    if (box.left < frame.left - 0.5 || box.right > frame.right + 0.5) outside.push(text.textContent);
+                }
+            }
+            // A panel that scrolls sideways hides part of what it holds.
+            const scrolling = [...document.querySelectorAll('.cf-panel, #changelist .results')]
+                .filter(panel => panel.scrollWidth > panel.clientWidth + 1).map(panel => panel.id || panel.className);
+            const filled = [...document.querySelectorAll('polyline')]
+                .filter(line => getComputedStyle(line).fill !== 'none').length;
+            return {page: document.documentElement.scrollWidth, view: window.innerWidth, outside: outside,
+                    scrolling: scrolling, filled: filled};""")
+        assert seen["page"] <= seen["view"] and not seen["outside"], (name, seen)
+        assert not seen["scrolling"] and not seen["filled"], (name, seen)

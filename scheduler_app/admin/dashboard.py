@@ -1,5 +1,6 @@
-"""The staff dashboard at /admin/dashboard/ (linked from the admin's index): charts of the
-last hour and day, the next hour's forecast, top failing jobs, noisiest tenants; numbers from
+"""The staff dashboard at /admin/dashboard/ (linked from the admin's index; one tenant's at
+/admin/dashboard/?tenant=<slug>, linked from the tenant's page and the noisiest tenants): charts
+of the last hour and day, the next hour's forecast, top failing jobs, noisiest tenants; numbers from
 scheduler_app/dashboard.py, charts as server-rendered SVG (scheduler_app/charts.py).
 
 Two panels are kept for the observability work: live beats and workers (scheduler_app.nodes,
@@ -18,7 +19,7 @@ from django.urls import reverse
 
 from scheduler_app import charts, dashboard
 from scheduler_app.admin.common import when
-from scheduler_app.models import db_now
+from scheduler_app.models import Tenant, db_now
 
 
 def node_panel(now) -> dict:
@@ -33,12 +34,20 @@ def node_panel(now) -> dict:
 
 
 def dashboard_view(request):
+    """The fleet's dashboard, or one tenant's (?tenant=<slug>)."""
     began = time.perf_counter()
     now = db_now()
     context = {**admin.site.each_context(request), "title": "Dashboard", "now": when(now),
-               "supported": connection.vendor == "postgresql"}
+               "supported": connection.vendor == "postgresql", "tenant": None}
+    slug = request.GET.get("tenant", "").strip()
+    if slug:
+        context["tenant"] = Tenant.objects.filter(slug=slug).first()
+        if context["tenant"] is None:
+            context.update(supported=False, error=f"tenant: there is no tenant {slug!r}")
+            return TemplateResponse(request, "admin/cronfleet_dashboard.html", context, status=404)
+        context["title"] = f"Dashboard of tenant {slug}"
     if context["supported"]:
-        found = dashboard.overview(now)
+        found = dashboard.overview(now, context["tenant"].pk if context["tenant"] else None)
         step = dashboard.MINUTE
         context.update(
             found=found,

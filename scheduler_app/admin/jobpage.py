@@ -40,6 +40,10 @@ class RecentRun:
         return reverse("admin:scheduler_app_jobrun_change", args=[self.run.pk])
 
     @property
+    def fire_time(self) -> str:
+        return when(self.run.scheduled_at)
+
+    @property
     def start_lag_text(self) -> str:
         return duration_text(self.start_lag)
 

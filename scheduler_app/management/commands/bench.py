@@ -11,11 +11,14 @@ Figures are never asserted by tests: they are for reading.
                         [--beats K] [--batch B] [--no-floor]
     (all: [--keep] [--yes])
     manage.py bench ledger --jobs N [--rows R] [--load L] [--repeat X] [--beats K]
+    manage.py bench console --jobs N [--rows R] [--requests X] [--reseed] [--explain]
 
 
 `ledger` (scheduler_app/benchmarks/ledger.py) seeds R finished runs for N jobs and prints
 the dispatch rate against an empty ledger's, the API's run list and stats latencies, the
 plans of the hot statements, and how fast beats prune while L jobs fire every second.
+`console` (scheduler_app/benchmarks/console.py) times each console page's whole render over a
+ledger of R runs it seeds once and keeps (tenants "console-*", which `bench` does not delete).
 
 Each scenario is a module of scheduler_app/benchmarks/ (dispatch.py, peers.py, steady.py,
 e2e.py); what they share is in common.py. This command parses the arguments, checks that
@@ -37,7 +40,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, transaction
 
-from scheduler_app.benchmarks import dispatch, e2e, ledger, peers, steady
+from scheduler_app.benchmarks import console, dispatch, e2e, ledger, peers, steady
 from scheduler_app.benchmarks.common import PREFIX
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Tenant
 from scheduler_app.publish import redis_list_keys
@@ -48,7 +51,7 @@ class Command(BaseCommand):
             "Deletes bench-* tenants and the bench Redis queues.")
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("scenario", choices=["dispatch", "peers", "steady", "e2e", "ledger"], help="What to measure")
+        parser.add_argument("scenario", choices=["dispatch", "peers", "steady", "e2e", "ledger", "console"], help="What to measure")
         parser.add_argument("--jobs", type=int, required=True, help="Jobs (N)")
         parser.add_argument("--beats", type=int, default=None,
                             help="runbeat processes (K; default 1, steady 2)")
@@ -87,6 +90,12 @@ class Command(BaseCommand):
         parser.add_argument("--load", type=int, default=1667,
                             help="ledger: jobs firing every second while beats prune (default %(default)s: 100,000 a minute)")
         parser.add_argument("--repeat", type=int, default=3, help="ledger: spikes per ledger size, the median (default 3)")
+        parser.add_argument("--requests", type=int, default=20,
+                            help="console: requests a page, the median and p95 (default %(default)s)")
+        parser.add_argument("--reseed", action="store_true",
+                            help="console: seed the console ledger again even when one is there")
+        parser.add_argument("--explain", action="store_true",
+                            help="console: EXPLAIN (ANALYZE, BUFFERS) every statement of every page")
         parser.add_argument("--keep", action="store_true",
                             help="Leave the bench rows and messages in place at the end")
         parser.add_argument("--yes", action="store_true",
@@ -102,7 +111,7 @@ class Command(BaseCommand):
         if scenario == "steady" and (not options["rate"] or not options["seconds"]
                                      or options["rate"] <= 0 or options["seconds"] <= 0):
             raise CommandError("bench steady: --rate and --seconds are required and positive", returncode=2)
-        self.preflight(yes)
+        self.preflight(yes, scenario)
         import redis  # the broker is redis:// (checked above); redis-py comes with kombu's transport
 
         self.redis = redis.Redis.from_url(settings.CELERY_BROKER_URL)
@@ -138,6 +147,10 @@ class Command(BaseCommand):
                     jobs=jobs, rows=options.get("rows") or 0, beats=beats or 1, batch_size=batch_size,
                     load=min(options.get("load") or 0, jobs), repeat=max(1, options.get("repeat") or 1),
                     timeout=timeout))
+            elif scenario == "console":
+                ok = console.run(self, console.Options(
+                    jobs=jobs, rows=options.get("rows") or 0, requests=max(1, options["requests"]),
+                    reseed=options["reseed"], explain=options["explain"]))
             else:
                 ok = steady.run(self, steady.Options(
                     jobs=jobs, rate=options["rate"], seconds=options["seconds"], beats=beats or 2,
@@ -169,7 +182,7 @@ class Command(BaseCommand):
             url = f"{scheme}://***@{rest.rsplit('@', 1)[1]}"
         return url
 
-    def preflight(self, yes: bool) -> None:
+    def preflight(self, yes: bool, scenario: str = "") -> None:
         if connection.vendor != "postgresql":
             raise CommandError(f"bench: needs PostgreSQL (DATABASE_URL=postgres://...), not {connection.vendor}",
                                returncode=2)
@@ -188,7 +201,10 @@ class Command(BaseCommand):
                                returncode=2)
         # The beats fire every due job in the database, not only ours: refuse to fire real ones.
         others = (Job.objects.filter(enabled=True, next_run_at__isnull=False)
-                  .exclude(tenant__slug__startswith=PREFIX).count())
+                  .exclude(tenant__slug__startswith=PREFIX))
+        if scenario == "console":  # runs no beat; its own jobs (left enabled by an interrupted run) are its to reset
+            others = others.exclude(tenant__slug__startswith=console.PREFIX)
+        others = others.count()
         retrying = JobRun.objects.filter(state=RunState.RETRYING).exclude(tenant__slug__startswith=PREFIX).count()
         if others or retrying:
             raise CommandError(f"bench: database {name!r} has {others} scheduled non-bench jobs and {retrying} "
