@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 
 from django.db import connection, models
 
-from scheduler_app import schedules
+from scheduler_app import schedules, stats
 from scheduler_app.consolemodels import RunMinute
 from scheduler_app.models import schedule_of
 
@@ -88,16 +88,20 @@ def truncate(at: datetime, step: timedelta = MINUTE) -> datetime:
 
 # --- the last hour, live ----------------------------------------------------------------------
 
+# Lags as stats.py defines them, for a scheduled fire's first attempt: dispatch lag (fire time
+# to its first trip to the broker) and start lag (fire time to a worker's start), by the
+# minute the run finished in (the hour's runs are read through the BRIN index on finished_at).
 HOUR_SQL = """
 SELECT date_trunc('minute', finished_at) AS minute, state, count(*),
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - scheduled_at))
-           FILTER (WHERE trigger = 'schedule' AND attempt = 1 AND started_at IS NOT NULL),
-       percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - scheduled_at))
-           FILTER (WHERE trigger = 'schedule' AND attempt = 1 AND started_at IS NOT NULL)
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY {dispatch_lag}) FILTER (WHERE {first_fire}),
+       percentile_cont(0.99) WITHIN GROUP (ORDER BY {dispatch_lag}) FILTER (WHERE {first_fire}),
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY {start_lag}) FILTER (WHERE {first_fire} AND started_at IS NOT NULL),
+       percentile_cont(0.99) WITHIN GROUP (ORDER BY {start_lag}) FILTER (WHERE {first_fire} AND started_at IS NOT NULL)
   FROM scheduler_app_jobrun
- WHERE finished_at >= %(start)s AND finished_at < %(end)s {hour_tenant}
+ WHERE finished_at >= %(start)s AND finished_at < %(end)s {{hour_tenant}}
  GROUP BY GROUPING SETS ((1, 2), (1))
-"""
+""".format(dispatch_lag=stats.DISPATCH_LAG_SQL, start_lag="extract(epoch FROM started_at - scheduled_at)",
+           first_fire="trigger = 'schedule' AND attempt = 1")
 
 DAY_SQL = """
 SELECT date_bin(%(bucket)s, minute, %(origin)s) AS bucket, tenant_id = 0 AS marker,
@@ -146,8 +150,10 @@ class Overview:
     now: datetime
     hour_minutes: list[datetime] = field(default_factory=list)
     hour_counts: dict[str, list[int]] = field(default_factory=dict)
-    hour_p50: list[float | None] = field(default_factory=list)
+    hour_p50: list[float | None] = field(default_factory=list)  # start lag
     hour_p99: list[float | None] = field(default_factory=list)
+    hour_dispatch_p50: list[float | None] = field(default_factory=list)
+    hour_dispatch_p99: list[float | None] = field(default_factory=list)
     day_buckets: list[datetime] = field(default_factory=list)
     day_counts: dict[str, list[float]] = field(default_factory=dict)  # runs per minute, averaged per bucket
     day_failure_rate: list[float | None] = field(default_factory=list)
@@ -191,17 +197,18 @@ def last_hour(cursor, found: Overview, now: datetime, tenant_id: int | None = No
     minutes = [end - HOUR + MINUTE * i for i in range(60)]
     index = {minute: i for i, minute in enumerate(minutes)}
     counts = {state: [0] * 60 for state in OUTCOMES}
-    p50, p99 = [None] * 60, [None] * 60
+    p50, p99, dispatch50, dispatch99 = [None] * 60, [None] * 60, [None] * 60, [None] * 60
     cursor.execute(scoped(HOUR_SQL, tenant_id), {"start": minutes[0], "end": end, "tenant": tenant_id})
-    for minute, state, count, lag50, lag99 in cursor.fetchall():
+    for minute, state, count, d50, d99, lag50, lag99 in cursor.fetchall():
         i = index.get(minute)
         if i is None:
             continue
         if state is None:  # the minute's row of the grouping sets: every state
-            p50[i], p99[i] = lag50, lag99
+            p50[i], p99[i], dispatch50[i], dispatch99[i] = lag50, lag99, d50, d99
         elif state in counts:
             counts[state][i] = count
     found.hour_minutes, found.hour_counts, found.hour_p50, found.hour_p99 = minutes, counts, p50, p99
+    found.hour_dispatch_p50, found.hour_dispatch_p99 = dispatch50, dispatch99
     found.totals["hour"] = totals_of({state: sum(values) for state, values in counts.items()})
 
 

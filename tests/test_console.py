@@ -324,8 +324,10 @@ def test_the_dashboard_charts_the_last_hour_and_day_and_the_next_hour(admin_clie
 
     now = db_now()
     for minutes in (50, 40, 30, 20, 3):
-        make_run(job, now - timedelta(minutes=minutes, seconds=6), state=RunState.SUCCEEDED)
-    make_run(job, now - timedelta(minutes=10, seconds=6), state=RunState.DEAD, error="boom")
+        at = now - timedelta(minutes=minutes, seconds=6)
+        make_run(job, at, state=RunState.SUCCEEDED, dispatched_at=at + timedelta(seconds=0.25))
+    at = now - timedelta(minutes=10, seconds=6)
+    make_run(job, at, state=RunState.DEAD, error="boom", dispatched_at=at + timedelta(seconds=0.25))
     assert dashboard.roll_up(now, max_minutes=1440) > 0
 
     index = admin_client.get("/admin/").content.decode()
@@ -335,6 +337,7 @@ def test_the_dashboard_charts_the_last_hour_and_day_and_the_next_hour(admin_clie
     runs_hour = html.split('id="cf-runs-hour"')[1].split("</section>")[0]
     assert runs_hour.count('class="cf-point') == 6
     assert html.split('id="cf-lag-hour"')[1].split("</section>")[0].count('data-series="p99"') == 6
+    assert html.split('id="cf-dispatch-hour"')[1].split("</section>")[0].count('data-series="p99"') == 6
     assert html.split('id="cf-runs-day"')[1].split("</section>")[0].count('class="cf-point') >= 5
     job.refresh_from_db()
     window_end = now.replace(second=0, microsecond=0) + timedelta(hours=1)
@@ -368,6 +371,28 @@ def test_a_tenant_s_dashboard_counts_that_tenant_only(admin_client, job):
     forecast = html.split('id="cf-forecast"')[1].split("</section>")[0]
     assert 0 < forecast.count('data-series="fires"') <= 12  # demo's */5 job alone, not other's every minute
     assert missing.status_code == 404 and "tenant: there is no tenant &#x27;nobody&#x27;" in missing.content.decode()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_dashboard_shows_each_queue_s_depth_and_the_beats_and_workers(admin_client, tenant, queue_name):
+    """Runs triggered with no worker wait in their broker queue: the dashboard reads the depth
+    from the broker and says no live worker consumes that queue; a beat's heartbeat is listed."""
+    from scheduler_app import nodes
+
+    job = services.job_create(tenant, services.JobSpec(name="queued", task_name=TASK, cron="0 0 1 1 *",
+                                                       queue=queue_name))
+    for _ in range(3):
+        services.job_trigger(job)
+    nodes.Registration(nodes.NodeKind.BEAT, "beat-under-test", stale_after=60, queues=[queue_name]).register("dispatching")
+
+    html = admin_client.get(reverse("cronfleet_dashboard")).content.decode()
+
+    queues = html.split('id="cf-queues"')[1].split("</section>")[0]
+    assert f"<tr><td>{queue_name}</td><td>3</td>" in queues
+    assert 'cf-state cf-failed">none</span>' in queues.split(queue_name)[1].split("</tr>")[0]
+    fleet = html.split('id="cf-nodes"')[1].split("</section>")[0]
+    assert "<td>beat-under-test</td>" in fleet and ">live</span>" in fleet
+    assert "queued 3" in fleet
 
 
 def test_the_dashboard_is_for_staff_only(client, job):

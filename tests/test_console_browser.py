@@ -38,6 +38,7 @@ def seeded(django_user_model, settings):
         at = now - timedelta(minutes=minute, seconds=7)
         state = RunState.DEAD if minute % 7 == 0 else RunState.SUCCEEDED
         runs.append(JobRun(job=job, tenant=tenant, scheduled_at=at, created_at=at, state=state, attempt=1,
+                           dispatched_at=at + timedelta(seconds=0.05 + minute % 4 / 10),
                            started_at=at + timedelta(seconds=0.4 + minute % 3), worker="celery@worker-1",
                            finished_at=at + timedelta(seconds=3 + minute % 5),
                            error=("RuntimeError: upstream answered 503 Service Unavailable; " * 8
@@ -71,11 +72,13 @@ def test_a_person_sees_the_dashboard_job_and_run_pages(chromium, live_server, se
     chromium.screenshot(ARTIFACTS / "dashboard.png")
     points = chromium.js("""
         const count = (id) => document.querySelectorAll('#' + id + ' .cf-point').length;
-        return {hour: count('cf-runs-hour'), lag: count('cf-lag-hour'), day: count('cf-runs-day'),
+        return {hour: count('cf-runs-hour'), lag: count('cf-lag-hour'), dispatch: count('cf-dispatch-hour'),
+                day: count('cf-runs-day'), queues: document.querySelectorAll('#cf-queues tbody tr').length,
                 failure: count('cf-failure-day'), forecast: count('cf-forecast'),
                 failing: document.querySelectorAll('#cf-failing tbody tr').length,
                 visible: document.querySelector('#cf-runs-hour svg').getBoundingClientRect().width};""")
     assert points["hour"] >= 55 and points["lag"] >= 110 and points["day"] >= 6 and points["failure"] >= 6
+    assert points["dispatch"] >= 110 and points["queues"] >= 1  # at least the default queue, read from the broker
     assert points["forecast"] >= 59 and points["failing"] == 1 and points["visible"] > 300
 
     chromium.get(f"{live_server.url}/admin/scheduler_app/job/{seeded.pk}/change/")

@@ -3,13 +3,14 @@
 of the last hour and day, the next hour's forecast, top failing jobs, noisiest tenants; numbers from
 scheduler_app/dashboard.py, charts as server-rendered SVG (scheduler_app/charts.py).
 
-Two panels are kept for the observability work: live beats and workers (scheduler_app.nodes,
-used when that module is there) and queue depths (publish.queue_depths, to come with it).
+The fleet panels (beats and workers with their heartbeats, the due backlog, runs in flight,
+each broker queue's depth and the live workers consuming it) come from cluster.snapshot(),
+the same reading as /metrics and `manage.py status`: one broker connection for every queue.
+A broker that does not answer is said on the page; the rest of the page still renders.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import time
 
 from django.contrib import admin
@@ -17,20 +18,25 @@ from django.db import connection
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from scheduler_app import charts, dashboard
+from scheduler_app import charts, cluster, dashboard
 from scheduler_app.admin.common import when
 from scheduler_app.models import Tenant, db_now
 
 
-def node_panel(now) -> dict:
-    """Live beats and workers from scheduler_app.nodes (the observability work), if present."""
-    if importlib.util.find_spec("scheduler_app.nodes") is None:
-        return {"available": False}
-    from scheduler_app import nodes  # present once the observability work lands
-
-    states = nodes.node_states(now)
-    return {"available": True, "rows": [{"kind": s.node.kind, "name": s.node.name, "state": s.state,
-                                        "age": f"{s.age:.0f} s", "activity": s.node.activity} for s in states]}
+def fleet_panel() -> dict:
+    """Beats and workers, the due backlog, runs in flight and the broker queues, now."""
+    found = cluster.snapshot()
+    depths = found.queue_depths or {}
+    return {
+        "nodes": [{"kind": s.node.kind, "name": s.node.name, "state": s.state, "age": f"{s.age:.0f} s",
+                   "activity": s.node.activity} for s in found.nodes],
+        "queues": [{"name": queue, "depth": depths.get(queue), "workers": workers}
+                   for queue, workers in sorted(found.queue_workers.items())],
+        "broker_error": found.broker_error,
+        "due": f"{found.due_jobs:,}{'+' if found.due_capped else ''}",
+        "oldest_due": f"{found.oldest_due_seconds:.1f} s",
+        "in_flight": found.in_flight, "waiting": found.waiting,
+    }
 
 
 def dashboard_view(request):
@@ -55,7 +61,11 @@ def dashboard_view(request):
                                           series(found.hour_counts), step=step, unit="runs by outcome"),
             lag_hour=charts.lines("Start lag per minute, last hour", found.hour_minutes,
                                   [charts.Series("p50", found.hour_p50), charts.Series("p99", found.hour_p99)],
-                                  step=step, unit="seconds"),
+                                  step=step, unit="seconds, fire time to a worker's start"),
+            dispatch_hour=charts.lines("Dispatch lag per minute, last hour", found.hour_minutes,
+                                       [charts.Series("p50", found.hour_dispatch_p50),
+                                        charts.Series("p99", found.hour_dispatch_p99)],
+                                       step=step, unit="seconds, fire time to the broker"),
             runs_day=charts.stacked_bars("Runs finished per minute, last 24 hours", found.day_buckets,
                                          series(found.day_counts), step=dashboard.DAY_BUCKET,
                                          unit="per 15 min, averaged"),
@@ -68,7 +78,7 @@ def dashboard_view(request):
                       "failures": failures, "last": when(last)} for job_id, slug, name, failures, last in
                      found.failing_jobs],
             day_covered=round(found.day_covered * 100),
-            nodes=node_panel(now),
+            fleet=fleet_panel(),
         )
     context["render_ms"] = round((time.perf_counter() - began) * 1000)
     return TemplateResponse(request, "admin/cronfleet_dashboard.html", context)
