@@ -395,6 +395,29 @@ def test_the_dashboard_shows_each_queue_s_depth_and_the_beats_and_workers(admin_
     assert "queued 3" in fleet
 
 
+def test_the_dashboard_lists_the_latest_alerts_of_the_day(admin_client, job):
+    from scheduler_app.consolemodels import Alert
+    from scheduler_app.models import db_now
+
+    other = services.job_create(services.tenant_create(slug="other", name="Other"),
+                                services.JobSpec(name="quiet", task_name=TASK, cron="0 9 * * *"))
+    now = db_now()
+    for kind, alerted, hours in (("dead", job, 1), ("no_success", other, 2), ("failed", job, 30)):
+        Alert.objects.create(job=alerted, tenant=alerted.tenant, kind=kind, dedup_key=f"{kind}-{alerted.pk}",
+                             message=f"{alerted.name} went {kind}", raised_at=now - timedelta(hours=hours),
+                             delivered_at=now if kind == "dead" else None)
+
+    html = admin_client.get(reverse("cronfleet_dashboard")).content.decode()
+    mine = admin_client.get(reverse("cronfleet_dashboard"), {"tenant": "demo"}).content.decode()
+
+    panel = html.split('id="cf-alerts"')[1].split("</section>")[0]
+    assert ">demo/flaky</a>" in panel and ">other/quiet</a>" in panel
+    assert "flaky went dead" in panel and "quiet went no_success" in panel
+    assert "flaky went failed" not in panel  # raised 30 h ago
+    assert panel.index("flaky went dead") < panel.index("quiet went no_success")  # newest first
+    assert "other/quiet" not in mine.split('id="cf-alerts"')[1].split("</section>")[0]
+
+
 def test_the_dashboard_is_for_staff_only(client, job):
     assert client.get(reverse("cronfleet_dashboard")).status_code == 302  # to the login page
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django import forms
 from django.contrib import admin
 from django.urls import reverse
@@ -137,3 +139,18 @@ def panel_context(job, now) -> dict:
         "cf_alerts": [{"alert": alert, "raised": when(alert.raised_at), "delivery": delivery_text(alert)}
                       for alert in found],
     }
+
+
+DASHBOARD_ALERTS = 8  # the dashboard's latest alerts
+DASHBOARD_ALERTS_SINCE = timedelta(days=1)
+
+
+def dashboard_alerts(now, tenant_id: int | None) -> list[dict]:
+    """The dashboard's latest alerts of the last day (all tenants', or one tenant's through
+    alert_tenant_recent_idx), each with its job as tenant/job and its delivery."""
+    found = Alert.objects.filter(raised_at__gte=now - DASHBOARD_ALERTS_SINCE).select_related("job__tenant")
+    if tenant_id is not None:
+        found = found.filter(tenant_id=tenant_id)
+    return [{"alert": alert, "raised": when(alert.raised_at), "delivery": delivery_text(alert),
+             "job": str(alert.job), "href": reverse("admin:scheduler_app_job_change", args=[alert.job_id])}
+            for alert in found.order_by("-raised_at", "-id")[:DASHBOARD_ALERTS]]

@@ -19,6 +19,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from scheduler_app import charts, cluster, dashboard
+from scheduler_app.admin.alerts import dashboard_alerts
 from scheduler_app.admin.common import when
 from scheduler_app.models import Tenant, db_now
 
@@ -79,6 +80,7 @@ def dashboard_view(request):
                      found.failing_jobs],
             day_covered=round(found.day_covered * 100),
             fleet=fleet_panel(),
+            alerts=dashboard_alerts(now, context["tenant"].pk if context["tenant"] else None),
         )
     context["render_ms"] = round((time.perf_counter() - began) * 1000)
     return TemplateResponse(request, "admin/cronfleet_dashboard.html", context)
