@@ -77,7 +77,8 @@ def test_a_person_sees_the_dashboard_job_and_run_pages(chromium, live_server, se
                 failure: count('cf-failure-day'), forecast: count('cf-forecast'),
                 failing: document.querySelectorAll('#cf-failing tbody tr').length,
                 visible: document.querySelector('#cf-runs-hour svg').getBoundingClientRect().width};""")
-    assert points["hour"] >= 55 and points["lag"] >= 110 and points["day"] >= 6 and points["failure"] >= 6
+    assert points["hour"] >= 55 and points["lag"] >= 110 and points["day"] >= 6 and points["failure"] >= 6, (
+        points, chromium.js("return document.querySelector('.cf-summary').innerText"))
     assert points["dispatch"] >= 110 and points["queues"] >= 1  # at least the default queue, read from the broker
     assert points["forecast"] >= 59 and points["failing"] == 1 and points["visible"] > 300
 
