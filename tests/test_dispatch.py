@@ -100,7 +100,7 @@ def test_dispatch_batch_is_bounded_and_reports_more_work(make_job):
 def test_a_broken_publish_leaves_the_runs_recorded(make_job):
     make_job()
 
-    with mock.patch("scheduler_app.dispatch.publish_runs", side_effect=ConnectionError("broker down")):
+    with mock.patch("scheduler_app.dispatch.turn.publish_runs", side_effect=ConnectionError("broker down")):
         with pytest.raises(ConnectionError):
             dispatch.run_turn(NOW, batch_size=10, grace=GRACE)
 
