@@ -102,7 +102,10 @@ def job_dicts(rows: list[tuple]) -> list[dict]:
     return [dict(zip(CLAIM_FIELDS, row, strict=True)) for row in rows]
 
 
-FAIR_ORDER_BATCHES = 100  # batches listed by one ranking while a backlog lasts (the sort costs the same)
+# Batches listed by one ranking while a backlog lasts. The ranking costs about what it lists
+# (sql._FAIR_RANKING_PG), so a list longer than what beats claim within its lifetime is
+# waste: at 1,000,000 due, 100 batches (0.6 s a ranking) were ranked again after 4 claims.
+FAIR_ORDER_BATCHES = 10
 FAIR_ORDER_SECONDS = 2.0  # how long one ranking is claimed from (database time), at least
 FAIR_ORDER_COST_FACTOR = 4  # ... and at least this many times what ranking took
 
@@ -110,10 +113,10 @@ FAIR_ORDER_COST_FACTOR = 4  # ... and at least this many times what ranking took
 class FairOrder:
     """One ranking of a large due set, claimed from for a while (PostgreSQL, per thread).
 
-    Ranking the due jobs reads and sorts all of them (~0.2 s at 100,000 due on two cores).
-    Doing that for every batch makes a spike of N due jobs cost O(N^2 / batch): measured
-    with `bench dispatch` at 100,000 it nearly halved the fires per second, and a million
-    would take hours. So after a claim finds a full batch (a backlog), the next claim ranks
+    Ranking reads and sorts about as many due jobs as it lists (sql._FAIR_RANKING_PG; it
+    used to read all of them: 2.1-2.3 s at 1,000,000 due), and a ranking per batch still
+    costs a statement with its probes per tenant and sorts. So after a claim finds a full
+    batch (a backlog), the next claim ranks
     once, keeps the ids of the next FAIR_ORDER_BATCHES batches, and claims from that list
     in order (SKIP LOCKED and the due test as usual, so several beats share a list as they
     share the table). The list is dropped when it runs dry, when a claim finds less than a
