@@ -324,13 +324,22 @@ RETURNING id, state, attempt, job_id, tenant_id, worker
 """
 
 # stale_queues
-# Which broker queues hold runs published before %(before)s and still not started.
+# Which broker queues hold runs published before %(before)s and still not started, among
+# the %(sample)s oldest such runs (jobrun_queued_idx, in enqueued_at order). Reading them all
+# cost O(queued runs) every sweep: during a spike of 1,000,000 every queued run is older than
+# the idle delay after 15 s, and a beat's sweep every 2 s read hundreds of thousands of runs
+# (~5 us each). The oldest come first, so runs past the dispatch timeout are always found;
+# a queue whose only stale runs are younger than the sample's is found once the runs ahead
+# of it are published again or started.
 STALE_QUEUES = """
 SELECT DISTINCT job.queue
-  FROM scheduler_app_jobrun AS run
-  JOIN scheduler_app_job AS job ON job.id = run.job_id
- WHERE run.state = 'queued'
-   AND run.enqueued_at < %(before)s
+  FROM (SELECT run.job_id
+          FROM scheduler_app_jobrun AS run
+         WHERE run.state = 'queued'
+           AND run.enqueued_at < %(before)s
+         ORDER BY run.enqueued_at
+         LIMIT %(sample)s) AS stale
+  JOIN scheduler_app_job AS job ON job.id = stale.job_id
  LIMIT 100
 """
 

@@ -17,6 +17,8 @@ from scheduler_app.transitions import append_attempt
 
 logger = logging.getLogger("scheduler_app.dispatch")
 
+STALE_SAMPLE_BATCHES = 10  # a sweep looks for stale queues among this many batches of the oldest stale runs
+
 
 def release_buffered_runs(now: datetime, *, limit: int) -> list[RunMessage]:
     """Queue held (buffer_one) runs whose job has no run still going.
@@ -89,13 +91,17 @@ def republish_stale_runs(now: datetime, *, limit: int) -> list[RunMessage]:
     A run's message can be lost after its row committed: its beat died before publishing,
     or the broker restarted without persistence. Where the broker queue is empty nothing is
     ahead of the run, so CRONFLEET_REPUBLISH_IDLE_SECONDS is enough; otherwise the run may
-    just be waiting its turn and CRONFLEET_DISPATCH_TIMEOUT_SECONDS applies.
+    just be waiting its turn and CRONFLEET_DISPATCH_TIMEOUT_SECONDS applies. The queues are
+    found among the STALE_SAMPLE_BATCHES * `limit` oldest stale runs (sql.STALE_QUEUES): a
+    queue whose stale runs are all younger than those waits until the runs ahead of it are
+    published again (after the dispatch timeout) or started.
     """
     adapt = connection.ops.adapt_datetimefield_value
     idle_before = now - timedelta(seconds=settings.CRONFLEET_REPUBLISH_IDLE_SECONDS)
     busy_before = now - timedelta(seconds=settings.CRONFLEET_DISPATCH_TIMEOUT_SECONDS)
     with connection.cursor() as cursor:
-        cursor.execute(sql.STALE_QUEUES, {"before": adapt(max(idle_before, busy_before))})
+        cursor.execute(sql.STALE_QUEUES, {"before": adapt(max(idle_before, busy_before)),
+                                          "sample": STALE_SAMPLE_BATCHES * limit})
         queues = [row[0] for row in cursor.fetchall()]
     if not queues:
         return []
