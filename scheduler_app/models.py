@@ -193,6 +193,14 @@ class Job(models.Model):
                 name="job_due_idx",
                 condition=Q(enabled=True, next_run_at__isnull=False),
             ),
+            # The fair ranking (sql._FAIR_RANKING_PG) reads each tenant's due jobs one priority
+            # level at a time, as a range (tenant, priority, next_run_at <= now) in
+            # (next_run_at, id) order, and stops at what it lists.
+            models.Index(
+                fields=["tenant", "priority", "next_run_at", "id"],
+                name="job_tenant_due_idx",
+                condition=Q(enabled=True, next_run_at__isnull=False),
+            ),
             # retention.Pruner lists the few jobs with a retention of their own (JOB_RETENTION_SET).
             models.Index(
                 fields=["tenant", "id"],

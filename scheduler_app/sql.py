@@ -10,6 +10,8 @@ Held runs are told apart by their reason: a run waiting for its job to go idle
 dispatch quota with "quota_" (both are `pending`).
 """
 
+from scheduler_app.models import PRIORITY_MAX, PRIORITY_MIN
+
 # insert_runs
 # Record runs for planned fires; a fire that already has a run (another beat, a manual
 # trigger at the same instant) is left alone by the unique (job_id, scheduled_at)
@@ -53,8 +55,9 @@ RETURNING id, job_id, state
 # weight, so a tenant of weight 3 gets three claims for every one of a tenant of weight 1
 # while both have jobs due, and one tenant's 100,000 due jobs cannot push another tenant's
 # ten behind them. Priority orders a tenant's own jobs and never buys a larger share.
-# Ties (the same share) go to the higher priority, then the older fire. It reads every due
-# row and sorts them: ~0.2 s for 100,000 due jobs on two cores (see dispatch.FairOrder).
+# Ties (the same share) go to the higher priority, then the older fire.
+#
+# SQLite (_FAIR_RANKING): reads every due row and sorts them, with a window function.
 _FAIR_RANKING = """
      SELECT ranked.id, ranked.priority, ranked.next_run_at,
             CAST(ranked.tenant_rank AS DOUBLE PRECISION) / tenant.weight AS share
@@ -68,6 +71,75 @@ _FAIR_RANKING = """
        JOIN scheduler_app_tenant AS tenant ON tenant.id = ranked.tenant_id
       ORDER BY share, ranked.priority DESC, ranked.next_run_at, ranked.id"""
 
+# PostgreSQL (_FAIR_RANKING_PG): the same order, reading only about as many rows as it
+# lists ({horizon}), never the whole due set: ranking a million due rows took 2.1-2.3 s
+# and grew with the spike. Each tenant with a due job (`active`: one probe per priority
+# level, stopping at the first due row) gets a quota of ceil(horizon * weight / the active
+# tenants' weights) rows; its due jobs are read per priority level, 9 down to 0, as an
+# index range of job_tenant_due_idx (tenant, priority, next_run_at <= now) in
+# (next_run_at, id) order, at most the quota per level (a range per level: one index
+# ordered by priority would interleave jobs due later). The quota's best rows are ranked
+# by (priority desc, next_run_at, id) as above, and only rows up to the smallest share a
+# cut tenant (one with at least its quota due) reached are kept: below that share every
+# tenant's rows are all here, so what is kept is exactly the first rows of the full
+# order, and at least horizon - (active tenants) of them when every tenant is cut. Fewer
+# (a tenant with less due than its quota) only means the list runs dry sooner and the next
+# claim ranks again. Cost: the probes (2 x 10 per tenant) and at most quota rows per
+# level of each tenant (jobs spread over several levels read up to that many times the
+# quota; at one level, the quota).
+_FAIR_RANKING_PG = """
+     WITH active AS (
+          SELECT tenant.id, tenant.weight
+            FROM scheduler_app_tenant AS tenant
+           WHERE EXISTS (
+                 SELECT 1
+                   FROM generate_series({top}, {bottom}, -1) AS level (priority)
+                  CROSS JOIN LATERAL (
+                        SELECT 1
+                          FROM scheduler_app_job AS due
+                         WHERE due.tenant_id = tenant.id
+                           AND due.priority = level.priority
+                           AND due.enabled
+                           AND due.next_run_at IS NOT NULL
+                           AND due.next_run_at <= %(now)s
+                               {{held_back}}
+                         ORDER BY due.next_run_at  -- the index range, never a scan of the table
+                         LIMIT 1) AS found)),
+          quota AS (
+          SELECT active.id AS tenant_id, active.weight,
+                 CAST(ceil(CAST({{horizon}} AS DOUBLE PRECISION) * active.weight
+                           / sum(active.weight) OVER ()) AS BIGINT) AS rows
+            FROM active),
+          head AS (
+          SELECT quota.tenant_id, quota.weight, quota.rows, taken.id, taken.priority, taken.next_run_at,
+                 row_number() OVER (PARTITION BY quota.tenant_id
+                                    ORDER BY taken.priority DESC, taken.next_run_at, taken.id) AS tenant_rank
+            FROM quota
+           CROSS JOIN generate_series({top}, {bottom}, -1) AS level (priority)
+           CROSS JOIN LATERAL (
+                 SELECT due.id, due.priority, due.next_run_at
+                   FROM scheduler_app_job AS due
+                  WHERE due.tenant_id = quota.tenant_id
+                    AND due.priority = level.priority
+                    AND due.enabled
+                    AND due.next_run_at IS NOT NULL
+                    AND due.next_run_at <= %(now)s
+                        {{held_back}}
+                  ORDER BY due.next_run_at, due.id
+                  LIMIT quota.rows) AS taken),
+          ranked AS (
+          SELECT head.id, head.priority, head.next_run_at,
+                 CAST(head.tenant_rank AS DOUBLE PRECISION) / head.weight AS share,
+                 CAST(head.rows AS DOUBLE PRECISION) / head.weight AS reach,
+                 count(*) OVER (PARTITION BY head.tenant_id) >= head.rows AS cut
+            FROM head
+           WHERE head.tenant_rank <= head.rows)
+   SELECT ranked.id, ranked.priority, ranked.next_run_at, ranked.share
+     FROM ranked
+    WHERE ranked.share <= (SELECT coalesce(min(cut.reach), 'Infinity') FROM ranked AS cut WHERE cut.cut)
+    ORDER BY ranked.share, ranked.priority DESC, ranked.next_run_at, ranked.id""".format(
+    top=PRIORITY_MAX, bottom=PRIORITY_MIN)
+
 # claim_due_jobs
 # Lock up to %(limit)s due jobs in the fair order. {held_back} leaves out the jobs of broker
 # queues over the high-water mark (dispatch.hold_back_clause; empty when none is). The ranking is a CTE: window functions
@@ -78,9 +150,12 @@ _FAIR_RANKING = """
 # claiming at once each get a full batch of different jobs, and no row beyond the batch is
 # locked. The due test is checked again on the latest version of a row that changed after
 # the snapshot (a job paused, or advanced by another beat, is not claimed). {columns} lists
-# dispatch.CLAIM_FIELDS.
-FAIR_CLAIM = f"""
-WITH fair AS ({_FAIR_RANKING}
+# dispatch.CLAIM_FIELDS; {ranking} is _FAIR_RANKING (SQLite) or _FAIR_RANKING_PG listing
+# FAIR_CLAIM_SPARE batches (room for the rows other beats hold: with more beats claiming at
+# once than that, a claim may come back short; it is then not a backlog and claims again).
+FAIR_CLAIM_SPARE = 4
+FAIR_CLAIM = """
+WITH fair AS ({ranking}
 )
 SELECT {{columns}}
   FROM fair
@@ -91,6 +166,8 @@ SELECT {{columns}}
  LIMIT %(limit)s
    {{lock}}
 """
+FAIR_CLAIM_SQLITE = FAIR_CLAIM.format(ranking=_FAIR_RANKING)
+FAIR_CLAIM_PG = FAIR_CLAIM.format(ranking=_FAIR_RANKING_PG.replace("{horizon}", f"{FAIR_CLAIM_SPARE} * %(limit)s"))
 
 # How FAIR_CLAIM and CLAIM_LISTED reach the job of each ranked or listed id. PostgreSQL: a
 # LATERAL lookup by primary key alone, fenced by OFFSET 0, so the plan stays "walk the
@@ -116,7 +193,7 @@ CLAIM_JOB = "JOIN scheduler_app_job AS job ON job.id = fair.id"
 # whole due set again for every batch.
 FAIR_ORDER = f"""
 SELECT fair.id
-  FROM ({_FAIR_RANKING}
+  FROM ({_FAIR_RANKING_PG.replace("{horizon}", "%(horizon)s")}
        ) AS fair
  LIMIT %(horizon)s
 """
@@ -247,13 +324,22 @@ RETURNING id, state, attempt, job_id, tenant_id, worker
 """
 
 # stale_queues
-# Which broker queues hold runs published before %(before)s and still not started.
+# Which broker queues hold runs published before %(before)s and still not started, among
+# the %(sample)s oldest such runs (jobrun_queued_idx, in enqueued_at order). Reading them all
+# cost O(queued runs) every sweep: during a spike of 1,000,000 every queued run is older than
+# the idle delay after 15 s, and a beat's sweep every 2 s read hundreds of thousands of runs
+# (~5 us each). The oldest come first, so runs past the dispatch timeout are always found;
+# a queue whose only stale runs are younger than the sample's is found once the runs ahead
+# of it are published again or started.
 STALE_QUEUES = """
 SELECT DISTINCT job.queue
-  FROM scheduler_app_jobrun AS run
-  JOIN scheduler_app_job AS job ON job.id = run.job_id
- WHERE run.state = 'queued'
-   AND run.enqueued_at < %(before)s
+  FROM (SELECT run.job_id
+          FROM scheduler_app_jobrun AS run
+         WHERE run.state = 'queued'
+           AND run.enqueued_at < %(before)s
+         ORDER BY run.enqueued_at
+         LIMIT %(sample)s) AS stale
+  JOIN scheduler_app_job AS job ON job.id = stale.job_id
  LIMIT 100
 """
 

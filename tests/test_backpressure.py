@@ -99,7 +99,7 @@ def test_when_the_broker_cannot_say_how_deep_a_queue_is_the_beat_claims_as_usual
     def unreachable(queues):
         raise redis.ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
 
-    monkeypatch.setattr(dispatch, "queue_depths", unreachable)
+    monkeypatch.setattr(dispatch.backpressure, "queue_depths", unreachable)
 
     assert turn(T, batch=20).claimed == 20
     assert "backpressure: could not read the broker queues' depths (ConnectionError" in caplog.text

@@ -119,7 +119,7 @@ def test_priority_does_not_buy_a_larger_share_of_a_claim(db):
 
 
 def test_every_run_keeps_its_jobs_priority(tenant, monkeypatch):
-    monkeypatch.setattr(dispatch, "publish_runs", lambda messages: len(list(messages)))
+    monkeypatch.setattr(dispatch.turn, "publish_runs", lambda messages: len(list(messages)))
     job = services.job_create(tenant, services.JobSpec(name="j", task_name="scheduler_app.echo", cron="0 * * * *",
                                                        priority=8))
     Job.objects.filter(id=job.id).update(next_run_at=T)
@@ -134,7 +134,7 @@ def test_every_run_keeps_its_jobs_priority(tenant, monkeypatch):
 
 
 def test_the_quota_budget_goes_to_the_higher_priority_first(db, monkeypatch):
-    monkeypatch.setattr(dispatch, "publish_runs", lambda messages: len(list(messages)))
+    monkeypatch.setattr(dispatch.turn, "publish_runs", lambda messages: len(list(messages)))
     tenant = Tenant.objects.create(slug="capped", name="capped", max_fires_per_minute=3)
     seed(tenant, PRIORITIES, cron="", run_at=T)  # one-offs: each fires once
 

@@ -40,7 +40,7 @@ def published(monkeypatch):
         sent.extend(messages)
         return len(messages)
 
-    monkeypatch.setattr(dispatch, "publish_runs", capture)
+    monkeypatch.setattr(dispatch.turn, "publish_runs", capture)
     return sent
 
 
@@ -408,7 +408,7 @@ def test_two_beats_at_once_never_spend_one_budget_twice(make_job, published, mon
                 pass  # the counts below tell what happened
         return budgets
 
-    monkeypatch.setattr(dispatch, "tenant_budgets", meeting_budgets)
+    monkeypatch.setattr(dispatch.turn, "tenant_budgets", meeting_budgets)
     start = threading.Barrier(2)
     results: dict[str, list] = {"beat-1": [], "beat-2": []}
     errors = []

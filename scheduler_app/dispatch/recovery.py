@@ -1,0 +1,123 @@
+"""Recovery and releases: runs whose lease ran out, retries whose backoff is over, runs no
+worker started in time, and buffered (overlap buffer_one) runs whose job went idle."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+
+from scheduler_app import sql
+from scheduler_app.dispatch.common import CONCURRENCY_REASON, FIRES_REASON, lock_clause, messages_for
+from scheduler_app.models import AuditEvent
+from scheduler_app.publish import RunMessage, queue_depths
+from scheduler_app.transitions import append_attempt
+
+logger = logging.getLogger("scheduler_app.dispatch")
+
+STALE_SAMPLE_BATCHES = 10  # a sweep looks for stale queues among this many batches of the oldest stale runs
+
+
+def release_buffered_runs(now: datetime, *, limit: int) -> list[RunMessage]:
+    """Queue held (buffer_one) runs whose job has no run still going.
+
+    A quota tenant's such runs are not queued here (that would bypass its quota): they now
+    wait for the quota, and release_quota_held_runs queues them within the budget.
+    """
+    adapt = connection.ops.adapt_datetimefield_value
+    fires_head, fires_tail = FIRES_REASON.split("{}")
+    concurrency_head, concurrency_tail = CONCURRENCY_REASON.split("{}")
+    with transaction.atomic(durable=True), connection.cursor() as cursor:
+        cursor.execute(sql.HAND_OVER_BUFFERED_RUNS.format(ready=ready_buffered_runs(quota=True)), {
+            "limit": limit, "fires_head": fires_head, "fires_tail": fires_tail,
+            "concurrency_head": concurrency_head, "concurrency_tail": concurrency_tail,
+        })
+        cursor.execute(sql.RELEASE_BUFFERED_RUNS.format(ready=ready_buffered_runs(quota=False)),
+                       {"now": adapt(now), "limit": limit})
+        rows = cursor.fetchall()
+    return messages_for(rows)
+
+
+def ready_buffered_runs(*, quota: bool) -> str:
+    """The select of held buffer_one runs ready to go, of tenants with or without a quota."""
+    return sql.READY_BUFFERED_RUNS.format(quota="" if quota else "NOT", lock=lock_clause())
+
+
+def requeue_due_retries(now: datetime, *, limit: int) -> list[RunMessage]:
+    """Move retrying runs whose backoff is over back to queued as their next attempt.
+
+    Not throttled by the tenant's dispatch quota: the fire was admitted when it first went
+    to the broker (its dispatched_at, which a retry keeps), and a retry is not a new fire.
+    """
+    adapt = connection.ops.adapt_datetimefield_value
+    with transaction.atomic(durable=True):
+        with connection.cursor() as cursor:
+            cursor.execute(
+                sql.REQUEUE_DUE_RETRIES.format(lock=lock_clause()),
+                {"now": adapt(now), "limit": limit},
+            )
+            requeued = cursor.fetchall()
+    return messages_for([(run_id, attempt, job_id) for run_id, attempt, job_id, _ in requeued])
+
+
+
+
+def mark_lost_runs(now: datetime, *, limit: int) -> int:
+    """Take runs whose lease ran out away from their worker: retrying (attempt + 1 follows at
+    once) or dead. Returns how many."""
+    adapt = connection.ops.adapt_datetimefield_value
+    with transaction.atomic(durable=True):
+        with connection.cursor() as cursor:
+            statement = sql.MARK_LOST_RUNS.format(
+                lock=lock_clause(), error=sql.LOST_ERROR,
+                append=append_attempt("%(now)s", "'lost'", sql.LOST_ERROR))
+            cursor.execute(statement, {"now": adapt(now), "limit": limit})
+            lost = cursor.fetchall()
+        if lost:
+            logger.warning("marked %s runs lost (lease expired): %s", len(lost), [row[0] for row in lost][:20])
+            AuditEvent.objects.bulk_create(
+                AuditEvent(tenant_id=tenant_id, job_id=job_id, run_id=run_id, action="run.lost", actor="beat",
+                           detail={"attempt": attempt, "worker": worker, "then": state})
+                for run_id, state, attempt, job_id, tenant_id, worker in lost
+            )
+    return len(lost)
+
+
+def republish_stale_runs(now: datetime, *, limit: int) -> list[RunMessage]:
+    """Publish again queued runs that no worker started in time.
+
+    A run's message can be lost after its row committed: its beat died before publishing,
+    or the broker restarted without persistence. Where the broker queue is empty nothing is
+    ahead of the run, so CRONFLEET_REPUBLISH_IDLE_SECONDS is enough; otherwise the run may
+    just be waiting its turn and CRONFLEET_DISPATCH_TIMEOUT_SECONDS applies. The queues are
+    found among the STALE_SAMPLE_BATCHES * `limit` oldest stale runs (sql.STALE_QUEUES): a
+    queue whose stale runs are all younger than those waits until the runs ahead of it are
+    published again (after the dispatch timeout) or started.
+    """
+    adapt = connection.ops.adapt_datetimefield_value
+    idle_before = now - timedelta(seconds=settings.CRONFLEET_REPUBLISH_IDLE_SECONDS)
+    busy_before = now - timedelta(seconds=settings.CRONFLEET_DISPATCH_TIMEOUT_SECONDS)
+    with connection.cursor() as cursor:
+        cursor.execute(sql.STALE_QUEUES, {"before": adapt(max(idle_before, busy_before)),
+                                          "sample": STALE_SAMPLE_BATCHES * limit})
+        queues = [row[0] for row in cursor.fetchall()]
+    if not queues:
+        return []
+    depths = queue_depths(queues)  # one broker connection for all of them, no locks held
+    stale: list[tuple[int, int, int]] = []
+    for queue in queues:
+        before = idle_before if depths[queue] == 0 else busy_before
+        with transaction.atomic(durable=True), connection.cursor() as cursor:
+            cursor.execute(
+                sql.REPUBLISH_STALE_RUNS.format(lock_run=lock_clause(of="run")),
+                {"now": adapt(now), "before": adapt(before), "queue": queue, "limit": limit - len(stale)},
+            )
+            stale += cursor.fetchall()
+        if len(stale) >= limit:
+            break
+    messages = messages_for(stale)
+    if messages:
+        logger.warning("publishing %s runs again (not started in time)", len(messages))
+    return messages
