@@ -34,7 +34,7 @@ from django.core.validators import validate_email
 from django.db import connection, transaction
 from django.db.models import F, Q
 
-from scheduler_app import dashboard, httpclient, netguard, services, webhooks
+from scheduler_app import dashboard, httpclient, netguard, rollup, services, webhooks
 from scheduler_app.consolemodels import Alert, AlertKind, AlertRule
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Trigger, db_now
 from scheduler_app.validation import InvalidInput, check_url_path
@@ -61,8 +61,8 @@ def check_every() -> float:
 
 
 def on_beat_turn() -> bool:
-    """The beat's hook: evaluate due rules, deliver pending alerts and roll up the dashboard's
-    closed minutes, at most every CRONFLEET_ALERT_CHECK_SECONDS in this process. Returns
+    """The beat's hook: evaluate due rules, deliver pending alerts, roll up the dashboard's
+    closed minutes and the stats' closed hours, at most every CRONFLEET_ALERT_CHECK_SECONDS in this process. Returns
     whether it ran."""
     global _last_check
     if time.monotonic() - _last_check < check_every():
@@ -72,6 +72,7 @@ def on_beat_turn() -> bool:
     raised = evaluate_due_rules(now)
     deliver_pending(db_now())
     dashboard.roll_up(now)  # the dashboard's per-minute counts (idempotent across beats)
+    rollup.roll_up(now)  # the hourly counts and lag histograms behind wide stats windows (idempotent too)
     if raised:
         logger.info("alerts: raised %s", raised)
     return True
