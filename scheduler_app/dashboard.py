@@ -9,7 +9,7 @@ reads more than an hour of runs:
   jobrun_finished_brin (a BRIN index on finished_at: runs are written in about the order
   they finish, so a few hundred index bytes find an hour's pages);
 - the last day comes from RunMinute, one row per minute and tenant of finished runs by
-  outcome, rolled up by the beats (roll_up(), called from alerts.on_beat_turn): a minute
+  outcome, rolled up by the beats (roll_up(), from alerts.roll_ups on a beat's background thread): a minute
   is rolled up once it is CLOSED_AFTER old, with INSERT ... ON CONFLICT DO NOTHING, so any
   number of beats may do it at once;
 - top failing jobs read only failed and dead runs (jobrun_state_recent_idx);

@@ -269,7 +269,8 @@ class JobRun(models.Model):
     # job, and a second index with an entry at each job's own place cost every recorded run
     # (and every update of one) a random page more: +19% of dispatch CPU at 10,000,000 runs.
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="runs", db_index=False)
-    # No index of its own either: jobrun_tenant_state_idx (tenant_id, state) leads with it.
+    # No index of its own either: jobrun_tenant_state_idx (tenant_id, state) and
+    # jobrun_tenant_recent_idx (tenant_id, scheduled_at) lead with it.
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="runs", db_index=False)
     scheduled_at = models.DateTimeField()  # the fire time, UTC
     trigger = models.CharField(max_length=16, choices=Trigger.choices, default=Trigger.SCHEDULE,
@@ -422,4 +423,5 @@ class ApiKey(models.Model):
 # The console's models (alerts, the dashboard's rollup) live in their own module, which
 # imports nothing of the project.
 from scheduler_app.consolemodels import Alert, AlertKind, AlertRule, RunMinute  # noqa: E402,F401
+from scheduler_app.ledgermodels import RunHour  # noqa: E402,F401 (the hourly rollup behind wide stats)
 from scheduler_app.nodes import Node, NodeKind  # noqa: E402,F401 (beats and workers; a model of the app)

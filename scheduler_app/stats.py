@@ -19,6 +19,13 @@ no index starts with scheduled_at. The ledger's history beyond the window costs 
 
 Percentiles are PostgreSQL's percentile_cont. Elsewhere (SQLite) they are computed in
 Python, the same interpolation, over the newest SAMPLE_SIZE runs of the window.
+
+Windows wider than EXACT_WINDOW (PostgreSQL) are read through the hourly rollup
+(rollup.py): the hours rolled up inside the window from it, the edges and the hours not
+yet rolled up from the ledger. Their counts are as of each hour's roll-up (SETTLE after its
+end) and survive pruning; their lag percentiles come from log-scale histograms, within
+4.4 % of the exact figure for lags between 1 ms and 8 days (0 below 1 ms), nearest rank.
+A 7-day window then reads at most 168 rollup rows and about two hours of runs.
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ def start_lag(*, attempt: int, trigger: str, scheduled_at: datetime, enqueued_at
 
 PERCENTILES = (0.5, 0.95, 0.99)
 SAMPLE_SIZE = 10_000
+EXACT_WINDOW = timedelta(hours=1)  # wider windows read the hourly rollup (rollup.py)
 FINISHED = (RunState.SUCCEEDED, RunState.FAILED, RunState.DEAD)
 FAILED = (RunState.FAILED, RunState.DEAD)
 
@@ -96,6 +104,8 @@ SELECT tenant.slug, job.name, failing.failed, failing.dead, failing.last_at,
 def run_stats(tenant_id: int | None, *, window: timedelta, now: datetime) -> dict:
     """Runs scheduled in the `window` before `now`, of one tenant or (None) of all."""
     since = now - window
+    if connection.vendor == "postgresql" and window > EXACT_WINDOW:
+        return from_rollup(tenant_id, since, now)
     runs = runs_between(tenant_id, since, now)
     found = dict(runs.order_by().values_list("state").annotate(n=Count("id")))
     counts = {state: found.get(state, 0) for state in RunState.values}
@@ -111,6 +121,24 @@ def run_stats(tenant_id: int | None, *, window: timedelta, now: datetime) -> dic
         "total": sum(counts.values()),
         "dispatch_lag_seconds": dispatch_lag,
         "start_lag_seconds": start_lag,
+        "failure_rate": sum(counts[state] for state in FAILED) / finished if finished else None,
+    }
+
+
+def from_rollup(tenant_id: int | None, since: datetime, now: datetime) -> dict:
+    """run_stats over a wide window: the hourly rollup plus the live edges (rollup.py)."""
+    from scheduler_app import rollup
+
+    tally = rollup.window_stats(tenant_id, since, now)
+    counts = {state: tally.counts.get(state, 0) for state in RunState.values}
+    finished = sum(counts[state] for state in FINISHED)
+    return {
+        "since": since,
+        "until": now,
+        "counts": counts,
+        "total": sum(counts.values()),
+        "dispatch_lag_seconds": summary(rollup.hist_percentiles(tally.dispatch, PERCENTILES), sum(tally.dispatch)),
+        "start_lag_seconds": summary(rollup.hist_percentiles(tally.start, PERCENTILES), sum(tally.start)),
         "failure_rate": sum(counts[state] for state in FAILED) / finished if finished else None,
     }
 

@@ -217,6 +217,33 @@ def test_pruning_goes_in_bounded_batches_and_looks_at_each_run_once(make_job, wa
     assert pruner.progress.examined == 10
 
 
+def test_a_batch_shares_itself_among_the_tenants_so_runs_written_together_go_together(make_job, settings):
+    settings.CRONFLEET_RETENTION_FAILED_DAYS = 0  # failed runs kept forever: one walk per tenant
+    other = make_job(tenant=make_tenant())
+    first = make_job()
+    runs = {job.id: [finished(job, RunState.SUCCEEDED, 40 + n) for n in range(6)] for job in (first, other)}
+    pruner = retention.once_through(batch_size=4)
+
+    pruner.prune_batch(NOW)
+
+    # Each tenant's walk took half of the batch: its two oldest runs (the walks go oldest first).
+    for job_runs in runs.values():
+        assert left(*job_runs) == [True] * 4 + [False] * 2
+
+
+def test_a_walk_over_runs_the_policy_keeps_locks_and_writes_nothing(make_job):
+    kept = [finished(make_job(), RunState.FAILED, 40 + n) for n in range(3)]  # failed: kept 90 days
+    gone = finished(make_job(), RunState.SUCCEEDED, 40)
+
+    progress = prune()  # the others' walk looks at the failed runs (over 30 days) and keeps them
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT xmax::text::bigint FROM scheduler_app_jobrun WHERE id = ANY(%s)",
+                       [[run.id for run in kept]])
+        assert [row[0] for row in cursor.fetchall()] == [0, 0, 0]  # no row lock was ever taken on them
+    assert progress.examined >= 3 and left(*kept, gone) == [True, True, True, False]
+
+
 def test_the_statement_locks_with_skip_locked_and_deletes(make_job):
     finished(make_job(), RunState.SUCCEEDED, 40)
 
@@ -240,7 +267,8 @@ def test_pruning_skips_runs_another_transaction_holds_without_waiting(make_job):
             progress = prune()
             took = time.monotonic() - started
             assert left(held, free) == [True, False]
-            assert (progress.doomed, progress.pruned) == (1, 1)  # the held run is passed over, not even judged
+            # Both are judged from the snapshot; the held run is passed over when the doomed are locked.
+            assert (progress.doomed, progress.pruned) == (2, 1)
             assert took < 2  # no wait for the lock (lock_timeout would be 5 s)
             cursor.execute("UPDATE scheduler_app_jobrun SET state = 'queued', finished_at = NULL WHERE id = %s",
                            [held.id])

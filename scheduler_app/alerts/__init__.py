@@ -7,8 +7,10 @@ dead runs, start lag above a threshold, durations above a maximum or below a min
 - deliver.py: the alerts are sent by webhook and e-mail, exactly once, with retries.
 
 No extra process: runbeat calls on_beat_turn() after every turn, which evaluates at most
-every CRONFLEET_ALERT_CHECK_SECONDS per beat, then wakes the beat's delivery thread
-(start_deliverer); without one (`runbeat --once`, tests) it delivers inline.
+every CRONFLEET_ALERT_CHECK_SECONDS per beat, then wakes the beat's background thread
+(start_deliverer), which delivers and then rolls up (roll_ups: the dashboard's minutes and
+the stats' hours, whose statements grow with the fire rate and so stay off the beat's
+turns); without one (`runbeat --once`, tests) on_beat_turn does both inline.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 
-from scheduler_app import dashboard
+from scheduler_app import dashboard, rollup
 from scheduler_app.alerts.deliver import (
     DELIVERY_ATTEMPTS,
     Deliverer,
@@ -40,7 +42,7 @@ from scheduler_app.models import db_now
 __all__ = [
     "DELIVERY_ATTEMPTS", "RULE_DEFAULTS", "RULE_FIELDS", "check_every", "claim_due_rules", "deliver",
     "deliver_pending", "delivery_status", "describe", "describe_seconds", "evaluate_due_rules", "evaluate_rule",
-    "on_beat_turn", "payload", "recent_alerts", "rule_delete", "rule_set", "start_deliverer", "stop_deliverer",
+    "on_beat_turn", "payload", "recent_alerts", "roll_ups", "rule_delete", "rule_set", "start_deliverer", "stop_deliverer",
     "validate_rule",
 ]
 logger = logging.getLogger(__name__)
@@ -63,16 +65,23 @@ def on_beat_turn() -> bool:
         _deliverer.wake()
     else:
         deliver_pending(db_now())
-    dashboard.roll_up(now)  # the dashboard's per-minute counts (idempotent across beats)
+        roll_ups()
     if raised:
         logger.info("alerts: raised %s", raised)
     return True
 
 
+def roll_ups() -> None:
+    """The dashboard's per-minute counts and the stats' hourly counts and lag histograms, up
+    to now (both idempotent across beats)."""
+    dashboard.roll_up(db_now())
+    rollup.roll_up(db_now())
+
+
 def start_deliverer() -> Deliverer:
-    """Start this process's delivery thread (runbeat does, unless --once)."""
+    """Start this process's background thread (runbeat does, unless --once)."""
     global _deliverer
-    _deliverer = Deliverer()
+    _deliverer = Deliverer(chores=roll_ups)
     _deliverer.start()
     return _deliverer
 

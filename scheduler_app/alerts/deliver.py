@@ -34,14 +34,16 @@ DELIVERY_LEASE = timedelta(seconds=60)
 
 
 class Deliverer(threading.Thread):
-    """A beat's delivery thread: sends pending alerts when woken (after each of the beat's
-    checks) and every CRONFLEET_ALERT_CHECK_SECONDS. Any error is logged and the next pass
+    """A beat's background thread: sends pending alerts when woken (after each of the beat's
+    checks) and every CRONFLEET_ALERT_CHECK_SECONDS, then does `chores` (the roll-ups: long
+    statements at scale that must not hold up a turn). Any error is logged and the next pass
     tried; the thread ends only when stopped."""
 
-    def __init__(self) -> None:
+    def __init__(self, chores: Callable[[], object] | None = None) -> None:
         super().__init__(name="alert-deliverer", daemon=True)
         self.stopping = threading.Event()
         self.woken = threading.Event()
+        self.chores = chores
 
     def wake(self) -> None:
         self.woken.set()
@@ -68,7 +70,10 @@ class Deliverer(threading.Thread):
     def deliver_once(self) -> int:
         try:
             close_old_connections()
-            return deliver_pending(db_now(), stop=self.stopping, clock=db_now)
+            delivered = deliver_pending(db_now(), stop=self.stopping, clock=db_now)
+            if self.chores is not None and not self.stopping.is_set():
+                self.chores()
+            return delivered
         except DatabaseError as exc:
             logger.warning("alert delivery: %s: %s; trying again on a fresh connection", type(exc).__name__, exc)
             connection.close()

@@ -10,13 +10,14 @@
    succeeded, 2 % failed, 1 % each dead, skipped, cancelled), seeded with
    INSERT ... SELECT generate_series a million rows at a time (the three indexes that hold
    every row are dropped meanwhile and rebuilt from the model's definitions), then
-   VACUUM ANALYZE.
+   VACUUM ANALYZE; then the hourly stats rollup of the last 8 days (rollup.roll_up, which the
+   beats run every hour), timed.
 3. EXPLAIN (ANALYZE, BUFFERS) over that ledger of the claim, the runs' INSERT, the API's
    run list, stats, and one pruning batch: the indexes each uses, any sequential read of the
    ledger.
 4. The API through Django's test client, as one tenant with a key: the run list (first
    page; one job; state=failed; a page 100 pages deep through cursors) and stats (1 hour,
-   7 days), p50 and p99.
+   exact; 24 hours and 7 days, through the rollup and the live edges), p50 and p99.
 5. The spike of 1 again over the big ledger: the dispatch rate against the empty ledger's.
 6. Pruning while beats run: K beats pruning in the background (CRONFLEET_RETENTION_*
    defaults) while L of the jobs fire every second (1,667 is 100,000 fires a minute):
@@ -43,11 +44,11 @@ from django.db.models import Count, F
 from django.test import Client
 from django.test.utils import override_settings
 
-from scheduler_app import dispatch, retention, services, sql, stats
+from scheduler_app import dispatch, retention, rollup, services, sql, stats
 from scheduler_app.benchmarks import common
 from scheduler_app.benchmarks import dispatch as bench_dispatch
 from scheduler_app.benchmarks.e2e import Children, child_env
-from scheduler_app.models import ApiKey, Job, JobRun, RunState, Tenant, Trigger, db_now
+from scheduler_app.models import ApiKey, Job, JobRun, RunHour, RunState, Tenant, Trigger, db_now
 
 HISTORY_DAYS = 60
 SEED_CHUNK_ROWS = 1_000_000
@@ -162,6 +163,7 @@ def run(command, opts: Options) -> bool:
         seeded, seconds = seed_ledger(tenant_ids, opts.rows, note)
         report.add("ledger rows seeded", f"{seeded:,} in {seconds:.0f}s ({opts.jobs:,} jobs x {seeded // opts.jobs:,} "
                                          f"runs over {HISTORY_DAYS} days)")
+        report.add("stats rollup of the last 8 days", roll_up_all(note))
         tenant = Tenant.objects.get(id=tenant_ids[0])
         explain_all(report, tenant, tenant_ids, opts)
         measure_api(report, tenant, note)
@@ -312,6 +314,16 @@ def seed_ledger(tenant_ids: list[int], rows: int, note) -> tuple[int, float]:
     return done, time.monotonic() - started
 
 
+def roll_up_all(note) -> str:
+    """Roll up every hour the beats would have (the seeded history has none yet)."""
+    started, hours = time.monotonic(), 0
+    while added := rollup.roll_up(db_now(), max_hours=24):
+        hours += added
+    seconds = time.monotonic() - started
+    note(f"rolled up {hours} hours in {seconds:.1f}s")
+    return f"{hours} hours in {seconds:.1f}s ({seconds / max(1, hours) * 1000:.0f} ms an hour)"
+
+
 def restore_indexes(note) -> None:
     """Build any of the ledger's indexes missing (dropped by a seeding that did not finish)."""
     with connection.cursor() as cursor:
@@ -337,6 +349,9 @@ def empty_ledger(tenant_ids: list[int], note) -> None:
         cursor.execute("UPDATE scheduler_app_auditevent SET run_id = NULL WHERE run_id IS NOT NULL "
                        "AND NOT tenant_id = ANY(%s)", [tenant_ids])
         cursor.execute(f"TRUNCATE {JobRun._meta.db_table}")
+    # The rollup of the bench's hours (and the all-tenant rows that counted them): the beats
+    # roll the last days up again from the ledger.
+    RunHour.objects.filter(tenant_id__in=[*tenant_ids, 0]).delete()
 
 
 # --- EXPLAIN ----------------------------------------------------------------------------------
@@ -378,16 +393,21 @@ def explain_all(report: Report, tenant: Tenant, tenant_ids: list[int], opts: Opt
     job = Job.objects.filter(tenant=tenant).order_by("id").first()
     runs = JobRun.objects.annotate(job_name=F("job__name")).filter(tenant=tenant).defer("result", "error")
     newest = ("-scheduled_at", "-id")
-    window = JobRun.objects.filter(tenant_id=tenant.id, scheduled_at__gt=now - timedelta(days=7),
+    window = JobRun.objects.filter(tenant_id=tenant.id, scheduled_at__gt=now - timedelta(hours=1),
                                    scheduled_at__lte=now).order_by().values_list("state").annotate(n=Count("id"))
+    edge = now - timedelta(days=7)
     statements = [
         ("API run list, first page", *queryset_sql(runs.order_by(*newest)[:51])),
         ("API run list, ?job=", *queryset_sql(runs.filter(job_id=job.id).order_by(*newest)[:51])),
         ("API run list, ?state=failed", *queryset_sql(runs.filter(state=RunState.FAILED).order_by(*newest)[:51])),
-        ("stats, 7 days: counts", *queryset_sql(window)),
-        ("stats, 7 days: lag percentiles", stats.LAGS_SQL.format(scope=stats.ONE_TENANT), {
-            "percentiles": list(stats.PERCENTILES), "tenant_id": tenant.id, "since": now - timedelta(days=7),
+        ("stats, 1 hour (exact): counts", *queryset_sql(window)),
+        ("stats, 1 hour (exact): lag percentiles", stats.LAGS_SQL.format(scope=stats.ONE_TENANT), {
+            "percentiles": list(stats.PERCENTILES), "tenant_id": tenant.id, "since": now - timedelta(hours=1),
             "until": now, "trigger": Trigger.SCHEDULE.value}),
+        ("stats, 7 days: the rolled-up hours", rollup.ROLLED_SQL, {
+            "key": tenant.id, "start": rollup.floor_hour(edge) + rollup.HOUR, "end": rollup.floor_hour(now)}),
+        ("stats, 7 days: the oldest edge, live", rollup.pieces_sql(stats.ONE_TENANT, by_hour=False), {
+            "tenant_id": tenant.id, "start": edge, "end": rollup.floor_hour(edge) + rollup.HOUR}),
     ]
     for label, statement, params in statements:
         add_plan(report, label, statement, params)
@@ -444,8 +464,9 @@ def time_requests(report: Report, tenant: Tenant, client: Client, note) -> None:
             ("API run list, ?job=", f"/api/v1/runs/?job={job.id}", FILTER_REQUESTS, LIST_P99_MS),
             ("API run list, ?state=failed", "/api/v1/runs/?state=failed", FILTER_REQUESTS, LIST_P99_MS),
             (f"API run list, page {depth} (cursor)", deep, FILTER_REQUESTS, LIST_P99_MS),
-            ("API stats, 1 hour", "/api/v1/stats/?window=3600", STATS_REQUESTS, STATS_MS),
-            ("API stats, 7 days", "/api/v1/stats/?window=604800", STATS_REQUESTS, STATS_MS),
+            ("API stats, 1 hour (exact)", "/api/v1/stats/?window=3600", STATS_REQUESTS, STATS_MS),
+            ("API stats, 24 hours (rollup)", "/api/v1/stats/?window=86400", STATS_REQUESTS, STATS_MS),
+            ("API stats, 7 days (rollup)", "/api/v1/stats/?window=604800", STATS_REQUESTS, STATS_MS),
         ]
         for label, path, count, limit in cases:
             for _ in range(5):  # warm: imports, plans, the caches

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scheduler_app', '0014_ledger_tenant_state'),
+        ('scheduler_app', '0015_ledger_rollup'),
     ]
 
     operations = [
