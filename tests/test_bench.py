@@ -104,3 +104,54 @@ def test_bench_console_times_every_page_and_reuses_its_ledger():
     assert "EXPLAIN (ANALYZE, BUFFERS)" in first.stdout and "Index jobrun_one_per_fire" in first.stdout
     assert "seeded 2,000 runs" in first.stderr
     assert "reusing the console ledger: 2,000 runs of 20 jobs" in again.stderr
+
+
+E2E_COLUMNS = ("runs", "seconds", "runs/s", "start lag p50/p99/max s", "dispatch p99 s", "worker CPU ms/run",
+               "statements/run")
+
+
+def e2e_rows(stdout: str) -> dict[str, list[str]]:
+    """The e2e table's rows by label: the figures after the label, split on white space."""
+    lines = stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.lstrip().startswith("runs") and "runs/s" in line)
+    for column in E2E_COLUMNS:
+        assert column in lines[header], f"column {column!r} missing from {lines[header]!r}"
+    rows = {}
+    for line in lines[header + 1:]:
+        for label in ("plain Celery no-op (floor)", "cronfleet (beat + workers + ledger)"):
+            if line.strip().startswith(label):
+                rows[label] = line.strip()[len(label):].split()
+    return rows
+
+
+@pytest.mark.parametrize("batch", [0, 20], ids=["one-run-per-message", "batches-of-20"])
+def test_bench_e2e_runs_every_job_through_beat_and_worker_beside_the_floor(batch):
+    """bench e2e, small: a real beat, a real Celery worker and the plain-Celery floor on the
+    same broker. Every figure of the table is printed, and every run finished (counts)."""
+    jobs = 200
+    done = bench("e2e", "--jobs", str(jobs), "--batch", str(batch), "--timeout", "120", timeout=600)
+
+    rows = e2e_rows(done.stdout)
+    floor, ours = rows["plain Celery no-op (floor)"], rows["cronfleet (beat + workers + ledger)"]
+    assert len(floor) == len(ours) == len(E2E_COLUMNS), (floor, ours)
+    assert int(floor[0]) == jobs and int(ours[0]) == jobs  # runs: every message run, every run succeeded
+    for figure in ours[1:3] + ours[4:]:  # seconds, runs/s, dispatch p99, CPU, statements: numbers
+        float(figure)
+    assert len(ours[3].split("/")) == 3 and all(float(x) >= 0 for x in ours[3].split("/"))
+    assert float(ours[6]) > 0  # the worker's statements per run were counted
+    assert "% of the floor's runs per second" in done.stdout
+    assert ("batches of 20" if batch else "one run per message") in done.stdout
+    checks = {line.split("  ")[2].strip(): line for line in done.stdout.splitlines() if line.startswith("    ")}
+    assert f"{jobs}/{jobs}" in checks["cronfleet: runs succeeded == N"] and checks["cronfleet: runs succeeded == N"].endswith("ok")
+    assert f"{jobs}/{jobs}" in checks["floor: all messages run"]
+    assert checks["cronfleet: one run per fire"].split()[-2] == str(jobs)
+    assert checks["cronfleet: one attempt per run"].split()[-2] == "1"
+
+
+def test_bench_steady_with_batches_runs_every_fire():
+    done = bench("steady", "--jobs", "20", "--rate", "10", "--seconds", "4", "--workers", "1",
+                 "--concurrency", "2", "--batch", "10", "--no-floor", timeout=600)
+
+    assert "batches of 10" in done.stdout
+    line = next(line for line in done.stdout.splitlines() if "runs succeeded == fires expected" in line)
+    assert "40/40" in line and line.endswith("ok")

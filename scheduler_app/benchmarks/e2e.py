@@ -35,6 +35,7 @@ SEED_CHUNK = 5000
 STATEMENT_SAMPLE = 200
 READY_TIMEOUT = 90.0
 POLL_SECONDS = 0.25
+BATCHED_TIMEOUT_SECONDS = 10  # a batched job's timeout: a batch's time limit is the sum of its runs'
 
 
 @dataclass
@@ -179,7 +180,7 @@ def measure_cronfleet(opts: Options, note, clean) -> Result:
     result = Result("cronfleet (beat + workers + ledger)")
     result.statements = statements_per_run()
     clean()
-    tenant_ids = seed(opts.jobs, QUEUE, **({"batch": True, "timeout_seconds": 10} if opts.batch else {}))
+    tenant_ids = seed(opts.jobs, QUEUE, **({"batch": True, "timeout_seconds": BATCHED_TIMEOUT_SECONDS} if opts.batch else {}))
     note(f"cronfleet: seeded {opts.jobs} one-off jobs; {result.statements:.2f} statements per run")
     children = Children()
     try:

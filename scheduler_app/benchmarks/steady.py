@@ -5,7 +5,9 @@ same worker settings) running a no-op at the same rate from one paced publisher.
 N jobs fire every k = N / R seconds (interval schedules), anchored at S, S + 1 s, ...,
 S + k - 1 s in turn, so R fires fall due at every whole second from S on; each job ends at
 S + T (end_at), so exactly the fires in [S, S + T) are due. Beats run with the product's
-settings (backpressure, misfire grace); workers run the echo task.
+settings (backpressure, misfire grace); workers run the echo task. With --batch B the jobs
+opt into batching (Job.batch) and the beats publish up to B of their runs in one message
+(CRONFLEET_RUN_BATCH_SIZE); the floor still sends one no-op message per fire.
 
 Printed: fires expected and runs finished; dispatch lag (enqueued_at - scheduled_at) and
 start lag (started_at - scheduled_at) p50/p99/max; the same per tenth of T (a lag that
@@ -45,6 +47,7 @@ class Options:
     pool: str = "prefork"
     timeout: float = 300.0  # after T, seconds to wait for the last runs to finish
     floor: bool = True
+    batch: int = 0  # runs per message (Job.batch, CRONFLEET_RUN_BATCH_SIZE); 0: one run per message
 
 
 @dataclass
@@ -126,7 +129,8 @@ def measure_floor(opts: Options, note, client) -> Measured:
 
 def measure_cronfleet(opts: Options, note, client) -> Measured:
     every = interval(opts)
-    result = Measured(f"cronfleet: {opts.beats} beat(s), ledger, echo task",
+    batching = f", batches of {opts.batch}" if opts.batch else ""
+    result = Measured(f"cronfleet: {opts.beats} beat(s), ledger, echo task{batching}",
                       expected=expected_fires(opts.jobs, every, opts.seconds))
     tenant_ids: list[int] = []
     children = common.Children()
@@ -143,12 +147,12 @@ def measure_cronfleet(opts: Options, note, client) -> Measured:
         tenant_ids = common.make_tenants(TENANTS, "steady")
         seed_seconds = common.seed_jobs(
             tenant_ids, opts.jobs, task_name=TASK, queue=QUEUE, every_seconds=every,
-            end_at=end - timedelta(milliseconds=1),
+            end_at=end - timedelta(milliseconds=1), **batched_fields(opts),
             varying={"anchor_at": lambda i: start + timedelta(seconds=i % every),
                      "next_run_at": lambda i: start + timedelta(seconds=i % every)})
         note(f"seeded {opts.jobs} jobs every {every}s ({opts.jobs / every:g} fires/s) in {seed_seconds:.1f}s; "
              f"first fires at {start.isoformat()}")
-        dispatch.start_beats(children, opts.beats, opts.batch_size, e2e.child_env())
+        dispatch.start_beats(children, opts.beats, opts.batch_size, beat_env(opts))
         dispatch.wait_ready(children, opts.beats)
         early = (start - db_now()).total_seconds()
         note(f"{opts.workers} worker(s) x -c {opts.concurrency} and {opts.beats} beat(s) ready; "
@@ -180,6 +184,15 @@ def measure_cronfleet(opts: Options, note, client) -> Measured:
         client.delete(*redis_list_keys(QUEUE))
     ledger_figures(result, tenant_ids, start, opts)
     return result
+
+
+def batched_fields(opts: Options) -> dict:
+    """The job fields that opt the bench's jobs into batching (as bench e2e sets them)."""
+    return {"batch": True, "timeout_seconds": e2e.BATCHED_TIMEOUT_SECONDS} if opts.batch else {}
+
+
+def beat_env(opts: Options) -> dict[str, str]:
+    return {**e2e.child_env(), "CRONFLEET_RUN_BATCH_SIZE": str(opts.batch or 1)}
 
 
 def finished(tenant_ids: list[int]) -> int:
@@ -230,7 +243,8 @@ def ledger_figures(result: Measured, tenant_ids: list[int], start: datetime, opt
 def report(w, opts: Options, results: list[Measured], broker: str) -> bool:
     every = interval(opts)
     rate = opts.jobs / every
-    w(f"bench steady: {opts.jobs:,} jobs every {every}s = {rate:,.0f} fires/s for {opts.seconds:g}s; "
+    batching = f"batches of {opts.batch}" if opts.batch else "one run per message"
+    w(f"bench steady: {opts.jobs:,} jobs every {every}s = {rate:,.0f} fires/s for {opts.seconds:g}s, {batching}; "
       f"{opts.workers} worker(s) x -c {opts.concurrency} -P {opts.pool}; broker {broker}; " + common.machine_line())
     rows = []
     for r in results:

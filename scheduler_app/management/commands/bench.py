@@ -6,7 +6,7 @@ Figures are never asserted by tests: they are for reading.
                              [--lead S] [--grace S] [--misfire-policy P] [--floor-jobs F] [--timeout S]
     manage.py bench peers --jobs N [--cap S] [--beats K]
     manage.py bench steady --jobs N --rate R --seconds T [--beats K] [--workers W] [--concurrency C]
-                           [--pool prefork|threads|solo] [--no-floor]
+                           [--pool prefork|threads|solo] [--batch B] [--no-floor]
     manage.py bench e2e --jobs N [--workers W] [--concurrency C] [--pool prefork|threads|solo]
                         [--beats K] [--batch B] [--no-floor]
     (all: [--keep] [--yes])
@@ -85,7 +85,7 @@ class Command(BaseCommand):
                             help="e2e, steady: each worker's -P (default prefork)")
         parser.add_argument("--no-floor", action="store_true", help="e2e, steady: skip the plain-Celery floor")
         parser.add_argument("--batch", type=int, default=0, metavar="B",
-                            help="e2e: batched jobs, B runs per message (default 0: one run per message)")
+                            help="e2e, steady: batched jobs, B runs per message (default 0: one run per message)")
         parser.add_argument("--rows", type=int, default=10_000_000, help="ledger: finished runs to seed (default %(default)s)")
         parser.add_argument("--load", type=int, default=1667,
                             help="ledger: jobs firing every second while beats prune (default %(default)s: 100,000 a minute)")
@@ -156,7 +156,7 @@ class Command(BaseCommand):
                     jobs=jobs, rate=options["rate"], seconds=options["seconds"], beats=beats or 2,
                     batch_size=batch_size, workers=options["workers"] or 2,
                     concurrency=options["concurrency"] or 4, pool=options["pool"], timeout=timeout,
-                    floor=not options["no_floor"]))
+                    floor=not options["no_floor"], batch=options["batch"]))
         finally:
             for sig, handler in previous.items():  # a second signal during clean-up acts as usual
                 signal.signal(sig, handler)
