@@ -1,6 +1,6 @@
-"""The beat's own VACUUM of the job table (dispatch.vacuum.JobVacuum): after `every` advanced
-jobs it clears the dead row versions their advances left, on a thread of its own, and never
-waits for a VACUUM another session runs."""
+"""The beat's own upkeep (dispatch.vacuum): after `every` advanced jobs a VACUUM of the job
+table clears the dead row versions their advances left, on a thread of its own, and never
+waits for a VACUUM another session runs; after `every` recorded runs an ANALYZE of the ledger."""
 
 import subprocess
 import sys
@@ -30,6 +30,14 @@ def job_table_stats() -> tuple[int, int]:
         return cursor.fetchone()
 
 
+def ledger_analyses() -> int:
+    """analyze_count of the ledger, read afresh."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute("SELECT analyze_count FROM pg_stat_user_tables WHERE relname = 'scheduler_app_jobrun'")
+        return cursor.fetchone()[0]
+
+
 def advance_due_jobs(make_job) -> None:
     """JOBS due jobs dispatched by real turns: every advance leaves a dead row version."""
     now = db_now()
@@ -43,7 +51,7 @@ def advance_due_jobs(make_job) -> None:
 def test_a_vacuum_starts_after_every_advanced_jobs_and_clears_the_dead_versions(make_job, queue_name):
     advance_due_jobs(make_job)
     runs_before, _ = job_table_stats()
-    job_vacuum = vacuum.JobVacuum(every=JOBS)
+    job_vacuum = vacuum.job_vacuum(every=JOBS)
 
     assert job_vacuum.note(JOBS - 1) is False  # not yet
     assert not job_vacuum.running()
@@ -65,7 +73,7 @@ def test_a_vacuum_under_way_elsewhere_is_skipped_not_waited_for(make_job):
     holder = connection.get_new_connection(connection.get_connection_params())
     try:
         holder.execute("LOCK TABLE scheduler_app_job IN SHARE UPDATE EXCLUSIVE MODE")
-        job_vacuum = vacuum.JobVacuum(every=1)
+        job_vacuum = vacuum.job_vacuum(every=1)
         assert job_vacuum.note(1) is True
         job_vacuum.wait(timeout=60)  # the lock is still held: a waiting VACUUM would still run
 
@@ -78,7 +86,7 @@ def test_a_vacuum_under_way_elsewhere_is_skipped_not_waited_for(make_job):
 
 
 def test_zero_turns_the_beats_vacuum_off():
-    job_vacuum = vacuum.JobVacuum(every=0)
+    job_vacuum = vacuum.job_vacuum(every=0)
 
     assert job_vacuum.note(10**9) is False
     assert job_vacuum.thread is None
@@ -101,7 +109,7 @@ def test_a_beat_vacuums_the_job_table_after_advancing_jobs(make_job, queue_name)
 def test_the_next_vacuum_waits_a_multiple_of_what_the_last_one_took(make_job):
     advance_due_jobs(make_job)
     now = [1000.0]
-    job_vacuum = vacuum.JobVacuum(every=1, clock=lambda: now[0])
+    job_vacuum = vacuum.job_vacuum(every=1, clock=lambda: now[0])
     assert job_vacuum.note(1) is True
     job_vacuum.wait(timeout=60)
     assert job_vacuum.runs == 1
@@ -114,3 +122,30 @@ def test_the_next_vacuum_waits_a_multiple_of_what_the_last_one_took(make_job):
     assert job_vacuum.note(1) is True
     job_vacuum.wait(timeout=60)
     assert job_vacuum.runs == 2
+
+
+def test_the_ledger_is_analyzed_after_every_recorded_runs(make_job):
+    advance_due_jobs(make_job)  # JOBS runs recorded
+    before = ledger_analyses()
+    analyze = vacuum.ledger_analyze(every=JOBS)
+
+    assert analyze.note(JOBS - 1) is False
+    assert analyze.note(1) is True
+    analyze.wait(timeout=60)
+
+    assert analyze.runs == 1
+    assert ledger_analyses() == before + 1
+
+
+def test_a_beat_analyzes_the_ledger_after_recording_runs(make_job, queue_name):
+    job = make_job(every_seconds=3600, next_run_at=db_now(), queue=queue_name)
+    before = ledger_analyses()
+
+    done = subprocess.run([sys.executable, "manage.py", "runbeat", "--once"], cwd=ROOT,
+                          env=process_env(CRONFLEET_LEDGER_ANALYZE_EVERY="1"), capture_output=True, text=True,
+                          timeout=120)
+
+    assert done.returncode == 0, done.stderr
+    assert job.runs.count() == 1
+    assert "ledger analyzed" in done.stdout + done.stderr
+    assert ledger_analyses() == before + 1
