@@ -318,6 +318,14 @@ CRONFLEET_ALLOWED_TASKS = env_list(
 )
 # How many due jobs one beat claims per transaction.
 CRONFLEET_BATCH_SIZE = env_int("CRONFLEET_BATCH_SIZE", 1000, minimum=1)
+# A beat that has advanced this many jobs since its last VACUUM of the job table starts
+# another on a thread of its own (PostgreSQL; dispatch.vacuum): an advance is never a HOT
+# update, and the dead entries it leaves slow the next claims down. 0: leave it to autovacuum.
+CRONFLEET_JOB_VACUUM_EVERY = env_int("CRONFLEET_JOB_VACUUM_EVERY", 100_000, minimum=0)
+# ... and one that has recorded this many runs since its last ANALYZE of the ledger runs
+# another (dispatch.vacuum): statistics from before a spike made the recovery steps read
+# every queued run on every turn. 0: leave it to autovacuum.
+CRONFLEET_LEDGER_ANALYZE_EVERY = env_int("CRONFLEET_LEDGER_ANALYZE_EVERY", 50_000, minimum=0)
 # The longest a beat sleeps between turns when nothing is due.
 CRONFLEET_MAX_SLEEP_SECONDS = env_int("CRONFLEET_MAX_SLEEP_SECONDS", 5, minimum=1)
 # A fire this many seconds late (or less) is on time; later ones follow the job's misfire policy.

@@ -100,7 +100,8 @@ def republish_stale_runs(now: datetime, *, limit: int) -> list[RunMessage]:
     idle_before = now - timedelta(seconds=settings.CRONFLEET_REPUBLISH_IDLE_SECONDS)
     busy_before = now - timedelta(seconds=settings.CRONFLEET_DISPATCH_TIMEOUT_SECONDS)
     with connection.cursor() as cursor:
-        cursor.execute(sql.STALE_QUEUES, {"before": adapt(max(idle_before, busy_before)),
+        statement = sql.STALE_QUEUES_PG if connection.vendor == "postgresql" else sql.STALE_QUEUES
+        cursor.execute(statement, {"before": adapt(max(idle_before, busy_before)),
                                           "sample": STALE_SAMPLE_BATCHES * limit})
         queues = [row[0] for row in cursor.fetchall()]
     if not queues:

@@ -16,6 +16,7 @@ from django.db import DatabaseError, close_old_connections, connection, reset_qu
 
 
 from scheduler_app import alerts, dispatch, retention
+from scheduler_app.dispatch.vacuum import job_vacuum, ledger_analyze
 from scheduler_app.models import db_now
 from scheduler_app.observe import BeatObserver
 from scheduler_app.publish import broker_errors
@@ -116,6 +117,7 @@ class Command(BaseCommand):
         observer = BeatObserver(max_sleep=max_sleep, metrics_port=metrics_port, metrics_address=metrics_address)
         waker._listener()  # LISTEN before the first turn: a job changed during it must wake the first sleep
         pruner = retention.Pruner()
+        upkeep = [job_vacuum(), ledger_analyze()]
         next_sweep = 0.0
         if not once:
             alerts.start_deliverer()  # alerts are sent on their own thread: a slow receiver never stalls a turn
@@ -139,6 +141,8 @@ class Command(BaseCommand):
                     waker.sleep(RETRY_PAUSE)
                     continue
                 observer.turn(turn, time.monotonic() - began)
+                for step in upkeep:  # VACUUM of the jobs, ANALYZE of the ledger: on threads of their own, now and then
+                    step.note(turn.claimed)
                 if sweep:
                     next_sweep = time.monotonic() + SWEEP_EVERY
                 if alive_file is not None:
@@ -157,6 +161,8 @@ class Command(BaseCommand):
                     waker.sleep(dispatch.seconds_until_due(db_now(), cap=max_sleep, held_back=turn.held_back))
         finally:
             alerts.stop_deliverer(timeout=DELIVERER_STOP_SECONDS)
+            for step in upkeep:
+                step.wait(timeout=DELIVERER_STOP_SECONDS)  # a VACUUM under way finishes on its own anyway
             waker.close()
             observer.stop()
         observer.say(self.stdout, "runbeat: stopped")
