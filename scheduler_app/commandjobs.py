@@ -74,16 +74,8 @@ _READ_CHUNK = 65536
 _POLL_INTERVAL = 0.05
 
 
-class InvalidCommand(ValueError):
+class InvalidCommand(paramspecs.FieldError):
     """A command, its parameters or its configuration is refused; ``field`` names what."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.message}"
 
 
 @dataclass(frozen=True)
@@ -236,10 +228,7 @@ def _convert(field: str, spec: Mapping, value: object) -> str | list[str]:
     if ptype == "int":
         if not _is_int(value):
             raise InvalidCommand(field, "must be an integer")
-        if "min" in spec and value < spec["min"]:
-            raise InvalidCommand(field, f"must be >= {spec['min']}")
-        if "max" in spec and value > spec["max"]:
-            raise InvalidCommand(field, f"must be <= {spec['max']}")
+        paramspecs.check_bounds(field, spec, value, InvalidCommand)
         return str(value)
     if ptype == "str":
         return _check_str(field, spec, value)

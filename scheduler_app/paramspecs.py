@@ -14,6 +14,27 @@ import re
 from collections.abc import Callable, Mapping
 
 
+class FieldError(ValueError):
+    """A declaration or a value is refused; ``field`` names what (each allow-list has its own
+    subclass, InvalidCommand and InvalidSql)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+def check_bounds(field: str, spec: Mapping, value, error: Callable[[str, str], Exception]) -> None:
+    """Refuse `value` below the declaration's "min" or above its "max" (when it has them)."""
+    if "min" in spec and value < spec["min"]:
+        raise error(field, f"must be >= {spec['min']}")
+    if "max" in spec and value > spec["max"]:
+        raise error(field, f"must be <= {spec['max']}")
+
+
 def is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 

@@ -4,23 +4,13 @@ and whether another attempt may succeed)."""
 
 from __future__ import annotations
 
-
 from scheduler_app import paramspecs
-
 
 INT64 = 2**63
 
 
-class InvalidSql(ValueError):
+class InvalidSql(paramspecs.FieldError):
     """A statement's entry, or a job's parameters for it, are refused; ``field`` names what."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.message}"
 
 
 class StatementError(Exception):

@@ -37,10 +37,7 @@ def _check_int(field: str, spec: Mapping, value: object) -> int:
         raise InvalidSql(field, "must be an integer")
     if not -INT64 <= value < INT64:
         raise InvalidSql(field, "must fit in 64 bits")
-    if "min" in spec and value < spec["min"]:
-        raise InvalidSql(field, f"must be >= {spec['min']}")
-    if "max" in spec and value > spec["max"]:
-        raise InvalidSql(field, f"must be <= {spec['max']}")
+    paramspecs.check_bounds(field, spec, value, InvalidSql)
     return value
 
 
@@ -62,10 +59,7 @@ def check_value(field: str, spec: Mapping, value: object, vendor: str):
     if ptype == "float":
         if not paramspecs.is_number(value) or not math.isfinite(value):
             raise InvalidSql(field, "must be a finite number")
-        if "min" in spec and value < spec["min"]:
-            raise InvalidSql(field, f"must be >= {spec['min']}")
-        if "max" in spec and value > spec["max"]:
-            raise InvalidSql(field, f"must be <= {spec['max']}")
+        paramspecs.check_bounds(field, spec, value, InvalidSql)
         return float(value)
     if ptype == "bool":
         if not isinstance(value, bool):
