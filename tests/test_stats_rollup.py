@@ -59,6 +59,7 @@ def test_a_wide_window_counts_what_the_ledger_holds_and_its_lags_within_the_prec
     run_at(job, now - timedelta(hours=3, minutes=1), state=RunState.SKIPPED, start_lag=None)
     run_at(job, now - timedelta(hours=5, minutes=2), trigger=Trigger.MANUAL, start_lag=900)  # counted, no lag
     run_at(other, now - timedelta(hours=2), state=RunState.FAILED)
+    RunHour.objects.all().delete()  # the count starts from an empty rollup, whatever earlier tests committed
     assert rollup.roll_up(now, max_hours=500) > 8 * 24 - 3
 
     wide = stats.run_stats(a.id, window=DAY, now=now)
@@ -98,6 +99,7 @@ def test_rolling_up_twice_or_in_two_beats_adds_each_hour_once(db):
     job = job_of(tenant)
     now = db_now()
     run_at(job, now - timedelta(hours=3))
+    RunHour.objects.all().delete()  # the count starts from an empty rollup, whatever earlier tests committed
     first = rollup.roll_up(now, max_hours=500)
     RunHour.objects.filter(hour__gte=rollup.floor_hour(now - timedelta(hours=4))).delete()
     rollup.roll_up(now, max_hours=500)  # the last marker is older now: the deleted hours again
