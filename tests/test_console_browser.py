@@ -35,7 +35,9 @@ def seeded(django_user_model, settings):
     now = db_now()
     runs = []
     for minute in range(1, 90):
-        at = now - timedelta(minutes=minute, seconds=7)
+        # Ten seconds into each past minute: a run's start, dispatch and finish stay inside its
+        # minute whatever the second the test runs at, so the charts have one point a minute.
+        at = now.replace(second=10, microsecond=0) - timedelta(minutes=minute)
         state = RunState.DEAD if minute % 7 == 0 else RunState.SUCCEEDED
         runs.append(JobRun(job=job, tenant=tenant, scheduled_at=at, created_at=at, state=state, attempt=1,
                            dispatched_at=at + timedelta(seconds=0.05 + minute % 4 / 10),
