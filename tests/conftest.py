@@ -206,3 +206,21 @@ def processes(tmp_path):
 def queue_name() -> str:
     """A broker queue of this test's own, so leftover messages never leak between tests."""
     return f"test-{uuid.uuid4().hex[:10]}"
+
+
+def rows_read(statement: str, params: dict, table: str) -> tuple[int, str]:
+    """How many rows `statement` reads from `table` (EXPLAIN ANALYZE, after an ANALYZE of the
+    table, summed over the plan's nodes and their loops), and the plan's start for messages."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {table}")
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, params)
+        plan = cursor.fetchone()[0]
+    plan = json.loads(plan) if isinstance(plan, str) else plan
+
+    def read(node) -> int:
+        here = node.get("Actual Rows", 0) * node.get("Actual Loops", 1) if node.get("Relation Name") == table else 0
+        return here + sum(read(child) for child in node.get("Plans", []))
+
+    return read(plan[0]["Plan"]), json.dumps(plan)[:3000]
