@@ -3,7 +3,7 @@
     manage.py bench console --jobs N [--rows R] [--requests X]
 
 1. A ledger of R finished runs for N jobs over ten tenants "console-0..9", seeded with the
-   ledger bench's statement (ledger.seed_ledger: a million rows a statement, the big indexes
+   ledger bench's statement (bigledger.seed_ledger: a million rows a statement, the big indexes
    rebuilt after, VACUUM ANALYZE) and kept between runs: `bench` deletes "bench-*" tenants
    only, and a ledger of ten million rows takes many minutes to seed. A later run reuses it
    when it holds at least R rows (pass --reseed to start over). The day's RunMinute rollup
@@ -37,7 +37,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from scheduler_app import dashboard
-from scheduler_app.benchmarks import common, ledger
+from scheduler_app.benchmarks import bigledger, common
 from scheduler_app.models import Job, JobRun, Tenant, db_now
 
 PREFIX = "console-"  # not "bench-": `bench` keeps these tenants (and their ledger) between runs
@@ -65,7 +65,7 @@ def run(command, opts: Options) -> bool:
     note = command.note
     with connection.cursor() as cursor:  # seeding, index builds and VACUUM take minutes at 10,000,000 rows
         cursor.execute("SET statement_timeout = 0")
-    ledger.restore_indexes(note)  # a run that died while seeding left them dropped
+    bigledger.restore_indexes(note)  # a run that died while seeding left them dropped
     tenant_ids, rows = prepare(opts, note)
     rolled = dashboard.roll_up(db_now(), max_minutes=24 * 60)
     note(f"rolled up {rolled} minutes of the last day")
@@ -100,7 +100,7 @@ def prepare(opts: Options, note) -> tuple[list[int], int]:
     tenants = [t.id for t in created]
     common.seed_jobs(tenants, opts.jobs, cron=CRON, timezone="UTC", task_name="scheduler_app.echo",
                      queue="console", enabled=False, next_run_at=None)
-    rows, seconds = ledger.seed_ledger(tenants, opts.rows, note)
+    rows, seconds = bigledger.seed_ledger(tenants, opts.rows, note)
     note(f"seeded {rows:,} runs in {seconds:.0f}s")
     return tenants, rows
 
@@ -225,7 +225,7 @@ def explain_pages(write, tenant_ids: list[int], rows: int) -> bool:
                 sql = query["sql"]
                 if not sql.lstrip().upper().startswith(("SELECT", "WITH")) or "django_session" in sql:
                     continue
-                ms, indexes, seq = ledger.explain(sql, None)
+                ms, indexes, seq = bigledger.explain(sql, None)
                 bad = ms > SLOW_MS or (JobRun._meta.db_table in seq and rows >= SEQ_CHECK_ROWS)
                 ok = ok and not bad
                 write(f"  {ms:8.1f} ms{' SLOW' if bad else ''}  {', '.join(indexes) or '-'}"
