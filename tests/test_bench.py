@@ -110,42 +110,55 @@ E2E_COLUMNS = ("runs", "seconds", "runs/s", "start lag p50/p99/max s", "dispatch
                "statements/run")
 
 
-def e2e_rows(stdout: str) -> dict[str, list[str]]:
-    """The e2e table's rows by label: the figures after the label, split on white space."""
+def e2e_rows(stdout: str) -> list[dict[str, list[str]]]:
+    """The e2e table's rows by label, a dict per round: the figures after the label, split
+    on white space."""
     lines = stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.lstrip().startswith("runs") and "runs/s" in line)
     for column in E2E_COLUMNS:
         assert column in lines[header], f"column {column!r} missing from {lines[header]!r}"
-    rows = {}
+    rounds: list[dict[str, list[str]]] = []
     for line in lines[header + 1:]:
         for label in ("plain Celery no-op (floor)", "cronfleet (beat + workers + ledger)"):
             if line.strip().startswith(label):
-                rows[label] = line.strip()[len(label):].split()
-    return rows
+                if not rounds or label in rounds[-1]:
+                    rounds.append({})
+                rounds[-1][label] = line.strip()[len(label):].split()
+    return rounds
 
 
-@pytest.mark.parametrize("batch", [0, 20], ids=["one-run-per-message", "batches-of-20"])
-def test_bench_e2e_runs_every_job_through_beat_and_worker_beside_the_floor(batch):
+@pytest.mark.parametrize("batch, repeat", [(0, 1), (20, 2)], ids=["one-run-per-message", "batches-of-20-twice"])
+def test_bench_e2e_runs_every_job_through_beat_and_worker_beside_the_floor(batch, repeat):
     """bench e2e, small: a real beat, a real Celery worker and the plain-Celery floor on the
-    same broker. Every figure of the table is printed, and every run finished (counts)."""
+    same broker, in `repeat` rounds. Every figure of the table is printed, and every run
+    finished (counts), in every round."""
     jobs = 200
-    done = bench("e2e", "--jobs", str(jobs), "--batch", str(batch), "--timeout", "120", timeout=600)
+    done = bench("e2e", "--jobs", str(jobs), "--batch", str(batch), "--repeat", str(repeat), "--timeout", "120",
+                 timeout=600)
 
-    rows = e2e_rows(done.stdout)
-    floor, ours = rows["plain Celery no-op (floor)"], rows["cronfleet (beat + workers + ledger)"]
-    assert len(floor) == len(ours) == len(E2E_COLUMNS), (floor, ours)
-    assert int(floor[0]) == jobs and int(ours[0]) == jobs  # runs: every message run, every run succeeded
-    for figure in ours[1:3] + ours[4:]:  # seconds, runs/s, dispatch p99, CPU, statements: numbers
-        float(figure)
-    assert len(ours[3].split("/")) == 3 and all(float(x) >= 0 for x in ours[3].split("/"))
-    assert float(ours[6]) > 0  # the worker's statements per run were counted
-    assert "% of the floor's runs per second" in done.stdout
+    rounds = e2e_rows(done.stdout)
+    assert len(rounds) == repeat, done.stdout
+    for rows in rounds:
+        floor, ours = rows["plain Celery no-op (floor)"], rows["cronfleet (beat + workers + ledger)"]
+        assert len(floor) == len(ours) == len(E2E_COLUMNS), (floor, ours)
+        assert int(floor[0]) == jobs and int(ours[0]) == jobs  # runs: every message run, every run succeeded
+        for figure in ours[1:3] + ours[4:]:  # seconds, runs/s, dispatch p99, CPU, statements: numbers
+            float(figure)
+        assert len(ours[3].split("/")) == 3 and all(float(x) >= 0 for x in ours[3].split("/"))
+        assert float(ours[6]) > 0  # the worker's statements per run were counted
+    share = next(line for line in done.stdout.splitlines() if "% of the floor's runs per second" in line)
+    if repeat > 1:
+        assert f"the median of {repeat} rounds" in share, share
+        assert sum(line.strip().startswith("median runs/s") for line in done.stdout.splitlines()) == 2
     assert ("batches of 20" if batch else "one run per message") in done.stdout
     checks = {line.split("  ")[2].strip(): line for line in done.stdout.splitlines() if line.startswith("    ")}
-    assert f"{jobs}/{jobs}" in checks["cronfleet: runs succeeded == N"] and checks["cronfleet: runs succeeded == N"].endswith("ok")
-    assert f"{jobs}/{jobs}" in checks["floor: all messages run"]
-    assert checks["cronfleet: one run per fire"].split()[-2] == str(jobs)
-    assert checks["cronfleet: one attempt per run"].split()[-2] == "1"
+    for number in range(1, repeat + 1):
+        prefix = f"round {number}: " if repeat > 1 else ""
+        succeeded = checks[prefix + "cronfleet: runs succeeded == N"]
+        assert f"{jobs}/{jobs}" in succeeded and succeeded.endswith("ok")
+        assert f"{jobs}/{jobs}" in checks[prefix + "floor: all messages run"]
+        assert checks[prefix + "cronfleet: one run per fire"].split()[-2] == str(jobs)
+        assert checks[prefix + "cronfleet: one attempt per run"].split()[-2] == "1"
 
 
 def test_bench_steady_with_batches_runs_every_fire():

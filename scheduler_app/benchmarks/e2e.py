@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import socket
+import statistics
 import sys
 import time
 import uuid
@@ -49,6 +50,7 @@ class Options:
     timeout: float
     floor: bool = True
     batch: int = 0  # runs per message (Job.batch, CRONFLEET_RUN_BATCH_SIZE); 0: one run per message
+    repeat: int = 1  # rounds, each the floor then Cronfleet: this machine's speed drifts within minutes
 
 
 @dataclass
@@ -249,7 +251,9 @@ def ledger_figures(result: Result, tenant_ids: list[int], spike: datetime, jobs:
     return result
 
 
-def report(out, opts: Options, results: list[Result]) -> bool:
+def report(out, opts: Options, rounds: list[list[Result]]) -> bool:
+    """The table, a block of rows per round; with several rounds, each round's share of the
+    floor and the medians (a round's floor and Cronfleet ran within a minute of each other)."""
     db = settings.DATABASES["default"]
     batching = f"batches of {opts.batch}" if opts.batch else "one run per message"
     out(f"bench e2e: {opts.jobs} runs due at one instant, {batching}; {opts.workers} worker(s) x -c {opts.concurrency} "
@@ -257,14 +261,29 @@ def report(out, opts: Options, results: list[Result]) -> bool:
         + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     out(f"  {'':<38}{'runs':>7}{'seconds':>9}{'runs/s':>9}{'start lag p50/p99/max s':>26}"
         f"{'dispatch p99 s':>16}{'worker CPU ms/run':>19}{'statements/run':>16}")
-    for r in results:
-        lag = "-" if r.lag is None else "/".join(f"{x:.2f}" for x in r.lag)
-        out(f"  {r.label:<38}{r.runs:>7}{_num(r.seconds, 2):>9}{_num(r.rate, 0):>9}{lag:>26}"
-            f"{_num(r.dispatch_p99, 2):>16}{_num(r.worker_cpu / r.runs * 1000 if r.runs else None, 2):>19}"
-            f"{_num(r.statements, 2):>16}")
-    if len(results) == 2 and results[0].rate and results[1].rate:
-        out(f"  cronfleet / floor: {results[1].rate / results[0].rate:.0%} of the floor's runs per second")
-    checks = [check for r in results for check in r.checks]
+    for number, results in enumerate(rounds, 1):
+        if len(rounds) > 1:
+            out(f"  round {number} of {len(rounds)}")
+        for r in results:
+            lag = "-" if r.lag is None else "/".join(f"{x:.2f}" for x in r.lag)
+            out(f"  {r.label:<38}{r.runs:>7}{_num(r.seconds, 2):>9}{_num(r.rate, 0):>9}{lag:>26}"
+                f"{_num(r.dispatch_p99, 2):>16}{_num(r.worker_cpu / r.runs * 1000 if r.runs else None, 2):>19}"
+                f"{_num(r.statements, 2):>16}")
+    shares = [results[1].rate / results[0].rate for results in rounds
+              if len(results) == 2 and results[0].rate and results[1].rate]
+    if len(rounds) > 1:
+        for label in dict.fromkeys(r.label for results in rounds for r in results):
+            rates = [r.rate for results in rounds for r in results if r.label == label and r.rate]
+            if rates:
+                out(f"  median runs/s, {label:<38}{statistics.median(rates):>9.0f}  "
+                    f"(rounds: {', '.join(f'{rate:.0f}' for rate in rates)})")
+    if len(shares) == 1:
+        out(f"  cronfleet / floor: {shares[0]:.0%} of the floor's runs per second")
+    elif shares:
+        out(f"  cronfleet / floor: {statistics.median(shares):.0%} of the floor's runs per second, the median of "
+            f"{len(shares)} rounds ({', '.join(f'{share:.0%}' for share in shares)})")
+    checks = [(f"round {number}: {label}" if len(rounds) > 1 else label, shown, passed)
+              for number, results in enumerate(rounds, 1) for r in results for label, shown, passed in r.checks]
     out("  checks")
     for label, shown, passed in checks:
         out(f"    {label:<48}{shown:>12}  {'ok' if passed else 'FAIL'}")
@@ -277,8 +296,11 @@ def _num(value: float | None, digits: int) -> str:
 
 def run(command, opts: Options) -> bool:
     note = command.note
-    results = []
-    if opts.floor:
-        results.append(measure_floor(opts, note))
-    results.append(measure_cronfleet(opts, note, command.clean))
-    return report(command.stdout.write, opts, results)
+    rounds = []
+    for number in range(1, opts.repeat + 1):
+        if opts.repeat > 1:
+            note(f"round {number} of {opts.repeat}")
+        results = [measure_floor(opts, note)] if opts.floor else []
+        results.append(measure_cronfleet(opts, note, command.clean))
+        rounds.append(results)
+    return report(command.stdout.write, opts, rounds)

@@ -8,7 +8,7 @@ Figures are never asserted by tests: they are for reading.
     manage.py bench steady --jobs N --rate R --seconds T [--beats K] [--workers W] [--concurrency C]
                            [--pool prefork|threads|solo] [--batch B] [--no-floor]
     manage.py bench e2e --jobs N [--workers W] [--concurrency C] [--pool prefork|threads|solo]
-                        [--beats K] [--batch B] [--no-floor]
+                        [--beats K] [--batch B] [--no-floor] [--repeat X]
     (all: [--keep] [--yes])
     manage.py bench ledger --jobs N [--rows R] [--load L] [--repeat X] [--beats K]
     manage.py bench console --jobs N [--rows R] [--requests X] [--reseed] [--explain]
@@ -89,7 +89,9 @@ class Command(BaseCommand):
         parser.add_argument("--rows", type=int, default=10_000_000, help="ledger: finished runs to seed (default %(default)s)")
         parser.add_argument("--load", type=int, default=1667,
                             help="ledger: jobs firing every second while beats prune (default %(default)s: 100,000 a minute)")
-        parser.add_argument("--repeat", type=int, default=3, help="ledger: spikes per ledger size, the median (default 3)")
+        parser.add_argument("--repeat", type=int, default=None,
+                            help="ledger: spikes per ledger size, the median (default 3); e2e: rounds of the floor "
+                                 "then Cronfleet, each round's share of the floor and the median (default 1)")
         parser.add_argument("--requests", type=int, default=20,
                             help="console: requests a page, the median and p95 (default %(default)s)")
         parser.add_argument("--reseed", action="store_true",
@@ -133,7 +135,7 @@ class Command(BaseCommand):
                 ok = e2e.run(self, e2e.Options(
                     jobs=jobs, workers=options["workers"] or 1, concurrency=options["concurrency"] or 2,
                     pool=options["pool"], beats=beats or 1, batch_size=batch_size, timeout=timeout,
-                    floor=not options["no_floor"], batch=options["batch"]))
+                    floor=not options["no_floor"], batch=options["batch"], repeat=max(1, options["repeat"] or 1)))
             elif scenario == "dispatch":
                 ok = dispatch.run(self, dispatch.Options(
                     jobs=jobs, beats=beats or 1, batch_size=batch_size, timeout=timeout,
@@ -145,7 +147,7 @@ class Command(BaseCommand):
             elif scenario == "ledger":
                 ok = ledger.run(self, ledger.Options(
                     jobs=jobs, rows=options.get("rows") or 0, beats=beats or 1, batch_size=batch_size,
-                    load=min(options.get("load") or 0, jobs), repeat=max(1, options.get("repeat") or 1),
+                    load=min(options.get("load") or 0, jobs), repeat=max(1, options.get("repeat") or 3),
                     timeout=timeout))
             elif scenario == "console":
                 ok = console.run(self, console.Options(
