@@ -36,6 +36,7 @@ SEED_CHUNK = 5000
 STATEMENT_SAMPLE = 200
 READY_TIMEOUT = 90.0
 POLL_SECONDS = 0.25
+UNFINISHED = (RunState.PENDING, RunState.QUEUED, RunState.RUNNING, RunState.RETRYING)
 BATCHED_TIMEOUT_SECONDS = 10  # a batched job's timeout: a batch's time limit is the sum of its runs'
 
 
@@ -209,9 +210,10 @@ def measure_cronfleet(opts: Options, note, clean) -> Result:
         started = time.monotonic()
         finished = 0
         while time.monotonic() < started + opts.timeout:
-            finished = JobRun.objects.filter(tenant_id__in=tenant_ids, finished_at__isnull=False).count()
-            if finished >= opts.jobs:
-                break
+            if not work_left(tenant_ids):
+                finished = JobRun.objects.filter(tenant_id__in=tenant_ids, finished_at__isnull=False).count()
+                if finished >= opts.jobs:
+                    break
             time.sleep(POLL_SECONDS)
         result.worker_cpu = sum(tree_cpu(proc.pid) for name, proc in children.procs
                                 if "worker" in name) - workers_cpu_before
@@ -221,6 +223,15 @@ def measure_cronfleet(opts: Options, note, clean) -> Result:
         client.delete(*redis_list_keys(QUEUE))
         client.close()
     return ledger_figures(result, tenant_ids, spike, opts.jobs)
+
+
+def work_left(tenant_ids: list[int]) -> bool:
+    """Whether a job of the spike is still due or a run of it still waits or runs: index
+    probes (job_tenant_due_idx, jobrun_tenant_state_idx). Counting the finished runs at
+    every poll read them all: 30-120 ms of PostgreSQL four times a second, taken from the
+    cores the beat and the workers share, where the floor's poll is a Redis GET."""
+    return (Job.objects.filter(tenant_id__in=tenant_ids, enabled=True, next_run_at__isnull=False).exists()
+            or JobRun.objects.filter(tenant_id__in=tenant_ids, state__in=UNFINISHED).exists())
 
 
 def ledger_figures(result: Result, tenant_ids: list[int], spike: datetime, jobs: int) -> Result:
