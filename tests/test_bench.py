@@ -168,3 +168,12 @@ def test_bench_steady_with_batches_runs_every_fire():
     assert "batches of 10" in done.stdout
     line = next(line for line in done.stdout.splitlines() if "runs succeeded == fires expected" in line)
     assert "40/40" in line and line.endswith("ok")
+
+
+@pytest.mark.parametrize("scenario", ["e2e", "ledger"])
+def test_bench_refuses_fewer_than_one_round(scenario):
+    done = subprocess.run([sys.executable, "manage.py", "bench", scenario, "--jobs", "10", "--repeat", "0", "--yes"],
+                          cwd=ROOT, env=process_env(), capture_output=True, text=True, timeout=120)
+
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "--repeat must be at least 1" in done.stderr

@@ -110,6 +110,8 @@ class Command(BaseCommand):
         if jobs < 1 or (beats is not None and beats < 1) or batch_size < 1 or timeout <= 0:
             raise CommandError("bench: --jobs, --beats and --batch-size must be at least 1, --timeout positive",
                                returncode=2)
+        if options.get("repeat") is not None and options["repeat"] < 1:
+            raise CommandError("bench: --repeat must be at least 1", returncode=2)
         if scenario == "steady" and (not options["rate"] or not options["seconds"]
                                      or options["rate"] <= 0 or options["seconds"] <= 0):
             raise CommandError("bench steady: --rate and --seconds are required and positive", returncode=2)
@@ -135,7 +137,7 @@ class Command(BaseCommand):
                 ok = e2e.run(self, e2e.Options(
                     jobs=jobs, workers=options["workers"] or 1, concurrency=options["concurrency"] or 2,
                     pool=options["pool"], beats=beats or 1, batch_size=batch_size, timeout=timeout,
-                    floor=not options["no_floor"], batch=options["batch"], repeat=max(1, options["repeat"] or 1)))
+                    floor=not options["no_floor"], batch=options["batch"], repeat=options["repeat"] or 1))
             elif scenario == "dispatch":
                 ok = dispatch.run(self, dispatch.Options(
                     jobs=jobs, beats=beats or 1, batch_size=batch_size, timeout=timeout,
@@ -147,7 +149,7 @@ class Command(BaseCommand):
             elif scenario == "ledger":
                 ok = ledger.run(self, ledger.Options(
                     jobs=jobs, rows=options.get("rows") or 0, beats=beats or 1, batch_size=batch_size,
-                    load=min(options.get("load") or 0, jobs), repeat=max(1, options.get("repeat") or 3),
+                    load=min(options.get("load") or 0, jobs), repeat=options.get("repeat") or 3,
                     timeout=timeout))
             elif scenario == "console":
                 ok = console.run(self, console.Options(
