@@ -5,6 +5,8 @@ from datetime import timedelta
 
 import pytest
 
+from django.db import connection
+
 from scheduler_app import execution
 from scheduler_app.models import AuditEvent, JobRun, RunState
 from tests.conftest import NOW, utc
@@ -35,6 +37,30 @@ def test_a_second_delivery_of_the_same_message_does_nothing_and_is_counted(make_
     assert [(a["attempt"], a["worker"], a["outcome"]) for a in run.attempts] == [(1, "w1", "succeeded")]
     assert not AuditEvent.objects.filter(run_id=run.id, action="run.started").exists()  # normal: on the row
     assert AuditEvent.objects.filter(run_id=run.id, action="run.duplicate_delivery").count() == 1  # an anomaly
+
+
+def executions_of_prepared_transitions() -> int:
+    """How many times this session has executed the worker's prepared statements (each
+    run's start and end: a data-modifying CTE over the runs, an UPDATE appending to attempts)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT coalesce(sum(generic_plans + custom_plans), 0) FROM pg_prepared_statements "
+                       "WHERE statement LIKE '%%WITH started AS%%' OR statement LIKE '%%jsonb_build_object%%'")
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.parametrize("prepared", [True, False], ids=["prepared", "not-prepared"])
+def test_the_workers_statements_are_prepared_statements_unless_turned_off(make_job, make_run, settings, prepared):
+    settings.CRONFLEET_PREPARED_STATEMENTS = prepared
+    job = make_job(task_name="scheduler_app.echo")
+    alone, *batch = [make_run(job, scheduled_at=utc(2024, 1, 1, 0, minute)) for minute in range(3)]
+    before = executions_of_prepared_transitions()
+
+    outcomes = [execution.execute_run(alone.id, 1, worker="w"), *execution.execute_runs(
+        [(run.id, 1) for run in batch], worker="w")]
+
+    assert [outcome.state for outcome in outcomes] == ["succeeded"] * 3
+    # A run alone and a batch: a start and an end each, through the prepared statements.
+    assert executions_of_prepared_transitions() - before == (4 if prepared else 0)
 
 
 def test_start_run_refuses_a_stale_attempt(make_run):
