@@ -41,10 +41,13 @@ from scheduler_app.models import AuditEvent, Job, JobRun, RunState
 # start_runs (PostgreSQL): move each (id, attempt) still queued to running and read, in the
 # same statement, every job column its target and outcome need, in the order given. A pair
 # missing from the answer lost the race (a duplicate delivery, a superseded attempt).
-# The state these statements expect is a parameter, not a literal: with a literal, the
-# prepared (generic) plan may read the run through the partial index of all queued (or
-# running) runs instead of its primary key, once per start: 7 ms at a thousand queued runs
-# and O(queued) in a spike. A parameter cannot match a partial index's predicate.
+# The state these statements expect is compared as an expression (state || ''), which
+# neither an index on state nor a partial index's predicate can serve: with `state = %s`,
+# a custom plan (PostgreSQL's first five executions of a prepared statement, every
+# execution of an unprepared one) knows the value and may read the runs through the partial
+# index of all queued (or running) runs, or (state, scheduled_at), instead of their primary
+# key: O(runs in flight) per statement, 8.6 ms for a batch's end with 20,000 runs running,
+# where the primary key takes under 1 ms.
 START_RUNS_PG = """
 WITH started AS (
     UPDATE scheduler_app_jobrun AS run
@@ -52,7 +55,7 @@ WITH started AS (
            lease_expires_at = statement_timestamp() + make_interval(secs => %(lease)s),
            worker = %(worker)s, celery_task_id = %(task_id)s
       FROM {mine}
-     WHERE run.id = mine.id AND run.attempt = mine.attempt AND run.state = %(queued)s
+     WHERE run.id = mine.id AND run.attempt = mine.attempt AND run.state || '' = %(queued)s
     RETURNING run.id, run.attempt, run.job_id, run.tenant_id, run.scheduled_at, run.enqueued_at, run.started_at,
               run.trigger, mine.position
 )
@@ -94,7 +97,7 @@ UPDATE scheduler_app_jobrun
   FROM {endings} AS ending (run_id, run_attempt, new_state, new_result, new_error, delay),
        (SELECT set_config('synchronous_commit', %(commit)s, true)) AS commit_mode
  WHERE scheduler_app_jobrun.id = ending.run_id AND scheduler_app_jobrun.attempt = ending.run_attempt
-   AND scheduler_app_jobrun.state = %(running)s
+   AND scheduler_app_jobrun.state || '' = %(running)s
 RETURNING scheduler_app_jobrun.id
 """
 # The endings, in the same two forms.
@@ -117,7 +120,7 @@ UPDATE scheduler_app_jobrun AS run
    SET heartbeat_at = statement_timestamp(),
        lease_expires_at = statement_timestamp() + make_interval(secs => %(lease)s)
   FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS mine (id, attempt)
- WHERE run.id = mine.id AND run.attempt = mine.attempt AND run.state = %(running)s
+ WHERE run.id = mine.id AND run.attempt = mine.attempt AND run.state || '' = %(running)s
 RETURNING run.id
 """
 # count_duplicates: count a delivery that did not start its run; what each run is now.

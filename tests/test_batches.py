@@ -4,12 +4,14 @@ each run keeping its own row, attempt, result, retries and fencing."""
 import signal
 from datetime import timedelta
 
+import psycopg
 import pytest
+from django.db import connection
 
 from scheduler_app import execution, services, transitions
 from scheduler_app.models import Job, JobRun, RunState, Tenant, db_now
 from scheduler_app.publish import RunMessage, batched, publish_runs
-from tests.conftest import take_broker_messages, wait_for
+from tests.conftest import NOW, take_broker_messages, wait_for
 
 
 def message(run_id, *, batch=True, kind="task", priority=5, queue="q", timeout=10):
@@ -76,6 +78,39 @@ def test_a_batch_is_started_and_ended_by_one_statement_each(make_job):
         assert run.job_id == failing.id or f'"fire_key": "{run.fire_key}"' in run.result  # its own result
     stale.refresh_from_db()
     assert (stale.state, stale.duplicate_deliveries) == ("queued", 1)
+
+
+LEDGER, IN_FLIGHT = 60_000, 3000
+
+
+@pytest.mark.parametrize("step", ["start", "end"])
+def test_a_batch_reads_its_runs_by_primary_key_however_many_are_in_flight(make_job, step):
+    """The statements' plans when they are not prepared (and a prepared one's first five),
+    over a ledger much bigger than the runs in flight: with the expected state a bare
+    parameter, the planner read every queued (or running) run through a partial index to
+    find the batch's hundred, O(runs in flight) a batch."""
+    past = make_job()
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE scheduler_app_jobrun")  # statistics from before the spike
+        cursor.execute(  # a ledger of finished runs beside the runs in flight
+            "INSERT INTO scheduler_app_jobrun (job_id, tenant_id, scheduled_at, created_at, state) "
+            "SELECT %s, %s, %s - make_interval(mins => n), %s, 'succeeded' FROM generate_series(1, %s) AS n",
+            [past.id, past.tenant_id, NOW, NOW, LEDGER])
+    runs = queued_runs(make_job(batch=True), IN_FLIGHT)
+    if step == "end":
+        JobRun.objects.filter(id__in=[run.id for run in runs]).update(state=RunState.RUNNING, lease_expires_at=db_now())
+    ids = [run.id for run in runs[:100]]
+    statement, params = (transitions.START_RUNS, {"worker": "w", "task_id": "t", "lease": 60, "queued": "queued"}) \
+        if step == "start" else (transitions.END_RUNS, {
+            "states": ["succeeded"] * 100, "results": [""] * 100, "errors": [""] * 100, "delays": [None] * 100,
+            "running": "running", "commit": "off"})
+    connection.ensure_connection()
+    with psycopg.Cursor(connection.connection) as cursor:  # server-side parameters, a custom plan
+        cursor.execute("EXPLAIN (COSTS OFF) " + statement, {"ids": ids, "attempts": [1] * 100, **params})
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+
+    assert "Index Scan using scheduler_app_jobrun_pkey on scheduler_app_jobrun" in plan, plan
+    assert "jobrun_queued_idx" not in plan and "jobrun_lease_idx" not in plan and "jobrun_active_idx" not in plan, plan
 
 
 @pytest.mark.django_db(transaction=True)  # autocommit, as in a worker
