@@ -298,6 +298,11 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # this is set; a worker then connects to PostgreSQL once per run (a quarter of its time).
 # Keep the connection (tasks.drop_broken_connections closes one that stopped working).
 CELERY_DB_REUSE_MAX = env_int("CELERY_DB_REUSE_MAX", 1_000_000, minimum=0)
+# The worker's statements (a run's start, end and lease renewal) go out as named prepared
+# statements, planned once per connection: planning the start anew each time cost about as
+# much as running it. Turn off behind a connection pooler in transaction mode that does not
+# carry prepared statements from one server connection to another (PgBouncer before 1.21).
+CRONFLEET_PREPARED_STATEMENTS = env_bool("CRONFLEET_PREPARED_STATEMENTS", True)
 # How the statement that ends a run commits (synchronous_commit for that transaction only).
 # A run's start is always durable: it is the claim that keeps an attempt from running twice.
 # Its end may be asynchronous ("off": the commit returns before it reaches disk, 0.2-0.4 ms
@@ -305,11 +310,6 @@ CELERY_DB_REUSE_MAX = env_int("CELERY_DB_REUSE_MAX", 1_000_000, minimum=0)
 # restart, not a worker's death) can then forget the last fraction of a second of ends;
 # those runs are still running with their lease, so they are marked lost and run again as
 # their next attempt, under the same fire key. "on": every end durable.
-# The worker's statements (a run's start, end and lease renewal) go out as named prepared
-# statements, planned once per connection: planning the start anew each time cost about as
-# much as running it. Turn off behind a connection pooler in transaction mode that does not
-# carry prepared statements from one server connection to another (PgBouncer before 1.21).
-CRONFLEET_PREPARED_STATEMENTS = env_bool("CRONFLEET_PREPARED_STATEMENTS", True)
 CRONFLEET_END_SYNCHRONOUS_COMMIT = env_str("CRONFLEET_END_SYNCHRONOUS_COMMIT", "off")
 if CRONFLEET_END_SYNCHRONOUS_COMMIT not in {"on", "off", "local", "remote_write", "remote_apply"}:
     raise ImproperlyConfigured("CRONFLEET_END_SYNCHRONOUS_COMMIT must be on, off, local, remote_write or "
