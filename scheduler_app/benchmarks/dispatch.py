@@ -37,6 +37,7 @@ from django.db import connection, transaction
 
 from scheduler_app import sql
 from scheduler_app.benchmarks import common
+from scheduler_app.dispatch.plan import RunRow, advance_params, insert_params
 from scheduler_app.models import Job, JobRun, RunState, db_now
 
 QUEUE = "bench"
@@ -326,12 +327,10 @@ def floor(tenant_ids: list[int], fires: int, batch_size: int, spike: datetime, c
         n = len(batch)
         with transaction.atomic(), connection.cursor() as cursor:
             now = db_now()
-            cursor.execute(sql.INSERT_RUNS_PG, {
-                "now": now, "job_id": [j for j, _ in batch], "tenant_id": [t for _, t in batch],
-                "scheduled_at": [fire_at] * n, "state": [RunState.QUEUED.value] * n, "reason": [""] * n,
-                "job_version": [1] * n, "priority": [5] * n})
+            cursor.execute(sql.INSERT_RUNS_PG, insert_params(
+                [RunRow(job_id, tenant_id, fire_at, RunState.QUEUED.value, "", 1, 5) for job_id, tenant_id in batch], now))
             cursor.fetchall()
-            cursor.execute(sql.ADVANCE_JOBS_PG, [[j for j, _ in batch], [after] * n])
+            cursor.execute(sql.ADVANCE_JOBS_PG, advance_params([(job_id, after) for job_id, _ in batch]))
         with client.pipeline(transaction=False) as pipe:
             for _ in range(n):
                 pipe.lpush(floor_key, message)

@@ -12,7 +12,7 @@ from django.db import connection
 from kombu.exceptions import KombuError
 
 from project.celery import app
-from scheduler_app import schedules, sql
+from scheduler_app import pgarrays, schedules, sql
 from scheduler_app.dispatch.common import QUOTA_HELD_LABEL, QUOTA_PREFIX
 from scheduler_app.models import (
     ACTIVE_STATES,
@@ -176,10 +176,7 @@ def insert_runs(rows: list[RunRow], now: datetime) -> list[tuple[int, int, str]]
         return []
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            # One array per varying column; the times are computed from `now` in SQL. Writing
-            # out the arrays is the client's cost: for 1,000 rows, 19.5 ms with all eleven
-            # columns as arrays, 8.0 ms with these seven and one timestamp (psycopg mogrify).
-            cursor.execute(sql.INSERT_RUNS_PG, {"now": now, **dict(zip(RunRow._fields, map(list, zip(*rows))))})
+            cursor.execute(sql.INSERT_RUNS_PG, insert_params(rows, now))
             return cursor.fetchall()
         adapt = connection.ops.adapt_datetimefield_value
         created: list[tuple[int, int, str]] = []
@@ -191,13 +188,31 @@ def insert_runs(rows: list[RunRow], now: datetime) -> list[tuple[int, int, str]]
         return created
 
 
+def insert_params(rows: list[RunRow], now: datetime) -> dict[str, object]:
+    """sql.INSERT_RUNS_PG's parameters: one array literal per varying column (pgarrays); the
+    times are computed from `now` in SQL. Writing out the arrays is the client's cost: for
+    1,000 rows, 19.5 ms with all eleven columns as lists, 8.0-9.1 ms with these seven and
+    one timestamp, 2.1 ms as literals (psycopg mogrify)."""
+    job_id, tenant_id, scheduled_at, state, reason, job_version, priority = zip(*rows, strict=True)
+    return {"now": now, "job_id": pgarrays.integers(job_id), "tenant_id": pgarrays.integers(tenant_id),
+            "scheduled_at": pgarrays.times(scheduled_at), "state": pgarrays.texts(state),
+            "reason": pgarrays.texts(reason), "job_version": pgarrays.integers(job_version),
+            "priority": pgarrays.integers(priority)}
+
+
+def advance_params(advances: list[tuple[int, datetime | None]]) -> list[str]:
+    """sql.ADVANCE_JOBS_PG's parameters: the jobs' ids and their next fire times (None: none)."""
+    ids, next_run_at = zip(*advances, strict=True)
+    return [pgarrays.integers(ids), pgarrays.times(next_run_at)]
+
+
 def advance_jobs(advances: list[tuple[int, datetime | None]]) -> None:
     """Set each claimed job's next_run_at, in one statement on PostgreSQL."""
     if not advances:
         return
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            cursor.execute(sql.ADVANCE_JOBS_PG, [list(column) for column in zip(*advances, strict=True)])
+            cursor.execute(sql.ADVANCE_JOBS_PG, advance_params(advances))
         else:
             adapt = connection.ops.adapt_datetimefield_value
             cursor.executemany(sql.ADVANCE_JOBS_ONE, [(adapt(at), job_id) for job_id, at in advances])
