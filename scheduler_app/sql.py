@@ -288,7 +288,7 @@ UPDATE scheduler_app_jobrun
        attempt = attempt + 1,
        enqueued_at = %(now)s,
        next_attempt_at = NULL
- WHERE id IN (
+ WHERE id {any_of}
        SELECT id
          FROM scheduler_app_jobrun
         WHERE state = 'retrying'
@@ -296,7 +296,7 @@ UPDATE scheduler_app_jobrun
         ORDER BY next_attempt_at
         LIMIT %(limit)s
           {lock}
-       )
+       {end_any}
 RETURNING id, attempt, job_id, tenant_id
 """
 
@@ -319,7 +319,7 @@ UPDATE scheduler_app_jobrun
        lease_expires_at = NULL,
        error = {error},
        attempts = {append}
- WHERE id IN (
+ WHERE id {any_of}
        SELECT id
          FROM scheduler_app_jobrun
         WHERE state = 'running'
@@ -327,7 +327,7 @@ UPDATE scheduler_app_jobrun
         ORDER BY lease_expires_at
         LIMIT %(limit)s
           {lock}
-       )
+       {end_any}
 RETURNING id, state, attempt, job_id, tenant_id, worker
 """
 
@@ -363,7 +363,7 @@ STALE_QUEUES_PG = STALE_QUEUES_TEMPLATE.format(job=CLAIM_JOB_PG.format(id="stale
 REPUBLISH_STALE_RUNS = """
 UPDATE scheduler_app_jobrun
    SET enqueued_at = %(now)s
- WHERE id IN (
+ WHERE id {any_of}
        SELECT run.id
          FROM scheduler_app_jobrun AS run
          JOIN scheduler_app_job AS job ON job.id = run.job_id
@@ -373,7 +373,7 @@ UPDATE scheduler_app_jobrun
         ORDER BY run.enqueued_at
         LIMIT %(limit)s
           {lock_run}
-       )
+       {end_any}
 RETURNING id, attempt, job_id
 """
 
@@ -461,7 +461,7 @@ UPDATE scheduler_app_jobrun
        enqueued_at = %(now)s,
        dispatched_at = %(now)s,
        reason = ''
- WHERE id IN (
+ WHERE id {any_of}
        SELECT held.id
          FROM scheduler_app_jobrun AS held
         WHERE held.tenant_id = %(tenant)s
@@ -470,6 +470,6 @@ UPDATE scheduler_app_jobrun
         ORDER BY held.priority DESC, held.scheduled_at, held.id
         LIMIT %(limit)s
           {lock}
-       )
+       {end_any}
 RETURNING id, attempt, job_id
 """

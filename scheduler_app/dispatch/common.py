@@ -22,6 +22,18 @@ def lock_clause(of: str = "") -> str:
     return f"FOR UPDATE OF {of} SKIP LOCKED" if of else "FOR UPDATE SKIP LOCKED"
 
 
+def one_pass() -> dict[str, str]:
+    """{any_of} and {end_any}, around a sub-select of the ids a statement changes, which
+    locks and limits them (sql.REQUEUE_DUE_RETRIES and its kind). On PostgreSQL it becomes
+    `= ANY(ARRAY(...))`: an InitPlan, run once. With `IN (...)` the planner may run the
+    sub-select again for each row it reads, and a rerun with SKIP LOCKED passes over the
+    rows this statement has just changed and takes the next ones: the quota's release queued
+    all seven held runs where the budget said three, once the table's statistics changed."""
+    if connection.vendor == "postgresql":
+        return {"any_of": "= ANY(ARRAY(", "end_any": "))"}
+    return {"any_of": "IN (", "end_any": ")"}
+
+
 def tenant_lock_clause() -> str:
     """A waiting lock on tenant rows: "FOR NO KEY UPDATE" (empty on SQLite)."""
     return "FOR NO KEY UPDATE" if connection.features.has_select_for_update else ""

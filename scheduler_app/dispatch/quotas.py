@@ -11,7 +11,9 @@ from django.db import connection, transaction
 from django.db.transaction import TransactionManagementError
 
 from scheduler_app import sql
-from scheduler_app.dispatch.common import CONCURRENCY_REASON, FIRES_REASON, lock_clause, messages_for, tenant_lock_clause
+from scheduler_app.dispatch.common import (
+    CONCURRENCY_REASON, FIRES_REASON, lock_clause, messages_for, one_pass, tenant_lock_clause,
+)
 from scheduler_app.dispatch.plan import RunRow
 from scheduler_app.models import RunState
 from scheduler_app.publish import RunMessage
@@ -134,7 +136,7 @@ def release_quota_held_runs(now: datetime, *, limit: int) -> list[RunMessage]:
                     room = min(room, budgets[tenant_id].available)
                 if room <= 0:
                     continue
-                cursor.execute(sql.RELEASE_QUOTA_HELD_RUNS.format(lock=lock_clause()),
+                cursor.execute(sql.RELEASE_QUOTA_HELD_RUNS.format(lock=lock_clause(), **one_pass()),
                                {"now": adapt(now), "tenant": tenant_id, "limit": room})
                 released += cursor.fetchall()
         if len(released) >= limit:

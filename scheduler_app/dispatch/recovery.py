@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from scheduler_app import sql
-from scheduler_app.dispatch.common import CONCURRENCY_REASON, FIRES_REASON, lock_clause, messages_for
+from scheduler_app.dispatch.common import CONCURRENCY_REASON, FIRES_REASON, lock_clause, messages_for, one_pass
 from scheduler_app.models import AuditEvent
 from scheduler_app.publish import RunMessage, queue_depths
 from scheduler_app.transitions import append_attempt
@@ -55,7 +55,7 @@ def requeue_due_retries(now: datetime, *, limit: int) -> list[RunMessage]:
     with transaction.atomic(durable=True):
         with connection.cursor() as cursor:
             cursor.execute(
-                sql.REQUEUE_DUE_RETRIES.format(lock=lock_clause()),
+                sql.REQUEUE_DUE_RETRIES.format(lock=lock_clause(), **one_pass()),
                 {"now": adapt(now), "limit": limit},
             )
             requeued = cursor.fetchall()
@@ -71,7 +71,7 @@ def mark_lost_runs(now: datetime, *, limit: int) -> int:
     with transaction.atomic(durable=True):
         with connection.cursor() as cursor:
             statement = sql.MARK_LOST_RUNS.format(
-                lock=lock_clause(), error=sql.LOST_ERROR,
+                lock=lock_clause(), **one_pass(), error=sql.LOST_ERROR,
                 append=append_attempt("%(now)s", "'lost'", sql.LOST_ERROR))
             cursor.execute(statement, {"now": adapt(now), "limit": limit})
             lost = cursor.fetchall()
@@ -112,7 +112,7 @@ def republish_stale_runs(now: datetime, *, limit: int) -> list[RunMessage]:
         before = idle_before if depths[queue] == 0 else busy_before
         with transaction.atomic(durable=True), connection.cursor() as cursor:
             cursor.execute(
-                sql.REPUBLISH_STALE_RUNS.format(lock_run=lock_clause(of="run")),
+                sql.REPUBLISH_STALE_RUNS.format(lock_run=lock_clause(of="run"), **one_pass()),
                 {"now": adapt(now), "before": adapt(before), "queue": queue, "limit": limit - len(stale)},
             )
             stale += cursor.fetchall()
