@@ -2,6 +2,8 @@
 
 Table names are Django's stable defaults. `{lock}` is "FOR UPDATE SKIP LOCKED" on
 PostgreSQL and empty on SQLite, where the database serialises writers by itself.
+`{any_of}` ... `{end_any}` wrap a locking, limited sub-select of ids so that it runs once
+(dispatch.common.one_pass).
 Parameters are named (%(name)s) or, for VALUES and IN lists, built by dispatch from one
 placeholder row.
 
