@@ -21,13 +21,23 @@ def env_str(name: str, default: str) -> str:
 
 
 def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    return _env_number(name, default, int, "an integer", minimum)
+
+
+def env_float(name: str, default: float, *, minimum: float | None = None) -> float:
+    return _env_number(name, default, float, "a number", minimum)
+
+
+def _env_number(name: str, default, kind: type, what: str, minimum):
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
     try:
-        value = int(raw)
+        value = kind(raw)
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(raw)
     except ValueError:
-        raise ImproperlyConfigured(f"{name} must be an integer, got {raw!r}") from None
+        raise ImproperlyConfigured(f"{name} must be {what}, got {raw!r}") from None
     if minimum is not None and value < minimum:
         raise ImproperlyConfigured(f"{name} must be at least {minimum}, got {value}")
     return value
@@ -291,6 +301,11 @@ CELERY_TASK_DEFAULT_QUEUE = env_str("CRONFLEET_DEFAULT_QUEUE", "cronfleet")
 CRONFLEET_QUEUES = env_list("CRONFLEET_QUEUES", [])
 CELERY_TASK_SEND_SENT_EVENT = False
 CELERY_WORKER_SEND_TASK_EVENTS = env_bool("CELERY_WORKER_SEND_TASK_EVENTS", True)
+# The worker's task events go to the broker in batches, at most this many seconds after
+# they happen (scheduler_app/workerevents.py); 0: each on the event loop's next turn, as
+# Celery sends them.
+CELERY_WORKER_CONSUMER = "scheduler_app.workerevents:Consumer"
+CRONFLEET_EVENT_FLUSH_SECONDS = env_float("CRONFLEET_EVENT_FLUSH_SECONDS", 0.1, minimum=0.0)
 CELERY_TIMEZONE = "UTC"
 CELERY_ENABLE_UTC = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
