@@ -1,45 +1,16 @@
 """Retention: per-tenant and per-job policy fields, the two small indexes pruning needs, and
 one index fewer on the ledger (job_id alone, which jobrun_one_per_fire already covers).
 
-On PostgreSQL the indexes are built and dropped CONCURRENTLY (so the migration is not
-atomic): a plain CREATE INDEX would hold off every beat's claim of the job table while it
-reads the table, and a plain DROP INDEX would wait for, then block, every use of the ledger.
+On PostgreSQL the indexes are built and dropped CONCURRENTLY (scheduler_app/migrationops.py;
+so the migration is not atomic): a plain CREATE INDEX would hold off every beat's claim of
+the job table while it reads the table, and a plain DROP INDEX would wait for, then block,
+every use of the ledger.
 Pruning runs needs no new index of the ledger itself (see scheduler_app/retention.py).
 """
 
 from django.db import migrations, models
 
-
-class AddIndexConcurrentlyOnPostgres(migrations.AddIndex):
-    """AddIndex, built CONCURRENTLY on PostgreSQL (SQLite has no such thing, nor the need)."""
-
-    def database_forwards(self, app_label, schema_editor, from_state, to_state):
-        if schema_editor.connection.vendor != "postgresql":
-            return super().database_forwards(app_label, schema_editor, from_state, to_state)
-        model = to_state.apps.get_model(app_label, self.model_name)
-        if self.allow_migrate_model(schema_editor.connection.alias, model):
-            schema_editor.add_index(model, self.index, concurrently=True)
-
-    def database_backwards(self, app_label, schema_editor, from_state, to_state):
-        if schema_editor.connection.vendor != "postgresql":
-            return super().database_backwards(app_label, schema_editor, from_state, to_state)
-        model = from_state.apps.get_model(app_label, self.model_name)
-        if self.allow_migrate_model(schema_editor.connection.alias, model):
-            schema_editor.remove_index(model, self.index, concurrently=True)
-
-
-# Django's name for the index of JobRun.job that the field had (db_index) until now.
-JOB_ID_INDEX = "scheduler_app_jobrun_job_id_4f251f58"
-
-
-def drop_job_id_index(apps, schema_editor):
-    concurrently = "CONCURRENTLY " if schema_editor.connection.vendor == "postgresql" else ""
-    schema_editor.execute(f"DROP INDEX {concurrently}IF EXISTS {JOB_ID_INDEX}")
-
-
-def create_job_id_index(apps, schema_editor):
-    concurrently = "CONCURRENTLY " if schema_editor.connection.vendor == "postgresql" else ""
-    schema_editor.execute(f"CREATE INDEX {concurrently}IF NOT EXISTS {JOB_ID_INDEX} ON scheduler_app_jobrun (job_id)")
+from scheduler_app.migrationops import AddIndexConcurrentlyOnPostgres, DropColumnIndex
 
 
 def days_field(help_text):
@@ -102,7 +73,8 @@ class Migration(migrations.Migration):
                 field=models.ForeignKey(db_index=False, on_delete=models.deletion.CASCADE, related_name='runs',
                                         to='scheduler_app.job'),
             )],
-            database_operations=[migrations.RunPython(drop_job_id_index, create_job_id_index)],
+            database_operations=[DropColumnIndex("scheduler_app_jobrun", "job_id",
+                                                 "scheduler_app_jobrun_job_id_4f251f58")],
         ),
         AddIndexConcurrentlyOnPostgres(
             model_name='auditevent',

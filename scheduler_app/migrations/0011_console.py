@@ -3,32 +3,23 @@
 # (scheduler_app/consolemodels.py); on PostgreSQL a BRIN index on finished_at for the
 # dashboard's live hour (a few pages of index for ten million runs; nothing to the beats).
 # Numbered 0011 beside the other branches' 0010s; merge migrations join them.
+# The ledger's two indexes are built CONCURRENTLY on PostgreSQL (scheduler_app/migrationops.py).
 
 import django.db.models.deletion
 from django.db import migrations, models
 
-
-BRIN_SQL = "CREATE INDEX IF NOT EXISTS jobrun_finished_brin ON scheduler_app_jobrun USING brin (finished_at)"
-
-
-def create_brin(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(BRIN_SQL)
-
-
-def drop_brin(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute("DROP INDEX IF EXISTS jobrun_finished_brin")
+from scheduler_app.migrationops import AddIndexConcurrentlyOnPostgres, PostgresOnlySQL
 
 
 class Migration(migrations.Migration):
+    atomic = False  # CREATE INDEX CONCURRENTLY
 
     dependencies = [
         ("scheduler_app", "0010_retention"),
     ]
 
     operations = [
-        migrations.AddIndex(
+        AddIndexConcurrentlyOnPostgres(
             model_name="jobrun",
             index=models.Index(condition=models.Q(("trigger", "schedule"), _negated=True), fields=["-scheduled_at"],
                                name="jobrun_triggered_idx"),
@@ -109,5 +100,8 @@ class Migration(migrations.Migration):
                 'constraints': [models.UniqueConstraint(fields=('minute', 'tenant_id'), name='runminute_unique')],
             },
         ),
-        migrations.RunPython(create_brin, drop_brin),
+        PostgresOnlySQL(
+            "CREATE INDEX CONCURRENTLY IF NOT EXISTS jobrun_finished_brin ON scheduler_app_jobrun USING brin (finished_at)",
+            "DROP INDEX CONCURRENTLY IF EXISTS jobrun_finished_brin",
+        ),
     ]
