@@ -20,6 +20,7 @@ before Django is set up); settings are read when the first event is buffered.
 
 from __future__ import annotations
 
+import threading
 import time
 
 from celery.worker.consumer import Consumer as CeleryConsumer
@@ -30,8 +31,11 @@ OVERDUE_SECONDS = 5.0
 
 
 class Consumer(CeleryConsumer):
-    _flush_due: float | None = None  # when the planned flush is to happen (monotonic); None: none planned
-    _flush_seconds: float | None = None
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._flush_lock = threading.Lock()  # a threads pool sends events from its threads too
+        self._flush_due: float | None = None  # when the planned flush is to happen (monotonic); None: none planned
+        self._flush_seconds: float | None = None
 
     def on_send_event_buffered(self) -> None:
         if not self.hub:
@@ -43,14 +47,20 @@ class Consumer(CeleryConsumer):
         if not self._flush_seconds:
             super().on_send_event_buffered()
             return
-        now = time.monotonic()
-        if self._flush_due is not None and now < self._flush_due + OVERDUE_SECONDS:
-            return  # a flush is planned: this event goes with it
-        self._flush_due = now + self._flush_seconds
-        self.hub.call_later(self._flush_seconds, self._planned_flush)
+        with self._flush_lock:
+            now = time.monotonic()
+            if self._flush_due is not None and now < self._flush_due + OVERDUE_SECONDS:
+                return  # a flush is planned: this event goes with it
+            self._flush_due = now + self._flush_seconds
+        # call_soon may be called from any thread; the timer belongs to the event loop's.
+        self.hub.call_soon(self._plan_flush, self._flush_seconds)
+
+    def _plan_flush(self, seconds: float) -> None:
+        self.hub.call_later(seconds, self._planned_flush)
 
     def _planned_flush(self) -> None:
-        self._flush_due = None
+        with self._flush_lock:
+            self._flush_due = None
         self._flush_events()
 
     def stop(self) -> None:

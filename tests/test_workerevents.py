@@ -70,10 +70,11 @@ def _finished(runs: list[JobRun]) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("pool", ["prefork", "threads"])  # threads: events come from the pool's threads
 @pytest.mark.django_db(transaction=True)
-def test_the_workers_task_events_arrive_in_order_in_few_messages(tenant, processes, queue_name):
+def test_the_workers_task_events_arrive_in_order_in_few_messages(tenant, processes, queue_name, pool):
     with Listener() as listener:
-        start_worker(processes, queue_name, "worker", CRONFLEET_EVENT_FLUSH_SECONDS="1.0")
+        start_worker(processes, queue_name, "worker", "-P", pool, CRONFLEET_EVENT_FLUSH_SECONDS="1.0")
         runs = _runs(tenant, queue_name, 10)
         ids = {celery_task_id(run.id, 1) for run in runs}
         wait_for(lambda: len(listener.of(ids)) == 3 * len(runs), timeout=60,
