@@ -36,60 +36,46 @@ class AddIndexConcurrentlyOnPostgres(migrations.AddIndex):
             schema_editor.remove_index(model, self.index, concurrently=True)
 
 
-class DropColumnIndex(migrations.operations.base.Operation):
+class IndexSQL(migrations.operations.base.Operation):
+    """SQL about an index, for the database alone (the project state does not change):
+    `sql` forwards, `reverse_sql` backwards, each with {concurrently} standing for
+    "CONCURRENTLY " on PostgreSQL and nothing elsewhere; `postgres_only`: nothing elsewhere
+    (an index kind SQLite lacks). Unlike RunPython's, sqlmigrate shows this SQL, and
+    tests/test_migrations.py reads it."""
+
+    reduces_to_sql = True
+    reversible = True
+
+    def __init__(self, sql: str, reverse_sql: str, postgres_only: bool = False) -> None:
+        self.sql, self.reverse_sql, self.postgres_only = sql, reverse_sql, postgres_only
+
+    def deconstruct(self):
+        return self.__class__.__qualname__, [], {"sql": self.sql, "reverse_sql": self.reverse_sql,
+                                                 "postgres_only": self.postgres_only}
+
+    def state_forwards(self, app_label, state):
+        pass
+
+    def database_forwards(self, app_label, schema_editor, from_state, to_state):
+        self._execute(schema_editor, self.sql)
+
+    def database_backwards(self, app_label, schema_editor, from_state, to_state):
+        self._execute(schema_editor, self.reverse_sql)
+
+    def _execute(self, schema_editor, sql: str) -> None:
+        postgres = _concurrently(schema_editor)
+        if postgres or not self.postgres_only:
+            schema_editor.execute(sql.format(concurrently="CONCURRENTLY " if postgres else ""))
+
+    def describe(self):
+        return f"Index SQL: {self.sql.format(concurrently='')[:60]}"
+
+
+def drop_column_index(table: str, column: str, name: str) -> IndexSQL:
     """Drop the index Django made for one column of a table (a foreign key's db_index), by
-    name, CONCURRENTLY on PostgreSQL; backwards, build it again. The database side only:
-    pair it with the field's AlterField(db_index=False) in SeparateDatabaseAndState, whose
-    own database side would also drop and add back the foreign key's constraint, which
-    checks every row of the table while writes wait."""
-
-    reduces_to_sql = True
-    reversible = True
-
-    def __init__(self, table: str, column: str, name: str) -> None:
-        self.table, self.column, self.name = table, column, name
-
-    def deconstruct(self):
-        return self.__class__.__qualname__, [], {"table": self.table, "column": self.column, "name": self.name}
-
-    def state_forwards(self, app_label, state):
-        pass
-
-    def database_forwards(self, app_label, schema_editor, from_state, to_state):
-        concurrently = "CONCURRENTLY " if _concurrently(schema_editor) else ""
-        schema_editor.execute(f"DROP INDEX {concurrently}IF EXISTS {self.name}")
-
-    def database_backwards(self, app_label, schema_editor, from_state, to_state):
-        concurrently = "CONCURRENTLY " if _concurrently(schema_editor) else ""
-        schema_editor.execute(f"CREATE INDEX {concurrently}IF NOT EXISTS {self.name} ON {self.table} ({self.column})")
-
-    def describe(self):
-        return f"Drop index {self.name} of {self.table}.{self.column}"
-
-
-class PostgresOnlySQL(migrations.operations.base.Operation):
-    """SQL for PostgreSQL alone (an index kind SQLite lacks), which sqlmigrate shows and
-    tests/test_migrations.py reads, where RunPython's SQL is neither."""
-
-    reduces_to_sql = True
-    reversible = True
-
-    def __init__(self, sql: str, reverse_sql: str) -> None:
-        self.sql, self.reverse_sql = sql, reverse_sql
-
-    def deconstruct(self):
-        return self.__class__.__qualname__, [], {"sql": self.sql, "reverse_sql": self.reverse_sql}
-
-    def state_forwards(self, app_label, state):
-        pass
-
-    def database_forwards(self, app_label, schema_editor, from_state, to_state):
-        if _concurrently(schema_editor):
-            schema_editor.execute(self.sql)
-
-    def database_backwards(self, app_label, schema_editor, from_state, to_state):
-        if _concurrently(schema_editor):
-            schema_editor.execute(self.reverse_sql)
-
-    def describe(self):
-        return f"PostgreSQL only: {self.sql[:60]}"
+    name; backwards, build it again. The database side only: pair it with the field's
+    AlterField(db_index=False) in SeparateDatabaseAndState, whose own database side would
+    also drop and add back the foreign key's constraint, which checks every row of the table
+    while writes wait."""
+    return IndexSQL(f"DROP INDEX {{concurrently}}IF EXISTS {name}",
+                    f"CREATE INDEX {{concurrently}}IF NOT EXISTS {name} ON {table} ({column})")

@@ -10,7 +10,7 @@ Pruning runs needs no new index of the ledger itself (see scheduler_app/retentio
 
 from django.db import migrations, models
 
-from scheduler_app.migrationops import AddIndexConcurrentlyOnPostgres, DropColumnIndex
+from scheduler_app.migrationops import AddIndexConcurrentlyOnPostgres, drop_column_index
 
 
 def days_field(help_text):
@@ -73,8 +73,8 @@ class Migration(migrations.Migration):
                 field=models.ForeignKey(db_index=False, on_delete=models.deletion.CASCADE, related_name='runs',
                                         to='scheduler_app.job'),
             )],
-            database_operations=[DropColumnIndex("scheduler_app_jobrun", "job_id",
-                                                 "scheduler_app_jobrun_job_id_4f251f58")],
+            database_operations=[drop_column_index("scheduler_app_jobrun", "job_id",
+                                                   "scheduler_app_jobrun_job_id_4f251f58")],
         ),
         AddIndexConcurrentlyOnPostgres(
             model_name='auditevent',

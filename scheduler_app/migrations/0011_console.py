@@ -8,7 +8,7 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
-from scheduler_app.migrationops import AddIndexConcurrentlyOnPostgres, PostgresOnlySQL
+from scheduler_app.migrationops import AddIndexConcurrentlyOnPostgres, IndexSQL
 
 
 class Migration(migrations.Migration):
@@ -100,8 +100,9 @@ class Migration(migrations.Migration):
                 'constraints': [models.UniqueConstraint(fields=('minute', 'tenant_id'), name='runminute_unique')],
             },
         ),
-        PostgresOnlySQL(
-            "CREATE INDEX CONCURRENTLY IF NOT EXISTS jobrun_finished_brin ON scheduler_app_jobrun USING brin (finished_at)",
-            "DROP INDEX CONCURRENTLY IF EXISTS jobrun_finished_brin",
+        IndexSQL(
+            "CREATE INDEX {concurrently}IF NOT EXISTS jobrun_finished_brin ON scheduler_app_jobrun USING brin (finished_at)",
+            "DROP INDEX {concurrently}IF EXISTS jobrun_finished_brin",
+            postgres_only=True,
         ),
     ]

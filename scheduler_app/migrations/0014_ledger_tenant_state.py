@@ -10,7 +10,7 @@ AlterField would drop it and add it back, checking every run while writes wait).
 import django.db.models.deletion
 from django.db import migrations, models
 
-from scheduler_app.migrationops import AddIndexConcurrentlyOnPostgres, DropColumnIndex
+from scheduler_app.migrationops import AddIndexConcurrentlyOnPostgres, drop_column_index
 
 
 class Migration(migrations.Migration):
@@ -32,7 +32,7 @@ class Migration(migrations.Migration):
                 field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE,
                                         related_name="runs", to="scheduler_app.tenant"),
             )],
-            database_operations=[DropColumnIndex("scheduler_app_jobrun", "tenant_id",
-                                                 "scheduler_app_jobrun_tenant_id_1bb4eedc")],
+            database_operations=[drop_column_index("scheduler_app_jobrun", "tenant_id",
+                                                   "scheduler_app_jobrun_tenant_id_1bb4eedc")],
         ),
     ]
