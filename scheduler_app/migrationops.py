@@ -11,7 +11,7 @@ They live outside the migrations package, whose every module Django takes for a 
 
 from __future__ import annotations
 
-from django.db import migrations
+from django.db import migrations, router
 
 
 def _concurrently(schema_editor) -> bool:
@@ -57,12 +57,14 @@ class IndexSQL(migrations.operations.base.Operation):
         pass
 
     def database_forwards(self, app_label, schema_editor, from_state, to_state):
-        self._execute(schema_editor, self.sql)
+        self._execute(app_label, schema_editor, self.sql)
 
     def database_backwards(self, app_label, schema_editor, from_state, to_state):
-        self._execute(schema_editor, self.reverse_sql)
+        self._execute(app_label, schema_editor, self.reverse_sql)
 
-    def _execute(self, schema_editor, sql: str) -> None:
+    def _execute(self, app_label: str, schema_editor, sql: str) -> None:
+        if not router.allow_migrate(schema_editor.connection.alias, app_label):
+            return  # a database the routers keep this app out of (the SQL jobs' targets)
         postgres = _concurrently(schema_editor)
         if postgres or not self.postgres_only:
             schema_editor.execute(sql.format(concurrently="CONCURRENTLY " if postgres else ""))
