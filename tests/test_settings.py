@@ -22,6 +22,9 @@ def check_settings(*, script: str = "", **env: str) -> subprocess.CompletedProce
     [
         ({"CRONFLEET_BATCH_SIZE": "many"}, "CRONFLEET_BATCH_SIZE must be an integer, got 'many'"),
         ({"CRONFLEET_BATCH_SIZE": "0"}, "CRONFLEET_BATCH_SIZE must be at least 1"),
+        ({"CRONFLEET_EVENT_FLUSH_SECONDS": "soon"}, "CRONFLEET_EVENT_FLUSH_SECONDS must be a number, got 'soon'"),
+        ({"CRONFLEET_EVENT_FLUSH_SECONDS": "nan"}, "CRONFLEET_EVENT_FLUSH_SECONDS must be a number, got 'nan'"),
+        ({"CRONFLEET_EVENT_FLUSH_SECONDS": "-1"}, "CRONFLEET_EVENT_FLUSH_SECONDS must be at least 0.0"),
         ({"DJANGO_DEBUG": "perhaps"}, "DJANGO_DEBUG must be a boolean"),
         ({"DJANGO_DEBUG": "false", "DJANGO_SECRET_KEY": ""}, "DJANGO_SECRET_KEY must be set"),
         # Debug is off unless asked for, so production cannot start on the public development key ...
