@@ -25,14 +25,17 @@ class Listener:
 
     def __init__(self) -> None:
         self.events: list[dict] = []
-        self.messages: list[int] = []  # events per message
+        self.messages: list[int] = []  # task events per message that carried any
         self.ready = threading.Event()
         self.connection = app.connection_for_read()
         listener = self
 
         class Receiver(EventReceiver):
             def _receive(self, body, message, list=list, isinstance=isinstance):
-                listener.messages.append(len(body) if isinstance(body, list) else 1)
+                events = body if isinstance(body, list) else [body]
+                tasks = sum(1 for event in events if str(event.get("type", "")).startswith("task-"))
+                if tasks:  # not the worker's own events (worker-online, heartbeats)
+                    listener.messages.append(tasks)
                 super()._receive(body, message)
 
             def on_consume_ready(self, *args, **kwargs):
