@@ -5,7 +5,7 @@ Celery buffers a worker's task events (task-received, task-started, task-succeed
 flushes the buffer on the event loop's next turn: with one short run per message that is
 a publish per event, three a run, each a serialisation and a broker round trip in the
 worker's main process, which also receives, hands out and acknowledges every message.
-A py-spy profile of a worker running 600 runs a second put 39% of that process's samples
+A py-spy profile of a worker running about 500 runs a second put 39% of that process's samples
 in those flushes. This consumer flushes at most every CRONFLEET_EVENT_FLUSH_SECONDS
 (settings), or sooner when the buffer holds Celery's limit (24 events): each flush is one
 message (routing key `task.multi`) carrying the events in order, which Celery's event

@@ -20,7 +20,7 @@ TASK_EVENTS = ("task-received", "task-started", "task-succeeded")
 
 
 class Listener:
-    """Celery's EventReceiver in a thread, keeping every event of one worker and the size of
+    """Celery's EventReceiver in a thread, keeping every event on the broker and the size of
     each broker message that carried them (a batch is a list of events)."""
 
     def __init__(self) -> None:
