@@ -206,11 +206,8 @@ def start_runs(pairs: list[tuple[int, int]], *, worker: str, task_id: str = "") 
               "queued": RunState.QUEUED.value}
     if connection.vendor != "postgresql":
         return [started for pair in pairs if (started := _start_run_orm(*pair, params)) is not None]
-    if len(pairs) == 1:
-        (params["id"], params["attempt"]), statement = pairs[0], START_RUN
-    else:
-        params["ids"], params["attempts"], statement = [i for i, _ in pairs], [a for _, a in pairs], START_RUNS
-    rows = execute(statement, params, many=True)
+    params.update(_one_or_many({"id": [run_id for run_id, _ in pairs], "attempt": [attempt for _, attempt in pairs]}))
+    rows = execute(START_RUN if len(pairs) == 1 else START_RUNS, params, many=True)
     alias = connection.alias  # once: each read of `connection` goes through asgiref's Local
     return [_started(row, params["worker"], alias) for row in rows]
 
@@ -280,13 +277,19 @@ def end_runs(endings: list[Ending]) -> set[int]:
 
 def _ending_params(endings: list[Ending]) -> dict:
     """END_RUN's scalars for one ending, END_RUNS's arrays for several."""
-    columns = {
+    return _one_or_many({
         "id": [e.started.run.id for e in endings], "attempt": [e.started.run.attempt for e in endings],
         "state": [str(e.state) for e in endings], "result": [e.result for e in endings],
         "error": [e.error for e in endings],
         "delay": [None if e.delay is None else e.delay.total_seconds() for e in endings],
-    }
-    if len(endings) == 1:
+    })
+
+
+def _one_or_many(columns: dict[str, list]) -> dict:
+    """The parameters of the one-run form of a statement (MINE_ONE, ENDING_ONE: each column's
+    value, by its name) or of its batch form (MINE_MANY, ENDINGS_MANY: each column's list,
+    by its name in the plural)."""
+    if len(next(iter(columns.values()))) == 1:
         return {name: values[0] for name, values in columns.items()}
     return {f"{name}s": values for name, values in columns.items()}
 
