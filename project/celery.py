@@ -10,7 +10,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 
 app = Celery("cronfleet")
 # The worker's node heartbeat and metrics exporter (a bootstep, and its command-line option).
-from scheduler_app.workerstep import install_worker_step  # noqa: E402 (imports no Django)
+from scheduler_app.worker.step import install_worker_step  # noqa: E402 (imports no Django)
 
 install_worker_step(app)
 app.config_from_object("django.conf:settings", namespace="CELERY")

@@ -40,6 +40,6 @@ control_socket_disable = True
 accesslog = "-"
 errorlog = "-"
 if (os.environ.get("CRONFLEET_LOG_FORMAT") or "").strip().lower() == "json":  # one JSON object a line
-    from scheduler_app.logformat import json_logconfig
+    from scheduler_app.observability.logformat import json_logconfig
 
     logconfig_dict = json_logconfig()

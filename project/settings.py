@@ -20,6 +20,17 @@ def env_str(name: str, default: str) -> str:
     return os.environ.get(name) or default
 
 
+def env_json_object(name: str, what: str) -> dict:
+    """The variable's JSON object (unset or empty: {}); ImproperlyConfigured naming it otherwise."""
+    try:
+        value = json.loads(env_str(name, "{}"))
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured(f"{name} must be a JSON object of {what}")
+    return value
+
+
 def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
     return _env_number(name, default, int, "an integer", minimum)
 
@@ -186,13 +197,8 @@ elif _db["ENGINE"] == "django.db.backends.postgresql":
 DATABASES = {"default": _db}
 # Databases SQL jobs may run statements on besides "default" (CRONFLEET_SQL names the alias):
 # a JSON object alias -> URL (PostgreSQL or MariaDB), e.g. {"reporting": "postgres://..."}.
-# Cronfleet's tables are never migrated into them (scheduler_app.sqljobs.SqlDatabasesRouter).
-try:
-    _sql_databases = json.loads(env_str("CRONFLEET_SQL_DATABASES", "{}"))
-except ValueError as exc:
-    raise ImproperlyConfigured(f"CRONFLEET_SQL_DATABASES must be JSON: {exc}") from None
-if not isinstance(_sql_databases, dict):
-    raise ImproperlyConfigured("CRONFLEET_SQL_DATABASES must be a JSON object of alias -> database URL")
+# Cronfleet's tables are never migrated into them (scheduler_app.targets.sql.SqlDatabasesRouter).
+_sql_databases = env_json_object("CRONFLEET_SQL_DATABASES", "alias -> database URL")
 for _alias, _url in _sql_databases.items():
     if not _alias.isidentifier() or _alias == "default":
         raise ImproperlyConfigured(f"CRONFLEET_SQL_DATABASES.{_alias}: an alias must be an identifier other "
@@ -210,7 +216,7 @@ for _alias, _url in _sql_databases.items():
     _extra["CONN_HEALTH_CHECKS"] = True
     DATABASES[_alias] = _extra
 CRONFLEET_SQL_DATABASE_ALIASES = tuple(_sql_databases)
-DATABASE_ROUTERS = ["scheduler_app.sqljobs.SqlDatabasesRouter"]
+DATABASE_ROUTERS = ["scheduler_app.targets.sql.SqlDatabasesRouter"]
 if _db["ENGINE"] == "django.db.backends.sqlite3":
     Path(_db["NAME"]).parent.mkdir(parents=True, exist_ok=True)
 
@@ -247,13 +253,13 @@ LOGGING = {
         "scheduler_app": {"handlers": ["console"], "level": env_str("CRONFLEET_LOG_LEVEL", "INFO")},
     },
 }
-# CRONFLEET_LOG_FORMAT=json: one JSON object per line (scheduler_app/logformat.py), from every
+# CRONFLEET_LOG_FORMAT=json: one JSON object per line (scheduler_app/observability/logformat.py), from every
 # logger of the process: the root logger writes them, ours included (at their own level).
 CRONFLEET_LOG_FORMAT = env_str("CRONFLEET_LOG_FORMAT", "plain").lower()
 if CRONFLEET_LOG_FORMAT not in {"plain", "json"}:
     raise ImproperlyConfigured(f"CRONFLEET_LOG_FORMAT must be plain or json, got {CRONFLEET_LOG_FORMAT!r}")
 if CRONFLEET_LOG_FORMAT == "json":
-    LOGGING["formatters"]["json"] = {"()": "scheduler_app.logformat.JsonFormatter"}
+    LOGGING["formatters"]["json"] = {"()": "scheduler_app.observability.logformat.JsonFormatter"}
     LOGGING["handlers"]["console"]["formatter"] = "json"
     LOGGING["root"] = {"handlers": ["console"], "level": "WARNING"}
     LOGGING["loggers"]["scheduler_app"] = {"level": env_str("CRONFLEET_LOG_LEVEL", "INFO")}
@@ -302,9 +308,9 @@ CRONFLEET_QUEUES = env_list("CRONFLEET_QUEUES", [])
 CELERY_TASK_SEND_SENT_EVENT = False
 CELERY_WORKER_SEND_TASK_EVENTS = env_bool("CELERY_WORKER_SEND_TASK_EVENTS", True)
 # The worker's task events go to the broker in batches, at most this many seconds after
-# they happen (scheduler_app/workerevents.py); 0: each on the event loop's next turn, as
+# they happen (scheduler_app/worker/events.py); 0: each on the event loop's next turn, as
 # Celery sends them.
-CELERY_WORKER_CONSUMER = "scheduler_app.workerevents:Consumer"
+CELERY_WORKER_CONSUMER = "scheduler_app.worker.events:Consumer"
 CRONFLEET_EVENT_FLUSH_SECONDS = env_float("CRONFLEET_EVENT_FLUSH_SECONDS", 0.1, minimum=0.0)
 CELERY_TIMEZONE = "UTC"
 CELERY_ENABLE_UTC = True
@@ -383,23 +389,13 @@ if _visibility is not None and CRONFLEET_MAX_JOB_TIMEOUT_SECONDS + 30 >= _visibi
         f"({CRONFLEET_MAX_JOB_TIMEOUT_SECONDS + 30})"
     )
 # Programs command jobs may run: name -> {"executable": absolute path, "argv": template,
-# "params": {name: {"type": ...}}} (see scheduler_app/commandjobs.py). JSON in the variable.
-try:
-    CRONFLEET_COMMANDS = json.loads(env_str("CRONFLEET_COMMANDS", "{}"))
-except ValueError as exc:
-    raise ImproperlyConfigured(f"CRONFLEET_COMMANDS must be JSON: {exc}") from None
-if not isinstance(CRONFLEET_COMMANDS, dict):
-    raise ImproperlyConfigured("CRONFLEET_COMMANDS must be a JSON object of command names")
+# "params": {name: {"type": ...}}} (see scheduler_app/targets/command/running.py). JSON in the variable.
+CRONFLEET_COMMANDS = env_json_object("CRONFLEET_COMMANDS", "command names")
 CRONFLEET_COMMAND_CWD = env_str("CRONFLEET_COMMAND_CWD", str(VAR_DIR))
 # Statements SQL jobs may run: name -> {"database": alias, "sql": "... %(param)s ...",
 # "params": {name: {"type": ...}}, "read_only", "timeout", "max_rows", "isolation"} (see
-# the scheduler_app.sqljobs package). JSON in the variable; checked at start-up against DATABASES.
-try:
-    CRONFLEET_SQL = json.loads(env_str("CRONFLEET_SQL", "{}"))
-except ValueError as exc:
-    raise ImproperlyConfigured(f"CRONFLEET_SQL must be JSON: {exc}") from None
-if not isinstance(CRONFLEET_SQL, dict):
-    raise ImproperlyConfigured("CRONFLEET_SQL must be a JSON object of statement names")
+# the scheduler_app.targets.sql package). JSON in the variable; checked at start-up against DATABASES.
+CRONFLEET_SQL = env_json_object("CRONFLEET_SQL", "statement names")
 # Networks HTTP jobs may reach although they are private or loopback (development and tests
 # only, e.g. "127.0.0.0/8"). Empty in production: every private address is refused.
 CRONFLEET_HTTP_ALLOWED_NETWORKS = env_list("CRONFLEET_HTTP_ALLOWED_NETWORKS", [])
@@ -409,7 +405,7 @@ CRONFLEET_HTTP_MAX_RESPONSE_BYTES = env_int("CRONFLEET_HTTP_MAX_RESPONSE_BYTES",
 CRONFLEET_ENCRYPTION_KEYS = env_list("CRONFLEET_ENCRYPTION_KEYS", [])
 # Bytes of a run's result and error kept in the ledger.
 CRONFLEET_RESULT_MAX_BYTES = env_int("CRONFLEET_RESULT_MAX_BYTES", 8192, minimum=256)
-# Retention (scheduler_app/retention.py): finished runs are kept this many days after they
+# Retention (scheduler_app/ledger/retention.py): finished runs are kept this many days after they
 # finished, failed and dead ones at least CRONFLEET_RETENTION_FAILED_DAYS, and a job's newest
 # CRONFLEET_RETENTION_KEEP_LAST runs whatever their age; older ones are deleted in the
 # background by the beats and by `manage.py prune_runs`. Tenants and jobs may set their own

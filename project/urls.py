@@ -2,14 +2,14 @@ from django.contrib import admin
 from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from scheduler_app import health, views
 from scheduler_app.admin.dashboard import dashboard_view
 from scheduler_app.api.handler import no_route, not_found
+from scheduler_app.observability import health
 
 urlpatterns = [
     path("admin/dashboard/", admin.site.admin_view(dashboard_view), name="cronfleet_dashboard"),
     path("admin/", admin.site.urls),
-    path("healthz", views.healthz, name="healthz"),
+    path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", health.metrics_view, name="metrics"),
     path("api/v1/", include(("scheduler_app.api.urls", "api"))),

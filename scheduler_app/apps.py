@@ -1,4 +1,6 @@
 from django.apps import AppConfig
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 
 class SchedulerAppConfig(AppConfig):
@@ -9,16 +11,16 @@ class SchedulerAppConfig(AppConfig):
     def ready(self) -> None:
         # Register the built-in tasks in every process, not only in Celery workers (where
         # autodiscovery imports them): execute_run looks targets up in the app's registry.
-        from django.conf import settings
-        from django.core.exceptions import ImproperlyConfigured
-
-        from scheduler_app import commandjobs, sqljobs, tasks  # noqa: F401
+        # Imported here, not at the top: models and tasks may be imported only once the app
+        # registry is ready, which is what ready() is called for.
+        from scheduler_app import tasks  # noqa: F401
+        from scheduler_app.targets import command, sql
 
         try:  # a broken allow-list stops start-up, not the first run that uses it
-            commandjobs.validate_config(settings.CRONFLEET_COMMANDS)
-        except commandjobs.InvalidCommand as exc:
+            command.validate_config(settings.CRONFLEET_COMMANDS)
+        except command.InvalidCommand as exc:
             raise ImproperlyConfigured(str(exc)) from None
         try:
-            sqljobs.validate_config(settings.CRONFLEET_SQL, settings.DATABASES)
-        except sqljobs.InvalidSql as exc:
+            sql.validate_config(settings.CRONFLEET_SQL, settings.DATABASES)
+        except sql.InvalidSql as exc:
             raise ImproperlyConfigured(str(exc)) from None

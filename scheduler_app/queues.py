@@ -1,4 +1,5 @@
-"""Which broker queue names a job may use. Pure: no database, no broker.
+"""The broker's queues: which names a job may use (no database, no broker), the name a
+message goes to, how many messages wait in each, and the task names a run's message carries.
 
 A job's queue is a name its tenant types, and the beat publishes to it with the broker's
 own key space: on Redis a queue is a list key beside kombu's bookkeeping keys
@@ -11,8 +12,16 @@ queue. A deployment can also list the queues its workers consume (CRONFLEET_QUEU
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
+from celery import current_app as app
 from django.conf import settings
+from kombu.exceptions import KombuError
+
+# The tasks a run's message names (scheduler_app/tasks.py): the beat publishes them, the worker
+# reports on them. Queued messages carry these names: never rename them.
+EXECUTE_RUN = "scheduler_app.execute_run"
+EXECUTE_RUNS = "scheduler_app.execute_runs"  # a batch: [[run id, attempt], ...]
 
 PATTERN = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
 # Names the brokers or Celery keep for themselves: RabbitMQ's reserved prefix, Celery's
@@ -39,3 +48,48 @@ def check_queue(name: str) -> str:
     if allowed and name not in allowed and name != settings.CELERY_TASK_DEFAULT_QUEUE:
         raise InvalidQueue(f"{name!r} is not one of this deployment's queues ({', '.join(allowed)}; CRONFLEET_QUEUES)")
     return name
+
+
+def queue_name(queue: str) -> str:
+    return queue or settings.CELERY_TASK_DEFAULT_QUEUE
+
+
+def broker_errors() -> tuple[type[BaseException], ...]:
+    """What the configured broker raises when it cannot be reached or refuses a call."""
+    with app.connection_for_write() as conn:  # not connected: the transport lists its errors
+        return (KombuError, OSError, *conn.connection_errors, *conn.channel_errors)
+
+
+def queue_depth(queue: str) -> int:
+    """Messages waiting in the broker queue `queue` (0 when the broker does not know it)."""
+    return queue_depths([queue])[queue]
+
+
+def queue_depths(queues: Iterable[str]) -> dict[str, int]:
+    """queue_depth of each of `queues`, over one broker connection."""
+    depths: dict[str, int] = {}
+    with app.connection_for_write() as conn:
+        channel = conn.channel()
+        try:
+            for queue in queues:
+                try:
+                    depths[queue] = channel.queue_declare(queue=queue_name(queue), passive=True).message_count
+                except conn.channel_errors:  # no such queue: nothing is waiting in it
+                    depths[queue] = 0
+                    channel = conn.channel()  # AMQP closed the channel that asked
+        finally:
+            channel.close()
+    return depths
+
+
+def redis_list_keys(queue: str) -> list[str]:
+    """The Redis lists kombu's Redis transport keeps `queue` in: one per priority step, in
+    the order workers take from them (the highest Job.priority first)."""
+    # Only for a Redis broker: kombu's Redis transport imports redis-py.
+    from kombu.transport.redis import PRIORITY_STEPS, Channel
+
+    options = settings.CELERY_BROKER_TRANSPORT_OPTIONS
+    prefix = options.get("global_keyprefix", "")
+    name = queue_name(queue)
+    return [prefix + (f"{name}{Channel.sep}{step}" if step else name)
+            for step in options.get("priority_steps", PRIORITY_STEPS)]

@@ -9,8 +9,8 @@ from celery import shared_task
 from celery.signals import task_postrun
 from django.db import connections
 
-from scheduler_app import delivery, execution
 from scheduler_app.fire import current_fire
+from scheduler_app.worker import delivery, execution
 
 MAX_SLEEP_SECONDS = 3600
 

@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 import redis
 from django.conf import settings
-from kombu import Connection
 from django.db import connection
+from kombu import Connection
 
 from scheduler_app.models import Job, JobRun, RunState, Tenant
-from scheduler_app.publish import redis_list_keys
+from scheduler_app.queues import redis_list_keys
 
 ROOT = Path(__file__).resolve().parent.parent
 # RabbitMQ, for the tests that run a beat and a worker on it (test.sh checks it answers).
@@ -56,9 +56,9 @@ def fresh_backpressure():
     """Each test claims for queues of its own: the beat's list of queues to watch starts empty."""
     from scheduler_app import dispatch
 
-    dispatch.forget_backpressure()
+    dispatch.backpressure.forget_backpressure()
     yield
-    dispatch.forget_backpressure()
+    dispatch.backpressure.forget_backpressure()
 
 
 @pytest.fixture

@@ -13,9 +13,9 @@ import pytest
 from django.core import mail
 from django.db import connections, transaction
 
-from scheduler_app import alerts, services, webhooks
-from scheduler_app.consolemodels import Alert, AlertKind, AlertRule
-from scheduler_app.models import Job, JobRun, RunState, Tenant, db_now
+from scheduler_app import alerts, services
+from scheduler_app.models import Alert, AlertKind, AlertRule, Job, JobRun, RunState, Tenant, db_now
+from scheduler_app.targets.http import signing as webhooks
 from tests.conftest import wait_for
 
 TASK = "scheduler_app.echo"

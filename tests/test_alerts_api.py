@@ -10,8 +10,7 @@ from itertools import count
 import pytest
 
 from scheduler_app import alerts, services
-from scheduler_app.consolemodels import Alert, AlertKind, AlertRule
-from scheduler_app.models import AuditEvent, Job, db_now
+from scheduler_app.models import Alert, AlertKind, AlertRule, AuditEvent, Job, db_now
 from tests.test_api import client_for, errors_of, make_tenant
 
 _keys = count()

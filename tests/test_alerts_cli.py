@@ -10,9 +10,8 @@ import pytest
 from django.core.management.base import CommandError
 
 from scheduler_app import services
-from scheduler_app.consolemodels import Alert, AlertKind, AlertRule
 from scheduler_app.management.commands.alerts import parse_duration
-from scheduler_app.models import AuditEvent, Job, db_now
+from scheduler_app.models import Alert, AlertKind, AlertRule, AuditEvent, Job, db_now
 from tests.test_commands import cli, fails, run  # noqa: F401 - cli is a fixture
 
 TASK = "scheduler_app.echo"

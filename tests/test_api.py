@@ -13,7 +13,8 @@ from django.contrib.auth.models import User
 from django.utils.crypto import get_random_string
 from rest_framework.test import APIClient
 
-from scheduler_app import services, stats
+from scheduler_app import services
+from scheduler_app.ledger import stats
 from scheduler_app.models import (
     ApiKey,
     AuditEvent,

@@ -16,8 +16,9 @@ import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from scheduler_app import alerts, services
-from scheduler_app.consolemodels import Alert, AlertRule
 from scheduler_app.models import (
+    Alert,
+    AlertRule,
     ApiKey,
     AuditEvent,
     Job,

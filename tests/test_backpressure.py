@@ -63,7 +63,7 @@ def test_a_full_queue_is_not_claimed_for_until_workers_drain_it(settings, queues
 
     # The beat sleeps briefly instead of spinning on the held-back due jobs (it claimed for
     # another queue this turn) ...
-    assert dispatch.seconds_until_due(later, cap=5, held_back=[busy]) == dispatch.BACKPRESSURE_POLL_SECONDS
+    assert dispatch.seconds_until_due(later, cap=5, held_back=[busy]) == dispatch.backpressure.BACKPRESSURE_POLL_SECONDS
     assert dispatch.seconds_until_due(later, cap=5) == 0
     # ... and longer, up to a bound, while turns find nothing else to claim.
     sleeps = []

@@ -8,9 +8,10 @@ import psycopg
 import pytest
 from django.db import connection
 
-from scheduler_app import execution, services, transitions
+from scheduler_app import services
+from scheduler_app.dispatch.publish import RunMessage, batched, publish_runs
 from scheduler_app.models import Job, JobRun, RunState, Tenant, db_now
-from scheduler_app.publish import RunMessage, batched, publish_runs
+from scheduler_app.worker import execution, transitions
 from tests.conftest import NOW, take_broker_messages, wait_for
 
 

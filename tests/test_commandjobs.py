@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from scheduler_app.commandjobs import (
+from scheduler_app.targets.command import (
     CommandResult,
     InvalidCommand,
     build_argv,

@@ -41,7 +41,7 @@ def test_add_cron_job_prints_its_id_and_next_fires_in_its_zone_and_utc(tokyo):
     assert (job.cron, job.timezone, job.enabled) == ("0 9 * * *", "Asia/Tokyo", True)  # the tenant's zone
     fires = table_rows(out)
     assert len(fires) == 5
-    for index, local, utc in fires:
+    for _index, local, utc in fires:
         assert re.fullmatch(r"\d{4}-\d\d-\d\d 09:00:00\+09:00 JST", local)
         assert re.fullmatch(r"\d{4}-\d\d-\d\d 00:00:00Z", utc)
     assert fires[0][2] == job.next_run_at.strftime("%Y-%m-%d %H:%M:%SZ")

@@ -29,7 +29,6 @@ from tests.test_commands import (  # noqa: F401 (acme and tokyo are fixtures)
     tokyo,
 )
 
-
 # --- edit -----------------------------------------------------------------------------
 
 

@@ -11,7 +11,7 @@ import pytest
 from django.urls import reverse
 
 from scheduler_app import services
-from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Tenant
+from scheduler_app.models import AuditEvent, Job, JobRun, NodeKind, RunState, Tenant
 from tests.test_admin import fast_password_hashing, url  # noqa: F401 (an autouse fixture, the admin URL helper)
 
 TASK = "scheduler_app.echo"
@@ -61,7 +61,7 @@ def test_times_show_seconds_and_the_zone(admin_client, job):
 
 def test_the_audit_trail_names_the_job_of_run_events(admin_client, job):
     run = make_run(job, BASE, state=RunState.DEAD)
-    # As dispatch.mark_lost_runs and the worker write them: the job's id, no name.
+    # As dispatch.recovery.mark_lost_runs and the worker write them: the job's id, no name.
     AuditEvent.objects.create(tenant=job.tenant, job_id=job.pk, run_id=run.pk, action="run.lost", actor="beat")
 
     html = admin_client.get(url("auditevent", "changelist")).content.decode()
@@ -319,8 +319,8 @@ def test_the_job_page_s_actions_need_the_change_job_permission(client, django_us
 
 
 def test_the_dashboard_charts_the_last_hour_and_day_and_the_next_hour(admin_client, job):
-    from scheduler_app import dashboard
     from scheduler_app.models import db_now
+    from scheduler_app.observability import dashboard
 
     now = db_now()
     for minutes in (50, 40, 30, 20, 3):
@@ -349,8 +349,8 @@ def test_the_dashboard_charts_the_last_hour_and_day_and_the_next_hour(admin_clie
 
 
 def test_a_tenant_s_dashboard_counts_that_tenant_only(admin_client, job):
-    from scheduler_app import dashboard
     from scheduler_app.models import db_now
+    from scheduler_app.observability import dashboard
 
     other = services.tenant_create(slug="other", name="Other", timezone="UTC")
     noisy = services.job_create(other, services.JobSpec(name="noisy", task_name=TASK, cron="* * * * *"))
@@ -377,13 +377,13 @@ def test_a_tenant_s_dashboard_counts_that_tenant_only(admin_client, job):
 def test_the_dashboard_shows_each_queue_s_depth_and_the_beats_and_workers(admin_client, tenant, queue_name):
     """Runs triggered with no worker wait in their broker queue: the dashboard reads the depth
     from the broker and says no live worker consumes that queue; a beat's heartbeat is listed."""
-    from scheduler_app import nodes
+    from scheduler_app.observability import nodes
 
     job = services.job_create(tenant, services.JobSpec(name="queued", task_name=TASK, cron="0 0 1 1 *",
                                                        queue=queue_name))
     for _ in range(3):
         services.job_trigger(job)
-    nodes.Registration(nodes.NodeKind.BEAT, "beat-under-test", stale_after=60, queues=[queue_name]).register("dispatching")
+    nodes.Registration(NodeKind.BEAT, "beat-under-test", stale_after=60, queues=[queue_name]).register("dispatching")
 
     html = admin_client.get(reverse("cronfleet_dashboard")).content.decode()
 
@@ -396,8 +396,7 @@ def test_the_dashboard_shows_each_queue_s_depth_and_the_beats_and_workers(admin_
 
 
 def test_the_dashboard_lists_the_latest_alerts_of_the_day(admin_client, job):
-    from scheduler_app.consolemodels import Alert
-    from scheduler_app.models import db_now
+    from scheduler_app.models import Alert, db_now
 
     other = services.job_create(services.tenant_create(slug="other", name="Other"),
                                 services.JobSpec(name="quiet", task_name=TASK, cron="0 9 * * *"))

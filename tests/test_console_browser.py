@@ -8,8 +8,9 @@ from datetime import timedelta
 
 import pytest
 
-from scheduler_app import dashboard, services
+from scheduler_app import services
 from scheduler_app.models import Alert, AlertKind, JobRun, RunState, db_now
+from scheduler_app.observability import dashboard
 from tests import browser
 from tests.conftest import ROOT
 

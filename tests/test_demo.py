@@ -93,12 +93,12 @@ def test_demo_runs_jobs_and_stops_cleanly_on_sigint(tmp_path):
         succeeded = False
         while not succeeded:
             left = deadline - time.monotonic()
-            assert left > 0, "no succeeded run within %ss:\n%s" % (STARTUP_SECONDS, "\n".join(output))
+            assert left > 0, "no succeeded run within {}s:\n{}".format(STARTUP_SECONDS, "\n".join(output))
             try:
                 line = lines.get(timeout=left)
             except queue.Empty:
                 continue
-            assert line is not None, "demo exited early (code %s):\n%s" % (demo.poll(), "\n".join(output))
+            assert line is not None, "demo exited early (code {}):\n{}".format(demo.poll(), "\n".join(output))
             output.append(line)
             if started := STARTED.match(line):
                 children[started[1]] = int(started[2])

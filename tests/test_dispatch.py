@@ -64,7 +64,7 @@ def test_claim_query_uses_skip_locked(make_job, django_assert_num_queries):
     make_job()
 
     with transaction.atomic(), django_assert_num_queries(2) as captured:
-        dispatch.claim_due_jobs(NOW, limit=10)
+        dispatch.claim.claim_due_jobs(NOW, limit=10)
 
     assert captured.captured_queries[0]["sql"] == "SET LOCAL jit = off"  # the ranking's estimates would JIT it
     assert "FOR NO KEY UPDATE SKIP LOCKED" in captured.captured_queries[1]["sql"]

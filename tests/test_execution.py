@@ -4,11 +4,10 @@ import random
 from datetime import timedelta
 
 import pytest
-
 from django.db import connection
 
-from scheduler_app import execution
 from scheduler_app.models import AuditEvent, JobRun, RunState
+from scheduler_app.worker import execution
 from tests.conftest import NOW, utc
 
 
@@ -139,7 +138,7 @@ def test_requeue_moves_due_retries_back_to_queued_as_the_next_attempt(make_run):
     later = make_run(state=RunState.RETRYING, scheduled_at=utc(2024, 1, 1, 0, 1),
                      next_attempt_at=NOW + timedelta(seconds=30))
 
-    messages = dispatch.requeue_due_retries(NOW, limit=10)
+    messages = dispatch.recovery.requeue_due_retries(NOW, limit=10)
 
     assert [(m.run_id, m.attempt) for m in messages] == [(due.id, 2)]
     due.refresh_from_db()

@@ -10,7 +10,8 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 
-from scheduler_app import dispatch, sql
+from scheduler_app import dispatch
+from scheduler_app.dispatch import sql
 from scheduler_app.models import Job, Tenant
 from tests.conftest import rows_read, utc
 
@@ -22,7 +23,7 @@ def make_tenant(slug, weight=1) -> Tenant:
 
 
 def ranked_ids(now, horizon, held_back=()) -> list[int]:
-    clause, params = dispatch.hold_back_clause("due", held_back)
+    clause, params = dispatch.claim.hold_back_clause("due", held_back)
     with connection.cursor() as cursor:
         cursor.execute(sql.FAIR_ORDER.format(held_back=clause), {"now": now, "horizon": horizon, **params})
         return [row[0] for row in cursor.fetchall()]

@@ -25,9 +25,9 @@ T = utc(2024, 1, 1, 0, 0, 0)
 
 @pytest.fixture(autouse=True)
 def fresh_fair_order():
-    dispatch.forget_fair_order()
+    dispatch.claim.forget_fair_order()
     yield
-    dispatch.forget_fair_order()
+    dispatch.claim.forget_fair_order()
 
 
 def make_tenant(slug, **fields) -> Tenant:
@@ -46,7 +46,7 @@ def seed(tenant, count, at=T) -> list[int]:
 
 def claim(now=T, limit=100) -> list[dict]:
     with transaction.atomic():
-        return dispatch.claim_due_jobs(now, limit=limit)
+        return dispatch.claim.claim_due_jobs(now, limit=limit)
 
 
 def shares(jobs, tenants) -> list[int]:
@@ -104,7 +104,7 @@ def test_a_claim_returns_every_field_as_the_orm_reads_it(make_job):
 
     (claimed,) = claim(limit=5)
 
-    assert claimed == dict(Job.objects.filter(id=job.id).values(*dispatch.CLAIM_FIELDS).get())
+    assert claimed == dict(Job.objects.filter(id=job.id).values(*dispatch.claim.CLAIM_FIELDS).get())
 
 
 @pytest.mark.django_db(transaction=True)
@@ -120,7 +120,7 @@ def test_two_beats_claiming_at_once_each_get_a_full_batch_of_different_jobs():
     def first_beat():
         try:
             with transaction.atomic():
-                claims["first"] = [job["id"] for job in dispatch.claim_due_jobs(T, limit=100)]
+                claims["first"] = [job["id"] for job in dispatch.claim.claim_due_jobs(T, limit=100)]
                 first_claimed.set()
                 second_done.wait(timeout=30)  # keep the rows locked while the other beat claims
         except Exception as exc:
@@ -151,7 +151,7 @@ def test_a_job_changed_after_the_claim_began_is_not_claimed():
     other = connections.create_connection("default")
     try:
         with transaction.atomic(), connection.cursor() as cursor:
-            statement = dispatch.fair_claim_sql()
+            statement = dispatch.claim.fair_claim_sql()
             cursor.execute(f"DECLARE claim CURSOR FOR {statement}", {"now": T, "limit": 10})  # snapshot: all due
             with other.cursor() as change:  # another session pauses one job and advances another
                 change.execute("UPDATE scheduler_app_job SET enabled = false WHERE id = %s", [paused])
@@ -169,7 +169,7 @@ def test_a_job_changed_after_the_claim_began_is_not_claimed():
 def test_a_backlog_is_claimed_from_one_ranking_for_at_most_its_lifetime():
     big = make_tenant("big")
     big_ids = seed(big, 500)
-    lifetime = timedelta(seconds=dispatch.FAIR_ORDER_SECONDS)
+    lifetime = timedelta(seconds=dispatch.claim.FAIR_ORDER_SECONDS)
 
     assert dispatch_turn(T, limit=10) == big_ids[:10]  # a full batch: there is a backlog
     assert dispatch_turn(T, limit=10) == big_ids[10:20]  # ranks the backlog once, claims from the list
@@ -235,7 +235,7 @@ print(json.dumps({"first": after_first, "released": later.released, "big": state
     assert result["first"] == {"claimed": 6, "big": ["queued", "queued"], "small": ["queued"] * 4}
     assert result["released"] == 3
     assert result["big"] == ["pending"] * 2 + ["queued"] * 6
-    assert result["reasons"] == [dispatch.FIRES_REASON.format(3)]
+    assert result["reasons"] == [dispatch.common.FIRES_REASON.format(3)]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -265,8 +265,8 @@ def test_the_claim_walks_the_ranking_by_primary_key_even_when_statistics_say_not
 
     with connection.cursor() as cursor:
         for statement, params in [
-            (dispatch.fair_claim_sql(), {"now": T, "limit": 100}),
-            (dispatch.claim_listed_sql(), {"now": T, "limit": 100, "ids": ids[:200]}),
+            (dispatch.claim.fair_claim_sql(), {"now": T, "limit": 100}),
+            (dispatch.claim.claim_listed_sql(), {"now": T, "limit": 100, "ids": ids[:200]}),
         ]:
             cursor.execute(f"EXPLAIN {statement}", params)
             plan = "\n".join(row[0] for row in cursor.fetchall())

@@ -18,8 +18,8 @@ from django.conf import settings
 
 from project.celery import app
 from scheduler_app import dispatch, services
+from scheduler_app.dispatch.publish import RunMessage, publish_runs
 from scheduler_app.models import JobRun, RunState, celery_task_id
-from scheduler_app.publish import RunMessage, publish_runs
 from tests.conftest import NOW, take_broker_messages, utc, wait_for
 from tests.observing import free_ports, start_worker
 

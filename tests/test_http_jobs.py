@@ -8,8 +8,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from scheduler_app import crypto, execution, services, webhooks
+from scheduler_app import services
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, db_now
+from scheduler_app.targets.http import secrets as crypto
+from scheduler_app.targets.http import signing as webhooks
+from scheduler_app.worker import execution
 from tests.conftest import NOW, wait_for
 
 

@@ -1,4 +1,4 @@
-"""scheduler_app.httpclient against small loopback servers (no database, 127.0.0.1 only)."""
+"""scheduler_app.targets.http.client against small loopback servers (no database, 127.0.0.1 only)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from scheduler_app import httpclient
-from scheduler_app.httpclient import HttpConnectionError, HttpResult, HttpTimeout
-from scheduler_app.netguard import BlockedTarget
+from scheduler_app.targets.http import client as httpclient
+from scheduler_app.targets.http.client import HttpConnectionError, HttpResult, HttpTimeout
+from scheduler_app.targets.http.guard import BlockedTarget
 
 LOOPBACK = [ipaddress.ip_network("127.0.0.0/8")]
 

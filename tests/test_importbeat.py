@@ -1,4 +1,4 @@
-"""Importing django-celery-beat's schedules (scheduler_app.importbeat, manage.py import_beat)
+"""Importing django-celery-beat's schedules (scheduler_app.services.importbeat, manage.py import_beat)
 with its real models on PostgreSQL and CELERY_BEAT_SCHEDULE entries from settings."""
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from django_celery_beat.models import (
 )
 from django_celery_beat.tzcrontab import TzAwareCrontab
 
-from scheduler_app import importbeat, services
+from scheduler_app import services
 from scheduler_app.models import AuditEvent, Job, Tenant, db_now
+from scheduler_app.services import importbeat
 
 TASK = "scheduler_app.echo"
 pytestmark = pytest.mark.django_db

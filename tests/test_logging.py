@@ -18,7 +18,7 @@ import django
 django.setup()
 from project.celery import app
 app.log.setup(loglevel=logging.INFO)
-logging.getLogger("scheduler_app.execution").info("run %s attempt %s failed", 7, 1)
+logging.getLogger("scheduler_app.worker.execution").info("run %s attempt %s failed", 7, 1)
 """
 
 

@@ -11,8 +11,9 @@ import sys
 
 import pytest
 
-from scheduler_app import logformat, services
+from scheduler_app import services
 from scheduler_app.models import JobRun, RunState, db_now
+from scheduler_app.observability import logformat
 from tests.conftest import ROOT, process_env, wait_for
 from tests.observing import free_ports, start_worker
 

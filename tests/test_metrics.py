@@ -13,10 +13,13 @@ from celery.exceptions import Ignore
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
-from scheduler_app import cluster, delivery, dispatch, execution, metrics, services, stats
-from scheduler_app.models import Job, JobRun, RunState, Tenant, Trigger, db_now
-from scheduler_app.nodes import NodeKind, Registration
-from scheduler_app.publish import RunMessage, publish_runs
+from scheduler_app import dispatch, services
+from scheduler_app.dispatch.publish import RunMessage, publish_runs
+from scheduler_app.ledger import stats
+from scheduler_app.models import Job, JobRun, NodeKind, RunState, Tenant, Trigger, db_now
+from scheduler_app.observability import cluster, metrics
+from scheduler_app.observability.nodes import Registration
+from scheduler_app.worker import delivery, execution
 from tests.conftest import NOW, take_broker_messages, utc, wait_for
 from tests.observing import free_ports, scrape, scraped, start_worker, total
 
@@ -44,9 +47,9 @@ def test_a_fires_labels_are_its_state_and_the_class_of_its_reason(state, reason,
 
 
 def test_recorded_fires_leave_out_fires_that_already_had_a_run():
-    rows = [dispatch.RunRow(1, 1, NOW - timedelta(seconds=3), "queued", "", 1, 5),
-            dispatch.RunRow(2, 1, NOW - timedelta(seconds=9), "skipped", "coalesced", 1, 5),
-            dispatch.RunRow(2, 1, NOW - timedelta(seconds=1), "queued", "", 1, 5)]
+    rows = [dispatch.plan.RunRow(1, 1, NOW - timedelta(seconds=3), "queued", "", 1, 5),
+            dispatch.plan.RunRow(2, 1, NOW - timedelta(seconds=9), "skipped", "coalesced", 1, 5),
+            dispatch.plan.RunRow(2, 1, NOW - timedelta(seconds=1), "queued", "", 1, 5)]
     inserted = [(10, 1, "queued"), (11, 2, "skipped")]  # job 2's queued fire had a run already
 
     found = metrics.recorded_fires(rows, inserted, {1: {"queue": ""}, 2: {"queue": "q2"}}, NOW)

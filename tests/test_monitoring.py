@@ -13,7 +13,7 @@ import subprocess
 import pytest
 import yaml
 
-from scheduler_app import cluster, metrics
+from scheduler_app.observability import cluster, metrics
 from tests.conftest import ROOT
 
 PROMETHEUS = ROOT / "deploy" / "prometheus"

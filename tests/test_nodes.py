@@ -14,9 +14,9 @@ from django.urls import reverse
 from kombu import Connection
 
 from project.celery import app
-from scheduler_app import nodes
-from scheduler_app.models import db_now
-from scheduler_app.nodes import Node, NodeKind, Registration, node_states
+from scheduler_app.models import Node, NodeKind, db_now
+from scheduler_app.observability import nodes
+from scheduler_app.observability.nodes import Registration, node_states
 from tests.conftest import wait_for
 
 

@@ -4,8 +4,9 @@ from datetime import timedelta
 
 import pytest
 
-from scheduler_app import dispatch, execution
+from scheduler_app import dispatch
 from scheduler_app.models import AuditEvent, JobRun, RunState
+from scheduler_app.worker import execution
 from tests.conftest import NOW, utc
 
 GRACE = timedelta(seconds=60)
@@ -27,7 +28,7 @@ T0, T1, T2 = utc(2024, 1, 1, 0, 0, 0), utc(2024, 1, 1, 0, 0, 10), utc(2024, 1, 1
     ],
 )
 def test_plan_overlap(policy, active, queue, pend, skip, cancel):
-    plan = dispatch.plan_overlap(policy, [T0, T1], active)
+    plan = dispatch.plan.plan_overlap(policy, [T0, T1], active)
 
     assert plan.queue == queue
     assert [at for at, _ in plan.pend] == pend
@@ -62,10 +63,10 @@ def test_buffer_one_holds_one_fire_and_releases_it_when_the_run_ends(make_job):
 
     states = dict(JobRun.objects.filter(job=job).values_list("scheduled_at", "state"))
     assert states == {T0: "queued", T1: "pending", T2: "skipped"}
-    assert dispatch.release_buffered_runs(NOW, limit=10) == []  # the first is still going
+    assert dispatch.recovery.release_buffered_runs(NOW, limit=10) == []  # the first is still going
 
     assert execution.execute_run(first.id, 1, worker="w").state == "succeeded"
-    released = dispatch.release_buffered_runs(NOW, limit=10)
+    released = dispatch.recovery.release_buffered_runs(NOW, limit=10)
 
     held = JobRun.objects.get(job=job, scheduled_at=T1)
     assert [m.run_id for m in released] == [held.id] and held.state == "queued"

@@ -77,4 +77,4 @@ def test_a_pause_waits_for_the_beat_that_claimed_the_fire(make_job):
     assert list(JobRun.objects.filter(job=job).values_list("scheduled_at", "state")) == [(due, "queued")]
     job.refresh_from_db()
     assert not job.enabled
-    assert dispatch.claim_due_jobs(db_now(), limit=10) == []
+    assert dispatch.claim.claim_due_jobs(db_now(), limit=10) == []

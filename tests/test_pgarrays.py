@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 from django.db import connection
 
-from scheduler_app import pgarrays
+from scheduler_app.dispatch import pgarrays
 
 pytestmark = pytest.mark.django_db
 

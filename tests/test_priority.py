@@ -11,8 +11,8 @@ import pytest
 from django.db import connection
 
 from scheduler_app import dispatch, services
+from scheduler_app.dispatch.publish import RunMessage, broker_priority, publish_runs
 from scheduler_app.models import PRIORITY_DEFAULT, AuditEvent, Job, JobRun, RunState, Tenant, db_now
-from scheduler_app.publish import RunMessage, broker_priority, publish_runs
 from tests.conftest import AMQP_URL, take_broker_messages, utc, wait_for
 
 GRACE = timedelta(seconds=60)
@@ -23,9 +23,9 @@ PRIORITIES = [0, 9, 3, 7, 5, 1, 8, 2, 6, 4]
 
 @pytest.fixture(autouse=True)
 def fresh_fair_order():
-    dispatch.forget_fair_order()
+    dispatch.claim.forget_fair_order()
     yield
-    dispatch.forget_fair_order()
+    dispatch.claim.forget_fair_order()
 
 
 def seed(tenant, priorities, at=T, prefix="job", **fields) -> dict[int, int]:
@@ -88,7 +88,7 @@ def test_a_tenants_higher_priority_jobs_are_claimed_first(db):
     seed(tenant, PRIORITIES)
 
     # Three batches of four: the first ranks the due set, the next ones claim from that
-    # ranking (dispatch.FairOrder), and all follow priority.
+    # ranking (dispatch.claim.FairOrder), and all follow priority.
     batches = [fired_priorities(4) for _ in range(3)]
 
     assert batches == [[9, 8, 7, 6], [5, 4, 3, 2], [1, 0]]
@@ -167,11 +167,11 @@ def test_the_quota_budget_goes_to_the_higher_priority_first(db, monkeypatch, ana
     ([5, 5, 5], 1, ["queued", "pending", "pending"]),  # a tie: the older fire, then the lower job id
 ])
 def test_hold_over_budget_spends_the_budget_by_priority(priorities, available, states):
-    rows = [dispatch.RunRow(job_id, 7, T, "queued", "", 1, priority)
+    rows = [dispatch.plan.RunRow(job_id, 7, T, "queued", "", 1, priority)
             for job_id, priority in enumerate(priorities)]
-    budgets = {7: dispatch.Budget(available=available, reason="quota_fires_per_minute: x")}
+    budgets = {7: dispatch.quotas.Budget(available=available, reason="quota_fires_per_minute: x")}
 
-    planned = dispatch.hold_over_budget(rows, budgets)
+    planned = dispatch.quotas.hold_over_budget(rows, budgets)
 
     assert [r.state for r in planned] == states
 

@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from scheduler_app import services
-from scheduler_app.models import JobRun, RunState, db_now
-from scheduler_app.nodes import NodeKind, node_states
+from scheduler_app.models import JobRun, NodeKind, RunState, db_now
+from scheduler_app.observability.nodes import node_states
 from tests.conftest import ROOT, take_broker_messages, wait_for
 from tests.observing import free_ports, start_worker
 from tests.test_deploy import get_or_none

@@ -14,8 +14,8 @@ from django.conf import settings
 from django.test import override_settings
 
 from scheduler_app import dispatch, queues, services
+from scheduler_app.dispatch.publish import RunMessage, publish_runs
 from scheduler_app.models import Job, JobRun, RunState, Tenant, db_now
-from scheduler_app.publish import RunMessage, publish_runs
 from tests.conftest import AMQP_URL, take_broker_messages, wait_for
 
 

@@ -12,9 +12,10 @@ import pytest
 from django.db import connection, connections, transaction
 from django.db.transaction import TransactionManagementError
 
-from scheduler_app import dispatch, execution
+from scheduler_app import dispatch
+from scheduler_app.dispatch.publish import RunMessage
 from scheduler_app.models import PRIORITY_DEFAULT, AuditEvent, JobRun, RunState, Tenant, db_now
-from scheduler_app.publish import RunMessage
+from scheduler_app.worker import execution
 from tests.conftest import utc, wait_for
 
 GRACE = timedelta(seconds=60)
@@ -25,9 +26,9 @@ CONCURRENCY = "quota_concurrency: waiting for room under the tenant's limit of {
 
 @pytest.fixture(autouse=True)
 def fresh_fair_order():
-    dispatch.forget_fair_order()
+    dispatch.claim.forget_fair_order()
     yield
-    dispatch.forget_fair_order()
+    dispatch.claim.forget_fair_order()
 
 
 @pytest.fixture
@@ -91,7 +92,7 @@ def most_in_a_minute(times) -> int:
     ],
 )
 def test_budget_of(max_fires, max_concurrent, fired, in_flight, available, reason):
-    budget = dispatch.budget_of(max_fires, max_concurrent, fired=fired, in_flight=in_flight)
+    budget = dispatch.quotas.budget_of(max_fires, max_concurrent, fired=fired, in_flight=in_flight)
 
     if available is None:
         assert budget is None
@@ -100,13 +101,13 @@ def test_budget_of(max_fires, max_concurrent, fired, in_flight, available, reaso
 
 
 def test_a_budget_with_runs_already_waiting_leaves_nothing_for_new_runs():
-    budget = dispatch.budget_of(5, None, fired=0, in_flight=0, holding=True)
+    budget = dispatch.quotas.budget_of(5, None, fired=0, in_flight=0, holding=True)
 
     assert (budget.available, budget.for_new_runs) == (5, 0)  # the release sweep spends it, oldest first
 
 
 def row(job_id, tenant_id, at, state="queued", reason=""):
-    return dispatch.RunRow(job_id, tenant_id, at, state, reason, 1, PRIORITY_DEFAULT)
+    return dispatch.plan.RunRow(job_id, tenant_id, at, state, reason, 1, PRIORITY_DEFAULT)
 
 
 T1, T2, T3 = T + timedelta(seconds=1), T + timedelta(seconds=2), T + timedelta(seconds=3)
@@ -127,9 +128,9 @@ T1, T2, T3 = T + timedelta(seconds=1), T + timedelta(seconds=2), T + timedelta(s
     ],
 )
 def test_hold_over_budget(rows, available, states):
-    budgets = {7: dispatch.Budget(available=available, reason=FIRES.format(5))}
+    budgets = {7: dispatch.quotas.Budget(available=available, reason=FIRES.format(5))}
 
-    planned = dispatch.hold_over_budget(rows, budgets)
+    planned = dispatch.quotas.hold_over_budget(rows, budgets)
 
     def label(r):
         return "held" if r.reason.startswith("quota_") else r.state
@@ -153,7 +154,7 @@ def test_a_runs_times_follow_from_its_state(state, times):
 def test_hold_over_budget_leaves_tenants_without_a_quota_alone():
     rows = [row(1, 7, T1), row(2, 8, T2)]
 
-    assert dispatch.hold_over_budget(rows, {}) == rows
+    assert dispatch.quotas.hold_over_budget(rows, {}) == rows
 
 
 # --- dispatched_at --------------------------------------------------------------------------
@@ -176,8 +177,8 @@ def test_a_retry_and_a_released_buffered_run_keep_their_first_dispatch(make_job,
     fresh = make_run(make_job(overlap_policy="buffer_one"), state=RunState.PENDING,
                      reason="overlap_buffered: waiting for run 2 still running")
 
-    dispatch.requeue_due_retries(T, limit=10)
-    dispatch.release_buffered_runs(T, limit=10)
+    dispatch.recovery.requeue_due_retries(T, limit=10)
+    dispatch.recovery.release_buffered_runs(T, limit=10)
 
     for run in (retry, buffered, fresh):
         run.refresh_from_db()
@@ -227,7 +228,7 @@ def test_fires_over_the_per_minute_quota_wait_and_go_out_as_the_minute_passes(ma
 
 def test_new_fires_wait_behind_older_held_runs(make_job, published):
     a = make_tenant("quota-a", max_fires_per_minute=5)
-    for i in range(10):
+    for _ in range(10):
         make_job(tenant=a, every_seconds=60, anchor_at=T, next_run_at=T)
 
     turn(T)
@@ -331,7 +332,7 @@ def test_release_buffered_runs_leaves_runs_held_by_a_quota_alone(make_job, make_
     held = make_run(make_job(tenant=plain, overlap_policy="buffer_one"), state=RunState.PENDING,
                     reason=FIRES.format(3))
 
-    assert dispatch.release_buffered_runs(T, limit=10) == []
+    assert dispatch.recovery.release_buffered_runs(T, limit=10) == []
     held.refresh_from_db()
     assert held.state == "pending"
 
@@ -347,7 +348,7 @@ def test_the_beat_sleeps_briefly_while_runs_wait_for_a_quota(make_job, make_run)
 
     make_run(job, state=RunState.PENDING, reason=FIRES.format(3), scheduled_at=T - timedelta(minutes=1))
 
-    assert dispatch.seconds_until_due(T, cap=5) == dispatch.QUOTA_POLL_SECONDS
+    assert dispatch.seconds_until_due(T, cap=5) == dispatch.quotas.QUOTA_POLL_SECONDS
 
 
 def test_tenant_budget_for_manual_triggers(make_job, make_run):
@@ -389,7 +390,7 @@ def test_two_beats_at_once_never_spend_one_budget_twice(make_job, published, mon
     # The first beat to lock the tenant holds it until the other beat is seen waiting for
     # that lock, so both beats really meet at the budget (without the lock, both would see
     # five fires left).
-    real_budgets = dispatch.tenant_budgets
+    real_budgets = dispatch.quotas.tenant_budgets
     contended = threading.Event()
 
     def lock_waiters() -> int:

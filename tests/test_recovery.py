@@ -7,9 +7,13 @@ import redis
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 
-from scheduler_app import dispatch, execution, failpoints, sql
+from scheduler_app import dispatch
+from scheduler_app.dispatch import sql
+from scheduler_app.dispatch.publish import RunMessage, publish_runs
 from scheduler_app.models import AuditEvent, JobRun, RunState, db_now
-from scheduler_app.publish import RunMessage, publish_runs, queue_depth
+from scheduler_app.observability import failpoints
+from scheduler_app.queues import queue_depth
+from scheduler_app.worker import execution
 from tests.conftest import NOW, rows_read, utc
 
 
@@ -27,8 +31,8 @@ def test_a_run_whose_lease_ran_out_is_lost_and_retried_as_the_next_attempt(make_
     alive = make_run(state=RunState.RUNNING, scheduled_at=utc(2024, 1, 1, 0, 1),
                      lease_expires_at=NOW + timedelta(seconds=5))
 
-    assert dispatch.mark_lost_runs(NOW, limit=10) == 1
-    messages = dispatch.requeue_due_retries(NOW, limit=10)
+    assert dispatch.recovery.mark_lost_runs(NOW, limit=10) == 1
+    messages = dispatch.recovery.requeue_due_retries(NOW, limit=10)
 
     run.refresh_from_db()
     alive.refresh_from_db()
@@ -43,7 +47,7 @@ def test_a_lost_run_on_its_last_attempt_is_dead(make_job, make_run):
     run = make_run(make_job(max_attempts=2), state=RunState.RUNNING, attempt=2,
                    lease_expires_at=NOW - timedelta(seconds=1))
 
-    dispatch.mark_lost_runs(NOW, limit=10)
+    dispatch.recovery.mark_lost_runs(NOW, limit=10)
 
     run.refresh_from_db()
     assert (run.state, run.next_attempt_at) == ("dead", None)
@@ -78,13 +82,13 @@ def test_queued_runs_never_started_are_published_again(make_job, make_run, broke
     stale = make_run(job, enqueued_at=now - timedelta(seconds=20))
     fresh = make_run(job, scheduled_at=utc(2024, 1, 1, 0, 1), enqueued_at=now - timedelta(seconds=5))
 
-    messages = dispatch.republish_stale_runs(now, limit=10)
+    messages = dispatch.recovery.republish_stale_runs(now, limit=10)
 
     assert [(m.run_id, m.attempt, m.queue) for m in messages] == [(stale.id, 1, broker_queue)]
     stale.refresh_from_db()
     fresh.refresh_from_db()
     assert stale.enqueued_at == now and fresh.enqueued_at == now - timedelta(seconds=5)
-    assert dispatch.republish_stale_runs(now, limit=10) == []  # not again until it is stale again
+    assert dispatch.recovery.republish_stale_runs(now, limit=10) == []  # not again until it is stale again
 
 
 def test_a_busy_queue_gets_the_longer_dispatch_timeout(make_job, make_run, broker_queue, settings):
@@ -96,10 +100,10 @@ def test_a_busy_queue_gets_the_longer_dispatch_timeout(make_job, make_run, broke
     publish_runs([RunMessage(999999, 1, broker_queue, 60)])  # someone else's message ahead of it
     assert queue_depth(broker_queue) == 1
 
-    assert dispatch.republish_stale_runs(now, limit=10) == []
+    assert dispatch.recovery.republish_stale_runs(now, limit=10) == []
     waiting.enqueued_at = now - timedelta(seconds=301)
     waiting.save(update_fields=["enqueued_at"])
-    assert [m.run_id for m in dispatch.republish_stale_runs(now, limit=10)] == [waiting.id]
+    assert [m.run_id for m in dispatch.recovery.republish_stale_runs(now, limit=10)] == [waiting.id]
 
 
 def test_the_sweep_looks_for_stale_queues_among_the_oldest_runs_only(make_job, broker_queue, settings):
@@ -115,7 +119,7 @@ def test_the_sweep_looks_for_stale_queues_among_the_oldest_runs_only(make_job, b
     read, plan = rows_read(sql.STALE_QUEUES, {"before": now - timedelta(seconds=15), "sample": 100},
                            "scheduler_app_jobrun")
     assert read <= 100, plan  # of 3,000 stale runs
-    assert len(dispatch.republish_stale_runs(now, limit=10)) == 10  # the queue is found, its oldest go again
+    assert len(dispatch.recovery.republish_stale_runs(now, limit=10)) == 10  # the queue is found, its oldest go again
 
 
 def test_failpoints_refuse_unknown_names_and_actions():

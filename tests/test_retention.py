@@ -18,7 +18,9 @@ from django.db import DatabaseError, connection, connections
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from scheduler_app import retention, services
+from scheduler_app import services
+from scheduler_app.ledger import policy as retention_policy
+from scheduler_app.ledger import retention
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Tenant, db_now
 from tests.conftest import wait_for
 from tests.test_api import client_for, errors_of, make_tenant
@@ -71,29 +73,29 @@ def left(*runs: JobRun) -> list[bool]:
 
 
 @pytest.mark.parametrize(("policy", "failed", "expected"), [
-    (retention.Policy(30, 90, 0), False, 30),
-    (retention.Policy(30, 90, 0), True, 90),
-    (retention.Policy(30, 10, 0), True, 30),  # failed and dead runs are never kept for less
-    (retention.Policy(0, 90, 0), True, None),  # days 0: everything kept forever
-    (retention.Policy(30, 0, 0), True, None),  # failed days 0: failed runs kept forever
-    (retention.Policy(30, 0, 0), False, 30),
+    (retention_policy.Policy(30, 90, 0), False, 30),
+    (retention_policy.Policy(30, 90, 0), True, 90),
+    (retention_policy.Policy(30, 10, 0), True, 30),  # failed and dead runs are never kept for less
+    (retention_policy.Policy(0, 90, 0), True, None),  # days 0: everything kept forever
+    (retention_policy.Policy(30, 0, 0), True, None),  # failed days 0: failed runs kept forever
+    (retention_policy.Policy(30, 0, 0), False, 30),
 ])
 def test_kept_days(policy, failed, expected):
     assert policy.kept_days(failed=failed) == expected
 
 
 def test_resolve_takes_each_field_from_the_most_specific_level(settings):
-    policy, sources = retention.resolve(
+    policy, sources = retention_policy.resolve(
         ("job", {"retention_days": 3, "retention_failed_days": None, "retention_keep_last": None}),
         ("tenant", {"retention_days": 7, "retention_failed_days": 14, "retention_keep_last": None}),
     )
 
-    assert policy == retention.Policy(days=3, failed_days=14, keep_last=0)
+    assert policy == retention_policy.Policy(days=3, failed_days=14, keep_last=0)
     assert sources == {"retention_days": "job", "retention_failed_days": "tenant", "retention_keep_last": "settings"}
 
 
 def test_units_for_walks_each_tenant_and_each_job_with_its_own_rules_in_two_classes():
-    blank = dict.fromkeys(retention.FIELDS)
+    blank = dict.fromkeys(retention_policy.FIELDS)
     tenants = [(1, blank), (2, {**blank, "retention_days": 0})]  # tenant 2 keeps everything
 
     units = retention.units_for(tenants, [(10, 2, {**blank, "retention_days": 5})], dict(tenants))
@@ -309,7 +311,7 @@ def test_a_changed_policy_is_read_at_the_next_check(make_job):
     pruner = retention.Pruner(check_seconds=60, clock=clock)
     while pruner.prune_batch(NOW):
         pass
-    retention.tenant_set_retention(tenant, {"retention_days": 7})
+    services.tenant_set_retention(tenant, {"retention_days": 7})
 
     clock.now += 61
     while pruner.prune_batch(NOW):
@@ -352,7 +354,7 @@ def test_step_logs_a_database_error_and_tries_again_later(make_job, caplog):
     pruner = retention.Pruner(check_seconds=60, clock=clock)
 
     with mock.patch.object(retention.Pruner, "prune_batch", side_effect=DatabaseError("boom")), \
-            caplog.at_level(logging.WARNING, logger="scheduler_app.retention"):
+            caplog.at_level(logging.WARNING, logger="scheduler_app.ledger.retention"):
         assert pruner.step(idle=True) is False
 
     assert "pruning failed (DatabaseError: boom)" in caplog.text

@@ -12,8 +12,9 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
-from scheduler_app import services, sqljobs
+from scheduler_app import services
 from scheduler_app.models import Job
+from scheduler_app.targets import sql as sqljobs
 from tests.test_api import client_for, errors_of, job_body
 from tests.test_settings import check_settings
 

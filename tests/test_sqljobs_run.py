@@ -18,8 +18,10 @@ import pytest
 from django.conf import settings
 from django.db import connections
 
-from scheduler_app import execution, services, sqljobs
+from scheduler_app import services
 from scheduler_app.models import Job, JobRun, RunState
+from scheduler_app.targets import sql as sqljobs
+from scheduler_app.worker import execution
 from tests.conftest import NOW, wait_for
 
 
@@ -304,7 +306,8 @@ def hold_row_lock(alias: str, row_id: int, release: threading.Event, then_lock: 
     """A second connection (in a thread of its own) that locks `row_id`, optionally then
     waits to lock `then_lock` too, and commits when `release` is set."""
     def hold():
-        from django.db import connections as thread_connections, transaction
+        from django.db import connections as thread_connections
+        from django.db import transaction
 
         try:
             with transaction.atomic(using=alias):

@@ -1,4 +1,4 @@
-"""Stats over wide windows through the hourly rollup (scheduler_app/rollup.py): the same
+"""Stats over wide windows through the hourly rollup (scheduler_app/ledger/rollup.py): the same
 counts as the ledger, lag percentiles within the histograms' stated precision, the open
 edges read live, and history that outlives pruning."""
 
@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 
-from scheduler_app import rollup, stats
+from scheduler_app.ledger import rollup, stats
 from scheduler_app.models import Job, JobRun, RunHour, RunState, Trigger, db_now
 from tests.test_api import client_for, make_tenant
 

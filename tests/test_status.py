@@ -14,9 +14,9 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from scheduler_app.models import JobRun, Trigger, db_now
-from scheduler_app.nodes import Node, NodeKind, Registration
-from scheduler_app.publish import RunMessage, publish_runs
+from scheduler_app.dispatch.publish import RunMessage, publish_runs
+from scheduler_app.models import JobRun, Node, NodeKind, Trigger, db_now
+from scheduler_app.observability.nodes import Registration
 from tests.conftest import ROOT, process_env, take_broker_messages
 
 

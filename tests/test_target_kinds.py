@@ -6,8 +6,9 @@ import sys
 import pytest
 from django.core.management import CommandError, call_command
 
-from scheduler_app import execution, services
+from scheduler_app import services
 from scheduler_app.models import Job, JobRun, RunState
+from scheduler_app.worker import execution
 from tests.conftest import NOW
 
 SCRIPT = """
@@ -138,8 +139,8 @@ def test_tenants_rotate_secret_prints_a_secret_that_signs(tenant, capsys):
 
 
 def test_a_new_tenant_has_an_encrypted_signing_secret(db):
-    from scheduler_app import crypto
     from scheduler_app.models import db_now
+    from scheduler_app.targets.http import secrets as crypto
 
     tenant = services.tenant_create(slug="fresh")
 

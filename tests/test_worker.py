@@ -5,8 +5,8 @@ from datetime import datetime
 import pytest
 
 from scheduler_app import services
+from scheduler_app.dispatch.publish import RunMessage, publish_runs
 from scheduler_app.models import AuditEvent, JobRun, RunState
-from scheduler_app.publish import RunMessage, publish_runs
 from tests.conftest import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]

@@ -1,4 +1,4 @@
-"""A worker sends its task events in batches (workerevents.py): every event still arrives,
+"""A worker sends its task events in batches (worker/events.py): every event still arrives,
 in order, in far fewer broker messages than events, and none is lost when the worker stops
 with events still buffered. A real worker, and Celery's own event receiver on the broker."""
 

@@ -11,8 +11,8 @@ from django.utils.html import format_html
 
 from scheduler_app import alerts
 from scheduler_app.admin.common import ReadOnlyAdmin, actor, adopt, when
-from scheduler_app.consolemodels import Alert, AlertRule
 from scheduler_app.management.tables import shorten
+from scheduler_app.models import Alert, AlertRule
 from scheduler_app.validation import InvalidInput
 
 

@@ -11,7 +11,6 @@ from scheduler_app.admin.common import ACTION_LIMIT, actor, adopt
 from scheduler_app.models import ApiKey
 
 
-
 class ApiKeyForm(forms.ModelForm):
     class Meta:
         model = ApiKey

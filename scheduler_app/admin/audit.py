@@ -12,6 +12,7 @@ from scheduler_app.admin.common import ReadOnlyAdmin
 from scheduler_app.management.tables import shorten
 from scheduler_app.models import AuditEvent
 
+
 class ActionFilter(admin.SimpleListFilter):
     """Known actions, without a SELECT DISTINCT over the whole audit trail."""
 

@@ -1,7 +1,7 @@
 """The staff dashboard at /admin/dashboard/ (linked from the admin's index; one tenant's at
 /admin/dashboard/?tenant=<slug>, linked from the tenant's page and the noisiest tenants): charts
 of the last hour and day, the next hour's forecast, top failing jobs, noisiest tenants; numbers from
-scheduler_app/dashboard.py, charts as server-rendered SVG (scheduler_app/charts.py).
+scheduler_app/observability/dashboard.py, charts as server-rendered SVG (scheduler_app/admin/charts.py).
 
 The fleet panels (beats and workers with their heartbeats, the due backlog, runs in flight,
 each broker queue's depth and the live workers consuming it) come from cluster.snapshot(),
@@ -18,10 +18,11 @@ from django.db import connection
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from scheduler_app import charts, cluster, dashboard
+from scheduler_app.admin import charts
 from scheduler_app.admin.alerts import dashboard_alerts
 from scheduler_app.admin.common import when
 from scheduler_app.models import Tenant, db_now
+from scheduler_app.observability import cluster, dashboard
 
 
 def fleet_panel() -> dict:

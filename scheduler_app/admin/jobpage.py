@@ -18,8 +18,9 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from scheduler_app import charts, services, validation
+from scheduler_app import services, validation
 from scheduler_app.admin import alerts as alerts_admin
+from scheduler_app.admin import charts
 from scheduler_app.admin.common import actor, duration_text, when
 from scheduler_app.management.tables import shorten
 from scheduler_app.models import Job, JobRun, db_now

@@ -15,12 +15,13 @@ from django.db.models import OuterRef, Subquery
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
-from scheduler_app import schedules, services, sqljobs
+from scheduler_app import schedules, services
 from scheduler_app.admin import jobpage
-from scheduler_app.admin.retention import IN_FORCE, RETENTION_FIELDS, RETENTION_FIELDSET, RetentionAdminMixin
 from scheduler_app.admin.common import ACTION_LIMIT, AsciiSplitDateTimeField, actor, adopt, jsonb_safe, state_badge
+from scheduler_app.admin.retention import IN_FORCE, RETENTION_FIELDS, RETENTION_FIELDSET, RetentionAdminMixin
 from scheduler_app.management.tables import describe_schedule, local_text, shorten, utc_text
 from scheduler_app.models import PRIORITY_MAX, PRIORITY_MIN, Job, JobRun, db_now
+from scheduler_app.targets import sql as sqljobs
 
 NEXT_FIRES = 5
 

@@ -11,7 +11,8 @@ from django.db.models import DurationField, ExpressionWrapper, F
 from django.db.models.functions import Now
 from django.utils.html import format_html
 
-from scheduler_app.nodes import Node, NodeState
+from scheduler_app.models import Node
+from scheduler_app.observability.nodes import NodeState
 
 
 @admin.register(Node)

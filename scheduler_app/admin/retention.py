@@ -1,8 +1,8 @@
 """The retention fields on the admin's tenant and job change pages.
 
 The tenant and job admins list the fields in their change pages and mix this in: the form
-checks them with retention.check_retention (an error shows on the field it names), and they
-are saved through retention.tenant_set_retention / job_set_retention after the admin's own
+checks them with retention_policy.check_retention (an error shows on the field it names), and they
+are saved through services.tenant_set_retention / job_set_retention after the admin's own
 save, which goes through the services and leaves them alone.
 """
 
@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from scheduler_app import retention
+from scheduler_app import services
+from scheduler_app.ledger import policy as retention_policy
 from scheduler_app.models import Job
+from scheduler_app.validation import InvalidInput
 
-RETENTION_FIELDS = retention.FIELDS
+RETENTION_FIELDS = retention_policy.FIELDS
 IN_FORCE = "retention_in_force"
 SECTION_HELP = ("Finished runs are deleted this many days after they finished (failed and dead ones after "
                 "the failed days), except each job's newest runs (keep last). Blank: inherited. 0 days: kept "
@@ -35,8 +37,8 @@ class RetentionAdminMixin:
                 data = super().clean()
                 changes = {name: data.get(name) for name in RETENTION_FIELDS if name in self.changed_data}
                 try:
-                    self.retention_changes = retention.check_retention(self.instance, changes)
-                except retention.InvalidInput as exc:
+                    self.retention_changes = retention_policy.check_retention(self.instance, changes)
+                except InvalidInput as exc:
                     self.add_error(exc.field if exc.field in self.fields else None, exc.message)
                 return data
 
@@ -49,17 +51,17 @@ class RetentionAdminMixin:
             return
         actor = f"admin:{request.user}"
         if isinstance(form.instance, Job):
-            retention.job_set_retention(Job.objects.select_related("tenant").get(pk=form.instance.pk), changes,
+            services.job_set_retention(Job.objects.select_related("tenant").get(pk=form.instance.pk), changes,
                                         actor=actor)
         else:
-            retention.tenant_set_retention(type(form.instance).objects.get(pk=form.instance.pk), changes, actor=actor)
+            services.tenant_set_retention(type(form.instance).objects.get(pk=form.instance.pk), changes, actor=actor)
 
     @admin.display(description="in force")
     def retention_in_force(self, obj):
         if obj is None or obj.pk is None:
             return "-"
         fresh = type(obj).objects.get(pk=obj.pk)  # the saved values, not a rejected form's
-        effective = retention.describe(fresh)["effective"]
+        effective = retention_policy.describe(fresh)["effective"]
         sources = effective["sources"]
 
         def days(n: int) -> str:

@@ -16,8 +16,6 @@ from scheduler_app.admin.common import actor, adopt
 from scheduler_app.admin.retention import IN_FORCE, RETENTION_FIELDSET, RetentionAdminMixin
 from scheduler_app.models import Job, Tenant
 
-
-
 TENANT_EDITABLE = ("name", "timezone", "is_active", *services.TENANT_LIMITS)
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import time
 
-from scheduler_app import dashboard, rollup
 from scheduler_app.alerts.deliver import (
     DELIVERY_ATTEMPTS,
     Deliverer,
@@ -37,7 +36,9 @@ from scheduler_app.alerts.evaluate import (
     recent_alerts,
 )
 from scheduler_app.alerts.rules import RULE_DEFAULTS, RULE_FIELDS, rule_delete, rule_set, validate_rule
+from scheduler_app.ledger import rollup
 from scheduler_app.models import db_now
+from scheduler_app.observability import dashboard
 
 __all__ = [
     "DELIVERY_ATTEMPTS", "RULE_DEFAULTS", "RULE_FIELDS", "check_every", "claim_due_rules", "deliver",

@@ -21,10 +21,12 @@ from django.core.mail import send_mail
 from django.db import DatabaseError, close_old_connections, connection
 from django.db.models import Q
 
-from scheduler_app import httpclient, netguard, services, webhooks
 from scheduler_app.alerts.evaluate import check_every
-from scheduler_app.consolemodels import Alert
-from scheduler_app.models import db_now
+from scheduler_app.models import Alert, db_now
+from scheduler_app.targets.http import client as httpclient
+from scheduler_app.targets.http import guard as netguard
+from scheduler_app.targets.http import signing
+from scheduler_app.targets.http.secrets import tenant_signing_secrets
 
 logger = logging.getLogger(__name__)
 
@@ -147,8 +149,8 @@ def payload(alert: Alert) -> dict:
 def send_webhook(alert: Alert, url: str, now: datetime) -> str | None:
     """POST the alert as JSON, signed with the tenant's secrets; None when it answered 2xx."""
     body = json.dumps(payload(alert), separators=(",", ":")).encode()
-    secrets = [webhooks.parse_secret(s) for s in services.tenant_signing_secrets(alert.job.tenant, now)]
-    signed = webhooks.headers(secrets, f"alert-{alert.id}", int(now.timestamp()), body,
+    secrets = [signing.parse_secret(s) for s in tenant_signing_secrets(alert.job.tenant, now)]
+    signed = signing.headers(secrets, f"alert-{alert.id}", int(now.timestamp()), body,
                               attempt=alert.delivery_attempts + 1, scheduled_at=alert.raised_at.isoformat())
     try:
         response = httpclient.request(

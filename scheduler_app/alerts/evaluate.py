@@ -20,8 +20,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, Q
 
-from scheduler_app.consolemodels import Alert, AlertKind, AlertRule
-from scheduler_app.models import Job, JobRun, RunState, Trigger
+from scheduler_app.models import Alert, AlertKind, AlertRule, Job, JobRun, RunState, Trigger
 
 RULES_PER_CHECK = 200  # rules one beat evaluates per check
 RUNS_PER_RULE = 500  # runs looked at per rule per check (the rest wait for the next check)

@@ -10,9 +10,8 @@ from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 from django.db import transaction
 
-from scheduler_app import netguard
-from scheduler_app.consolemodels import AlertRule
-from scheduler_app.models import AuditEvent, Job, db_now
+from scheduler_app.models import AlertRule, AuditEvent, Job, db_now
+from scheduler_app.targets.http import guard
 from scheduler_app.validation import InvalidInput, check_url_path
 
 RULE_FIELDS = ("enabled", "no_success_seconds", "grace_seconds", "on_failure", "max_start_lag_seconds",
@@ -95,15 +94,15 @@ def check_webhook_url(value) -> str:
     if not isinstance(value, str) or len(value) > 2000:
         raise InvalidInput("webhook_url", "must be a URL of at most 2000 characters")
     try:
-        target = netguard.check_url(value)
-    except netguard.BlockedTarget as exc:
+        target = guard.check_url(value)
+    except guard.BlockedTarget as exc:
         raise InvalidInput("webhook_url", exc.detail) from None
     check_url_path("webhook_url", value)
     try:
         literal = ipaddress.ip_address(target.host)
     except ValueError:
         return value  # a name: judged on what it resolves to at each delivery (httpclient)
-    allowed, category = netguard.address_allowed(
+    allowed, category = guard.address_allowed(
         literal, [ipaddress.ip_network(net) for net in settings.CRONFLEET_HTTP_ALLOWED_NETWORKS])
     if not allowed:  # an address refused at every delivery is refused now
         raise InvalidInput("webhook_url", f"a {category} address is not allowed (CRONFLEET_HTTP_ALLOWED_NETWORKS)")

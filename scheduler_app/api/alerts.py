@@ -28,8 +28,7 @@ from scheduler_app.api.serializers import (
     validated,
 )
 from scheduler_app.api.views import NO_CONTENT, TenantScopedMixin
-from scheduler_app.consolemodels import Alert, AlertKind, AlertRule
-from scheduler_app.models import Job
+from scheduler_app.models import Alert, AlertKind, AlertRule, Job
 
 DAYS_366 = "366 days"
 

@@ -1,6 +1,6 @@
 """The retention of finished runs, as a sub-resource of a tenant (staff) and of a job (the
 tenant's own callers): GET shows what is set and what is in force; PATCH sets fields, null
-clearing one so that it is inherited again. scheduler_app.retention validates and writes.
+clearing one so that it is inherited again. scheduler_app.ledger.retention validates and writes.
 """
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ from rest_framework import serializers
 from rest_framework.generics import GenericAPIView
 from rest_framework.response import Response
 
-from scheduler_app import retention
+from scheduler_app import services
 from scheduler_app.api.auth import IsStaffCaller, actor
 from scheduler_app.api.serializers import StrictIntegerField, StrictSerializer, validated
 from scheduler_app.api.views import ApiViewMixin, TenantScopedMixin
+from scheduler_app.ledger import policy as retention_policy
 from scheduler_app.models import Job, Tenant
 
 INHERIT = "null: inherited ({})"
@@ -38,15 +39,15 @@ def change_serializer(name: str, inherited_from: str) -> type[StrictSerializer]:
     fields = {
         "retention_days": StrictIntegerField(
             allow_null=True, required=False,
-            help_text=f"Days a finished run is kept after it finished, 0-{retention.LIMITS['retention_days']} "
+            help_text=f"Days a finished run is kept after it finished, 0-{retention_policy.LIMITS['retention_days']} "
                       f"(0: forever); {INHERIT.format(inherited_from)}"),
         "retention_failed_days": StrictIntegerField(
             allow_null=True, required=False,
             help_text=f"Days a failed or dead run is kept, at least retention_days, "
-                      f"0-{retention.LIMITS['retention_failed_days']} (0: forever); {INHERIT.format(inherited_from)}"),
+                      f"0-{retention_policy.LIMITS['retention_failed_days']} (0: forever); {INHERIT.format(inherited_from)}"),
         "retention_keep_last": StrictIntegerField(
             allow_null=True, required=False,
-            help_text=f"A job's newest runs kept whatever their age, 0-{retention.LIMITS['retention_keep_last']} "
+            help_text=f"A job's newest runs kept whatever their age, 0-{retention_policy.LIMITS['retention_keep_last']} "
                       f"(0: none); {INHERIT.format(inherited_from)}"),
     }
     return type(name, (StrictSerializer,), fields)
@@ -70,15 +71,15 @@ class TenantRetentionView(ApiViewMixin, GenericAPIView):
 
     @extend_schema(summary="A tenant's retention of finished runs (staff)", responses=RetentionSerializer)
     def get(self, request, slug=None):
-        return Response(RetentionSerializer(retention.describe(self.get_object())).data)
+        return Response(RetentionSerializer(retention_policy.describe(self.get_object())).data)
 
     @extend_schema(summary="Set a tenant's retention of finished runs; null inherits the setting (staff)",
                    request=TenantRetentionChangeSerializer, responses=RetentionSerializer, examples=EXAMPLES)
     def patch(self, request, slug=None):
         tenant = self.get_object()  # first: someone else's object is a 404 whatever the body
         changes = validated(TenantRetentionChangeSerializer, request.data)
-        tenant = retention.tenant_set_retention(tenant, changes, actor=actor(request))
-        return Response(RetentionSerializer(retention.describe(tenant)).data)
+        tenant = services.tenant_set_retention(tenant, changes, actor=actor(request))
+        return Response(RetentionSerializer(retention_policy.describe(tenant)).data)
 
 
 class JobRetentionView(TenantScopedMixin, GenericAPIView):
@@ -88,12 +89,12 @@ class JobRetentionView(TenantScopedMixin, GenericAPIView):
 
     @extend_schema(summary="A job's retention of finished runs", responses=RetentionSerializer)
     def get(self, request, id=None):
-        return Response(RetentionSerializer(retention.describe(self.get_object())).data)
+        return Response(RetentionSerializer(retention_policy.describe(self.get_object())).data)
 
     @extend_schema(summary="Set a job's retention of finished runs; null inherits the tenant's",
                    request=JobRetentionChangeSerializer, responses=RetentionSerializer, examples=EXAMPLES)
     def patch(self, request, id=None):
         job = self.get_object()  # first: another tenant's job is a 404 whatever the body
         changes = validated(JobRetentionChangeSerializer, request.data)
-        job = retention.job_set_retention(job, changes, actor=actor(request))
-        return Response(RetentionSerializer(retention.describe(job)).data)
+        job = services.job_set_retention(job, changes, actor=actor(request))
+        return Response(RetentionSerializer(retention_policy.describe(job)).data)

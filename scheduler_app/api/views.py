@@ -18,13 +18,14 @@ from rest_framework.decorators import action
 from rest_framework.generics import GenericAPIView
 from rest_framework.response import Response
 
-from scheduler_app import services, stats
+from scheduler_app import services
 from scheduler_app.api import serializers as s
 from scheduler_app.api.auth import IsStaffCaller, actor, api_key, is_staff_caller
 from scheduler_app.api.errors import ApiError
 from scheduler_app.api.pagination import KeysetPagination, RunPagination
 from scheduler_app.api.parsers import check_body_headers
 from scheduler_app.api.throttling import limit_for, rate_limit_enabled, rate_limit_headers
+from scheduler_app.ledger import stats
 from scheduler_app.models import ApiKey, AuditEvent, Job, JobRun, Tenant, db_now
 
 TENANT_HEADER = "X-Cronfleet-Tenant"

@@ -7,7 +7,7 @@ import logging
 from django.conf import settings
 
 from scheduler_app.dispatch.common import _local
-from scheduler_app.publish import broker_errors, queue_depths, queue_name
+from scheduler_app.queues import broker_errors, queue_depths, queue_name
 
 logger = logging.getLogger("scheduler_app.dispatch")
 

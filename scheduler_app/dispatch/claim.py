@@ -10,9 +10,8 @@ from datetime import datetime, timedelta
 
 from django.db import connection
 
-from scheduler_app import sql
+from scheduler_app.dispatch import sql
 from scheduler_app.dispatch.common import _local
-
 
 # The columns a beat needs to plan and publish a job's fires; nothing else is read.
 CLAIM_FIELDS = (

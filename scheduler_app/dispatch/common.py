@@ -7,8 +7,8 @@ import threading
 
 from django.db import connection
 
+from scheduler_app.dispatch.publish import RunMessage
 from scheduler_app.models import Job
-from scheduler_app.publish import RunMessage
 
 QUOTA_PREFIX = "quota_"  # the reason of every run held back by its tenant's quota
 FIRES_REASON = "quota_fires_per_minute: waiting for room under the tenant's limit of {} fires per minute"

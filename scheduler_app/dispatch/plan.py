@@ -8,11 +8,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
+from celery import current_app as app
 from django.db import connection
 from kombu.exceptions import KombuError
 
-from project.celery import app
-from scheduler_app import pgarrays, schedules, sql
+from scheduler_app import schedules
+from scheduler_app.dispatch import pgarrays, sql
 from scheduler_app.dispatch.common import QUOTA_HELD_LABEL, QUOTA_PREFIX
 from scheduler_app.models import (
     ACTIVE_STATES,

@@ -10,14 +10,18 @@ from datetime import datetime, timedelta
 from django.db import connection, transaction
 from django.db.transaction import TransactionManagementError
 
-from scheduler_app import sql
+from scheduler_app.dispatch import sql
 from scheduler_app.dispatch.common import (
-    CONCURRENCY_REASON, FIRES_REASON, lock_clause, messages_for, one_pass, tenant_lock_clause,
+    CONCURRENCY_REASON,
+    FIRES_REASON,
+    lock_clause,
+    messages_for,
+    one_pass,
+    tenant_lock_clause,
 )
 from scheduler_app.dispatch.plan import RunRow
+from scheduler_app.dispatch.publish import RunMessage
 from scheduler_app.models import RunState
-from scheduler_app.publish import RunMessage
-
 
 QUOTA_WINDOW = timedelta(seconds=60)  # max_fires_per_minute counts runs first dispatched in this window
 QUOTA_POLL_SECONDS = 1.0  # longest beat sleep while runs wait for a quota (a finished run frees a slot unannounced)

@@ -9,11 +9,11 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import connection, transaction
 
-from scheduler_app import sql
+from scheduler_app.dispatch import sql
 from scheduler_app.dispatch.common import CONCURRENCY_REASON, FIRES_REASON, lock_clause, messages_for, one_pass
-from scheduler_app.models import AuditEvent
-from scheduler_app.publish import RunMessage, queue_depths
-from scheduler_app.transitions import append_attempt
+from scheduler_app.dispatch.publish import RunMessage
+from scheduler_app.models import AuditEvent, append_attempt
+from scheduler_app.queues import queue_depths
 
 logger = logging.getLogger("scheduler_app.dispatch")
 

@@ -22,6 +22,7 @@ from scheduler_app.dispatch.plan import (
     plan_batch,
     revoke_running,
 )
+from scheduler_app.dispatch.publish import RunMessage, publish_runs
 from scheduler_app.dispatch.quotas import (
     QUOTA_POLL_SECONDS,
     hold_over_budget,
@@ -34,10 +35,9 @@ from scheduler_app.dispatch.recovery import (
     republish_stale_runs,
     requeue_due_retries,
 )
-from scheduler_app.failpoints import failpoint
-from scheduler_app.metrics import recorded_fires
 from scheduler_app.models import Job, JobRun, OverlapPolicy, RunState, db_now
-from scheduler_app.publish import RunMessage, publish_runs
+from scheduler_app.observability.failpoints import failpoint
+from scheduler_app.observability.metrics import recorded_fires
 
 
 @dataclass

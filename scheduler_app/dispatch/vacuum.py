@@ -34,7 +34,7 @@ import threading
 import time
 
 from django.conf import settings
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, connection, connections
 
 logger = logging.getLogger(__name__)
 
@@ -79,8 +79,6 @@ class Upkeep:
             self.thread.join(timeout)
 
     def _run(self) -> None:
-        from django.db import connections
-
         started = self.clock()
         try:
             # A thread's own connection, in autocommit (VACUUM cannot run in a transaction).

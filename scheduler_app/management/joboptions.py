@@ -15,8 +15,9 @@ from datetime import datetime
 from django.conf import settings
 from django.core.management.base import CommandError, CommandParser
 
-from scheduler_app import services, sqljobs, validation
+from scheduler_app import services, validation
 from scheduler_app.models import PRIORITY_DEFAULT, PRIORITY_MAX, PRIORITY_MIN, Job, TargetKind
+from scheduler_app.targets import sql as sqljobs
 
 ISO_HELP = ("ISO 8601 with a UTC offset, e.g. 2030-01-31T09:00:00+01:00 or 2030-01-31T08:00:00Z; "
             "a time without an offset is rejected, never guessed")

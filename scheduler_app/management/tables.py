@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from django.core.management.base import CommandError, SystemCheckError
 
 from scheduler_app import schedules
+from scheduler_app.validation import InvalidInput
 
 EMPTY = "-"
 
@@ -91,8 +92,6 @@ class OneLineErrors:
 
     def run_action(self, command: str, action: str, **options) -> None:
         """Call self.do_<action>; bad input becomes one line naming the field (exit 2)."""
-        from scheduler_app.services import InvalidInput
-
         try:
             getattr(self, f"do_{action.replace('-', '_')}")(**options)
         except InvalidInput as exc:

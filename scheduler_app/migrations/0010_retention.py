@@ -5,7 +5,7 @@ On PostgreSQL the indexes are built and dropped CONCURRENTLY (scheduler_app/migr
 so the migration is not atomic): a plain CREATE INDEX would hold off every beat's claim of
 the job table while it reads the table, and a plain DROP INDEX would wait for, then block,
 every use of the ledger.
-Pruning runs needs no new index of the ledger itself (see scheduler_app/retention.py).
+Pruning runs needs no new index of the ledger itself (see scheduler_app/ledger/retention.py).
 """
 
 from django.db import migrations, models

@@ -1,6 +1,6 @@
 # The operator's console (issue 13): the ledger's index for manual and backfilled runs, and
 # alert rules per job with the alerts they raised, and the dashboard's per-minute rollup
-# (scheduler_app/consolemodels.py); on PostgreSQL a BRIN index on finished_at for the
+# (scheduler_app/models/console.py); on PostgreSQL a BRIN index on finished_at for the
 # dashboard's live hour (a few pages of index for ten million runs; nothing to the beats).
 # Numbered 0011 beside the other branches' 0010s; merge migrations join them.
 # The ledger's two indexes are built CONCURRENTLY on PostgreSQL (scheduler_app/migrationops.py).

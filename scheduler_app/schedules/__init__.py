@@ -17,13 +17,13 @@ records for a due job under its misfire policy).
 """
 
 from scheduler_app.schedules.base import (
-    InvalidSchedule,
     LATEST_INSTANT,
     MAX_CRON_LENGTH,
     MAX_EVERY_SECONDS,
     MAX_JITTER_SECONDS,
-    MisfirePolicy,
     NICKNAMES,
+    InvalidSchedule,
+    MisfirePolicy,
     Schedule,
     SkipReason,
     normalize_cron,

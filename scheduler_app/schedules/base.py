@@ -10,7 +10,6 @@ from datetime import UTC, datetime, timedelta
 
 from cronsim import CronSim, CronSimError
 
-
 NICKNAMES = {
     "@yearly": "0 0 1 1 *",
     "@annually": "0 0 1 1 *",

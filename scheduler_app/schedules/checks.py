@@ -7,11 +7,11 @@ from datetime import datetime, timedelta
 
 from scheduler_app.schedules.base import (
     DAY,
-    InvalidSchedule,
     LATEST_INSTANT,
     MAX_EVERY_SECONDS,
     MAX_JITTER_SECONDS,
     PROBE_FROM,
+    InvalidSchedule,
     Schedule,
     normalize_cron,
 )

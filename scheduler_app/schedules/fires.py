@@ -7,9 +7,9 @@ import hashlib
 from datetime import UTC, datetime, timedelta
 
 from cronsim import CronSim
+
 from scheduler_app.schedules.base import LATEST_INSTANT, MICROSECOND, SECOND, Schedule
 from scheduler_app.schedules.zones import end_of_second_pass, first_offset_change, tzinfo_of
-
 
 # How far last_fire_at_or_before looks back, widening until a window holds a fire; each
 # window is at most ~60 times the last, so stepping forward through it stays cheap.

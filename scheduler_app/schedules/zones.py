@@ -8,7 +8,7 @@ import functools
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
-from scheduler_app.schedules.base import DAY, InvalidSchedule, SECOND
+from scheduler_app.schedules.base import DAY, SECOND, InvalidSchedule
 
 
 def zone(name: str) -> ZoneInfo:

@@ -6,6 +6,8 @@
 - runs: backfill and replay (runs written outside the beat);
 - tenants: tenants, their quotas and signing secrets;
 - keys: API keys;
+- retention: a tenant's or a job's retention;
+- importbeat: the import of django-celery-beat's periodic tasks;
 - common: the quota error, the audit row of a job change, waking the beats, admission.
 
 Services validate their input (raising InvalidInput naming the field, before anything is
@@ -16,19 +18,11 @@ a test that replaces a name the services look up (publish_runs, say) patches it 
 that uses it.
 """
 
-from scheduler_app.services.common import (
-    WAKE_CHANNEL,
-    QuotaExceeded,
-    admission_fields,
-    admitted,
-    wake_beats,
-)
+from scheduler_app.models.lifecycle import job_pause
+from scheduler_app.services.common import QuotaExceeded, wake_beats
 from scheduler_app.services.edits import (
     MAX_PREVIEW,
-    Edit,
-    check_count,
     job_preview,
-    job_spec_of,
     job_update,
     job_update_impact,
     plan_edit,
@@ -37,56 +31,33 @@ from scheduler_app.services.edits import (
 )
 from scheduler_app.services.jobs import (
     BULK_ACTIONS,
-    first_fire,
     job_create,
     job_delete,
-    job_pause,
     job_resume,
     job_trigger,
     job_trigger_reporting,
     jobs_bulk,
-    record_skipped,
-    skip_due_fires,
 )
-from scheduler_app.services.jobspec import (
-    HTTP_METHODS,
-    MAX_ATTEMPTS,
-    PAST_GRACE,
-    JobSpec,
-    check_job_quota,
-    check_min_interval,
-    spec_schedule,
-    validate_http,
-    validate_spec,
-    validate_target,
-)
-from scheduler_app.services.keys import (
-    API_KEY_PATTERN,
-    apikey_authenticate,
-    apikey_create,
-    apikey_revoke,
-    check_key_quota,
-)
+from scheduler_app.services.jobspec import PAST_GRACE, JobSpec, spec_schedule, validate_spec
+from scheduler_app.services.keys import apikey_authenticate, apikey_create, apikey_revoke, check_key_quota
+from scheduler_app.services.retention import job_set_retention, tenant_set_retention
 from scheduler_app.services.runs import REPLAYABLE, job_backfill, run_replay
 from scheduler_app.services.tenants import (
     TENANT_LIMITS,
     tenant_by_slug,
     tenant_create,
     tenant_rotate_webhook_secret,
-    tenant_signing_secrets,
     tenant_update,
-    write_tenant_changes,
 )
+from scheduler_app.targets.http.secrets import tenant_signing_secrets
 from scheduler_app.validation import InvalidInput, check_name
 
 __all__ = [
-    "API_KEY_PATTERN", "BULK_ACTIONS", "HTTP_METHODS", "MAX_ATTEMPTS", "MAX_PREVIEW", "PAST_GRACE", "REPLAYABLE",
-    "TENANT_LIMITS", "WAKE_CHANNEL", "Edit", "InvalidInput", "JobSpec", "QuotaExceeded", "admission_fields",
-    "admitted", "apikey_authenticate", "apikey_create", "apikey_revoke", "check_count", "check_job_quota",
-    "check_key_quota", "check_min_interval", "check_name", "first_fire", "job_backfill", "job_create", "job_delete",
-    "job_pause", "job_preview", "job_resume", "job_spec_of", "job_trigger", "job_trigger_reporting",
-    "job_update", "job_update_impact", "jobs_bulk", "plan_edit", "record_skipped", "run_replay",
-    "schedule_preview", "skip_due_fires", "spec_schedule", "tenant_by_slug", "tenant_create",
-    "tenant_rotate_webhook_secret", "tenant_signing_secrets", "tenant_update", "upcoming_fires",
-    "validate_http", "validate_spec", "validate_target", "wake_beats", "write_tenant_changes",
+    "apikey_authenticate", "apikey_create", "apikey_revoke", "BULK_ACTIONS", "check_key_quota", "check_name",
+    "InvalidInput", "job_backfill", "job_create", "job_delete", "job_pause", "job_preview", "job_resume",
+    "job_set_retention", "job_trigger", "job_trigger_reporting", "job_update", "job_update_impact",
+    "jobs_bulk", "JobSpec", "MAX_PREVIEW", "PAST_GRACE", "plan_edit", "QuotaExceeded", "REPLAYABLE",
+    "run_replay", "schedule_preview", "spec_schedule", "tenant_by_slug", "tenant_create", "TENANT_LIMITS",
+    "tenant_rotate_webhook_secret", "tenant_set_retention", "tenant_signing_secrets", "tenant_update",
+    "upcoming_fires", "validate_spec", "wake_beats",
 ]

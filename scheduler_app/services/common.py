@@ -5,14 +5,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.db import connection
-
-from scheduler_app.models import AuditEvent, Job, RunState
 from scheduler_app.dispatch import run_times, tenant_budget
+from scheduler_app.dispatch.waker import wake_beats  # noqa: F401 (the services call it)
+from scheduler_app.models import RunState
+from scheduler_app.models.lifecycle import audit_job  # noqa: F401 (the services' own too)
 from scheduler_app.validation import InvalidInput
-
-
-WAKE_CHANNEL = "cronfleet_jobs"
 
 
 class QuotaExceeded(InvalidInput):
@@ -51,13 +48,3 @@ def jsonable(value):
     return value.isoformat() if isinstance(value, datetime) else value
 
 
-def wake_beats() -> None:
-    """Tell sleeping beats (LISTEN cronfleet_jobs) that a job changed; delivered at commit."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(f"NOTIFY {WAKE_CHANNEL}")
-
-
-def audit_job(job: Job, action: str, actor: str, **detail) -> None:
-    AuditEvent.objects.create(tenant_id=job.tenant_id, job=job, job_name=job.name, action=action,
-                              actor=actor, detail=detail)

@@ -10,10 +10,10 @@ from django.db import IntegrityError, transaction
 
 from scheduler_app import schedules
 from scheduler_app.models import Job, TargetKind, db_now
-from scheduler_app.validation import InvalidInput
 from scheduler_app.services.common import audit_job, check_int, jsonable, wake_beats
 from scheduler_app.services.jobs import first_fire
 from scheduler_app.services.jobspec import JobSpec, validate_spec
+from scheduler_app.validation import InvalidInput
 
 
 def job_preview(job_or_schedule, *, count: int, after: datetime | None = None) -> list[datetime]:

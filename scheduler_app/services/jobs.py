@@ -9,11 +9,12 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 
 from scheduler_app import schedules
-from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Tenant, Trigger, db_now
-from scheduler_app.publish import RunMessage, publish_runs
-from scheduler_app.validation import InvalidInput, check_line, check_name
+from scheduler_app.dispatch.publish import RunMessage, publish_runs
+from scheduler_app.models import AuditEvent, Job, JobRun, Tenant, Trigger, db_now
+from scheduler_app.models.lifecycle import job_pause, record_skipped, skip_due_fires  # noqa: F401 (services too)
 from scheduler_app.services.common import admission_fields, admitted, audit_job, wake_beats
 from scheduler_app.services.jobspec import JobSpec, check_job_quota, validate_spec
+from scheduler_app.validation import InvalidInput, check_line, check_name
 
 
 def first_fire(schedule: schedules.Schedule, now: datetime) -> datetime | None:
@@ -37,41 +38,6 @@ def job_create(tenant: Tenant, spec: JobSpec, *, actor: str = "") -> Job:
     except IntegrityError:
         raise InvalidInput("name", f"tenant {tenant.slug!r} already has a job named {fields['name']!r}") from None
     return job
-
-
-def job_pause(job: Job, *, note: str = "", actor: str = "") -> Job:
-    """Stop a job firing. next_run_at is kept so resume can record what was missed.
-
-    The job row is locked first, so a beat that has claimed the job finishes its turn (the
-    fire gets its run) before the pause; a fire already due that no beat has claimed yet is
-    recorded as skipped ("paused"), so no fire due before the pause is left without a row.
-    A one-off keeps its fire for resume.
-    """
-    note = check_line("note", note)
-    with transaction.atomic():
-        if Job.objects.select_for_update(no_key=True).filter(id=job.id, enabled=True).exists():
-            skip_due_fires([job.id])
-            Job.objects.filter(id=job.id).update(enabled=False, paused_note=note[:500], version=F("version") + 1)
-            audit_job(job, "job.paused", actor, note=note[:500])
-    job.refresh_from_db()
-    return job
-
-
-def skip_due_fires(job_ids: list[int]) -> None:
-    """Record the due, unclaimed fire of each of these (locked) jobs as skipped ("paused")."""
-    now = db_now()
-    for due in Job.objects.filter(id__in=job_ids, next_run_at__lte=now, run_at__isnull=True):
-        record_skipped(due, due.next_run_at, now,
-                       f"paused: due at {due.next_run_at.isoformat()}, paused at {now.isoformat()}")
-
-
-def record_skipped(job: Job, scheduled_at: datetime, now: datetime, reason: str) -> None:
-    """A skipped run for the fire at `scheduled_at`, unless that fire has a run already."""
-    JobRun.objects.get_or_create(
-        job=job, scheduled_at=scheduled_at,
-        defaults=dict(tenant_id=job.tenant_id, state=RunState.SKIPPED, created_at=now, finished_at=now,
-                      job_version=job.version, reason=reason),
-    )
 
 
 def job_resume(job: Job, *, actor: str = "") -> Job:

@@ -8,28 +8,25 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 
-from scheduler_app import commandjobs, netguard, queues, schedules, sqljobs
+from scheduler_app import queues, schedules, targets
 from scheduler_app.models import (
-    Job,
     PRIORITY_DEFAULT,
     PRIORITY_MAX,
     PRIORITY_MIN,
+    Job,
     OverlapPolicy,
     TargetKind,
     Tenant,
     db_now,
 )
+from scheduler_app.services.common import QuotaExceeded, check_int
 from scheduler_app.validation import (
     InvalidInput,
     check_end_at,
-    check_headers,
     check_name,
     check_tags,
     check_text,
-    check_url_path,
 )
-from scheduler_app.services.common import QuotaExceeded, check_int
-
 
 # A one-off instant this far in the past is still accepted (and fires at once).
 PAST_GRACE = timedelta(minutes=5)
@@ -188,52 +185,9 @@ def check_job_quota(tenant: Tenant) -> None:
         raise QuotaExceeded("name", f"tenant {tenant.slug!r} has reached its quota of {tenant.max_jobs} jobs (max_jobs)")
 
 
-HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")
-
-
-MAX_HTTP_BODY = 64 * 1024
-
-
 def validate_target(spec: JobSpec) -> dict:
     """Check the job's target; return its target_config (empty for task jobs)."""
-    if spec.target_kind == TargetKind.TASK:
-        if spec.task_name not in settings.CRONFLEET_ALLOWED_TASKS:
-            allowed = ", ".join(settings.CRONFLEET_ALLOWED_TASKS) or "(none)"
-            raise InvalidInput("task", f"{spec.task_name!r} is not an allowed task (allowed: {allowed})")
-        return {}
-    if spec.target_kind == TargetKind.HTTP:
-        return validate_http(spec.http or {})
-    if spec.target_kind == TargetKind.COMMAND:
-        command = spec.command or {}
-        name, params = command.get("name", ""), command.get("params") or {}
-        if not isinstance(params, dict):
-            raise InvalidInput("command.params", "must be an object")
-        try:
-            commandjobs.build_argv(name, params, settings.CRONFLEET_COMMANDS)
-        except commandjobs.InvalidCommand as exc:
-            raise InvalidInput(f"command.{exc.field}" if exc.field != "command" else "command", exc.message) from None
-        return {"name": name, "params": params}
-    if spec.target_kind == TargetKind.SQL:
-        return sqljobs.check_target(spec.sql)
-    raise InvalidInput("target_kind", f"must be one of {', '.join(TargetKind.values)}")
-
-
-def validate_http(http: dict) -> dict:
-    method = str(http.get("method") or "POST").upper()
-    if method not in HTTP_METHODS:
-        raise InvalidInput("http.method", f"must be one of {', '.join(HTTP_METHODS)}")
-    url = http.get("url")
-    if not isinstance(url, str) or not url:
-        raise InvalidInput("http.url", "is required")
-    try:
-        netguard.check_url(url)
-    except netguard.BlockedTarget as exc:
-        raise InvalidInput("http.url", exc.detail) from None
-    check_url_path("http.url", url)
-    headers = check_headers("http.headers", http.get("headers") or {})
-    body = http.get("body") or ""
-    if not isinstance(body, str):
-        raise InvalidInput("http.body", "must be text (JSON as a string)")
-    if len(body.encode()) > MAX_HTTP_BODY:
-        raise InvalidInput("http.body", f"must be at most {MAX_HTTP_BODY} bytes")
-    return {"method": method, "url": url, "headers": headers, "body": body}
+    kind = targets.KINDS.get(spec.target_kind)
+    if kind is None:
+        raise InvalidInput("target_kind", f"must be one of {', '.join(TargetKind.values)}")
+    return kind.check(spec)

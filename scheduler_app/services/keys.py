@@ -14,9 +14,8 @@ from django.db.models.functions import Now
 from django.utils.timezone import now as node_now
 
 from scheduler_app.models import ApiKey, AuditEvent, Tenant, db_now
-from scheduler_app.validation import check_name
 from scheduler_app.services.common import QuotaExceeded
-
+from scheduler_app.validation import check_name
 
 API_KEY_PATTERN = re.compile(r"cf_([0-9a-f]{12})_([A-Za-z0-9_-]{32})")
 

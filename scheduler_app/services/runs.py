@@ -7,11 +7,10 @@ from datetime import UTC, datetime, timedelta
 from django.db import transaction
 
 from scheduler_app import schedules
+from scheduler_app.dispatch.publish import RunMessage, publish_runs
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Trigger, db_now
-from scheduler_app.publish import RunMessage, publish_runs
-from scheduler_app.validation import InvalidInput
 from scheduler_app.services.common import admission_fields, admitted, audit_job
-
+from scheduler_app.validation import InvalidInput
 
 MAX_BACKFILL = 1000
 

@@ -3,15 +3,18 @@ signing secrets."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from django.db import IntegrityError, transaction
 from django.utils.text import slugify
 
-from scheduler_app import crypto, schedules, webhooks
+from scheduler_app import schedules
 from scheduler_app.models import AuditEvent, Tenant, db_now
-from scheduler_app.validation import InvalidInput, check_name
 from scheduler_app.services.common import check_int
+from scheduler_app.targets.http import secrets as crypto
+from scheduler_app.targets.http import signing as webhooks
+from scheduler_app.targets.http.secrets import tenant_signing_secrets  # noqa: F401 (a service too)
+from scheduler_app.validation import InvalidInput, check_name
 
 
 def tenant_create(*, slug: str, name: str = "", timezone: str = "UTC", actor: str = "") -> Tenant:
@@ -52,23 +55,6 @@ def tenant_rotate_webhook_secret(tenant: Tenant, *, overlap: timedelta = timedel
                                   detail={"overlap_seconds": int(overlap.total_seconds())})
     tenant.refresh_from_db()
     return secret
-
-
-def tenant_signing_secrets(tenant: Tenant, now: datetime) -> list[str]:
-    """The secrets that sign a delivery now: the current one, and the previous one while
-    its overlap lasts. Tenants made before secrets existed get their first one here."""
-    if not tenant.webhook_secret_encrypted:
-        with transaction.atomic():  # two workers at once: the row lock makes one of them create it
-            locked = Tenant.objects.select_for_update().get(id=tenant.id)
-            if not locked.webhook_secret_encrypted:
-                locked.webhook_secret_encrypted = crypto.encrypt(webhooks.new_secret())
-                locked.save(update_fields=["webhook_secret_encrypted"])
-        tenant.refresh_from_db()
-    secrets = [crypto.decrypt(tenant.webhook_secret_encrypted)]
-    if tenant.webhook_secret_previous_encrypted and tenant.webhook_secret_previous_until and \
-            tenant.webhook_secret_previous_until > now:
-        secrets.append(crypto.decrypt(tenant.webhook_secret_previous_encrypted))
-    return secrets
 
 
 TENANT_LIMITS = {  # field: (lowest, highest); None (no limit) is allowed for all but weight and min_interval_seconds

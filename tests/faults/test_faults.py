@@ -10,11 +10,10 @@ import signal
 import subprocess
 
 import pytest
-
 from django.db.models import Sum
 
+from scheduler_app.dispatch.publish import RunMessage, publish_runs
 from scheduler_app.models import JobRun
-from scheduler_app.publish import RunMessage, publish_runs
 from tests.faults.harness import FAULT_LAG_BOUND, flush_broker
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.faults]

@@ -16,11 +16,11 @@ API keys, /me), stats.py.
 """
 
 from scheduler_app.api.serializers.fields import (
-    AwareDateTimeField,
     INT32_MAX,
     INT64_MAX,
-    ListQuerySerializer,
     MAX_PREVIEW,
+    AwareDateTimeField,
+    ListQuerySerializer,
     QuerySerializer,
     StrictBooleanField,
     StrictCharField,
@@ -29,6 +29,10 @@ from scheduler_app.api.serializers.fields import (
     validated,
 )
 from scheduler_app.api.serializers.jobs import (
+    SCHEDULE_KINDS,
+    SERVICE_FIELDS,
+    SPEC_PLAIN_FIELDS,
+    TARGET_KINDS,
     BackfillResultSerializer,
     BackfillSerializer,
     BulkResultSerializer,
@@ -47,22 +51,18 @@ from scheduler_app.api.serializers.jobs import (
     PauseSerializer,
     PreviewQuerySerializer,
     PreviewSerializer,
-    SCHEDULE_KINDS,
-    SERVICE_FIELDS,
-    SPEC_PLAIN_FIELDS,
     ScheduleField,
     SchedulePreviewSerializer,
     SkippedFireSerializer,
     SqlTargetSerializer,
-    TARGET_KINDS,
     TargetField,
     TaskTargetSerializer,
     api_field,
     spec_fields,
 )
 from scheduler_app.api.serializers.runs import (
-    AttemptSerializer,
     RUN_FIELDS,
+    AttemptSerializer,
     RunDetailSerializer,
     RunEventSerializer,
     RunFilterSerializer,
@@ -75,13 +75,13 @@ from scheduler_app.api.serializers.stats import (
     StatsSerializer,
 )
 from scheduler_app.api.serializers.tenants import (
-    ApiKeyCreateSerializer,
+    TENANT_QUOTAS,
     ApiKeyCreatedSerializer,
+    ApiKeyCreateSerializer,
     ApiKeySerializer,
     MeKeySerializer,
     MeSerializer,
     RateLimitSerializer,
-    TENANT_QUOTAS,
     TenantChangeSerializer,
     TenantCreateSerializer,
     TenantSerializer,

@@ -11,7 +11,6 @@ from rest_framework import serializers
 
 from scheduler_app import validation
 
-
 INT32_MAX = 2**31 - 1  # PositiveIntegerField's column
 
 

@@ -10,11 +10,10 @@ from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_fiel
 from rest_framework import serializers
 
 from scheduler_app import schedules, services, validation
-from scheduler_app.models import Job, PRIORITY_DEFAULT, PRIORITY_MAX, PRIORITY_MIN, OverlapPolicy
 from scheduler_app.api.serializers.fields import (
+    MAX_PREVIEW,
     AwareDateTimeField,
     ListQuerySerializer,
-    MAX_PREVIEW,
     QuerySerializer,
     StrictBooleanField,
     StrictCharField,
@@ -22,6 +21,8 @@ from scheduler_app.api.serializers.fields import (
     StrictSerializer,
     validated,
 )
+from scheduler_app.models import PRIORITY_DEFAULT, PRIORITY_MAX, PRIORITY_MIN, Job, OverlapPolicy
+from scheduler_app.targets.http import HTTP_METHODS
 
 
 class CronScheduleSerializer(StrictSerializer):
@@ -73,7 +74,7 @@ class TaskTargetSerializer(StrictSerializer):
 
 class HttpTargetSerializer(StrictSerializer):
     kind = serializers.ChoiceField(choices=["http"])
-    method = serializers.ChoiceField(choices=services.HTTP_METHODS, default="POST")
+    method = serializers.ChoiceField(choices=HTTP_METHODS, default="POST")
     url = StrictCharField(max_length=2048)
     headers = serializers.DictField(
         child=StrictCharField(allow_blank=True, trim_whitespace=False, max_length=8192), required=False, default=dict)

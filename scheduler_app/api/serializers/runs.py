@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-
 from rest_framework import serializers
 
+from scheduler_app.api.serializers.fields import INT64_MAX, AwareDateTimeField, ListQuerySerializer
 from scheduler_app.models import JobRun, RunState, Trigger
-from scheduler_app.api.serializers.fields import AwareDateTimeField, INT64_MAX, ListQuerySerializer
-
 
 RUN_FIELDS = (
     "id", "job", "job_name", "scheduled_at", "trigger", "state", "attempt", "reason", "job_version", "priority",

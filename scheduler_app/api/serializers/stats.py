@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from rest_framework import serializers
 
 from scheduler_app.api.serializers.fields import QuerySerializer

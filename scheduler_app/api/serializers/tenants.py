@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-
 from rest_framework import serializers
 
 from scheduler_app import services
-from scheduler_app.models import ApiKey, Tenant
 from scheduler_app.api.serializers.fields import (
     StrictBooleanField,
     StrictCharField,
     StrictIntegerField,
     StrictSerializer,
 )
+from scheduler_app.models import ApiKey, Tenant
 
 
 class ApiKeySerializer(serializers.ModelSerializer):

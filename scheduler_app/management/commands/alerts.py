@@ -22,10 +22,9 @@ import sys
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from scheduler_app import alerts, services
-from scheduler_app.consolemodels import Alert, AlertKind, AlertRule
 from scheduler_app.management.commands.jobs import JOB_HELP, check_range, find_job
 from scheduler_app.management.tables import OneLineErrors, cell, format_table, shorten
-from scheduler_app.models import Job
+from scheduler_app.models import Alert, AlertKind, AlertRule, Job
 
 MAX_LIMIT = 1000
 SHOW_ALERTS = 10

@@ -1,6 +1,6 @@
 """`manage.py import_beat --tenant SLUG`: django-celery-beat's schedules become Cronfleet jobs.
 
-The work is scheduler_app.importbeat's; this command parses the options and prints the report.
+The work is scheduler_app.services.importbeat's; this command parses the options and prints the report.
 """
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from scheduler_app import importbeat, services
+from scheduler_app import services
 from scheduler_app.management.tables import OneLineErrors, format_table
+from scheduler_app.services import importbeat
 
 
 class Command(OneLineErrors, BaseCommand):

@@ -14,7 +14,7 @@ from datetime import timedelta
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import JSONField, OuterRef, Subquery
 
-from scheduler_app import services, sqljobs
+from scheduler_app import services
 from scheduler_app.management.joboptions import (
     ISO_HELP,
     SCHEDULE_OPTIONS,
@@ -34,6 +34,7 @@ from scheduler_app.management.tables import (
     utc_text,
 )
 from scheduler_app.models import Job, JobRun, RunState, Tenant
+from scheduler_app.targets import sql as sqljobs
 
 MAX_LIMIT = 1000
 MAX_PREVIEW = 1000

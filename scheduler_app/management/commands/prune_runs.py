@@ -1,7 +1,7 @@
 """Delete the finished runs the retention policy lets go, now: `manage.py prune_runs
 [--dry-run] [--tenant SLUG] [--batch-size N]`.
 
-Beats do this in the background (scheduler_app/retention.py); this is for operators: after
+Beats do this in the background (scheduler_app/ledger/retention.py); this is for operators: after
 shortening a policy, on a deployment that turns the beats' pruning off
 (CRONFLEET_RETENTION_IN_BEAT=false), or to see what a policy would remove (--dry-run). It
 walks every tenant and every job with a retention of its own once, in batches of its own
@@ -14,7 +14,9 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from scheduler_app import retention, services
+from scheduler_app import services
+from scheduler_app.ledger import policy as retention_policy
+from scheduler_app.ledger import retention
 from scheduler_app.management.tables import OneLineErrors, format_table
 from scheduler_app.models import JOB_RETENTION_SET, Job, Tenant
 
@@ -49,10 +51,10 @@ class Command(OneLineErrors, BaseCommand):
                           f"{progress.seconds:.1f}s of statements, {progress.batches} batches")
 
     def policy_line(self, only: Tenant | None) -> str:
-        default = retention.resolve()[0]
+        default = retention_policy.resolve()[0]
         tenants = Tenant.objects.filter(**({"id": only.id} if only else {}))
-        own_tenants = sum(1 for t in tenants.only(*retention.FIELDS) if any(getattr(t, f) is not None
-                                                                              for f in retention.FIELDS))
+        own_tenants = sum(1 for t in tenants.only(*retention_policy.FIELDS) if any(getattr(t, f) is not None
+                                                                              for f in retention_policy.FIELDS))
         own_jobs = Job.objects.filter(JOB_RETENTION_SET, **({"tenant": only} if only else {})).count()
         return (f"prune_runs: settings keep finished runs {days(default.days)}, failed and dead "
                 f"{days(default.kept_days(failed=True) or 0)}, and each job's newest {default.keep_last}; "

@@ -14,7 +14,8 @@ import argparse
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from scheduler_app import retention, services
+from scheduler_app import services
+from scheduler_app.ledger import policy as retention_policy
 from scheduler_app.management.commands.jobs import JOB_HELP, find_job
 from scheduler_app.management.tables import OneLineErrors, format_table
 from scheduler_app.models import Job
@@ -65,19 +66,19 @@ class Command(OneLineErrors, BaseCommand):
             raise services.InvalidInput("retention", "give at least one of --days, --failed-days, --keep-last")
         obj = self.target(tenant, job)
         if job:
-            obj = retention.job_set_retention(obj, changes, actor="cli")
+            obj = services.job_set_retention(obj, changes, actor="cli")
         else:
-            obj = retention.tenant_set_retention(obj, changes, actor="cli")
+            obj = services.tenant_set_retention(obj, changes, actor="cli")
         self.show(obj)
 
     def show(self, obj) -> None:
         if obj is None:
-            policy, sources = retention.resolve()
+            policy, sources = retention_policy.resolve()
             described = {"effective": {"days": policy.days, "failed_days": policy.kept_days(failed=True) or 0,
                                        "keep_last": policy.keep_last, "sources": {}}}
             title = "settings (CRONFLEET_RETENTION_*)"
         else:
-            described = retention.describe(obj)
+            described = retention_policy.describe(obj)
             title = f"job {obj.tenant.slug}/{obj.name} (id {obj.id})" if isinstance(obj, Job) else f"tenant {obj.slug}"
         effective = described["effective"]
         rows = []

@@ -14,71 +14,18 @@ from django.core.checks import Tags
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import DatabaseError, close_old_connections, connection, reset_queries
 
-
-from scheduler_app import alerts, dispatch, retention
+from scheduler_app import alerts, dispatch
+from scheduler_app.dispatch.observe import BeatObserver
 from scheduler_app.dispatch.vacuum import job_vacuum, ledger_analyze
+from scheduler_app.dispatch.waker import Waker
+from scheduler_app.ledger import retention
 from scheduler_app.models import db_now
-from scheduler_app.observe import BeatObserver
-from scheduler_app.publish import broker_errors
-from scheduler_app.services import WAKE_CHANNEL
+from scheduler_app.queues import broker_errors
 
 logger = logging.getLogger("scheduler_app.beat")
 RETRY_PAUSE = 1.0  # seconds
 DELIVERER_STOP_SECONDS = 5.0  # how long a stopping beat waits for an alert being sent
 SWEEP_EVERY = 2.0  # seconds between looks for runs to publish again (a few queries and a broker call)
-
-
-class Waker:
-    """Sleeps until a timeout, a stop request, or (on PostgreSQL) a NOTIFY that a job changed.
-
-    The LISTEN connection is best effort: if it breaks (a database restart), the beat
-    falls back to plain timed sleeps and listens again on the next sleep.
-    """
-
-    SLICE = 0.5  # seconds: how quickly a stop request is noticed while listening
-
-    def __init__(self, stop: threading.Event) -> None:
-        self.stop = stop
-        self.listener = None
-        self.enabled = connection.vendor == "postgresql"
-
-    def sleep(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while not self.stop.is_set():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            listener = self._listener()
-            if listener is None:
-                self.stop.wait(min(left, self.SLICE))
-                continue
-            try:
-                if any(True for _ in listener.notifies(timeout=min(left, self.SLICE), stop_after=1)):
-                    for _ in listener.notifies(timeout=0):  # drain: one wake-up is enough
-                        pass
-                    return
-            except connection.Database.Error as exc:
-                logger.warning("LISTEN connection lost (%s); sleeping without it", exc)
-                self.close()
-                self.stop.wait(min(left, self.SLICE))
-
-    def _listener(self):
-        if self.listener is None and self.enabled:
-            try:
-                self.listener = connection.get_new_connection(connection.get_connection_params())
-                self.listener.autocommit = True
-                self.listener.execute(f"LISTEN {WAKE_CHANNEL}")
-            except connection.Database.Error as exc:
-                logger.warning("cannot LISTEN for job changes (%s)", exc)
-                self.close()
-        return self.listener
-
-    def close(self) -> None:
-        if self.listener is not None:
-            try:
-                self.listener.close()
-            finally:
-                self.listener = None
 
 
 class Command(BaseCommand):

@@ -17,9 +17,10 @@ from datetime import timedelta
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from scheduler_app import cluster, stats
+from scheduler_app.ledger import stats
 from scheduler_app.management.tables import format_table, shorten, utc_text
-from scheduler_app.nodes import NodeKind
+from scheduler_app.models import NodeKind
+from scheduler_app.observability import cluster
 
 LAG_WINDOW = timedelta(minutes=5)
 RUNS_WINDOW = timedelta(hours=1)

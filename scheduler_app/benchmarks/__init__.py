@@ -1,1 +1,0 @@
-"""Benchmarks run by `manage.py bench`: each prints figures; none is a test."""

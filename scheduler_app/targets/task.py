@@ -1,0 +1,38 @@
+"""Task targets: a Celery task registered in the worker, named in CRONFLEET_ALLOWED_TASKS, run
+in the worker process with the fire it runs for (scheduler_app.fire.current_fire())."""
+
+from __future__ import annotations
+
+from celery import current_app as app
+from django.conf import settings
+
+from scheduler_app.fire import FireContext, firing
+from scheduler_app.targets.base import PermanentFailure
+from scheduler_app.validation import InvalidInput
+
+
+def check(spec) -> dict:
+    """The target_config of a task job (none: the task's name is a column of its own)."""
+    if spec.task_name not in settings.CRONFLEET_ALLOWED_TASKS:
+        allowed = ", ".join(settings.CRONFLEET_ALLOWED_TASKS) or "(none)"
+        raise InvalidInput("task", f"{spec.task_name!r} is not an allowed task (allowed: {allowed})")
+    return {}
+
+
+def perform(started):
+    """Run the job's task in this worker process and return its result."""
+    run, job = started.run, started.job
+    if job.task_name not in settings.CRONFLEET_ALLOWED_TASKS:
+        raise PermanentFailure(f"task {job.task_name!r} is not in CRONFLEET_ALLOWED_TASKS")
+    if job.task_name not in app.tasks:
+        app.loader.import_default_modules()  # tasks.py of every installed app
+    try:
+        task = app.tasks[job.task_name]
+    except KeyError:
+        raise PermanentFailure(f"task {job.task_name!r} is not registered in this worker") from None
+    context = FireContext(
+        fire_key=run.fire_key, attempt=run.attempt, scheduled_at=run.scheduled_at,
+        run_id=run.id, job_id=job.id, job_name=job.name, tenant=started.tenant,
+    )
+    with firing(context):
+        return task(*job.args, **job.kwargs)

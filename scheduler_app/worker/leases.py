@@ -1,0 +1,95 @@
+"""Leases of the runs a worker process is executing, renewed by one thread per process.
+
+The lease, not the job's timeout, is how a beat tells a dead or frozen worker from a slow
+one: a worker that stops heartbeating (killed, SIGSTOPped, cut off) loses its runs after
+CRONFLEET_LEASE_SECONDS, and its later writes are refused (fencing). One thread renews
+every run the process holds in one statement each CRONFLEET_HEARTBEAT_SECONDS, so a run
+costs no thread of its own and a batch of runs one statement per heartbeat.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from django.conf import settings
+from django.db import DatabaseError, connection
+
+from scheduler_app.worker import transitions
+
+logger = logging.getLogger(__name__)
+
+
+TICK_SECONDS = 0.5  # how often the thread looks for leases due a renewal
+
+
+class Leases:
+    def __init__(self) -> None:
+        self._owned: dict[int, tuple[int, float]] = {}  # run id -> (attempt, monotonic time of the last renewal)
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+
+    @contextmanager
+    def held(self, owned: dict[int, int]) -> Iterator[None]:
+        """Keep renewing the leases of {run id: attempt} while the block runs (or until
+        release() lets one go: a batch's run whose outcome is written)."""
+        now = time.monotonic()  # the start set the lease
+        with self._lock:
+            self._owned.update((run_id, (attempt, now)) for run_id, attempt in owned.items())
+            self._ensure_thread()
+        try:
+            yield
+        finally:
+            self.release(owned)
+
+    def release(self, run_ids) -> None:
+        with self._lock:
+            for run_id in run_ids:
+                self._owned.pop(run_id, None)
+
+    def _ensure_thread(self) -> None:
+        # A forked pool process inherits the object but not the thread: start one per process.
+        if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
+            self._pid = os.getpid()
+            self._thread = threading.Thread(target=self._renew_forever, name="cronfleet-leases", daemon=True)
+            self._thread.start()
+
+    def _renew_forever(self) -> None:
+        while True:  # as long as the process: the thread is a daemon
+            time.sleep(TICK_SECONDS)
+            due_before = time.monotonic() - settings.CRONFLEET_HEARTBEAT_SECONDS
+            with self._lock:
+                idle = not self._owned
+                due = {run_id: attempt for run_id, (attempt, renewed) in self._owned.items() if renewed <= due_before}
+            if due:
+                self.renew(due)
+            elif idle:
+                connection.close()  # hold no database connection while there is nothing to renew
+
+    def renew(self, owned: dict[int, int]) -> None:
+        try:
+            renewed = transitions.renew_leases(owned)
+        except DatabaseError as exc:  # the next beat retries; a missed heartbeat only shortens the lease
+            logger.warning("heartbeat for %s runs failed: %s", len(owned), exc)
+            connection.close()  # this thread's own connection: a fresh one next time
+            return
+        now = time.monotonic()
+        lost = set(owned) - renewed
+        if lost:
+            logger.warning("runs %s lost their lease; no longer renewed", sorted(lost)[:20])
+        with self._lock:
+            for run_id, attempt in owned.items():
+                if self._owned.get(run_id, (None,))[0] != attempt:
+                    continue  # finished meanwhile (or held again by another attempt)
+                if run_id in lost:
+                    del self._owned[run_id]
+                else:
+                    self._owned[run_id] = (attempt, now)
+
+
+LEASES = Leases()

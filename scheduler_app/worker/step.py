@@ -1,0 +1,120 @@
+"""What a Celery worker's main process adds to the worker: its node row and heartbeat, and
+with `--metrics-port` (an option of `celery worker`) its metrics exporter.
+
+A prefork pool counts in its child processes, so the exporter adds up files in a
+multiprocess directory (metrics.py). Without PROMETHEUS_MULTIPROC_DIR, --metrics-port makes
+the worker a fresh directory of its own when the command line is read, before anything
+imports prometheus-client, and removes it when the worker stops: one exporter per worker,
+nothing to set up, nothing left from an earlier run.
+
+install_worker_step(app) adds a bootstep to the worker blueprint; project/celery.py calls it
+when the app is made, before the command line is read. This module imports nothing of
+Django or the project at import time (the app is made before Django is set up); the step
+imports what it needs when the worker starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import tempfile
+
+import click
+from celery import bootsteps
+from celery.signals import after_setup_logger, after_setup_task_logger
+
+from scheduler_app.observability import logformat
+
+logger = logging.getLogger("scheduler_app.worker")
+
+
+def install_worker_step(app) -> None:
+    app.user_options["worker"].add(click.Option(
+        ["--metrics-port"], type=int, default=None, callback=_metrics_directory,
+        help="Serve the metrics of the worker and its pool processes on this port (added up in "
+             "PROMETHEUS_MULTIPROC_DIR, or a directory of the worker's own)."))
+    app.user_options["worker"].add(click.Option(
+        ["--metrics-address"], default=None, help="Address of --metrics-port (default CRONFLEET_METRICS_ADDRESS)."))
+    app.steps["worker"].add(ObserveWorker)
+    after_setup_logger.connect(logformat.use_json_in_celery, weak=False)
+    after_setup_task_logger.connect(logformat.use_json_in_celery, weak=False)
+    if logformat.json_wanted():
+        logformat.use_json_in_celery_worker()
+
+
+_own_directory = ""
+
+
+def _metrics_directory(ctx, param, port):
+    """--metrics-port's callback, run as the command line is read: give the worker a
+    multiprocess directory of its own unless it was given one."""
+    global _own_directory
+    if port and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        _own_directory = tempfile.mkdtemp(prefix="cronfleet-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = _own_directory
+        if "prometheus_client.values" in sys.modules:
+            # Flower's plugin to the celery command imports prometheus-client before the
+            # command line is read, which fixes how values are kept from the environment
+            # of that moment; ours are made later (metrics.py), and must go to the files.
+            from prometheus_client import values
+
+            values.ValueClass = values.get_value_class()
+    return port
+
+
+class ObserveWorker(bootsteps.StartStopStep):
+    """Registers the worker as a node (kind worker, its Celery node name and queues) and
+    heartbeats it from a thread of the main process (nodes.HeartbeatThread); serves the
+    metrics of the worker's processes when asked to."""
+
+    label = "cronfleet-observe"
+
+    def __init__(self, parent, metrics_port: int | None = None, metrics_address: str | None = None,
+                 **options) -> None:
+        super().__init__(parent, **options)
+        self.heartbeat = None
+        logformat.set_node(parent.hostname)
+        if logformat.json_wanted():
+            parent.quiet = True  # no banner: every line on stdout and stderr is JSON
+        self.metrics_port, self.metrics_address = metrics_port, metrics_address
+
+    def start(self, parent) -> None:
+        # Imported when the worker starts: this module is imported when the Celery app is
+        # made, before Django is set up, and metrics must follow the --metrics-port directory.
+        from django.conf import settings
+
+        from scheduler_app.models import NodeKind
+        from scheduler_app.observability import metrics, nodes
+
+        queues = sorted(parent.app.amqp.queues.consume_from or parent.app.amqp.queues)
+        if self.metrics_port:
+            if metrics.MULTIPROC_DIR:  # files of processes gone since the last start: their totals start again
+                metrics.forget_dead_processes(metrics.MULTIPROC_DIR, counters=True)
+            forked = "prefork" in getattr(parent.pool_cls, "__module__", "")
+            metrics.initialise_worker(queues)  # a solo or threads pool counts in this process
+            metrics.serve(self.metrics_port, self.metrics_address or settings.CRONFLEET_METRICS_ADDRESS,
+                          forked=forked)
+        registration = nodes.Registration(NodeKind.WORKER, parent.hostname,
+                                          stale_after=nodes.WORKER_STALE_AFTER_SECONDS, queues=queues)
+        self.heartbeat = nodes.HeartbeatThread(registration, worker_activity)
+        self.heartbeat.start()
+
+    def stop(self, parent) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
+            self.heartbeat = None
+        if _own_directory:
+            shutil.rmtree(_own_directory, ignore_errors=True)
+
+    shutdown = stop
+
+
+def worker_activity() -> str:
+    """What the worker is doing, from the main process's own bookkeeping (no query)."""
+    from celery.worker import state  # the worker's own bookkeeping, there only in a worker
+
+    active = len(state.active_requests)
+    done = sum(state.total_count.values())
+    return f"{active} running, {done} done" if active else f"idle, {done} done"
