@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Benchmark the documented way of serving: gunicorn with the production settings against PostgreSQL.
 
-    .venv/bin/python scripts/bench_serving.py
-    .venv/bin/python scripts/bench_serving.py --requests 700 --clients 50 --workers 2 --threads 4
+    .venv/bin/python bench/scripts/bench_serving.py
+    .venv/bin/python bench/scripts/bench_serving.py --requests 700 --clients 50 --workers 2 --threads 4
 
 Makes (or reuses) a database of its own, migrates it, makes a tenant with an API key, starts
 gunicorn exactly as the Dockerfile does (project/gunicorn.conf.py, debug off), then fires two
@@ -38,7 +38,7 @@ from pathlib import Path
 import psycopg
 import redis
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the checkout (this is bench/scripts/)
 DEFAULT_DATABASE = "postgres://postgres@127.0.0.1:5432/cronfleet_bench_serving"
 
 

@@ -2,8 +2,8 @@
 """Measure what observing Cronfleet costs at scale: a database of 1,000,000 jobs and
 10,000,000 runs, and the time of a /metrics scrape, `manage.py status` and the stats API.
 
-    .venv/bin/python scripts/scale_observe.py                      # seed once, then measure
-    .venv/bin/python scripts/scale_observe.py --jobs 100000 --runs 1000000 --database cronfleet_obs_small
+    .venv/bin/python bench/scripts/scale_observe.py                      # seed once, then measure
+    .venv/bin/python bench/scripts/scale_observe.py --jobs 100000 --runs 1000000 --database cronfleet_obs_small
 
 Makes (or reuses) a database of its own on DATABASE_URL's server, migrates it and, when it
 holds fewer jobs than asked, seeds it with INSERT ... SELECT generate_series (no ORM loop):
@@ -29,7 +29,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the checkout (this is bench/scripts/)
 
 SEED_TENANTS = """
 INSERT INTO scheduler_app_tenant (id, slug, name, timezone, is_active, created_at, webhook_secret_encrypted,
@@ -175,8 +175,10 @@ def measure(args) -> None:
     from django.db import connection
     from django.test import Client
 
-    from scheduler_app import cluster, services
-    from scheduler_app.nodes import NodeKind, Registration
+    from scheduler_app import services
+    from scheduler_app.models import NodeKind
+    from scheduler_app.observability import cluster
+    from scheduler_app.observability.nodes import Registration
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT (SELECT count(*) FROM scheduler_app_job), (SELECT count(*) FROM scheduler_app_jobrun),"

@@ -2,7 +2,7 @@
 """Seed a big run ledger for the console's EXPLAIN checks and the dashboard's timing.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/cf_big DJANGO_DEBUG=true \\
-        .venv/bin/python scripts/seed_ledger.py --runs 10000000
+        .venv/bin/python bench/scripts/seed_ledger.py --runs 10000000
 
 Migrates the database, then makes --tenants tenants and --jobs jobs (every minute, cron
 and interval, some paused) and --runs runs spread evenly over the --days days before now (--append goes on from the
@@ -23,7 +23,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout (this is bench/scripts/)
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 
 import django  # noqa: E402

@@ -1,0 +1,1 @@
+"""Benchmarks run by `manage.py bench`: each prints figures; none is a test."""

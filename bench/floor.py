@@ -1,0 +1,52 @@
+"""The floor for `bench e2e`: a plain Celery app (no Django, no database) whose task does
+nothing but count itself, with the worker settings Cronfleet's workers use.
+
+    celery -A bench.floor worker -Q bench-floor ...
+
+What Cronfleet's worker costs above this is the price of recording each run.
+"""
+
+import os
+import time
+
+import redis
+from celery import Celery
+
+QUEUE = "bench-floor"
+COUNTER = "bench-floor:done"
+LAGS = "bench-floor:lags"  # bench steady: seconds each timed task started after its due instant
+
+app = Celery("cronfleet-floor")
+app.conf.update(
+    broker_url=os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0"),
+    # As project/settings.py sets them for Cronfleet's workers.
+    task_acks_late=True,
+    task_reject_on_worker_lost=True,
+    worker_prefetch_multiplier=1,
+    accept_content=["json"],
+    task_serializer="json",
+    task_ignore_result=True,
+    worker_send_task_events=os.environ.get("CELERY_WORKER_SEND_TASK_EVENTS", "true").lower() in {"1", "true", "yes"},
+    broker_transport_options={"priority_steps": list(range(10))},
+    broker_connection_retry_on_startup=True,
+)
+_counter = None
+
+
+@app.task(name="bench.floor.noop")
+def noop(*args) -> None:
+    """Nothing, then one INCR so the bench knows when all are done (a Redis round trip)."""
+    _client().incr(COUNTER)
+
+
+@app.task(name="bench.floor.timed")
+def timed(due: float) -> None:
+    """Nothing, then one RPUSH of how late it started: now - `due` (epoch seconds)."""
+    _client().rpush(LAGS, time.time() - due)
+
+
+def _client() -> redis.Redis:
+    global _counter
+    if _counter is None:
+        _counter = redis.Redis.from_url(app.conf.broker_url)
+    return _counter
