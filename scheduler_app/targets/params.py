@@ -2,9 +2,11 @@
 and SQL jobs (CRONFLEET_SQL) write them: {"type": ..., plus the keys that type takes}.
 
 check_declaration() checks what both allow-lists share (the type, its keys, bounds,
-lengths, patterns, list sizes and choices); each allow-list adds its own rules (a choice's
-characters for argv, a default converted its own way). Errors are raised with the
-allow-list's own exception class, so each keeps naming the field its users see.
+lengths, patterns, list sizes and choices); the check_* functions below check a value of
+the types both have (int, str, choice, date, a list's size). Each allow-list adds its own
+rules (which characters a text may hold, a 64-bit bound, a value converted its own way).
+Errors are raised with the allow-list's own exception class, so each keeps naming the
+field its users see.
 """
 
 from __future__ import annotations
@@ -12,6 +14,9 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping
+from datetime import date
+
+ISO_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 
 
 class FieldError(ValueError):
@@ -82,3 +87,59 @@ def check_declaration(field: str, spec: object, type_keys: Mapping[str, frozense
         if not isinstance(choices, list | tuple) or not choices or not all(isinstance(c, str) for c in choices):
             raise error(f"{field}.choices", "must be a non-empty list of strings")
     return ptype
+
+
+# --- values -------------------------------------------------------------------------------
+
+
+def check_int(field: str, spec: Mapping, value: object, error: Callable[[str, str], Exception], *,
+              bits: int | None = None) -> int:
+    """An integer within the declaration's bounds (and, with `bits`, that many signed bits)."""
+    if not is_int(value):
+        raise error(field, "must be an integer")
+    if bits is not None and not -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
+        raise error(field, f"must fit in {bits} bits")
+    check_bounds(field, spec, value, error)
+    return value
+
+
+def check_str(field: str, spec: Mapping, value: object, error: Callable[[str, str], Exception],
+              problem: Callable[[str], str | None]) -> str:
+    """A text no longer than max_length that matches the pattern; `problem(value)` names a
+    character the allow-list refuses (or None)."""
+    if not isinstance(value, str):
+        raise error(field, "must be a string")
+    refused = problem(value)
+    if refused:
+        raise error(field, refused)
+    if len(value) > spec["max_length"]:
+        raise error(field, f"is longer than {spec['max_length']} characters")
+    if spec.get("pattern") is not None and not re.fullmatch(spec["pattern"], value):
+        raise error(field, "does not match the allowed pattern")
+    return value
+
+
+def check_choice(field: str, spec: Mapping, value: object, error: Callable[[str, str], Exception]) -> str:
+    if not isinstance(value, str) or value not in spec["choices"]:
+        raise error(field, f"must be one of {list(spec['choices'])}")
+    return value
+
+
+def check_date(field: str, value: object, error: Callable[[str, str], Exception]) -> str:
+    """An ISO date (YYYY-MM-DD) of the calendar, as that text."""
+    if not isinstance(value, str) or not ISO_DATE.fullmatch(value):
+        raise error(field, "must be an ISO date (YYYY-MM-DD)")
+    try:
+        return date.fromisoformat(value).isoformat()
+    except ValueError:
+        raise error(field, "is not a valid calendar date") from None
+
+
+def check_items(field: str, spec: Mapping, value: object, error: Callable[[str, str], Exception], *,
+                what: str = "must be a list") -> list:
+    """A list (or tuple) of at most max_items items, as a list."""
+    if not isinstance(value, list | tuple):
+        raise error(field, what)
+    if len(value) > spec["max_items"]:
+        raise error(field, f"has more than {spec['max_items']} items")
+    return list(value)

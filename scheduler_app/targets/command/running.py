@@ -57,7 +57,6 @@ RLIMIT_FSIZE = 64 * 1024 * 1024
 _PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _COMMAND_NAME = re.compile(r"[A-Za-z0-9_.-]+")
-_ISO_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 _ENTRY_KEYS = frozenset({"executable", "argv", "params", "timeout", "cwd"})
@@ -209,48 +208,25 @@ def validate_config(config: Mapping) -> None:
 
 
 def _check_str(field: str, spec: Mapping, value: object) -> str:
-    if not isinstance(value, str):
-        raise InvalidCommand(field, "must be a string")
-    problem = _bad_char(value)
-    if problem:
-        raise InvalidCommand(field, problem)
-    if len(value) > spec["max_length"]:
-        raise InvalidCommand(field, f"is longer than {spec['max_length']} characters")
-    pattern = spec.get("pattern")
-    if pattern is not None and not re.fullmatch(pattern, value):
-        raise InvalidCommand(field, "does not match the allowed pattern")
-    return value
+    return paramspecs.check_str(field, spec, value, InvalidCommand, _bad_char)
 
 
 def _convert(field: str, spec: Mapping, value: object) -> str | list[str]:
     """Validate ``value`` against ``spec``; return its argv string (a list for str_list)."""
     ptype = spec["type"]
     if ptype == "int":
-        if not _is_int(value):
-            raise InvalidCommand(field, "must be an integer")
-        paramspecs.check_bounds(field, spec, value, InvalidCommand)
-        return str(value)
+        return str(paramspecs.check_int(field, spec, value, InvalidCommand))
     if ptype == "str":
         return _check_str(field, spec, value)
     if ptype == "choice":
-        if not isinstance(value, str) or value not in spec["choices"]:
-            raise InvalidCommand(field, f"must be one of {list(spec['choices'])}")
-        return value
+        return paramspecs.check_choice(field, spec, value, InvalidCommand)
     if ptype == "date":
         if isinstance(value, _dt.date) and not isinstance(value, _dt.datetime):
             return value.isoformat()
-        if not isinstance(value, str) or not _ISO_DATE.fullmatch(value):
-            raise InvalidCommand(field, "must be an ISO date (YYYY-MM-DD)")
-        try:
-            return _dt.date.fromisoformat(value).isoformat()
-        except ValueError:
-            raise InvalidCommand(field, "is not a valid calendar date") from None
+        return paramspecs.check_date(field, value, InvalidCommand)
     if ptype == "str_list":
-        if not isinstance(value, list | tuple):
-            raise InvalidCommand(field, "must be a list of strings")
-        if len(value) > spec["max_items"]:
-            raise InvalidCommand(field, f"has more than {spec['max_items']} items")
-        return [_check_str(f"{field}[{i}]", spec, item) for i, item in enumerate(value)]
+        items = paramspecs.check_items(field, spec, value, InvalidCommand, what="must be a list of strings")
+        return [_check_str(f"{field}[{i}]", spec, item) for i, item in enumerate(items)]
     raise InvalidCommand(f"{field}.type", f"unknown type {ptype!r}")  # pragma: no cover
 
 

@@ -4,50 +4,37 @@ date, datetime, int_list, str_list) and limits."""
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 
 from scheduler_app.targets import params
-from scheduler_app.targets.sql.errors import INT64, InvalidSql
+from scheduler_app.targets.sql.errors import InvalidSql
 from scheduler_app.validation import InvalidInput, check_instant_text
 
-_ISO_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+
+def _text_problem(value: str) -> str | None:
+    """A character no database of SQL jobs takes in a text (or None)."""
+    if "\x00" in value:
+        return "contains a NUL character (U+0000), which PostgreSQL text cannot hold; it is refused on every database"
+    for char in value:
+        if "\ud800" <= char <= "\udfff":
+            return f"contains a lone surrogate (U+{ord(char):04X})"
+    return None
 
 
 def _check_str(field: str, spec: Mapping, value: object) -> str:
-    if not isinstance(value, str):
-        raise InvalidSql(field, "must be a string")
-    if "\x00" in value:
-        raise InvalidSql(field, "contains a NUL character (U+0000), which PostgreSQL text cannot hold; "
-                                "it is refused on every database")
-    for char in value:
-        if "\ud800" <= char <= "\udfff":
-            raise InvalidSql(field, f"contains a lone surrogate (U+{ord(char):04X})")
-    if len(value) > spec["max_length"]:
-        raise InvalidSql(field, f"is longer than {spec['max_length']} characters")
-    if "pattern" in spec and not re.fullmatch(spec["pattern"], value):
-        raise InvalidSql(field, "does not match the allowed pattern")
-    return value
+    return params.check_str(field, spec, value, InvalidSql, _text_problem)
 
 
 def _check_int(field: str, spec: Mapping, value: object) -> int:
-    if not params.is_int(value):
-        raise InvalidSql(field, "must be an integer")
-    if not -INT64 <= value < INT64:
-        raise InvalidSql(field, "must fit in 64 bits")
-    params.check_bounds(field, spec, value, InvalidSql)
-    return value
+    return params.check_int(field, spec, value, InvalidSql, bits=64)
 
 
 def _list(field: str, spec: Mapping, value: object, vendor: str) -> list:
-    if not isinstance(value, list | tuple):
-        raise InvalidSql(field, "must be a list")
-    if len(value) > spec["max_items"]:
-        raise InvalidSql(field, f"has more than {spec['max_items']} items")
-    if not value and vendor == "mysql":
+    items = params.check_items(field, spec, value, InvalidSql)
+    if not items and vendor == "mysql":
         raise InvalidSql(field, "must not be empty on MariaDB (IN () is a syntax error there)")
-    return list(value)
+    return items
 
 
 def check_value(field: str, spec: Mapping, value: object, vendor: str):
@@ -67,16 +54,9 @@ def check_value(field: str, spec: Mapping, value: object, vendor: str):
     if ptype == "str":
         return _check_str(field, spec, value)
     if ptype == "choice":
-        if not isinstance(value, str) or value not in spec["choices"]:
-            raise InvalidSql(field, f"must be one of {list(spec['choices'])}")
-        return value
+        return params.check_choice(field, spec, value, InvalidSql)
     if ptype == "date":
-        if not isinstance(value, str) or not _ISO_DATE.fullmatch(value):
-            raise InvalidSql(field, "must be an ISO date (YYYY-MM-DD)")
-        try:
-            return date.fromisoformat(value).isoformat()
-        except ValueError:
-            raise InvalidSql(field, "is not a valid calendar date") from None
+        return params.check_date(field, value, InvalidSql)
     if ptype == "datetime":
         if not isinstance(value, str):
             raise InvalidSql(field, "must be an ISO 8601 date and time with a UTC offset")
