@@ -1,4 +1,4 @@
-"""Celery entry points. Ids in; the work lives in execution.py.
+"""Celery entry points. Ids in; the work lives in worker/execution.py.
 
 Task names are explicit strings: renaming a function must not orphan queued messages.
 """

@@ -306,7 +306,7 @@ RETURNING id, attempt, job_id, tenant_id
 # `retrying` at once when the job has attempts left, else `dead`. The CASE reads the job's
 # max_attempts by primary key (a correlated subquery, not UPDATE ... FROM: SQLite refuses a
 # RETURNING that names an alias). The lost attempt joins the run's history ({append}:
-# transitions.append_attempt). Returns what it changed, for the audit trail.
+# models.append_attempt). Returns what it changed, for the audit trail.
 LOST_ERROR = "'lost: lease expired (worker ' || worker || ')'"
 MARK_LOST_RUNS = """
 UPDATE scheduler_app_jobrun
