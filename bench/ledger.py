@@ -58,8 +58,8 @@ from bench.e2e import Children, child_env
 from scheduler_app import dispatch, services
 from scheduler_app.dispatch import sql
 from scheduler_app.dispatch.waker import WAKE_CHANNEL
+from scheduler_app.ledger import lags, retention, rollup, stats
 from scheduler_app.ledger import policy as retention_policy
-from scheduler_app.ledger import retention, rollup, stats
 from scheduler_app.models import ApiKey, Job, JobRun, RunState, Tenant, Trigger, db_now
 
 READY_TIMEOUT = 90.0
@@ -281,12 +281,12 @@ def explain_all(report: Report, tenant: Tenant, tenant_ids: list[int], opts: Opt
         ("API run list, ?job=", *queryset_sql(runs.filter(job_id=job.id).order_by(*newest)[:51])),
         ("API run list, ?state=failed", *queryset_sql(runs.filter(state=RunState.FAILED).order_by(*newest)[:51])),
         ("stats, 1 hour (exact): counts", *queryset_sql(window)),
-        ("stats, 1 hour (exact): lag percentiles", stats.LAGS_SQL.format(scope=stats.ONE_TENANT), {
+        ("stats, 1 hour (exact): lag percentiles", stats.LAGS_SQL.format(scope=lags.ONE_TENANT), {
             "percentiles": list(stats.PERCENTILES), "tenant_id": tenant.id, "since": now - timedelta(hours=1),
             "until": now, "trigger": Trigger.SCHEDULE.value}),
         ("stats, 7 days: the rolled-up hours", rollup.ROLLED_SQL, {
             "key": tenant.id, "start": rollup.floor_hour(edge) + rollup.HOUR, "end": rollup.floor_hour(now)}),
-        ("stats, 7 days: the oldest edge, live", rollup.pieces_sql(stats.ONE_TENANT, by_hour=False), {
+        ("stats, 7 days: the oldest edge, live", rollup.pieces_sql(lags.ONE_TENANT, by_hour=False), {
             "tenant_id": tenant.id, "start": edge, "end": rollup.floor_hour(edge) + rollup.HOUR}),
     ]
     for label, statement, params in statements:

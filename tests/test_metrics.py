@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from scheduler_app import dispatch, services
 from scheduler_app.dispatch.publish import RunMessage, publish_runs
-from scheduler_app.ledger import stats
+from scheduler_app.ledger import lags
 from scheduler_app.models import Job, JobRun, NodeKind, RunState, Tenant, Trigger, db_now
 from scheduler_app.observability import cluster, metrics
 from scheduler_app.observability.nodes import Registration
@@ -174,9 +174,9 @@ def test_start_lag_in_python_and_in_sql_are_the_same_definition(make_job, make_r
 
     from django.db import connection
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT id, {stats.START_LAG_SQL} FROM scheduler_app_jobrun ORDER BY id")
+        cursor.execute(f"SELECT id, {lags.START_LAG_SQL} FROM scheduler_app_jobrun ORDER BY id")
         in_sql = [float(lag) for _, lag in cursor.fetchall()]
-    in_python = [stats.start_lag(attempt=run.attempt, trigger=run.trigger, scheduled_at=run.scheduled_at,
+    in_python = [lags.start_lag(attempt=run.attempt, trigger=run.trigger, scheduled_at=run.scheduled_at,
                                  enqueued_at=run.enqueued_at, started_at=now) for run in runs]
 
     assert in_sql == pytest.approx(in_python)

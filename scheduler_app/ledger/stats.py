@@ -37,15 +37,7 @@ from django.db import connection
 from django.db.models import Count
 
 from scheduler_app.ledger import rollup
-from scheduler_app.ledger.lags import (  # noqa: F401 (the lags' definitions are read through stats too)
-    ALL_TENANTS,
-    DISPATCH_LAG_SQL,
-    ONE_TENANT,
-    START_LAG_SQL,
-    dispatch_lag,
-    scope,
-    start_lag,
-)
+from scheduler_app.ledger.lags import DISPATCH_LAG_SQL, START_LAG_SQL, dispatch_lag, scope, start_lag
 from scheduler_app.models import JobRun, RunState, Trigger
 
 PERCENTILES = (0.5, 0.95, 0.99)

@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 from django.db import connection, models
 
 from scheduler_app import schedules
-from scheduler_app.ledger import stats
+from scheduler_app.ledger import lags
 from scheduler_app.models import RunMinute, schedule_of
 
 MINUTE = timedelta(minutes=1)
@@ -88,7 +88,7 @@ def truncate(at: datetime, step: timedelta = MINUTE) -> datetime:
 
 # --- the last hour, live ----------------------------------------------------------------------
 
-# Lags as stats.py defines them, for a scheduled fire's first attempt: dispatch lag (fire time
+# Lags as lags.py defines them, for a scheduled fire's first attempt: dispatch lag (fire time
 # to its first trip to the broker) and start lag (fire time to a worker's start), by the
 # minute the run finished in (the hour's runs are read through the BRIN index on finished_at).
 HOUR_SQL = """
@@ -100,7 +100,7 @@ SELECT date_trunc('minute', finished_at) AS minute, state, count(*),
   FROM scheduler_app_jobrun
  WHERE finished_at >= %(start)s AND finished_at < %(end)s {{hour_tenant}}
  GROUP BY GROUPING SETS ((1, 2), (1))
-""".format(dispatch_lag=stats.DISPATCH_LAG_SQL, start_lag="extract(epoch FROM started_at - scheduled_at)",
+""".format(dispatch_lag=lags.DISPATCH_LAG_SQL, start_lag="extract(epoch FROM started_at - scheduled_at)",
            first_fire="trigger = 'schedule' AND attempt = 1")
 
 DAY_SQL = """

@@ -8,7 +8,7 @@
 - keys: API keys;
 - retention: a tenant's or a job's retention;
 - importbeat: the import of django-celery-beat's periodic tasks;
-- common: the quota error, the audit row of a job change, waking the beats, admission.
+- common: the quota error, whole-number checks, admission.
 
 Services validate their input (raising InvalidInput naming the field, before anything is
 written; the pure checks of what people write are in validation.py), compute next_run_at
@@ -18,8 +18,9 @@ a test that replaces a name the services look up (publish_runs, say) patches it 
 that uses it.
 """
 
+from scheduler_app.dispatch.waker import wake_beats
 from scheduler_app.models.lifecycle import job_pause
-from scheduler_app.services.common import QuotaExceeded, wake_beats
+from scheduler_app.services.common import QuotaExceeded
 from scheduler_app.services.edits import (
     MAX_PREVIEW,
     job_preview,

@@ -1,14 +1,13 @@
-"""What the services share: the quota error, whole-number checks, the audit row of a job
-change, waking the beats, and the dispatch-quota admission of runs recorded outside a beat."""
+"""What the services share: the quota error, whole-number checks, and the dispatch-quota
+admission of runs recorded outside a beat. (The audit row of a job's change is
+models/lifecycle.py's audit_job; waking the beats dispatch/waker.py's wake_beats.)"""
 
 from __future__ import annotations
 
 from datetime import datetime
 
 from scheduler_app.dispatch import run_times, tenant_budget
-from scheduler_app.dispatch.waker import wake_beats  # noqa: F401 (the services call it)
 from scheduler_app.models import RunState
-from scheduler_app.models.lifecycle import audit_job  # noqa: F401 (the services' own too)
 from scheduler_app.validation import InvalidInput
 
 

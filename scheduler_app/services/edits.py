@@ -9,8 +9,10 @@ from datetime import datetime
 from django.db import IntegrityError, transaction
 
 from scheduler_app import schedules
+from scheduler_app.dispatch.waker import wake_beats
 from scheduler_app.models import Job, TargetKind, db_now
-from scheduler_app.services.common import audit_job, check_int, jsonable, wake_beats
+from scheduler_app.models.lifecycle import audit_job
+from scheduler_app.services.common import check_int, jsonable
 from scheduler_app.services.jobs import first_fire
 from scheduler_app.services.jobspec import JobSpec, validate_spec
 from scheduler_app.validation import InvalidInput

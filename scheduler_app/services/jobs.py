@@ -10,9 +10,10 @@ from django.db.models import F
 
 from scheduler_app import schedules
 from scheduler_app.dispatch.publish import RunMessage, publish_runs
+from scheduler_app.dispatch.waker import wake_beats
 from scheduler_app.models import AuditEvent, Job, JobRun, Tenant, Trigger, db_now
-from scheduler_app.models.lifecycle import job_pause, record_skipped, skip_due_fires  # noqa: F401 (services too)
-from scheduler_app.services.common import admission_fields, admitted, audit_job, wake_beats
+from scheduler_app.models.lifecycle import audit_job, record_skipped, skip_due_fires
+from scheduler_app.services.common import admission_fields, admitted
 from scheduler_app.services.jobspec import JobSpec, check_job_quota, validate_spec
 from scheduler_app.validation import InvalidInput, check_line, check_name
 

@@ -9,7 +9,8 @@ from django.db import transaction
 from scheduler_app import schedules
 from scheduler_app.dispatch.publish import RunMessage, publish_runs
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Trigger, db_now
-from scheduler_app.services.common import admission_fields, admitted, audit_job
+from scheduler_app.models.lifecycle import audit_job
+from scheduler_app.services.common import admission_fields, admitted
 from scheduler_app.validation import InvalidInput
 
 MAX_BACKFILL = 1000

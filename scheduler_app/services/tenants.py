@@ -13,7 +13,6 @@ from scheduler_app.models import AuditEvent, Tenant, db_now
 from scheduler_app.services.common import check_int
 from scheduler_app.targets.http import secrets as crypto
 from scheduler_app.targets.http import signing as webhooks
-from scheduler_app.targets.http.secrets import tenant_signing_secrets  # noqa: F401 (a service too)
 from scheduler_app.validation import InvalidInput, check_name
 
 
