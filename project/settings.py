@@ -400,6 +400,12 @@ CRONFLEET_SQL = env_json_object("CRONFLEET_SQL", "statement names")
 # only, e.g. "127.0.0.0/8"). Empty in production: every private address is refused.
 CRONFLEET_HTTP_ALLOWED_NETWORKS = env_list("CRONFLEET_HTTP_ALLOWED_NETWORKS", [])
 CRONFLEET_HTTP_MAX_RESPONSE_BYTES = env_int("CRONFLEET_HTTP_MAX_RESPONSE_BYTES", 65536, minimum=1024)
+# HTTP attempts a worker process keeps in flight at once (worker/flight.py), and at most
+# this many to one host (a freed slot goes to the waiting host with the fewest in flight).
+# 0: each HTTP run is called in turn by its pool process, as any other target.
+CRONFLEET_HTTP_IN_FLIGHT = env_int("CRONFLEET_HTTP_IN_FLIGHT", 1000, minimum=0)
+CRONFLEET_HTTP_IN_FLIGHT_PER_HOST = env_int("CRONFLEET_HTTP_IN_FLIGHT_PER_HOST", max(1, CRONFLEET_HTTP_IN_FLIGHT // 2),
+                                            minimum=1)
 # Fernet keys that encrypt tenants' webhook secrets at rest, newest first (see crypto.py);
 # empty: one key derived from DJANGO_SECRET_KEY.
 CRONFLEET_ENCRYPTION_KEYS = env_list("CRONFLEET_ENCRYPTION_KEYS", [])

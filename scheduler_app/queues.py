@@ -22,6 +22,7 @@ from kombu.exceptions import KombuError
 # reports on them. Queued messages carry these names: never rename them.
 EXECUTE_RUN = "scheduler_app.execute_run"
 EXECUTE_RUNS = "scheduler_app.execute_runs"  # a batch: [[run id, attempt], ...]
+EXECUTE_HTTP_RUNS = "scheduler_app.execute_http_runs"  # HTTP runs, put in flight together: the same body
 
 PATTERN = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
 # Names the brokers or Celery keep for themselves: RabbitMQ's reserved prefix, Celery's

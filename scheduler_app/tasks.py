@@ -10,7 +10,8 @@ from celery.signals import task_postrun
 from django.db import connections
 
 from scheduler_app.fire import current_fire
-from scheduler_app.worker import delivery, execution
+from scheduler_app.queues import EXECUTE_HTTP_RUNS
+from scheduler_app.worker import delivery, execution, flight
 
 MAX_SLEEP_SECONDS = 3600
 
@@ -46,6 +47,20 @@ def execute_runs(self, runs: list[list[int]]) -> list[str]:
         task_id=self.request.id or "",
     )
     return delivery.report_batch(self, outcomes)
+
+
+@shared_task(name=EXECUTE_HTTP_RUNS, bind=True, acks_late=True, ignore_result=True,
+             throws=(delivery.RunFailed,), store_errors_even_if_ignored=True)
+def execute_http_runs(self, runs: list[list[int]]) -> list[str] | str:
+    """HTTP runs, [[run id, attempt], ...], put in flight together (worker/flight.py): the
+    task is done when they are started; each run's outcome is written on its row."""
+    pairs = [(run_id, attempt) for run_id, attempt in runs]
+    worker, task_id = self.request.hostname or "unknown", self.request.id or ""
+    if not flight.Flight.enabled():
+        return delivery.report_batch(self, execution.execute_runs(pairs, worker=worker, task_id=task_id))
+    handed = flight.FLIGHT.submit(pairs, worker=worker, task_id=task_id, queue=delivery.delivery_queue(self.request))
+    others = execution.run_in_turn(handed.others, since=time.monotonic()) if handed.others else {}
+    return delivery.report_handed(self, handed.in_flight, handed.duplicates, list(others.values()))
 
 
 @shared_task(name="scheduler_app.echo")

@@ -24,7 +24,7 @@ from kombu import Exchange, Queue
 
 from scheduler_app.dispatch import shadow
 from scheduler_app.models import PRIORITY_DEFAULT, PRIORITY_MAX, celery_task_id
-from scheduler_app.queues import EXECUTE_RUN, EXECUTE_RUNS, broker_errors, queue_name
+from scheduler_app.queues import EXECUTE_HTTP_RUNS, EXECUTE_RUN, EXECUTE_RUNS, broker_errors, queue_name
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +50,12 @@ class RunMessage:
 
     @property
     def batched(self) -> bool:
-        return self.batch or queue_name(self.queue) in settings.CRONFLEET_BATCH_QUEUES
+        return self.batch or self.in_flight or queue_name(self.queue) in settings.CRONFLEET_BATCH_QUEUES
+
+    @property
+    def in_flight(self) -> bool:
+        """An HTTP run, sent in a group that a worker puts in flight at once (worker/flight.py)."""
+        return self.target_kind == "http" and settings.CRONFLEET_HTTP_IN_FLIGHT > 0
 
     @classmethod
     def of(cls, run_id: int, attempt: int, job) -> RunMessage:
@@ -166,7 +171,8 @@ class MessageTemplates:
         task_id = f"{celery_task_id(batch[0].run_id, batch[0].attempt)}-batch-{len(batch)}"
         first = shadow.shadow_name(batch[0].tenant_id, batch[0].name)
         name = f"{first} and {len(batch) - 1} more" if first and len(batch) > 1 else first
-        return self._fill(EXECUTE_RUNS, timeout, task_id, [[[m.run_id, m.attempt] for m in batch]], name or None)
+        task = EXECUTE_HTTP_RUNS if batch[0].in_flight else EXECUTE_RUNS  # batched(): one kind a batch
+        return self._fill(task, timeout, task_id, [[[m.run_id, m.attempt] for m in batch]], name or None)
 
     def _fill(self, task: str, timeout: int, task_id: str, args: list,
               shadow_name: str | None) -> tuple[tuple, dict, dict]:

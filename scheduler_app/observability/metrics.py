@@ -90,6 +90,14 @@ STALE_WRITES = Counter("cronfleet_stale_writes_refused", "Outcomes refused becau
 IN_PROGRESS = Gauge("cronfleet_runs_in_progress", "execute_run deliveries being handled now", ["queue"],
                     multiprocess_mode="livesum")
 
+HTTP_IN_FLIGHT = Gauge("cronfleet_http_in_flight", "HTTP attempts being sent or answered now", [],
+                       multiprocess_mode="livesum")
+HTTP_WAITING = Gauge("cronfleet_http_waiting", "HTTP attempts waiting for a slot (their host's share or the "
+                     "process's in-flight cap taken)", [], multiprocess_mode="livesum")
+HTTP_HOSTS_SATURATED = Gauge("cronfleet_http_hosts_saturated", "Target hosts with attempts waiting for a slot",
+                             [], multiprocess_mode="livesum")
+HTTP_RESPONSES = Counter("cronfleet_http_responses", "HTTP attempts by how they ended: the status class (2xx "
+                         "to 5xx), timeout, connection_error, blocked, not_called", ["outcome"])
 FINISHED_STATES = ("succeeded", "failed", "retrying", "dead")
 _REASON_CLASS = re.compile(r"[a-z_]{1,40}")
 

@@ -29,11 +29,11 @@ from django.conf import settings
 from kombu.exceptions import KombuError
 
 from scheduler_app.observability import logformat, metrics
-from scheduler_app.queues import EXECUTE_RUN, EXECUTE_RUNS
+from scheduler_app.queues import EXECUTE_HTTP_RUNS, EXECUTE_RUN, EXECUTE_RUNS
 from scheduler_app.worker.execution import Outcome
 
 logger = logging.getLogger(__name__)
-RUN_TASKS = (EXECUTE_RUN, EXECUTE_RUNS)
+RUN_TASKS = (EXECUTE_RUN, EXECUTE_RUNS, EXECUTE_HTTP_RUNS)
 FAILURES = ("failed", "retrying", "dead", "stale")
 STALE = "this attempt no longer owns the run (taken as lost, cancelled or replayed): its outcome was refused"
 
@@ -73,6 +73,14 @@ def report_batch(task, outcomes: list[Outcome]) -> list[str]:
         states = ", ".join(f"{o.started.run.id if o.started else '?'} {o.state}" for o in failed)
         raise RunFailed(f"{len(failed)} of the batch's {len(outcomes)} runs did not succeed: {states}"[:1000])
     return [outcome.state for outcome in outcomes]
+
+
+def report_handed(task, in_flight: int, duplicates: list[Outcome], others: list[Outcome]) -> str:
+    """report_batch() for a group of HTTP runs put in flight (worker/flight.py): the
+    duplicates and any runs of other kinds run in turn are counted here; the runs in flight
+    are counted as they end. The task succeeds when its runs are in flight."""
+    report_batch(task, duplicates + others)
+    return f"{in_flight} HTTP runs in flight, {len(duplicates)} duplicate deliveries"
 
 
 @worker_process_init.connect

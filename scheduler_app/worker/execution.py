@@ -48,14 +48,26 @@ def execute_runs(pairs: list[tuple[int, int]], *, worker: str, task_id: str = ""
     record their outcomes: one statement starts them all, one ends them all (or one every
     FLUSH_SECONDS in a long batch, so a worker that dies re-runs as little as possible).
     A batch's runs keep their own rows, attempts, results, retries and fencing."""
+    sent = time.monotonic()
     started = start_runs(pairs, worker=worker, task_id=task_id)
     won = {s.run.id for s in started}
-    seconds: dict[int, float] = {}  # each run's target, for metrics
     outcomes = record_duplicates([pair for pair in pairs if pair[0] not in won], worker=worker)
-    with LEASES.held({s.run.id: s.run.attempt for s in started}):
+    outcomes.update(run_in_turn(started, since=sent))
+    return [outcomes[run_id] for run_id, _ in pairs]
+
+
+def run_in_turn(started: list[Started], *, since: float) -> dict[int, Outcome]:
+    """Run each started run's target in turn while holding their leases (since `since`, the
+    time.monotonic() before their start), and write their outcomes; {run id: Outcome}."""
+    seconds: dict[int, float] = {}  # each run's target, for metrics
+    outcomes: dict[int, Outcome] = {}
+    with LEASES.held({s.run.id: s.run.attempt for s in started}, since=since):
         endings: list[Ending] = []
         flushed_at = time.monotonic()
         for number, run in enumerate(started):
+            if not LEASES.holds(run.run.id):  # cut off from the database: call no more targets
+                endings += [not_called(rest) for rest in started[number:]]
+                break
             logformat.bind_started(run)
             began = time.monotonic()
             endings.append(attempt_target(run))
@@ -67,8 +79,8 @@ def execute_runs(pairs: list[tuple[int, int]], *, worker: str, task_id: str = ""
                 outcomes.update(write_endings(endings))
                 endings, flushed_at = [], time.monotonic()
         outcomes.update(write_endings(endings))
-    by_id = {s.run.id: s for s in started}
-    return [replace(outcomes[run_id], started=by_id.get(run_id), seconds=seconds.get(run_id)) for run_id, _ in pairs]
+    return {run.run.id: replace(outcomes[run.run.id], started=run, seconds=seconds.get(run.run.id))
+            for run in started}
 
 
 def start_run(run_id: int, attempt: int, *, worker: str, task_id: str = "") -> Started | None:
@@ -117,7 +129,27 @@ def attempt_target(started: Started) -> Ending:
         failpoint("worker.after_target")
     except Exception as exc:  # noqa: BLE001 - every failure is recorded on the run
         return failure(started, exc)
+    return ending(started, result)
+
+
+def ending(started: Started, result=None, exc: BaseException | None = None) -> Ending:
+    """How an attempt ends that returned `result` or raised `exc` (not yet written)."""
+    if exc is not None:
+        return failure(started, exc)
     return Ending(started, RunState.SUCCEEDED, result=truncate(to_text(result)))
+
+
+class LeaseUnconfirmed(RetryableFailure):
+    """The target was not called: the attempt's lease could not be confirmed (its renewal
+    failed or hangs). Retried, if the lease is still this attempt's to end."""
+
+    def __init__(self) -> None:
+        super().__init__("lease_unconfirmed: the database did not confirm this attempt's lease; "
+                         "its target was not called")
+
+
+def not_called(started: Started) -> Ending:
+    return failure(started, LeaseUnconfirmed())
 
 
 def time_up(started: Started) -> Ending:
@@ -136,7 +168,7 @@ def write_endings(endings: list[Ending]) -> dict[int, Outcome]:
 
 def finish_run(started: Started, result) -> Outcome:
     """Record a successful attempt (or "stale" if the attempt no longer owns the run)."""
-    return write_endings([Ending(started, RunState.SUCCEEDED, result=truncate(to_text(result)))])[started.run.id]
+    return write_endings([ending(started, result)])[started.run.id]
 
 
 def failure(started: Started, exc: BaseException) -> Ending:

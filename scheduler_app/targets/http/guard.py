@@ -290,11 +290,22 @@ def resolve_and_check(
     answers both a public and an internal address is refused as a whole). Resolver
     errors (socket.gaierror) propagate unchanged.
     """
+    check_port(host, port)
+    return check_resolved(host, resolver(host, port, socket.AF_UNSPEC, socket.SOCK_STREAM), allowed_networks)
+
+
+def check_port(host: str, port: int) -> None:
+    """What resolve_and_check refuses before it resolves anything."""
     if not isinstance(port, int) or not 1 <= port <= 65535:
         raise _invalid(f"port {port!r} outside 1..65535")
     if not host:
         raise _invalid("empty host")
-    infos = resolver(host, port, socket.AF_UNSPEC, socket.SOCK_STREAM)
+
+
+def check_resolved(host: str, infos: list, allowed_networks: Sequence[IPNetwork] = ()) -> list[Addr]:
+    """Check every address getaddrinfo answered for ``host`` (its tuples as given, from
+    socket.getaddrinfo or the event loop's); the checked [(family, sockaddr), ...] in order.
+    The one judge of resolved addresses for the blocking client and the concurrent one."""
     if not infos:
         raise socket.gaierror(socket.EAI_NONAME, f"no addresses for {host!r}")
 

@@ -1,11 +1,18 @@
 """One HTTP attempt: the job's URL called once, signed the Standard Webhooks way, and the
-answer classified (a retry or not)."""
+answer classified (a retry or not).
+
+prepare() makes the attempt's Call (its request and secrets) while the database is at
+hand; the blocking client (client.py, perform()) or the concurrent one (aclient.py, driven
+by worker/flight.py) sends it; failure_of() and answer() say what came of it, the same way
+for both."""
 
 from __future__ import annotations
 
 import email.utils
 import ipaddress
+import time
 import urllib.parse
+from dataclasses import dataclass
 
 from django.conf import settings
 
@@ -15,36 +22,93 @@ from scheduler_app.targets.http import client, guard, signing
 from scheduler_app.targets.http.secrets import tenant_signing_secrets
 
 
+@dataclass(frozen=True)
+class Call:
+    """One attempt's request, made ready while the database is at hand (the tenant's
+    secrets are read here), so that what remains, signing and sending it, needs none:
+    the blocking client sends it at once, the worker's concurrent executor when a slot
+    for its host is free (worker/flight.py)."""
+
+    run_id: int
+    attempt: int
+    fire_key: str
+    scheduled_at: str
+    method: str
+    url: str
+    host: tuple[str, str, int]  # (scheme, host, port): what shares a slot and a connection pool
+    headers: dict
+    body: bytes
+    secrets: tuple[bytes, ...]
+    timeout: float
+    max_response_bytes: int
+    allowed_networks: tuple
+
+    def signed_headers(self, at: float) -> dict[str, str]:
+        """The Standard Webhooks headers of this attempt signed at Unix time `at`."""
+        return signing.headers(list(self.secrets), self.fire_key, int(at), self.body, attempt=self.attempt,
+                               scheduled_at=self.scheduled_at)
+
+
 def perform(started) -> dict:
     """Call the job's URL for this started run; its answer, or a failure that says why."""
     return perform_http(started.run, started.job, started.now)
 
 
 def perform_http(run, job, now) -> dict:
-    """Call the job's URL once, signed the Standard Webhooks way; classify the answer.
-
-    2xx succeeds; 429 (honouring Retry-After), 5xx, timeouts and connection errors retry;
-    3xx (redirects are never followed), other 4xx and refused addresses do not; 410 Gone
-    also pauses the job.
-    """
-    config = job.target_config
-    body = config.get("body", "").encode()
-    secrets = [signing.parse_secret(s) for s in tenant_signing_secrets(job.tenant, now)]
-    signed = signing.headers(secrets, run.fire_key, int(now.timestamp()), body, attempt=run.attempt,
-                              scheduled_at=run.scheduled_at.isoformat())
+    """Call the job's URL once, signed the Standard Webhooks way as it is sent (a batch's
+    later runs are not signed at the batch's start); classify the answer."""
+    call = prepare(run, job, now)
     try:
         response = client.request(
-            config["method"], config["url"], headers=config.get("headers", {}), signed_headers=signed,
-            body=body or None, timeout=job.timeout_seconds,
-            max_response_bytes=settings.CRONFLEET_HTTP_MAX_RESPONSE_BYTES,
-            allowed_networks=[ipaddress.ip_network(net) for net in settings.CRONFLEET_HTTP_ALLOWED_NETWORKS],
+            call.method, call.url, headers=call.headers, signed_headers=call.signed_headers(time.time()),
+            body=call.body or None, timeout=call.timeout, max_response_bytes=call.max_response_bytes,
+            allowed_networks=call.allowed_networks,
         )
+    except Exception as exc:  # noqa: BLE001 - failure_of() re-raises what it does not classify
+        raise failure_of(call, exc) from None
+    return answer(call, response, db_now)
+
+
+def prepare(run, job, now, secrets: list[str] | None = None) -> Call:
+    """The Call for this attempt of `run`: the job's request with the tenant's signing
+    secrets at `now` (`secrets`: already read, for a group of one tenant's runs).
+    BlockedTarget (as a PermanentFailure) when the URL is refused as it stands."""
+    config = job.target_config
+    try:
+        target = guard.check_url(config["url"])
     except guard.BlockedTarget as exc:
         raise PermanentFailure(f"{exc.reason}: {exc.detail}") from None
-    except client.HttpTimeout:
-        raise RetryableFailure(f"timeout: no complete answer within {job.timeout_seconds}s") from None
-    except (client.HttpConnectionError, OSError) as exc:
-        raise RetryableFailure(f"connection_error: {type(exc).__name__}: {exc}") from None
+    if secrets is None:
+        secrets = tenant_signing_secrets(job.tenant, now)
+    return Call(
+        run_id=run.id, attempt=run.attempt, fire_key=run.fire_key, scheduled_at=run.scheduled_at.isoformat(),
+        method=config["method"], url=config["url"], host=(target.scheme, target.host, target.port),
+        headers=config.get("headers", {}), body=config.get("body", "").encode(),
+        secrets=tuple(signing.parse_secret(s) for s in secrets), timeout=float(job.timeout_seconds),
+        max_response_bytes=settings.CRONFLEET_HTTP_MAX_RESPONSE_BYTES,
+        allowed_networks=tuple(ipaddress.ip_network(net) for net in settings.CRONFLEET_HTTP_ALLOWED_NETWORKS),
+    )
+
+
+def failure_of(call: Call, exc: BaseException) -> BaseException:
+    """What a client's exception means for the run: refused addresses do not retry,
+    timeouts and connection errors do; anything else is returned as it is."""
+    if isinstance(exc, guard.BlockedTarget):
+        return PermanentFailure(f"{exc.reason}: {exc.detail}")
+    if isinstance(exc, client.HttpTimeout):
+        return RetryableFailure(f"timeout: no complete answer within {call.timeout:g}s")
+    if isinstance(exc, (client.HttpConnectionError, OSError)):
+        return RetryableFailure(f"connection_error: {type(exc).__name__}: {exc}")
+    return exc
+
+
+def answer(call: Call, response: client.HttpResult, clock) -> dict:
+    """The run's result for an answer, or the failure it means.
+
+    2xx succeeds; 429 (honouring Retry-After, an HTTP date read against `clock()`), 5xx,
+    timeouts and connection errors retry; 3xx (redirects are never followed), other 4xx
+    and refused addresses do not; 410 Gone also pauses the job.
+    """
     outcome = {
         "status": response.status, "latency_ms": round(response.elapsed * 1000),
         "body": response.body.decode("utf-8", "replace"), "truncated": response.truncated,
@@ -53,13 +117,13 @@ def perform_http(run, job, now) -> dict:
     if 200 <= response.status < 300:
         return outcome
     if response.status == 429:
-        raise RetryableFailure(summary, retry_after=retry_after_seconds(response.headers.get("retry-after")))
+        raise RetryableFailure(summary, retry_after=retry_after_seconds(response.headers.get("retry-after"), clock))
     if response.status >= 500:
         raise RetryableFailure(summary)
     if response.status == 410:
-        raise PermanentFailure(summary, pause_note=f"paused: {config['url']} answered 410 Gone (run {run.id})")
+        raise PermanentFailure(summary, pause_note=f"paused: {call.url} answered 410 Gone (run {call.run_id})")
     if 300 <= response.status < 400:
-        raise PermanentFailure(f"{redirect_refusal(config['url'], response.headers.get('location'))}: {summary}")
+        raise PermanentFailure(f"{redirect_refusal(call.url, response.headers.get('location'))}: {summary}")
     raise PermanentFailure(summary)
 
 
@@ -79,7 +143,7 @@ def redirect_refusal(url: str, location: str | None) -> str:
     return f"redirect_refused: redirect to {location[:200]} not followed"
 
 
-def retry_after_seconds(value: str | None) -> float | None:
+def retry_after_seconds(value: str | None, clock=db_now) -> float | None:
     """Seconds from a Retry-After header (delta-seconds or an HTTP date); None if absent or bad."""
     if not value:
         return None
@@ -92,4 +156,4 @@ def retry_after_seconds(value: str | None) -> float | None:
         return None
     if when.tzinfo is None:
         return None
-    return max(0.0, (when - db_now()).total_seconds())
+    return max(0.0, (when - clock()).total_seconds())
