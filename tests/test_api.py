@@ -9,7 +9,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
 from django.utils.crypto import get_random_string
 from rest_framework.test import APIClient
 
@@ -210,6 +210,8 @@ def test_a_tenant_key_naming_another_tenant_in_the_header_is_refused(api, tenant
 
 def test_a_staff_session_administers_tenants_with_csrf_and_a_plain_user_session_is_refused(tenant):
     staff_user = User.objects.create_user("ops", password="pw", is_staff=True)
+    staff_user.user_permissions.add(*Permission.objects.filter(
+        content_type__app_label="scheduler_app", codename__in=["view_tenant", "change_tenant", "change_tenant_quotas"]))
     session = APIClient(enforce_csrf_checks=True)
     session.force_login(staff_user)
 

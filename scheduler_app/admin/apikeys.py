@@ -1,4 +1,8 @@
-"""API keys: made by services.apikey_create (the key is shown once), then only revoked."""
+"""API keys: made by services.apikey_create (the key is shown once), then only revoked.
+
+Making one needs add_apikey and mint_apikey (a key acts as its tenant; the API asks the
+same), a staff key (no tenant, which may do everything) a superuser; revoking needs
+change_apikey."""
 
 from __future__ import annotations
 
@@ -23,8 +27,13 @@ class ApiKeyForm(forms.ModelForm):
         except services.InvalidInput as exc:
             raise ValidationError(exc.message) from None
 
+    may_make_staff_keys = False  # ApiKeyAdmin.get_form: superusers only
+
     def clean(self):
         data = super().clean()
+        if "tenant" in data and data["tenant"] is None and not self.may_make_staff_keys:
+            self.add_error("tenant", "Only a superuser makes a staff key (it administers every tenant); "
+                                     "choose a tenant.")
         if data.get("tenant") is not None:
             try:
                 services.check_key_quota(data["tenant"])
@@ -51,6 +60,14 @@ class ApiKeyAdmin(admin.ModelAdmin):
     def get_readonly_fields(self, request, obj=None):
         return () if obj is None else self.get_fields(request, obj)
 
+    def get_form(self, request, obj=None, **kwargs):
+        form = super().get_form(request, obj, **kwargs)
+        return type(form.__name__, (form,), {"may_make_staff_keys": request.user.is_superuser})
+
+    def has_add_permission(self, request):
+        return super().has_add_permission(request) and request.user.has_perm(
+            f"{ApiKey._meta.app_label}.mint_apikey")
+
     def save_model(self, request, obj, form, change):
         if change:  # every field of a saved key is read-only
             return
@@ -61,7 +78,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return False  # revoke instead: the audit trail keeps naming the key
 
-    @admin.action(description="Revoke selected keys")
+    @admin.action(description="Revoke selected keys", permissions=["change"])
     def revoke_keys(self, request, queryset):
         keys = [key for key in queryset[:ACTION_LIMIT] if key.revoked_at is None]
         for key in keys:

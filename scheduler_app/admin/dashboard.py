@@ -7,6 +7,10 @@ The fleet panels (beats and workers with their heartbeats, the due backlog, runs
 each broker queue's depth and the live workers consuming it) come from cluster.snapshot(),
 the same reading as /metrics and `manage.py status`: one broker connection for every queue.
 A broker that does not answer is said on the page; the rest of the page still renders.
+
+It shows runs, failing jobs, alerts' texts, tenants and nodes: a staff user without the view
+permission of any of these gets a 403 page naming what is missing (as the admin's own lists
+would refuse them), not a dashboard with some panels silently empty.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from django.urls import reverse
 from scheduler_app.admin import charts
 from scheduler_app.admin.alerts import dashboard_alerts
 from scheduler_app.admin.common import when
-from scheduler_app.models import Tenant, db_now
+from scheduler_app.models import Alert, Job, JobRun, Node, Tenant, db_now
 from scheduler_app.observability import cluster, dashboard
 
 
@@ -41,12 +45,22 @@ def fleet_panel() -> dict:
     }
 
 
+# What the page shows, by the models whose admin lists would show the same.
+DASHBOARD_PERMISSIONS = tuple(f"{Tenant._meta.app_label}.view_{model._meta.model_name}"
+                              for model in (JobRun, Job, Alert, Tenant, Node))
+
+
 def dashboard_view(request):
     """The fleet's dashboard, or one tenant's (?tenant=<slug>)."""
     began = time.perf_counter()
     now = db_now()
     context = {**admin.site.each_context(request), "title": "Dashboard", "now": when(now),
                "supported": connection.vendor == "postgresql", "tenant": None}
+    lacking = [name for name in DASHBOARD_PERMISSIONS if not request.user.has_perm(name)]
+    if lacking:
+        context.update(supported=False, error=f"The dashboard shows runs, failing jobs, alerts, tenants and nodes: "
+                                              f"it needs the permissions {', '.join(lacking)}.")
+        return TemplateResponse(request, "admin/cronfleet_dashboard.html", context, status=403)
     slug = request.GET.get("tenant", "").strip()
     if slug:
         context["tenant"] = Tenant.objects.filter(slug=slug).first()

@@ -2,7 +2,8 @@
 actions (pause/resume, trigger now, backfill with a dry run,
 replay the last failed run). The next fires, with DST flags, are the form's next_fires
 field. Every read goes down the (job, scheduled_at) unique index;
-every write is a service call.
+every write is a service call. The console shows runs, an alert rule and alerts' texts: only
+to staff who may view all three (CONSOLE_PERMISSIONS); the others see the job's form alone.
 """
 
 from __future__ import annotations
@@ -23,11 +24,17 @@ from scheduler_app.admin import alerts as alerts_admin
 from scheduler_app.admin import charts
 from scheduler_app.admin.common import actor, duration_text, when
 from scheduler_app.management.tables import shorten
-from scheduler_app.models import Job, JobRun, db_now
+from scheduler_app.models import Alert, AlertRule, Job, JobRun, db_now
 
 RECENT_RUNS = 20
 TIMELINE = timedelta(hours=24)
 TIMELINE_LIMIT = 3000  # fires drawn; a job firing every few seconds shows its latest this many
+CONSOLE_PERMISSIONS = tuple(f"{Job._meta.app_label}.view_{model._meta.model_name}"
+                            for model in (JobRun, AlertRule, Alert))
+
+
+def may_see_console(user) -> bool:
+    return user.has_perms(CONSOLE_PERMISSIONS)
 
 
 @dataclass

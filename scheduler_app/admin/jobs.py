@@ -224,7 +224,8 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         job = self.get_object(request, object_id)
-        extra = jobpage.console_context(job, can_operate=self.has_operate_permission(request)) if job else {}
+        shown = job is not None and jobpage.may_see_console(request.user)
+        extra = jobpage.console_context(job, can_operate=self.has_operate_permission(request)) if shown else {}
         return super().change_view(request, object_id, form_url, {**extra, **(extra_context or {})})
 
     def console_view(self, request, object_id, action):

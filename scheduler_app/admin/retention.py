@@ -1,9 +1,11 @@
 """The retention fields on the admin's tenant and job change pages.
 
 The tenant and job admins list the fields in their change pages and mix this in: the form
-checks them with retention_policy.check_retention (an error shows on the field it names), and they
-are saved through services.tenant_set_retention / job_set_retention after the admin's own
-save, which goes through the services and leaves them alone.
+checks them as the services will (a job's within its tenant's bound:
+services.check_job_retention; an error shows on the field it names), and they are saved
+through services.tenant_set_retention / job_set_retention after the admin's own save, which
+goes through the services and leaves them alone. A tenant's are the operator's bound: the
+tenant admin shows them read-only to staff without change_tenant_quotas.
 """
 
 from __future__ import annotations
@@ -36,8 +38,9 @@ class RetentionAdminMixin:
             def clean(self):
                 data = super().clean()
                 changes = {name: data.get(name) for name in RETENTION_FIELDS if name in self.changed_data}
+                check = services.check_job_retention if isinstance(self.instance, Job) else retention_policy.check_retention
                 try:
-                    self.retention_changes = retention_policy.check_retention(self.instance, changes)
+                    self.retention_changes = check(self.instance, changes)
                 except InvalidInput as exc:
                     self.add_error(exc.field if exc.field in self.fields else None, exc.message)
                 return data

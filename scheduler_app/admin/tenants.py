@@ -1,4 +1,8 @@
-"""Tenants: made by services.tenant_create, changed by services.tenant_update, never deleted here."""
+"""Tenants: made by services.tenant_create, changed by services.tenant_update, never deleted here.
+
+Name, zone and active flag need change_tenant; the quotas, weight and retention (the
+operator's bounds on the tenant) also need change_tenant_quotas, as through the API, and are
+read-only without it."""
 
 from __future__ import annotations
 
@@ -13,10 +17,11 @@ from django.utils.text import slugify
 
 from scheduler_app import schedules, services
 from scheduler_app.admin.common import actor, adopt
-from scheduler_app.admin.retention import IN_FORCE, RETENTION_FIELDSET, RetentionAdminMixin
+from scheduler_app.admin.retention import IN_FORCE, RETENTION_FIELDS, RETENTION_FIELDSET, RetentionAdminMixin
 from scheduler_app.models import Job, Tenant
 
 TENANT_EDITABLE = ("name", "timezone", "is_active", *services.TENANT_LIMITS)
+BOUNDS = (*services.TENANT_LIMITS, *RETENTION_FIELDS)  # change_tenant_quotas
 
 
 class TenantForm(forms.ModelForm):
@@ -53,7 +58,13 @@ class TenantAdmin(RetentionAdminMixin, admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         # The slug is how the CLI and URLs name a tenant: fixed once created.
-        return ("slug", "created_at", "links", IN_FORCE) if obj else ()
+        if obj is None:
+            return ()
+        fixed = ("slug", "created_at", "links", IN_FORCE)
+        return fixed if self.has_quota_permission(request) else (*fixed, *BOUNDS)
+
+    def has_quota_permission(self, request) -> bool:
+        return request.user.has_perm(f"{Tenant._meta.app_label}.change_tenant_quotas")
 
     def get_fieldsets(self, request, obj=None):
         # New tenants are active with no quotas: services.tenant_create takes neither.

@@ -15,6 +15,7 @@ from rest_framework.response import Response
 
 from scheduler_app import alerts
 from scheduler_app.alerts.rules import MAX_SECONDS
+from scheduler_app.api import permissions as p
 from scheduler_app.api.auth import actor
 from scheduler_app.api.errors import ApiError
 from scheduler_app.api.pagination import KeysetPagination
@@ -99,6 +100,10 @@ class JobAlertRuleView(TenantScopedMixin, GenericAPIView):
     queryset = Job.objects.select_related("tenant")
     serializer_class = AlertRuleSerializer
     lookup_url_kwarg = "id"
+    # PUT and PATCH make a rule (add_alertrule) or change one (change_alertrule): saved() asks which.
+    required_permissions = {"get": (p.VIEW_ALERTRULE,), "put": (frozenset({p.ADD_ALERTRULE, p.CHANGE_ALERTRULE}),),
+                            "patch": (frozenset({p.ADD_ALERTRULE, p.CHANGE_ALERTRULE}),),
+                            "delete": (p.DELETE_ALERTRULE,)}
 
     def rule_of(self, job: Job) -> AlertRule:
         rule = AlertRule.objects.select_related("job").filter(job=job).first()
@@ -135,6 +140,7 @@ class JobAlertRuleView(TenantScopedMixin, GenericAPIView):
 
     def saved(self, job: Job, values: dict) -> Response:
         existed = AlertRule.objects.filter(job=job).exists()
+        p.require(self.request, p.CHANGE_ALERTRULE if existed else p.ADD_ALERTRULE)
         rule = alerts.rule_set(job, values, actor=actor(self.request))
         rule.job = job
         return Response(AlertRuleSerializer(rule).data, status=status.HTTP_200_OK if existed else status.HTTP_201_CREATED)
@@ -179,6 +185,7 @@ class AlertViewSet(TenantScopedMixin, viewsets.GenericViewSet):
     queryset = Alert.objects.select_related("job")
     serializer_class = AlertSerializer
     pagination_class = AlertPagination
+    required_permissions = {"list": (p.VIEW_ALERT,)}
 
     @extend_schema(summary="The alerts raised in the tenant, newest first", parameters=[AlertFilterSerializer])
     def list(self, request):

@@ -2,7 +2,8 @@
 
 A key is taken from the Authorization header only: never from the query string (URLs end
 up in logs) and never as Basic credentials. request.auth is the ApiKey; a key without a
-tenant is a staff key. Sessions count only for active staff users, with DRF's CSRF check.
+tenant is a staff key. Sessions count only for active staff users, with DRF's CSRF check,
+and do only what their Django permissions allow (permissions.py), as in the admin.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
 
 from scheduler_app import services
+from scheduler_app.api import permissions as route_permissions
 from scheduler_app.api import throttling
 from scheduler_app.models import ApiKey
 
@@ -68,11 +70,17 @@ def api_key(request) -> ApiKey | None:
     return request.auth if isinstance(request.auth, ApiKey) else None
 
 
+def is_staff_session(request) -> bool:
+    return api_key(request) is None and bool(request.user and request.user.is_authenticated
+                                             and request.user.is_staff)
+
+
 def is_staff_caller(request) -> bool:
+    """A staff key, or a staff session (whose permissions each route checks besides)."""
     key = api_key(request)
     if key is not None:
         return key.is_staff
-    return bool(request.user and request.user.is_authenticated and request.user.is_staff)
+    return is_staff_session(request)
 
 
 def actor(request) -> str:
@@ -82,15 +90,28 @@ def actor(request) -> str:
 
 
 class IsApiCaller(permissions.BasePermission):
+    """Any key (the views scope a tenant key to its tenant), or a staff session holding the
+    Django permissions the route needs for this action (403 naming the one missing)."""
+
     def has_permission(self, request, view) -> bool:
-        return api_key(request) is not None or is_staff_caller(request)
+        if api_key(request) is not None:
+            return True
+        if not is_staff_session(request):
+            return False
+        route_permissions.check_route(request, view)
+        return True
 
 
-class IsStaffCaller(permissions.BasePermission):
+class IsStaffCaller(IsApiCaller):
+    """A staff key, or a staff session with the route's permissions; never a tenant key."""
+
     message = "needs a staff key or a staff session"
 
     def has_permission(self, request, view) -> bool:
-        return is_staff_caller(request)
+        key = api_key(request)
+        if key is not None:
+            return key.is_staff
+        return super().has_permission(request, view)
 
 
 class BearerKeyScheme(OpenApiAuthenticationExtension):

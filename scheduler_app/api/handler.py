@@ -2,7 +2,8 @@
 
 Field names are dotted paths into the request body ("schedule.every", "tags.0"), a query
 parameter ("cursor"), a header ("Authorization", "X-Cronfleet-Tenant"), "path" or "method",
-or "body" for a problem with the body as a whole. services.InvalidInput is a 400 naming its
+"permission" for a staff session lacking a Django permission (permissions.py; the message
+names it), or "body" for a problem with the body as a whole. services.InvalidInput is a 400 naming its
 field (QuotaExceeded a 403); views whose representation nests service fields translate the
 service's names (view.api_field).
 """

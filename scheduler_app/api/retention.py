@@ -11,6 +11,7 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.response import Response
 
 from scheduler_app import services
+from scheduler_app.api import permissions as p
 from scheduler_app.api.auth import IsStaffCaller, actor
 from scheduler_app.api.serializers import StrictIntegerField, StrictSerializer, validated
 from scheduler_app.api.views import ApiViewMixin, TenantScopedMixin
@@ -68,6 +69,7 @@ class TenantRetentionView(ApiViewMixin, GenericAPIView):
     queryset = Tenant.objects.all()
     serializer_class = RetentionSerializer
     lookup_field = "slug"
+    required_permissions = {"get": (p.VIEW_TENANT,), "patch": (p.CHANGE_TENANT, p.CHANGE_TENANT_QUOTAS)}
 
     @extend_schema(summary="A tenant's retention of finished runs (staff)", responses=RetentionSerializer)
     def get(self, request, slug=None):
@@ -86,6 +88,7 @@ class JobRetentionView(TenantScopedMixin, GenericAPIView):
     queryset = Job.objects.select_related("tenant")
     serializer_class = RetentionSerializer
     lookup_url_kwarg = "id"
+    required_permissions = {"get": (p.VIEW_JOB,), "patch": (p.CHANGE_JOB,)}  # as the admin's job page
 
     @extend_schema(summary="A job's retention of finished runs", responses=RetentionSerializer)
     def get(self, request, id=None):

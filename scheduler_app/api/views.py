@@ -19,6 +19,7 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.response import Response
 
 from scheduler_app import services
+from scheduler_app.api import permissions as p
 from scheduler_app.api import serializers as s
 from scheduler_app.api.auth import IsStaffCaller, actor, api_key, is_staff_caller
 from scheduler_app.api.errors import ApiError
@@ -112,6 +113,7 @@ def page_of(view, queryset, serializer_class) -> Response:
 
 class MeView(ApiViewMixin, GenericAPIView):
     serializer_class = s.MeSerializer
+    required_permissions = {"get": ()}  # any caller may ask who it is
 
     @extend_schema(summary="Who am I: the key, its tenant and quotas, the rate limit", responses=s.MeSerializer)
     def get(self, request):
@@ -128,12 +130,20 @@ class MeView(ApiViewMixin, GenericAPIView):
 # --- tenants (staff) --------------------------------------------------------------------
 
 
+def require_quota_permission(request, fields) -> None:
+    """A staff session changing a tenant's quotas or weight also needs change_tenant_quotas."""
+    if set(fields) & set(services.TENANT_LIMITS):
+        p.require(request, p.CHANGE_TENANT_QUOTAS)
+
+
 class TenantViewSet(ApiViewMixin, viewsets.GenericViewSet):
     permission_classes = (IsStaffCaller,)
     queryset = Tenant.objects.all()
     serializer_class = s.TenantSerializer
     pagination_class = KeysetPagination
     lookup_field = "slug"
+    required_permissions = {"list": (p.VIEW_TENANT,), "retrieve": (p.VIEW_TENANT,), "create": (p.ADD_TENANT,),
+                            "partial_update": (p.CHANGE_TENANT,), "keys": p.MINT}
 
     @extend_schema(summary="List tenants (staff)")
     def list(self, request):
@@ -149,6 +159,7 @@ class TenantViewSet(ApiViewMixin, viewsets.GenericViewSet):
     def create(self, request):
         data = dict(s.validated(s.TenantCreateSerializer, request.data))
         fields = {key: data.pop(key) for key in ("slug", "name", "timezone") if key in data}
+        require_quota_permission(request, data)
         with transaction.atomic():  # a quota refused by tenant_update leaves no tenant behind
             tenant = services.tenant_create(**fields, actor=actor(request))
             if data:
@@ -160,6 +171,7 @@ class TenantViewSet(ApiViewMixin, viewsets.GenericViewSet):
     def partial_update(self, request, slug=None):
         tenant = self.get_object()
         changes = s.validated(s.TenantChangeSerializer, request.data, partial=True)
+        require_quota_permission(request, changes)
         return Response(s.TenantSerializer(services.tenant_update(tenant, dict(changes), actor=actor(request))).data)
 
     @extend_schema(summary="Make an API key for the tenant (staff); the key is in this response only",
@@ -185,6 +197,8 @@ class ApiKeyViewSet(TenantScopedMixin, viewsets.GenericViewSet):
     serializer_class = s.ApiKeySerializer
     pagination_class = KeysetPagination
     lookup_url_kwarg = "id"
+    required_permissions = {"list": (p.VIEW_APIKEY,), "retrieve": (p.VIEW_APIKEY,), "create": p.MINT,
+                            "destroy": (p.CHANGE_APIKEY,)}  # revoking: the admin's revoke action
 
     @extend_schema(summary="The tenant's API keys, revoked ones included")
     def list(self, request):
@@ -216,11 +230,23 @@ class JobScopedMixin(TenantScopedMixin):
     api_field = staticmethod(s.api_field)
 
 
+# Each bulk action needs what the admin asks for the same on one job.
+BULK_PERMISSIONS = {"pause": p.OPERATE_JOB, "resume": p.OPERATE_JOB, "delete": p.DELETE_JOB}
+
+
 class JobViewSet(JobScopedMixin, viewsets.GenericViewSet):
     queryset = Job.objects.all()
     serializer_class = s.JobSerializer
     pagination_class = KeysetPagination
     lookup_url_kwarg = "id"
+    required_permissions = {
+        "list": (p.VIEW_JOB,), "retrieve": (p.VIEW_JOB,), "preview": (p.VIEW_JOB,),
+        "impact": (p.VIEW_JOB,),  # a POST that saves nothing
+        "create": (p.ADD_JOB,), "partial_update": (p.CHANGE_JOB,), "destroy": (p.DELETE_JOB,),
+        "pause": (p.OPERATE_JOB,), "resume": (p.OPERATE_JOB,), "trigger": (p.OPERATE_JOB,),
+        "backfill": (p.OPERATE_JOB,),  # a dry run too, as on the admin's job page
+        "bulk": (frozenset(BULK_PERMISSIONS.values()),),
+    }
 
     @extend_schema(summary="The tenant's jobs, by id", parameters=[s.JobFilterSerializer])
     def list(self, request):
@@ -318,6 +344,7 @@ class JobViewSet(JobScopedMixin, viewsets.GenericViewSet):
     @action(detail=False, methods=["post"])
     def bulk(self, request):
         data = s.validated(s.BulkSerializer, request.data)
+        p.require(request, BULK_PERMISSIONS[data["action"]])
         count = services.jobs_bulk(self.tenant, tag=data["tag"], action=data["action"], note=data.get("note", ""),
                                    actor=actor(request))
         return Response(s.BulkResultSerializer({"tag": data["tag"], "action": data["action"], "count": count}).data)
@@ -325,6 +352,7 @@ class JobViewSet(JobScopedMixin, viewsets.GenericViewSet):
 
 class SchedulePreviewView(JobScopedMixin, GenericAPIView):
     serializer_class = s.SchedulePreviewSerializer
+    required_permissions = {"post": (p.VIEW_JOB,)}  # saves nothing
 
     @extend_schema(summary="The next fires of a schedule not saved yet (cron read in the tenant's zone by default)",
                    request=s.SchedulePreviewSerializer, responses=s.PreviewSerializer,
@@ -349,6 +377,8 @@ class RunViewSet(TenantScopedMixin, viewsets.GenericViewSet):
     serializer_class = s.RunSerializer
     pagination_class = RunPagination
     lookup_url_kwarg = "id"
+    required_permissions = {"list": (p.VIEW_JOBRUN,), "retrieve": (p.VIEW_JOBRUN,),
+                            "replay": (p.OPERATE_JOB,)}  # the admin's replay button asks change_job
 
     @extend_schema(summary="The tenant's runs, newest fire time first", parameters=[s.RunFilterSerializer])
     def list(self, request):
@@ -385,6 +415,7 @@ class RunViewSet(TenantScopedMixin, viewsets.GenericViewSet):
 
 class StatsView(TenantScopedMixin, GenericAPIView):
     serializer_class = s.StatsSerializer
+    required_permissions = {"get": (p.VIEW_JOBRUN,)}
 
     def initial(self, request, *args, **kwargs):
         # ?all_tenants=true: staff only, and no tenant to act for (stats.run_stats(None, ...)).

@@ -68,6 +68,9 @@ class Tenant(models.Model):
         constraints = [
             models.CheckConstraint(condition=Q(weight__gte=1), name="tenant_weight_positive"),
         ]
+        # Beside change_tenant (name, zone, active flag): the operator's bounds on a tenant
+        # (docs/roles.md), in the admin and through the API alike.
+        permissions = [("change_tenant_quotas", "Can change a tenant's quotas, weight and retention")]
 
     def __str__(self) -> str:
         return self.slug
@@ -425,6 +428,8 @@ class ApiKey(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         verbose_name = "API key"
+        # A key acts as its tenant: making one takes this beside add_apikey (docs/roles.md).
+        permissions = [("mint_apikey", "Can make an API key (shown once) for a tenant")]
 
     def __str__(self) -> str:
         return f"{self.prefix} ({self.name})"
