@@ -94,6 +94,14 @@ def test_a_good_allow_list_is_accepted():
     ({"timeout": 0}, "CRONFLEET_SQL.report.timeout", "must be between 0.01 and 3600 seconds"),
     ({"timeout": 3601}, "CRONFLEET_SQL.report.timeout", "must be between 0.01 and 3600 seconds"),
     ({"timeout": "5"}, "CRONFLEET_SQL.report.timeout", "must be between 0.01 and 3600 seconds"),
+    ({"timeout": 10**400}, "CRONFLEET_SQL.report.timeout", "must be between 0.01 and 3600 seconds"),
+    ({"params": {"day": {"type": "datetime", "default": "9999-12-31T23:59:59-23:59"}}, "sql": "SELECT %(day)s"},
+     "CRONFLEET_SQL.report.params.day.default", "is out of range: in UTC it falls outside the years 1-9999"),
+    ({"params": {"day": {"type": "float", "default": 10**400}}, "sql": "SELECT %(day)s"},
+     "CRONFLEET_SQL.report.params.day.default", "is out of range for a float"),
+    ({"tenants": []}, "CRONFLEET_SQL.report.tenants", "must be a non-empty list of tenant slugs"),
+    ({"tenants": "acme"}, "CRONFLEET_SQL.report.tenants", "must be a non-empty list of tenant slugs"),
+    ({"tenants": ["acme", "not a slug"]}, "CRONFLEET_SQL.report.tenants[1]", "must be a tenant's slug"),
     ({"max_rows": 10_001}, "CRONFLEET_SQL.report.max_rows", "from 0 to 10000"),
     ({"read_only": "no"}, "CRONFLEET_SQL.report.read_only", "must be true or false"),
     ({"isolation": "snapshot"}, "CRONFLEET_SQL.report.isolation", "must be one of read_committed"),
@@ -184,6 +192,11 @@ def test_good_parameters_are_kept_as_json_with_instants_in_utc():
     ({"d": "29/02/2024"}, "params.d", "must be an ISO date"),
     ({"t": "2024-01-01T00:00:00"}, "params.t", "has no UTC offset"),
     ({"t": "2024-01-01T\uff10\uff10:00:00Z"}, "params.t", "must be written with ASCII characters"),
+    # An offset can carry an instant out of the datetime range in UTC (an OverflowError, a 500, before).
+    ({"t": "9999-12-31T23:59:59-23:59"}, "params.t", "is out of range: in UTC it falls outside the years 1-9999"),
+    ({"t": "0001-01-01T00:00:00+00:01"}, "params.t", "is out of range: in UTC it falls outside the years 1-9999"),
+    ({"f": 10**400}, "params.f", "is out of range for a float"),  # an int a double cannot hold
+    ({"f": -(10**400)}, "params.f", "is out of range for a float"),
     ({"il": [1, 2, 3]}, "params.il", "has more than 2 items"),
     ({"il": [1, -1]}, "params.il[1]", "must be >= 0"),
     ({"il": "1,2"}, "params.il", "must be a list"),
@@ -207,6 +220,17 @@ def test_a_missing_parameter_is_required_unless_it_has_a_default():
         sqljobs.check_params(stmt, {"regions": ["eu"]})
     assert (caught.value.field, caught.value.message) == ("params.day", "is required")
     assert sqljobs.check_params(stmt, {"day": "2024-01-01", "regions": ["eu"]})["min_total"] == 0.0
+
+
+def test_instants_and_numbers_at_their_limits_are_accepted():
+    stmt = sqljobs.check_entry("limits", {"database": "default", "sql": "SELECT %(i)s, %(f)s, %(d)s, %(t)s",
+                                          "params": {"i": {"type": "int"}, "f": {"type": "float"},
+                                                     "d": {"type": "date"}, "t": {"type": "datetime"}}}, DATABASES)
+    highest = {"i": 2**63 - 1, "f": 2**1023, "d": "9999-12-31", "t": "9999-12-31T23:59:59.999999+00:00"}
+    lowest = {"i": -(2**63), "f": -1.7e308, "d": "0001-01-01", "t": "0001-01-01T00:00:00-23:59"}
+
+    assert sqljobs.check_params(stmt, highest) == {**highest, "f": float(2**1023)}
+    assert sqljobs.check_params(stmt, lowest) == {**lowest, "t": "0001-01-01T23:59:00+00:00"}
 
 
 def test_values_are_bound_as_the_driver_s_types_with_the_fire_s():
@@ -264,6 +288,31 @@ def test_an_edit_checks_the_parameters_again(allow_list, tenant):
     assert caught.value.field == "sql.params.c"
     job = services.job_update(job, {"sql": {"name": "typed", "params": {**GOOD, "c": "us"}}})
     assert job.target_config["params"]["c"] == "us" and job.version == 2
+
+
+def test_a_statement_for_some_tenants_is_refused_to_another_tenant_naming_the_field(settings):
+    settings.CRONFLEET_SQL = config(report={**REPORT, "tenants": ["acme", "beta"]})
+    target = {"name": "report", "params": {"day": "2024-01-01", "regions": ["eu"]}}
+
+    with pytest.raises(services.InvalidInput) as caught:
+        sqljobs.check_target(target, "gamma")
+
+    assert (caught.value.field, caught.value.message) == (
+        "sql.name", "statement 'report' is not allowed for tenant 'gamma' (CRONFLEET_SQL.report.tenants)")
+    assert sqljobs.check_target(target, "beta")["name"] == "report"
+    assert "(read-only, timeout 5s, tenants acme, beta)" in sqljobs.describe(target)
+
+
+def test_the_api_refuses_an_instant_out_of_range_naming_the_parameter(allow_list, tenant, settings):
+    settings.CRONFLEET_SQL["due"] = {"database": "default", "sql": "SELECT %(at)s",
+                                     "params": {"at": {"type": "datetime"}}}
+    target = {"kind": "sql", "name": "due", "params": {"at": "9999-12-31T23:59:59-23:59"}}
+
+    response = client_for(tenant).post("/api/v1/jobs/", job_body(target=target), format="json")
+
+    assert response.status_code == 400
+    assert "is out of range" in errors_of(response)["target.params.at"], errors_of(response)
+    assert not Job.objects.exists()
 
 
 def test_the_api_creates_shows_and_edits_a_sql_job(allow_list, tenant):

@@ -3,8 +3,14 @@ and SQL jobs (CRONFLEET_SQL) write them: {"type": ..., plus the keys that type t
 
 check_declaration() checks what both allow-lists share (the type, its keys, bounds,
 lengths, patterns, list sizes and choices); the check_* functions below check a value of
-the types both have (int, str, choice, date, a list's size). Each allow-list adds its own
-rules (which characters a text may hold, a 64-bit bound, a value converted its own way).
+the types both have (int, str, choice, date, a list's size) and of SQL's float and
+datetime. Each allow-list adds its own rules (which characters a text may hold, a 64-bit
+bound, a value converted its own way).
+
+A value a tenant sends is refused with the error class, never by an exception of the
+conversion: an int of any size is finite (math.isfinite would overflow converting it), a
+float parameter must fit a double, and a datetime's UTC time must fall within years 1-9999
+("9999-12-31T23:59:59-23:59" is in year 10000 in UTC).
 Errors are raised with the allow-list's own exception class, so each keeps naming the
 field its users see.
 """
@@ -14,7 +20,9 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping
-from datetime import date
+from datetime import UTC, date, datetime
+
+from scheduler_app.validation import InvalidInput, check_instant_text
 
 ISO_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 
@@ -48,6 +56,12 @@ def is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def is_finite(value: object) -> bool:
+    """A number that is neither infinite nor NaN. An int of any size is finite:
+    math.isfinite(10**400) raises OverflowError (it converts to a float first)."""
+    return is_int(value) or (is_number(value) and math.isfinite(value))
+
+
 def check_declaration(field: str, spec: object, type_keys: Mapping[str, frozenset],
                       error: Callable[[str, str], Exception]) -> str:
     """Check one parameter's declaration `spec` against the types `type_keys` allows;
@@ -63,7 +77,7 @@ def check_declaration(field: str, spec: object, type_keys: Mapping[str, frozense
     if ptype in ("int", "int_list", "float"):
         check, what = (is_number, "must be a number") if ptype == "float" else (is_int, "must be an integer")
         for key in ("min", "max"):
-            if key in spec and (not check(spec[key]) or not math.isfinite(spec[key])):
+            if key in spec and (not check(spec[key]) or not is_finite(spec[key])):
                 raise error(f"{field}.{key}", what)
         if "min" in spec and "max" in spec and spec["min"] > spec["max"]:
             raise error(f"{field}.min", "must not exceed max")
@@ -119,6 +133,18 @@ def check_str(field: str, spec: Mapping, value: object, error: Callable[[str, st
     return value
 
 
+def check_float(field: str, spec: Mapping, value: object, error: Callable[[str, str], Exception]) -> float:
+    """A finite number that a double holds, within the declaration's bounds, as a float."""
+    if not is_finite(value):
+        raise error(field, "must be a finite number")
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except OverflowError:  # an int past a double's range (about 1.8e308)
+        raise error(field, "is out of range for a float (at most about 1.8e308)") from None
+    check_bounds(field, spec, number, error)
+    return number
+
+
 def check_choice(field: str, spec: Mapping, value: object, error: Callable[[str, str], Exception]) -> str:
     if not isinstance(value, str) or value not in spec["choices"]:
         raise error(field, f"must be one of {list(spec['choices'])}")
@@ -133,6 +159,27 @@ def check_date(field: str, value: object, error: Callable[[str, str], Exception]
         return date.fromisoformat(value).isoformat()
     except ValueError:
         raise error(field, "is not a valid calendar date") from None
+
+
+def check_datetime(field: str, value: object, error: Callable[[str, str], Exception]) -> datetime:
+    """An ISO 8601 date and time with a UTC offset, in ASCII digits, as an aware datetime in
+    UTC. Its UTC time must be a datetime too: an offset can carry a time near year 1 or 9999
+    out of range (OverflowError in astimezone), which is the value's fault, not the server's."""
+    if not isinstance(value, str):
+        raise error(field, "must be an ISO 8601 date and time with a UTC offset")
+    try:
+        check_instant_text(field, value)
+        parsed = datetime.fromisoformat(value)
+    except InvalidInput as exc:
+        raise error(field, exc.message) from None
+    except ValueError:
+        raise error(field, f"{value!r} is not an ISO 8601 date and time") from None
+    if parsed.tzinfo is None or parsed.utcoffset() is None:
+        raise error(field, f"{value!r} has no UTC offset (naive times are refused)")
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        raise error(field, f"{value!r} is out of range: in UTC it falls outside the years 1-9999") from None
 
 
 def check_items(field: str, spec: Mapping, value: object, error: Callable[[str, str], Exception], *,

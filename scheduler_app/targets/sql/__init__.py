@@ -12,7 +12,9 @@ at start-up (apps.py). One entry::
         "timeout": 5,                     # seconds, 0.01-3600 (default 30)
         "max_rows": 100,                  # rows of a result kept on the run, 0-10000 (default 100)
         "isolation": "repeatable_read",   # read_committed | repeatable_read | serializable
-    }                                     #   (default: the connection's)
+                                          #   (default: the connection's)
+        "tenants": ["acme"],              # only these tenants' jobs may use it (default: every tenant)
+    }
 
 The SQL is one statement with the driver's named placeholders ``%(name)s`` (``%%`` is a
 literal percent). Every placeholder is a declared parameter or a reserved one (RESERVED:
@@ -28,6 +30,9 @@ mysql_real_escape_string for the connection's character set. Lists: PostgreSQL r
 array (``col = ANY(%(ids)s)``); MariaDB a parenthesised list (``col IN %(ids)s``), which may
 not be empty there.
 
+A statement with ``tenants`` is refused (InvalidSql naming ``name``) to a job of any other
+tenant: when the job is saved, if the caller passes the tenant to check(), and at every run.
+
 Each run is one transaction on the alias: PostgreSQL ``SET TRANSACTION [ISOLATION LEVEL ..]
 [READ ONLY]`` and ``SET LOCAL statement_timeout``; MariaDB ``SET TRANSACTION ISOLATION
 LEVEL ..``, ``START TRANSACTION [READ ONLY]`` and ``SET STATEMENT max_statement_time=..,
@@ -37,9 +42,14 @@ serialization failures, deadlocks, lock and statement timeouts and lost connecti
 retried; syntax, permission, undefined objects, data and constraint errors and writes in a
 read-only transaction are not.
 
+At most max_rows + 1 rows of a result reach the worker (fetching.py: a cursor on
+PostgreSQL, an unbuffered result on MariaDB), and after every run the session is reset
+(session.py: DISCARD ALL on PostgreSQL, a new connection on MariaDB). docs/targets-sql.md
+says what read_only stops and what it does not.
+
 The package, by step: statements.py (the allow-list and its entries), params.py (a job's
-parameters checked and bound), running.py (one statement run in its transaction),
-values.py (one value against its declared type),
+parameters checked and bound), running.py (one statement run in its transaction), fetching.py (its rows, bounded),
+session.py (the session reset after it), values.py (one value against its declared type),
 errors.py (refusals, and failures classified retryable or not), jobs.py (the hooks of the services and
 the worker), router.py (Cronfleet's tables stay out of the SQL jobs' databases).
 """
@@ -82,6 +92,7 @@ from scheduler_app.targets.sql.statements import (
     VENDORS,
     Statement,
     check_entry,
+    check_tenant,
     placeholders,
     statement,
     validate_config,
@@ -113,6 +124,7 @@ __all__ = [
     "check_entry",
     "check_params",
     "check_target",
+    "check_tenant",
     "check_value",
     "classify_error",
     "describe",

@@ -11,26 +11,31 @@ from scheduler_app.targets.base import PermanentFailure, RetryableFailure
 from scheduler_app.targets.sql.errors import InvalidSql, StatementError
 from scheduler_app.targets.sql.params import check_params
 from scheduler_app.targets.sql.running import run_statement
-from scheduler_app.targets.sql.statements import CONFIG_FIELD, DEFAULT_TIMEOUT, statement
+from scheduler_app.targets.sql.statements import CONFIG_FIELD, DEFAULT_TIMEOUT, check_tenant, statement
 from scheduler_app.validation import InvalidInput
 
 
-def check_target(target: object) -> dict:
-    """A job's SQL target ({"name", "params"}) as stored; InvalidInput naming sql.<field>."""
+def check_target(target: object, tenant: str | None = None) -> dict:
+    """A job's SQL target ({"name", "params"}) as stored; InvalidInput naming sql.<field>.
+    With ``tenant`` (a slug), a statement whose ``tenants`` list leaves it out is refused
+    (sql.name); the run checks it again in any case."""
     target = target if isinstance(target, Mapping) else {}
     name, params = target.get("name", ""), target.get("params") or {}
     if not isinstance(params, Mapping):
         raise InvalidInput("sql.params", "must be an object")
     try:
         stmt = statement(name, settings.CRONFLEET_SQL, settings.DATABASES)
+        if tenant is not None:
+            check_tenant(stmt, tenant)
         return {"name": name, "params": check_params(stmt, params)}
     except InvalidSql as exc:
         raise InvalidInput(f"sql.{exc.field}", exc.message) from None
 
 
-def check(spec) -> dict:
-    """The target interface's check: the job spec's SQL target, as check_target stores it."""
-    return check_target(spec.sql)
+def check(spec, tenant: str | None = None) -> dict:
+    """The target interface's check: the job spec's SQL target, as check_target stores it
+    (``tenant``: the saving tenant's slug, when the caller passes it)."""
+    return check_target(spec.sql, tenant)
 
 
 def describe(target: Mapping) -> str:
@@ -41,8 +46,10 @@ def describe(target: Mapping) -> str:
     if not isinstance(entry, Mapping):
         return f"sql {name} {json.dumps(params, sort_keys=True)} (not in {CONFIG_FIELD})"
     mode = "read-only" if entry.get("read_only", True) else "read-write"
+    tenants = entry.get("tenants")
+    only = f", tenants {', '.join(map(str, tenants))}" if isinstance(tenants, list | tuple) else ""
     return (f"sql {name} {json.dumps(params, sort_keys=True)} on {entry.get('database')} ({mode}, "
-            f"timeout {entry.get('timeout', DEFAULT_TIMEOUT):g}s): {entry.get('sql')}")
+            f"timeout {entry.get('timeout', DEFAULT_TIMEOUT):g}s{only}): {entry.get('sql')}")
 
 
 def perform(started) -> dict:

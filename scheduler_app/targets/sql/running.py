@@ -1,5 +1,6 @@
 """One statement run in a transaction of its own on its alias, with its timeout, isolation
-and read-only setting; the result kept within its row and byte caps."""
+and read-only setting; at most max_rows + 1 rows fetched (fetching.py), the result kept
+within its row and byte caps, and the session reset after the run (session.py)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,15 @@ from decimal import Decimal
 from django.db import DatabaseError, connections, transaction
 
 from scheduler_app.targets.sql.errors import StatementError, classify_error
+from scheduler_app.targets.sql.fetching import Fetched, fetch_mysql, fetch_postgresql, timeout_sql
 from scheduler_app.targets.sql.params import bind_values, check_params
+from scheduler_app.targets.sql.session import reset_session
 from scheduler_app.targets.sql.statements import (
     ISOLATION_LEVELS,
     JOB_TIMEOUT_SHARE,
     MIN_TIMEOUT,
     Statement,
+    check_tenant,
     statement,
 )
 
@@ -67,7 +71,7 @@ def _preamble(stmt: Statement, timeout: float) -> list[str]:
         modes = [f"ISOLATION LEVEL {level}"] if level else []
         modes += ["READ ONLY"] if stmt.read_only else []
         setup = [f"SET TRANSACTION {', '.join(modes)}"] if modes else []
-        return [*setup, f"SET LOCAL statement_timeout = {max(1, round(timeout * 1000))}"]
+        return [*setup, timeout_sql(timeout)]
     setup = [f"SET TRANSACTION ISOLATION LEVEL {level}"] if level else []
     return [*setup, "START TRANSACTION READ ONLY" if stmt.read_only else "START TRANSACTION"]
 
@@ -86,9 +90,10 @@ def run_statement(name: str, params: Mapping, *, config: Mapping, databases: Map
 
     ``fire`` holds the reserved values (RESERVED). Returns rows affected, the columns, at
     most max_rows rows fitted into ``max_bytes`` of JSON, and the elapsed time. Raises
-    InvalidSql (the entry or the parameters are refused) or StatementError.
+    InvalidSql (the entry, the fire's tenant or the parameters are refused) or StatementError.
     """
     stmt = statement(name, config, databases)
+    check_tenant(stmt, fire.get("tenant"))
     values = check_params(stmt, params)
     bound = bind_values(stmt, values, fire)
     timeout = effective_timeout(stmt, job_timeout)
@@ -98,39 +103,51 @@ def run_statement(name: str, params: Mapping, *, config: Mapping, databases: Map
                                                "a SQL job needs a transaction of its own", retryable=False)
     started = time.monotonic()
     try:
-        with transaction.atomic(using=stmt.database), connection.wrap_database_errors:
-            if stmt.vendor == "mysql" and not connection.mysql_is_mariadb:
-                raise StatementError("not_supported", f"{stmt.database!r} is MySQL, which has no statement timeout "
-                                                      "for writes (max_statement_time); SQL jobs run on MariaDB",
-                                     retryable=False)
-            cursor = _cursor(connection, stmt.vendor)
-            try:
-                for setup in _preamble(stmt, timeout):
-                    cursor.execute(setup)
-                cursor.execute(_statement_text(stmt, timeout), bound)
-                rows_affected = cursor.rowcount
-                columns = [column[0] for column in cursor.description] if cursor.description else []
-                rows = [list(row) for row in cursor.fetchmany(stmt.max_rows + 1)] if cursor.description else []
-            finally:
-                cursor.close()
+        fetched = _run(connection, stmt, bound, timeout, started)
+        elapsed = time.monotonic() - started  # the statement's time, not the reset's
     except DatabaseError as exc:
         error = classify_error(exc, stmt.vendor)
         raise StatementError(error.kind, f"{error.detail} (statement {stmt.name!r} on {stmt.database!r}, "
                                          f"timeout {timeout:g}s)", retryable=error.retryable) from None
-    elapsed = time.monotonic() - started
+    finally:
+        reset_session(connection, stmt.vendor)  # nothing of this run reaches the next on this connection
+    rows = [list(row) for row in fetched.rows]
     result = {
-        "statement": stmt.name, "database": stmt.database, "rows_affected": rows_affected, "columns": columns,
-        "truncated": len(rows) > stmt.max_rows, "elapsed_ms": round(elapsed * 1000, 1),
+        "statement": stmt.name, "database": stmt.database, "rows_affected": fetched.rows_affected,
+        "columns": fetched.columns, "truncated": len(rows) > stmt.max_rows, "elapsed_ms": round(elapsed * 1000, 1),
     }
     return _fit(result, _jsonable(rows[: stmt.max_rows]), max_bytes)
 
 
+def _run(connection, stmt: Statement, bound: Mapping, timeout: float, started: float) -> Fetched:
+    """The statement in its transaction; at most max_rows + 1 of its rows fetched."""
+    limit = stmt.max_rows + 1
+    with transaction.atomic(using=stmt.database), connection.wrap_database_errors:
+        if stmt.vendor == "mysql" and not connection.mysql_is_mariadb:
+            raise StatementError("not_supported", f"{stmt.database!r} is MySQL, which has no statement timeout "
+                                                  "for writes (max_statement_time); SQL jobs run on MariaDB",
+                                 retryable=False)
+        cursor = _cursor(connection, stmt.vendor)
+        try:
+            for setup in _preamble(stmt, timeout):
+                cursor.execute(setup)
+            if stmt.vendor == "postgresql":
+                return fetch_postgresql(cursor, stmt, bound, limit,
+                                        lambda: timeout - (time.monotonic() - started))
+            return fetch_mysql(cursor, _statement_text(stmt, timeout), bound, limit)
+        finally:
+            cursor.close()
+
+
 def _cursor(connection, vendor: str):
     """A cursor of the driver itself. PostgreSQL: psycopg's server-side-binding Cursor (the
-    parameters travel apart from the statement; Django's own cursors bind client-side)."""
+    parameters travel apart from the statement; Django's own cursors bind client-side).
+    MariaDB: mysqlclient's unbuffered SSCursor (rows streamed, not stored whole)."""
     connection.ensure_connection()
     if vendor == "postgresql":
         import psycopg  # PostgreSQL only: a MariaDB-only deployment need not have it
 
         return psycopg.Cursor(connection.connection)
-    return connection.connection.cursor()
+    from MySQLdb.cursors import SSCursor  # MariaDB only: a PostgreSQL-only deployment need not have it
+
+    return connection.connection.cursor(SSCursor)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -48,7 +47,11 @@ _PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PERCENT = re.compile(r"%(?:%|\(([^)]*)\)s)?")
 
 
-_ENTRY_KEYS = frozenset({"database", "sql", "params", "read_only", "timeout", "max_rows", "isolation"})
+_ENTRY_KEYS = frozenset({"database", "sql", "params", "read_only", "timeout", "max_rows", "isolation", "tenants"})
+
+
+# A tenant's slug, as models.Tenant.slug (a SlugField of 64) holds it.
+_TENANT_SLUG = re.compile(r"[-A-Za-z0-9_]{1,64}")
 
 
 _TYPE_KEYS = {
@@ -78,6 +81,7 @@ class Statement:
     timeout: float
     max_rows: int
     isolation: str | None
+    tenants: frozenset[str] | None = None  # the tenants whose jobs may use it; None: every tenant
 
 
 def vendor_of(database: Mapping) -> str | None:
@@ -167,7 +171,7 @@ def check_entry(name: object, entry: object, databases: Mapping) -> Statement:
     if not isinstance(read_only, bool):
         raise InvalidSql(f"{base}.read_only", "must be true or false")
     timeout = entry.get("timeout", DEFAULT_TIMEOUT)
-    if not paramspecs.is_number(timeout) or not math.isfinite(timeout) or not MIN_TIMEOUT <= timeout <= MAX_TIMEOUT:
+    if not paramspecs.is_finite(timeout) or not MIN_TIMEOUT <= timeout <= MAX_TIMEOUT:
         raise InvalidSql(f"{base}.timeout", f"must be between {MIN_TIMEOUT:g} and {MAX_TIMEOUT:g} seconds")
     max_rows = entry.get("max_rows", DEFAULT_MAX_ROWS)
     if not paramspecs.is_int(max_rows) or not 0 <= max_rows <= MAX_ROWS:
@@ -177,7 +181,26 @@ def check_entry(name: object, entry: object, databases: Mapping) -> Statement:
         raise InvalidSql(f"{base}.isolation", f"must be one of {', '.join(ISOLATION_LEVELS)}")
     return Statement(name=name, database=alias, vendor=vendor, sql=sql.strip().rstrip(";").rstrip(), params=params,
                      placeholders=used, read_only=read_only, timeout=float(timeout), max_rows=max_rows,
-                     isolation=isolation)
+                     isolation=isolation, tenants=_check_tenants(f"{base}.tenants", entry.get("tenants")))
+
+
+def _check_tenants(field: str, tenants: object) -> frozenset[str] | None:
+    """The entry's optional per-tenant restriction: a non-empty list of tenant slugs."""
+    if tenants is None:
+        return None
+    if not isinstance(tenants, list | tuple) or not tenants:
+        raise InvalidSql(field, "must be a non-empty list of tenant slugs (leave it out: every tenant may use it)")
+    for index, slug in enumerate(tenants):
+        if not isinstance(slug, str) or not _TENANT_SLUG.fullmatch(slug):
+            raise InvalidSql(f"{field}[{index}]", "must be a tenant's slug (letters, digits, '-' and '_', at most 64)")
+    return frozenset(tenants)
+
+
+def check_tenant(stmt: Statement, tenant: object) -> None:
+    """Refuse a job of a tenant the statement's ``tenants`` list leaves out (InvalidSql("name"))."""
+    if stmt.tenants is not None and tenant not in stmt.tenants:
+        raise InvalidSql("name", f"statement {stmt.name!r} is not allowed for tenant {tenant!r} "
+                                 f"({CONFIG_FIELD}.{stmt.name}.tenants)")
 
 
 def validate_config(config: object, databases: Mapping) -> None:

@@ -3,13 +3,10 @@ date, datetime, int_list, str_list) and limits."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
-from datetime import UTC, datetime
 
 from scheduler_app.targets import params
 from scheduler_app.targets.sql.errors import InvalidSql
-from scheduler_app.validation import InvalidInput, check_instant_text
 
 
 def _text_problem(value: str) -> str | None:
@@ -43,10 +40,7 @@ def check_value(field: str, spec: Mapping, value: object, vendor: str):
     if ptype == "int":
         return _check_int(field, spec, value)
     if ptype == "float":
-        if not params.is_number(value) or not math.isfinite(value):
-            raise InvalidSql(field, "must be a finite number")
-        params.check_bounds(field, spec, value, InvalidSql)
-        return float(value)
+        return params.check_float(field, spec, value, InvalidSql)
     if ptype == "bool":
         if not isinstance(value, bool):
             raise InvalidSql(field, "must be true or false")
@@ -58,18 +52,7 @@ def check_value(field: str, spec: Mapping, value: object, vendor: str):
     if ptype == "date":
         return params.check_date(field, value, InvalidSql)
     if ptype == "datetime":
-        if not isinstance(value, str):
-            raise InvalidSql(field, "must be an ISO 8601 date and time with a UTC offset")
-        try:
-            check_instant_text(field, value)
-            parsed = datetime.fromisoformat(value)
-        except InvalidInput as exc:
-            raise InvalidSql(field, exc.message) from None
-        except ValueError:
-            raise InvalidSql(field, f"{value!r} is not an ISO 8601 date and time") from None
-        if parsed.tzinfo is None or parsed.utcoffset() is None:
-            raise InvalidSql(field, f"{value!r} has no UTC offset (naive times are refused)")
-        return parsed.astimezone(UTC).isoformat()
+        return params.check_datetime(field, value, InvalidSql).isoformat()
     if ptype == "int_list":
         return [_check_int(f"{field}[{i}]", spec, item) for i, item in enumerate(_list(field, spec, value, vendor))]
     if ptype == "str_list":
