@@ -391,7 +391,17 @@ if _visibility is not None and CRONFLEET_MAX_JOB_TIMEOUT_SECONDS + 30 >= _visibi
 # Programs command jobs may run: name -> {"executable": absolute path, "argv": template,
 # "params": {name: {"type": ...}}} (see scheduler_app/targets/command/running.py). JSON in the variable.
 CRONFLEET_COMMANDS = env_json_object("CRONFLEET_COMMANDS", "command names")
-CRONFLEET_COMMAND_CWD = env_str("CRONFLEET_COMMAND_CWD", str(VAR_DIR))
+# Each command run gets a private directory of its own in this one (its working directory,
+# TMPDIR and HOME; removed after the run). With CRONFLEET_COMMAND_USER the directory must not
+# be writable by that user, and it and its parents must be searchable by it.
+CRONFLEET_COMMAND_CWD = env_str("CRONFLEET_COMMAND_CWD", str(VAR_DIR / "command-runs"))
+# The unprivileged user command jobs run as (the worker needs root to switch; it refuses to
+# start if it cannot). Empty: as the worker's own user, which only the worker's non-dumpable
+# flag keeps from its memory and environment (docs/targets-command.md).
+CRONFLEET_COMMAND_USER = env_str("CRONFLEET_COMMAND_USER", "")
+# The most a command run may hold in its directory (every file counted at a block at least);
+# a run that holds more is stopped. Each file is also capped at 64 MiB.
+CRONFLEET_COMMAND_MAX_DISK_BYTES = env_int("CRONFLEET_COMMAND_MAX_DISK_BYTES", 256 * 1024 * 1024, minimum=4096)
 # Statements SQL jobs may run: name -> {"database": alias, "sql": "... %(param)s ...",
 # "params": {name: {"type": ...}}, "read_only", "timeout", "max_rows", "isolation"} (see
 # the scheduler_app.targets.sql package). JSON in the variable; checked at start-up against DATABASES.

@@ -20,6 +20,10 @@ class SchedulerAppConfig(AppConfig):
             command.validate_config(settings.CRONFLEET_COMMANDS)
         except command.InvalidCommand as exc:
             raise ImproperlyConfigured(str(exc)) from None
+        try:  # its shape here; a worker also refuses to start if it cannot switch to it
+            command.check_user_name(settings.CRONFLEET_COMMAND_USER)
+        except command.CommandUserError as exc:
+            raise ImproperlyConfigured(f"CRONFLEET_COMMAND_USER: {exc}") from None
         try:
             sql.validate_config(settings.CRONFLEET_SQL, settings.DATABASES)
         except sql.InvalidSql as exc:

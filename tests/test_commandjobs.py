@@ -47,6 +47,28 @@ elif mode == "spawn":  # start a `sleep 30` child, report its pid, then sleep (o
     child = subprocess.Popen(["sleep", "30"])
     print(child.pid, flush=True)
     time.sleep(int(args[1]))
+elif mode == "detach":  # a `sleep 30` in a session of its own whose parent is gone, then sleep
+    if os.fork() == 0:
+        child = subprocess.Popen(["sleep", "30"], start_new_session=True)
+        print(child.pid, flush=True)
+        os._exit(0)
+    os.wait()
+    time.sleep(int(args[1]))
+elif mode == "fill":  # N files of SIZE bytes in the working directory, then sleep
+    for i in range(int(args[1])):
+        with open(f"f{i}", "wb") as f:
+            f.write(b"x" * int(args[2]))
+    print("filled", flush=True)
+    time.sleep(int(args[3]))
+elif mode == "hide":  # N files of SIZE bytes, each deleted before it is written, kept open
+    kept = []
+    for i in range(int(args[1])):
+        kept.append(open(f"h{i}", "wb"))
+        os.unlink(f"h{i}")
+        kept[-1].write(b"x" * int(args[2]))
+        kept[-1].flush()
+    print("hidden", flush=True)
+    time.sleep(30)
 elif mode == "limits":
     names = ["RLIMIT_CORE", "RLIMIT_NOFILE", "RLIMIT_FSIZE", "RLIMIT_CPU"]
     print(json.dumps({n: resource.getrlimit(getattr(resource, n)) for n in names}))
@@ -97,6 +119,21 @@ def config(script):
             "timeout": 1,
         },
         "limits": {"executable": sys.executable, "argv": [script, "limits"]},
+        "detach": {
+            "executable": sys.executable,
+            "argv": [script, "detach", "{seconds}"],
+            "params": {"seconds": {"type": "int", "min": 0, "max": 60}},
+        },
+        "fill": {
+            "executable": sys.executable,
+            "argv": [script, "fill", "{files}", "{size}", "{seconds}"],
+            "params": {n: {"type": "int", "min": 0, "max": 10**8} for n in ("files", "size", "seconds")},
+        },
+        "hide": {
+            "executable": sys.executable,
+            "argv": [script, "hide", "{files}", "{size}"],
+            "params": {n: {"type": "int", "min": 0, "max": 10**8} for n in ("files", "size")},
+        },
         "report": {  # the example of the brief
             "executable": sys.executable,
             "argv": ["-m", "reports.run", "--day", "{day}", "--format", "{format}", "--", "{paths}"],
@@ -115,7 +152,7 @@ def config(script):
 
 def run(name, params, config, tmp_path, **kwargs):
     kwargs.setdefault("timeout", 20)
-    kwargs.setdefault("cwd", str(tmp_path))
+    kwargs.setdefault("runs_dir", str(tmp_path / "runs"))
     kwargs.setdefault("max_output_bytes", MAX_OUT)
     return run_command(name, params, config=config, **kwargs)
 
@@ -166,7 +203,8 @@ def test_hostile_value_is_one_literal_argv_element(value, config, script, tmp_pa
     assert build_argv("echo", {"word": value, "rest": rest}, config) == [
         script, "echo", value, "--", value, *rest,
     ]
-    assert sorted(os.listdir(tmp_path)) == ["prog.py"]  # nothing was created by a shell
+    assert sorted(os.listdir(tmp_path)) == ["prog.py", "runs"]  # nothing was created by a shell
+    assert os.listdir(tmp_path / "runs") == []  # and the run's own directory is gone
 
 
 def test_leading_dash_allowed_after_marker_only(config, script, tmp_path):
@@ -347,15 +385,17 @@ def test_bad_config_also_refused_at_build_and_run_time(tmp_path):
 def test_environment_is_minimal(config, tmp_path, monkeypatch):
     monkeypatch.setenv("CRONFLEET_SECRET", "hunter2")
     result = run("env", {}, config, tmp_path, env_extra={"CRONFLEET_RUN_ID": "42"})
-    assert json.loads(result.stdout) == {
+    env = json.loads(result.stdout)
+    run_dir = env["TMPDIR"]
+    assert env == {
         "PATH": "/usr/bin:/bin",
         "LANG": "C.UTF-8",
         "CRONFLEET_RUN_ID": "42",
+        "TMPDIR": run_dir,
+        "HOME": run_dir,
     }
-    assert json.loads(run("env", {}, config, tmp_path).stdout) == {
-        "PATH": "/usr/bin:/bin",
-        "LANG": "C.UTF-8",
-    }
+    assert os.path.dirname(run_dir) == str(tmp_path / "runs")
+    assert json.loads(run("env", {}, config, tmp_path).stdout).keys() == {"PATH", "LANG", "TMPDIR", "HOME"}
     refused("env_extra.A=B", run, "env", {}, config, tmp_path, env_extra={"A=B": "1"})
     refused("env_extra.A", run, "env", {}, config, tmp_path, env_extra={"A": "x\x00y"})
 
@@ -409,6 +449,46 @@ def test_leftover_children_do_not_outlive_the_job(config, tmp_path):
     assert _wait_gone(int(result.stdout.split()[0]))
 
 
+def test_detached_children_do_not_outlive_the_job(config, tmp_path):
+    # The detached `sleep 30` called setsid and lost its parent: no process group reaches it.
+    result = run("detach", {"seconds": 0}, config, tmp_path, timeout=20)
+
+    assert (result.exit_code, result.timed_out) == (0, False)
+    assert _wait_gone(int(result.stdout.split()[0]))
+
+
+def test_timeout_kills_detached_children_too(config, tmp_path):
+    result = run("detach", {"seconds": 30}, config, tmp_path, timeout=1)
+
+    assert result.timed_out is True and result.elapsed < 1 + 2
+    assert _wait_gone(int(result.stdout.split()[0]))
+
+
+def test_a_run_holding_more_than_its_disk_bound_is_stopped(config, tmp_path):
+    # 16 files of 256 KiB: each under the per-file limit, together twice the run's bound.
+    result = run("fill", {"files": 16, "size": 2**18, "seconds": 30}, config, tmp_path, max_disk_bytes=2**21)
+
+    assert (result.disk_exceeded, result.timed_out, result.exit_code) == (True, False, None)
+    assert result.elapsed < 5
+    assert os.listdir(tmp_path / "runs") == []
+
+
+def test_a_run_that_wrote_too_much_and_exited_is_over_its_bound_too(config, tmp_path):
+    result = run("fill", {"files": 16, "size": 2**18, "seconds": 0}, config, tmp_path, max_disk_bytes=2**21)
+
+    assert (result.disk_exceeded, result.exit_code) == (True, None)
+    within = run("fill", {"files": 4, "size": 2**18, "seconds": 0}, config, tmp_path, max_disk_bytes=2**21)
+    assert (within.disk_exceeded, within.exit_code) == (False, 0)
+
+
+def test_files_deleted_while_still_open_count_against_the_bound(config, tmp_path):
+    result = run("hide", {"files": 3, "size": 2**20}, config, tmp_path, max_disk_bytes=2**21, timeout=20)
+
+    assert result.stdout == "hidden\n"
+    assert (result.disk_exceeded, result.timed_out) == (True, False)
+    assert result.elapsed < 5
+
+
 def test_huge_output_is_truncated_at_cap(config, tmp_path):
     result = run("flood", {"nbytes": 8 * 2**20}, config, tmp_path, max_output_bytes=1000)
     assert result == CommandResult(
@@ -431,13 +511,19 @@ def test_non_zero_exit_code_is_returned(config, tmp_path):
     refused("params.code", run, "exit", {"code": 256}, config, tmp_path)
 
 
-def test_cwd_is_respected(config, tmp_path):
-    workdir = tmp_path / "work dir"
-    workdir.mkdir()
-    assert json.loads(run("cwd", {}, config, tmp_path, cwd=str(workdir)).stdout) == str(workdir)
-    assert json.loads(run("cwd_fixed", {}, config, tmp_path, cwd=str(workdir)).stdout) == "/"
-    refused("cwd", run, "cwd", {}, config, tmp_path, cwd=str(tmp_path / "missing"))
-    refused("cwd", run, "cwd", {}, config, tmp_path, cwd="relative")
+def test_each_run_works_in_a_new_directory_of_its_own(config, tmp_path):
+    runs = tmp_path / "runs dir"
+
+    first = json.loads(run("cwd", {}, config, tmp_path, runs_dir=str(runs)).stdout)
+    second = json.loads(run("cwd", {}, config, tmp_path, runs_dir=str(runs)).stdout)
+
+    assert os.path.dirname(first) == os.path.dirname(second) == str(runs)
+    assert first != second
+    assert os.listdir(runs) == []  # removed after each run
+    assert json.loads(run("cwd_fixed", {}, config, tmp_path, runs_dir=str(runs)).stdout) == "/"
+    refused("runs_dir", run, "cwd", {}, config, tmp_path, runs_dir="relative")
+    missing = {"cwd_missing": {**config["cwd"], "cwd": str(tmp_path / "missing")}}
+    refused("cwd", run, "cwd_missing", {}, missing, tmp_path)
 
 
 def test_resource_limits_applied(config, tmp_path):
@@ -454,3 +540,5 @@ def test_resource_limits_applied(config, tmp_path):
         "RLIMIT_FSIZE": expected("RLIMIT_FSIZE", 64 * 2**20),
         "RLIMIT_CPU": expected("RLIMIT_CPU", math.ceil(4.2) + 1),
     }
+    small = json.loads(run("limits", {}, config, tmp_path, max_disk_bytes=2**20).stdout)
+    assert small["RLIMIT_FSIZE"] == expected("RLIMIT_FSIZE", 2**20)  # no file is larger than the run's bound

@@ -8,9 +8,11 @@ No Django imports: the allow-list (later ``settings.CRONFLEET_COMMANDS``) is pas
         "argv": ["-m", "reports.run", "--day", "{day}", "--", "{paths}"],
         "params": {
             "day": {"type": "date"},
-            "paths": {"type": "str_list", "max_items": 10, "max_length": 200},
+            "paths": {"type": "str_list", "max_items": 10, "max_length": 200,
+                      "pattern": "[A-Za-z0-9_-]+[.]csv"},  # no "/": no file of the worker's
         },
-        "timeout": 60, "cwd": "/tmp",          # optional; override run_command's defaults
+        "timeout": 60,                          # optional: overrides the job's timeout
+        "cwd": "/srv/reports",                  # optional: start there, not in the run's own directory
     }
 
 Template elements are either literals or exactly one whole ``"{param}"``; each placeholder
@@ -18,15 +20,19 @@ becomes exactly ONE argv element (a ``str_list`` becomes one element per item an
 appear after the literal ``"--"``).  No partial substitution, no format specs.  Values
 placed before ``"--"`` may not start with ``-`` (they would be read as options).
 
-The program runs with ``shell=False``, stdin from /dev/null, a minimal environment, its own
-session / process group (killed as a whole on timeout, and once the main process has exited
-so nothing it started outlives the job), best-effort resource limits, and output capped at
-``max_output_bytes`` per stream (the rest is read and discarded).
+The program runs with ``shell=False``, stdin from /dev/null, a minimal environment, in a
+private directory of its own (removed afterwards), as CRONFLEET_COMMAND_USER when one is
+set, with resource limits, output capped at ``max_output_bytes`` per stream (the rest is
+read and discarded) and what it writes under its directory capped at ``max_disk_bytes``,
+under a supervisor (supervise.py) that kills everything the run started, detached or not,
+when its main process exits or the run is stopped. isolation.py has the reasons for each
+defence; docs/targets-command.md says what is isolated and what is not.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import math
 import os
 import re
@@ -38,21 +44,22 @@ import time
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from types import MappingProxyType
 
 from scheduler_app.targets import params as paramspecs
-
-try:  # not available on every platform
-    import resource
-except ImportError:  # pragma: no cover
-    resource = None  # type: ignore[assignment]
+from scheduler_app.targets.command import isolation
 
 CONFIG_FIELD = "CRONFLEET_COMMANDS"
 END_OF_OPTIONS = "--"
 BASE_ENV = MappingProxyType({"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
 
 RLIMIT_NOFILE = 256
-RLIMIT_FSIZE = 64 * 1024 * 1024
+RLIMIT_FSIZE = 64 * 1024 * 1024  # per file (and never more than the run's max_disk_bytes)
+MAX_DISK_BYTES = 256 * 1024 * 1024  # per run, the default of CRONFLEET_COMMAND_MAX_DISK_BYTES
+DISK_CHECK_INTERVAL = 0.2  # seconds between looks at a run's disk (longer if a look is slow)
+STOP_GRACE = 5.0  # seconds the supervisor has to kill a stopped run before the worker does
+SUPERVISOR = str(Path(__file__).with_name("supervise.py"))
 
 _PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -85,6 +92,7 @@ class CommandResult:
     truncated: bool  # True if stdout or stderr was cut at max_output_bytes
     elapsed: float  # seconds
     timed_out: bool
+    disk_exceeded: bool = False  # stopped (or failed) for holding more than max_disk_bytes
 
 
 # --------------------------------------------------------------------------------------
@@ -288,56 +296,9 @@ def build_argv(name: str, params: Mapping[str, object], config: Mapping) -> list
 # --------------------------------------------------------------------------------------
 
 
-# The limits are set by a tiny Python program that then execs the command, not by a
-# preexec_fn: preexec_fn runs Python between fork and exec, which is unsafe in a process
-# with threads (a worker runs a heartbeat thread beside every run). The launcher is a fresh
-# single-threaded interpreter, so setting limits there is safe, and exec keeps them.
-_LAUNCHER = """
-import os, resource, sys
-for name, limit in zip(("RLIMIT_CORE", "RLIMIT_NOFILE", "RLIMIT_FSIZE", "RLIMIT_CPU"), map(int, sys.argv[1:5])):
-    if hasattr(resource, name):
-        res = getattr(resource, name)
-        try:
-            hard = resource.getrlimit(res)[1]
-            value = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
-            resource.setrlimit(res, (value, value))
-        except (OSError, ValueError):
-            pass
-os.execv(sys.argv[5], sys.argv[5:])
-"""
-
-
-def _launch_argv(executable: str, argv: list[str], cpu_seconds: int) -> list[str]:
-    """[python, launcher, limits..., executable, *argv]: the command with resource limits."""
-    if resource is None:  # pragma: no cover (no resource module: no limits)
-        return [executable, *argv]
-    limits = [0, RLIMIT_NOFILE, RLIMIT_FSIZE, cpu_seconds]
-    return [sys.executable, "-I", "-S", "-c", _LAUNCHER, *map(str, limits), executable, *argv]
-
-
-def _killpg(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _has_exited(proc: subprocess.Popen) -> bool:
-    """True once the child has exited, WITHOUT reaping it where possible.
-
-    While the child is an unreaped zombie its pid (= its process group id) cannot be
-    reused, so a following killpg cannot hit an unrelated group.
-    """
-    if proc.returncode is not None:
-        return True
-    waitid = getattr(os, "waitid", None)
-    if waitid is None:  # pragma: no cover
-        return proc.poll() is not None
-    try:
-        info = waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:  # already reaped elsewhere
-        return True
-    return info is not None
+class CommandNotStarted(RuntimeError):
+    """The program could not be started (as the command user): not executable by it, or
+    the switch to it refused. Another attempt would meet the same."""
 
 
 def _check_env(env_extra: Mapping[str, str]) -> dict[str, str]:
@@ -353,89 +314,186 @@ def _check_env(env_extra: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
+def _check_run_args(entry: Mapping, timeout, runs_dir, max_output_bytes, max_disk_bytes) -> tuple[float, str | None]:
+    """The run's timeout and the entry's own working directory (None: the run's directory)."""
+    timeout = entry.get("timeout", timeout)
+    cwd = entry.get("cwd")
+    if not _is_number(timeout) or not math.isfinite(timeout) or timeout <= 0:
+        raise InvalidCommand("timeout", "must be a positive number")
+    if not isinstance(runs_dir, str) or not os.path.isabs(runs_dir) or _bad_char(runs_dir):
+        raise InvalidCommand("runs_dir", "must be an absolute path")
+    if cwd is not None and not os.path.isdir(cwd):
+        raise InvalidCommand("cwd", "must be an absolute path to an existing directory")
+    if not _is_int(max_output_bytes) or max_output_bytes < 0:
+        raise InvalidCommand("max_output_bytes", "must be a non-negative integer")
+    if not _is_int(max_disk_bytes) or max_disk_bytes < 1:
+        raise InvalidCommand("max_disk_bytes", "must be a positive integer")
+    return timeout, cwd
+
+
 def run_command(
     name: str,
     params: Mapping[str, object],
     *,
     config: Mapping,
     timeout: float,
-    cwd: str,
+    runs_dir: str,
     max_output_bytes: int,
+    max_disk_bytes: int = MAX_DISK_BYTES,
+    user: isolation.CommandUser | None = None,
     env_extra: Mapping[str, str] = _EMPTY,
 ) -> CommandResult:
     """Run allow-listed command ``name`` with ``params``; a non-zero exit is returned, not raised.
 
-    ``timeout`` and ``cwd`` are defaults, overridden by the entry's own ``timeout``/``cwd``.
+    The program runs in a new directory of its own inside ``runs_dir`` (its working
+    directory unless the entry names a ``cwd``; TMPDIR and HOME too), removed afterwards,
+    as ``user`` when given (isolation.command_user()), under a supervisor (supervise.py)
+    that kills everything the run started when its main process exits or the run is
+    stopped: at ``timeout`` (the entry's own ``timeout`` first), or once the run holds more
+    than ``max_disk_bytes`` on disk. Raise CommandNotStarted if the program cannot start.
     """
     entry, argv = _build(name, params, config)
-    timeout = entry.get("timeout", timeout)
-    cwd = entry.get("cwd", cwd)
-    if not _is_number(timeout) or not math.isfinite(timeout) or timeout <= 0:
-        raise InvalidCommand("timeout", "must be a positive number")
-    if not isinstance(cwd, str) or not os.path.isabs(cwd) or not os.path.isdir(cwd):
-        raise InvalidCommand("cwd", "must be an absolute path to an existing directory")
-    if not _is_int(max_output_bytes) or max_output_bytes < 0:
-        raise InvalidCommand("max_output_bytes", "must be a non-negative integer")
+    timeout, cwd = _check_run_args(entry, timeout, runs_dir, max_output_bytes, max_disk_bytes)
     env = _check_env(env_extra)
-
-    started = time.monotonic()
-    deadline = started + timeout
-    proc = subprocess.Popen(
-        _launch_argv(entry["executable"], argv, math.ceil(timeout) + 1),
-        shell=False,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=cwd,
-        env=env,
-        close_fds=True,
-        start_new_session=True,  # own session and process group: pgid == proc.pid
-    )
-    buffers = {proc.stdout: bytearray(), proc.stderr: bytearray()}
-    truncated = False
-    timed_out = False
-    selector = selectors.DefaultSelector()
+    # Before any child exists: see isolation.make_undumpable() (the worker's start signal
+    # does it too, for the main process; here it also covers whoever else runs commands).
+    isolation.make_undumpable()
+    run_dir = isolation.make_run_directory(runs_dir, user)
     try:
-        for stream in buffers:
-            selector.register(stream, selectors.EVENT_READ)
-        leader_exited = False
-        while True:
-            if not leader_exited and _has_exited(proc):
-                leader_exited = True
-                _killpg(proc.pid)  # anything it left behind; its pipes then reach EOF
-            if leader_exited and not selector.get_map():
-                break
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                timed_out = not leader_exited
-                break
-            for key, _events in selector.select(min(remaining, _POLL_INTERVAL)):
-                stream = key.fileobj
-                chunk = os.read(stream.fileno(), _READ_CHUNK)
-                if not chunk:
-                    selector.unregister(stream)
-                    continue
-                buf = buffers[stream]
-                room = max_output_bytes - len(buf)
-                if len(chunk) > room:
-                    truncated = True
-                    chunk = chunk[: max(room, 0)]
-                buf += chunk
+        env.update(TMPDIR=run_dir, HOME=run_dir)
+        limits = {"RLIMIT_CORE": 0, "RLIMIT_NOFILE": RLIMIT_NOFILE,
+                  "RLIMIT_FSIZE": min(RLIMIT_FSIZE, max_disk_bytes), "RLIMIT_CPU": math.ceil(timeout) + 1}
+        watched = _Watched(entry["executable"], argv, limits=limits, user=user, cwd=cwd or run_dir, env=env)
+        result = watched.watch(time.monotonic() + timeout, run_dir, max_output_bytes, max_disk_bytes)
     finally:
-        selector.close()
-        if proc.returncode is None:
-            _killpg(proc.pid)  # timeout, or an exception: the whole group goes
-        for stream in buffers:
-            stream.close()
-        proc.wait()
-    elapsed = time.monotonic() - started
+        isolation.remove_run_directory(run_dir)
+    if watched.report.get("spawn_error"):
+        raise CommandNotStarted(watched.report["spawn_error"])
+    return result
 
-    stdout, stderr = (bytes(b).decode("utf-8", errors="replace") for b in buffers.values())
-    return CommandResult(
-        exit_code=None if timed_out else proc.returncode,
-        stdout=stdout,
-        stderr=stderr,
-        truncated=truncated,
-        elapsed=elapsed,
-        timed_out=timed_out,
-    )
+
+class _Watched:
+    """One run under its supervisor, watched from the worker: its output (capped), its
+    deadline, and what it holds on disk (checked every DISK_CHECK_INTERVAL or so)."""
+
+    def __init__(self, executable: str, argv: list[str], *, limits: dict, user, cwd: str, env: dict) -> None:
+        report_r, report_w = os.pipe()
+        spec = {"executable": executable, "argv": argv, "limits": limits, "status_fd": report_w,
+                "user": None if user is None else [user.uid, user.gid], "parent": os.getpid()}
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", SUPERVISOR, json.dumps(spec)],
+                shell=False, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                cwd=cwd, env=env, close_fds=True, pass_fds=(report_w,),
+                start_new_session=True,  # own session and process group: pgid == proc.pid
+            )
+        except BaseException:
+            os.close(report_r)
+            raise
+        finally:
+            os.close(report_w)
+        self.report_r = report_r
+        self.report: dict = {}
+        self.buffers = {self.proc.stdout: bytearray(), self.proc.stderr: bytearray()}
+        self.truncated = False
+        self.stopped = ""  # "timeout" or "disk" once the worker stopped the run
+        self.seen: dict[int, int] = {}  # the run's processes at the latest check
+
+    def watch(self, deadline: float, run_dir: str, max_output_bytes: int, max_disk_bytes: int) -> CommandResult:
+        started = time.monotonic()
+        try:
+            self._pump(deadline, run_dir, max_output_bytes, max_disk_bytes)
+        finally:
+            self._finish()
+        if not self.stopped and isolation.disk_used(run_dir, (), max_disk_bytes) > max_disk_bytes:
+            self.stopped = "disk"  # it wrote too much before the first look, and exited
+        status = self.report.get("status")
+        exit_code = None if self.stopped else (
+            os.waitstatus_to_exitcode(status) if status is not None else self.proc.returncode)
+        stdout, stderr = (bytes(b).decode("utf-8", errors="replace") for b in self.buffers.values())
+        return CommandResult(exit_code=exit_code, stdout=stdout, stderr=stderr, truncated=self.truncated,
+                             elapsed=time.monotonic() - started, timed_out=self.stopped == "timeout",
+                             disk_exceeded=self.stopped == "disk")
+
+    def _pump(self, deadline: float, run_dir: str, max_output_bytes: int, max_disk_bytes: int) -> None:
+        """Read output until the supervisor is done and the pipes are closed, or stop the run."""
+        selector = selectors.DefaultSelector()
+        next_check = time.monotonic()
+        try:
+            for stream in self.buffers:
+                selector.register(stream, selectors.EVENT_READ)
+            while True:
+                exited = self.proc.poll() is not None
+                if exited and not selector.get_map():
+                    return
+                now = time.monotonic()
+                if now >= deadline:
+                    if not exited:
+                        self._stop("timeout")
+                    return
+                if now >= next_check and not exited:
+                    if self._holds_more_than(run_dir, max_disk_bytes):
+                        self._stop("disk")
+                        return
+                    next_check = time.monotonic() + max(DISK_CHECK_INTERVAL, 2 * (time.monotonic() - now))
+                wait = max(0.0, min(deadline - now, _POLL_INTERVAL, next_check - now))
+                for key, _events in selector.select(wait):
+                    self._read(selector, key.fileobj, max_output_bytes)
+        finally:
+            selector.close()
+
+    def _read(self, selector, stream, max_output_bytes: int) -> None:
+        chunk = os.read(stream.fileno(), _READ_CHUNK)
+        if not chunk:
+            selector.unregister(stream)
+            return
+        buf = self.buffers[stream]
+        room = max_output_bytes - len(buf)
+        if len(chunk) > room:
+            self.truncated = True
+            chunk = chunk[: max(room, 0)]
+        buf += chunk
+
+    def _holds_more_than(self, run_dir: str, limit: int) -> bool:
+        self.seen = isolation.descendants(self.proc.pid)
+        return isolation.disk_used(run_dir, self.seen, limit) > limit
+
+    def _stop(self, reason: str) -> None:
+        """Ask the supervisor to kill the run (SIGTERM); if it has not within STOP_GRACE,
+        kill its group and every process last seen below it."""
+        self.stopped = self.stopped or reason
+        if self.proc.poll() is not None:
+            return
+        try:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=STOP_GRACE)
+        except subprocess.TimeoutExpired:
+            self.seen.update(isolation.descendants(self.proc.pid))
+            _killpg(self.proc.pid)  # not yet reaped: its pid is still its group's
+        except ProcessLookupError:
+            pass
+
+    def _finish(self) -> None:
+        if self.proc.poll() is None:  # an exception (a soft time limit): the run goes
+            self._stop("")
+        for stream in self.buffers:
+            stream.close()
+        self.proc.wait()
+        try:
+            raw = b"".join(iter(lambda: os.read(self.report_r, 65536), b""))
+        finally:
+            os.close(self.report_r)
+        try:
+            self.report = json.loads(raw) if raw else {}
+        except ValueError:  # the supervisor was killed while it wrote
+            self.report = {}
+        # A command of the worker's own user could have killed its supervisor: whatever
+        # was last seen below it goes now (a no-op when the supervisor did its work).
+        isolation.kill_survivors(self.seen)
+
+
+def _killpg(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
