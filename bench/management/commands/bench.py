@@ -10,6 +10,7 @@ Figures are never asserted by tests: they are for reading.
     manage.py bench e2e --jobs N [--workers W] [--concurrency C] [--pool prefork|threads|solo]
                         [--beats K] [--batch B] [--no-floor] [--repeat X]
     (all: [--keep] [--yes])
+    manage.py bench http --jobs N [--latency S] [--hosts H] [--in-flight K] [--hang] [--no-floor]
     manage.py bench ledger --jobs N [--rows R] [--load L] [--repeat X] [--beats K]
     manage.py bench console --jobs N [--rows R] [--requests X] [--reseed] [--explain]
 
@@ -40,7 +41,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, transaction
 
-from bench import console, dispatch, e2e, ledger, peers, steady
+from bench import console, dispatch, e2e, http, ledger, peers, steady
 from bench.common import PREFIX
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Tenant
 from scheduler_app.queues import redis_list_keys
@@ -51,7 +52,7 @@ class Command(BaseCommand):
             "Deletes bench-* tenants and the bench Redis queues.")
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("scenario", choices=["dispatch", "peers", "steady", "e2e", "ledger", "console"], help="What to measure")
+        parser.add_argument("scenario", choices=["dispatch", "peers", "steady", "e2e", "http", "ledger", "console"], help="What to measure")
         parser.add_argument("--jobs", type=int, required=True, help="Jobs (N)")
         parser.add_argument("--beats", type=int, default=None,
                             help="runbeat processes (K; default 1, steady 2)")
@@ -86,6 +87,14 @@ class Command(BaseCommand):
         parser.add_argument("--no-floor", action="store_true", help="e2e, steady: skip the plain-Celery floor")
         parser.add_argument("--batch", type=int, default=0, metavar="B",
                             help="e2e, steady: batched jobs, B runs per message (default 0: one run per message)")
+        parser.add_argument("--latency", type=float, default=0.1,
+                            help="http: seconds the receiver takes to answer (default %(default)s)")
+        parser.add_argument("--hosts", type=int, default=1,
+                            help="http: receiver hosts, 127.0.0.1 to 127.0.0.H (default %(default)s)")
+        parser.add_argument("--in-flight", type=int, default=None,
+                            help="http: the worker's CRONFLEET_HTTP_IN_FLIGHT (default: the setting's)")
+        parser.add_argument("--hang", action="store_true",
+                            help="http: a second run where the last host answers only after the deadline")
         parser.add_argument("--rows", type=int, default=10_000_000, help="ledger: finished runs to seed (default %(default)s)")
         parser.add_argument("--load", type=int, default=1667,
                             help="ledger: jobs firing every second while beats prune (default %(default)s: 100,000 a minute)")
@@ -138,6 +147,11 @@ class Command(BaseCommand):
                     jobs=jobs, workers=options["workers"] or 1, concurrency=options["concurrency"] or 2,
                     pool=options["pool"], beats=beats or 1, batch_size=batch_size, timeout=timeout,
                     floor=not options["no_floor"], batch=options["batch"], repeat=options["repeat"] or 1))
+            elif scenario == "http":
+                ok = http.run(self, http.Options(
+                    jobs=jobs, latency=options["latency"], hosts=max(1, options["hosts"]),
+                    in_flight=options["in_flight"], hang=options["hang"], timeout=timeout,
+                    floor=not options["no_floor"]))
             elif scenario == "dispatch":
                 ok = dispatch.run(self, dispatch.Options(
                     jobs=jobs, beats=beats or 1, batch_size=batch_size, timeout=timeout,
