@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import gc
 import logging
 import os
 import queue
@@ -111,6 +112,7 @@ class Flight:
         self._slots: FairSlots | None = None
         self._session = None
         self._tasks: set[asyncio.Task] = set()
+        self._saturated_shown = 0
 
     @staticmethod
     def enabled() -> bool:
@@ -156,6 +158,10 @@ class Flight:
                 return
             self._pending = 0
             self._inbox = queue.SimpleQueue()
+            # What the process has loaded by now (Django, Celery, the project) lives as long
+            # as it does: out of the collector's sight, a full collection no longer walks
+            # it, which thousands of attempts' short-lived objects trigger often.
+            gc.freeze()
             ready = threading.Event()
             threading.Thread(target=self._loop_forever, args=(ready,), name="cronfleet-http-loop", daemon=True).start()
             ready.wait()
@@ -341,7 +347,10 @@ class Flight:
             metrics.HTTP_IN_FLIGHT.dec()
 
     def _show_slots(self) -> None:
-        metrics.HTTP_HOSTS_SATURATED.set(self._slots.saturated_hosts())
+        saturated = self._slots.saturated_hosts()
+        if saturated != self._saturated_shown:  # a gauge write per change, not per attempt
+            self._saturated_shown = saturated
+            metrics.HTTP_HOSTS_SATURATED.set(saturated)
 
 
 class NoSlot(RetryableFailure):

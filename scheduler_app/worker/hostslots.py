@@ -32,7 +32,7 @@ class FairSlots:
 
     def saturated_hosts(self) -> int:
         """Hosts with attempts waiting (their share, or the process's slots, taken)."""
-        return sum(1 for queue in self._waiting.values() if queue)
+        return len(self._waiting)  # a host's queue is dropped when it empties
 
     async def acquire(self, host: Hashable) -> None:
         if self._may_take(host) and not self._others_could_take():

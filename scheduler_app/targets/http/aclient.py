@@ -4,9 +4,12 @@ Built on aiohttp for its HTTP/1.1 parser and its keep-alive pool per host (a C p
 connection reuse are most of what a thousand attempts in flight cost). The SSRF guard is
 ours and stays as strong as the blocking client's (client.py), whatever aiohttp would do:
 
-* the URL is vetted by guard.check_url before anything else (Call.host is its result);
+* the URL is vetted by guard.check_url before anything else (Call.host and Call.path are
+  its result);
 * the host is resolved once, by the event loop's getaddrinfo, and guard.check_resolved
-  judges every address it answered (the same function the blocking client uses);
+  judges every address it answered (the same function the blocking client uses); the
+  checked answer serves the same host for RESOLVED_SECONDS (an IP literal is checked as
+  the resolver would answer it, without one);
 * aiohttp is handed the checked address itself as the URL's host, so it resolves nothing
   (its own resolver never runs for an IP literal) and cannot reach another address; the
   original name stays the Host header and, for https, the TLS server name that the
@@ -25,6 +28,7 @@ client.HttpTimeout, client.HttpConnectionError.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import socket
 import ssl
 import time
@@ -36,6 +40,9 @@ from scheduler_app.targets.http.client import HttpConnectionError, HttpResult, H
 
 _READ_CHUNK = 64 * 1024
 USER_AGENT = "Cronfleet-Webhook/1"
+RESOLVED_SECONDS = 2.0  # how long a name's checked addresses serve the next attempts
+RESOLVED_MAX = 10_000  # names kept at most (then all forgotten at once)
+_resolved: dict[tuple, tuple[float, list]] = {}  # (host, port, allowed networks) -> (until, checked addresses)
 
 
 def session(*, connections: int, keepalive_seconds: float = 15.0) -> aiohttp.ClientSession:
@@ -63,26 +70,44 @@ async def request(
     header_list = [(name, value) for name, value in build_headers(call.headers, signed_headers, USER_AGENT)
                    if name != "Connection"]  # the blocking client closes; this one keeps connections alive
     scheme, host, port = call.host
-    target = guard.check_url(call.url)
     started = time.monotonic()
     if deadline <= started:
         raise HttpTimeout("request deadline exceeded")
     try:
         async with asyncio.timeout(deadline - started):
             addresses = await _resolve_checked(host, port, call.allowed_networks)
-            return await _send(http, call, target, header_list, addresses, started)
+            return await _send(http, call, header_list, addresses, started)
     except TimeoutError:
         raise HttpTimeout("request deadline exceeded") from None
 
 
 async def _resolve_checked(host: str, port: int, allowed_networks) -> list[guard.Addr]:
+    """The host's addresses, every one checked. An IP literal (check_url has made it
+    canonical) is its own answer: no resolver, no thread. A name's checked answer is kept
+    RESOLVED_SECONDS for the next attempts to the same host, as HTTP clients' DNS caches
+    do: only checked addresses are ever kept or connected to."""
     guard.check_port(host, port)
-    infos = await asyncio.get_running_loop().getaddrinfo(host, port, family=socket.AF_UNSPEC,
-                                                         type=socket.SOCK_STREAM)
-    return guard.check_resolved(host, infos, allowed_networks)
+    key = (host, port, allowed_networks)
+    cached = _resolved.get(key)
+    now = time.monotonic()
+    if cached is not None and cached[0] > now:
+        return cached[1]
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, family=socket.AF_UNSPEC,
+                                                             type=socket.SOCK_STREAM)
+        checked = guard.check_resolved(host, infos, allowed_networks)
+        if len(_resolved) >= RESOLVED_MAX:
+            _resolved.clear()
+        _resolved[key] = (now + RESOLVED_SECONDS, checked)
+        return checked
+    family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+    sockaddr = (host, port, 0, 0) if ip.version == 6 else (host, port)
+    return guard.check_resolved(host, [(family, socket.SOCK_STREAM, 6, "", sockaddr)], allowed_networks)
 
 
-async def _send(http, call, target, header_list, addresses, started: float) -> HttpResult:
+async def _send(http, call, header_list, addresses, started: float) -> HttpResult:
     scheme, host, port = call.host
     default_port = guard.ALLOWED_SCHEMES[scheme]
     host_header = (f"[{host}]" if ":" in host else host) + ("" if port == default_port else f":{port}")
@@ -91,7 +116,7 @@ async def _send(http, call, target, header_list, addresses, started: float) -> H
     last_error: BaseException | None = None
     for family, sockaddr in addresses:  # in resolver order, the next one if a connection fails
         ip = sockaddr[0]
-        url = f"{scheme}://{f'[{ip}]' if family == socket.AF_INET6 else ip}:{port}{target.path_and_query}"
+        url = f"{scheme}://{f'[{ip}]' if family == socket.AF_INET6 else ip}:{port}{call.path}"
         try:
             async with http.request(
                 call.method, url, headers=headers, data=body, allow_redirects=False,

@@ -36,6 +36,7 @@ class Call:
     method: str
     url: str
     host: tuple[str, str, int]  # (scheme, host, port): what shares a slot and a connection pool
+    path: str  # with the query, as guard.check_url gave it
     headers: dict
     body: bytes
     secrets: tuple[bytes, ...]
@@ -83,6 +84,7 @@ def prepare(run, job, now, secrets: list[str] | None = None) -> Call:
     return Call(
         run_id=run.id, attempt=run.attempt, fire_key=run.fire_key, scheduled_at=run.scheduled_at.isoformat(),
         method=config["method"], url=config["url"], host=(target.scheme, target.host, target.port),
+        path=target.path_and_query,
         headers=config.get("headers", {}), body=config.get("body", "").encode(),
         secrets=tuple(signing.parse_secret(s) for s in secrets), timeout=float(job.timeout_seconds),
         max_response_bytes=settings.CRONFLEET_HTTP_MAX_RESPONSE_BYTES,
