@@ -36,7 +36,13 @@ import time
 import aiohttp
 
 from scheduler_app.targets.http import guard
-from scheduler_app.targets.http.client import HttpConnectionError, HttpResult, HttpTimeout, build_headers
+from scheduler_app.targets.http.client import (
+    HttpConnectionError,
+    HttpResult,
+    HttpTimeout,
+    build_headers,
+    joined_headers,
+)
 
 _READ_CHUNK = 64 * 1024
 USER_AGENT = "Cronfleet-Webhook/1"
@@ -132,10 +138,7 @@ async def _send(http, call, header_list, addresses, started: float) -> HttpResul
 
 
 async def _read(response: aiohttp.ClientResponse, max_response_bytes: int, started: float) -> HttpResult:
-    result_headers: dict[str, str] = {}
-    for name, value in response.headers.items():
-        lower = name.lower()
-        result_headers[lower] = f"{result_headers[lower]}, {value}" if lower in result_headers else value
+    result_headers = joined_headers(response.headers.items())
     limit = max_response_bytes + 1
     chunks: list[bytes] = []
     received = 0

@@ -108,6 +108,16 @@ def build_headers(
     ]
 
 
+def joined_headers(items) -> dict[str, str]:
+    """An answer's headers as HttpResult keeps them: lower-cased names, a repeated header's
+    values joined with ", " (for the blocking client and the concurrent one)."""
+    joined: dict[str, str] = {}
+    for name, value in items:
+        lower = name.lower()
+        joined[lower] = f"{joined[lower]}, {value}" if lower in joined else value
+    return joined
+
+
 # --------------------------------------------------------------------------------------
 # Deadline watchdog and connections
 # --------------------------------------------------------------------------------------
@@ -252,10 +262,7 @@ def request(
             sock.settimeout(watchdog.remaining())
             response = conn.getresponse()
 
-            result_headers: dict[str, str] = {}
-            for name, value in response.msg.items():
-                lower = name.lower()
-                result_headers[lower] = f"{result_headers[lower]}, {value}" if lower in result_headers else value
+            result_headers = joined_headers(response.msg.items())
 
             limit = max_response_bytes + 1
             chunks: list[bytes] = []
