@@ -80,13 +80,19 @@ def cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
 def tree_cpu(pid: int) -> float:
     """CPU seconds of `pid` and its descendants (a prefork worker's pool processes)."""
     stats = _all_stats()
+    return sum(stats[p][2] for p in tree_pids(pid, stats) if p in stats)
+
+
+def tree_pids(pid: int, stats: dict | None = None) -> set[int]:
+    """`pid` and its descendants, from /proc (or `stats`, _all_stats() read already)."""
+    stats = _all_stats() if stats is None else stats
     tree, frontier = {pid}, [pid]
     while frontier:
         parent = frontier.pop()
         children = [child for child, (_, ppid, _) in stats.items() if ppid == parent and child not in tree]
         tree.update(children)
         frontier.extend(children)
-    return sum(stats[p][2] for p in tree if p in stats)
+    return tree
 
 
 def machine_ticks() -> tuple[int, int] | None:

@@ -227,14 +227,14 @@ def measure_cronfleet(opts: Options, note, clean) -> Result:
     return ledger_figures(result, tenant_ids, spike, opts.jobs)
 
 
-def work_left(tenant_ids: list[int]) -> bool:
+def work_left(tenant_ids: list[int], unfinished=UNFINISHED) -> bool:
     """Whether a job of the spike is still due or a run of it still waits or runs: two
     EXISTS probes, each stopping at its first row (the runs' one on an index of active runs
     only). Counting the finished runs at every poll read them all: 30-120 ms of PostgreSQL
     four times a second, taken from the cores the beat and the workers share, where the
     floor's poll is a Redis GET."""
     return (Job.objects.filter(tenant_id__in=tenant_ids, enabled=True, next_run_at__isnull=False).exists()
-            or JobRun.objects.filter(tenant_id__in=tenant_ids, state__in=UNFINISHED).exists())
+            or JobRun.objects.filter(tenant_id__in=tenant_ids, state__in=unfinished).exists())
 
 
 def ledger_figures(result: Result, tenant_ids: list[int], spike: datetime, jobs: int) -> Result:

@@ -30,8 +30,8 @@ from pathlib import Path
 from django.conf import settings
 from django.db import connection, transaction
 
-from bench.common import Children, status_kb, tree_cpu
-from bench.e2e import child_env, wait_ready
+from bench.common import Children, num, status_kb, tree_cpu, tree_pids
+from bench.e2e import child_env, wait_ready, work_left
 from scheduler_app.models import Job, JobRun, RunState, Tenant, db_now
 from scheduler_app.queues import redis_list_keys
 from scheduler_app.services import tenant_signing_secrets, wake_beats
@@ -43,7 +43,7 @@ SEED_CHUNK = 5000
 READY_TIMEOUT = 90.0
 POLL_SECONDS = 0.25
 JOB_TIMEOUT = 10  # seconds: each webhook's whole-attempt deadline
-UNFINISHED = (RunState.PENDING, RunState.QUEUED, RunState.RUNNING)
+UNFINISHED = (RunState.PENDING, RunState.QUEUED, RunState.RUNNING)  # a hanging host's retries are done with
 
 
 @dataclass
@@ -173,20 +173,6 @@ def postgres_sockets(pids: list[int]) -> int:
     return held
 
 
-def tree_pids(pid: int) -> list[int]:
-    pids, frontier = [pid], [pid]
-    while frontier:
-        parent = frontier.pop()
-        try:
-            with open(f"/proc/{parent}/task/{parent}/children") as children:
-                kids = [int(kid) for kid in children.read().split()]
-        except OSError:
-            kids = []
-        pids += kids
-        frontier += kids
-    return pids
-
-
 def measure_cronfleet(opts: Options, note, clean, *, hang: bool) -> Result:
     import redis
 
@@ -223,7 +209,7 @@ def measure_cronfleet(opts: Options, note, clean, *, hang: bool) -> Result:
         started, most_connections = time.monotonic(), 0
         while time.monotonic() < started + opts.timeout:
             most_connections = max(most_connections, postgres_sockets(tree_pids(worker.pid)))
-            if not work_left(tenant_ids):
+            if not work_left(tenant_ids, UNFINISHED):
                 break
             time.sleep(POLL_SECONDS)
         result.worker_cpu = tree_cpu(worker.pid) - cpu_before
@@ -235,11 +221,6 @@ def measure_cronfleet(opts: Options, note, clean, *, hang: bool) -> Result:
         client.delete(*redis_list_keys(queue))
         client.close()
     return ledger_figures(result, tenant_ids, spike, opts, received, hang)
-
-
-def work_left(tenant_ids: list[int]) -> bool:
-    return (Job.objects.filter(tenant_id__in=tenant_ids, enabled=True, next_run_at__isnull=False).exists()
-            or JobRun.objects.filter(tenant_id__in=tenant_ids, state__in=UNFINISHED).exists())
 
 
 def ledger_figures(result: Result, tenant_ids: list[int], spike, opts: Options, received: Path, hang: bool) -> Result:
@@ -298,9 +279,9 @@ def report(out, opts: Options, results: list[Result]) -> bool:
     out(f"  {'':<38}{'runs':>7}{'seconds':>9}{'runs/s':>9}{'start lag p50/p99/max s':>26}"
         f"{'arrival p50/p99/max s':>24}{'xacts/run':>11}{'RSS MiB':>9}{'PG conns':>10}{'CPU ms/run':>12}")
     for r in results:
-        out(f"  {r.label:<38}{r.runs:>7}{_num(r.seconds, 2):>9}{_num(r.rate, 0):>9}{_triple(r.lag):>26}"
-            f"{_triple(r.arrival):>24}{_num(r.transactions, 2):>11}{_num(r.rss_mib, 0):>9}"
-            f"{_num(r.connections, 0):>10}{_num(r.worker_cpu / r.runs * 1000 if r.runs and r.worker_cpu else None, 2):>12}")
+        out(f"  {r.label:<38}{r.runs:>7}{num(r.seconds, 2):>9}{num(r.rate, 0):>9}{_triple(r.lag):>26}"
+            f"{_triple(r.arrival):>24}{num(r.transactions, 2):>11}{num(r.rss_mib, 0):>9}"
+            f"{num(r.connections, 0):>10}{num(r.worker_cpu / r.runs * 1000 if r.runs and r.worker_cpu else None, 2):>12}")
     floor = next((r for r in results if "floor" in r.label), None)
     ours = next((r for r in results if r.label.startswith("cronfleet (")), None)
     if floor and ours and floor.rate and ours.rate:
@@ -318,10 +299,6 @@ def report(out, opts: Options, results: list[Result]) -> bool:
 
 def _triple(values) -> str:
     return "-" if values is None else "/".join(f"{x:.2f}" for x in values)
-
-
-def _num(value, digits: int) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def run(command, opts: Options) -> bool:

@@ -116,14 +116,11 @@ def test_many_runs_are_in_flight_at_once_each_signed_and_recorded(receivers, que
     receiver = receivers(lambda request, body: _ok(body=b'{"done": true}', delay=0.3))
     pairs = queued_runs(receiver.url, count=300)
 
-    began = time.monotonic()
     handed = flight.FLIGHT.submit(pairs, worker="w", task_id="t")
     runs = settled(pairs)
-    took = time.monotonic() - began
 
     assert handed.in_flight == 300 and handed.duplicates == [] and handed.others == []
     assert receiver.most_busy >= 100, receiver.most_busy  # one at a time would take 90 s
-    assert took < 30
     assert {run.state for run in runs.values()} == {RunState.SUCCEEDED}
     by_key = {}
     secrets = services.tenant_signing_secrets(tenant, db_now())
