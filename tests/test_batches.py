@@ -7,6 +7,7 @@ from datetime import timedelta
 import psycopg
 import pytest
 from django.db import connection
+from django.utils.dateparse import parse_datetime
 
 from scheduler_app import services
 from scheduler_app.dispatch.publish import RunMessage, batched, publish_runs
@@ -81,6 +82,20 @@ def test_a_batch_is_started_and_ended_by_one_statement_each(make_job):
     assert (stale.state, stale.duplicate_deliveries) == ("queued", 1)
 
 
+def test_each_run_of_a_batch_is_recorded_as_started_at_its_own_turn(make_job):
+    slow = make_job(batch=True, task_name="scheduler_app.sleep", kwargs={"seconds": 0.3})
+    runs = queued_runs(slow, 3)
+
+    execution.execute_runs([(run.id, 1) for run in runs], worker="w1")
+
+    done = sorted(JobRun.objects.filter(id__in=[r.id for r in runs]), key=lambda run: run.started_at)
+    gaps = [(later.started_at - earlier.started_at).total_seconds() for earlier, later in zip(done, done[1:])]
+    assert all(gap >= 0.25 for gap in gaps), gaps  # the batch's start would give 0
+    for run in done:  # the attempt's record says the same
+        assert parse_datetime(run.attempts[-1]["started_at"]) == run.started_at
+        assert run.finished_at >= run.started_at + timedelta(seconds=0.25)
+
+
 LEDGER, IN_FLIGHT = 60_000, 3000
 
 
@@ -104,6 +119,7 @@ def test_a_batch_reads_its_runs_by_primary_key_however_many_are_in_flight(make_j
     statement, params = (transitions.START_RUNS, {"worker": "w", "task_id": "t", "lease": 60, "queued": "queued"}) \
         if step == "start" else (transitions.END_RUNS, {
             "states": ["succeeded"] * 100, "results": [""] * 100, "errors": [""] * 100, "delays": [None] * 100,
+            "waiteds": [0.0] * 100,
             "running": "running", "commit": "off"})
     connection.ensure_connection()
     with psycopg.Cursor(connection.connection) as cursor:  # server-side parameters, a custom plan

@@ -11,6 +11,7 @@ import time
 
 import pytest
 from aiohttp import web
+from django.utils.dateparse import parse_datetime
 
 from scheduler_app import services
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, db_now
@@ -244,6 +245,21 @@ def test_a_hanging_host_takes_only_its_share(receivers, queued_runs, settings):
     wait_for(lambda: flight.FLIGHT.pending() == 0, timeout=10, what="nothing left in flight")
     assert {run.state for run in stuck_runs.values()} == {RunState.RETRYING}
     assert {run.error.split(":")[0] for run in stuck_runs.values()} == {"timeout"}
+
+
+def test_an_attempt_that_waited_for_a_slot_is_recorded_as_started_when_sent(receivers, queued_runs, settings):
+    receiver = receivers(lambda request, body: _ok(delay=0.5))
+    share = settings.CRONFLEET_HTTP_IN_FLIGHT_PER_HOST  # the engine's slots are made with the settings' values
+    pairs = queued_runs(receiver.url, count=share + 50)  # 50 wait for the first to end
+
+    flight.FLIGHT.submit(pairs, worker="w")
+    runs = sorted(settled(pairs).values(), key=lambda run: run.started_at)
+
+    spread = (runs[-1].started_at - runs[0].started_at).total_seconds()
+    assert spread >= 0.4, spread  # the group's start would give every run the same started_at
+    assert receiver.most_busy <= share
+    for run in runs:
+        assert parse_datetime(run.attempts[-1]["started_at"]) == run.started_at
 
 
 def test_a_run_whose_lease_is_not_confirmed_is_not_called(receivers, queued_runs, monkeypatch):

@@ -361,11 +361,12 @@ class JobRun(models.Model):
 ERROR_IN_HISTORY = 500  # characters of an attempt's error kept in its record
 
 
-def append_attempt(now: str, outcome: str, error: str, *, vendor: str | None = None) -> str:
-    """SQL for `attempts` with this attempt's record appended (the row's attempt, worker and
-    started_at; the SQL expressions `now`, `outcome` and `error`), in the dialect of
-    `vendor` (default: the connection's)."""
-    fields = (f"'attempt', attempt, 'worker', worker, 'started_at', started_at, 'finished_at', {now}, "
+def append_attempt(now: str, outcome: str, error: str, *, vendor: str | None = None,
+                   started: str = "started_at") -> str:
+    """SQL for `attempts` with this attempt's record appended (the row's attempt and worker;
+    the SQL expressions `started` (default: the row's started_at), `now`, `outcome` and
+    `error`), in the dialect of `vendor` (default: the connection's)."""
+    fields = (f"'attempt', attempt, 'worker', worker, 'started_at', {started}, 'finished_at', {now}, "
               f"'outcome', CAST({outcome} AS TEXT), 'error', substr(CAST({error} AS TEXT), 1, {ERROR_IN_HISTORY})")
     if (vendor or connection.vendor) == "postgresql":
         return f"attempts || jsonb_build_array(jsonb_build_object({fields}))"

@@ -63,14 +63,15 @@ def run_in_turn(started: list[Started], *, since: float) -> dict[int, Outcome]:
     outcomes: dict[int, Outcome] = {}
     with LEASES.held({s.run.id: s.run.attempt for s in started}, since=since):
         endings: list[Ending] = []
-        flushed_at = time.monotonic()
+        flushed_at = first = time.monotonic()
         for number, run in enumerate(started):
             if not LEASES.holds(run.run.id):  # cut off from the database: call no more targets
                 endings += [not_called(rest) for rest in started[number:]]
                 break
             logformat.bind_started(run)
             began = time.monotonic()
-            endings.append(attempt_target(run))
+            # A batch's later runs started when their turn came, not with the batch.
+            endings.append(replace(attempt_target(run), waited=began - first))
             seconds[run.run.id] = time.monotonic() - began
             if isinstance(endings[-1].cause, SoftTimeLimitExceeded):  # the batch's time is up
                 endings += [time_up(rest) for rest in started[number + 1:]]
@@ -160,6 +161,9 @@ def time_up(started: Started) -> Ending:
 def write_endings(endings: list[Ending]) -> dict[int, Outcome]:
     written = transitions.end_runs(endings)
     LEASES.release([ending.started.run.id for ending in endings])
+    for ending in endings:  # as the end statement moved it: for the start lag's metric
+        if ending.waited:
+            ending.started.run.started_at += timedelta(seconds=ending.waited)
     return {
         e.started.run.id: Outcome(RunState(e.state).value, e.error) if e.started.run.id in written else Outcome("stale")
         for e in endings

@@ -92,6 +92,7 @@ class _Attempt:
     call: Call
     deadline: float  # time.monotonic(): the start plus the job's timeout
     queue: str
+    origin: float = 0.0  # time.monotonic() when the group's start returned
 
 
 @dataclass
@@ -100,6 +101,7 @@ class _Finished:
     result: object = None
     exc: BaseException | None = None
     seconds: float | None = None
+    waited: float = 0.0  # from the group's start to this attempt's call (its wait for a slot)
 
 
 class Flight:
@@ -226,6 +228,7 @@ class Flight:
         sent = time.monotonic()  # the leases run from the start statement
         try:
             started = execution.start_runs(group.pairs, worker=group.worker, task_id=group.task_id)
+            origin = time.monotonic()  # the runs' started_at, as near as this clock can tell
             won = {s.run.id for s in started}
             duplicates = execution.record_duplicates([p for p in group.pairs if p[0] not in won], worker=group.worker)
         except BaseException as exc:  # noqa: BLE001 - the task raises it (the runs stay queued: republished)
@@ -240,7 +243,7 @@ class Flight:
         attempts = []
         for run, prepared in zip(ours, self._prepare(ours), strict=True):
             if isinstance(prepared, Call):
-                attempts.append(_Attempt(run, prepared, sent + prepared.timeout, group.queue))
+                attempts.append(_Attempt(run, prepared, sent + prepared.timeout, group.queue, origin))
             else:  # refused before any traffic (a URL the guard refuses, a secret that cannot be read)
                 finished.append(_Finished(_Attempt(run, None, 0.0, group.queue), exc=prepared))
         if attempts:
@@ -272,7 +275,7 @@ class Flight:
         """Write these outcomes in one statement; False (kept for another try) when the
         database did not answer."""
         try:
-            endings = [execution.ending(f.attempt.started, f.result, f.exc) for f in finished]
+            endings = [replace(execution.ending(f.attempt.started, f.result, f.exc), waited=f.waited) for f in finished]
             outcomes = execution.write_endings(endings)
         except DatabaseError as exc:
             logger.warning("could not write %s HTTP runs' outcomes (%s); trying again", len(finished), exc)
@@ -306,6 +309,7 @@ class Flight:
         answered = "error"  # how it ended, for cronfleet_http_responses
         try:
             await self._take_slot(attempt)
+            outcome.waited = max(0.0, time.monotonic() - attempt.origin)  # recorded as its own start
             try:
                 response = await self._send(attempt)
             finally:

@@ -93,24 +93,27 @@ UPDATE scheduler_app_jobrun
    SET state = ending.new_state, finished_at = statement_timestamp(), lease_expires_at = NULL,
        result = ending.new_result, error = ending.new_error,
        next_attempt_at = statement_timestamp() + make_interval(secs => ending.delay),
-       attempts = {append}
-  FROM {endings} AS ending (run_id, run_attempt, new_state, new_result, new_error, delay),
+       started_at = {own_start}, attempts = {append}
+  FROM {endings} AS ending (run_id, run_attempt, new_state, new_result, new_error, delay, waited),
        (SELECT set_config('synchronous_commit', %(commit)s, true)) AS commit_mode
  WHERE scheduler_app_jobrun.id = ending.run_id AND scheduler_app_jobrun.attempt = ending.run_attempt
    AND scheduler_app_jobrun.state || '' = %(running)s
 RETURNING scheduler_app_jobrun.id
 """
-# The endings, in the same two forms.
+# The endings, in the same two forms. `waited`: seconds from the start statement to the
+# call of the run's target (a batch's later runs, an HTTP attempt that waited for its
+# slot), so that started_at, the start lag and the attempt's record tell when it started.
 ENDINGS_MANY = """unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(states)b::text[], %(results)b::text[],
-              %(errors)b::text[], %(delays)s::float8[])"""
+              %(errors)b::text[], %(delays)s::float8[], %(waiteds)s::float8[])"""
 ENDING_ONE = ("(VALUES (%(id)s::bigint, %(attempt)s::integer, %(state)s::text, %(result)s::text, %(error)s::text, "
-              "%(delay)s::float8))")
+              "%(delay)s::float8, %(waited)s::float8))")
+OWN_START = "scheduler_app_jobrun.started_at + make_interval(secs => ending.waited)"
 # end_run (SQLite): the same for one run, with Python's clock, which there is the database's.
 END_RUN_SQLITE = """
 UPDATE scheduler_app_jobrun
    SET state = %(state)s, finished_at = %(now)s, lease_expires_at = NULL,
        result = %(result)s, error = %(error)s, next_attempt_at = %(next_attempt_at)s,
-       attempts = {append}
+       started_at = %(started_at)s, attempts = {append}
  WHERE id = %(id)s AND attempt = %(attempt)s AND state = 'running'
 RETURNING id
 """
@@ -157,9 +160,10 @@ def execute(statement: str, params: dict, *, many: bool = False):
         return cursor.fetchall() if many else cursor.fetchone()
 
 
-_APPEND_ENDING = append_attempt("statement_timestamp()", "ending.new_state", "ending.new_error", vendor="postgresql")
-END_RUNS = END_RUNS_PG.format(endings=ENDINGS_MANY, append=_APPEND_ENDING)
-END_RUN = END_RUNS_PG.format(endings=ENDING_ONE, append=_APPEND_ENDING)
+_APPEND_ENDING = append_attempt("statement_timestamp()", "ending.new_state", "ending.new_error", vendor="postgresql",
+                                started=OWN_START)
+END_RUNS = END_RUNS_PG.format(endings=ENDINGS_MANY, append=_APPEND_ENDING, own_start=OWN_START)
+END_RUN = END_RUNS_PG.format(endings=ENDING_ONE, append=_APPEND_ENDING, own_start=OWN_START)
 
 
 @dataclass
@@ -185,6 +189,7 @@ class Ending:
     error: str = ""
     delay: timedelta | None = None
     cause: BaseException | None = field(default=None, compare=False)  # the failure, not written
+    waited: float = 0.0  # seconds from the start statement to the call of the target
 
 
 def start_runs(pairs: list[tuple[int, int]], *, worker: str, task_id: str = "") -> list[Started]:
@@ -270,6 +275,7 @@ def _ending_params(endings: list[Ending]) -> dict:
         "state": [str(e.state) for e in endings], "result": [e.result for e in endings],
         "error": [e.error for e in endings],
         "delay": [None if e.delay is None else e.delay.total_seconds() for e in endings],
+        "waited": [e.waited for e in endings],
     })
 
 
@@ -293,9 +299,11 @@ def _end_run_sqlite(ending: Ending) -> bool:
     now = timezone.now()
     run = ending.started.run
     with connection.cursor() as cursor:
-        cursor.execute(END_RUN_SQLITE.format(append=append_attempt("%(now)s", "%(state)s", "%(error)s")), {
+        cursor.execute(END_RUN_SQLITE.format(append=append_attempt("%(now)s", "%(state)s", "%(error)s",
+                                                                   started="%(started_at)s")), {
             "id": run.id, "attempt": run.attempt, "state": str(ending.state), "result": ending.result,
             "error": ending.error, "now": adapt(now),
+            "started_at": adapt(run.started_at + timedelta(seconds=ending.waited)),
             "next_attempt_at": None if ending.delay is None else adapt(now + ending.delay),
         })
         return cursor.fetchone() is not None
