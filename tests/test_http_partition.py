@@ -1,4 +1,9 @@
-"""A worker cut off from the database mid-group must not call a target after the run's next
+"""Faults of a worker with HTTP runs in flight, with real beats, workers and a receiver.
+
+A worker killed with runs in flight costs them one lease: each is retried as its next
+attempt with the same fire key as `webhook-id`, and ends once.
+
+A worker cut off from the database mid-group must not call a target after the run's next
 attempt started elsewhere (issue: five targets got attempt 1 after attempt 2 succeeded).
 
 Worker A reaches PostgreSQL through a TCP proxy this test pauses (its connections stay open
@@ -12,6 +17,7 @@ hangs on the cut connection within a second, before its lease could run out.)
 
 from __future__ import annotations
 
+import signal
 import socket
 import threading
 import time
@@ -67,18 +73,19 @@ class PausableProxy:
 
 
 class SlowReceiver:
-    """Answers each webhook after `seconds`; logs (fire key, attempt, arrival time)."""
+    """Answers each webhook after `seconds` (`first_seconds` for attempt 1); logs (fire key,
+    attempt, arrival time)."""
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, first_seconds: float | None = None) -> None:
         self.arrivals: list[tuple[str, int, float]] = []
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                receiver.arrivals.append((self.headers["webhook-id"], int(self.headers["cronfleet-attempt"]),
-                                          time.monotonic()))
-                time.sleep(seconds)
+                attempt = int(self.headers["cronfleet-attempt"])
+                receiver.arrivals.append((self.headers["webhook-id"], attempt, time.monotonic()))
+                time.sleep(first_seconds if attempt == 1 and first_seconds is not None else seconds)
                 self.send_response(200)
                 self.send_header("Content-Length", "2")
                 self.end_headers()
@@ -87,7 +94,11 @@ class SlowReceiver:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            request_queue_size = 1024  # hundreds connect at once
+            daemon_threads = True
+
+        self.server = Server(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
 
@@ -126,3 +137,31 @@ def test_a_cut_off_worker_calls_no_target_after_its_successor_started(processes,
     first_after_pause = [at - paused_at for _, attempt, at in receiver.arrivals if attempt == 1 and at > paused_at]
     assert len(first_after_pause) < 6, first_after_pause  # A stopped calling within its lease, not at the end
     assert JobRun.objects.filter(job__in=jobs, attempt=2).exists()
+
+
+def test_a_worker_killed_with_runs_in_flight_costs_them_one_lease(processes, tenant, queue_name):
+    receiver = SlowReceiver(0.1, first_seconds=60)  # attempt 1 is in flight when the worker dies
+    jobs = [services.job_create(tenant, services.JobSpec(
+        name=f"inflight-{number}", target_kind="http", every=3600, queue=queue_name, max_attempts=3,
+        retry_backoff_seconds=1, timeout_seconds=120,
+        http={"method": "POST", "url": receiver.url, "body": "{}"})) for number in range(200)]
+    doomed = processes.worker(queue_name, name="doomed", concurrency=1, **FAST)
+    processes.beat("beat", "--max-sleep", "1", **FAST)
+    Job.objects.filter(id__in=[job.id for job in jobs]).update(next_run_at=db_now())
+    services.wake_beats()
+    wait_for(lambda: len(receiver.arrivals) == len(jobs), timeout=60, what="every run's attempt 1 in flight")
+
+    processes.stop(doomed, signal.SIGKILL)
+    processes.worker(queue_name, name="successor", **FAST)
+    wait_for(lambda: JobRun.objects.filter(job__in=jobs, state="succeeded").count() == len(jobs), timeout=90,
+             what="every run succeeded on the successor")
+
+    runs = list(JobRun.objects.filter(job__in=jobs))
+    assert len(runs) == len(jobs)  # one run a fire, however many attempts
+    assert {run.attempt for run in runs} == {2}  # one lease lost each, then the next attempt
+    assert all([a["outcome"] for a in run.attempts] == ["lost", "succeeded"] for run in runs)
+    keys = {}
+    for key, attempt, _ in receiver.arrivals:
+        keys.setdefault(key, []).append(attempt)
+    assert sorted(keys) == sorted(run.fire_key for run in runs)  # webhook-id: the same on both attempts
+    assert all(sorted(attempts) == [1, 2] for attempts in keys.values()), keys
