@@ -6,6 +6,7 @@ naming the variable, instead of silently falling back to a default.
 
 import json
 import os
+import re
 from pathlib import Path
 
 import dj_database_url
@@ -90,6 +91,35 @@ elif not DEBUG and (SECRET_KEY in PLACEHOLDER_SECRET_KEYS or len(SECRET_KEY) < 3
     raise ImproperlyConfigured("DJANGO_SECRET_KEY must be a random value of at least 32 characters, not a "
                                "placeholder (python -c 'import secrets; print(secrets.token_urlsafe(50))')")
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+
+# --- Behind TLS (docs/operating-tls.md) -------------------------------------------------------
+# Origins (scheme://host[:port]) whose forms the admin accepts besides its own host; a TLS proxy
+# that talks plain HTTP to gunicorn needs its public https:// origin here, or every admin POST
+# is refused as a CSRF failure.
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
+for _origin in CSRF_TRUSTED_ORIGINS:
+    if not re.fullmatch(r"https?://[^/\s?#]+", _origin):
+        raise ImproperlyConfigured(f"DJANGO_CSRF_TRUSTED_ORIGINS: {_origin!r} must be an origin such as "
+                                   "https://cron.example.com (a scheme, a host, no path)")
+# Opt-in: the header the proxy sets to "https" on requests that came in over TLS, e.g.
+# "X-Forwarded-Proto" (or "X-Forwarded-Proto: https"). Only behind a proxy that always sets or
+# strips it: a client could otherwise claim HTTPS. Unset: request.is_secure() is TLS to gunicorn.
+_proxy_header = env_str("DJANGO_SECURE_PROXY_SSL_HEADER", "")
+if _proxy_header:
+    _header_match = re.fullmatch(r"\s*([A-Za-z0-9-]+)\s*(?::\s*(\S+)\s*)?", _proxy_header)
+    if not _header_match:
+        raise ImproperlyConfigured("DJANGO_SECURE_PROXY_SSL_HEADER must be a header name, optionally with the "
+                                   f"value meaning HTTPS (X-Forwarded-Proto: https), got {_proxy_header!r}")
+    SECURE_PROXY_SSL_HEADER = ("HTTP_" + _header_match[1].upper().replace("-", "_"), _header_match[2] or "https")
+# Cookies the browser sends only over HTTPS (the session's and the CSRF token's). Off by
+# default so that the first run over http://localhost keeps its admin session.
+SESSION_COOKIE_SECURE = env_bool("DJANGO_SESSION_COOKIE_SECURE", False)
+CSRF_COOKIE_SECURE = env_bool("DJANGO_CSRF_COOKIE_SECURE", False)
+# Strict-Transport-Security on HTTPS answers, this many seconds (0: not sent). Browsers then
+# refuse plain HTTP to this host for that long: start small (300) and raise it once TLS works.
+SECURE_HSTS_SECONDS = env_int("DJANGO_SECURE_HSTS_SECONDS", 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", False)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -368,10 +398,18 @@ if CRONFLEET_HEARTBEAT_SECONDS * 2 > CRONFLEET_LEASE_SECONDS:
 # shorter CRONFLEET_REPUBLISH_IDLE_SECONDS applies: nothing is waiting ahead of the run.
 CRONFLEET_DISPATCH_TIMEOUT_SECONDS = env_int("CRONFLEET_DISPATCH_TIMEOUT_SECONDS", 300, minimum=1)
 CRONFLEET_REPUBLISH_IDLE_SECONDS = env_int("CRONFLEET_REPUBLISH_IDLE_SECONDS", 15, minimum=1)
+# A queue no live worker consumes (by the workers' node heartbeats) gets no copies: its runs
+# wait in the broker as they are. Its queued runs published this long ago, once no worker
+# consuming it has been seen for this long either, are skipped with reason no_consumer. 0: never.
+CRONFLEET_UNCONSUMED_EXPIRE_SECONDS = env_int("CRONFLEET_UNCONSUMED_EXPIRE_SECONDS", 3600, minimum=0)
 # Backpressure: a beat claims no new fires for a broker queue already holding this many
 # messages; they wait in the database, due and in the fair order, until workers drain the
 # queue, so a tenant's spike cannot bury the next tenant's fires at the workers. 0: off.
 CRONFLEET_QUEUE_HIGH_WATER = env_int("CRONFLEET_QUEUE_HIGH_WATER", 5000, minimum=0)
+# Manual runs (triggers, backfills): at most this many of one tenant's are queued or running
+# at once; the rest wait as pending and the beat releases them as they finish, so one
+# tenant's backfill cannot bury the other tenants' fires (docs/fairness.md).
+CRONFLEET_MANUAL_RUNS_IN_FLIGHT = env_int("CRONFLEET_MANUAL_RUNS_IN_FLIGHT", 100, minimum=1)
 # Batched runs (Job.batch, or every job of a queue in CRONFLEET_BATCH_QUEUES): the beat puts
 # up to this many runs of one queue and target kind in one message.
 CRONFLEET_RUN_BATCH_SIZE = env_int("CRONFLEET_RUN_BATCH_SIZE", 100, minimum=1)
@@ -452,6 +490,19 @@ CRONFLEET_RETENTION_RESCAN_SECONDS = env_int("CRONFLEET_RETENTION_RESCAN_SECONDS
 CRONFLEET_ALERT_CHECK_SECONDS = env_int("CRONFLEET_ALERT_CHECK_SECONDS", 10, minimum=1)
 # How long an alert's webhook may take to answer before the attempt counts as failed.
 CRONFLEET_ALERT_DELIVERY_TIMEOUT_SECONDS = env_int("CRONFLEET_ALERT_DELIVERY_TIMEOUT_SECONDS", 5, minimum=1)
+# Fair delivery (docs/alerts.md): each beat sends alerts on this many threads, at most
+# CRONFLEET_ALERT_DELIVERIES_PER_TENANT of them for one tenant, tenants served in turn, so a
+# slow or hanging receiver holds only its own tenant's share.
+CRONFLEET_ALERT_DELIVERY_THREADS = env_int("CRONFLEET_ALERT_DELIVERY_THREADS", 8, minimum=1)
+CRONFLEET_ALERT_DELIVERIES_PER_TENANT = env_int("CRONFLEET_ALERT_DELIVERIES_PER_TENANT", 2, minimum=1)
+# Bounds on what one tenant's rules cost: a rule's cool-down is at least this (shorter ones
+# are refused at save; older rules are held to it), at most this many addresses per rule, and
+# per tenant per hour at most this many alerts sent and e-mails (one per address) sent; over
+# a budget an alert is recorded as suppressed, with the reason, and not sent.
+CRONFLEET_ALERT_MIN_COOLDOWN_SECONDS = env_int("CRONFLEET_ALERT_MIN_COOLDOWN_SECONDS", 60, minimum=0)
+CRONFLEET_ALERT_MAX_EMAILS_PER_RULE = env_int("CRONFLEET_ALERT_MAX_EMAILS_PER_RULE", 10, minimum=1)
+CRONFLEET_ALERT_TENANT_ALERTS_PER_HOUR = env_int("CRONFLEET_ALERT_TENANT_ALERTS_PER_HOUR", 120, minimum=1)
+CRONFLEET_ALERT_TENANT_EMAILS_PER_HOUR = env_int("CRONFLEET_ALERT_TENANT_EMAILS_PER_HOUR", 200, minimum=0)
 # E-mailed alerts go through Django's e-mail backend: SMTP at EMAIL_HOST unless
 # DJANGO_EMAIL_BACKEND names another (django.core.mail.backends.console.EmailBackend, say).
 EMAIL_BACKEND = env_str("DJANGO_EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
@@ -538,7 +589,7 @@ if CRONFLEET_RATE_LIMIT_REDIS_URL and not CRONFLEET_RATE_LIMIT_REDIS_URL.startsw
     raise ImproperlyConfigured("CRONFLEET_RATE_LIMIT_REDIS_URL must be a redis://, rediss:// or unix:// URL")
 CRONFLEET_RATE_LIMIT_RETRY_SECONDS = env_int("CRONFLEET_RATE_LIMIT_RETRY_SECONDS", 5, minimum=1)
 
-# --- Observability (README: Observability) -----------------------------------------------
+# --- Observability (docs/operating.md: Monitoring) ------------------------------------------
 # Count finished runs per tenant too (cronfleet_tenant_runs_finished_total): one series per
 # tenant and state, so only where tenants are few enough for Prometheus.
 CRONFLEET_METRICS_TENANT_LABELS = env_bool("CRONFLEET_METRICS_TENANT_LABELS", False)
@@ -547,3 +598,11 @@ CRONFLEET_METRICS_ADDRESS = env_str("CRONFLEET_METRICS_ADDRESS", "0.0.0.0")
 # When set, the web's /metrics answers only `Authorization: Bearer <this>` (Prometheus's
 # `authorization: {credentials: ...}`); empty: open, like /healthz.
 CRONFLEET_METRICS_TOKEN = env_str("CRONFLEET_METRICS_TOKEN", "")
+
+# --- Admin login throttle (scheduler_app/admin/login.py) -------------------------------------
+# After this many failed logins for one username from one address (CRONFLEET_TRUSTED_PROXIES
+# decides the address, as for the API) within the window, its logins are refused, the right
+# password too, until the oldest of those failures is a window old. Counted in Redis at
+# CRONFLEET_RATE_LIMIT_REDIS_URL, shared by every web process; without it, in each process.
+CRONFLEET_ADMIN_LOGIN_FAILURES = env_int("CRONFLEET_ADMIN_LOGIN_FAILURES", 10, minimum=1)
+CRONFLEET_ADMIN_LOGIN_WINDOW_SECONDS = env_int("CRONFLEET_ADMIN_LOGIN_WINDOW_SECONDS", 900, minimum=1)
