@@ -1,6 +1,8 @@
 """HTTP jobs against a real loopback receiver: signing, outcomes, retry classification."""
 
+import asyncio
 import json
+import socket
 import threading
 import time
 from datetime import datetime, timedelta
@@ -10,10 +12,14 @@ import pytest
 
 from scheduler_app import services
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, db_now
+from scheduler_app.targets.base import PermanentFailure, RetryableFailure
+from scheduler_app.targets.http import aclient
 from scheduler_app.targets.http import secrets as crypto
 from scheduler_app.targets.http import signing as webhooks
+from scheduler_app.targets.http.perform import failure_of, prepare
 from scheduler_app.worker import execution
 from tests.conftest import NOW, wait_for
+from tests.test_api import client_for, errors_of, job_body
 
 
 class Receiver:
@@ -132,6 +138,8 @@ def test_secrets_are_encrypted_at_rest_and_rotation_signs_with_both(receiver_for
         (302, {"Location": "http://127.0.0.1:9/"}, "failed", "redirect_refused"),
         (302, {"Location": "http://169.254.169.254/latest/meta-data/"}, "failed", "ssrf_blocked"),
         (301, {"Location": "http://0x7f000001/"}, "failed", "redirect_refused"),  # loopback allowed here
+        # a name with no address reads as a refused one: the tenant's server cannot probe names
+        (302, {"Location": "http://no-such-host.invalid/"}, "failed", "ssrf_blocked or unresolvable: redirect to"),
     ],
 )
 def test_http_outcomes_are_classified_for_retry(receiver_for, http_job, status, headers, state, error_start):
@@ -178,7 +186,7 @@ def test_a_redirect_to_a_private_address_is_ssrf_blocked_and_not_followed(receiv
 
     outcome, run = run_once(job)
 
-    assert outcome.state == "failed" and run.error.startswith("ssrf_blocked: redirect to http://127.0.0.2:")
+    assert outcome.state == "failed" and run.error.startswith("ssrf_blocked or unresolvable: redirect to http://127.0.0.2:")
     assert len(receiver.requests) == 1 and target.requests == []
 
 
@@ -320,3 +328,110 @@ def test_retry_sequences_with_a_real_worker(receiver_for, http_job, processes, q
         waited = run.started_at - datetime.fromisoformat(first["finished_at"])
         assert first["outcome"] == "retrying" and "http 429" in first["error"]
         assert waited.total_seconds() >= 1.9  # Retry-After: 2, over the job's 1 s backoff
+
+
+# --- addresses refused when saved, names that do not resolve ----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "category"),
+    [
+        ("http://127.0.0.1/", "loopback"),
+        ("http://2130706433/", "loopback"),  # decimal
+        ("http://0177.0.0.1/", "loopback"),  # octal
+        ("http://0x7f.1/", "loopback"),  # hex, short
+        ("http://127.1/", "loopback"),  # short
+        ("http://[::1]/", "loopback"),
+        ("http://[::ffff:127.0.0.1]/", "loopback"),  # IPv4-mapped
+        ("http://[::ffff:7f00:1]/", "loopback"),
+        ("http://10.1.2.3/", "private"),
+        ("http://167772161/", "private"),  # 10.0.0.1
+        ("http://192.168.1/", "private"),  # 192.168.0.1
+        ("http://[fd00::1]/", "private"),
+        ("http://169.254.169.254/latest/meta-data/", "metadata"),
+        ("http://2852039166/", "metadata"),  # 169.254.169.254
+        ("http://0251.0376.0251.0376/", "metadata"),
+        ("http://[::ffff:169.254.169.254]/", "metadata"),
+        ("http://0/", "unspecified"),
+    ],
+)
+def test_a_refused_address_in_any_form_is_refused_when_saved_through_the_api(tenant, settings, url, category):
+    settings.CRONFLEET_HTTP_ALLOWED_NETWORKS = []
+    api = client_for(tenant)
+
+    response = api.post("/api/v1/jobs/", job_body(name="probe", target={"kind": "http", "url": url}), format="json")
+
+    assert response.status_code == 400, response.content
+    assert errors_of(response) == {
+        "target.url": f"a {category} address is not allowed (CRONFLEET_HTTP_ALLOWED_NETWORKS)"}
+    assert not Job.objects.filter(tenant=tenant).exists()
+
+
+def test_an_allowed_network_is_accepted_when_saved_in_any_form_but_metadata_never(tenant, settings):
+    settings.CRONFLEET_HTTP_ALLOWED_NETWORKS = ["127.0.0.0/8", "169.254.0.0/16"]
+    api = client_for(tenant)
+
+    accepted = [api.post("/api/v1/jobs/", job_body(name=f"ok-{n}", target={"kind": "http", "url": url}),
+                         format="json").status_code
+                for n, url in enumerate(["http://127.0.0.1:9/", "http://2130706433/", "http://[::ffff:127.0.0.1]/"])]
+    metadata = api.post("/api/v1/jobs/", job_body(name="meta", target={"kind": "http", "url": "http://169.254.169.254/"}),
+                        format="json")
+
+    assert accepted == [201, 201, 201]
+    assert metadata.status_code == 400 and "metadata" in errors_of(metadata)["target.url"]
+
+
+def test_an_edit_to_a_refused_address_is_refused_naming_http_url(http_job, settings):
+    settings.CRONFLEET_HTTP_ALLOWED_NETWORKS = []
+    job = http_job("https://hooks.example.com/cron")
+
+    with pytest.raises(services.InvalidInput) as caught:
+        services.job_update(job, {"http": {**job.target_config, "url": "http://0177.0.0.1:6379/"}})
+
+    assert (caught.value.field, caught.value.message) == (
+        "http.url", "a loopback address is not allowed (CRONFLEET_HTTP_ALLOWED_NETWORKS)")
+
+
+def test_a_name_that_does_not_resolve_reads_as_one_that_resolves_to_a_refused_address(http_job, settings, caplog):
+    settings.CRONFLEET_HTTP_ALLOWED_NETWORKS = []
+    missing = http_job("http://no-such-host.invalid/hook", max_attempts=3)
+    refused = http_job("http://localhost:9/hook", max_attempts=3)  # resolves to loopback
+
+    missing_outcome, missing_run = run_once(missing)
+    refused_outcome, refused_run = run_once(refused)
+
+    assert (missing_outcome.state, refused_outcome.state) == ("failed", "failed")  # neither retries
+    assert missing_run.error == "ssrf_blocked or unresolvable: 'no-such-host.invalid' cannot be called"
+    assert refused_run.error == "ssrf_blocked or unresolvable: 'localhost' cannot be called"
+    logged = caplog.text  # the operator's log keeps which it was
+    assert "Name or service not known" in logged and "resolves to 127.0.0.1 (loopback)" in logged
+
+
+def test_the_concurrent_clients_failures_read_the_same(http_job, settings):
+    # aclient (worker/flight.py's) lets the event loop's gaierror through unwrapped.
+    settings.CRONFLEET_HTTP_ALLOWED_NETWORKS = []
+    calls = []
+    for url in ("http://no-such-host.invalid/hook", "http://localhost:9/hook"):
+        job = http_job(url)
+        run = JobRun.objects.create(job=job, tenant=job.tenant, scheduled_at=NOW, created_at=NOW, attempt=1,
+                                    state=RunState.QUEUED)
+        calls.append(prepare(run, job, NOW))
+
+    async def send(call) -> BaseException:
+        async with aclient.session(connections=2) as http:
+            try:
+                await aclient.request(http, call, signed_headers={}, deadline=time.monotonic() + 10)
+            except Exception as exc:  # noqa: BLE001 - what the client raised is the subject
+                return exc
+        raise AssertionError("answered")
+
+    raised = [asyncio.run(send(call)) for call in calls]
+    failures = [failure_of(call, exc) for call, exc in zip(calls, raised, strict=True)]
+    temporary = failure_of(calls[0], socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution"))
+
+    assert isinstance(raised[0], socket.gaierror)  # unwrapped, unlike the blocking client's
+    assert [type(failure) for failure in failures] == [PermanentFailure, PermanentFailure]
+    assert [str(failure) for failure in failures] == [
+        "ssrf_blocked or unresolvable: 'no-such-host.invalid' cannot be called",
+        "ssrf_blocked or unresolvable: 'localhost' cannot be called"]
+    assert isinstance(temporary, RetryableFailure)  # a resolver that did not answer: retried

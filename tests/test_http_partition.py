@@ -103,9 +103,10 @@ class SlowReceiver:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
 
 
-def test_a_cut_off_worker_calls_no_target_after_its_successor_started(processes, tenant, queue_name):
+def test_a_cut_off_worker_calls_no_target_after_its_successor_started(processes, tenant, queue_name, settings):
     from django.db import connection
 
+    settings.CRONFLEET_HTTP_ALLOWED_NETWORKS = ["127.0.0.0/8"]  # the loopback receiver, when saved too
     receiver = SlowReceiver(1.0)
     proxy = PausableProxy(int(connection.settings_dict["PORT"] or 5432))
     db = connection.settings_dict
@@ -139,7 +140,8 @@ def test_a_cut_off_worker_calls_no_target_after_its_successor_started(processes,
     assert JobRun.objects.filter(job__in=jobs, attempt=2).exists()
 
 
-def test_a_worker_killed_with_runs_in_flight_costs_them_one_lease(processes, tenant, queue_name):
+def test_a_worker_killed_with_runs_in_flight_costs_them_one_lease(processes, tenant, queue_name, settings):
+    settings.CRONFLEET_HTTP_ALLOWED_NETWORKS = ["127.0.0.0/8"]  # the loopback receiver, when saved too
     receiver = SlowReceiver(0.1, first_seconds=60)  # attempt 1 is in flight when the worker dies
     jobs = [services.job_create(tenant, services.JobSpec(
         name=f"inflight-{number}", target_kind="http", every=3600, queue=queue_name, max_attempts=3,

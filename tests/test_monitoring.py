@@ -51,8 +51,19 @@ def alert_queries() -> list[str]:
 # --- promtool ---------------------------------------------------------------------------------
 
 
-def test_promtool_accepts_the_scrape_config_and_the_alert_rules():
-    config, rules = promtool("check", "config", "prometheus.yml"), promtool("check", "rules", "alerts.yml")
+def test_promtool_accepts_the_scrape_config_and_the_alert_rules(tmp_path):
+    # The web job's token file is compose's secret, absent here: promtool checks a copy that
+    # reads a token file of its own (and the rules beside it), everything else as written.
+    scrape = yaml.safe_load((PROMETHEUS / "prometheus.yml").read_text())
+    (tmp_path / "token").write_text("a-token")
+    for job in scrape["scrape_configs"]:
+        if "authorization" in job:
+            job["authorization"]["credentials_file"] = str(tmp_path / "token")
+    scrape["rule_files"] = [str(PROMETHEUS / name) for name in scrape["rule_files"]]
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(scrape))
+
+    config = promtool("check", "config", str(tmp_path / "prometheus.yml"))
+    rules = promtool("check", "rules", "alerts.yml")
 
     assert config.returncode == 0, config.stdout + config.stderr
     assert rules.returncode == 0, rules.stdout + rules.stderr
@@ -141,3 +152,22 @@ def test_prometheus_scrapes_the_ports_the_beats_and_workers_serve():
         "names": ["beat"], "type": "A", "port": port_option(services["beat"]["command"]), "refresh_interval": "30s"}
     assert jobs["cronfleet-worker"]["dns_sd_configs"][0]["port"] == port_option(services["worker"]["command"])
     assert "web" in (ROOT / ".env.example").read_text().split("DJANGO_ALLOWED_HOSTS=")[1].splitlines()[0].split(",")
+
+
+def test_prometheus_scrapes_the_web_with_the_token_compose_requires():
+    web, prometheus = COMPOSE["services"]["web"], COMPOSE["services"]["prometheus"]
+    job = {job["job_name"]: job for job in yaml.safe_load((PROMETHEUS / "prometheus.yml").read_text())[
+        "scrape_configs"]}["cronfleet-web"]
+
+    # The web refuses to start under compose without a token, and Prometheus reads the same
+    # value from the secret compose makes of it.
+    assert web["environment"]["CRONFLEET_METRICS_TOKEN"].startswith("${CRONFLEET_METRICS_TOKEN:?")
+    assert COMPOSE["secrets"]["metrics_token"] == {"environment": "CRONFLEET_METRICS_TOKEN"}
+    assert "metrics_token" in prometheus["secrets"]
+    assert job["authorization"] == {"credentials_file": "/run/secrets/metrics_token"}
+    # Nothing but the web is published beyond loopback: no exporter, no Flower.
+    for name, service in COMPOSE["services"].items():
+        for port in service.get("ports", []):
+            assert name == "web" or str(port).startswith("127.0.0.1:"), (name, port)
+    for name in ("beat", "worker"):
+        assert "ports" not in COMPOSE["services"][name], name

@@ -54,13 +54,18 @@ class Prometheus:
         return {alert["labels"]["alertname"]: alert["state"] for alert in self.get("/api/v1/alerts")["data"]["alerts"]}
 
 
-def config(web: int, beat: int, worker: int) -> dict:
-    """deploy/prometheus's alert rules, these processes as targets, everything every second."""
+TOKEN = "metrics-token-for-this-test-only"
+
+
+def config(web: int, beat: int, worker: int, token_file) -> dict:
+    """deploy/prometheus's alert rules, these processes as targets, everything every second;
+    the web scraped with its token, as deploy/prometheus does."""
     return {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(ROOT / "deploy" / "prometheus" / "alerts.yml")],
         "scrape_configs": [
-            {"job_name": "web", "static_configs": [{"targets": [f"127.0.0.1:{web}"]}]},
+            {"job_name": "web", "authorization": {"credentials_file": str(token_file)},
+             "static_configs": [{"targets": [f"127.0.0.1:{web}"]}]},
             {"job_name": "beat", "static_configs": [{"targets": [f"127.0.0.1:{beat}"]}]},
             {"job_name": "worker", "static_configs": [{"targets": [f"127.0.0.1:{worker}"]}]},
         ],
@@ -71,15 +76,17 @@ def test_prometheus_reports_what_the_ledger_says(tenant, processes, queue_name, 
     prometheus_bin = tool("prometheus")
     web, beat, worker, prometheus_port = free_ports(4)
     idle_queue = f"{queue_name}-idle"  # published to, consumed by nobody
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config(web, beat, worker)))
+    (tmp_path / "token").write_text(TOKEN + "\n")  # as an editor saves it: Prometheus trims it
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config(web, beat, worker, tmp_path / "token")))
     check = subprocess.run([tool("promtool"), "check", "config", str(tmp_path / "prometheus.yml")],
                            capture_output=True, text=True, timeout=60)
     assert check.returncode == 0, check.stdout + check.stderr
 
     server = processes.start("web", [sys.executable, "-m", "gunicorn", "-c", "project/gunicorn.conf.py"],
                              CRONFLEET_VAR_DIR=str(tmp_path), CRONFLEET_WEB_BIND=f"127.0.0.1:{web}",
-                             CRONFLEET_WEB_WORKERS="1", CRONFLEET_WEB_THREADS="2")
+                             CRONFLEET_WEB_WORKERS="1", CRONFLEET_WEB_THREADS="2", CRONFLEET_METRICS_TOKEN=TOKEN)
     wait_for(lambda: server.poll() is not None or get_or_none(web, "/healthz") == 200, timeout=60, what="the web")
+    assert get_or_none(web, "/metrics") == 401  # a scrape without the token
     start_worker(processes, queue_name, "worker", "--metrics-port", str(worker), "--metrics-address", "127.0.0.1")
     processes.beat("beat", "--max-sleep", "1", "--metrics-port", str(beat), "--metrics-address", "127.0.0.1")
     processes.start("prometheus", [prometheus_bin, f"--config.file={tmp_path / 'prometheus.yml'}",

@@ -40,6 +40,17 @@ def check_settings(*, script: str = "", **env: str) -> subprocess.CompletedProce
         ({"CRONFLEET_LEASE_SECONDS": "10", "CRONFLEET_HEARTBEAT_SECONDS": "6"}, "CRONFLEET_HEARTBEAT_SECONDS must be"),
         ({"CELERY_BROKER_URL": "redis://127.0.0.1:6379/15", "CELERY_VISIBILITY_TIMEOUT": "600",
           "CRONFLEET_MAX_JOB_TIMEOUT_SECONDS": "600"}, "CELERY_VISIBILITY_TIMEOUT (600) must exceed"),
+        # Behind TLS (docs/operating-tls.md)
+        ({"DJANGO_CSRF_TRUSTED_ORIGINS": "cron.example.com"}, "DJANGO_CSRF_TRUSTED_ORIGINS: 'cron.example.com' must"),
+        ({"DJANGO_CSRF_TRUSTED_ORIGINS": "https://a.example.com,https://b.example.com/admin/"},
+         "DJANGO_CSRF_TRUSTED_ORIGINS: 'https://b.example.com/admin/' must be an origin"),
+        ({"DJANGO_SECURE_PROXY_SSL_HEADER": "X_Forwarded Proto"}, "DJANGO_SECURE_PROXY_SSL_HEADER must be a header"),
+        ({"DJANGO_SESSION_COOKIE_SECURE": "always"}, "DJANGO_SESSION_COOKIE_SECURE must be a boolean"),
+        ({"DJANGO_CSRF_COOKIE_SECURE": "2"}, "DJANGO_CSRF_COOKIE_SECURE must be a boolean"),
+        ({"DJANGO_SECURE_HSTS_SECONDS": "a year"}, "DJANGO_SECURE_HSTS_SECONDS must be an integer, got 'a year'"),
+        ({"DJANGO_SECURE_HSTS_SECONDS": "-1"}, "DJANGO_SECURE_HSTS_SECONDS must be at least 0"),
+        ({"CRONFLEET_ADMIN_LOGIN_FAILURES": "0"}, "CRONFLEET_ADMIN_LOGIN_FAILURES must be at least 1"),
+        ({"CRONFLEET_ADMIN_LOGIN_WINDOW_SECONDS": "soon"}, "CRONFLEET_ADMIN_LOGIN_WINDOW_SECONDS must be an integer"),
     ],
 )
 def test_bad_settings_stop_start_up_naming_the_variable(env, message):
@@ -47,6 +58,34 @@ def test_bad_settings_stop_start_up_naming_the_variable(env, message):
 
     assert done.returncode != 0
     assert "ImproperlyConfigured" in done.stderr and message in done.stderr
+
+
+TLS_SCRIPT = """
+from django.conf import settings
+print(settings.CSRF_TRUSTED_ORIGINS, getattr(settings, "SECURE_PROXY_SSL_HEADER", None),
+      settings.SESSION_COOKIE_SECURE, settings.CSRF_COOKIE_SECURE, settings.SECURE_HSTS_SECONDS)
+"""
+
+
+@pytest.mark.parametrize(
+    ("env", "printed"),
+    [
+        ({}, "[] None False False 0"),
+        ({"DJANGO_CSRF_TRUSTED_ORIGINS": "https://cron.example.com, https://*.example.org",
+          "DJANGO_SECURE_PROXY_SSL_HEADER": "X-Forwarded-Proto", "DJANGO_SESSION_COOKIE_SECURE": "true",
+          "DJANGO_CSRF_COOKIE_SECURE": "yes", "DJANGO_SECURE_HSTS_SECONDS": "300"},
+         "['https://cron.example.com', 'https://*.example.org'] ('HTTP_X_FORWARDED_PROTO', 'https') True True 300"),
+        ({"DJANGO_SECURE_PROXY_SSL_HEADER": "X-Forwarded-Ssl: on"}, "[] ('HTTP_X_FORWARDED_SSL', 'on') False False 0"),
+    ],
+)
+def test_the_tls_settings_come_from_the_environment(tmp_path, env, printed):
+    blank = {name: "" for name in ("DJANGO_CSRF_TRUSTED_ORIGINS", "DJANGO_SECURE_PROXY_SSL_HEADER",
+                                   "DJANGO_SESSION_COOKIE_SECURE", "DJANGO_CSRF_COOKIE_SECURE",
+                                   "DJANGO_SECURE_HSTS_SECONDS")}
+    done = check_settings(CRONFLEET_VAR_DIR=str(tmp_path), script=TLS_SCRIPT, **{**blank, **env})
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == printed
 
 
 def test_debug_is_off_unless_asked_for(tmp_path):

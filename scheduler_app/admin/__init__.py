@@ -14,6 +14,7 @@ Every write goes through scheduler_app.services, as the CLI's do:
   once, in the confirmation message; afterwards only revoking is possible.
 - Deleting a job calls services.job_delete (audited). Tenants are not deleted here.
 - Runs and audit events are read-only records.
+- The login form is throttled per username and address (login.py).
 
 The ledger and the audit trail grow to millions of rows: their lists never count the
 whole table next to the filtered count (show_full_result_count = False), never compute
@@ -23,4 +24,4 @@ instead of asking the table for its distinct values.
 Datetimes show with seconds and their zone everywhere (scheduler_app/formats).
 """
 
-from scheduler_app.admin import alerts, apikeys, audit, jobs, nodes, runs, site, tenants  # noqa: F401 (registers the models)
+from scheduler_app.admin import alerts, apikeys, audit, jobs, login, nodes, runs, site, tenants  # noqa: F401 (registers the models)

@@ -11,12 +11,16 @@ Both answer JSON; 200 when all is well, 503 naming what is not.
 
 - GET /metrics: Prometheus exposition of the cluster's gauges (cluster.py), and of the
   beats' and workers' counters that share this host's PROMETHEUS_MULTIPROC_DIR (metrics.py).
-  With CRONFLEET_METRICS_TOKEN set, only for `Authorization: Bearer <token>`.
+  They name nodes (host and pid) and the queues tenants chose, so with CRONFLEET_METRICS_TOKEN
+  set (docker-compose.yml requires one) only `Authorization: Bearer <token>` is answered; any
+  other request gets 401. Without a token (development, tests, the first run) it is open, and
+  the process says so in its log once. docs/operating-tls.md has what each port exposes.
 """
 
 from __future__ import annotations
 
 import hmac
+import logging
 
 from celery import current_app as app
 from django.conf import settings
@@ -29,6 +33,8 @@ from scheduler_app.observability import metrics
 from scheduler_app.observability.cluster import ClusterCollector
 from scheduler_app.observability.nodes import node_states
 from scheduler_app.queues import broker_errors
+
+logger = logging.getLogger(__name__)
 
 BROKER_TIMEOUT_SECONDS = 2.0
 
@@ -87,11 +93,28 @@ def readyz(request):
     return JsonResponse({"status": "ok" if ready else "error", **found}, status=200 if ready else 503)
 
 
-def metrics_view(request):
+_said_open = False
+
+
+def metrics_authorized(request) -> bool:
+    """Whether this request may read /metrics: any, without a token; else only the token's."""
+    global _said_open
     token = settings.CRONFLEET_METRICS_TOKEN
-    if token and not hmac.compare_digest(request.headers.get("Authorization", ""), f"Bearer {token}"):
-        return HttpResponse("metrics need Authorization: Bearer <CRONFLEET_METRICS_TOKEN>\n", status=401,
-                            content_type="text/plain")
+    if not token:
+        if not _said_open:
+            _said_open = True
+            logger.warning("/metrics answers without a token: set CRONFLEET_METRICS_TOKEN (docs/operating-tls.md)")
+        return True
+    given = request.headers.get("Authorization", "").encode()
+    return hmac.compare_digest(given, f"Bearer {token}".encode())
+
+
+def metrics_view(request):
+    if not metrics_authorized(request):
+        response = HttpResponse("metrics need Authorization: Bearer <CRONFLEET_METRICS_TOKEN>\n", status=401,
+                                content_type="text/plain")
+        response["WWW-Authenticate"] = 'Bearer realm="cronfleet-metrics"'
+        return response
     registry = CollectorRegistry()
     registry.register(ClusterCollector())
     if metrics.MULTIPROC_DIR:

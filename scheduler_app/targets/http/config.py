@@ -1,7 +1,10 @@
 """What an HTTP job may be: its method, URL (checked by the SSRF guard when saved, and again
-when called), headers and body."""
+when called: a host written as a refused address, in any form, is refused when saved), headers
+and body."""
 
 from __future__ import annotations
+
+from django.conf import settings
 
 from scheduler_app.targets.http import guard
 from scheduler_app.validation import InvalidInput, check_headers, check_url_path
@@ -25,9 +28,12 @@ def validate_http(http: dict) -> dict:
     if not isinstance(url, str) or not url:
         raise InvalidInput("http.url", "is required")
     try:
-        guard.check_url(url)
+        target = guard.check_url(url)
     except guard.BlockedTarget as exc:
         raise InvalidInput("http.url", exc.detail) from None
+    refused = guard.literal_refusal(target.host, settings.CRONFLEET_HTTP_ALLOWED_NETWORKS)
+    if refused:  # an address refused at every call is refused now
+        raise InvalidInput("http.url", f"a {refused} address is not allowed (CRONFLEET_HTTP_ALLOWED_NETWORKS)")
     check_url_path("http.url", url)
     headers = check_headers("http.headers", http.get("headers") or {})
     body = http.get("body") or ""

@@ -269,6 +269,33 @@ def address_allowed(ip: IPAddress, allowed_networks: Sequence[IPNetwork] = ()) -
     return True, "public"
 
 
+def literal_address(host: str) -> IPAddress | None:
+    """The address a host (as check_url gives it) is written as, or None for a name: an IPv6
+    literal, or any IPv4 form the system resolver reads as a number without asking DNS
+    (dotted, decimal ``2130706433``, octal ``0177.0.0.1``, hex ``0x7f.1``, short ``127.1``)."""
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    try:
+        # inet_aton's reading of a number is getaddrinfo's (glibc tries it before DNS).
+        return ipaddress.IPv4Address(socket.inet_aton(host))
+    except OSError:
+        return None
+
+
+def literal_refusal(host: str, allowed_networks: Sequence[str | IPNetwork] = ()) -> str | None:
+    """The class of address ("loopback", "private", "metadata"...) that refuses a host written
+    as an address at every call, so that it can be refused when saved; None for a name (judged
+    on what it resolves to, at each call) or an allowed address."""
+    address = literal_address(host)
+    if address is None:
+        return None
+    networks = [ipaddress.ip_network(net) if isinstance(net, str) else net for net in allowed_networks]
+    allowed, category = address_allowed(address, networks)
+    return None if allowed else category
+
+
 # --------------------------------------------------------------------------------------
 # Resolution and connection
 # --------------------------------------------------------------------------------------

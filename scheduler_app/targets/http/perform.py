@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import email.utils
 import ipaddress
+import logging
+import socket
 import time
 import urllib.parse
 from dataclasses import dataclass
@@ -20,6 +22,11 @@ from scheduler_app.models import db_now
 from scheduler_app.targets.base import PermanentFailure, RetryableFailure, to_text
 from scheduler_app.targets.http import client, guard, signing
 from scheduler_app.targets.http.secrets import tenant_signing_secrets
+
+logger = logging.getLogger(__name__)
+
+# The run's error when its host may not be called or does not resolve (failure_of).
+UNCALLABLE = "ssrf_blocked or unresolvable"
 
 
 @dataclass(frozen=True)
@@ -92,9 +99,22 @@ def prepare(run, job, now, secrets: list[str] | None = None) -> Call:
     )
 
 
+# What getaddrinfo says of a name that has no address (of any family, or of those asked for).
+_NO_ADDRESS = {socket.EAI_NONAME, *(getattr(socket, code) for code in ("EAI_NODATA", "EAI_ADDRFAMILY")
+                                     if hasattr(socket, code))}
+
+
 def failure_of(call: Call, exc: BaseException) -> BaseException:
-    """What a client's exception means for the run: refused addresses do not retry,
-    timeouts and connection errors do; anything else is returned as it is."""
+    """What a client's exception means for the run: refused addresses and names without an
+    address do not retry, timeouts and connection errors (a resolver that did not answer
+    among them) do; anything else is returned as it is.
+
+    A name that does not exist and one that resolves to a refused address read the same to
+    the tenant (one message, one retry class): otherwise a tenant could learn which internal
+    names exist. The operator's log has which it was, and the address."""
+    if uncallable(exc):
+        logger.warning("run %s: HTTP job host %r cannot be called: %s", call.run_id, call.host[1], exc)
+        return PermanentFailure(f"{UNCALLABLE}: {call.host[1]!r} cannot be called")
     if isinstance(exc, guard.BlockedTarget):
         return PermanentFailure(f"{exc.reason}: {exc.detail}")
     if isinstance(exc, client.HttpTimeout):
@@ -102,6 +122,16 @@ def failure_of(call: Call, exc: BaseException) -> BaseException:
     if isinstance(exc, (client.HttpConnectionError, OSError)):
         return RetryableFailure(f"connection_error: {type(exc).__name__}: {exc}")
     return exc
+
+
+def uncallable(exc: BaseException) -> bool:
+    """Whether a client's exception is a refused address or a name with no address, which
+    a tenant must not tell apart (the blocking client wraps the resolver's gaierror in
+    HttpConnectionError; the concurrent one lets it through)."""
+    if isinstance(exc, guard.BlockedTarget):
+        return exc.reason == guard.SSRF_BLOCKED
+    cause = exc if isinstance(exc, socket.gaierror) else exc.__cause__
+    return isinstance(cause, socket.gaierror) and cause.errno in _NO_ADDRESS
 
 
 def answer(call: Call, response: client.HttpResult, clock) -> dict:
@@ -130,18 +160,22 @@ def answer(call: Call, response: client.HttpResult, clock) -> dict:
 
 
 def redirect_refusal(url: str, location: str | None) -> str:
-    """Why a redirect was not followed (none ever is): `ssrf_blocked` when it pointed at an
-    address the guard refuses, else `redirect_refused`."""
+    """Why a redirect was not followed (none ever is): UNCALLABLE when it pointed at an
+    address the guard refuses or at a name with no address (one message for both, as in
+    failure_of: the tenant's own server chooses the Location, and must not learn from it
+    which internal names exist), else `redirect_refused`."""
     if not location:
         return "redirect_refused"
     allowed = [ipaddress.ip_network(net) for net in settings.CRONFLEET_HTTP_ALLOWED_NETWORKS]
     try:
         target = guard.check_url(urllib.parse.urljoin(url, location))
         guard.resolve_and_check(target.host, target.port, allowed_networks=allowed)
-    except guard.BlockedTarget as exc:
-        return f"ssrf_blocked: redirect to {location[:200]} ({exc.detail})"
-    except OSError:  # the name does not resolve: nothing to guard against, still not followed
-        pass
+    except (guard.BlockedTarget, OSError) as exc:
+        if uncallable(exc):
+            logger.warning("redirect to %r not followed: %s", location[:200], exc)
+            return f"{UNCALLABLE}: redirect to {location[:200]} not followed"
+        if isinstance(exc, guard.BlockedTarget):  # an invalid URL: its own words
+            return f"{exc.reason}: redirect to {location[:200]} ({exc.detail})"
     return f"redirect_refused: redirect to {location[:200]} not followed"
 
 
