@@ -61,7 +61,7 @@ def test_a_failed_run_raises_one_alert_and_the_next_check_none(job):
 
 def test_lag_and_duration_rules(job):
     now = db_now()
-    arm(job, now, max_start_lag_seconds=30, max_duration_seconds=60, min_duration_seconds=0.5, cooldown_seconds=0)
+    arm(job, now, max_start_lag_seconds=30, max_duration_seconds=60, min_duration_seconds=0.5, cooldown_seconds=60)
     run_of(job, now - timedelta(minutes=20), RunState.SUCCEEDED, lag=45)
     run_of(job, now - timedelta(minutes=15), RunState.SUCCEEDED, took=90)
     run_of(job, now - timedelta(minutes=10), RunState.SUCCEEDED, took=0.1)

@@ -10,7 +10,7 @@ from itertools import count
 import pytest
 
 from scheduler_app import alerts, services
-from scheduler_app.models import Alert, AlertKind, AlertRule, AuditEvent, Job, db_now
+from scheduler_app.models import Alert, AlertKind, AlertRule, AuditEvent, Job, RunState, db_now
 from tests.test_api import client_for, errors_of, make_tenant
 
 _keys = count()
@@ -128,6 +128,9 @@ def test_every_change_is_in_the_audit_trail_with_the_key_as_actor(api, job):
     ({"on_failure": "yes"}, "on_failure", "must be true or false"),
     ({"min_duration_seconds": 10, "max_duration_seconds": 5}, "min_duration_seconds", "below max_duration_seconds"),
     ({"cooldown_seconds": 366 * 86400 + 1}, "cooldown_seconds", "less than or equal to"),
+    ({"cooldown_seconds": 0}, "cooldown_seconds", "must be at least 60 s (CRONFLEET_ALERT_MIN_COOLDOWN_SECONDS)"),
+    ({"emails": [f"ops{i}@example.com" for i in range(11)]}, "emails",
+     "at most 10 addresses (CRONFLEET_ALERT_MAX_EMAILS_PER_RULE)"),
     ({"job": 5}, "job", "is read-only"),
     ({"webhook": "https://hooks.example.com/"}, "webhook", "is not a known field"),
 ])
@@ -171,6 +174,26 @@ def test_alerts_are_listed_newest_first_with_their_job_run_and_delivery(api, job
     assert rows[0]["delivery"] | {"next_attempt_at": None} == {
         "status": "failed", "delivered_at": None, "attempts": alerts.DELIVERY_ATTEMPTS, "next_attempt_at": None,
         "last_error": "http 500"}
+
+
+def test_an_alert_over_the_tenant_s_hourly_budget_is_listed_as_suppressed_with_the_reason(api, job, tenant,
+                                                                                           settings):
+    settings.CRONFLEET_ALERT_TENANT_ALERTS_PER_HOUR = 1
+    other = services.job_create(tenant, services.JobSpec(name="other", task_name="scheduler_app.echo", every=60))
+    now = db_now()
+    for each in (job, other):
+        api.put(url(each), {"on_failure": True}, format="json")
+        AlertRule.objects.filter(job=each).update(checked_until=now - timedelta(hours=1), next_check_at=now)
+        at = now - timedelta(minutes=10)
+        each.runs.create(tenant=tenant, scheduled_at=at, state=RunState.FAILED, created_at=at, started_at=at,
+                         finished_at=at + timedelta(seconds=1))
+    assert alerts.evaluate_due_rules(now) == 2
+
+    rows = api.get("/api/v1/alerts/").json()["results"]
+
+    assert sorted(row["delivery"]["status"] for row in rows) == ["pending", "suppressed"]
+    held = next(row["delivery"] for row in rows if row["delivery"]["status"] == "suppressed")
+    assert held["next_attempt_at"] is None and "budget of 1 alerts per hour is spent" in held["last_error"]
 
 
 def test_alerts_filter_by_job_kind_and_delivery_and_page_by_cursor(api, job, tenant):

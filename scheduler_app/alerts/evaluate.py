@@ -6,7 +6,10 @@
 - each alert has a unique dedup_key (the run and attempt; for no_success the silence's
   start), inserted with ON CONFLICT DO NOTHING: the same thing is never recorded twice;
 - the cool-down (per rule and kind) is judged under the rule's row lock: alerts held back by
-  it are counted on the last alert (`suppressed`), not recorded.
+  it are counted on the last alert (`suppressed`), not recorded; it is at least
+  CRONFLEET_ALERT_MIN_COOLDOWN_SECONDS whatever the rule says;
+- over its tenant's hourly budget an alert is recorded as suppressed, with the reason, and
+  never sent (budget.py).
 
 Records alerts only; deliver.py sends them.
 """
@@ -20,6 +23,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, Q
 
+from scheduler_app.alerts.budget import BUDGET_CHANNEL, alert_budget_exceeded, min_cooldown, suppressed_entry
 from scheduler_app.models import Alert, AlertKind, AlertRule, Job, JobRun, RunState, Trigger
 
 RULES_PER_CHECK = 200  # rules one beat evaluates per check
@@ -127,13 +131,18 @@ def record_alert(rule: AlertRule, now: datetime, kind: str, subject: str, run_id
     key = f"job{rule.job_id}:{kind}:{subject}"
     if last is not None and last["dedup_key"] == key:
         return 0
-    if last is not None and now - last["raised_at"] < timedelta(seconds=rule.cooldown_seconds):
+    cooldown = timedelta(seconds=max(rule.cooldown_seconds, min_cooldown()))
+    if last is not None and now - last["raised_at"] < cooldown:
         Alert.objects.filter(id=last["id"]).update(suppressed=F("suppressed") + 1)
         return 0
+    # Over the tenant's hourly budget: recorded, with the reason, and never sent (no next_delivery_at).
+    over = alert_budget_exceeded(rule.job.tenant_id, now)
+    log = [suppressed_entry(BUDGET_CHANNEL, now, over)] if over else []
     with connection.cursor() as cursor:  # the unique key decides; a second beat's insert does nothing
         cursor.execute(INSERT_ALERT, {
             "rule": rule.id, "job": rule.job_id, "tenant": rule.job.tenant_id, "kind": kind, "key": key[:200],
-            "run": run_id, "message": message[:1000], "detail": json.dumps(detail), "now": now})
+            "run": run_id, "message": message[:1000], "detail": json.dumps(detail), "now": now,
+            "next_delivery": None if over else now, "log": json.dumps(log)})
         return cursor.rowcount
 
 
@@ -141,7 +150,7 @@ INSERT_ALERT = """
 INSERT INTO scheduler_app_alert (rule_id, job_id, tenant_id, kind, dedup_key, run_id, message, detail, raised_at,
                                  suppressed, delivery_attempts, next_delivery_at, delivery_log)
 VALUES (%(rule)s, %(job)s, %(tenant)s, %(kind)s, %(key)s, %(run)s, %(message)s, %(detail)s, %(now)s, 0, 0,
-        %(now)s, '[]')
+        %(next_delivery)s, %(log)s)
 ON CONFLICT (dedup_key) DO NOTHING
 """
 

@@ -3,13 +3,12 @@ API, the CLI and the admin alike, each change recorded in the audit trail."""
 
 from __future__ import annotations
 
-import ipaddress
-
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 from django.db import transaction
 
+from scheduler_app.alerts.budget import min_cooldown
 from scheduler_app.models import AlertRule, AuditEvent, Job, db_now
 from scheduler_app.targets.http import guard
 from scheduler_app.validation import InvalidInput, check_url_path
@@ -77,6 +76,9 @@ def validate_rule(changes: dict) -> dict:
         elif name in ("grace_seconds", "cooldown_seconds"):
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SECONDS:
                 raise InvalidInput(name, "must be a whole number of seconds, 0 to 366 days")
+            if name == "cooldown_seconds" and value < min_cooldown():
+                raise InvalidInput(name, f"must be at least {min_cooldown()} s "
+                                         "(CRONFLEET_ALERT_MIN_COOLDOWN_SECONDS)")
         elif name == "webhook_url":
             value = check_webhook_url(value)
         elif name == "emails":
@@ -98,13 +100,9 @@ def check_webhook_url(value) -> str:
     except guard.BlockedTarget as exc:
         raise InvalidInput("webhook_url", exc.detail) from None
     check_url_path("webhook_url", value)
-    try:
-        literal = ipaddress.ip_address(target.host)
-    except ValueError:
-        return value  # a name: judged on what it resolves to at each delivery (httpclient)
-    allowed, category = guard.address_allowed(
-        literal, [ipaddress.ip_network(net) for net in settings.CRONFLEET_HTTP_ALLOWED_NETWORKS])
-    if not allowed:  # an address refused at every delivery is refused now
+    # A name is judged on what it resolves to at each delivery; an address, in any form, now.
+    category = guard.literal_refusal(target.host, settings.CRONFLEET_HTTP_ALLOWED_NETWORKS)
+    if category:  # an address refused at every delivery is refused now
         raise InvalidInput("webhook_url", f"a {category} address is not allowed (CRONFLEET_HTTP_ALLOWED_NETWORKS)")
     return value
 
@@ -114,8 +112,10 @@ def check_emails(value) -> list[str]:
         return []
     if isinstance(value, str):
         value = [part.strip() for part in value.split(",") if part.strip()]
-    if not isinstance(value, list) or len(value) > 20:
-        raise InvalidInput("emails", "must be a list of at most 20 addresses")
+    cap = settings.CRONFLEET_ALERT_MAX_EMAILS_PER_RULE
+    if not isinstance(value, list) or len(value) > cap:
+        raise InvalidInput("emails", f"must be a list of at most {cap} addresses "
+                                     "(CRONFLEET_ALERT_MAX_EMAILS_PER_RULE)")
     for index, address in enumerate(value):
         try:
             validate_email(address)

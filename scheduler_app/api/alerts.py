@@ -72,10 +72,13 @@ class AlertRuleWriteSerializer(StrictSerializer):
         help_text="POSTed each alert as signed JSON (the tenant's webhook secrets, as HTTP jobs); the same "
                   "network guard as HTTP jobs; empty: none (PUT default)")
     emails = serializers.ListField(child=StrictCharField(max_length=254), required=False, max_length=20,
-                                   help_text="Addresses mailed each alert, at most 20 (PUT default: none)")
+                                   help_text="Addresses mailed each alert, at most CRONFLEET_ALERT_MAX_EMAILS_PER_RULE "
+                                             "(10 unless the deployment says otherwise; never above 20) "
+                                             "(PUT default: none)")
     cooldown_seconds = StrictIntegerField(
         required=False, max_value=MAX_SECONDS,
-        help_text="After an alert of one kind, further ones of that kind are counted, not sent, for this long "
+        help_text="After an alert of one kind, further ones of that kind are counted, not sent, for this long; "
+                  "at least CRONFLEET_ALERT_MIN_COOLDOWN_SECONDS (60 unless the deployment says otherwise) "
                   "(PUT default: 3600)")
 
 
@@ -150,13 +153,15 @@ class JobAlertRuleView(TenantScopedMixin, GenericAPIView):
 
 
 class DeliverySerializer(serializers.Serializer):
-    status = serializers.ChoiceField(choices=["delivered", "pending", "failed"],
+    status = serializers.ChoiceField(choices=["delivered", "pending", "failed", "suppressed"],
                                      help_text="pending: to be tried again; failed: gave up after "
-                                               f"{alerts.DELIVERY_ATTEMPTS} attempts")
+                                               f"{alerts.DELIVERY_ATTEMPTS} attempts; suppressed: not sent, over "
+                                               "the tenant's hourly alert or e-mail budget (the reason in "
+                                               "last_error)")
     delivered_at = serializers.DateTimeField(allow_null=True)
     attempts = serializers.IntegerField()
     next_attempt_at = serializers.DateTimeField(allow_null=True)
-    last_error = serializers.CharField(allow_null=True, help_text="The last attempt's error, if it failed")
+    last_error = serializers.CharField(allow_null=True, help_text="The last attempt's error, if it failed, or why it was suppressed")
 
 
 class AlertSerializer(serializers.ModelSerializer):
@@ -174,7 +179,7 @@ class AlertFilterSerializer(ListQuerySerializer):
     job = serializers.IntegerField(required=False, min_value=1, max_value=INT64_MAX, help_text="Alerts of this job")
     kind = serializers.ChoiceField(choices=AlertKind.choices, required=False)
     delivered = serializers.BooleanField(required=False, allow_null=True, default=None,
-                                         help_text="true: delivered ones; false: pending or given up")
+                                         help_text="true: delivered ones; false: pending, given up or suppressed")
 
 
 class AlertPagination(KeysetPagination):

@@ -1,0 +1,184 @@
+"""What one tenant's alerts may cost the others (docs/alerts.md): delivery shared fairly
+between tenants (a real beat, one tenant's receiver hanging past the delivery timeout), the
+per-tenant hourly alert and e-mail budgets (suppressed with the reason, not sent), and the
+minimum cool-down."""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from datetime import timedelta
+from itertools import count
+
+import pytest
+from django.core import mail
+
+from scheduler_app import alerts, services
+from scheduler_app.models import Alert, AlertKind, AlertRule, Job, RunState, Tenant, db_now
+from tests.conftest import wait_for
+from tests.test_alerts import Receiver, arm, run_of
+
+TASK = "scheduler_app.echo"
+# The module (the package's own `deliver` is its function of that name).
+delivery = importlib.import_module("scheduler_app.alerts.deliver")
+_keys = count()
+
+
+def tenant_with_job(slug: str) -> tuple[Tenant, Job]:
+    tenant = services.tenant_create(slug=slug, name=slug.title())
+    return tenant, services.job_create(tenant, services.JobSpec(name="flaky", task_name=TASK, cron="* * * * *"))
+
+
+def pending_alert(job: Job, *, seconds_ago: float) -> Alert:
+    at = db_now() - timedelta(seconds=seconds_ago)
+    return Alert.objects.create(rule=AlertRule.objects.get(job=job), job=job, tenant=job.tenant, kind=AlertKind.FAILED,
+                                dedup_key=f"flood:{next(_keys)}", message=f"{job}: failed", raised_at=at,
+                                next_delivery_at=at)
+
+
+class StuckReceiver(Receiver):
+    """Takes each alert and answers only once `release` is set: past any delivery timeout."""
+
+    def __init__(self, secrets: list[str]):
+        self.release = threading.Event()
+        super().__init__(secrets)
+
+    def took(self) -> None:
+        self.release.wait(120)
+
+
+@pytest.mark.django_db
+def test_pending_alerts_are_taken_tenants_in_turn_at_most_k_of_one():
+    _, flood = tenant_with_job("flood")
+    _, quiet = tenant_with_job("quiet")
+    alerts.rule_set(flood, {"on_failure": True})
+    alerts.rule_set(quiet, {"on_failure": True})
+    flooded = [pending_alert(flood, seconds_ago=60 - i) for i in range(10)]
+    late = pending_alert(quiet, seconds_ago=1)  # raised after all of the flood's
+
+    picked = [alert_id for alert_id, _ in delivery.fair_pending(db_now(), limit=8, per_tenant=2)]
+
+    assert picked == [flooded[0].id, late.id, flooded[1].id]
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_tenant_s_hanging_receiver_does_not_hold_up_another_tenant_s_alerts(processes, settings):
+    settings.CRONFLEET_HTTP_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    flood_tenant, flood = tenant_with_job("flood")
+    quiet_tenant, quiet = tenant_with_job("quiet")
+    stuck = StuckReceiver(services.tenant_signing_secrets(flood_tenant, db_now()))
+    fast = Receiver(services.tenant_signing_secrets(quiet_tenant, db_now()))
+    alerts.rule_set(flood, {"on_failure": True, "webhook_url": stuck.url})
+    # The flood: 40 alerts recorded, each hanging its delivery for the whole timeout (3 s):
+    # sent one after another, they hold everything behind them for two minutes.
+    for i in range(40):
+        pending_alert(flood, seconds_ago=120 - i)
+    env = {"CRONFLEET_HTTP_ALLOWED_NETWORKS": "127.0.0.0/8", "CRONFLEET_ALERT_CHECK_SECONDS": "1",
+           "CRONFLEET_ALERT_DELIVERY_TIMEOUT_SECONDS": "3", "CRONFLEET_ALERT_DELIVERY_THREADS": "4",
+           "CRONFLEET_ALERT_DELIVERIES_PER_TENANT": "2"}
+    try:
+        processes.beat("beat-1", "--max-sleep", "1", **env)
+        wait_for(lambda: len(stuck.received) >= 2, timeout=60, what="the flood's first alerts at its receiver")
+        # The quiet tenant's job fails once: its beat-evaluated alert goes out while the flood hangs.
+        now = db_now()
+        arm(quiet, now, on_failure=True, webhook_url=fast.url)
+        run_of(quiet, now - timedelta(minutes=1), RunState.FAILED, error="boom")
+
+        wait_for(lambda: fast.received, timeout=30, what="the quiet tenant's alert delivered during the flood")
+        assert Alert.objects.filter(job=flood, delivered_at__isnull=True).count() >= 30  # the flood still hangs
+    finally:
+        stuck.release.set()
+        stuck.shutdown()
+        fast.shutdown()
+
+    assert [alert["tenant"] for alert in fast.received] == ["quiet"] and fast.bad == []
+    assert Alert.objects.get(job=quiet).delivered_at is not None
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_real_beat_sends_a_tenant_s_alerts_up_to_its_hourly_budget_and_suppresses_the_rest(processes, settings):
+    settings.CRONFLEET_HTTP_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    tenant = services.tenant_create(slug="noisy", name="Noisy")
+    receiver = Receiver(services.tenant_signing_secrets(tenant, db_now()))
+    now = db_now()
+    jobs = [services.job_create(tenant, services.JobSpec(name=f"flaky-{i}", task_name=TASK, cron="* * * * *"))
+            for i in range(3)]
+    for minute, job in enumerate(jobs):
+        arm(job, now, on_failure=True, webhook_url=receiver.url)
+        run_of(job, now - timedelta(minutes=10 - minute), RunState.FAILED, error="boom")
+    env = {"CRONFLEET_HTTP_ALLOWED_NETWORKS": "127.0.0.0/8", "CRONFLEET_ALERT_CHECK_SECONDS": "1",
+           "CRONFLEET_ALERT_TENANT_ALERTS_PER_HOUR": "2"}
+    try:
+        processes.beat("beat-1", "--max-sleep", "1", **env)
+        wait_for(lambda: Alert.objects.filter(tenant=tenant).count() == 3 and len(receiver.received) >= 2,
+                 timeout=60, what="three alerts recorded, two of them at the receiver")
+        # Two more checks of every rule: nothing more is sent.
+        checked = db_now() + timedelta(seconds=2)
+        wait_for(lambda: all(rule.checked_until > checked for rule in AlertRule.objects.filter(job__tenant=tenant)),
+                 timeout=60, what="two more checks")
+    finally:
+        receiver.shutdown()
+
+    assert len(receiver.received) == 2
+    suppressed = Alert.objects.get(tenant=tenant, delivered_at__isnull=True)
+    assert alerts.delivery_status(suppressed) == "suppressed" and suppressed.delivery_attempts == 0
+    assert "budget of 2 alerts per hour" in suppressed.delivery_log[-1]["suppressed"]
+
+
+@pytest.mark.django_db
+def test_e_mails_over_the_tenant_s_hourly_budget_are_suppressed_with_the_reason(settings):
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    settings.CRONFLEET_ALERT_TENANT_EMAILS_PER_HOUR = 5
+    _, job = tenant_with_job("mailer")
+    _, other = tenant_with_job("mailer-2")
+    now = db_now()
+    three = ["a@example.com", "b@example.com", "c@example.com"]
+    arm(job, now, on_failure=True, emails=three, cooldown_seconds=60)
+    run_of(job, now - timedelta(minutes=10), RunState.FAILED)
+    arm(other, now, on_failure=True, emails=three)
+    run_of(other, now - timedelta(minutes=10), RunState.FAILED)
+    assert alerts.evaluate_due_rules(now) == 2
+    assert alerts.deliver_pending(now) == 2  # 3 addresses each, one tenant each: within 5
+    run_of(job, now + timedelta(seconds=30), RunState.DEAD)
+    later = now + timedelta(minutes=2)  # past the cool-down
+    assert alerts.evaluate_due_rules(later) == 1
+
+    assert alerts.deliver_pending(later) == 0  # 3 + 3 addresses would be 6
+
+    assert len(mail.outbox) == 2
+    held = Alert.objects.get(job=job, delivered_at__isnull=True)
+    assert alerts.delivery_status(held) == "suppressed"
+    assert held.delivery_log[-1]["channel"] == "email"
+    assert "budget of 5 e-mails per hour is spent (3 sent" in held.delivery_log[-1]["suppressed"]
+    assert alerts.deliver_pending(later + timedelta(minutes=10)) == 0 and len(mail.outbox) == 2  # never sent later
+
+
+@pytest.mark.django_db
+def test_a_rule_saved_with_a_shorter_cool_down_is_held_to_the_minimum(settings):
+    _, job = tenant_with_job("old-rule")
+    now = db_now()
+    arm(job, now, on_failure=True)
+    AlertRule.objects.filter(job=job).update(cooldown_seconds=0)  # saved before the minimum was raised
+    for minute in (30, 29, 28):
+        run_of(job, now - timedelta(minutes=minute), RunState.FAILED)
+
+    assert alerts.evaluate_due_rules(now) == 1
+
+    assert Alert.objects.get().suppressed == 2
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("changes", "field", "message"), [
+    ({"cooldown_seconds": 59}, "cooldown_seconds", "must be at least 60 s"),
+    ({"emails": [f"ops{i}@example.com" for i in range(11)]}, "emails", "at most 10 addresses"),
+])
+def test_a_short_cool_down_and_too_many_recipients_are_refused_naming_the_field(changes, field, message):
+    _, job = tenant_with_job("strict")
+
+    with pytest.raises(services.InvalidInput) as refused:
+        alerts.rule_set(job, changes)
+
+    assert refused.value.field == field and message in refused.value.message
+    assert not AlertRule.objects.filter(job=job).exists()
