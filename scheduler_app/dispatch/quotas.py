@@ -1,5 +1,10 @@
 """Tenant dispatch quotas: budgets under the tenant's row lock, fires over the budget held
-as `pending`, and their release as the budget frees."""
+as `pending`, and their release as the budget frees.
+
+Manual runs (triggers and backfills) have a budget even without a quota: at most
+CRONFLEET_MANUAL_RUNS_IN_FLIGHT of a tenant's manual runs queued or running at once. The rest
+wait as pending (MANUAL_REASON) and the beat releases them here as the tenant's own runs
+finish, so one tenant's backfill cannot bury the other tenants' fires at the workers."""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.transaction import TransactionManagementError
 
@@ -21,11 +27,14 @@ from scheduler_app.dispatch.common import (
 )
 from scheduler_app.dispatch.plan import RunRow
 from scheduler_app.dispatch.publish import RunMessage
-from scheduler_app.models import RunState
+from scheduler_app.models import JobRun, RunState, Tenant, Trigger
 
 QUOTA_WINDOW = timedelta(seconds=60)  # max_fires_per_minute counts runs first dispatched in this window
 QUOTA_POLL_SECONDS = 1.0  # longest beat sleep while runs wait for a quota (a finished run frees a slot unannounced)
 TENANT_CHUNK = 100  # quota tenants locked per release transaction
+MANUAL_PREFIX = "quota_manual"  # a "quota_" reason: held runs count as their job's next run, as a quota's do
+MANUAL_REASON = MANUAL_PREFIX + ": waiting for room under the tenant's budget of {} manual runs in flight"
+MANUAL_TRIGGERS = (Trigger.MANUAL, Trigger.BACKFILL)
 
 
 @dataclass(frozen=True)
@@ -98,6 +107,43 @@ def tenant_budget(tenant_id: int, now: datetime) -> Budget | None:
     return tenant_budgets([tenant_id], now).get(tenant_id)
 
 
+def lock_tenants(tenant_ids: Iterable[int]) -> None:
+    """Lock tenant rows in id order (FOR NO KEY UPDATE: runs referencing them can still be
+    inserted) until the caller's transaction ends; a no-op on SQLite."""
+    list(Tenant.objects.select_for_update(no_key=True).filter(id__in=set(tenant_ids)).order_by("id")
+         .values_list("id", flat=True))
+
+
+def manual_in_flight_room(tenant_id: int) -> int:
+    """How many more of the tenant's manual runs may be queued or running now
+    (jobrun_tenant_in_flight_idx, then each such run's trigger). Call it under the tenant's row lock."""
+    in_flight = JobRun.objects.filter(tenant_id=tenant_id, state__in=(RunState.QUEUED, RunState.RUNNING),
+                                      trigger__in=MANUAL_TRIGGERS).count()
+    return max(0, settings.CRONFLEET_MANUAL_RUNS_IN_FLIGHT - in_flight)
+
+
+def manual_admission(tenant_id: int, now: datetime, count: int) -> tuple[int, str]:
+    """How many of `count` manual runs recorded now may go to the broker at once, and the
+    reason to record on the others, naming the binding limit (pending; the beat releases them
+    in turn): none while the tenant's older manual runs wait, else the room under the manual
+    budget and the quota.
+
+    Locks the tenant's row: call it inside the transaction that records the runs, so two
+    triggers of one tenant never both spend the same room.
+    """
+    if not connection.in_atomic_block:
+        raise TransactionManagementError("manual_admission locks the tenant row: call it inside transaction.atomic()")
+    lock_tenants([tenant_id])
+    reason = MANUAL_REASON.format(settings.CRONFLEET_MANUAL_RUNS_IN_FLIGHT)
+    if JobRun.objects.filter(tenant_id=tenant_id, state=RunState.PENDING, reason__startswith=MANUAL_PREFIX).exists():
+        return 0, reason  # older manual runs go first
+    room = manual_in_flight_room(tenant_id)
+    budget = tenant_budgets([tenant_id], now).get(tenant_id)
+    if budget is not None and budget.for_new_runs < room:  # the quota binds: its reason, its release
+        room, reason = budget.for_new_runs, budget.reason
+    return min(count, room), reason
+
+
 def hold_over_budget(rows: list[RunRow], budgets: dict[int, Budget]) -> list[RunRow]:
     """Planned queued runs beyond their tenant's budget wait as pending with the reason; the
     budget goes to the highest priority, then the oldest fire. Other rows and tenants without
@@ -117,22 +163,26 @@ def hold_over_budget(rows: list[RunRow], budgets: dict[int, Budget]) -> list[Run
     return rows
 
 
-def release_quota_held_runs(now: datetime, *, limit: int) -> list[RunMessage]:
+def release_quota_held_runs(now: datetime, *, limit: int, held_back: Iterable[str] = ()) -> list[RunMessage]:
     """Queue runs held back by their tenant's quota as its budget frees, highest priority
-    first, then oldest fire, at most `limit` per call.
+    first, then oldest fire, at most `limit` per call; then the tenant's held manual runs,
+    within the same budget and the room under its manual budget, none of a job queue in
+    `held_back` (over the high-water mark: backpressure).
 
     Each tenant is handled under its row lock, like dispatch spending the same budget, so
     a beat releasing and a beat dispatching never both spend it. A tenant whose quota was
-    removed meanwhile has its held runs queued without limit.
+    removed meanwhile has its held runs queued without limit (its manual runs within the
+    manual budget).
     """
-    adapt = connection.ops.adapt_datetimefield_value
+    held_back = list(held_back)
     with connection.cursor() as cursor:
         cursor.execute(sql.QUOTA_HELD_TENANTS, {"limit": limit})
         tenants = [row[0] for row in cursor.fetchall()]
     released: list[tuple[int, int, int]] = []
     for start in range(0, len(tenants), TENANT_CHUNK):
         chunk = tenants[start:start + TENANT_CHUNK]
-        with transaction.atomic(durable=True), connection.cursor() as cursor:
+        with transaction.atomic(durable=True):
+            lock_tenants(chunk)  # every tenant: its manual room is counted under the lock
             budgets = tenant_budgets(chunk, now)
             for tenant_id in chunk:
                 room = limit - len(released)
@@ -140,9 +190,28 @@ def release_quota_held_runs(now: datetime, *, limit: int) -> list[RunMessage]:
                     room = min(room, budgets[tenant_id].available)
                 if room <= 0:
                     continue
-                cursor.execute(sql.RELEASE_QUOTA_HELD_RUNS.format(lock=lock_clause(), **one_pass()),
-                               {"now": adapt(now), "tenant": tenant_id, "limit": room})
-                released += cursor.fetchall()
+                quota_held = release_held(now, tenant_id, room, manual=False)
+                room = min(room - len(quota_held), manual_in_flight_room(tenant_id))
+                released += quota_held
+                if room > 0:
+                    released += release_held(now, tenant_id, room, manual=True, held_back=held_back)
         if len(released) >= limit:
             break
     return messages_for(released)
+
+
+def release_held(now: datetime, tenant_id: int, limit: int, *, manual: bool,
+                 held_back: list[str] | None = None) -> list[tuple[int, int, int]]:
+    """Queue up to `limit` of one tenant's held runs, its manual ones or the others waiting
+    for its quota, in one statement (sql.RELEASE_QUOTA_HELD_RUNS); the (run id, attempt,
+    job id) of each. The caller holds the tenant's row lock."""
+    queues = {f"held_back_{number}": queue for number, queue in enumerate(held_back or ())}
+    held_back_clause = "" if not queues else (
+        "AND held.job_id NOT IN (SELECT job.id FROM scheduler_app_job AS job WHERE job.tenant_id = %(tenant)s "
+        f"AND job.queue IN ({', '.join(f'%({name})s' for name in queues)}))")
+    statement = sql.RELEASE_QUOTA_HELD_RUNS.format(lock=lock_clause(), **one_pass(), manual="=" if manual else "<>",
+                                                   manual_length=len(MANUAL_PREFIX), held_back=held_back_clause)
+    with connection.cursor() as cursor:
+        cursor.execute(statement, {"now": connection.ops.adapt_datetimefield_value(now), "tenant": tenant_id,
+                                   "limit": limit, "manual_prefix": MANUAL_PREFIX, **queues})
+        return cursor.fetchall()

@@ -450,12 +450,13 @@ SELECT held.tenant_id
  LIMIT %(limit)s
 """
 
-# release_quota_held_runs
-# Queue up to %(limit)s of one tenant's runs waiting for its quota, highest priority first,
-# then oldest fire, in the order of jobrun_tenant_held_idx (so a long wait list is not
-# sorted each time); the caller holds the tenant's row lock and passes the budget as the
-# limit. This is the run's first trip to the broker, hence dispatched_at. Locked rows are
-# skipped.
+# release_quota_held_runs (quotas.release_held)
+# Queue up to %(limit)s of one tenant's runs waiting for its quota ({manual}: "=" its held
+# manual runs, reason starting %(manual_prefix)s, "<>" the others), none of a job whose queue is held back ({held_back}: empty,
+# or a NOT IN of the queues over the high-water mark), highest priority first, then oldest
+# fire, in the order of jobrun_tenant_held_idx (so a long wait list is not sorted each time);
+# the caller holds the tenant's row lock and passes the budget as the limit. This is the
+# run's first trip to the broker, hence dispatched_at. Locked rows are skipped.
 RELEASE_QUOTA_HELD_RUNS = """
 UPDATE scheduler_app_jobrun
    SET state = 'queued',
@@ -468,6 +469,8 @@ UPDATE scheduler_app_jobrun
         WHERE held.tenant_id = %(tenant)s
           AND held.state = 'pending'
           AND substr(held.reason, 1, 6) = 'quota_'
+          AND substr(held.reason, 1, {manual_length}) {manual} %(manual_prefix)s
+          {held_back}
         ORDER BY held.priority DESC, held.scheduled_at, held.id
         LIMIT %(limit)s
           {lock}

@@ -58,7 +58,7 @@ class TurnResult:
     lost: int = 0
     republished: int = 0
     held: int = 0
-    released: int = 0  # runs held for a quota and queued this turn
+    released: int = 0  # runs held for a quota or the manual budget and queued this turn
     busy: bool = False  # True: there may be more work right now, go again without sleeping
     held_back: list[str] = field(default_factory=list)  # job queues over the high-water mark: not claimed
     recorded: list[tuple] = field(default_factory=list)  # (queue, state, reason, dispatch lag) per run recorded
@@ -81,7 +81,8 @@ def run_turn(now: datetime, *, batch_size: int, grace: timedelta, sweep: bool = 
     retries = requeue_due_retries(now, limit=batch_size)
     published += publish_runs(retries)
     published += publish_runs(release_buffered_runs(now, limit=batch_size))
-    released = release_quota_held_runs(now, limit=batch_size)
+    released = release_quota_held_runs(now, limit=batch_size, held_back=held_back)
+    backpressure.note([{"queue": message.queue} for message in released])  # manual runs' queues are watched too
     published += publish_runs(released)
     republished = republish_stale_runs(now, limit=batch_size) if sweep else []
     published += publish_runs(republished)

@@ -7,6 +7,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from scheduler_app.dispatch import run_times, tenant_budget
+from scheduler_app.dispatch.quotas import manual_admission
+from scheduler_app.dispatch.waker import wake_beats
 from scheduler_app.models import RunState
 from scheduler_app.validation import InvalidInput
 
@@ -32,6 +34,16 @@ def admitted(tenant_id: int, now: datetime, count: int) -> tuple[int, str]:
     if budget is None:
         return count, ""
     return min(count, budget.for_new_runs), budget.reason
+
+
+def admitted_manual(tenant_id: int, now: datetime, count: int) -> tuple[int, str]:
+    """admitted() for manual runs (triggers, backfills): within the tenant's manual budget
+    (CRONFLEET_MANUAL_RUNS_IN_FLIGHT) and its quota, and none while its older manual runs
+    wait. The others wait as pending and the beats, woken at commit, release them fairly."""
+    go, reason = manual_admission(tenant_id, now, count)
+    if go < count:
+        wake_beats()
+    return go, reason
 
 
 def admission_fields(go: bool, reason: str, now: datetime) -> dict:

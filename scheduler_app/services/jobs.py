@@ -13,7 +13,7 @@ from scheduler_app.dispatch.publish import RunMessage, publish_runs
 from scheduler_app.dispatch.waker import wake_beats
 from scheduler_app.models import AuditEvent, Job, JobRun, Tenant, Trigger, db_now
 from scheduler_app.models.lifecycle import audit_job, record_skipped, skip_due_fires
-from scheduler_app.services.common import admission_fields, admitted
+from scheduler_app.services.common import admission_fields, admitted_manual
 from scheduler_app.services.jobspec import JobSpec, check_job_quota, validate_spec
 from scheduler_app.validation import InvalidInput, check_line, check_name
 
@@ -64,11 +64,12 @@ def job_resume(job: Job, *, actor: str = "") -> Job:
 
 
 def job_trigger(job: Job, *, actor: str = "") -> JobRun:
-    """Record a manual run at the database's now and publish it after commit (or hold it as
-    pending while the tenant is over its dispatch quota)."""
+    """Record a manual run at the database's now and publish it after commit, or hold it as
+    pending while the tenant is over its manual budget or dispatch quota (the beat queues it
+    in turn: its state goes pending, then queued)."""
     now = db_now()
     with transaction.atomic():
-        go, reason = admitted(job.tenant_id, now, 1)
+        go, reason = admitted_manual(job.tenant_id, now, 1)
         run = JobRun.objects.create(job=job, tenant_id=job.tenant_id, scheduled_at=now, trigger=Trigger.MANUAL,
                                     created_at=now, job_version=job.version, priority=job.priority,
                                     **admission_fields(go, reason, now))

@@ -10,7 +10,7 @@ from scheduler_app import schedules
 from scheduler_app.dispatch.publish import RunMessage, publish_runs
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Trigger, db_now
 from scheduler_app.models.lifecycle import audit_job
-from scheduler_app.services.common import admission_fields, admitted
+from scheduler_app.services.common import admission_fields, admitted, admitted_manual
 from scheduler_app.validation import InvalidInput
 
 MAX_BACKFILL = 1000
@@ -21,7 +21,9 @@ EARLIEST_BACKFILL = datetime(1970, 1, 1, tzinfo=UTC)
 
 def job_backfill(job: Job, *, start: datetime, end: datetime, dry_run: bool, actor: str = "") -> dict:
     """Record runs for the job's fire times in [start, end] that have none yet, and publish
-    them; with dry_run, only say which. The range must lie in the past."""
+    those within the tenant's manual budget (the rest wait as pending and the beat releases
+    them as the tenant's manual runs finish); with dry_run, only say which. The range must
+    lie in the past."""
     now = db_now()
     for field, value in (("start", start), ("end", end)):
         if not isinstance(value, datetime) or value.tzinfo is None:
@@ -45,7 +47,7 @@ def job_backfill(job: Job, *, start: datetime, end: datetime, dry_run: bool, act
         missing = [at for at in fires if at not in existing]
         created, held = [], 0
         if not dry_run and missing:
-            go, reason = admitted(job.tenant_id, now, len(missing))
+            go, reason = admitted_manual(job.tenant_id, now, len(missing))
             created = JobRun.objects.bulk_create(
                 JobRun(job=job, tenant_id=job.tenant_id, scheduled_at=at, trigger=Trigger.BACKFILL, created_at=now,
                        job_version=locked.version, priority=locked.priority,
