@@ -67,9 +67,17 @@ def queue_depth(queue: str) -> int:
 
 
 def queue_depths(queues: Iterable[str]) -> dict[str, int]:
-    """queue_depth of each of `queues`, over one broker connection."""
-    depths: dict[str, int] = {}
+    """queue_depth of each of `queues`, over one broker connection.
+
+    On Redis, one pipelined round trip for all of them (an LLEN per priority list): a scrape
+    of /metrics asks for every tenant's queue, and a call per queue made 300 queues cost 600
+    round trips. On AMQP, a passive declare per queue on the one channel.
+    """
+    queues = list(queues)
     with app.connection_for_write() as conn:
+        if conn.transport.driver_type == "redis":
+            return _redis_depths(conn.default_channel, queues)
+        depths: dict[str, int] = {}
         channel = conn.channel()
         try:
             for queue in queues:
@@ -81,6 +89,20 @@ def queue_depths(queues: Iterable[str]) -> dict[str, int]:
         finally:
             channel.close()
     return depths
+
+
+def _redis_depths(channel, queues: list[str]) -> dict[str, int]:
+    """The depths of `queues` from kombu's Redis channel, in one pipeline: the lists of each
+    priority step, named as the channel names them (its client adds global_keyprefix). A list
+    that does not exist has length 0; a key that is not a list (WRONGTYPE) counts 0 too."""
+    steps = channel.priority_steps
+    with channel.conn_or_acquire() as client, client.pipeline(transaction=False) as pipe:
+        for queue in queues:
+            for step in steps:
+                pipe.llen(channel._q_for_pri(queue_name(queue), step))
+        sizes = iter(pipe.execute(raise_on_error=False))
+    return {queue: sum(size for size in (next(sizes) for _ in steps) if isinstance(size, int))
+            for queue in queues}
 
 
 def redis_list_keys(queue: str) -> list[str]:

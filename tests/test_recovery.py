@@ -6,11 +6,12 @@ import pytest
 import redis
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
+from django.db.models.functions import Now
 
 from scheduler_app import dispatch
 from scheduler_app.dispatch import sql
 from scheduler_app.dispatch.publish import RunMessage, publish_runs
-from scheduler_app.models import AuditEvent, JobRun, RunState, db_now
+from scheduler_app.models import AuditEvent, JobRun, Node, NodeKind, RunState, db_now
 from scheduler_app.observability import failpoints
 from scheduler_app.queues import queue_depth
 from scheduler_app.worker import execution
@@ -19,6 +20,9 @@ from tests.conftest import NOW, rows_read, utc
 
 @pytest.fixture
 def broker_queue(queue_name):
+    """A broker queue a live worker consumes (by its node row): the sweep publishes again only there."""
+    Node.objects.create(kind=NodeKind.WORKER, name=f"w@{queue_name}", host="h", pid=1, queues=[queue_name],
+                        started_at=Now(), last_seen_at=Now(), stale_after_seconds=60)
     yield queue_name
     client = redis.Redis.from_url(django_settings.CELERY_BROKER_URL)
     client.delete(queue_name)

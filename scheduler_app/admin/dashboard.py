@@ -27,6 +27,7 @@ from scheduler_app.admin.alerts import dashboard_alerts
 from scheduler_app.admin.common import when
 from scheduler_app.models import Alert, Job, JobRun, Node, Tenant, db_now
 from scheduler_app.observability import cluster, dashboard
+from scheduler_app.observability.nodes import flight_of
 
 
 def fleet_panel() -> dict:
@@ -35,9 +36,10 @@ def fleet_panel() -> dict:
     depths = found.queue_depths or {}
     return {
         "nodes": [{"kind": s.node.kind, "name": s.node.name, "state": s.state, "age": f"{s.age:.0f} s",
-                   "activity": s.node.activity} for s in found.nodes],
+                   "activity": s.node.activity, "http": flight_of(s.node.activity)} for s in found.nodes],
         "queues": [{"name": queue, "depth": depths.get(queue), "workers": workers}
                    for queue, workers in sorted(found.queue_workers.items())],
+        "unconsumed": found.unconsumed,
         "broker_error": found.broker_error,
         "due": f"{found.due_jobs:,}{'+' if found.due_capped else ''}",
         "oldest_due": f"{found.oldest_due_seconds:.1f} s",

@@ -1,5 +1,9 @@
 """Recovery and releases: runs whose lease ran out, retries whose backoff is over, runs no
-worker started in time, and buffered (overlap buffer_one) runs whose job went idle."""
+worker started in time, and buffered (overlap buffer_one) runs whose job went idle.
+
+A queue no live worker consumes gets no copies of its runs (each sweep would add one per
+run, forever) and, after CRONFLEET_UNCONSUMED_EXPIRE_SECONDS, its runs are skipped with
+reason no_consumer (expire_unconsumed_runs)."""
 
 from __future__ import annotations
 
@@ -13,11 +17,35 @@ from scheduler_app.dispatch import sql
 from scheduler_app.dispatch.common import CONCURRENCY_REASON, FIRES_REASON, lock_clause, messages_for, one_pass
 from scheduler_app.dispatch.publish import RunMessage
 from scheduler_app.models import AuditEvent, append_attempt
-from scheduler_app.queues import queue_depths
+from scheduler_app.observability.nodes import last_consumed_at, node_states, queue_consumers
+from scheduler_app.queues import queue_depths, queue_name
 
 logger = logging.getLogger("scheduler_app.dispatch")
 
 STALE_SAMPLE_BATCHES = 10  # a sweep looks for stale queues among this many batches of the oldest stale runs
+NO_CONSUMER_REASON = ("no_consumer: no live worker consumed queue {queue!r} for {seconds} s "
+                      "(CRONFLEET_UNCONSUMED_EXPIRE_SECONDS)")
+
+# expire_unconsumed_runs. Kept beside its one caller: dispatch/sql.py belongs to another change
+# in flight. Skip up to %(limit)s queued runs of one queue first published before %(before)s:
+# the queue had no live worker for as long. A message still in the broker finds the run no
+# longer queued when a worker takes it, and changes nothing (the start's compare-and-set).
+EXPIRE_UNCONSUMED_RUNS = """
+UPDATE scheduler_app_jobrun
+   SET state = 'skipped', reason = %(reason)s, finished_at = %(now)s
+ WHERE id {any_of}
+       SELECT run.id
+         FROM scheduler_app_jobrun AS run
+         JOIN scheduler_app_job AS job ON job.id = run.job_id
+        WHERE run.state = 'queued'
+          AND COALESCE(run.dispatched_at, run.created_at) < %(before)s
+          AND job.queue = %(queue)s
+        ORDER BY run.enqueued_at
+        LIMIT %(limit)s
+          {lock_run}
+       {end_any}
+RETURNING id, job_id, tenant_id, attempt
+"""
 
 
 def release_buffered_runs(now: datetime, *, limit: int) -> list[RunMessage]:
@@ -94,7 +122,8 @@ def republish_stale_runs(now: datetime, *, limit: int) -> list[RunMessage]:
     just be waiting its turn and CRONFLEET_DISPATCH_TIMEOUT_SECONDS applies. The queues are
     found among the STALE_SAMPLE_BATCHES * `limit` oldest stale runs (sql.STALE_QUEUES): a
     queue whose stale runs are all younger than those waits until the runs ahead of it are
-    published again (after the dispatch timeout) or started.
+    published again (after the dispatch timeout) or started. A queue that no live worker
+    consumes (observability.nodes.queue_consumers) is passed over and its old runs expire.
     """
     adapt = connection.ops.adapt_datetimefield_value
     idle_before = now - timedelta(seconds=settings.CRONFLEET_REPUBLISH_IDLE_SECONDS)
@@ -107,8 +136,14 @@ def republish_stale_runs(now: datetime, *, limit: int) -> list[RunMessage]:
     if not queues:
         return []
     depths = queue_depths(queues)  # one broker connection for all of them, no locks held
+    nodes = node_states(now)
+    consumers = queue_consumers(nodes)
     stale: list[tuple[int, int, int]] = []
+    unconsumed: list[str] = []
     for queue in queues:
+        if not consumers.get(queue_name(queue)):
+            unconsumed.append(queue)
+            continue
         before = idle_before if depths[queue] == 0 else busy_before
         with transaction.atomic(durable=True), connection.cursor() as cursor:
             cursor.execute(
@@ -118,7 +153,52 @@ def republish_stale_runs(now: datetime, *, limit: int) -> list[RunMessage]:
             stale += cursor.fetchall()
         if len(stale) >= limit:
             break
+    for queue in unconsumed:
+        expire_unconsumed_runs(queue, now, last_consumed_at(nodes).get(queue_name(queue)), limit=limit)
+        passed_over(queue, now, busy_before, limit=limit)
     messages = messages_for(stale)
     if messages:
         logger.warning("publishing %s runs again (not started in time)", len(messages))
     return messages
+
+
+def passed_over(queue: str, now: datetime, before: datetime, *, limit: int) -> None:
+    """Stamp the stale runs of a queue no live worker consumes as looked at now, and publish
+    nothing: their messages still wait in the broker for a worker, and a copy per sweep would
+    grow the queue without bound (100 runs made 400 messages in 15 minutes). The stamp moves
+    them behind the other queues' runs in the sweep's sample of the oldest."""
+    adapt = connection.ops.adapt_datetimefield_value
+    with transaction.atomic(durable=True), connection.cursor() as cursor:
+        cursor.execute(sql.REPUBLISH_STALE_RUNS.format(lock_run=lock_clause(of="run"), **one_pass()),
+                       {"now": adapt(now), "before": adapt(before), "queue": queue, "limit": limit})
+        count = cursor.rowcount
+    if count:
+        logger.warning("queue %r has no live worker: %s runs wait there, not published again", queue_name(queue),
+                       count)
+
+
+def expire_unconsumed_runs(queue: str, now: datetime, consumed_at: datetime | None, *, limit: int) -> int:
+    """Skip (reason no_consumer) queued runs of `queue`, which no live worker consumes, once
+    no worker consuming it has been seen for CRONFLEET_UNCONSUMED_EXPIRE_SECONDS (consumed_at:
+    when one last was, None: not within the nodes' retention) and the runs were first
+    published at least as long ago. Returns how many."""
+    expire = settings.CRONFLEET_UNCONSUMED_EXPIRE_SECONDS
+    before = now - timedelta(seconds=expire)
+    if not expire or (consumed_at is not None and consumed_at > before):
+        return 0
+    adapt = connection.ops.adapt_datetimefield_value
+    reason = NO_CONSUMER_REASON.format(queue=queue_name(queue), seconds=expire)
+    with transaction.atomic(durable=True):
+        with connection.cursor() as cursor:
+            cursor.execute(EXPIRE_UNCONSUMED_RUNS.format(lock_run=lock_clause(of="run"), **one_pass()), {
+                "now": adapt(now), "before": adapt(before), "queue": queue, "limit": limit, "reason": reason[:500]})
+            expired = cursor.fetchall()
+        if expired:
+            logger.warning("skipped %s runs of queue %r: no live worker for %s s", len(expired), queue_name(queue),
+                           expire)
+            AuditEvent.objects.bulk_create(
+                AuditEvent(tenant_id=tenant_id, job_id=job_id, run_id=run_id, action="run.no_consumer", actor="beat",
+                           detail={"attempt": attempt, "queue": queue_name(queue)})
+                for run_id, job_id, tenant_id, attempt in expired
+            )
+    return len(expired)

@@ -3,7 +3,7 @@ fire, runs in flight and waiting (by reason), broker queue depths, beats and wor
 
 Read when asked (the web's /metrics at each scrape, `manage.py status`). Every query walks
 an index sized to the work due or in flight, never the job table or the ledger as a whole,
-so a scrape costs the same at a million jobs and ten million runs (README, Observability):
+so a scrape costs the same at a million jobs and ten million runs (docs/operating.md, Monitoring):
 
 - the due count walks job_due_idx up to the due instant, at most DUE_COUNT_CAP entries;
 - runs in flight are read through an index on their state (jobrun_state_recent_idx, or
@@ -27,7 +27,7 @@ from django.db import DatabaseError, connection
 from prometheus_client.core import GaugeMetricFamily
 
 from scheduler_app.models import NodeKind, db_now
-from scheduler_app.observability.nodes import NodeState, node_states
+from scheduler_app.observability.nodes import NodeState, node_states, queue_consumers
 from scheduler_app.queues import broker_errors, queue_depths, queue_name
 
 logger = logging.getLogger(__name__)
@@ -75,6 +75,10 @@ class Snapshot:
     broker_error: str = ""
     seconds: float = 0.0  # how long taking the snapshot took
     queue_workers: dict[str, int] = field(default_factory=dict)  # live workers consuming each queue
+    # Queues with runs queued (of the QUEUED_SAMPLE) or messages waiting and no live worker:
+    # the beat does not publish their runs again, and skips them after
+    # CRONFLEET_UNCONSUMED_EXPIRE_SECONDS (dispatch/recovery.py).
+    unconsumed: list[str] = field(default_factory=list)
 
     @property
     def due_capped(self) -> bool:
@@ -121,13 +125,16 @@ def snapshot(*, depths: bool = True) -> Snapshot:
     found = Snapshot(now=now, due_jobs=due, oldest_due_seconds=oldest_age, in_flight=in_flight, waiting=waiting,
                      nodes=nodes, queue_depths=None)
     queues = known_queues(nodes, queued)
-    workers = Counter(queue for node in found.live(NodeKind.WORKER) for queue in node.node.queues)
+    workers = queue_consumers(nodes)
     found.queue_workers = {queue: workers.get(queue, 0) for queue in queues}
     if depths:
         try:
             found.queue_depths = queue_depths(queues)
         except broker_errors() as exc:
             found.broker_error = f"{type(exc).__name__}: {exc}"
+    waiting_in = {queue_name(queue) for queue in queued} | {
+        queue for queue, depth in (found.queue_depths or {}).items() if depth}
+    found.unconsumed = sorted(queue for queue in waiting_in if not found.queue_workers.get(queue))
     found.seconds = time.monotonic() - began
     return found
 
@@ -158,6 +165,9 @@ class ClusterCollector:
                            found.queue_depths)
         yield labelled("cronfleet_queue_workers", "Live workers consuming each known queue", "queue",
                        found.queue_workers)
+        yield labelled("cronfleet_queue_unconsumed", "1 for each queue with runs or messages waiting and no live "
+                       "worker consuming it: its runs are not published again and expire (no_consumer)", "queue",
+                       dict.fromkeys(found.unconsumed, 1))
         states = Counter((node.node.kind, node.state) for node in found.nodes)
         nodes = GaugeMetricFamily("cronfleet_nodes", "Beats and workers by state (live, stale, stopped)",
                                   labels=["kind", "state"])
@@ -190,5 +200,6 @@ def labelled(name: str, documentation: str, label: str, values: dict[str, float]
 NAMES = {
     "cronfleet_database_up", "cronfleet_broker_up", "cronfleet_due_jobs", "cronfleet_oldest_due_seconds",
     "cronfleet_runs_in_flight", "cronfleet_runs_waiting", "cronfleet_queue_depth", "cronfleet_queue_workers",
+    "cronfleet_queue_unconsumed",
     "cronfleet_nodes", "cronfleet_node_last_seen_seconds", "cronfleet_cluster_scrape_seconds",
 }

@@ -7,7 +7,9 @@
   default --max-sleep of 5). A frozen beat (SIGSTOP, a hung turn) stops heartbeating; an
   idle one does not.
 - A worker heartbeats from a thread of its main process every WORKER_HEARTBEAT_SECONDS
-  (never per run), and is stale after WORKER_STALE_AFTER_SECONDS.
+  (never per run), and is stale after WORKER_STALE_AFTER_SECONDS. Its activity carries the
+  HTTP attempts of its pool processes (http_flight, FLIGHT_TEXT), and its queues say which
+  queues have a live consumer (queue_consumers: the beat publishes no copies elsewhere).
 
 Each row carries its own bound (stale_after_seconds), so a reader needs to know nothing of
 how the node was started, and the bound is judged by the database's clock like everything
@@ -19,8 +21,10 @@ The Node model itself is in models/nodes.py.
 
 from __future__ import annotations
 
+import glob
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -30,8 +34,10 @@ from datetime import datetime, timedelta
 
 from django.db import DatabaseError, connection
 from django.db.models.functions import Now
+from prometheus_client import multiprocess
 
-from scheduler_app.models import Node
+from scheduler_app.models import Node, NodeKind
+from scheduler_app.queues import queue_name
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +76,69 @@ def node_states(now: datetime, *, kind: str | None = None) -> list[NodeState]:
     """Every known node (a few dozen rows at most) judged at `now`, the database's clock."""
     rows = Node.objects.all() if kind is None else Node.objects.filter(kind=kind)
     return [NodeState(node, max(0.0, (now - node.last_seen_at).total_seconds())) for node in rows]
+
+
+def queue_consumers(states: Iterable[NodeState]) -> dict[str, int]:
+    """Live workers consuming each queue, by the queues their heartbeats name (the broker's
+    own consumer count is not there on Redis: kombu's transport reports 0 consumers)."""
+    consumers: dict[str, int] = {}
+    for state in states:
+        if state.node.kind == NodeKind.WORKER and state.live:
+            for queue in state.node.queues:
+                consumers[queue] = consumers.get(queue, 0) + 1
+    return consumers
+
+
+def last_consumed_at(states: Iterable[NodeState]) -> dict[str, datetime]:
+    """The last time a worker consuming each queue was seen (live, stale or stopped; rows
+    are kept NODE_RETENTION): a queue missing here had no worker for at least that long."""
+    seen: dict[str, datetime] = {}
+    for state in states:
+        if state.node.kind == NodeKind.WORKER:
+            for queue in state.node.queues:
+                if queue not in seen or seen[queue] < state.node.last_seen_at:
+                    seen[queue] = state.node.last_seen_at
+    return seen
+
+
+def unconsumed_warning(queue: str, now: datetime) -> str:
+    """A warning for `manage.py jobs add` and `import_beat`: empty when a live worker
+    consumes the job queue `queue` ('' is the default queue)."""
+    name = queue_name(queue)
+    if queue_consumers(node_states(now, kind=NodeKind.WORKER)).get(name):
+        return ""
+    return (f"warning: no live worker consumes queue {name!r}: its runs wait in the broker, are not "
+            f"published again, and are skipped (no_consumer) after CRONFLEET_UNCONSUMED_EXPIRE_SECONDS; "
+            f"start one with `celery -A project worker -Q {name}`")
+
+
+# A worker's HTTP attempts, summed over its pool processes, as its heartbeat's activity says
+# them (the node row has no column for them; the text is what status and the admin show).
+FLIGHT_GAUGES = {"cronfleet_http_in_flight": "in_flight", "cronfleet_http_waiting": "waiting",
+                 "cronfleet_http_hosts_saturated": "hosts_saturated"}
+FLIGHT_TEXT = "http {in_flight} in flight, {waiting} waiting, {hosts_saturated} hosts saturated"
+FLIGHT_PATTERN = re.compile(r"http (?P<in_flight>\d+) in flight, (?P<waiting>\d+) waiting, "
+                            r"(?P<hosts_saturated>\d+) hosts saturated")
+
+
+def http_flight(directory: str, pids: Iterable[int]) -> dict[str, int]:
+    """The HTTP attempts in flight, waiting for a slot and the saturated hosts of processes
+    `pids`, summed from their live gauges in the prometheus multiprocess `directory`: the
+    worker's pool processes keep the attempts (worker/flight.py) and their gauges there."""
+    wanted = {str(pid) for pid in pids}
+    files = [name for name in glob.glob(os.path.join(directory, "gauge_livesum_*.db"))
+             if name.removesuffix(".db").rsplit("_", 1)[-1] in wanted]
+    counts = dict.fromkeys(FLIGHT_GAUGES.values(), 0)
+    for metric in multiprocess.MultiProcessCollector._read_metrics(files).values():
+        if metric.name in FLIGHT_GAUGES:
+            counts[FLIGHT_GAUGES[metric.name]] += int(sum(sample.value for sample in metric.samples))
+    return counts
+
+
+def flight_of(activity: str) -> dict[str, int] | None:
+    """The HTTP counts a worker's activity carries (FLIGHT_TEXT), None when it has none."""
+    found = FLIGHT_PATTERN.search(activity)
+    return {key: int(value) for key, value in found.groupdict().items()} if found else None
 
 
 class Registration:

@@ -114,7 +114,6 @@ class Flight:
         self._slots: FairSlots | None = None
         self._session = None
         self._tasks: set[asyncio.Task] = set()
-        self._saturated_shown = 0
 
     @staticmethod
     def enabled() -> bool:
@@ -175,7 +174,7 @@ class Flight:
         asyncio.set_event_loop(loop)
         self._loop = loop
         total = settings.CRONFLEET_HTTP_IN_FLIGHT
-        self._slots = FairSlots(total, settings.CRONFLEET_HTTP_IN_FLIGHT_PER_HOST)
+        self._slots = FairSlots(total, settings.CRONFLEET_HTTP_IN_FLIGHT_PER_HOST, on_change=self._show_slots)
 
         async def open_session():
             self._session = aclient.session(connections=total)
@@ -314,7 +313,6 @@ class Flight:
                 response = await self._send(attempt)
             finally:
                 slots.release(call.host)
-                self._show_slots()
             answered = f"{response.status // 100}xx"
             outcome.result = answer(call, response, timezone.now)
         except Exception as exc:  # noqa: BLE001 - every failure is the run's outcome
@@ -336,7 +334,6 @@ class Flight:
                 f"({slots.in_flight.get(call.host, 0)} attempts in flight to it)") from None
         finally:
             metrics.HTTP_WAITING.dec()
-            self._show_slots()
 
     async def _send(self, attempt: _Attempt):
         """The answer to this attempt, signed and sent now, if its lease still holds."""
@@ -351,10 +348,8 @@ class Flight:
             metrics.HTTP_IN_FLIGHT.dec()
 
     def _show_slots(self) -> None:
-        saturated = self._slots.saturated_hosts()
-        if saturated != self._saturated_shown:  # a gauge write per change, not per attempt
-            self._saturated_shown = saturated
-            metrics.HTTP_HOSTS_SATURATED.set(saturated)
+        """FairSlots' on_change: a host started or stopped waiting."""
+        metrics.HTTP_HOSTS_SATURATED.set(self._slots.saturated_hosts())
 
 
 class NoSlot(RetryableFailure):

@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 
 class FairSlots:
-    def __init__(self, total: int, per_host: int) -> None:
+    def __init__(self, total: int, per_host: int, on_change: Callable[[], None] = lambda: None) -> None:
         self.total = total
         self.per_host = min(per_host, total)
         self.busy = 0
         self.in_flight: dict[Hashable, int] = {}
         self._waiting: dict[Hashable, deque[asyncio.Future]] = {}
+        self._on_change = on_change  # called when a host starts or stops waiting (saturated_hosts())
 
     def waiting(self) -> int:
         """Attempts waiting for a slot."""
@@ -39,7 +40,10 @@ class FairSlots:
             self._take(host)
             return
         future = asyncio.get_running_loop().create_future()
-        self._waiting.setdefault(host, deque()).append(future)
+        if host not in self._waiting:
+            self._waiting[host] = deque()
+            self._on_change()
+        self._waiting[host].append(future)
         self._grant()
         try:
             await future
@@ -80,6 +84,7 @@ class FairSlots:
             future = queue.popleft()
             if not queue:
                 del self._waiting[host]
+                self._on_change()
             if future.done():  # cancelled while waiting
                 continue
             self._take(host)
@@ -95,3 +100,4 @@ class FairSlots:
             pass
         if not queue:
             del self._waiting[host]
+            self._on_change()

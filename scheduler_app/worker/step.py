@@ -2,10 +2,12 @@
 with `--metrics-port` (an option of `celery worker`) its metrics exporter.
 
 A prefork pool counts in its child processes, so the exporter adds up files in a
-multiprocess directory (metrics.py). Without PROMETHEUS_MULTIPROC_DIR, --metrics-port makes
-the worker a fresh directory of its own when the command line is read, before anything
-imports prometheus-client, and removes it when the worker stops: one exporter per worker,
-nothing to set up, nothing left from an earlier run.
+multiprocess directory (metrics.py). Without PROMETHEUS_MULTIPROC_DIR, every worker (with
+--metrics-port or not) makes a fresh directory of its own when the command line is read,
+before anything imports prometheus-client, and removes it when the worker stops: one
+exporter per worker, nothing to set up, nothing left from an earlier run. The heartbeat
+reads its pool processes' HTTP gauges there (in flight, waiting, hosts saturated) and says
+them in the node's activity, for `manage.py status` and the dashboard.
 
 install_worker_step(app) adds a bootstep to the worker blueprint; project/celery.py calls it
 when the app is made, before the command line is read. This module imports nothing of
@@ -48,10 +50,11 @@ _own_directory = ""
 
 
 def _metrics_directory(ctx, param, port):
-    """--metrics-port's callback, run as the command line is read: give the worker a
-    multiprocess directory of its own unless it was given one."""
+    """--metrics-port's callback, run as the command line is read (with or without the
+    option): give the worker a multiprocess directory of its own unless it was given one.
+    Without --metrics-port too: the heartbeat reads its pool processes' HTTP gauges there."""
     global _own_directory
-    if port and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         _own_directory = tempfile.mkdtemp(prefix="cronfleet-metrics-")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = _own_directory
         if "prometheus_client.values" in sys.modules:
@@ -98,7 +101,7 @@ class ObserveWorker(bootsteps.StartStopStep):
                           forked=forked)
         registration = nodes.Registration(NodeKind.WORKER, parent.hostname,
                                           stale_after=nodes.WORKER_STALE_AFTER_SECONDS, queues=queues)
-        self.heartbeat = nodes.HeartbeatThread(registration, worker_activity)
+        self.heartbeat = nodes.HeartbeatThread(registration, lambda: worker_activity(parent))
         self.heartbeat.start()
 
     def stop(self, parent) -> None:
@@ -111,10 +114,31 @@ class ObserveWorker(bootsteps.StartStopStep):
     shutdown = stop
 
 
-def worker_activity() -> str:
-    """What the worker is doing, from the main process's own bookkeeping (no query)."""
+def worker_activity(worker=None) -> str:
+    """What the worker is doing, from the main process's own bookkeeping (no query), and the
+    HTTP attempts of its processes (their gauges' files; no query either)."""
     from celery.worker import state  # the worker's own bookkeeping, there only in a worker
+
+    from scheduler_app.observability import metrics, nodes  # after Django is set up, as in start()
 
     active = len(state.active_requests)
     done = sum(state.total_count.values())
-    return f"{active} running, {done} done" if active else f"idle, {done} done"
+    text = f"{active} running, {done} done" if active else f"idle, {done} done"
+    if metrics.MULTIPROC_DIR:
+        try:
+            flight = nodes.http_flight(metrics.MULTIPROC_DIR, {os.getpid(), *_pool_pids(worker)})
+        except (OSError, ValueError) as exc:  # a file going as a process ends: the next heartbeat reads again
+            logger.debug("could not read the HTTP gauges: %s", exc)
+        else:
+            if any(flight.values()):
+                text += "; " + nodes.FLIGHT_TEXT.format(**flight)
+    return text
+
+
+def _pool_pids(worker) -> list[int]:
+    """The pids of a prefork pool's processes (none for a solo or threads pool, or before the
+    pool has started)."""
+    try:
+        return list(worker.pool.info.get("processes", ()))
+    except AttributeError:
+        return []

@@ -10,6 +10,8 @@ from django.db import DatabaseError
 
 from scheduler_app import services
 from scheduler_app.management.tables import OneLineErrors, format_table
+from scheduler_app.models import Job, db_now
+from scheduler_app.observability.nodes import unconsumed_warning
 from scheduler_app.services import importbeat
 
 
@@ -49,6 +51,7 @@ class Command(OneLineErrors, BaseCommand):
         self.stdout.write(f"Import into tenant {tenant} from {sources}"
                           + (" (dry run: nothing written):" if dry_run else ":"))
         self.print_report(report)
+        self.warn_unconsumed(tenant, report)
 
     def print_report(self, report: importbeat.Report) -> None:
         if not report.outcomes:
@@ -73,3 +76,13 @@ class Command(OneLineErrors, BaseCommand):
             self.stdout.write("Differences in meaning from django-celery-beat:")
             for difference in report.differences:
                 self.stdout.write(f"- {difference}")
+
+    def warn_unconsumed(self, tenant: str, report: importbeat.Report) -> None:
+        """A warning on stderr for each queue of the jobs imported (or already there) that no
+        live worker consumes: their runs would wait, and expire, there."""
+        names = [outcome.name for outcome in report.outcomes if outcome.result in ("imported", "unchanged")]
+        queues = Job.objects.filter(tenant__slug=tenant, name__in=names).values_list("queue", flat=True).distinct()
+        now = db_now()
+        for queue in sorted(set(queues)):
+            if warning := unconsumed_warning(queue, now):
+                self.stderr.write(f"import_beat: {warning}")

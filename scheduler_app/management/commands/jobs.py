@@ -33,7 +33,8 @@ from scheduler_app.management.tables import (
     shorten,
     utc_text,
 )
-from scheduler_app.models import Job, JobRun, RunState, Tenant
+from scheduler_app.models import Job, JobRun, RunState, Tenant, db_now
+from scheduler_app.observability.nodes import unconsumed_warning
 from scheduler_app.targets import sql as sqljobs
 
 MAX_LIMIT = 1000
@@ -127,6 +128,8 @@ class Command(OneLineErrors, BaseCommand):
         spec = services.JobSpec(**job_fields(options))
         job = services.job_create(services.tenant_by_slug(tenant), spec, actor="cli")
         self.stdout.write(f"Created job {job.id}: {job.tenant.slug}/{job.name}")
+        if warning := unconsumed_warning(job.queue, db_now()):
+            self.stderr.write(warning)
         self.stdout.write(f"schedule: {schedule_text(job)}")
         self.stdout.write(f"target: {target_text(job)}")
         if job.next_run_at is None:

@@ -1,7 +1,9 @@
 """manage.py status: the cluster at a glance, from the database and the broker.
 
-Beats and workers (live, stale), the due backlog and its oldest fire, broker queue depths
-with the live workers consuming each, dispatch and start lag over the last 5 minutes, runs
+Beats and workers (live, stale; a worker's HTTP attempts in flight, waiting and hosts
+saturated, as its heartbeat summed them over its pool processes), the due backlog and its
+oldest fire, broker queue depths with the live workers consuming each (and the queues with
+runs waiting that none consumes), dispatch and start lag over the last 5 minutes, runs
 scheduled in the last hour by state, and the jobs failing in that hour. Every figure comes
 from cluster.snapshot() and stats.py, which read indexes sized to the work due, in flight or
 in the window, never the whole job table or ledger.
@@ -14,6 +16,7 @@ import sys
 import time
 from datetime import timedelta
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
@@ -21,6 +24,7 @@ from scheduler_app.ledger import stats
 from scheduler_app.management.tables import format_table, shorten, utc_text
 from scheduler_app.models import NodeKind
 from scheduler_app.observability import cluster
+from scheduler_app.observability.nodes import flight_of
 
 LAG_WINDOW = timedelta(minutes=5)
 RUNS_WINDOW = timedelta(hours=1)
@@ -36,7 +40,8 @@ def gather() -> dict:
         "at": found.now.isoformat(),
         "nodes": [{"kind": n.node.kind, "name": n.node.name, "state": n.state, "last_seen_seconds": round(n.age, 1),
                    "activity": n.node.activity, "queues": n.node.queues, "host": n.node.host, "pid": n.node.pid,
-                   "version": n.node.version} for n in found.nodes if n.state != "stopped"],
+                   "version": n.node.version, "http": flight_of(n.node.activity) if n.node.kind == NodeKind.WORKER
+                   else None} for n in found.nodes if n.state != "stopped"],
         "stopped_nodes": sum(1 for n in found.nodes if n.state == "stopped"),
         "live": {kind: len(found.live(kind)) for kind in NodeKind.values},
         "due_jobs": found.due_jobs,
@@ -46,6 +51,8 @@ def gather() -> dict:
         "waiting": found.waiting,
         "queues": {queue: {"depth": None if found.queue_depths is None else found.queue_depths.get(queue),
                            "live_workers": workers} for queue, workers in found.queue_workers.items()},
+        "unconsumed_queues": found.unconsumed,
+        "unconsumed_expire_seconds": settings.CRONFLEET_UNCONSUMED_EXPIRE_SECONDS,
         "broker_error": found.broker_error,
         "lags_window_seconds": int(LAG_WINDOW.total_seconds()),
         "dispatch_lag_seconds": lags["dispatch_lag_seconds"],
@@ -68,6 +75,14 @@ def seconds(value: float | None) -> str:
     return f"{value / 60:.1f} min" if value < 7200 else f"{value / 3600:.1f} h"
 
 
+def http_cells(http: dict | None) -> tuple:
+    """A worker's HTTP attempts in flight, waiting for a slot, and hosts saturated (its
+    heartbeat's sum over its pool processes); '-' when it reported none."""
+    if not http:
+        return ("-", "-", "-")
+    return (f"{http['in_flight']:,}", f"{http['waiting']:,}", f"{http['hosts_saturated']:,}")
+
+
 def render(status: dict) -> str:
     lines = [f"Cronfleet at {status['at']} (the database's clock)", ""]
     live = status["live"]
@@ -75,9 +90,11 @@ def render(status: dict) -> str:
                  + (f"   ({status['stopped_nodes']} stopped recently)" if status["stopped_nodes"] else ""))
     if status["nodes"]:
         lines.append(format_table(
-            ["kind", "name", "state", "last seen", "activity", "queues"],
+            ["kind", "name", "state", "last seen", "activity", "http in flight", "waiting", "hosts saturated",
+             "queues"],
             [(n["kind"], n["name"], n["state"].upper() if n["state"] == "stale" else n["state"],
-              seconds(n["last_seen_seconds"]) + " ago", shorten(n["activity"], 50), ", ".join(n["queues"]))
+              seconds(n["last_seen_seconds"]) + " ago", shorten(n["activity"].split("; http ")[0], 50),
+              *http_cells(n["http"]), ", ".join(n["queues"]))
              for n in status["nodes"]]))
     if not live["beat"]:
         lines.append("NO LIVE BEAT: nothing is being dispatched")
@@ -90,6 +107,11 @@ def render(status: dict) -> str:
     lines.append(format_table(["queue", "depth", "live workers"], [
         (queue, "?" if q["depth"] is None else f"{q['depth']:,}", q["live_workers"])
         for queue, q in status["queues"].items()]))
+    if status["unconsumed_queues"]:
+        expire = status["unconsumed_expire_seconds"]
+        lines.append(f"NO LIVE WORKER for queue{'s' if len(status['unconsumed_queues']) > 1 else ''} "
+                     f"{', '.join(status['unconsumed_queues'])}: runs wait there, are not published again"
+                     + (f", and are skipped (no_consumer) after {seconds(expire)}" if expire else ""))
     lines += ["", f"Lags over the last {status['lags_window_seconds'] // 60} minutes (scheduled runs):",
               format_table(["lag", "runs", "p50", "p99"], [
                   (name, f"{lag['count']:,}", seconds(lag["p50"]), seconds(lag["p99"]))
