@@ -222,10 +222,10 @@ def test_a_run_whose_command_user_cannot_be_used_fails_without_running(settings,
     assert os.listdir(home / "a" / "runs") == []
 
 
-def test_the_readme_s_command_example_keeps_each_path_to_a_file_name():
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    example = re.search(r"export CRONFLEET_COMMANDS='(.*?)'\n", readme, re.S)
-    assert example, "the README's command example shows its allow-list entry"
+def test_the_docs_command_example_keeps_each_path_to_a_file_name():
+    targets = (Path(__file__).resolve().parent.parent / "docs" / "targets.md").read_text()
+    example = re.search(r"export CRONFLEET_COMMANDS='(.*?)'\n", targets, re.S)
+    assert example, "docs/targets.md's command example shows its allow-list entry"
     config = json.loads(example.group(1))
     config["report"]["executable"] = sys.executable  # the example's python3 need not be installed here
     validate_config(config)
