@@ -15,7 +15,8 @@ import pytest
 from django.conf import settings
 from django.db import connections
 
-from scheduler_app.models import Tenant
+from scheduler_app import services
+from scheduler_app.models import Job, Tenant
 from scheduler_app.targets import sql as sqljobs
 from tests.conftest import NOW
 from tests.test_sqljobs_run import (  # noqa: F401 - alias, tables: fixtures used by name
@@ -217,9 +218,9 @@ def test_the_worker_s_prepared_statements_work_after_sessions_were_reset(allow_l
 
 
 def test_a_statement_for_some_tenants_is_refused_to_another_tenant_s_job(allow_list, tenant, settings):
-    settings.CRONFLEET_SQL["items"]["tenants"] = [tenant.slug]
     other = Tenant.objects.create(slug=f"{tenant.slug}-other", name="Another tenant")
     theirs = sql_job(other, "items", max_attempts=3)
+    settings.CRONFLEET_SQL["items"]["tenants"] = [tenant.slug]  # narrowed after the job was saved
 
     outcome, run = run_once(theirs)
     own, own_run = run_once(sql_job(tenant, "items"))
@@ -228,3 +229,15 @@ def test_a_statement_for_some_tenants_is_refused_to_another_tenant_s_job(allow_l
     assert run.error == (f"invalid_sql: sql.name: statement 'items' is not allowed for tenant {other.slug!r} "
                          "(CRONFLEET_SQL.items.tenants)")
     assert own.state == "succeeded" and result_of(own_run)["rows"][0] == [1, "one", None]
+
+
+def test_another_tenant_s_job_naming_a_statement_not_theirs_is_refused_when_saved(allow_list, tenant, settings):
+    settings.CRONFLEET_SQL["items"]["tenants"] = [tenant.slug]
+    other = Tenant.objects.create(slug=f"{tenant.slug}-other", name="Another tenant")
+
+    with pytest.raises(services.InvalidInput) as caught:
+        sql_job(other, "items")
+
+    assert caught.value.field == "sql.name" and "not allowed for tenant" in caught.value.message
+    assert not Job.objects.filter(tenant=other).exists()
+    assert sql_job(tenant, "items").target_config["name"] == "items"  # its own tenant saves it

@@ -104,7 +104,7 @@ def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime, *, anchor: datet
     if not tenant.is_active:
         raise InvalidInput("tenant", f"tenant {tenant.slug!r} is not active")
     name = check_name("name", spec.name)
-    target_config = validate_target(spec)
+    target_config = validate_target(spec, tenant)
     args = [] if spec.args is None else spec.args
     kwargs = {} if spec.kwargs is None else spec.kwargs
     if not isinstance(args, list):
@@ -185,9 +185,9 @@ def check_job_quota(tenant: Tenant) -> None:
         raise QuotaExceeded("name", f"tenant {tenant.slug!r} has reached its quota of {tenant.max_jobs} jobs (max_jobs)")
 
 
-def validate_target(spec: JobSpec) -> dict:
-    """Check the job's target; return its target_config (empty for task jobs)."""
+def validate_target(spec: JobSpec, tenant: Tenant) -> dict:
+    """Check the job's target for `tenant`; return its target_config (empty for task jobs)."""
     kind = targets.KINDS.get(spec.target_kind)
     if kind is None:
         raise InvalidInput("target_kind", f"must be one of {', '.join(TargetKind.values)}")
-    return kind.check(spec)
+    return kind.check(spec, tenant.slug)

@@ -1,8 +1,9 @@
 """What a job runs: one room per target kind, behind one interface.
 
 Each kind's module has
-- check(spec) -> dict: the job spec's target checked when the job is saved, as its
-  target_config (InvalidInput names the field);
+- check(spec, tenant) -> dict: the job spec's target checked when the job is saved for
+  the tenant of slug `tenant`, as its target_config (InvalidInput names the field; an
+  allow-list entry may be one tenant's, sql/);
 - perform(started): one attempt from the worker; the result, or PermanentFailure /
   RetryableFailure (base.py) when the outcome says whether another attempt can help.
 

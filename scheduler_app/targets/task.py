@@ -11,7 +11,7 @@ from scheduler_app.targets.base import PermanentFailure
 from scheduler_app.validation import InvalidInput
 
 
-def check(spec) -> dict:
+def check(spec, tenant: str | None = None) -> dict:
     """The target_config of a task job (none: the task's name is a column of its own)."""
     if spec.task_name not in settings.CRONFLEET_ALLOWED_TASKS:
         allowed = ", ".join(settings.CRONFLEET_ALLOWED_TASKS) or "(none)"

@@ -16,7 +16,7 @@ from scheduler_app.validation import InvalidInput
 logger = logging.getLogger(__name__)
 
 
-def check(spec) -> dict:
+def check(spec, tenant: str | None = None) -> dict:
     """A job's command target ({"name", "params"}) as stored; InvalidInput naming command.<field>."""
     command = spec.command or {}
     name, params = command.get("name", ""), command.get("params") or {}

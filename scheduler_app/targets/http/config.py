@@ -15,7 +15,7 @@ HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")
 MAX_HTTP_BODY = 64 * 1024
 
 
-def check(spec) -> dict:
+def check(spec, tenant: str | None = None) -> dict:
     """The target interface's check: the job spec's HTTP target as stored."""
     return validate_http(spec.http or {})
 
