@@ -28,22 +28,13 @@ from django.contrib import admin
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.core.exceptions import ValidationError
 
+from scheduler_app.observability.callers import client_address
+
 logger = logging.getLogger(__name__)
 
 REDIS_TIMEOUT_SECONDS = 0.5
 # (username, address) pairs one process remembers without Redis; the oldest is forgotten first.
 MAX_REMEMBERED = 10_000
-
-
-def client_address(request) -> str:
-    """REMOTE_ADDR, or behind CRONFLEET_TRUSTED_PROXIES proxies the address the outermost of
-    them saw: the API's reading (api/throttling.py; the admin and the API stand on one floor)."""
-    proxies = settings.CRONFLEET_TRUSTED_PROXIES
-    if proxies:
-        forwarded = [part.strip() for part in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",") if part.strip()]
-        if len(forwarded) >= proxies:
-            return forwarded[-proxies]
-    return request.META.get("REMOTE_ADDR", "")
 
 
 def attempt_key(username: str, address: str) -> str:

@@ -36,6 +36,7 @@ from rest_framework import exceptions
 from rest_framework.throttling import BaseThrottle
 
 from scheduler_app.models import ApiKey
+from scheduler_app.observability.callers import client_address
 
 logger = logging.getLogger(__name__)
 
@@ -218,17 +219,6 @@ class RefusedAddresses:
 
 
 refused = RefusedAddresses()
-
-
-def client_address(request) -> str:
-    """The caller's address: REMOTE_ADDR, or behind CRONFLEET_TRUSTED_PROXIES proxies the
-    address the outermost of them saw (the entry it appended to X-Forwarded-For)."""
-    proxies = settings.CRONFLEET_TRUSTED_PROXIES
-    if proxies:
-        forwarded = [part.strip() for part in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",") if part.strip()]
-        if len(forwarded) >= proxies:
-            return forwarded[-proxies]
-    return request.META.get("REMOTE_ADDR", "")
 
 
 def too_many_failures(per_minute: int, reset: int) -> exceptions.Throttled:
