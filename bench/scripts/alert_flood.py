@@ -26,7 +26,6 @@ import argparse
 import http.server
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -35,7 +34,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]  # the checkout (this is bench/scripts/)
+import floodsetup  # beside this script (bench/scripts/)
 
 
 class Receiver(http.server.ThreadingHTTPServer):
@@ -71,8 +70,7 @@ class Receiver(http.server.ThreadingHTTPServer):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--root", default=str(ROOT), help="the code tree to run (default: this checkout)")
-    parser.add_argument("--database", default="cronfleet_alert_flood")
+    floodsetup.add_arguments(parser, "cronfleet_alert_flood")
     parser.add_argument("--seconds", type=int, default=60, help="how long flood floods")
     parser.add_argument("--flood-per-second", type=float, default=5.0, help="flood's failed runs per second")
     parser.add_argument("--flood-jobs", type=int, default=50)
@@ -82,38 +80,16 @@ def main() -> None:
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="a setting for the beat")
     args = parser.parse_args()
 
-    root = Path(args.root).resolve()
-    base = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/cronfleet").rsplit("/", 1)[0]
-    os.environ["DATABASE_URL"] = f"{base}/{args.database}"
-    os.environ.setdefault("CELERY_BROKER_URL", "redis://127.0.0.1:6379/12")
-    os.environ.setdefault("DJANGO_SECRET_KEY", "alert-flood-only-secret-key-not-used-anywhere")
-    os.environ["DJANGO_SETTINGS_MODULE"] = "project.settings"
-    os.environ["CRONFLEET_HTTP_ALLOWED_NETWORKS"] = "127.0.0.0/8"  # the receivers are local
-    os.environ["CRONFLEET_ALERT_CHECK_SECONDS"] = "1"
-    os.environ.update(dict(item.split("=", 1) for item in args.env))
-    os.chdir(root)  # as well as sys.path: Celery puts the working directory first on it
-    sys.path.insert(0, str(root))
-    fresh_database(base, args.database)
-
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    root = floodsetup.set_up(args, script="alert-flood", env={
+        "CRONFLEET_HTTP_ALLOWED_NETWORKS": "127.0.0.0/8",  # the receivers are local
+        "CRONFLEET_ALERT_CHECK_SECONDS": "1", **dict(item.split("=", 1) for item in args.env)})
     beat = start_beat(root)
     try:
         flood(args)
     finally:
-        stop(beat)
+        floodsetup.stop(beat)
 
 
-def fresh_database(base: str, name: str) -> None:
-    import psycopg
-
-    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
 
 
 def start_beat(root: Path) -> subprocess.Popen:
@@ -188,14 +164,6 @@ def flood(args) -> None:
     fast.shutdown()
 
 
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
 
 
 if __name__ == "__main__":

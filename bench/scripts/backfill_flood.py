@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -30,51 +29,29 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]  # the checkout (this is bench/scripts/)
+import floodsetup  # beside this script (bench/scripts/)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--root", default=str(ROOT), help="the code tree to run (default: this checkout)")
-    parser.add_argument("--database", default="cronfleet_backfill_flood")
+    floodsetup.add_arguments(parser, "cronfleet_backfill_flood")
     parser.add_argument("--seconds", type=int, default=60, help="how long flood floods (quiet's window)")
     parser.add_argument("--backfills", type=int, default=30, help="backfills of 1,000 runs during the window")
     parser.add_argument("--triggers-per-second", type=float, default=2.0)
     parser.add_argument("--drain", type=int, default=600, help="longest wait for quiet's fires to start")
     args = parser.parse_args()
 
-    root = Path(args.root).resolve()
-    base = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/cronfleet").rsplit("/", 1)[0]
-    os.environ["DATABASE_URL"] = f"{base}/{args.database}"
-    os.environ.setdefault("CELERY_BROKER_URL", "redis://127.0.0.1:6379/12")
-    os.environ.setdefault("DJANGO_SECRET_KEY", "backfill-flood-only-secret-key-not-used-anywhere")
-    os.environ["DJANGO_SETTINGS_MODULE"] = "project.settings"
-    sys.path.insert(0, str(root))
-    os.chdir(root)  # the tree's own project and scheduler_app, whichever checkout holds this script
-    fresh_database(base, args.database)
-
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    root = floodsetup.set_up(args, script="backfill-flood")
     queue = f"flood-{uuid.uuid4().hex[:8]}"
     procs = start_processes(root, queue)
     try:
         flood(args, queue)
     finally:
         for proc in procs:
-            stop(proc)
+            floodsetup.stop(proc)
         drop_queue(queue)
 
 
-def fresh_database(base: str, name: str) -> None:
-    import psycopg
-
-    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
 
 
 def start_processes(root: Path, queue: str) -> list[subprocess.Popen]:
@@ -141,14 +118,6 @@ def flood(args, queue: str) -> None:
         print(f"quiet: none of {expected} fires started")
 
 
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
 
 
 def drop_queue(queue: str) -> None:
