@@ -6,6 +6,8 @@ down with it."""
 
 from __future__ import annotations
 
+from io import StringIO
+
 import pytest
 from django.core.management import CommandError, call_command
 from django.urls import reverse
@@ -143,3 +145,20 @@ def test_lowering_a_tenant_s_retention_brings_its_jobs_down_with_it(db):
     assert event.detail == {"changes": {"retention_days": [40, 7], "retention_failed_days": [100, 14],
                                         "retention_keep_last": [20, 3]},
                             "reason": "the tenant's retention was lowered"}
+
+
+def test_retention_clamp_lowers_values_saved_before_the_bound_existed(bounded):
+    # As a ledger from before the bound: a job keeping its runs forever, and 50 of them.
+    Job.objects.filter(id=bounded.id).update(retention_days=0, retention_failed_days=0, retention_keep_last=50)
+    others = job_of(make_tenant())  # a tenant without a bound of its own: the settings' 30/90/0
+    Job.objects.filter(id=others.id).update(retention_days=7)  # within the settings: left alone
+
+    out = StringIO()
+    call_command("retention", "clamp", stdout=out)
+
+    bounded.refresh_from_db()
+    others.refresh_from_db()
+    assert (bounded.retention_days, bounded.retention_failed_days, bounded.retention_keep_last) == (1, 3, 5)
+    assert others.retention_days == 7
+    assert out.getvalue().strip() == "1 job(s) lowered to their tenant's retention bound"
+    assert AuditEvent.objects.filter(job_id=bounded.id, actor="cli").exists()

@@ -41,7 +41,12 @@ from scheduler_app.services.jobs import (
 )
 from scheduler_app.services.jobspec import PAST_GRACE, JobSpec, spec_schedule, validate_spec
 from scheduler_app.services.keys import apikey_authenticate, apikey_create, apikey_revoke, check_key_quota
-from scheduler_app.services.retention import check_job_retention, job_set_retention, tenant_set_retention
+from scheduler_app.services.retention import (
+    check_job_retention,
+    clamp_all_jobs,
+    job_set_retention,
+    tenant_set_retention,
+)
 from scheduler_app.services.runs import REPLAYABLE, job_backfill, run_replay
 from scheduler_app.services.tenants import (
     TENANT_LIMITS,
@@ -54,7 +59,7 @@ from scheduler_app.targets.http.secrets import tenant_signing_secrets
 from scheduler_app.validation import InvalidInput, check_name
 
 __all__ = [
-    "apikey_authenticate", "apikey_create", "apikey_revoke", "BULK_ACTIONS", "check_job_retention",
+    "apikey_authenticate", "apikey_create", "apikey_revoke", "BULK_ACTIONS", "check_job_retention", "clamp_all_jobs",
     "check_key_quota", "check_name",
     "InvalidInput", "job_backfill", "job_create", "job_delete", "job_pause", "job_preview", "job_resume",
     "job_set_retention", "job_trigger", "job_trigger_reporting", "job_update", "job_update_impact",

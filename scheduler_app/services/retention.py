@@ -67,6 +67,18 @@ def tenant_set_retention(tenant: Tenant, changes: Mapping, *, actor: str = "") -
     return tenant
 
 
+def clamp_all_jobs(*, actor: str = "") -> int:
+    """clamp_jobs for every tenant whose jobs set their own retention, each in a transaction
+    of its own: for a ledger whose jobs were given values above their tenant's before the
+    bound existed (`manage.py retention clamp`, once after upgrading); how many jobs changed."""
+    changed = 0
+    tenant_ids = Job.objects.filter(JOB_RETENTION_SET).values_list("tenant_id", flat=True).distinct()
+    for tenant in Tenant.objects.filter(id__in=list(tenant_ids)).order_by("id"):
+        with transaction.atomic():
+            changed += clamp_jobs(tenant, actor=actor)
+    return changed
+
+
 def clamp_jobs(tenant: Tenant, *, actor: str = "") -> int:
     """Lower the tenant's jobs' retention values that exceed its bound to the bound; return
     how many jobs changed. Call inside the transaction that set the tenant's."""

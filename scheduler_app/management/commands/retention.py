@@ -2,6 +2,7 @@
 
     manage.py retention show [--tenant SLUG | --job JOB]
     manage.py retention set (--tenant SLUG | --job JOB) [--days N] [--failed-days N] [--keep-last N]
+    manage.py retention clamp      # once after upgrading: jobs' values above their tenant's bound are lowered
 
 A value of `inherit` clears the field (a job then follows its tenant, a tenant the
 CRONFLEET_RETENTION_* settings). Bad values end the command with one line naming the field
@@ -33,12 +34,13 @@ def _value(text: str) -> int | None:
 
 
 class Command(OneLineErrors, BaseCommand):
-    help = "Show or set how long finished runs are kept. Subcommands: show, set."
+    help = "Show or set how long finished runs are kept. Subcommands: show, set, clamp."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        sub = parser.add_subparsers(dest="action", required=True, metavar="{show,set}")
+        sub = parser.add_subparsers(dest="action", required=True, metavar="{show,set,clamp}")
         show = sub.add_parser("show", help="The policy in force for a tenant or a job (default: the settings)")
         change = sub.add_parser("set", help="Set a tenant's or a job's retention ('inherit' clears a value)")
+        sub.add_parser("clamp", help="Lower every job's retention above its tenant's bound to the bound (audited)")
         for command in (show, change):
             which = command.add_mutually_exclusive_group(required=command is change)
             which.add_argument("--tenant", metavar="SLUG")
@@ -70,6 +72,10 @@ class Command(OneLineErrors, BaseCommand):
         else:
             obj = services.tenant_set_retention(obj, changes, actor="cli")
         self.show(obj)
+
+    def do_clamp(self, **options) -> None:
+        changed = services.clamp_all_jobs(actor="cli")
+        self.stdout.write(f"{changed} job(s) lowered to their tenant's retention bound")
 
     def show(self, obj) -> None:
         if obj is None:
