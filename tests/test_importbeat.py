@@ -9,10 +9,13 @@ from unittest import mock
 from zoneinfo import ZoneInfo
 
 import pytest
+from celery import current_app
 from celery.schedules import crontab, schedule
 from cronsim import CronSim
+from django.conf import settings as django_settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db.models.functions import Now
 from django.test import override_settings
 from django_celery_beat.models import (
     ClockedSchedule,
@@ -25,7 +28,7 @@ from django_celery_beat.models import (
 from django_celery_beat.tzcrontab import TzAwareCrontab
 
 from scheduler_app import services
-from scheduler_app.models import AuditEvent, Job, Tenant, db_now
+from scheduler_app.models import AuditEvent, Job, Node, NodeKind, Tenant, db_now
 from scheduler_app.services import importbeat
 
 TASK = "scheduler_app.echo"
@@ -483,3 +486,125 @@ def test_the_admin_does_not_offer_django_celery_beats_pages(admin_client):
     assert index.status_code == 200
     assert "django_celery_beat" not in index.content.decode()
     assert admin_client.get("/admin/django_celery_beat/periodictask/").status_code == 404
+
+
+# --- issue 24 item 3: import_beat speaks up ------------------------------------------------
+
+
+def run_both(*argv: str) -> tuple[str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    call_command("import_beat", *argv, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+@override_settings(CELERY_BEAT_SCHEDULE=None,
+                   CELERYBEAT_SCHEDULE={"old-name": {"task": TASK, "schedule": timedelta(minutes=10)}})
+def test_the_old_setting_name_celerybeat_schedule_is_imported(acme):
+    out = run("--tenant", "acme", "--from-settings")
+
+    assert Job.objects.get().every_seconds == 600
+    assert outcome(import_(acme, from_db=False, from_settings=True), "old-name").origin == "CELERYBEAT_SCHEDULE"
+    assert "(nothing to import" not in out and "1 imported, 0 unchanged, 0 skipped." in out
+
+
+@override_settings(CELERY_BEAT_SCHEDULE={"both": {"task": TASK, "schedule": 60}})
+def test_the_celery_apps_beat_schedule_is_imported_and_an_entry_read_twice_counts_once(acme):
+    app_only = {"both": {"task": TASK, "schedule": 60}, "app-only": {"task": TASK, "schedule": crontab(minute="7")},
+                "clash": {"task": TASK, "schedule": 5}}
+    with mock.patch.object(type(current_app.conf), "beat_schedule", app_only, create=True):
+        with override_settings(CELERYBEAT_SCHEDULE={"clash": {"task": TASK, "schedule": 9}}):
+            report = import_(acme, from_db=False, from_settings=True)
+
+    assert [(found.origin, found.name, found.result) for found in report.outcomes] == [
+        ("CELERY_BEAT_SCHEDULE", "both", "imported"), ("CELERYBEAT_SCHEDULE", "clash", "imported"),
+        ("app.conf.beat_schedule", "app-only", "imported"), ("app.conf.beat_schedule", "clash", "skipped")]
+    assert outcome(report, "app-only").schedule == "cron 7 * * * * (UTC)"
+    assert report.outcomes[-1].notes == ["also in CELERYBEAT_SCHEDULE, with a different entry: imported from "
+                                         "CELERYBEAT_SCHEDULE"]
+
+
+@override_settings(CELERY_BEAT_SCHEDULE=None, CELERYBEAT_SCHEDULE=None)
+def test_nothing_to_import_says_where_it_looked(acme):
+    assert run("--tenant", "acme").splitlines()[1] == (
+        "(nothing to import: read PeriodicTask rows, CELERY_BEAT_SCHEDULE, CELERYBEAT_SCHEDULE, "
+        "app.conf.beat_schedule; all empty)")
+
+
+@override_settings(CELERYBEAT_SCHEDULE=["not", "a", "dict"])
+def test_a_beat_schedule_that_is_not_a_dict_is_one_line_naming_it(acme):
+    report = import_(acme, from_db=False, from_settings=True)
+
+    assert [(found.origin, found.result, found.notes) for found in report.outcomes] == [
+        ("CELERYBEAT_SCHEDULE", "skipped", ["CELERYBEAT_SCHEDULE: must be a dict of entries, not a list"])]
+
+
+def test_a_second_import_after_a_one_off_passed_reports_it_unchanged(acme):
+    soon = db_now() + timedelta(seconds=2)
+    clocked_row("soon", soon)
+    past = db_now() - timedelta(hours=3)
+    clocked_row("missed", past)
+    first = import_(acme, disable_source=True)  # the rows are disabled now
+    # Time passes: both clocked times are now well in the past, the rows disabled.
+    later = db_now() + timedelta(hours=1)
+
+    with mock.patch.object(importbeat, "db_now", return_value=later):
+        second = import_(acme, disable_source=True)
+
+    assert [found.result for found in first.outcomes] == ["imported", "imported"]
+    assert [(found.name, found.result) for found in second.outcomes] == [("soon", "unchanged"),
+                                                                         ("missed", "unchanged")]
+    assert Job.objects.count() == 2
+    missed = Job.objects.get(name="missed")
+    assert outcome(second, "missed").schedule == f"once at {missed.run_at.astimezone(UTC):%Y-%m-%d %H:%M:%S}Z"
+
+
+def test_a_task_not_allowed_still_shows_its_schedule_and_the_line_to_allow_it(acme):
+    periodic("theirs", task="billing.tasks.close_day",
+             crontab=CrontabSchedule.objects.create(minute="30", hour="2", timezone=ZoneInfo("Europe/Paris")))
+    periodic("again", task="billing.tasks.close_day", interval=IntervalSchedule.objects.create(every=5,
+                                                                                             period="minutes"))
+    periodic("other", task="ops.tasks.rotate", interval=IntervalSchedule.objects.create(every=1, period="hours"))
+
+    report = import_(acme, dry_run=True)
+    out = run("--tenant", "acme", "--from-db")
+
+    assert [(found.result, found.schedule) for found in report.outcomes] == [
+        ("skipped", "cron 30 2 * * * (Europe/Paris)"), ("skipped", "every 300s"), ("skipped", "every 3600s")]
+    assert outcome(report, "theirs").notes[0] == "task 'billing.tasks.close_day' is not in CRONFLEET_ALLOWED_TASKS"
+    allowed = ",".join(django_settings.CRONFLEET_ALLOWED_TASKS)
+    assert report.allow_line() == f"CRONFLEET_ALLOWED_TASKS={allowed},billing.tasks.close_day,ops.tasks.rotate"
+    assert f"  CRONFLEET_ALLOWED_TASKS={allowed},billing.tasks.close_day,ops.tasks.rotate" in out.splitlines()
+    assert "Tasks not allowed (billing.tasks.close_day, ops.tasks.rotate)" in out
+    assert not Job.objects.exists()
+
+
+def test_the_report_lists_the_queues_and_which_no_live_worker_consumes(acme, settings):
+    default = settings.CELERY_TASK_DEFAULT_QUEUE
+    Node.objects.create(kind=NodeKind.WORKER, name="w@default", host="h", pid=1, queues=[default],
+                        started_at=Now(), last_seen_at=db_now(), stale_after_seconds=15)
+    cron_row("a", minute="0")
+    cron_row("b", minute="5")
+    cron_row("c", row={"queue": "reports"}, minute="10")
+
+    for argv in (("--dry-run",), ()):
+        out, err = run_both("--tenant", "acme", "--from-db", *argv)
+
+        assert f"Queues: {default} (2 jobs, 1 live worker); reports (1 job, NO live worker)." in out.splitlines()
+        assert "No live worker consumes reports: their runs would wait there (see the warning on stderr)." in out
+        assert "no live worker consumes queue 'reports'" in err and repr(default) not in err
+
+
+@pytest.mark.parametrize("micro", [0, 250000])
+@pytest.mark.parametrize("ahead", [timedelta(days=2), timedelta(minutes=20)])
+def test_an_interval_with_a_future_start_time_fires_first_at_it_as_django_celery_beat_does(acme, ahead, micro):
+    start = (db_now() + ahead).replace(microsecond=micro)  # start_time = timezone.now() + ... has microseconds
+    interval_row("later", 1, IntervalSchedule.HOURS, start_time=start)
+
+    report = import_(acme)
+
+    job = Job.objects.get()
+    # django-celery-beat: due as soon as start_time is reached (at the next whole second here).
+    assert job.next_run_at == (start if not micro else start.replace(microsecond=0) + timedelta(seconds=1))
+    assert outcome(report, "later").result == "imported"
+    assert bool(micro) == any(note.startswith("start_time ") for note in outcome(report, "later").notes)
+    assert outcome(import_(acme), "later").result == "unchanged"

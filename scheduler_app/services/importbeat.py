@@ -1,4 +1,6 @@
-"""Import schedules from django-celery-beat: PeriodicTask rows and CELERY_BEAT_SCHEDULE entries.
+"""Import schedules from django-celery-beat: PeriodicTask rows and beat schedule entries (the
+settings CELERY_BEAT_SCHEDULE and its old name CELERYBEAT_SCHEDULE, and the Celery app's
+conf.beat_schedule, which a celery.py may set itself).
 
 Each source becomes one job of a tenant, created through services (job_create, job_pause)
 and named exactly as its source (PeriodicTask.name is unique and at most 200 characters, as
@@ -20,6 +22,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from celery import current_app
 from celery import schedules as celery_schedules
 from django.conf import settings
 from django.db import transaction
@@ -40,6 +43,9 @@ NTH_WEEK = {tuple(range(7 * n - 6, 7 * n + 1)): n for n in range(1, 5)}
 SOURCE_FIELDS = ("name", "target_kind", "task_name", "args", "kwargs", "queue", "priority", "cron", "timezone",
                  "every", "at", "start_at", "end_at")
 ONE_MICROSECOND = timedelta(microseconds=1)
+# Where a beat schedule may be written, in the order they are read: the settings under their
+# current and their old (Celery 3) name, then the Celery app's own configuration.
+SCHEDULE_SOURCES = ("CELERY_BEAT_SCHEDULE", "CELERYBEAT_SCHEDULE", "app.conf.beat_schedule")
 
 
 class Untranslatable(ValueError):
@@ -52,7 +58,11 @@ class Translation:
 
     spec: services.JobSpec | None = None
     paused: bool = False
+    # Why no job is made; with a `spec`, the schedule was translated all the same (shown in
+    # the report), and with `lapsed` a job already made from the source is still compared.
     refusal: str = ""
+    lapsed: bool = False
+    missing_task: str = ""  # a task not in CRONFLEET_ALLOWED_TASKS
     notes: list[str] = field(default_factory=list)
     # A one-off taken from a repeating schedule (or a passed clocked time): its instant was
     # decided at the first import and is not compared again.
@@ -61,12 +71,14 @@ class Translation:
 
 @dataclass
 class Outcome:
-    origin: str  # "PeriodicTask 12" or "CELERY_BEAT_SCHEDULE"
+    origin: str  # "PeriodicTask 12", "CELERY_BEAT_SCHEDULE", "CELERYBEAT_SCHEDULE" or "app.conf.beat_schedule"
     name: str
     result: str  # imported, would import, unchanged, skipped
     schedule: str = ""
     notes: list[str] = field(default_factory=list)
     row_id: int | None = None  # the PeriodicTask an imported or unchanged job stands for
+    queue: str = ""  # the job's queue ('' is the default one), when it has a job or would have
+    missing_task: str = ""  # skipped because this task is not in CRONFLEET_ALLOWED_TASKS
 
 
 @dataclass
@@ -76,9 +88,30 @@ class Report:
     disabled: list[str]  # names of the PeriodicTask rows disabled (or, in a dry run, that would be)
     still_enabled: list[str]  # rows of imported jobs left enabled: both schedulers would send them
     dry_run: bool
+    read: list[str] = field(default_factory=list)  # the sources read, for "(nothing to import)"
 
     def count(self, result: str) -> int:
         return sum(outcome.result == result for outcome in self.outcomes)
+
+    def missing_tasks(self) -> list[str]:
+        """The tasks of skipped sources that CRONFLEET_ALLOWED_TASKS lacks, in order."""
+        return list(dict.fromkeys(outcome.missing_task for outcome in self.outcomes if outcome.missing_task))
+
+    def allow_line(self) -> str:
+        """The CRONFLEET_ALLOWED_TASKS line (an environment variable, comma separated) that
+        allows the tasks of the skipped sources too; empty when none is missing."""
+        missing = self.missing_tasks()
+        if not missing:
+            return ""
+        return "CRONFLEET_ALLOWED_TASKS=" + ",".join([*settings.CRONFLEET_ALLOWED_TASKS, *missing])
+
+    def queues(self) -> dict[str, int]:
+        """The jobs imported, unchanged or that a dry run would import, by queue ('' default)."""
+        found: dict[str, int] = {}
+        for outcome in self.outcomes:
+            if outcome.result in ("imported", "would import", "unchanged"):
+                found[outcome.queue] = found.get(outcome.queue, 0) + 1
+        return dict(sorted(found.items()))
 
 
 # --- what a source means -----------------------------------------------------------------
@@ -175,13 +208,22 @@ def base_spec(name: str, task: str, args, kwargs, description: str) -> services.
         name = services.check_name("name", name)
     except services.InvalidInput as exc:
         raise Untranslatable(f"the name {exc.message}") from None
-    if task not in settings.CRONFLEET_ALLOWED_TASKS:
-        raise Untranslatable(f"task {task!r} is not in CRONFLEET_ALLOWED_TASKS")
+    if not isinstance(task, str) or not task:
+        raise Untranslatable("task: must be a task name")
     if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict):
         raise Untranslatable("args must be a list and kwargs an object")
     return services.JobSpec(name=name, task_name=task, args=list(args), kwargs=dict(kwargs), tags=[TAG],
                             description=description, max_attempts=1,
                             timeout_seconds=settings.CRONFLEET_MAX_JOB_TIMEOUT_SECONDS)
+
+
+def check_task(result: Translation) -> Translation:
+    """Refuse a translated source whose task the workers may not run, keeping its schedule."""
+    task = result.spec.task_name
+    if task not in settings.CRONFLEET_ALLOWED_TASKS:
+        result.refusal = f"task {task!r} is not in CRONFLEET_ALLOWED_TASKS"
+        result.missing_task, result.lapsed = task, False
+    return result
 
 
 def translate_row(row: PeriodicTask, now: datetime) -> Translation:
@@ -209,7 +251,7 @@ def translate_row(row: PeriodicTask, now: datetime) -> Translation:
         result.notes.append(f"expire_seconds {row.expire_seconds} (each message's lifetime) has no equivalent")
     result.paused = not row.enabled
     result.spec = spec
-    return result
+    return check_task(result)
 
 
 def row_schedule(row: PeriodicTask, spec: services.JobSpec, result: Translation, now: datetime) -> None:
@@ -242,11 +284,17 @@ def row_schedule(row: PeriodicTask, spec: services.JobSpec, result: Translation,
         interval = row.interval
         spec.every = interval_seconds(timedelta(**{interval.period: interval.every}))
         spec.timezone = ""
+        if spec.start_at is not None:
+            interval_start(row, spec, notes, now)
     elif row.clocked_id is not None:
         spec.at = row.clocked.clocked_time
         if spec.at < now - services.PAST_GRACE:
             if not row.enabled or row.total_run_count:
-                raise Untranslatable(f"a one-off whose time ({spec.at.isoformat()}) has passed: nothing left to run")
+                # Refused unless a job was made from it already (an import before its time, or
+                # one that disabled the row): that job is still what the row means.
+                result.refusal = f"a one-off whose time ({spec.at.isoformat()}) has passed: nothing left to run"
+                result.lapsed = result.decided_at = True
+                return
             notes.append(f"clocked time {spec.at.isoformat()} has passed and it never ran: django-celery-beat "
                          "would send it at its next tick; imported to fire at once")
             spec.at, result.decided_at = now, True
@@ -257,6 +305,20 @@ def row_schedule(row: PeriodicTask, spec: services.JobSpec, result: Translation,
         raise Untranslatable("the row has no schedule (crontab, interval, solar or clocked)")
     if row.one_off:
         make_one_off(spec, result, now, last_change=row.date_changed)
+
+
+def interval_start(row: PeriodicTask, spec: services.JobSpec, notes: list[str], now: datetime) -> None:
+    """django-celery-beat fires an interval row first at its start_time (a row that never ran
+    counts its last run 30 years back), then every interval; a job's interval fires at whole
+    seconds from start_at, so a start_time with a fraction of a second starts at the next one
+    (else the first fire would be one interval later)."""
+    if spec.start_at.microsecond:
+        spec.start_at = spec.start_at.replace(microsecond=0) + timedelta(seconds=1)
+        notes.append(f"start_time {row.start_time.isoformat()} becomes start_at {spec.start_at.isoformat()} (whole "
+                     "seconds): the first fire")
+    if spec.start_at < now and row.last_run_at is None and row.enabled:
+        notes.append(f"start_time {spec.start_at.isoformat()} has passed and it never ran: django-celery-beat would "
+                     "send it at once, then every interval from then; the job fires at start_time + k x interval")
 
 
 def row_zone(row: PeriodicTask, notes: list[str]) -> str:
@@ -287,13 +349,18 @@ def make_one_off(spec: services.JobSpec, result: Translation, now: datetime, *, 
     result.decided_at = True
 
 
-def translate_entry(name: str, entry: dict, now: datetime) -> Translation:
-    """The job a CELERY_BEAT_SCHEDULE entry means."""
+def translate_entry(name: str, entry: dict, now: datetime, origin: str = "CELERY_BEAT_SCHEDULE") -> Translation:
+    """The job a beat schedule entry means (`origin`: where it is written)."""
     result = Translation()
-    options = dict(entry.get("options") or {})
+    if not isinstance(entry, dict):
+        return Translation(refusal=f"the entry is a {type(entry).__name__}, not a dict with task and schedule")
+    options = entry.get("options") or {}
+    if not isinstance(options, dict):
+        return Translation(refusal="options: must be a dict")
+    options = dict(options)
     try:
         spec = base_spec(name, entry.get("task", ""), entry.get("args") or [], entry.get("kwargs") or {},
-                         description="Imported from CELERY_BEAT_SCHEDULE.")
+                         description=f"Imported from {origin}.")
         spec.queue = options.pop("queue", None) or ""
         spec.priority = broker_priority(options.pop("priority", None), result.notes)
         entry_schedule(entry.get("schedule"), spec, result.notes)
@@ -304,7 +371,7 @@ def translate_entry(name: str, entry: dict, now: datetime) -> Translation:
     if options:
         result.notes.append(f"options {', '.join(sorted(options))} not carried over")
     result.spec = spec
-    return result
+    return check_task(result)
 
 
 def entry_schedule(value, spec: services.JobSpec, notes: list[str]) -> None:
@@ -348,14 +415,7 @@ def import_schedules(tenant: Tenant, *, from_db: bool, from_settings: bool, dry_
             row_names.add(row.name)
             sources.append((Outcome(f"PeriodicTask {row.id}", row.name, "", row_id=row.id), translate_row(row, now)))
     if from_settings:
-        for name, entry in (getattr(settings, "CELERY_BEAT_SCHEDULE", None) or {}).items():
-            outcome = Outcome("CELERY_BEAT_SCHEDULE", name, "")
-            if name in row_names:
-                refusal = ("also a PeriodicTask of that name (django-celery-beat copies CELERY_BEAT_SCHEDULE into "
-                           "rows at start-up): imported from the row")
-                sources.append((outcome, Translation(refusal=refusal)))
-            else:
-                sources.append((outcome, translate_entry(name, entry, now)))
+        sources += settings_sources(row_names, now)
     with transaction.atomic():
         planned = 0
         for outcome, translation in sources:
@@ -366,8 +426,50 @@ def import_schedules(tenant: Tenant, *, from_db: bool, from_settings: bool, dry_
         still_enabled = [] if disable_source else list(
             PeriodicTask.objects.filter(id__in=[outcome.row_id for outcome in rows], enabled=True)
             .order_by("id").values_list("name", flat=True))
+    read = (["PeriodicTask rows"] if from_db else []) + (list(SCHEDULE_SOURCES) if from_settings else [])
     return Report(outcomes=[outcome for outcome, _ in sources], differences=differences(sources),
-                  disabled=disabled, still_enabled=still_enabled, dry_run=dry_run)
+                  disabled=disabled, still_enabled=still_enabled, dry_run=dry_run, read=read)
+
+
+def beat_schedules() -> list[tuple[str, object]]:
+    """(origin, schedule) for each place of SCHEDULE_SOURCES. The Celery app reads
+    CELERY_BEAT_SCHEDULE as its beat_schedule, so both usually hold the same entries."""
+    return [("CELERY_BEAT_SCHEDULE", getattr(settings, "CELERY_BEAT_SCHEDULE", None)),
+            ("CELERYBEAT_SCHEDULE", getattr(settings, "CELERYBEAT_SCHEDULE", None)),
+            ("app.conf.beat_schedule", current_app.conf.beat_schedule)]
+
+
+def settings_sources(row_names: set[str], now: datetime) -> list[tuple[Outcome, Translation]]:
+    """The entries of every beat schedule, each name once: an entry read again from a later
+    place (the same entry) is left out, a different one of the same name is skipped."""
+    sources: list[tuple[Outcome, Translation]] = []
+    seen: dict[str, tuple[str, object]] = {}
+    earlier: list[object] = []
+    for origin, entries in beat_schedules():
+        if not entries or any(entries == schedule for schedule in earlier):
+            continue  # empty, or the app's reading of a setting read already
+        earlier.append(entries)
+        if not isinstance(entries, dict):
+            refusal = f"{origin}: must be a dict of entries, not a {type(entries).__name__}"
+            sources.append((Outcome(origin, "-", ""), Translation(refusal=refusal)))
+            continue
+        for name, entry in entries.items():
+            outcome = Outcome(origin, str(name), "")
+            if name in seen:
+                first, earlier = seen[name]
+                if earlier == entry:
+                    continue
+                refusal = f"also in {first}, with a different entry: imported from {first}"
+                sources.append((outcome, Translation(refusal=refusal)))
+                continue
+            seen[name] = (origin, entry)
+            if name in row_names:
+                refusal = ("also a PeriodicTask of that name (django-celery-beat copies the beat schedule into "
+                           "rows at start-up): imported from the row")
+                sources.append((outcome, Translation(refusal=refusal)))
+            else:
+                sources.append((outcome, translate_entry(str(name), entry, now, origin)))
+    return sources
 
 
 def apply(tenant: Tenant, outcome: Outcome, translation: Translation, now: datetime, *, dry_run: bool,
@@ -379,8 +481,12 @@ def apply(tenant: Tenant, outcome: Outcome, translation: Translation, now: datet
     if spec is None:
         outcome.result, outcome.notes = "skipped", [translation.refusal]
         return 0
-    outcome.schedule = schedule_text(spec)
+    outcome.schedule, outcome.queue = schedule_text(spec), spec.queue
     existing = Job.objects.filter(tenant=tenant, name=spec.name).first()
+    if translation.refusal and not (translation.lapsed and existing is not None):
+        outcome.result, outcome.notes = "skipped", [translation.refusal, *translation.notes]
+        outcome.missing_task = translation.missing_task
+        return 0
     try:
         if existing is not None:
             compare(existing, spec, translation, now, outcome)
@@ -411,6 +517,7 @@ def compare(job: Job, spec: services.JobSpec, translation: Translation, now: dat
         del changes["timezone"]  # an interval or a one-off has no zone of its own
     if translation.decided_at and job.run_at is not None:
         changes["at"] = job.run_at
+        outcome.schedule = f"once at {job.run_at.astimezone(UTC):%Y-%m-%d %H:%M:%S}Z"  # the instant decided then
     edit = services.plan_edit(job, changes, now)
     if edit.diff:
         outcome.result = "skipped"
@@ -445,7 +552,7 @@ def schedule_text(spec: services.JobSpec) -> str:
 
 def differences(sources: list[tuple[Outcome, Translation]]) -> list[str]:
     """What differs in meaning for every job imported, said once under the report."""
-    specs = [translation.spec for _, translation in sources if translation.spec is not None]
+    specs = [translation.spec for _, translation in sources if translation.spec is not None and not translation.refusal]
     if not specs:
         return []
     found = [
@@ -461,6 +568,7 @@ def differences(sources: list[tuple[Outcome, Translation]]) -> list[str]:
                      "in spring fires right after the gap, a repeated autumn hour fires once); Celery's crontab "
                      "differs around DST changes")
     if any(spec.every is not None for spec in specs):
-        found.append("intervals are anchored: fires at import (or start_time) + k x interval, never drifting; "
+        found.append("intervals are anchored: fires at import + k x interval (with a start_time in the future: at "
+                     "start_time, then every interval, as django-celery-beat), never drifting; "
                      "django-celery-beat counts each interval from the last run, so its fires drift later")
     return found

@@ -10,13 +10,15 @@ from django.db import DatabaseError
 
 from scheduler_app import services
 from scheduler_app.management.tables import OneLineErrors, format_table
-from scheduler_app.models import Job, db_now
-from scheduler_app.observability.nodes import unconsumed_warning
+from scheduler_app.models import NodeKind, db_now
+from scheduler_app.observability.nodes import node_states, queue_consumers, unconsumed_warning
+from scheduler_app.queues import queue_name
 from scheduler_app.services import importbeat
 
 
 class Command(OneLineErrors, BaseCommand):
-    help = ("Import django-celery-beat's PeriodicTask rows and CELERY_BEAT_SCHEDULE entries as jobs of a tenant, "
+    help = ("Import django-celery-beat's PeriodicTask rows and the beat schedule's entries (CELERY_BEAT_SCHEDULE, "
+            "CELERYBEAT_SCHEDULE, the Celery app's conf.beat_schedule) as jobs of a tenant, "
             "each named as its source. Running it again changes nothing; an existing job that differs is never "
             "overwritten.")
 
@@ -24,7 +26,8 @@ class Command(OneLineErrors, BaseCommand):
         parser.add_argument("--tenant", required=True, metavar="SLUG", help="The tenant the jobs are made for")
         parser.add_argument("--from-db", action="store_true",
                             help="Import the PeriodicTask rows of this database (without either --from option: both)")
-        parser.add_argument("--from-settings", action="store_true", help="Import settings.CELERY_BEAT_SCHEDULE")
+        parser.add_argument("--from-settings", action="store_true", help="Import the entries of CELERY_BEAT_SCHEDULE, CELERYBEAT_SCHEDULE "
+                                 "and the Celery app's conf.beat_schedule")
         parser.add_argument("--dry-run", action="store_true", help="Say what would happen; write nothing")
         parser.add_argument("--disable-source", action="store_true",
                             help="Disable the PeriodicTask rows of the jobs imported (or already imported), in "
@@ -47,7 +50,7 @@ class Command(OneLineErrors, BaseCommand):
                                "./manage.py migrate django_celery_beat, or set DATABASE_URL to the database that "
                                "holds them)", returncode=2) from None
         sources = " and ".join(name for name, wanted in (("PeriodicTask rows", from_db),
-                                                         ("CELERY_BEAT_SCHEDULE", from_settings)) if wanted)
+                                                         ("the beat schedule", from_settings)) if wanted)
         self.stdout.write(f"Import into tenant {tenant} from {sources}"
                           + (" (dry run: nothing written):" if dry_run else ":"))
         self.print_report(report)
@@ -55,7 +58,7 @@ class Command(OneLineErrors, BaseCommand):
 
     def print_report(self, report: importbeat.Report) -> None:
         if not report.outcomes:
-            self.stdout.write("(nothing to import)")
+            self.stdout.write(f"(nothing to import: read {', '.join(report.read)}; all empty)")
             return
         rows = [(outcome.origin, outcome.name, outcome.result, outcome.schedule, "; ".join(outcome.notes))
                 for outcome in report.outcomes]
@@ -71,18 +74,40 @@ class Command(OneLineErrors, BaseCommand):
             self.stdout.write(f"Still enabled in django-celery-beat, so a running celery beat sends them too: "
                               f"{', '.join(report.still_enabled)}. Disable them with --disable-source (or stop "
                               "celery beat) before the beats fire them.")
+        if allow := report.allow_line():
+            self.stdout.write(f"Tasks not allowed ({', '.join(report.missing_tasks())}): to import their jobs, set "
+                              "this (an environment variable; the workers must import the tasks) and run again:")
+            self.stdout.write(f"  {allow}")
+        self.print_queues(report)
         if report.differences:
             self.stdout.write("")
             self.stdout.write("Differences in meaning from django-celery-beat:")
             for difference in report.differences:
                 self.stdout.write(f"- {difference}")
 
+    def print_queues(self, report: importbeat.Report) -> None:
+        """The queues of the jobs (imported, unchanged, or that would be), each with its live
+        workers, as their node heartbeats say (observability.nodes.queue_consumers)."""
+        queues = report.queues()
+        if not queues:
+            return
+        consumers = queue_consumers(node_states(db_now(), kind=NodeKind.WORKER))
+        parts = []
+        for queue, jobs in queues.items():
+            name, workers = queue_name(queue), consumers.get(queue_name(queue), 0)
+            live = f"{workers} live worker{'s' if workers != 1 else ''}" if workers else "NO live worker"
+            parts.append(f"{name} ({jobs} job{'s' if jobs != 1 else ''}, {live})")
+        self.stdout.write(f"Queues: {'; '.join(parts)}.")
+        unconsumed = [queue_name(queue) for queue in queues if not consumers.get(queue_name(queue))]
+        if unconsumed:
+            self.stdout.write(f"No live worker consumes {', '.join(unconsumed)}: their runs would wait there "
+                              "(see the warning on stderr).")
+
     def warn_unconsumed(self, tenant: str, report: importbeat.Report) -> None:
-        """A warning on stderr for each queue of the jobs imported (or already there) that no
-        live worker consumes: their runs would wait, and expire, there."""
-        names = [outcome.name for outcome in report.outcomes if outcome.result in ("imported", "unchanged")]
-        queues = Job.objects.filter(tenant__slug=tenant, name__in=names).values_list("queue", flat=True).distinct()
+        """A warning on stderr for each queue of the jobs imported (or already there, or that
+        a dry run would import) that no live worker consumes: their runs would wait, and
+        expire, there."""
         now = db_now()
-        for queue in sorted(set(queues)):
+        for queue in report.queues():
             if warning := unconsumed_warning(queue, now):
                 self.stderr.write(f"import_beat: {warning}")
