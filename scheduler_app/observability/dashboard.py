@@ -1,6 +1,13 @@
 """The staff dashboard's numbers (/admin/dashboard/): what the fleet did in the last hour and
-day, and what is due in the next hour. PostgreSQL only (the embedded SQLite first run shows
-the admin's lists instead).
+day, and what is due in the next hour. On PostgreSQL the statements below; on the embedded
+SQLite demo overview_in_python() computes the same figures in Python from the runs that
+finished in the last day (a demo-sized ledger: no rollup there, every minute is read live).
+
+One definition of the totals (totals_of): runs finished = succeeded + failed + dead, the
+failure rate = (failed + dead) / finished; the other outcomes (retrying, lost, cancelled,
+skipped) are counted apart. The last 24 h include the last hour: its minutes are always read
+live (from the hour's reading), only the minutes before it come from RunMinute, so the day
+never shows fewer runs than its last hour.
 
 It must render in well under 300 ms with ten million runs in the ledger, so nothing here
 reads more than an hour of runs:
@@ -31,7 +38,7 @@ from django.db import connection, models
 
 from scheduler_app import schedules
 from scheduler_app.ledger import lags
-from scheduler_app.models import RunMinute, schedule_of
+from scheduler_app.models import Job, JobRun, RunMinute, RunState, Tenant, Trigger, schedule_of
 
 MINUTE = timedelta(minutes=1)
 HOUR = timedelta(hours=1)
@@ -40,6 +47,7 @@ DAY_BUCKET = timedelta(minutes=15)  # the day's charts: one bar per quarter hour
 CLOSED_AFTER = timedelta(seconds=15)  # a minute is rolled up once its end is this old (commits have landed)
 ROLL_UP_MINUTES = 60  # minutes one roll_up() call adds at most (catching up after a pause)
 OUTCOMES = ("succeeded", "failed", "dead", "retrying", "lost", "cancelled", "skipped")
+FINISHED = ("succeeded", "failed", "dead")  # "runs finished" everywhere on the page (totals_of)
 TOP = 8
 
 
@@ -112,7 +120,7 @@ SELECT date_bin(%(bucket)s, minute, %(origin)s) AS bucket, tenant_id = 0 AS mark
 """
 
 TENANTS_SQL = """
-SELECT tenant.slug, sum(m.succeeded + m.failed + m.dead + m.retrying + m.lost + m.cancelled + m.skipped) AS runs,
+SELECT tenant.slug, sum(m.succeeded + m.failed + m.dead) AS runs,
        sum(m.failed + m.dead) AS failures
   FROM scheduler_app_runminute AS m
   JOIN scheduler_app_tenant AS tenant ON tenant.id = m.tenant_id
@@ -163,6 +171,7 @@ class Overview:
     failing_jobs: list[tuple] = field(default_factory=list)
     noisy_tenants: list[tuple] = field(default_factory=list)
     totals: dict[str, dict] = field(default_factory=dict)
+    computed_in_python: bool = False  # the SQLite demo: overview_in_python()
 
 
 def scoped(sql: str, tenant_id: int | None) -> str:
@@ -178,6 +187,8 @@ def scoped(sql: str, tenant_id: int | None) -> str:
 
 
 def overview(now: datetime, tenant_id: int | None = None) -> Overview:
+    if connection.vendor != "postgresql":
+        return overview_in_python(now, tenant_id)
     found = Overview(now=now)
     with connection.cursor() as cursor:
         last_hour(cursor, found, now, tenant_id)
@@ -218,8 +229,9 @@ def last_day(cursor, found: Overview, now: datetime, tenant_id: int | None = Non
     index = {bucket: i for i, bucket in enumerate(buckets)}
     sums = {state: [0] * len(buckets) for state in OUTCOMES}
     covered = [0] * len(buckets)
+    live = found.hour_minutes[0]  # the last hour's minutes are read live (last_hour), not from RunMinute
     cursor.execute(scoped(DAY_SQL, tenant_id), {"bucket": DAY_BUCKET, "origin": buckets[0], "start": buckets[0],
-                                                "end": end, "tenant": tenant_id})
+                                                "end": live, "tenant": tenant_id})
     for bucket, marker, *values in cursor.fetchall():
         i = index.get(bucket)
         if i is None:
@@ -230,10 +242,26 @@ def last_day(cursor, found: Overview, now: datetime, tenant_id: int | None = Non
             sums[state][i] += value
     cursor.execute("SELECT date_bin(%s, minute, %s), count(*) FROM scheduler_app_runminute "
                    "WHERE tenant_id = 0 AND minute >= %s AND minute < %s GROUP BY 1",
-                   [DAY_BUCKET, buckets[0], buckets[0], end])
+                   [DAY_BUCKET, buckets[0], buckets[0], live])
     for bucket, minutes in cursor.fetchall():
         if bucket in index:
             covered[index[bucket]] = minutes
+    add_hour_into_day(found, index, sums, covered)
+    finish_day(found, buckets, sums, covered)
+
+
+def add_hour_into_day(found: Overview, index: dict, sums: dict[str, list], covered: list[int]) -> None:
+    """The last hour's live counts into the day's buckets (those minutes are not read from RunMinute)."""
+    for i, minute in enumerate(found.hour_minutes):
+        j = index.get(truncate(minute, DAY_BUCKET))
+        if j is None:
+            continue
+        covered[j] += 1
+        for state, values in found.hour_counts.items():
+            sums[state][j] += values[i]
+
+
+def finish_day(found: Overview, buckets: list[datetime], sums: dict[str, list], covered: list[int]) -> None:
     per_minute = DAY_BUCKET / MINUTE
     found.day_buckets = buckets
     found.day_counts = {state: [value / per_minute for value in values] for state, values in sums.items()}
@@ -241,14 +269,108 @@ def last_day(cursor, found: Overview, now: datetime, tenant_id: int | None = Non
         100 * (sums["failed"][i] + sums["dead"][i]) / finished if (finished := sums["succeeded"][i]
                                                                   + sums["failed"][i] + sums["dead"][i]) else None
         for i in range(len(buckets))]
-    found.day_covered = sum(covered) / (DAY / MINUTE)
+    found.day_covered = min(1.0, sum(covered) / (DAY / MINUTE))
     found.totals["day"] = totals_of({state: sum(values) for state, values in sums.items()})
 
 
 def totals_of(counts: dict[str, int]) -> dict:
+    """The one definition of a total: runs finished (succeeded, failed or dead), how many of
+    them failed or are dead, that share in %, and the other outcomes apart."""
     finished = counts["succeeded"] + counts["failed"] + counts["dead"]
-    return {"runs": sum(counts.values()), "failures": counts["failed"] + counts["dead"],
-            "failure_rate": 100 * (counts["failed"] + counts["dead"]) / finished if finished else None}
+    failures = counts["failed"] + counts["dead"]
+    return {"runs": finished, "failures": failures, "other": sum(counts.values()) - finished,
+            "failure_rate": 100 * failures / finished if finished else None}
+
+
+# --- the embedded SQLite demo: the same figures, computed in Python --------------------------
+
+
+def percentile_cont(values: list[float], fraction: float) -> float | None:
+    """PostgreSQL's percentile_cont: linear interpolation between the two nearest ranks."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = fraction * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def overview_in_python(now: datetime, tenant_id: int | None = None) -> Overview:
+    """overview() without PostgreSQL's functions (percentile_cont, date_bin, date_trunc,
+    FILTER, GROUPING SETS): the runs that finished in the last day are read once and
+    counted here. Meant for the demo's small ledger; every minute is live (day_covered 1)."""
+    found = Overview(now=now, computed_in_python=True)
+    hour_end = truncate(now) + MINUTE
+    found.hour_minutes = [hour_end - HOUR + MINUTE * i for i in range(60)]
+    hour_index = {minute: i for i, minute in enumerate(found.hour_minutes)}
+    day_end = truncate(now, DAY_BUCKET) + DAY_BUCKET
+    buckets = [day_end - DAY + DAY_BUCKET * i for i in range(int(DAY / DAY_BUCKET))]
+    day_index = {bucket: i for i, bucket in enumerate(buckets)}
+    counts = {state: [0] * 60 for state in OUTCOMES}
+    dispatch: list[list[float]] = [[] for _ in range(60)]
+    start: list[list[float]] = [[] for _ in range(60)]
+    sums = {state: [0] * len(buckets) for state in OUTCOMES}
+    runs = JobRun.objects.filter(finished_at__gte=buckets[0], finished_at__lt=max(day_end, hour_end))
+    if tenant_id is not None:
+        runs = runs.filter(tenant_id=tenant_id)
+    tenants: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    for finished_at, state, tenant, trigger, attempt, scheduled_at, dispatched_at, enqueued_at, started_at in (
+            runs.order_by().values_list("finished_at", "state", "tenant_id", "trigger", "attempt", "scheduled_at",
+                                        "dispatched_at", "enqueued_at", "started_at").iterator()):
+        if state not in sums:
+            continue
+        minute = truncate(finished_at)
+        i = hour_index.get(minute)
+        if i is not None:  # the hour, by the minute it finished in
+            counts[state][i] += 1
+            if trigger == Trigger.SCHEDULE and attempt == 1:
+                if (reached := dispatched_at or enqueued_at) is not None:
+                    dispatch[i].append(lags.dispatch_lag(scheduled_at, reached))
+                if started_at is not None:
+                    start[i].append((started_at - scheduled_at).total_seconds())
+        elif (j := day_index.get(truncate(minute, DAY_BUCKET))) is not None and minute < found.hour_minutes[0]:
+            sums[state][j] += 1
+        if finished_at > now - DAY:
+            tenants[tenant][0] += state in FINISHED  # runs finished, as totals_of counts them
+            tenants[tenant][1] += state in (RunState.FAILED, RunState.DEAD)
+    found.hour_counts = counts
+    found.hour_dispatch_p50 = [percentile_cont(values, 0.5) for values in dispatch]
+    found.hour_dispatch_p99 = [percentile_cont(values, 0.99) for values in dispatch]
+    found.hour_p50 = [percentile_cont(values, 0.5) for values in start]
+    found.hour_p99 = [percentile_cont(values, 0.99) for values in start]
+    found.totals["hour"] = totals_of({state: sum(values) for state, values in counts.items()})
+    covered = [int(DAY_BUCKET / MINUTE)] * len(buckets)
+    add_hour_into_day(found, day_index, sums, [0] * len(buckets))
+    finish_day(found, buckets, sums, covered)
+    found.day_covered = 1.0
+    slugs = dict(Tenant.objects.filter(id__in=list(tenants)).values_list("id", "slug"))
+    found.noisy_tenants = sorted(((slugs.get(t, str(t)), runs_, failures) for t, (runs_, failures) in tenants.items()),
+                                 key=lambda row: (-row[1], row[0]))[:TOP]
+    found.failing_jobs = failing_in_python(now, tenant_id)
+    due = Job.objects.filter(enabled=True, next_run_at__isnull=False, next_run_at__lt=now + HOUR)
+    if tenant_id is not None:
+        due = due.filter(tenant_id=tenant_id)
+    groups: dict[tuple, int] = defaultdict(int)
+    for cron, zone, every, run_at, next_run_at in due.values_list("cron", "timezone", "every_seconds", "run_at",
+                                                                  "next_run_at"):
+        groups[(cron, zone, every, run_at, truncate(next_run_at))] += 1
+    found.forecast_minutes, found.forecast = forecast([(*key, jobs) for key, jobs in groups.items()], now)
+    return found
+
+
+def failing_in_python(now: datetime, tenant_id: int | None) -> list[tuple]:
+    """FAILING_SQL through the ORM: the jobs with the most failed and dead runs scheduled in the last day."""
+    failing = JobRun.objects.filter(state__in=(RunState.FAILED, RunState.DEAD), scheduled_at__gt=now - DAY,
+                                    scheduled_at__lte=now)
+    if tenant_id is not None:
+        failing = failing.filter(tenant_id=tenant_id)
+    rows = list(failing.order_by().values("job_id").annotate(failures=models.Count("id"),
+                                                             last_at=models.Max("scheduled_at"))
+                .order_by("-failures", "job_id")[:TOP])
+    jobs = {job.pk: job for job in Job.objects.filter(id__in=[row["job_id"] for row in rows]).select_related("tenant")}
+    return [(row["job_id"], jobs[row["job_id"]].tenant.slug, jobs[row["job_id"]].name, row["failures"],
+             row["last_at"]) for row in rows if row["job_id"] in jobs]
 
 
 
