@@ -2,11 +2,32 @@
 
 import logging
 import os
+import sys
 
 from celery import Celery
 from celery.signals import after_setup_logger
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
+
+
+def check_settings(program: str) -> None:
+    """Load the settings now, so that a bad or missing variable stops `celery -A project ...`
+    with one line naming it (status 2) instead of a traceback at the first task."""
+    # Imported here: Django's settings must not load when other programs import this module.
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
+
+    try:
+        settings.INSTALLED_APPS  # noqa: B018 - evaluating it loads the settings module
+    except ImproperlyConfigured as exc:
+        print(f"{program}: {' '.join(str(exc).split())}", file=sys.stderr)
+        sys.exit(2)
+
+
+# Only under the celery program: elsewhere (manage.py, gunicorn) this module is imported while
+# the settings themselves are loading, and those programs report settings errors their own way.
+if os.path.basename(sys.argv[0] if sys.argv else "") == "celery":
+    check_settings("celery")
 
 app = Celery("cronfleet")
 # The worker's node heartbeat and metrics exporter (a bootstep, and its command-line option).

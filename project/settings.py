@@ -91,12 +91,24 @@ elif not DEBUG and (SECRET_KEY in PLACEHOLDER_SECRET_KEYS or len(SECRET_KEY) < 3
     raise ImproperlyConfigured("DJANGO_SECRET_KEY must be a random value of at least 32 characters, not a "
                                "placeholder (python -c 'import secrets; print(secrets.token_urlsafe(50))')")
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+# The one public host name clients use (cron.example.com): answered besides DJANGO_ALLOWED_HOSTS,
+# and its https:// origin is trusted for admin forms (docker-compose.yml requires it; the
+# Caddy profile gets its certificate for it).
+CRONFLEET_HOST = env_str("CRONFLEET_HOST", "").strip()
+if CRONFLEET_HOST:
+    if not re.fullmatch(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?", CRONFLEET_HOST):
+        raise ImproperlyConfigured(f"CRONFLEET_HOST must be a host name such as cron.example.com (no scheme, "
+                                   f"port or path), got {CRONFLEET_HOST!r}")
+    if CRONFLEET_HOST not in ALLOWED_HOSTS:
+        ALLOWED_HOSTS = [*ALLOWED_HOSTS, CRONFLEET_HOST]
 
 # --- Behind TLS (docs/operating-tls.md) -------------------------------------------------------
 # Origins (scheme://host[:port]) whose forms the admin accepts besides its own host; a TLS proxy
 # that talks plain HTTP to gunicorn needs its public https:// origin here, or every admin POST
 # is refused as a CSRF failure.
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
+if CRONFLEET_HOST and f"https://{CRONFLEET_HOST}" not in CSRF_TRUSTED_ORIGINS:
+    CSRF_TRUSTED_ORIGINS = [*CSRF_TRUSTED_ORIGINS, f"https://{CRONFLEET_HOST}"]
 for _origin in CSRF_TRUSTED_ORIGINS:
     if not re.fullmatch(r"https?://[^/\s?#]+", _origin):
         raise ImproperlyConfigured(f"DJANGO_CSRF_TRUSTED_ORIGINS: {_origin!r} must be an origin such as "

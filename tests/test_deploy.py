@@ -97,6 +97,51 @@ def test_the_first_admin_is_bootstrapped_once_from_the_environment():
     assert bootstrap["restart"] == "no"
 
 
+TLS_COMPOSE = yaml.safe_load((ROOT / "deploy" / "docker-compose.tls.yml").read_text())
+
+
+def test_the_tls_file_is_valid_against_the_compose_spec_schema():
+    schema_file = importlib.resources.files("check_jsonschema.builtin_schemas.vendor") / "compose-spec.json"
+    schema = json.loads(schema_file.read_text())
+
+    assert list(jsonschema.Draft202012Validator(schema).iter_errors(TLS_COMPOSE)) == []
+
+
+def test_the_plain_http_web_port_is_published_on_loopback_by_default():
+    for name, service in SERVICES.items():
+        for port in service.get("ports", []):
+            published = str(port)
+            # "${CRONFLEET_WEB_PUBLISH:-127.0.0.1:8000}:8000" and "127.0.0.1:5555:5555" alike
+            default = re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", published)
+            assert default.startswith("127.0.0.1:"), f"{name} publishes {published} beyond loopback"
+    assert SERVICES["web"]["ports"] == ["${CRONFLEET_WEB_PUBLISH:-127.0.0.1:8000}:8000"]
+
+
+def test_the_public_host_name_comes_from_one_required_variable():
+    for name in APP_SERVICES:
+        assert REQUIRED.match(SERVICES[name]["environment"]["CRONFLEET_HOST"]), name
+    assert REQUIRED.match(TLS_COMPOSE["services"]["caddy"]["environment"]["CRONFLEET_HOST"])
+    assert "{$CRONFLEET_HOST}" in (ROOT / "deploy" / "caddy" / "Caddyfile").read_text()
+
+
+def test_the_first_admins_username_and_password_are_required():
+    environment = SERVICES["bootstrap-admin"]["environment"]
+    for variable in ("DJANGO_SUPERUSER_USERNAME", "DJANGO_SUPERUSER_PASSWORD"):
+        match = REQUIRED.match(environment[variable])
+        assert match and match["name"] == variable
+
+
+def test_the_tls_proxy_is_an_opt_in_file_in_front_of_the_web():
+    caddy = TLS_COMPOSE["services"]["caddy"]
+
+    assert set(TLS_COMPOSE["services"]) == {"caddy"}
+    assert caddy["depends_on"] == {"web": {"condition": "service_healthy"}}
+    assert caddy["image"].startswith("caddy:")
+    assert "./deploy/caddy/Caddyfile:/etc/caddy/Caddyfile:ro" in caddy["volumes"]
+    assert "reverse_proxy web:8000" in (ROOT / "deploy" / "caddy" / "Caddyfile").read_text()
+    assert set(caddy["ports"]) >= {"80:80", "443:443"}
+
+
 # --- manage.py bootstrap_admin ----------------------------------------------------------------
 
 

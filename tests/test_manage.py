@@ -62,3 +62,114 @@ def test_the_readme_runs_commands_as_dot_slash_manage_py():
 
     assert "python manage.py" not in readme
     assert readme.count("./manage.py jobs ") >= 10
+
+
+# --- Start-up errors: one line naming the variable, never a traceback ---------------------------
+VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
+
+
+def run_manage(*args: str, stdout=subprocess.PIPE, **env: str | None) -> subprocess.CompletedProcess:
+    """`.venv/bin/python manage.py ARGS` with `env` over this process's environment (None unsets)."""
+    environment = {**os.environ, "DJANGO_SETTINGS_MODULE": "project.settings"}
+    for name, value in env.items():
+        if value is None:
+            environment.pop(name, None)
+        else:
+            environment[name] = value
+    python = VENV_PYTHON if VENV_PYTHON.exists() else Path(sys.executable)
+    return subprocess.run([python, ROOT / "manage.py", *args], cwd=ROOT, env=environment, stdout=stdout,
+                          stderr=subprocess.PIPE, text=True, timeout=60)
+
+
+def assert_one_line(done: subprocess.CompletedProcess, status: int, *words: str) -> None:
+    assert "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("manage.py: "), lines[0]
+    for word in words:
+        assert word in lines[0], lines[0]
+    assert done.returncode == status, (done.returncode, done.stderr)
+
+
+@pytest.mark.parametrize("command", [["apikeys", "add", "--tenant", "demo", "--name", "x"], ["migrate"], ["check"]])
+def test_a_missing_secret_key_is_one_line_naming_it_for_every_command(command):
+    done = run_manage(*command, DJANGO_SECRET_KEY=None, DJANGO_DEBUG=None)
+
+    assert_one_line(done, 2, "DJANGO_SECRET_KEY", "DJANGO_DEBUG=true")
+
+
+@pytest.mark.parametrize(
+    ("env", "words"),
+    [
+        ({"DJANGO_DEBUG": "perhaps"}, ["DJANGO_DEBUG must be a boolean"]),
+        ({"CRONFLEET_BATCH_SIZE": "many"}, ["CRONFLEET_BATCH_SIZE must be an integer"]),
+        ({"DJANGO_CSRF_TRUSTED_ORIGINS": "cron.example.com"}, ["DJANGO_CSRF_TRUSTED_ORIGINS"]),
+        ({"DATABASE_URL": "nosuchdb://x"}, ["DATABASE_URL"]),
+    ],
+)
+def test_a_bad_setting_is_one_line_naming_it(env, words):
+    done = run_manage("jobs", "list", **env)
+
+    assert_one_line(done, 2, *words)
+
+
+@pytest.mark.parametrize(
+    ("url", "words"),
+    [
+        # Nothing listens on port 1.
+        ("postgres://postgres@127.0.0.1:1/cronfleet", ["DATABASE_URL", "127.0.0.1:1/cronfleet", "refused"]),
+        ("postgres://postgres:sesame@127.0.0.1:1/cronfleet", ["DATABASE_URL"]),
+    ],
+)
+def test_migrate_against_a_database_server_that_is_down_is_one_line(url, words):
+    done = run_manage("migrate", "--noinput", DATABASE_URL=url, DJANGO_DEBUG="true", DB_CONNECT_TIMEOUT="2")
+
+    assert_one_line(done, 1, *words)
+    assert "sesame" not in done.stderr
+
+
+def test_migrate_against_a_database_that_does_not_exist_is_one_line():
+    from django.db import connection
+
+    db = connection.settings_dict
+    if db["ENGINE"] != "django.db.backends.postgresql":
+        pytest.skip("needs the PostgreSQL server the tests use")
+    url = f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/no_such_database_xyz"
+
+    done = run_manage("migrate", "--noinput", DATABASE_URL=url, DJANGO_DEBUG="true")
+
+    assert_one_line(done, 1, "DATABASE_URL", "no_such_database_xyz", "does not exist")
+
+
+@pytest.mark.parametrize("command", [["help"], ["diffsettings"]])
+def test_a_reader_that_goes_away_ends_the_command_quietly(command):
+    """`./manage.py jobs show JOB | head -1`: the pipe's reader is gone before the output is
+    written (here it is closed before the command starts), and no BrokenPipeError is printed."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = run_manage(*command, stdout=write_end, DJANGO_DEBUG="true")
+    finally:
+        os.close(write_end)
+
+    assert done.stderr == ""
+    assert done.returncode in (0, 1)
+
+
+def test_jobs_show_piped_into_head_ends_quietly(tmp_path):
+    """The case from the issue, on a SQLite database of its own: `jobs show 1 | head -1`."""
+    env = {"DJANGO_DEBUG": "true", "CRONFLEET_VAR_DIR": str(tmp_path), "CELERY_BROKER_URL": "memory://",
+           "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}"}
+    for command in (["migrate", "-v", "0"], ["tenants", "add", "demo"],
+                    ["jobs", "add", "--tenant", "demo", "--name", "nightly", "--cron", "0 3 * * *",
+                     "--task", "scheduler_app.echo"]):
+        assert run_manage(*command, **env).returncode == 0, command
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = run_manage("jobs", "show", "1", stdout=write_end, **env)
+    finally:
+        os.close(write_end)
+
+    assert done.stderr == ""
+    assert done.returncode == 1

@@ -49,6 +49,8 @@ def check_settings(*, script: str = "", **env: str) -> subprocess.CompletedProce
         ({"DJANGO_CSRF_COOKIE_SECURE": "2"}, "DJANGO_CSRF_COOKIE_SECURE must be a boolean"),
         ({"DJANGO_SECURE_HSTS_SECONDS": "a year"}, "DJANGO_SECURE_HSTS_SECONDS must be an integer, got 'a year'"),
         ({"DJANGO_SECURE_HSTS_SECONDS": "-1"}, "DJANGO_SECURE_HSTS_SECONDS must be at least 0"),
+        ({"CRONFLEET_HOST": "https://cron.example.com"}, "CRONFLEET_HOST must be a host name"),
+        ({"CRONFLEET_HOST": "cron.example.com/admin"}, "CRONFLEET_HOST must be a host name"),
         ({"CRONFLEET_ADMIN_LOGIN_FAILURES": "0"}, "CRONFLEET_ADMIN_LOGIN_FAILURES must be at least 1"),
         ({"CRONFLEET_ADMIN_LOGIN_WINDOW_SECONDS": "soon"}, "CRONFLEET_ADMIN_LOGIN_WINDOW_SECONDS must be an integer"),
     ],
@@ -130,3 +132,44 @@ def test_without_a_pool_size_connections_persist_as_before(db):
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["60 None", "direct"]
+
+
+def celery_or_wsgi(code: str, **env: str | None) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "DJANGO_SETTINGS_MODULE": "project.settings"}
+    for name, value in env.items():
+        if value is None:
+            environment.pop(name, None)
+        else:
+            environment[name] = value
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=environment, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_the_celery_program_reports_a_settings_error_in_one_line():
+    # As `celery -A project worker` loads it: sys.argv[0] is the celery program.
+    done = celery_or_wsgi("import sys; sys.argv[0] = '/usr/bin/celery'; import project.celery",
+                          DJANGO_SECRET_KEY=None, DJANGO_DEBUG=None)
+
+    assert "Traceback" not in done.stderr
+    assert done.stderr.splitlines() == [done.stderr.strip()] and done.stderr.startswith("celery: DJANGO_SECRET_KEY")
+    assert done.returncode == 2
+
+
+def test_the_wsgi_application_reports_a_settings_error_in_one_line():
+    done = celery_or_wsgi("import project.wsgi", DJANGO_SECRET_KEY=None, DJANGO_DEBUG=None)
+
+    assert "Traceback" not in done.stderr
+    assert done.stderr.splitlines() == [done.stderr.strip()] and done.stderr.startswith("wsgi: DJANGO_SECRET_KEY")
+    assert done.returncode == 3  # gunicorn's "Worker failed to boot": it stops instead of retrying
+
+
+def test_cronfleet_host_is_answered_and_its_https_origin_trusted():
+    done = check_settings(
+        script="from django.conf import settings as s; print(s.ALLOWED_HOSTS); print(s.CSRF_TRUSTED_ORIGINS)",
+        CRONFLEET_HOST="cron.example.com", DJANGO_ALLOWED_HOSTS="localhost,web",
+        DJANGO_CSRF_TRUSTED_ORIGINS="https://other.example.com")
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["['localhost', 'web', 'cron.example.com']",
+                                        "['https://other.example.com', 'https://cron.example.com']"]
+
