@@ -57,7 +57,7 @@ def login(chromium, live_server) -> None:
                 "document.querySelector('#id_password').value = 'a long passphrase 7';"
                 "document.querySelector('#login-form').submit();")
     for _ in range(50):
-        if chromium.js("return document.body && document.body.innerText.includes('Site administration')"):
+        if chromium.js("return document.body && document.body.innerText.includes('Cronfleet administration')"):
             return
         import time
         time.sleep(0.1)

@@ -11,7 +11,7 @@ from django.utils.html import format_html
 
 from scheduler_app import alerts
 from scheduler_app.admin.common import ReadOnlyAdmin, actor, adopt, when
-from scheduler_app.management.tables import shorten
+from scheduler_app.management.tables import plural, shorten
 from scheduler_app.models import Alert, AlertRule
 from scheduler_app.validation import InvalidInput
 
@@ -99,7 +99,7 @@ def describe_rule(rule: AlertRule) -> str:
 
 @admin.register(Alert)
 class AlertAdmin(ReadOnlyAdmin):
-    list_display = ("raised_at", "job_link", "kind", "short_message", "delivery", "suppressed")
+    list_display = ("raised_at", "job_link", "kind_label", "short_message", "delivery", "suppressed")
     list_filter = ("kind",)
     list_select_related = ("job__tenant",)
     raw_id_fields = ("job", "tenant", "rule")
@@ -108,6 +108,10 @@ class AlertAdmin(ReadOnlyAdmin):
     def job_link(self, alert):
         return format_html('<a href="{}">{}</a>', reverse("admin:scheduler_app_job_change", args=[alert.job_id]),
                            alert.job)
+
+    @admin.display(description="kind", ordering="kind")
+    def kind_label(self, alert):
+        return kind_text(alert)
 
     @admin.display(description="message")
     def short_message(self, alert):
@@ -118,13 +122,26 @@ class AlertAdmin(ReadOnlyAdmin):
         return delivery_text(alert)
 
 
+def kind_text(alert: Alert) -> str:
+    """An alert's kind in words ('too long', not too_long)."""
+    return alert.get_kind_display().lower()
+
+
 def delivery_text(alert: Alert) -> str:
+    """Delivered (when), not tried yet, failing and retrying, or given up; with the number
+    of attempts and the last error a channel answered."""
     if alert.delivered_at:
         return when(alert.delivered_at)
-    last = (alert.delivery_log or [{}])[-1].get("error")
+    errors = [entry.get("error") for entry in alert.delivery_log or [] if entry.get("error")]
+    last = f"; last error: {shorten(str(errors[-1]), 200)}" if errors else ""
+    tries = plural(alert.delivery_attempts, "attempt")
     if alert.delivery_attempts >= alerts.DELIVERY_ATTEMPTS:
-        return f"gave up after {alert.delivery_attempts} attempts: {last}"
-    return f"pending ({alert.delivery_attempts} attempts{': ' + last if last else ''})"
+        return f"failed, gave up after {tries}{last}"
+    if alert.next_delivery_at is None:
+        return "not sent (over its tenant's alert budget)"
+    if alert.delivery_attempts == 0:
+        return "not sent yet"
+    return f"failing, retrying at {when(alert.next_delivery_at)} ({tries} so far{last})"
 
 
 def panel_context(job, now) -> dict:
@@ -136,7 +153,8 @@ def panel_context(job, now) -> dict:
         "cf_alert_rule_text": describe_rule(rule) if rule else "",
         "cf_alert_rule_url": (reverse("admin:scheduler_app_alertrule_change", args=[rule.pk]) if rule
                               else reverse("admin:scheduler_app_alertrule_add") + f"?job={job.pk}"),
-        "cf_alerts": [{"alert": alert, "raised": when(alert.raised_at), "delivery": delivery_text(alert)}
+        "cf_alerts": [{"alert": alert, "raised": when(alert.raised_at), "kind": kind_text(alert),
+                       "delivery": delivery_text(alert)}
                       for alert in found],
     }
 

@@ -45,6 +45,40 @@ class AsciiSplitDateTimeField(forms.SplitDateTimeField):
         return super().clean(value)
 
 
+class TagsField(forms.Field):
+    """A job's tags as one line, separated by commas ('billing, nightly'), saved as the same
+    list of strings the API takes (blank items dropped; the services check each tag)."""
+
+    widget = forms.TextInput
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("help_text", "Separated by commas, e.g. billing, nightly")
+        super().__init__(**kwargs)
+        self.widget.attrs.setdefault("size", 60)
+
+    def prepare_value(self, value):
+        if isinstance(value, (list, tuple)):
+            return ", ".join(str(tag) for tag in value)
+        return value
+
+    def to_python(self, value):
+        if value in (None, ""):
+            return []
+        if isinstance(value, (list, tuple)):
+            return [str(tag) for tag in value]
+        text = str(value).strip()
+        if text.startswith("["):  # a JSON list, as the field took before (and the API takes)
+            try:
+                listed = json.loads(text)
+            except ValueError:
+                raise ValidationError("Give tags separated by commas (or a JSON list of strings).") from None
+            if not isinstance(listed, list) or not all(isinstance(tag, str) for tag in listed):
+                raise ValidationError("Give tags separated by commas (or a JSON list of strings).")
+            return listed
+        return [tag.strip() for tag in text.split(",") if tag.strip()]
+
+
 def jsonb_safe(value):
     """Refuse JSON that PostgreSQL's jsonb cannot store (NaN, Infinity, NUL characters)."""
     try:

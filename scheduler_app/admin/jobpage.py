@@ -23,11 +23,13 @@ from scheduler_app import services, validation
 from scheduler_app.admin import alerts as alerts_admin
 from scheduler_app.admin import charts
 from scheduler_app.admin.common import actor, duration_text, when
+from scheduler_app.ledger.lags import run_start_lag
 from scheduler_app.management.tables import shorten
 from scheduler_app.models import Alert, AlertRule, Job, JobRun, db_now
 
 RECENT_RUNS = 20
 TIMELINE = timedelta(hours=24)
+TIMELINE_MIN = timedelta(minutes=10)  # the shortest axis of a young job's timeline
 TIMELINE_LIMIT = 3000  # fires drawn; a job firing every few seconds shows its latest this many
 CONSOLE_PERMISSIONS = tuple(f"{Job._meta.app_label}.view_{model._meta.model_name}"
                             for model in (JobRun, AlertRule, Alert))
@@ -66,9 +68,9 @@ class RecentRun:
 
 def recent_runs(job: Job) -> list[RecentRun]:
     runs = (JobRun.objects.filter(job=job).order_by("-scheduled_at")
-            .only("id", "job_id", "scheduled_at", "trigger", "state", "attempt", "started_at", "finished_at",
-                  "error", "reason", "worker")[:RECENT_RUNS])
-    return [RecentRun(run, (run.started_at - run.scheduled_at).total_seconds() if run.started_at else None,
+            .only("id", "job_id", "scheduled_at", "trigger", "state", "attempt", "enqueued_at", "started_at",
+                  "finished_at", "error", "reason", "worker")[:RECENT_RUNS])
+    return [RecentRun(run, run_start_lag(run),
                       (run.finished_at - run.started_at).total_seconds() if run.started_at and run.finished_at
                       else None) for run in runs]
 
@@ -79,7 +81,14 @@ def fire_timeline(job: Job, now: datetime):
                 .order_by("-scheduled_at").values_list("id", "scheduled_at", "state")[:TIMELINE_LIMIT])
     marks = [charts.Mark(at, state, f"{when(at)} {state}", reverse("admin:scheduler_app_jobrun_change", args=[pk]))
              for pk, at, state in rows]
-    title = f"Fires in the last 24 hours ({len(rows)}{'+' if len(rows) == TIMELINE_LIMIT else ''})"
+    shown = f"{len(rows)}{'+' if len(rows) == TIMELINE_LIMIT else ''}"
+    if job.created_at and job.created_at > since:
+        # A job younger than the window: its lifetime is the axis (a day would squash its fires
+        # into one bar), from its creation or its oldest fire (a backfill), at least TIMELINE_MIN.
+        start = min([job.created_at, now - TIMELINE_MIN, *(at for _, at, _ in rows)])
+        title = f"Fires since the job was created {duration_text((now - job.created_at).total_seconds())} ago ({shown})"
+        return charts.timeline(title, timezone.localtime(start), timezone.localtime(now), marks)
+    title = f"Fires in the last 24 hours ({shown})"
     return charts.timeline(title, timezone.localtime(since), timezone.localtime(now), marks)
 
 

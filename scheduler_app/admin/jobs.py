@@ -17,7 +17,15 @@ from django.utils.html import format_html, format_html_join
 
 from scheduler_app import schedules, services
 from scheduler_app.admin import jobpage
-from scheduler_app.admin.common import ACTION_LIMIT, AsciiSplitDateTimeField, actor, adopt, jsonb_safe, state_badge
+from scheduler_app.admin.common import (
+    ACTION_LIMIT,
+    AsciiSplitDateTimeField,
+    TagsField,
+    actor,
+    adopt,
+    jsonb_safe,
+    state_badge,
+)
 from scheduler_app.admin.retention import IN_FORCE, RETENTION_FIELDS, RETENTION_FIELDSET, RetentionAdminMixin
 from scheduler_app.management.tables import describe_schedule, local_text, shorten, utc_text
 from scheduler_app.models import PRIORITY_MAX, PRIORITY_MIN, Job, JobRun, db_now
@@ -51,6 +59,7 @@ class JobAddForm(forms.ModelForm):
     """Creates a job through services.job_create; validated by services.validate_spec."""
 
     task_name = forms.ChoiceField(choices=allowed_task_choices, label="Task")
+    tags = TagsField()
     timezone = forms.CharField(required=False, max_length=64,
                                help_text="IANA zone the cron expression is read in; blank: the tenant's zone")
 
@@ -60,8 +69,7 @@ class JobAddForm(forms.ModelForm):
                   "start_at", "end_at", "jitter_seconds", "task_name", "args", "kwargs", "queue", "priority",
                   "timeout_seconds", "max_attempts", "retry_backoff_seconds", "retry_backoff_max_seconds",
                   "misfire_policy", "catchup_window_seconds", "run_all_cap", "overlap_policy", "batch")
-        help_texts = {"cron": "5 fields or a nickname such as @daily", "every_seconds": "Counted from now",
-                      "tags": 'A JSON list of strings, e.g. ["billing"]'}
+        help_texts = {"cron": "5 fields or a nickname such as @daily", "every_seconds": "Counted from now"}
 
     spec: services.JobSpec | None = None
 
@@ -76,7 +84,7 @@ class JobAddForm(forms.ModelForm):
         if tags is None:
             return []
         if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
-            raise ValidationError("Give a JSON list of strings.")
+            raise ValidationError("Give tags separated by commas.")
         return tags
 
     def clean(self):
@@ -120,6 +128,8 @@ JOB_EDITABLE = ("name", "description", "tags", "cron", "timezone", "every_second
 
 class JobChangeForm(forms.ModelForm):
     """Edits a saved job through services.job_update; services.plan_edit validates."""
+
+    tags = TagsField()
 
     class Meta:
         model = Job

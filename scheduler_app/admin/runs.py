@@ -31,6 +31,7 @@ from django.utils.html import format_html, format_html_join
 
 from scheduler_app import services
 from scheduler_app.admin.common import ReadOnlyAdmin, actor, duration_text, state_badge, when
+from scheduler_app.ledger.lags import dispatch_lag, run_start_lag
 from scheduler_app.management.tables import shorten
 from scheduler_app.models import AuditEvent, Job, JobRun
 
@@ -130,14 +131,14 @@ class JobRunAdmin(ReadOnlyAdmin):
     fieldsets = (
         (None, {"fields": ("job_link", "tenant", "scheduled_at", "fire_key", "trigger", "state_label", "attempt",
                            "reason", "job_version", "priority", "duplicate_deliveries")}),
-        ("Times", {"fields": ("created_at", "enqueued_at", "dispatched_at", "started_at", "heartbeat_at",
+        ("Times", {"fields": ("created_at", "first_dispatched", "last_queued", "started_at", "heartbeat_at",
                               "finished_at", "next_attempt_at", "lease_expires_at", "lags")}),
         ("Attempts", {"fields": ("attempt_table",)}),
         ("Outcome", {"fields": ("worker", "celery_task_id", "error_text", "result_text")}),
         ("Audit trail", {"fields": ("events",)}),
     )
-    readonly_fields = ("job_link", "fire_key", "state_label", "lags", "attempt_table", "error_text", "result_text",
-                       "events")
+    readonly_fields = ("job_link", "fire_key", "state_label", "first_dispatched", "last_queued", "lags",
+                       "attempt_table", "error_text", "result_text", "events")
 
     class Media:
         css = {"all": ("scheduler_app/console.css",)}
@@ -204,13 +205,23 @@ class JobRunAdmin(ReadOnlyAdmin):
     def fire_key(self, run):
         return run.fire_key
 
+    # dispatched_at is the first trip to the broker, enqueued_at the latest (a retry or a
+    # replay moves it): named so, in that order, the later time reads as the later event.
+    @admin.display(description="first dispatched at")
+    def first_dispatched(self, run):
+        return when(run.dispatched_at)
+
+    @admin.display(description="last queued at")
+    def last_queued(self, run):
+        return when(run.enqueued_at)
+
     @admin.display(description="lags")
     def lags(self, run):
         parts = []
         if run.dispatched_at or run.enqueued_at:
-            parts.append(f"dispatch {duration_text((run.dispatched_at or run.enqueued_at) - run.scheduled_at)}")
+            parts.append(f"dispatch {duration_text(dispatch_lag(run.scheduled_at, run.dispatched_at or run.enqueued_at))}")
         if run.started_at:
-            parts.append(f"start {duration_text(run.started_at - run.scheduled_at)}")
+            parts.append(f"start {duration_text(run_start_lag(run))}")
         if run.started_at and run.finished_at:
             parts.append(f"took {duration_text(run.finished_at - run.started_at)}")
         return " · ".join(parts) or "-"

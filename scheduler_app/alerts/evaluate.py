@@ -17,6 +17,7 @@ Records alerts only; deliver.py sends them.
 from __future__ import annotations
 
 import json
+import math
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -24,6 +25,7 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 
 from scheduler_app.alerts.budget import BUDGET_CHANNEL, alert_budget_exceeded, min_cooldown, suppressed_entry
+from scheduler_app.ledger.lags import run_start_lag
 from scheduler_app.models import Alert, AlertKind, AlertRule, Job, JobRun, RunState, Trigger
 
 RULES_PER_CHECK = 200  # rules one beat evaluates per check
@@ -64,7 +66,8 @@ def evaluate_rule(rule: AlertRule, now: datetime) -> int:
         JobRun.objects.filter(job=job, scheduled_at__gt=since - LOOKBACK, scheduled_at__lte=now)
         .filter(Q(finished_at__gt=since, finished_at__lte=now) | Q(started_at__gt=since, started_at__lte=now))
         .order_by("scheduled_at")
-        .only("id", "scheduled_at", "trigger", "state", "attempt", "started_at", "finished_at", "error")[:RUNS_PER_RULE]
+        .only("id", "scheduled_at", "trigger", "state", "attempt", "enqueued_at", "started_at", "finished_at",
+              "error")[:RUNS_PER_RULE]
     )
     until = now if len(runs) < RUNS_PER_RULE else max(max(r.started_at or since, r.finished_at or since) for r in runs)
     found = []
@@ -104,21 +107,24 @@ def run_findings(rule: AlertRule, run: JobRun, since: datetime, until: datetime)
                       f"{run.attempt}: {run.error[:300]}", {"state": run.state, "error": run.error[:2000]}))
     if (rule.max_start_lag_seconds is not None and started and run.trigger == Trigger.SCHEDULE
             and run.attempt == 1):
-        lag = (run.started_at - run.scheduled_at).total_seconds()
+        lag = run_start_lag(run)
         if lag > rule.max_start_lag_seconds:
+            shown, limit = seconds_pair(lag, rule.max_start_lag_seconds)
             found.append((AlertKind.START_LAG, subject, run.id,
-                          f"{job}: run {run.id} started {lag:.1f} s after its fire time "
-                          f"(more than {rule.max_start_lag_seconds:g} s)", {"start_lag_seconds": lag}))
+                          f"{job}: run {run.id} started {shown} after its fire time "
+                          f"(more than {limit})", {"start_lag_seconds": lag}))
     if ended and run.started_at is not None and run.state not in (RunState.SKIPPED, RunState.CANCELLED):
         took = (run.finished_at - run.started_at).total_seconds()
         if rule.max_duration_seconds is not None and took > rule.max_duration_seconds:
+            shown, limit = seconds_pair(took, rule.max_duration_seconds)
             found.append((AlertKind.TOO_LONG, subject, run.id,
-                          f"{job}: run {run.id} took {took:.1f} s (more than {rule.max_duration_seconds:g} s)",
+                          f"{job}: run {run.id} took {shown} (more than {limit})",
                           {"duration_seconds": took}))
         if (rule.min_duration_seconds is not None and took < rule.min_duration_seconds
                 and run.state == RunState.SUCCEEDED):
+            shown, limit = seconds_pair(took, rule.min_duration_seconds)
             found.append((AlertKind.TOO_SHORT, subject, run.id,
-                          f"{job}: run {run.id} took only {took:.2f} s (less than {rule.min_duration_seconds:g} s)",
+                          f"{job}: run {run.id} took only {shown} (less than {limit})",
                           {"duration_seconds": took}))
     return found
 
@@ -153,6 +159,26 @@ VALUES (%(rule)s, %(job)s, %(tenant)s, %(kind)s, %(key)s, %(run)s, %(message)s, 
         %(next_delivery)s, %(log)s)
 ON CONFLICT (dedup_key) DO NOTHING
 """
+
+
+def seconds_text(seconds: float, digits: int = 3) -> str:
+    """Seconds to `digits` significant digits, never in exponent form: '47.1 s', '0.0004 s'."""
+    if seconds == 0:
+        return "0 s"
+    decimals = min(9, max(0, digits - 1 - math.floor(math.log10(abs(seconds)))))
+    text = f"{seconds:.{decimals}f}"
+    return (text.rstrip("0").rstrip(".") if "." in text else text) + " s"
+
+
+def seconds_pair(value: float, limit: float) -> tuple[str, str]:
+    """A measured duration and its threshold, with digits enough that they read apart
+    ('took 0.0004 s (more than 0.001 s)', never 'took 0.0 s (more than 0.001 s)')."""
+    limit_text = seconds_text(limit, 6)
+    for digits in range(3, 10):
+        value_text = seconds_text(value, digits)
+        if value_text != limit_text:
+            break
+    return value_text, limit_text
 
 
 def describe_seconds(seconds: float) -> str:

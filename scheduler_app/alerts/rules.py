@@ -9,7 +9,7 @@ from django.core.validators import validate_email
 from django.db import transaction
 
 from scheduler_app.alerts.budget import min_cooldown
-from scheduler_app.models import AlertRule, AuditEvent, Job, db_now
+from scheduler_app.models import AlertRule, AuditEvent, Job, JobRun, RunState, db_now
 from scheduler_app.targets.http import guard
 from scheduler_app.validation import InvalidInput, check_url_path
 
@@ -29,15 +29,16 @@ def rule_set(job: Job, changes: dict, *, actor: str = "") -> AlertRule:
     with transaction.atomic():
         rule = AlertRule.objects.select_for_update().filter(job=job).first()
         if rule is None:
-            rule = AlertRule(job=job, checked_until=now, next_check_at=now, last_success_at=None)
+            rule = AlertRule(job=job, checked_until=now, next_check_at=now, last_success_at=last_success(job))
         created = rule.pk is None
         before = {name: getattr(rule, name) for name in values}
         for name, value in values.items():
             setattr(rule, name, value)
         if rule.no_success_seconds is not None and (before.get("no_success_seconds") is None
                                                     or rule.last_success_at is None):
-            # The switch starts counting when it is armed, not from the job's history.
-            rule.last_success_at = rule.last_success_at or now
+            # The switch counts from the job's last success; armed on a job that never
+            # succeeded (or not lately), from when it is armed.
+            rule.last_success_at = rule.last_success_at or last_success(job) or now
         if (rule.min_duration_seconds is not None and rule.max_duration_seconds is not None
                 and rule.min_duration_seconds >= rule.max_duration_seconds):  # one given, the other kept
             raise InvalidInput("min_duration_seconds", "must be below max_duration_seconds")
@@ -47,6 +48,18 @@ def rule_set(job: Job, changes: dict, *, actor: str = "") -> AlertRule:
             AuditEvent.objects.create(tenant_id=job.tenant_id, job=job, job_name=job.name, action="job.alerts_set",
                                       actor=actor, detail={"changes": diff})
     return rule
+
+
+# Runs looked at for the job's last success, newest fire first down the (job, scheduled_at)
+# index: a job failing for longer counts from when its rule is armed.
+LAST_SUCCESS_LOOKBACK = 1000
+
+
+def last_success(job: Job):
+    """When the job's newest succeeded run (among its last LAST_SUCCESS_LOOKBACK fires) ended."""
+    recent = JobRun.objects.filter(job=job).order_by("-scheduled_at").values("id")[:LAST_SUCCESS_LOOKBACK]
+    return (JobRun.objects.filter(id__in=recent, state=RunState.SUCCEEDED, finished_at__isnull=False)
+            .order_by("-finished_at").values_list("finished_at", flat=True).first())
 
 
 def rule_delete(job: Job, *, actor: str = "") -> bool:

@@ -14,6 +14,9 @@ router.register("alerts", alerts.AlertViewSet, basename="alert")
 
 urlpatterns = [
     path("me", views.MeView.as_view(), name="me"),
+    # The same with the slash every other route has (a GET only: nothing is posted to it);
+    # left out of the schema, which documents /me once.
+    path("me/", views.MeView.as_view(schema=None), name="me-slash"),
     path("preview/", views.SchedulePreviewView.as_view(), name="preview"),
     path("stats/", views.StatsView.as_view(), name="stats"),
     # Beside the router's routes, with its pattern for the object's key.

@@ -29,6 +29,14 @@ def start_lag(*, attempt: int, trigger: str, scheduled_at: datetime, enqueued_at
     return (started_at - since).total_seconds()
 
 
+def run_start_lag(run) -> float | None:
+    """start_lag of a run row (the admin's job and run pages), None until it started."""
+    if run.started_at is None:
+        return None
+    return start_lag(attempt=run.attempt, trigger=run.trigger, scheduled_at=run.scheduled_at,
+                     enqueued_at=run.enqueued_at, started_at=run.started_at)
+
+
 ONE_TENANT = "tenant_id = %(tenant_id)s"
 # Every state: the planner then walks jobrun_state_recent_idx once per state, over the window.
 ALL_TENANTS = "state = ANY(%(states)s)"

@@ -74,12 +74,17 @@ def fires_table(fires: Sequence[datetime], zone_name: str, *, notes: Sequence[st
     return format_table(["#", f"local ({zone_name})", "UTC"], rows)
 
 
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """'1 run', '3 runs', '0 runs'."""
+    return f"{count} {noun if count == 1 else nouns or noun + 's'}"
+
+
 def describe_schedule(cron: str, zone_name: str, every: int | None, run_at: datetime | None) -> str:
     """The short schedule text ('cron 0 3 * * * (Europe/Berlin)', 'every 60s', 'once at ...')."""
     if cron:
         return f"cron {cron} ({zone_name})"
     if every is not None:
-        return f"every {every}s"
+        return schedules.every_text(every)
     return f"once at {utc_text(run_at)}"
 
 

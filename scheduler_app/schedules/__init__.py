@@ -26,6 +26,7 @@ from scheduler_app.schedules.base import (
     MisfirePolicy,
     Schedule,
     SkipReason,
+    every_text,
     normalize_cron,
 )
 from scheduler_app.schedules.checks import (
@@ -67,6 +68,7 @@ __all__ = [
     "Plan",
     "Schedule",
     "SkipReason",
+    "every_text",
     "fire_anomaly",
     "jitter_offset",
     "last_fire_at_or_before",

@@ -107,7 +107,7 @@ class Schedule:
         if self.cron:
             return f"cron {self.cron} ({self.timezone}){jitter}"
         if self.every is not None:
-            return f"every {self.every}s{jitter}"
+            return f"{every_text(self.every)}{jitter}"
         return f"once at {self.at.isoformat() if self.at else '?'}"
 
     @property
@@ -153,3 +153,18 @@ def normalize_cron(expression: str) -> str:
     except StopIteration:
         raise InvalidSchedule("cron", f"{text!r} never fires") from None
     return text
+
+
+def every_text(seconds: int) -> str:
+    """An interval as people say it: 'every 90s' under an hour, then in the largest whole
+    unit: 'every 2 days' (172800), 'every 36 h', 'every 90 min'; else in seconds."""
+    if seconds < 3600:
+        return f"every {seconds}s"
+    if seconds % 86400 == 0:
+        days = seconds // 86400
+        return "every day" if days == 1 else f"every {days} days"
+    if seconds % 3600 == 0:
+        return f"every {seconds // 3600} h"
+    if seconds % 60 == 0:
+        return f"every {seconds // 60} min"
+    return f"every {seconds}s"

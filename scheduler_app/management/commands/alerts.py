@@ -23,7 +23,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from scheduler_app import alerts, services
 from scheduler_app.management.commands.jobs import JOB_HELP, check_range, find_job
-from scheduler_app.management.tables import OneLineErrors, cell, format_table, shorten
+from scheduler_app.management.tables import OneLineErrors, cell, format_table, plural, shorten
 from scheduler_app.models import Alert, AlertKind, AlertRule, Job
 
 MAX_LIMIT = 1000
@@ -228,7 +228,7 @@ def delivery_text(alert: Alert) -> str:
     status = alerts.delivery_status(alert)
     if status == "delivered" or not alert.delivery_attempts:
         return status
-    return f"{status} ({alert.delivery_attempts} attempts)"
+    return f"{status} ({plural(alert.delivery_attempts, 'attempt')})"
 
 
 def label(job: Job) -> str:

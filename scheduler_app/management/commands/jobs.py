@@ -30,6 +30,7 @@ from scheduler_app.management.tables import (
     describe_schedule,
     fires_table,
     format_table,
+    plural,
     shorten,
     utc_text,
 )
@@ -191,7 +192,7 @@ class Command(OneLineErrors, BaseCommand):
         self.stdout.write(f"Job {job_label(job)}: {schedule_text(job)}, {target_text(job)}, "
                           f"{'enabled' if job.enabled else 'paused'}")
         if total:
-            self.stdout.write(f"Deleting it deletes its {total} runs from the ledger too" + (
+            self.stdout.write(f"Deleting it deletes its {plural(total, 'run')} from the ledger too" + (
                 f" ({active} pending, queued, running or retrying: their outcome will not be recorded)."
                 if active else "."))
         else:
@@ -199,7 +200,7 @@ class Command(OneLineErrors, BaseCommand):
         self.confirm("delete", "Delete it?", yes=yes, refused="not deleted")
         label = job_label(job)
         services.job_delete(job, actor="cli")
-        self.stdout.write(f"Deleted job {label} and its {total} runs.")
+        self.stdout.write(f"Deleted job {label} and its {plural(total, 'run')}.")
 
     def confirm(self, action: str, question: str, *, yes: bool, refused: str) -> None:
         """Return when the person at the terminal answers yes (or --yes was given); else end
