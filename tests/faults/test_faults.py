@@ -14,6 +14,8 @@ from django.db.models import Sum
 
 from scheduler_app.dispatch.publish import RunMessage, publish_runs
 from scheduler_app.models import JobRun
+from scheduler_app.queues import queue_depths
+from tests.conftest import wait_for
 from tests.faults.harness import FAULT_LAG_BOUND, flush_broker
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.faults]
@@ -24,6 +26,11 @@ WINDOW = 12  # seconds of load per scenario
 def assert_clean(report):
     assert not report.problems, "\n".join(report.problems[:20])
     assert report.delivered > 0
+
+
+def assert_taken_over(report):
+    """The fault cost some attempt its run: marked lost and run again as a later attempt."""
+    assert report.lost > 0 and report.reattempted > 0, (report.lost, report.reattempted)
 
 
 def test_no_fault(cluster):
@@ -63,6 +70,7 @@ def test_a_worker_killed_around_the_target_call_loses_nothing(cluster, point):
     report = cluster.check(f"kill -9 a worker process at {point}", raw_duplicates_allowed=True,
                            lag_bound=FAULT_LAG_BOUND)
     assert_clean(report)
+    assert_taken_over(report)
 
 
 def test_a_whole_worker_killed_during_the_target_call_loses_nothing(cluster):
@@ -76,8 +84,10 @@ def test_a_whole_worker_killed_during_the_target_call_loses_nothing(cluster):
     cluster.run_until(WINDOW)
     cluster.finish()
 
-    assert_clean(cluster.check("kill -9 a whole worker during target calls", raw_duplicates_allowed=True,
-                               lag_bound=FAULT_LAG_BOUND))
+    report = cluster.check("kill -9 a whole worker during target calls", raw_duplicates_allowed=True,
+                           lag_bound=FAULT_LAG_BOUND)
+    assert_clean(report)
+    assert_taken_over(report)
 
 
 def test_a_frozen_worker_loses_its_runs_and_cannot_write_when_it_wakes(cluster):
@@ -92,8 +102,11 @@ def test_a_frozen_worker_loses_its_runs_and_cannot_write_when_it_wakes(cluster):
     cluster.run_until(WINDOW + 3)
     cluster.finish()
 
-    assert_clean(cluster.check("SIGSTOP a worker past its lease", raw_duplicates_allowed=True,
-                               lag_bound=FAULT_LAG_BOUND))
+    report = cluster.check("SIGSTOP a worker past its lease", raw_duplicates_allowed=True,
+                           lag_bound=FAULT_LAG_BOUND)
+    assert_clean(report)
+    assert_taken_over(report)
+    assert report.stale_writes > 0  # the worker woke, wrote its ends, and was refused
 
 
 def test_a_frozen_beat_delays_nothing_for_long(cluster):
@@ -115,11 +128,20 @@ def test_a_broker_that_loses_its_queue_loses_no_fire(cluster):
     cluster.start()
 
     cluster.run_until(WINDOW / 2)
+    # The workers paused until the queue holds messages, so that the flush loses some.
+    for worker in cluster.workers.values():
+        cluster.kill(worker, signal.SIGSTOP)
+    wait_for(lambda: queue_depths([cluster.queue])[cluster.queue] > 0, timeout=30, interval=0.1,
+             what="messages waiting on the broker")
     flush_broker()  # what a Redis restart without persistence does to the queue
+    for worker in cluster.workers.values():
+        cluster.kill(worker, signal.SIGCONT)
     cluster.run_until(WINDOW)
     cluster.finish()
 
-    assert_clean(cluster.check("broker queue lost", lag_bound=FAULT_LAG_BOUND))
+    report = cluster.check("broker queue lost", lag_bound=FAULT_LAG_BOUND)
+    assert_clean(report)
+    assert report.republished > 0  # the lost messages went out again
 
 
 def test_four_beats_contending_on_the_same_due_set(cluster):
