@@ -61,6 +61,19 @@ class Browser:
     def js(self, script: str, *args):
         return self.cmd("POST", "/execute/sync", {"script": script, "args": list(args)})
 
+    def log_in(self, url: str, username: str, password: str, *, until: str, what: str = "the login") -> None:
+        """Submit the admin's login form at `url`, then wait (5 s at most) for the JavaScript
+        expression `until` to be true on the page it leads to."""
+        self.get(url)
+        self.js("document.querySelector('#id_username').value = arguments[0];"
+                "document.querySelector('#id_password').value = arguments[1];"
+                "document.querySelector('#login-form').submit();", username, password)
+        for _ in range(50):
+            if self.js(f"return !!({until})"):
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"{what} failed: {until} never held")
+
     def screenshot(self, path: Path) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(base64.b64decode(self.cmd("GET", "/screenshot")))

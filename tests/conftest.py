@@ -121,6 +121,17 @@ def make_run(make_job):
     return make
 
 
+def environment_with(**env: str | None) -> dict[str, str]:
+    """This process's environment with the project's settings and `env` over it (None unsets)."""
+    environment = {**os.environ, "DJANGO_SETTINGS_MODULE": "project.settings"}
+    for name, value in env.items():
+        if value is None:
+            environment.pop(name, None)
+        else:
+            environment[name] = value
+    return environment
+
+
 def process_env(**extra: str) -> dict[str, str]:
     """The environment for a beat or worker process pointed at this test's database."""
     db = connection.settings_dict

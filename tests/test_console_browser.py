@@ -52,16 +52,8 @@ def seeded(django_user_model, settings):
 
 
 def login(chromium, live_server) -> None:
-    chromium.get(f"{live_server.url}/admin/login/")
-    chromium.js("document.querySelector('#id_username').value = 'ops';"
-                "document.querySelector('#id_password').value = 'a long passphrase 7';"
-                "document.querySelector('#login-form').submit();")
-    for _ in range(50):
-        if chromium.js("return document.body && document.body.innerText.includes('Cronfleet administration')"):
-            return
-        import time
-        time.sleep(0.1)
-    raise AssertionError("login failed")
+    chromium.log_in(f"{live_server.url}/admin/login/", "ops", "a long passphrase 7",
+                    until="document.body && document.body.innerText.includes('Cronfleet administration')")
 
 
 def test_a_person_sees_the_dashboard_job_and_run_pages(chromium, live_server, seeded):

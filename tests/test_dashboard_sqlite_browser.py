@@ -58,14 +58,8 @@ def server(tmp_path):
 def test_the_sqlite_dashboard_draws_its_charts(server):
     chromium = browser.Browser(width=1280, height=1400)
     try:
-        chromium.get(f"{server}/admin/login/?next=/admin/dashboard/")
-        chromium.js("document.querySelector('#id_username').value = 'admin';"
-                    "document.querySelector('#id_password').value = 'pw';"
-                    "document.querySelector('#login-form').submit();")
-        for _ in range(100):
-            if chromium.js("return !!document.querySelector('#cf-dashboard')"):
-                break
-            time.sleep(0.1)
+        chromium.log_in(f"{server}/admin/login/?next=/admin/dashboard/", "admin", "pw",
+                        until="document.querySelector('#cf-dashboard')")
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         chromium.screenshot(ARTIFACTS / "dashboard-sqlite.png")
         drawn = chromium.js("return arguments[0].map(id => { const s = document.querySelector('#' + id + ' svg');"

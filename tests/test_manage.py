@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import environment_with
+
 ROOT = Path(__file__).resolve().parent.parent
 # The interpreter the virtual environment was made from: it has no Django of its own (and
 # with -S, no site-packages at all).
@@ -70,12 +72,7 @@ VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
 
 def run_manage(*args: str, stdout=subprocess.PIPE, **env: str | None) -> subprocess.CompletedProcess:
     """`.venv/bin/python manage.py ARGS` with `env` over this process's environment (None unsets)."""
-    environment = {**os.environ, "DJANGO_SETTINGS_MODULE": "project.settings"}
-    for name, value in env.items():
-        if value is None:
-            environment.pop(name, None)
-        else:
-            environment[name] = value
+    environment = environment_with(**env)
     python = VENV_PYTHON if VENV_PYTHON.exists() else Path(sys.executable)
     return subprocess.run([python, ROOT / "manage.py", *args], cwd=ROOT, env=environment, stdout=stdout,
                           stderr=subprocess.PIPE, text=True, timeout=60)

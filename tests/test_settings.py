@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT, process_env
+from tests.conftest import ROOT, environment_with, process_env
 
 
 def check_settings(*, script: str = "", **env: str) -> subprocess.CompletedProcess:
@@ -135,12 +135,7 @@ def test_without_a_pool_size_connections_persist_as_before(db):
 
 
 def celery_or_wsgi(code: str, **env: str | None) -> subprocess.CompletedProcess:
-    environment = {**os.environ, "DJANGO_SETTINGS_MODULE": "project.settings"}
-    for name, value in env.items():
-        if value is None:
-            environment.pop(name, None)
-        else:
-            environment[name] = value
+    environment = environment_with(**env)
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=environment, capture_output=True, text=True,
                           timeout=60)
 
