@@ -111,6 +111,18 @@ def test_show_prints_the_rule_and_the_latest_alerts(job):
     assert "failed  -    0           delivered  acme/nightly: failed" in out
 
 
+def test_a_failing_delivery_says_it_is_retrying_with_its_last_error(job):
+    alert = raise_alert(job, AlertKind.FAILED, minutes_ago=5)
+    Alert.objects.filter(id=alert.id).update(
+        delivery_attempts=3, next_delivery_at=db_now() + timedelta(minutes=1),
+        delivery_log=[{"error": "ConnectionRefusedError: [Errno 111] Connection refused"}])
+
+    out = run("alerts", "list", "--tenant", "acme")
+
+    assert "failing, retrying at " in out and "(3 attempts so far; last error: ConnectionRefusedError" in out
+    assert "pending" not in out
+
+
 def test_delete_asks_unless_yes(job):
     run("alerts", "set", "acme/nightly", "--on-failure")
 

@@ -11,7 +11,8 @@ from django.utils.html import format_html
 
 from scheduler_app import alerts
 from scheduler_app.admin.common import ReadOnlyAdmin, actor, adopt, when
-from scheduler_app.management.tables import plural, shorten
+from scheduler_app.management import tables
+from scheduler_app.management.tables import shorten
 from scheduler_app.models import Alert, AlertRule
 from scheduler_app.validation import InvalidInput
 
@@ -128,20 +129,7 @@ def kind_text(alert: Alert) -> str:
 
 
 def delivery_text(alert: Alert) -> str:
-    """Delivered (when), not tried yet, failing and retrying, or given up; with the number
-    of attempts and the last error a channel answered."""
-    if alert.delivered_at:
-        return when(alert.delivered_at)
-    errors = [entry.get("error") for entry in alert.delivery_log or [] if entry.get("error")]
-    last = f"; last error: {shorten(str(errors[-1]), 200)}" if errors else ""
-    tries = plural(alert.delivery_attempts, "attempt")
-    if alert.delivery_attempts >= alerts.DELIVERY_ATTEMPTS:
-        return f"failed, gave up after {tries}{last}"
-    if alert.next_delivery_at is None:
-        return "not sent (over its tenant's alert budget)"
-    if alert.delivery_attempts == 0:
-        return "not sent yet"
-    return f"failing, retrying at {when(alert.next_delivery_at)} ({tries} so far{last})"
+    return tables.delivery_text(alert, when)
 
 
 def panel_context(job, now) -> dict:

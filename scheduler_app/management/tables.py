@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import sys
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 
 from django.core.management.base import CommandError, SystemCheckError
 
-from scheduler_app import schedules
+from scheduler_app import alerts, schedules
 from scheduler_app.validation import InvalidInput
 
 EMPTY = "-"
@@ -77,6 +77,24 @@ def fires_table(fires: Sequence[datetime], zone_name: str, *, notes: Sequence[st
 def plural(count: int, noun: str, nouns: str | None = None) -> str:
     """'1 run', '3 runs', '0 runs'."""
     return f"{count} {noun if count == 1 else nouns or noun + 's'}"
+
+
+def delivery_text(alert, at: Callable[[datetime], str], *, delivered: str | None = None) -> str:
+    """An alert's delivery: when it was delivered (or `delivered`, the word), not sent yet,
+    failing and retrying, or given up; with the number of attempts and the last error a
+    channel answered. `at` writes a time (the admin's or the commands' format)."""
+    if alert.delivered_at:
+        return delivered or at(alert.delivered_at)
+    errors = [entry.get("error") for entry in alert.delivery_log or [] if entry.get("error")]
+    last = f"; last error: {shorten(str(errors[-1]), 200)}" if errors else ""
+    tries = plural(alert.delivery_attempts, "attempt")
+    if alert.delivery_attempts >= alerts.DELIVERY_ATTEMPTS:
+        return f"failed, gave up after {tries}{last}"
+    if alert.next_delivery_at is None:
+        return "not sent (over its tenant's alert budget)"
+    if alert.delivery_attempts == 0:
+        return "not sent yet"
+    return f"failing, retrying at {at(alert.next_delivery_at)} ({tries} so far{last})"
 
 
 def describe_schedule(cron: str, zone_name: str, every: int | None, run_at: datetime | None) -> str:

@@ -22,8 +22,9 @@ import sys
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from scheduler_app import alerts, services
+from scheduler_app.management import tables
 from scheduler_app.management.commands.jobs import JOB_HELP, check_range, find_job
-from scheduler_app.management.tables import OneLineErrors, cell, format_table, plural, shorten
+from scheduler_app.management.tables import OneLineErrors, cell, format_table, shorten, utc_text
 from scheduler_app.models import Alert, AlertKind, AlertRule, Job
 
 MAX_LIMIT = 1000
@@ -225,10 +226,7 @@ def alerts_table(found: list[Alert], *, with_job: bool) -> str:
 
 
 def delivery_text(alert: Alert) -> str:
-    status = alerts.delivery_status(alert)
-    if status == "delivered" or not alert.delivery_attempts:
-        return status
-    return f"{status} ({plural(alert.delivery_attempts, 'attempt')})"
+    return tables.delivery_text(alert, utc_text, delivered="delivered")
 
 
 def label(job: Job) -> str:
