@@ -13,7 +13,7 @@ import pytest
 from django.db.models import Sum
 
 from scheduler_app.dispatch.publish import RunMessage, publish_runs
-from scheduler_app.models import JobRun
+from scheduler_app.models import JobRun, RunState
 from scheduler_app.queues import queue_depths
 from tests.conftest import wait_for
 from tests.faults.harness import FAULT_LAG_BOUND, flush_broker
@@ -52,10 +52,14 @@ def test_a_beat_killed_mid_turn_loses_nothing(cluster, point):
     victim = cluster.beat("victim", CRONFLEET_FAILPOINTS=f"{point}=kill@4")
 
     cluster.run_until(WINDOW)
-    assert victim.wait(timeout=30) == -signal.SIGKILL
+    assert victim.wait(timeout=30) == -signal.SIGKILL  # only the failpoint kills it
     cluster.finish()
 
-    assert_clean(cluster.check(f"kill -9 a beat at {point}", lag_bound=FAULT_LAG_BOUND))
+    report = cluster.check(f"kill -9 a beat at {point}", lag_bound=FAULT_LAG_BOUND)
+    assert_clean(report)
+    if point == "beat.after_commit":  # its committed runs never reached the broker
+        assert report.republished > 0
+    # At beat.after_claim its transaction rolled back: the jobs wait for another beat's claim.
 
 
 @pytest.mark.parametrize("point", ["worker.before_target", "worker.after_target"])
@@ -96,6 +100,10 @@ def test_a_frozen_worker_loses_its_runs_and_cannot_write_when_it_wakes(cluster):
     victim = cluster.worker("victim", CRONFLEET_FAILPOINTS="worker.before_target=sleep:1")
 
     cluster.run_until(3)
+    # Frozen while it holds a run, so that the run is taken over and its end write refused.
+    wait_for(lambda: JobRun.objects.filter(tenant=cluster.tenant, state=RunState.RUNNING,
+                                           worker__startswith="victim-").exists(),
+             timeout=30, interval=0.05, what="the victim to start a run")
     cluster.kill(victim, signal.SIGSTOP)
     cluster.run_until(3 + 8)  # twice the lease
     cluster.kill(victim, signal.SIGCONT)
