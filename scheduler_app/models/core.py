@@ -177,6 +177,18 @@ class Job(models.Model):
     retention_keep_last = models.PositiveIntegerField(
         null=True, blank=True, help_text="The job's newest runs kept whatever their age (0: none); blank: the tenant's")
 
+    # Pause after repeated failure: the job pauses itself (auto_paused_at set, the note saying
+    # which runs) once this many of its runs in a row ended failed or dead; NULL: never.
+    pause_after_failures = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="Pause the job after this many failed or dead runs in a row; blank: never")
+    consecutive_failures = models.PositiveIntegerField(default=0, db_default=0, editable=False)
+    auto_paused_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    # Schedules as code: the owner whose declaration manages the job ("" when made by hand),
+    # and the digest of the declaration last applied, against which edits show as drift.
+    managed_by = models.CharField(max_length=100, blank=True, default="", db_default="", editable=False)
+    managed_digest = models.CharField(max_length=64, blank=True, default="", db_default="", editable=False)
+
     version = models.PositiveIntegerField(default=1, help_text="Bumped on every edit")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
