@@ -1,76 +1,60 @@
-"""Fault scenarios that restart the shared servers themselves (PostgreSQL, Redis).
+"""Fault scenarios that restart the servers themselves: PostgreSQL (immediate mode) and
+Redis (without persistence).
 
-They need the right to restart the local servers (as CI has): skipped otherwise. Each
-waits until its server answers again, so the tests after it find it running.
+Each scenario restarts a server of its own (tests/servers.py), started on a free loopback
+port for the test and removed after it, never the machine's shared PostgreSQL or Redis:
+other test runs on the machine use those at the same time. They need PostgreSQL's server
+programs (initdb, pg_ctl, postgres) and redis-server installed, and are skipped otherwise.
 """
 
 import shutil
-import subprocess
 
-import psycopg
 import pytest
-import redis
-from django.conf import settings
 from django.db import connection
+from django.test import override_settings
 
-from tests.conftest import wait_for
+from tests import servers
 from tests.faults.harness import RESTART_LAG_BOUND
 from tests.faults.test_faults import WINDOW, assert_clean
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.faults]
+DATABASE = "cronfleet"
 
 
-def can_restart_postgres() -> bool:
-    return shutil.which("pg_ctlcluster") is not None and shutil.which("pg_lsclusters") is not None
+@pytest.fixture
+def private_database(transactional_db):
+    """This test's database on a PostgreSQL cluster of its own, migrated: the test process
+    and the beats and workers it starts use it. Taken before `cluster`, so the tenant that
+    fixture makes is in it too."""
+    if servers.postgres_bindir() is None:
+        pytest.skip("needs PostgreSQL's initdb, pg_ctl and postgres (CRONFLEET_TEST_PG_BINDIR or pg_config)")
+    with servers.private_postgres() as server:
+        server.create_database(DATABASE)
+        with servers.database_on(server.host, server.port, DATABASE):
+            yield server
 
 
-def postgres_answers() -> bool:
-    try:
-        psycopg.connect("host=127.0.0.1 port=5432 user=postgres dbname=postgres connect_timeout=2").close()
-    except psycopg.OperationalError:
-        return False
-    return True
+@pytest.fixture
+def private_broker(monkeypatch):
+    """A Redis of this test's own as the broker of the test process and of the beats and
+    workers it starts (which take CELERY_BROKER_URL from these settings, and the rate
+    limit's Redis from the broker when the environment does not name one)."""
+    if shutil.which("redis-server") is None:
+        pytest.skip("needs redis-server")
+    monkeypatch.delenv("CRONFLEET_RATE_LIMIT_REDIS_URL", raising=False)
+    with servers.private_redis() as server:
+        url = server.url()
+        with override_settings(CELERY_BROKER_URL=url, CRONFLEET_RATE_LIMIT_REDIS_URL=url):
+            yield server
 
 
-def restart_postgres_immediately() -> None:
-    version, name = subprocess.run(["pg_lsclusters", "-h"], capture_output=True, text=True,
-                                   check=True).stdout.split()[:2]
-    try:
-        subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", "-m", "immediate", version, name, "restart"],
-                       check=True, capture_output=True, timeout=120)
-    finally:
-        wait_for(postgres_answers, timeout=120, interval=0.5, what="PostgreSQL to answer again")
-        connection.close()  # this process's own connection died with the server
-
-
-def redis_answers(client) -> bool:
-    try:
-        return client.ping()
-    except redis.ConnectionError:
-        return False
-
-
-def restart_redis_without_persistence() -> None:
-    client = redis.Redis(host="127.0.0.1", port=6379, socket_connect_timeout=2)
-    try:
-        client.shutdown(nosave=True)
-    except redis.ConnectionError:
-        pass  # shutting down closes the connection
-    try:
-        subprocess.run(["redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "-::1", "--port", "6379",
-                        "--save", "", "--appendonly", "no"], check=True, capture_output=True, timeout=60)
-    finally:
-        wait_for(lambda: redis_answers(client), timeout=60, interval=0.5, what="Redis to answer again")
-        client.close()
-
-
-@pytest.mark.skipif(not can_restart_postgres(), reason="needs pg_ctlcluster to restart the local PostgreSQL")
-def test_postgresql_restarted_in_immediate_mode_under_load(cluster):
+def test_postgresql_restarted_in_immediate_mode_under_load(private_database, cluster):
     cluster.seed()
     cluster.start()
 
     cluster.run_until(WINDOW / 2)
-    restart_postgres_immediately()
+    private_database.restart_immediately()
+    connection.close()  # this process's own connection died with the server
     cluster.run_until(WINDOW + 5)
     cluster.finish()
 
@@ -78,14 +62,12 @@ def test_postgresql_restarted_in_immediate_mode_under_load(cluster):
                                lag_bound=RESTART_LAG_BOUND))
 
 
-@pytest.mark.skipif(shutil.which("redis-server") is None or not settings.CELERY_BROKER_URL.startswith("redis://127.0.0.1"),
-                    reason="needs the local redis-server to restart")
-def test_redis_restarted_without_persistence_loses_no_fire(cluster):
+def test_redis_restarted_without_persistence_loses_no_fire(private_broker, cluster):
     cluster.seed()
     cluster.start()
 
     cluster.run_until(WINDOW / 2)
-    restart_redis_without_persistence()
+    private_broker.restart_without_persistence()
     cluster.run_until(WINDOW + 5)
     cluster.finish()
 

@@ -1,0 +1,302 @@
+"""Private PostgreSQL and Redis servers for the tests that restart or shut down their server.
+
+Restarting the machine's shared servers breaks every other test run using them at the same
+time (a developer's run and CI, or parallel sessions with their own databases and Redis db
+numbers). A scenario that restarts a server therefore starts one of its own, on a free
+loopback port, in a temporary directory removed afterwards:
+
+    with private_postgres() as server, database_on(server.host, server.port, "cronfleet"):
+        ...  # this process's Django connection (and the processes it starts) use it
+        server.restart_immediately()
+
+    with private_redis() as server:
+        ...  # point the broker at server.url(), then server.restart_without_persistence()
+
+PostgreSQL's binaries are found in CRONFLEET_TEST_PG_BINDIR, else `pg_config --bindir`, else
+on PATH; redis-server on PATH. A server that fails to start raises with its log's tail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import redis
+
+from tests.conftest import wait_for
+
+HOST = "127.0.0.1"
+POSTGRES_PROGRAMS = ("initdb", "pg_ctl", "postgres")
+POSTGRES_OS_USER = "postgres"  # initdb and postgres refuse to run as root: as root, run them as this user
+START_TIMEOUT = 60  # seconds for a server to answer after it is started
+LOG_TAIL_LINES = 40
+
+
+class ServerError(RuntimeError):
+    """A private server did not start, restart or stop; the message ends with its log's tail."""
+
+
+def free_port() -> int:
+    """A TCP port on the loopback interface that nothing listens on now (the kernel's pick).
+    Another program could take it before the server binds it; the server then fails to
+    start and says so, which is rare enough not to retry."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """The end of a server's log, for the error that says why it did not start."""
+    if not path.exists():
+        return f"(no log at {path})"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def run(argv: list[str], *, log: Path, what: str, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
+    """Run a server's control program; on failure raise with its output and the server's log."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, check=True, timeout=timeout, **kwargs)
+    except subprocess.CalledProcessError as exc:
+        raise ServerError(f"{what} failed ({' '.join(argv)}): {exc.stdout}{exc.stderr}\n{log_tail(log)}") from None
+    except subprocess.TimeoutExpired:
+        raise ServerError(f"{what} did not finish within {timeout}s ({' '.join(argv)})\n{log_tail(log)}") from None
+
+
+# --- PostgreSQL ---------------------------------------------------------------------------
+
+
+def postgres_bindir() -> Path | None:
+    """Where initdb, pg_ctl and postgres are: CRONFLEET_TEST_PG_BINDIR, else `pg_config
+    --bindir` (Debian keeps them out of PATH, in the server version's own directory), else
+    PATH. None when they are not installed."""
+    candidates = []
+    if os.environ.get("CRONFLEET_TEST_PG_BINDIR"):
+        candidates.append(Path(os.environ["CRONFLEET_TEST_PG_BINDIR"]))
+    if shutil.which("pg_config"):
+        bindir = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True, check=True).stdout.strip()
+        candidates.append(Path(bindir))
+    if shutil.which("initdb"):
+        candidates.append(Path(shutil.which("initdb")).parent)
+    for bindir in candidates:
+        if all((bindir / program).is_file() for program in POSTGRES_PROGRAMS):
+            return bindir
+    return None
+
+
+def as_postgres_user() -> list[str]:
+    """The prefix that runs PostgreSQL's programs as a user they accept: none, unless this
+    process is root (initdb and postgres refuse root), then runuser to POSTGRES_OS_USER."""
+    if os.geteuid() != 0:
+        return []
+    runuser = shutil.which("runuser")
+    if runuser is None:
+        raise ServerError(f"running as root, PostgreSQL must run as {POSTGRES_OS_USER!r}, and runuser is not installed")
+    return [runuser, "-u", POSTGRES_OS_USER, "--"]
+
+
+class PostgresServer:
+    """A PostgreSQL cluster of one test's own: initdb'd into `directory` (which also holds
+    its socket and log), listening on `port` on the loopback, trusting every local user."""
+
+    user = "postgres"
+    host = HOST
+
+    def __init__(self, bindir: Path, directory: Path, port: int) -> None:
+        self.bindir = bindir
+        self.directory = directory
+        self.port = port
+        self.data = directory / "data"
+        self.log = directory / "postgres.log"
+        self.prefix = as_postgres_user()
+
+    def program(self, name: str, *args: str, what: str, timeout: float = 120) -> None:
+        run([*self.prefix, str(self.bindir / name), *args], log=self.log, what=what, timeout=timeout,
+            cwd=self.directory)  # the postgres user may not be able to enter this process's directory
+
+    def init(self) -> None:
+        """initdb, then the settings every start (and pg_ctl restart) uses: this port, the
+        loopback only, the socket in the private directory, and no fsync or full-page writes
+        (they guard against the machine crashing; an immediate restart only kills the
+        server's processes, and what they wrote is in the OS's cache). synchronous_commit
+        stays on: with it off, an immediate restart loses commits already acknowledged to
+        their clients, a different fault, which the scenario reports as fires delivered twice."""
+        if self.prefix:
+            owner = pwd.getpwnam(POSTGRES_OS_USER)
+            os.chown(self.directory, owner.pw_uid, owner.pw_gid)
+        self.program("initdb", "-D", str(self.data), "-A", "trust", "-U", self.user, "-E", "UTF8", "--no-locale",
+                     "--no-sync", what="initdb")
+        settings = {
+            "listen_addresses": f"'{self.host}'",
+            "port": str(self.port),
+            "unix_socket_directories": f"'{self.directory}'",
+            "fsync": "off",
+            "full_page_writes": "off",
+        }
+        with (self.data / "postgresql.conf").open("a") as conf:
+            conf.write("".join(f"{name} = {value}\n" for name, value in settings.items()))
+
+    def start(self) -> None:
+        self.program("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", str(START_TIMEOUT), "start",
+                     what="starting PostgreSQL")
+
+    def stop(self) -> None:
+        """Stop at once: nothing on this server is kept."""
+        self.program("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop", what="stopping PostgreSQL")
+
+    def restart_immediately(self) -> None:
+        """The crash the scenario is about: every backend killed without a checkpoint, then
+        crash recovery on start. pg_ctl -w returns once the server accepts connections."""
+        self.program("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-m", "immediate", "-w",
+                     "-t", str(START_TIMEOUT), "restart", what="restarting PostgreSQL (immediate)")
+
+    def conninfo(self, dbname: str = "postgres") -> str:
+        return f"host={self.host} port={self.port} user={self.user} dbname={dbname} connect_timeout=5"
+
+    def create_database(self, name: str) -> None:
+        with psycopg.connect(self.conninfo(), autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+
+
+@contextlib.contextmanager
+def private_postgres() -> Iterator[PostgresServer]:
+    """A started private PostgreSQL cluster, stopped and deleted on leaving."""
+    bindir = postgres_bindir()
+    if bindir is None:
+        raise ServerError(f"PostgreSQL's {', '.join(POSTGRES_PROGRAMS)} were not found "
+                          "(set CRONFLEET_TEST_PG_BINDIR, or put pg_config on PATH)")
+    directory = Path(tempfile.mkdtemp(prefix="cronfleet-pg-"))
+    try:
+        server = PostgresServer(bindir, directory, free_port())
+        server.init()
+        server.start()
+        try:
+            yield server
+        finally:
+            server.stop()
+    finally:
+        shutil.rmtree(directory)
+
+
+@contextlib.contextmanager
+def database_on(host: str, port: int, name: str, *, migrate: bool = True) -> Iterator[None]:
+    """Point this process's default Django connection (and so the beats and workers the
+    `processes` fixture starts, which read it) at database `name` on host:port, migrated
+    first; restore the previous settings on leaving. The connection is closed at each switch,
+    so the next query connects to the database now configured."""
+    from django.contrib.contenttypes.models import ContentType
+    from django.core.management import call_command
+    from django.db import connection
+
+    saved = {key: connection.settings_dict[key] for key in ("HOST", "PORT", "NAME")}
+    connection.close()
+    connection.settings_dict.update(HOST=host, PORT=str(port), NAME=name)
+    ContentType.objects.clear_cache()  # ids cached from the other database
+    try:
+        if migrate:
+            call_command("migrate", verbosity=0, interactive=False)
+        yield
+    finally:
+        connection.close()
+        connection.settings_dict.update(saved)
+        ContentType.objects.clear_cache()
+
+
+# --- Redis --------------------------------------------------------------------------------
+
+
+def redis_answers(client: redis.Redis, pid: int) -> bool:
+    """Whether the Redis at the client's address is up and is process `pid` (not some other
+    server that had taken the port)."""
+    try:
+        return client.info("server")["process_id"] == pid
+    except (redis.ConnectionError, redis.TimeoutError):
+        return False
+
+
+class RedisServer:
+    """A redis-server child process of one test's own on `port`, without persistence (no RDB
+    snapshots, no AOF), so a restart starts empty, as a crashed broker without disk would."""
+
+    host = HOST
+
+    def __init__(self, program: str, directory: Path, port: int) -> None:
+        self.program = program
+        self.directory = directory
+        self.port = port
+        self.log = directory / "redis.log"
+        self.proc: subprocess.Popen | None = None
+
+    def url(self, db: int = 0) -> str:
+        return f"redis://{self.host}:{self.port}/{db}"
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(host=self.host, port=self.port, socket_connect_timeout=2, socket_timeout=5)
+
+    def start(self) -> None:
+        argv = [self.program, "--port", str(self.port), "--bind", self.host, "--save", "", "--appendonly", "no",
+                "--daemonize", "no", "--dir", str(self.directory)]
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.directory,
+                                         start_new_session=True)
+        client = self.client()
+        try:
+            wait_for(lambda: self.proc.poll() is not None or redis_answers(client, self.proc.pid),
+                     timeout=START_TIMEOUT, interval=0.05, what=f"redis-server on port {self.port}")
+        finally:
+            client.close()
+        if self.proc.poll() is not None:
+            raise ServerError(f"redis-server exited with {self.proc.returncode}\n{log_tail(self.log)}")
+
+    def shutdown_nosave(self) -> None:
+        """SHUTDOWN NOSAVE, and wait for the process to exit (so the port is free again)."""
+        client = self.client()
+        try:
+            client.shutdown(nosave=True)
+        finally:
+            client.close()
+        try:
+            self.proc.wait(timeout=START_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            raise ServerError(f"redis-server did not exit after SHUTDOWN NOSAVE\n{log_tail(self.log)}") from None
+
+    def restart_without_persistence(self) -> None:
+        """The broker's crash the scenario is about: everything in memory lost, then the
+        server back on the same port (clients reconnect to the address they know)."""
+        self.shutdown_nosave()
+        self.start()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def private_redis() -> Iterator[RedisServer]:
+    """A started private redis-server, stopped and its directory deleted on leaving."""
+    program = shutil.which("redis-server")
+    if program is None:
+        raise ServerError("redis-server was not found on PATH")
+    directory = Path(tempfile.mkdtemp(prefix="cronfleet-redis-"))
+    try:
+        server = RedisServer(program, directory, free_port())
+        try:
+            server.start()
+            yield server
+        finally:
+            server.stop()
+    finally:
+        shutil.rmtree(directory)
