@@ -85,6 +85,15 @@ def fresh_backpressure():
     dispatch.backpressure.forget_backpressure()
 
 
+@pytest.fixture(autouse=True)
+def fresh_rate_limit_breaker(monkeypatch):
+    """Each test starts with the API rate limits' breaker closed: it is one per process, and a
+    test that tripped it would otherwise turn every later request's rate limiting off."""
+    from scheduler_app.api import throttling
+
+    monkeypatch.setattr(throttling, "counter", throttling.Counter())
+
+
 @pytest.fixture
 def tenant(db) -> Tenant:
     return Tenant.objects.create(slug=f"t{next(_names)}", name="Test tenant")

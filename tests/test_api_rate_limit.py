@@ -43,12 +43,6 @@ def make_tenant(**fields) -> Tenant:
                                  **fields)
 
 
-@pytest.fixture(autouse=True)
-def fresh_counter(monkeypatch):
-    """Each test starts with a closed breaker (the counter is per process)."""
-    monkeypatch.setattr(throttling, "counter", throttling.Counter())
-
-
 @pytest.fixture
 def start_of_window():
     """The requests of a test land in one one-minute window."""

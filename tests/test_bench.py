@@ -2,6 +2,7 @@
 database; their figures are not asserted: speed is reported by running a benchmark, not
 by tests)."""
 
+import re
 import subprocess
 import sys
 
@@ -78,31 +79,68 @@ def test_bench_steady_runs_beats_and_workers_and_its_checks_pass():
     assert "target: 1,000 fires/s" in done.stdout
 
 
+# The ledger bench's checks of speed (its label names what is timed); on a busy machine any of
+# them may fail, which the bench reports with status 1. Every other check must pass.
+LEDGER_SPEED_CHECKS = ("fires/s", "dispatch CPU per 1,000 fires", "p50 / p99 ms", "(rows/s)")
+
+
 def test_bench_ledger_runs_and_leaves_nothing_the_policy_lets_go():
     done = subprocess.run(
         [sys.executable, "manage.py", "bench", "ledger", "--jobs", "200", "--rows", "20000", "--repeat", "1",
          "--load", "20", "--yes"],
         cwd=ROOT, env=process_env(), capture_output=True, text=True, timeout=300,
     )
+    print(done.stdout)  # the table, for -s
 
-    # Its speed checks may fail on a busy machine at this size (exit status 1); it must not crash.
-    assert done.returncode in (0, 1), done.stdout + done.stderr
     assert "Traceback" not in done.stderr, done.stderr
     lines = done.stdout.splitlines()
+    failed = [line for line in lines if line.endswith("FAIL")]
+    assert [line for line in failed if not any(check in line for check in LEDGER_SPEED_CHECKS)] == [], done.stdout
+    # Its status is its checks' verdict: 1 exactly when a (speed) check above failed.
+    assert done.returncode == (1 if failed else 0), done.stdout + done.stderr
     assert any(line.startswith("  ledger rows seeded") and "20,000" in line for line in lines), done.stdout
     assert any("left that the policy lets go" in line and line.endswith("ok") for line in lines), done.stdout
     assert "API run list, first page" in done.stdout and "one pruning batch" in done.stdout
 
 
+# The console bench checks its timings against targets a busy machine can miss (it then
+# exits 1); a page or statement ten times over its target is a defect whatever the load.
+DASHBOARD_LINE = re.compile(r"dashboard +(?P<median>[0-9.]+) +[0-9.]+  /admin/dashboard/  "
+                            r"(?P<verdict>ok|FAIL) \(< (?P<target>[0-9]+) ms\)")
+STATEMENT_LINE = re.compile(r" +(?P<ms>[0-9.]+) ms(?P<slow> SLOW)?  ")
+STATEMENT_SLOW_MS = 50
+
+
+def console_bench(*args: str) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "manage.py", "bench", "console", *args, "--yes"], cwd=ROOT,
+                          env=process_env(), capture_output=True, text=True, timeout=300)
+    print(done.stdout)  # the table, for -s
+    assert "Traceback" not in done.stderr, done.stderr
+    lines = done.stdout.splitlines()
+    [dashboard] = [match for line in lines if (match := DASHBOARD_LINE.fullmatch(line))] or [None]
+    assert dashboard is not None, done.stdout
+    median, target = float(dashboard["median"]), float(dashboard["target"])
+    assert dashboard["verdict"] == ("ok" if median < target else "FAIL"), dashboard.group(0)
+    assert median < 10 * target, dashboard.group(0)
+    statements = [match for line in lines if (match := STATEMENT_LINE.match(line))]
+    assert ("--explain" in args) == bool(statements), done.stdout
+    for statement in statements:
+        assert float(statement["ms"]) < 10 * STATEMENT_SLOW_MS, statement.string
+    slow = [statement.string for statement in statements if statement["slow"]]
+    assert " FAIL" not in done.stdout.replace(dashboard.group(0), ""), done.stdout
+    missed = dashboard["verdict"] == "FAIL" or bool(slow)
+    assert done.returncode == (1 if missed else 0), done.stdout + done.stderr
+    return done
+
+
 def test_bench_console_times_every_page_and_reuses_its_ledger():
-    first = bench("console", "--jobs", "20", "--rows", "2000", "--requests", "2", "--explain")
-    again = bench("console", "--jobs", "20", "--rows", "2000", "--requests", "1")
+    first = console_bench("--jobs", "20", "--rows", "2000", "--requests", "2", "--explain")
+    again = console_bench("--jobs", "20", "--rows", "2000", "--requests", "1")
 
     table = first.stdout.split("bench console:")[1]
     for page in ("dashboard", "tenant dashboard", "job list", "job page", "run ledger", "ledger: tenant + failed",
                  "ledger: past 7 days", "ledger: search fire key", "ledger: page ", "run page", "alerts"):
         assert any(line.startswith(page.rstrip() + " ") for line in table.splitlines()), page
-    assert "/admin/dashboard/  ok (< 300 ms)" in first.stdout
     assert "EXPLAIN (ANALYZE, BUFFERS)" in first.stdout and "Index jobrun_one_per_fire" in first.stdout
     assert "seeded 2,000 runs" in first.stderr
     assert "reusing the console ledger: 2,000 runs of 20 jobs" in again.stderr

@@ -228,13 +228,14 @@ def test_the_docs_command_example_keeps_each_path_to_a_file_name():
     assert example, "docs/targets.md's command example shows its allow-list entry"
     config = json.loads(example.group(1))
     config["report"]["executable"] = sys.executable  # the example's python3 need not be installed here
-    validate_config(config)
+    assert validate_config(config) is None
     params = {"day": "2024-01-01", "paths": ["a.csv", "b.csv"]}
-    assert build_argv("report", params, config)[-2:] == ["a.csv", "b.csv"]
+    assert build_argv("report", params, config) == ["-m", "reports.run", "--day", "2024-01-01", "--", "a.csv", "b.csv"]
 
     for path in ("/proc/1/environ", "../../etc/passwd", "a.csv/../../x"):
-        with pytest.raises(InvalidCommand):
+        with pytest.raises(InvalidCommand) as refused:
             build_argv("report", {**params, "paths": [path]}, config)
+        assert refused.value.field == "params.paths[0]", str(refused.value)
 
 
 # --- disk -------------------------------------------------------------------------------

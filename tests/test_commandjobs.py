@@ -243,7 +243,7 @@ def test_nul_and_control_characters_refused(value, config):
 
 
 def test_report_example_builds_expected_argv(config):
-    validate_config(config)
+    assert validate_config(config) is None
     argv = build_argv("report", {"day": dt.date(2024, 1, 31), "paths": ["a b", "-c"], "limit": 1, "name": "n"}, config)
     assert argv == ["-m", "reports.run", "--day", "2024-01-31", "--format", "csv", "--", "a b", "-c"]
     argv = build_argv("report", report(format="json", paths=[]), config)
@@ -291,13 +291,15 @@ def test_unknown_and_missing_params_refused(config):
     ],
 )
 def test_wrong_types_and_out_of_range_refused(field, changes, config):
-    assert build_argv("report", report(), config)  # the base params are fine
+    base = build_argv("report", report(), config)  # the base params are fine
+    assert base == ["-m", "reports.run", "--day", "2024-02-29", "--format", "csv", "--", "a"]
     refused(field, build_argv, "report", report(**changes), config)
 
 
 def test_bounds_are_inclusive(config):
     for limit in (1, 1000):
-        build_argv("report", report(limit=limit, name="x" * 100, paths=["p" * 200] * 10), config)
+        argv = build_argv("report", report(limit=limit, name="x" * 100, paths=["p" * 200] * 10), config)
+        assert argv == ["-m", "reports.run", "--day", "2024-02-29", "--format", "csv", "--", *["p" * 200] * 10]
 
 
 # --------------------------------------------------------------------------------------
@@ -319,9 +321,10 @@ def entry(**changes):
 
 
 def test_valid_config_accepted(config):
-    validate_config(config)
-    validate_config(entry())
-    validate_config({})
+    assert validate_config(config) is None
+    assert validate_config(entry()) is None
+    assert validate_config({}) is None
+    assert build_argv("bad", {"day": "2024-01-01", "paths": ["a", "b"]}, entry()) == ["--day", "2024-01-01", "--", "a", "b"]
 
 
 @pytest.mark.parametrize(

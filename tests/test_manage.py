@@ -150,7 +150,7 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(command):
         os.close(write_end)
 
     assert done.stderr == ""
-    assert done.returncode in (0, 1)
+    assert done.returncode == 1  # manage.py's status when its output's reader went away
 
 
 def test_jobs_show_piped_into_head_ends_quietly(tmp_path):

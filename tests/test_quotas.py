@@ -14,6 +14,7 @@ from django.db.transaction import TransactionManagementError
 
 from scheduler_app import dispatch
 from scheduler_app.dispatch.publish import RunMessage
+from scheduler_app.dispatch.quotas import QUOTA_WINDOW
 from scheduler_app.models import PRIORITY_DEFAULT, AuditEvent, JobRun, RunState, Tenant, db_now
 from scheduler_app.worker import execution
 from tests.conftest import utc, wait_for
@@ -461,7 +462,10 @@ def test_a_quota_tenants_excess_waits_while_another_tenants_runs_start_on_time(m
              what="b's six runs and three of a's to succeed")
 
     lags = [(r.started_at - r.scheduled_at).total_seconds() for r in runs_of(b)]
-    assert max(lags) < 5, lags  # b's runs started on time, a's backlog notwithstanding
+    print(f"b's start lag: max {max(lags):.2f} s")
+    # a's excess waits for room in the quota's window: b's runs held behind it would start a
+    # window late, so b's lag must stay well under that wait, however loaded the machine.
+    assert max(lags) < QUOTA_WINDOW.total_seconds() / 2, lags
     a_runs = list(runs_of(a))
     held = [r for r in a_runs if r.state == "pending"]
     assert len(a_runs) == 8 and len(held) == 5

@@ -62,8 +62,18 @@ def with_changes(**changes) -> dict:
 
 
 def test_a_good_allow_list_is_accepted():
-    sqljobs.validate_config(config(typed=TYPED), DATABASES)
-    sqljobs.validate_config({}, DATABASES)
+    good = config(typed=TYPED)
+    assert sqljobs.validate_config(good, DATABASES) is None
+    report = sqljobs.statement("report", good, DATABASES)
+    assert (report.name, report.database, report.vendor, report.sql) == ("report", "default", "postgresql",
+                                                                          REPORT["sql"])
+    assert (report.timeout, report.max_rows, set(report.params)) == (5, 20, {"day", "regions", "min_total"})
+    assert set(sqljobs.statement("typed", good, DATABASES).params) == set(TYPED["params"])
+    # An empty allow-list has nothing to check, and then no statement to run.
+    assert sqljobs.validate_config({}, DATABASES) is None
+    with pytest.raises(sqljobs.InvalidSql) as caught:
+        sqljobs.statement("report", {}, DATABASES)
+    assert caught.value.field == "name", caught.value
 
 
 @pytest.mark.parametrize(("changes", "field", "message"), [
