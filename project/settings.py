@@ -9,8 +9,9 @@ import os
 import re
 from pathlib import Path
 
-import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+
+from project import database_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("CRONFLEET_VAR_DIR", BASE_DIR / "var"))
@@ -186,7 +187,7 @@ WSGI_APPLICATION = "project.wsgi.application"
 # for a first run, where writers are serialised by the database itself.
 DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'cronfleet.sqlite3'}")
 try:
-    _db = dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0))
+    _db = database_url.parse(DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0))
 except ValueError as exc:
     raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from None
 if _db["ENGINE"] == "django.db.backends.sqlite3":
@@ -246,7 +247,7 @@ for _alias, _url in _sql_databases.items():
         raise ImproperlyConfigured(f"CRONFLEET_SQL_DATABASES.{_alias}: an alias must be an identifier other "
                                    "than default")
     try:
-        _extra = dj_database_url.parse(_url, conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0))
+        _extra = database_url.parse(_url, conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0))
     except (TypeError, ValueError) as exc:
         raise ImproperlyConfigured(f"CRONFLEET_SQL_DATABASES.{_alias}: not a valid database URL: {exc}") from None
     if _extra["ENGINE"] not in ("django.db.backends.postgresql", "django.db.backends.mysql"):

@@ -162,8 +162,11 @@ class PostgresServer:
         return f"host={self.host} port={self.port} user={self.user} dbname={dbname} connect_timeout=5"
 
     def create_database(self, name: str) -> None:
-        with psycopg.connect(self.conninfo(), autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
+        self.execute(f'CREATE DATABASE "{name}"')
+
+    def execute(self, statement: str, dbname: str = "postgres") -> None:
+        with psycopg.connect(self.conninfo(dbname), autocommit=True) as conn:
+            conn.execute(statement)
 
 
 @contextlib.contextmanager
