@@ -487,7 +487,9 @@ def test_a_run_that_wrote_too_much_and_exited_is_over_its_bound_too(config, tmp_
 def test_files_deleted_while_still_open_count_against_the_bound(config, tmp_path):
     result = run("hide", {"files": 3, "size": 2**20}, config, tmp_path, max_disk_bytes=2**21, timeout=20)
 
-    assert result.stdout == "hidden\n"
+    # Every byte it wrote is in a file already deleted; the stop may come before or after it
+    # says "hidden" (the third file's write puts it over the bound, the print follows).
+    assert result.stdout in ("", "hidden\n")
     assert (result.disk_exceeded, result.timed_out) == (True, False)
     assert result.elapsed < 5
 

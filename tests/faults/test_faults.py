@@ -33,6 +33,13 @@ def assert_taken_over(report):
     assert report.lost > 0 and report.reattempted > 0, (report.lost, report.reattempted)
 
 
+def wait_for_a_run_held_by(cluster, name: str) -> None:
+    """Until worker `name` is running a run: a fault that lands between its runs costs none."""
+    wait_for(lambda: JobRun.objects.filter(tenant=cluster.tenant, state=RunState.RUNNING,
+                                           worker__startswith=f"{name}-").exists(),
+             timeout=30, interval=0.02, what=f"{name} to start a run")
+
+
 def test_no_fault(cluster):
     cluster.seed()
     cluster.start()
@@ -83,6 +90,7 @@ def test_a_whole_worker_killed_during_the_target_call_loses_nothing(cluster):
     victim = cluster.worker("victim")
 
     cluster.run_until(WINDOW / 2)
+    wait_for_a_run_held_by(cluster, "victim")
     cluster.kill(victim)  # the whole process group: main process and pool, in target calls
     cluster.worker("replacement")
     cluster.run_until(WINDOW)
@@ -100,10 +108,7 @@ def test_a_frozen_worker_loses_its_runs_and_cannot_write_when_it_wakes(cluster):
     victim = cluster.worker("victim", CRONFLEET_FAILPOINTS="worker.before_target=sleep:1")
 
     cluster.run_until(3)
-    # Frozen while it holds a run, so that the run is taken over and its end write refused.
-    wait_for(lambda: JobRun.objects.filter(tenant=cluster.tenant, state=RunState.RUNNING,
-                                           worker__startswith="victim-").exists(),
-             timeout=30, interval=0.05, what="the victim to start a run")
+    wait_for_a_run_held_by(cluster, "victim")  # so that the run is taken over and its end refused
     cluster.kill(victim, signal.SIGSTOP)
     cluster.run_until(3 + 8)  # twice the lease
     cluster.kill(victim, signal.SIGCONT)
