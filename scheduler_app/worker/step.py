@@ -9,8 +9,9 @@ exporter per worker, nothing to set up, nothing left from an earlier run. The he
 reads its pool processes' HTTP gauges there (in flight, waiting, hosts saturated) and says
 them in the node's activity, for `manage.py status` and the dashboard.
 
-install_worker_step(app) adds a bootstep to the worker blueprint; project/celery.py calls it
-when the app is made, before the command line is read. This module imports nothing of
+install_worker_step(app) adds a bootstep to the worker blueprint, and shutdown.py's (a pool
+process busy with a task when SIGTERM comes finishes the task first); project/celery.py
+calls it when the app is made, before the command line is read. This module imports nothing of
 Django or the project at import time (the app is made before Django is set up); the step
 imports what it needs when the worker starts.
 """
@@ -28,6 +29,7 @@ from celery import bootsteps
 from celery.signals import after_setup_logger, after_setup_task_logger
 
 from scheduler_app.observability import logformat
+from scheduler_app.worker import shutdown
 
 logger = logging.getLogger("scheduler_app.worker")
 
@@ -40,6 +42,7 @@ def install_worker_step(app) -> None:
     app.user_options["worker"].add(click.Option(
         ["--metrics-address"], default=None, help="Address of --metrics-port (default CRONFLEET_METRICS_ADDRESS)."))
     app.steps["worker"].add(ObserveWorker)
+    shutdown.install(app)
     after_setup_logger.connect(logformat.use_json_in_celery, weak=False)
     after_setup_task_logger.connect(logformat.use_json_in_celery, weak=False)
     if logformat.json_wanted():
