@@ -385,6 +385,10 @@ if CRONFLEET_END_SYNCHRONOUS_COMMIT not in {"on", "off", "local", "remote_write"
 CRONFLEET_ALLOWED_TASKS = env_list(
     "CRONFLEET_ALLOWED_TASKS", ["scheduler_app.echo", "scheduler_app.fail", "scheduler_app.sleep"]
 )
+# Schedules as code (docs/schedules-as-code.md): the TOML file `manage.py schedules` reads
+# (besides each app's schedules.py), and whether managed jobs refuse edits made elsewhere.
+CRONFLEET_SCHEDULES_FILE = env_str("CRONFLEET_SCHEDULES_FILE", "")
+CRONFLEET_MANAGED_JOBS_READ_ONLY = env_bool("CRONFLEET_MANAGED_JOBS_READ_ONLY", False)
 # How many due jobs one beat claims per transaction.
 CRONFLEET_BATCH_SIZE = env_int("CRONFLEET_BATCH_SIZE", 1000, minimum=1)
 # A beat that has advanced this many jobs since its last VACUUM of the job table starts

@@ -21,6 +21,7 @@ from scheduler_app.models import (
     AlertRule,
     ApiKey,
     AuditEvent,
+    Calendar,
     Job,
     JobRun,
     RunState,
@@ -40,6 +41,7 @@ PARAMETERS = {
     ("runs", "id"): lambda a: a["run"].id,
     ("keys", "id"): lambda a: a["key"].id,
     ("tenants", "slug"): lambda a: a["tenant"].slug,
+    ("calendars", "id"): lambda a: a["calendar"].id,
 }
 # Routes only staff may call (tenant keys get 403 on any method).
 STAFF_ROUTES = ("tenants",)
@@ -124,7 +126,9 @@ def tenant_a(db) -> dict:
     rule = alerts.rule_set(job, {"on_failure": True, "emails": [f"{MARKER}@example.com"]})
     alert = Alert.objects.create(rule=rule, job=job, tenant=tenant, kind="failed", dedup_key=f"{MARKER}-alert",
                                  message=f"{MARKER} alert", raised_at=db_now(), next_delivery_at=db_now())
-    return {"tenant": tenant, "job": job, "run": run, "key": key, "alert": alert}
+    calendar = services.calendar_create(tenant, name=f"{MARKER}-calendar", description=f"{MARKER} calendar",
+                                        extra_holidays={"2030-01-02": f"{MARKER} day"})
+    return {"tenant": tenant, "job": job, "run": run, "key": key, "alert": alert, "calendar": calendar}
 
 
 def state_of(a: dict) -> list:
@@ -136,6 +140,7 @@ def state_of(a: dict) -> list:
         list(ApiKey.objects.filter(tenant=a["tenant"]).values()),
         list(AlertRule.objects.filter(job__tenant=a["tenant"]).values()),
         list(Alert.objects.filter(tenant=a["tenant"]).values()),
+        list(Calendar.objects.filter(tenant=a["tenant"]).values()),
     ]
 
 
@@ -151,7 +156,7 @@ def test_the_walk_every_api_route_and_method_as_tenant_b_never_reaches_tenant_as
     b = client_for(tenant_b) if caller == "tenant_key" else client_for(None, tenant_header=tenant_b.slug)
     before = state_of(tenant_a)
     own_ids = {"jobs": {tenant_a["job"].id}, "runs": {tenant_a["run"].id}, "keys": {tenant_a["key"].id},
-               "alerts": {tenant_a["alert"].id}}
+               "alerts": {tenant_a["alert"].id}, "calendars": {tenant_a["calendar"].id}}
     walked = set()
 
     for template, callback in api_routes():

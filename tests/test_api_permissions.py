@@ -46,6 +46,9 @@ WRITES = {
     ("jobs/{id}/alerts/", "put"): ({"on_failure": True}, ["change_alertrule"], 200),  # the job has a rule
     ("jobs/{id}/alerts/", "patch"): ({"on_failure": False}, ["change_alertrule"], 200),
     ("jobs/{id}/alerts/", "delete"): (None, ["delete_alertrule"], 204),
+    ("calendars/", "post"): ({"name": "made-by-session"}, ["add_calendar"], 201),
+    ("calendars/{id}/", "patch"): ({"weekdays": [0, 1, 2]}, ["change_calendar"], 200),
+    ("calendars/{id}/", "delete"): (None, ["delete_calendar"], 204),
 }
 # POSTs that save nothing: reads, needing view_job.
 READ_POSTS = {("jobs/{id}/impact/", "post"): {"description": "what if"},
@@ -66,7 +69,8 @@ def alpha(db) -> dict:
     Alert.objects.create(rule=rule, job=job, tenant=tenant, kind="failed", dedup_key="failed-1",
                          message="report failed", raised_at=db_now(), next_delivery_at=db_now())
     key, _ = services.apikey_create(tenant=tenant, name="deploy")
-    return {"tenant": tenant, "job": job, "run": run, "key": key, "beta": make_tenant()}
+    calendar = services.calendar_create(tenant, name="uk-bank", country="GB")
+    return {"tenant": tenant, "job": job, "run": run, "key": key, "beta": make_tenant(), "calendar": calendar}
 
 
 def staff_user(*codenames: str, superuser: bool = False) -> User:

@@ -29,6 +29,7 @@ from scheduler_app.admin.common import (
 from scheduler_app.admin.retention import IN_FORCE, RETENTION_FIELDS, RETENTION_FIELDSET, RetentionAdminMixin
 from scheduler_app.management.tables import describe_schedule, local_text, shorten, utc_text
 from scheduler_app.models import PRIORITY_MAX, PRIORITY_MIN, Job, JobRun, db_now
+from scheduler_app.services.edits import check_managed, managed_notice
 from scheduler_app.targets import sql as sqljobs
 
 NEXT_FIRES = 5
@@ -68,7 +69,8 @@ class JobAddForm(forms.ModelForm):
         fields = ("tenant", "name", "description", "tags", "cron", "timezone", "every_seconds", "run_at",
                   "start_at", "end_at", "jitter_seconds", "task_name", "args", "kwargs", "queue", "priority",
                   "timeout_seconds", "max_attempts", "retry_backoff_seconds", "retry_backoff_max_seconds",
-                  "misfire_policy", "catchup_window_seconds", "run_all_cap", "overlap_policy", "batch")
+                  "misfire_policy", "catchup_window_seconds", "run_all_cap", "overlap_policy", "batch",
+                  "pause_after_failures", "calendar", "calendar_policy")
         help_texts = {"cron": "5 fields or a nickname such as @daily", "every_seconds": "Counted from now"}
 
     spec: services.JobSpec | None = None
@@ -105,6 +107,9 @@ class JobAddForm(forms.ModelForm):
             catchup_window_seconds=data["catchup_window_seconds"], run_all_cap=data["run_all_cap"],
             overlap_policy=data["overlap_policy"], jitter_seconds=data["jitter_seconds"],
             description=data.get("description") or "", tags=data.get("tags"), batch=bool(data.get("batch")),
+            pause_after_failures=data.get("pause_after_failures"),
+            calendar=data["calendar"].name if data.get("calendar") else "",
+            calendar_policy=data.get("calendar_policy") or "skip",
         )
         try:
             _, fields = services.validate_spec(tenant, spec, db_now())
@@ -123,7 +128,7 @@ JOB_EDITABLE = ("name", "description", "tags", "cron", "timezone", "every_second
                 "task_name", "args", "kwargs", "queue", "priority", "timeout_seconds", "max_attempts",
                 "retry_backoff_seconds",
                 "retry_backoff_max_seconds", "misfire_policy", "catchup_window_seconds", "run_all_cap",
-                "overlap_policy", "jitter_seconds", "batch")
+                "overlap_policy", "jitter_seconds", "batch", "pause_after_failures", "calendar", "calendar_policy")
 
 
 class JobChangeForm(forms.ModelForm):
@@ -156,8 +161,12 @@ class JobChangeForm(forms.ModelForm):
         for text_field in ("cron", "description", "queue", "task_name", "timezone"):
             if text_field in changes and changes[text_field] is None:
                 changes[text_field] = ""
+        if "calendar" in changes:  # the service takes the calendar by name, in the job's tenant
+            changes["calendar"] = changes["calendar"].name if changes["calendar"] else ""
         try:
-            services.plan_edit(self.instance, changes, db_now())
+            edit = services.plan_edit(self.instance, changes, db_now())
+            if edit.diff and settings.CRONFLEET_MANAGED_JOBS_READ_ONLY:
+                check_managed(self.instance, actor="admin")  # refuses a job managed by schedules as code
         except services.InvalidInput as exc:
             add_service_error(self, exc)
             return data
@@ -183,10 +192,51 @@ class PriorityFilter(admin.SimpleListFilter):
         return queryset.filter(priority=int(self.value()))
 
 
+PAUSE_TITLE = "Pause after repeated failure"
+PAUSE_DESCRIPTION = ("The job pauses itself once this many of its runs in a row ended failed or dead (blank: never); "
+                     "resuming it starts the count again.")
+
+
+class PausedFilter(admin.SimpleListFilter):
+    """Paused jobs by who paused them: a person, or the job itself after repeated failure."""
+
+    title = "paused"
+    parameter_name = "paused"
+
+    def lookups(self, request, model_admin):
+        return [("auto", "paused itself (auto)"), ("hand", "paused by hand")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "auto":
+            return queryset.filter(enabled=False, auto_paused_at__isnull=False)
+        if self.value() == "hand":
+            return queryset.filter(enabled=False, auto_paused_at__isnull=True)
+        return queryset
+
+
+class ManagedFilter(admin.SimpleListFilter):
+    """Jobs made by hand, or managed by schedules as code (by owner)."""
+
+    title = "managed by"
+    parameter_name = "managed_by"
+
+    def lookups(self, request, model_admin):
+        # Fixed choices: listing the owners would read the whole job table (?managed_by=<owner> works too).
+        return [("-", "made by hand"), ("+", "schedules as code")]
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        if value is None:
+            return queryset
+        if value == "+":
+            return queryset.exclude(managed_by="")
+        return queryset.filter(managed_by="" if value == "-" else value)
+
+
 @admin.register(Job)
 class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
-    list_display = ("title", "schedule", "enabled", "priority", "next_run_at", "last_run_state")
-    list_filter = ("tenant", "enabled", PriorityFilter, "misfire_policy")
+    list_display = ("title", "schedule", "status", "priority", "next_run_at", "last_run_state", "managed")
+    list_filter = ("tenant", "enabled", PausedFilter, PriorityFilter, "misfire_policy", ManagedFilter)
     list_select_related = ("tenant",)
     search_fields = ("name",)
     autocomplete_fields = ("tenant",)
@@ -197,30 +247,34 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
     add_fieldsets = (
         (None, {"fields": ("tenant", "name", "description", "tags")}),
         ("Schedule", {"fields": ("cron", "timezone", "every_seconds", "run_at", "start_at", "end_at",
-                                 "jitter_seconds"),
+                                 "jitter_seconds", "calendar", "calendar_policy"),
                       "description": "Give exactly one of cron, every seconds or run at. "
                                      f"Datetimes are in the site's zone ({settings.TIME_ZONE})."}),
         ("Target", {"fields": ("task_name", "args", "kwargs", "queue", "priority", "timeout_seconds", "batch")}),
         ("Retries, misfires and overlap", {"fields": ("max_attempts", "retry_backoff_seconds",
                                                       "retry_backoff_max_seconds", "misfire_policy",
                                                       "catchup_window_seconds", "run_all_cap", "overlap_policy")}),
+        (PAUSE_TITLE, {"fields": ("pause_after_failures",), "description": PAUSE_DESCRIPTION}),
     )
     fieldsets = (
         (None, {"fields": ("tenant", "name", "description", "tags", "enabled", "paused_note", "version",
                            "created_at", "updated_at")}),
         ("Schedule", {"fields": ("schedule", "cron", "timezone", "every_seconds", "run_at", "anchor_at",
-                                 "start_at", "end_at", "jitter_seconds", "next_run_at", "next_fires")}),
+                                 "start_at", "end_at", "jitter_seconds", "calendar", "calendar_policy",
+                                 "next_run_at", "next_fires")}),
         ("Target", {"fields": ("target_kind", "target_config", "sql_statement", "task_name", "args", "kwargs",
                                "queue", "priority", "timeout_seconds", "batch")}),
         ("Retries, misfires and overlap", {"fields": ("max_attempts", "retry_backoff_seconds",
                                                       "retry_backoff_max_seconds", "misfire_policy",
                                                       "catchup_window_seconds", "run_all_cap", "overlap_policy")}),
+        (PAUSE_TITLE, {"fields": ("pause_after_failures", "consecutive_failures", "auto_paused_at"),
+                       "description": PAUSE_DESCRIPTION}),
         RETENTION_FIELDSET,
         ("History", {"fields": ("links",)}),
     )
     readonly_fields = ("tenant", "enabled", "paused_note", "anchor_at", "target_kind", "target_config", "next_run_at",
                        "version", "created_at", "updated_at", "schedule", "next_fires", "links", "sql_statement",
-                       IN_FORCE)
+                       "consecutive_failures", "auto_paused_at", IN_FORCE)
 
     class Media:
         css = {"all": ("scheduler_app/console.css",)}
@@ -236,6 +290,10 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
         job = self.get_object(request, object_id)
         shown = job is not None and jobpage.may_see_console(request.user)
         extra = jobpage.console_context(job, can_operate=self.has_operate_permission(request)) if shown else {}
+        if job is not None and job.managed_by and request.method == "GET":
+            read_only = settings.CRONFLEET_MANAGED_JOBS_READ_ONLY
+            self.message_user(request, managed_notice(job) + ("; edits here are refused" if read_only else
+                              "; an edit here is drift, which the next apply sets back"), messages.WARNING)
         return super().change_view(request, object_id, form_url, {**extra, **(extra_context or {})})
 
     def console_view(self, request, object_id, action):
@@ -257,6 +315,19 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
     @admin.display(description="job", ordering="name")
     def title(self, job):
         return str(job)  # tenant/job, as the CLI says it
+
+    @admin.display(description="managed by", ordering="managed_by")
+    def managed(self, job):
+        return job.managed_by or "-"  # the owner under schedules as code; '-' made by hand
+
+    @admin.display(description="status", ordering="enabled")
+    def status(self, job):
+        """enabled, paused (by a person) or paused (auto): the job paused itself after repeated failure."""
+        if job.enabled:
+            return "enabled"
+        if job.auto_paused_at is not None:
+            return format_html('<span title="{}">paused (auto)</span>', job.paused_note)
+        return "paused"
 
     @admin.display(description="schedule")
     def schedule(self, job):
@@ -281,9 +352,10 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
         if not fires:
             return "none left"
         schedule = job.schedule
-        rows = format_html_join("", "<li>{} &nbsp; ({}) <b class='cf-dst'>{}</b></li>",
+        rows = format_html_join("", "<li>{} &nbsp; ({}) <b class='cf-dst'>{}</b> <i class='cf-calendar'>{}</i></li>",
                                 ((local_text(fire, job.timezone), utc_text(fire),
-                                  schedules.fire_anomaly(schedule, fire) or "") for fire in fires))
+                                  schedules.fire_anomaly(schedule, fire) or "",
+                                  schedules.calendar_note(schedule, fire) or "") for fire in fires))
         note = "" if job.enabled else "Paused: these fire only if the job is resumed before them."
         return format_html("<ol style='margin:0'>{}</ol>{}", rows, note)
 
@@ -304,6 +376,9 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
         if change:
             job = Job.objects.select_related("tenant").get(pk=obj.pk)
             adopt(obj, services.job_update(job, form.changes or {}, actor=actor(request)))
+            if job.managed_by and form.changes:
+                self.message_user(request, managed_notice(job) + "; this edit shows as drift in the next plan, "
+                                  "and the next apply sets it back", messages.WARNING)
             return
         adopt(obj, services.job_create(obj.tenant, form.spec, actor=actor(request)))
 

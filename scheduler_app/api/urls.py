@@ -3,7 +3,7 @@
 from django.urls import path, re_path
 from rest_framework.routers import SimpleRouter
 
-from scheduler_app.api import alerts, retention, views
+from scheduler_app.api import alerts, calendars, retention, views
 
 router = SimpleRouter()
 router.register("tenants", views.TenantViewSet, basename="tenant")
@@ -11,6 +11,7 @@ router.register("keys", views.ApiKeyViewSet, basename="apikey")
 router.register("jobs", views.JobViewSet, basename="job")
 router.register("runs", views.RunViewSet, basename="run")
 router.register("alerts", alerts.AlertViewSet, basename="alert")
+router.register("calendars", calendars.CalendarViewSet, basename="calendar")
 
 urlpatterns = [
     path("me", views.MeView.as_view(), name="me"),

@@ -235,7 +235,7 @@ BULK_PERMISSIONS = {"pause": p.OPERATE_JOB, "resume": p.OPERATE_JOB, "delete": p
 
 
 class JobViewSet(JobScopedMixin, viewsets.GenericViewSet):
-    queryset = Job.objects.all()
+    queryset = Job.objects.select_related("calendar")
     serializer_class = s.JobSerializer
     pagination_class = KeysetPagination
     lookup_url_kwarg = "id"

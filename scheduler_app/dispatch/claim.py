@@ -18,7 +18,7 @@ CLAIM_FIELDS = (
     "id", "tenant_id", "version", "cron", "timezone", "every_seconds", "run_at", "anchor_at",
     "start_at", "end_at", "next_run_at", "misfire_policy", "catchup_window_seconds",
     "run_all_cap", "queue", "timeout_seconds", "priority", "overlap_policy", "jitter_seconds", "jitter_seed",
-    "batch", "target_kind", "name",
+    "batch", "target_kind", "name", "calendar_id", "calendar_policy",
 )
 
 

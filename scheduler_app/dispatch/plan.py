@@ -4,7 +4,7 @@ insert the runs and advance the jobs' next fire times."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
@@ -18,6 +18,7 @@ from scheduler_app.dispatch.common import QUOTA_HELD_LABEL, QUOTA_PREFIX
 from scheduler_app.models import (
     ACTIVE_STATES,
     AuditEvent,
+    Calendar,
     JobRun,
     OverlapPolicy,
     RunState,
@@ -61,6 +62,7 @@ def plan_batch(jobs: list[dict], now: datetime, grace: timedelta, active: dict[i
     a `replace` job cancels.
     """
     cache = schedules.NextFireCache()
+    calendars = batch_calendars(jobs, now)
     rows: list[RunRow] = []
     advances: list[tuple[int, datetime | None]] = []
     cancel: dict[int, str] = {}
@@ -68,6 +70,9 @@ def plan_batch(jobs: list[dict], now: datetime, grace: timedelta, active: dict[i
         schedule = schedule_of(job["cron"], job["timezone"], job["every_seconds"], job["run_at"],
                                job["anchor_at"], job["start_at"], job["end_at"], job["jitter_seconds"],
                                job["jitter_seed"])
+        if job["calendar_id"] is not None:
+            schedule = replace(schedule, calendar=calendars.get(job["calendar_id"]),
+                               calendar_policy=job["calendar_policy"])
         rules = misfire_rules_of(job["misfire_policy"], grace, job["catchup_window_seconds"], job["run_all_cap"])
         plan = schedules.plan_fires(schedule, job["next_run_at"], now, rules, cache=cache)
         overlap = plan_overlap(job["overlap_policy"], plan.fires, active.get(job["id"], []))
@@ -81,6 +86,16 @@ def plan_batch(jobs: list[dict], now: datetime, grace: timedelta, active: dict[i
         cancel.update(overlap.cancel)
         advances.append((job["id"], plan.next_run_at))
     return rows, advances, cancel
+
+
+def batch_calendars(jobs: list[dict], now: datetime) -> dict[int, schedules.BusinessCalendar]:
+    """The BusinessCalendar of every calendar the batch's jobs use, by id: one query per
+    turn, and none when no job has a calendar. Each calendar's dates are built once per
+    (id, updated_at, year) (models.calendars.business_calendar_of), not once per turn."""
+    ids = {job["calendar_id"] for job in jobs if job["calendar_id"] is not None}
+    if not ids:
+        return {}
+    return {calendar.id: calendar.business_calendar(now.year) for calendar in Calendar.objects.filter(id__in=ids)}
 
 
 @dataclass

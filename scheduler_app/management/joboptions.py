@@ -30,6 +30,7 @@ PLAIN_OPTIONS = {
     "retry_backoff_max": "retry_backoff_max_seconds", "overlap": "overlap_policy", "jitter": "jitter_seconds",
     "misfire": "misfire_policy", "catchup_window": "catchup_window_seconds", "run_all_cap": "run_all_cap",
     "description": "description", "tags": "tags", "batch": "batch",
+    "calendar": "calendar", "calendar_policy": "calendar_policy",
 }
 CLEAR = "none"  # `jobs edit --start none` removes the start
 
@@ -82,7 +83,14 @@ def add_job_options(parser: CommandParser, *, edit: bool) -> None:
                         help="Missed fires older than this are never run (default 86400)")
     parser.add_argument("--run-all-cap", type=int, metavar="N",
                         help="run_all runs at most this many missed fires (default 100)")
+    parser.add_argument("--calendar", metavar="NAME",
+                        help="A business-day calendar of the tenant (manage.py calendars)"
+                             + (f"; '{CLEAR}' removes it" if edit else ""))
+    parser.add_argument("--calendar-policy", metavar="{skip,next_business_day,previous_business_day}",
+                        help="A fire on a non-business day of the calendar (default skip)")
     clear = f"; '{CLEAR}' removes it" if edit else ""
+    parser.add_argument("--pause-after-failures", metavar="N",
+                        help=f"Pause the job after N failed or dead runs in a row (default: never){clear}")
     parser.add_argument("--start", metavar="ISO", help=f"No fires before this instant{clear}")
     parser.add_argument("--end", metavar="ISO", help=f"No fires after this instant{clear}")
     parser.add_argument("--tag", dest="tags", action="extend", nargs="+", metavar="T",
@@ -104,6 +112,8 @@ def job_fields(options: dict, current: Job | None = None) -> dict:
     Raises InvalidInput naming the field for a value that does not parse.
     """
     fields = {field: options[dest] for dest, field in PLAIN_OPTIONS.items() if options.get(dest) is not None}
+    if current is not None and str(fields.get("calendar", "")).strip().lower() == CLEAR:
+        fields["calendar"] = ""
     if options.get("cron") is not None:
         fields["cron"] = options["cron"]
     if options.get("every") is not None:
@@ -119,6 +129,8 @@ def job_fields(options: dict, current: Job | None = None) -> dict:
         fields["args"] = parse_json("args", options["task_args"])
     if options.get("task_kwargs") is not None:
         fields["kwargs"] = parse_json("kwargs", options["task_kwargs"])
+    if options.get("pause_after_failures") is not None:
+        fields["pause_after_failures"] = parse_count("pause_after_failures", options["pause_after_failures"])
     fields.update(target_fields(options, current))
     return fields
 
@@ -185,6 +197,16 @@ def parse_instant(field: str, text: str | None) -> datetime | None:
         raise services.InvalidInput(field, f"{text!r} has no UTC offset (naive times are refused); "
                                            f"write e.g. {value.isoformat()}Z or {value.isoformat()}+01:00")
     return value
+
+
+def parse_count(field: str, text: str) -> int | None:
+    """A whole number from the command line, or None for 'none' (the services check its range)."""
+    if text.strip().lower() == CLEAR:
+        return None
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise services.InvalidInput(field, f"{text!r} is not a whole number (or '{CLEAR}')") from None
 
 
 def _no_constant(name: str):

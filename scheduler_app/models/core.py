@@ -127,6 +127,17 @@ class Job(models.Model):
         default=0, help_text="Each fire moves later by a stable random 0..N-1 seconds (spreads many jobs on one expression)")
     # Drawn once when the job is made: its fires' jitter offsets derive from it (schedules.jitter_offset).
     jitter_seed = models.PositiveIntegerField(default=0, editable=False)
+    # A business-day calendar of the tenant (models/calendars.py) and what a fire on another
+    # day does. PROTECT: deleting a calendar in use is refused, since dropping it quietly
+    # would make a payroll job fire on a holiday. No database constraint (adding one to the
+    # live job table checks every row while writes wait); the ORM's PROTECT and the
+    # services' checks hold it, job_calendar_idx finds a calendar's jobs.
+    calendar = models.ForeignKey("scheduler_app.Calendar", on_delete=models.PROTECT, null=True, blank=True,
+                                 related_name="jobs", db_index=False, db_constraint=False)
+    calendar_policy = models.CharField(
+        max_length=24, blank=True, choices=[(p.value, p.value) for p in schedules.CalendarPolicy],
+        default=schedules.CalendarPolicy.SKIP.value, db_default=schedules.CalendarPolicy.SKIP.value,
+        help_text="A fire on a non-business day of the calendar: skip it, or run it on the next or previous business day")
 
     enabled = models.BooleanField(default=True, help_text="Paused jobs do not fire")
     paused_note = models.CharField(max_length=500, blank=True)
@@ -216,6 +227,8 @@ class Job(models.Model):
                 name="job_tenant_due_idx",
                 condition=Q(enabled=True, next_run_at__isnull=False),
             ),
+            # Deleting a calendar (PROTECT) and editing one (next fires again) find its jobs.
+            models.Index(fields=["calendar"], name="job_calendar_idx", condition=Q(calendar__isnull=False)),
             # retention.Pruner lists the few jobs with a retention of their own (JOB_RETENTION_SET).
             models.Index(
                 fields=["tenant", "id"],
@@ -230,15 +243,21 @@ class Job(models.Model):
 
     @property
     def schedule(self) -> schedules.Schedule:
+        """The job's Schedule, with its calendar's dates (one query for the calendar)."""
+        calendar = self.calendar.business_calendar(timezone.now().year) if self.calendar_id else None
         return schedule_of(self.cron, self.timezone, self.every_seconds, self.run_at,
-                           self.anchor_at, self.start_at, self.end_at, self.jitter_seconds, self.jitter_seed)
+                           self.anchor_at, self.start_at, self.end_at, self.jitter_seconds, self.jitter_seed,
+                           calendar, self.calendar_policy)
 
 
-def schedule_of(cron, tz, every, run_at, anchor_at, start_at, end_at, jitter=0, jitter_seed=0) -> schedules.Schedule:
-    """The pure Schedule for a job's columns (also used on rows read by raw SQL)."""
+def schedule_of(cron, tz, every, run_at, anchor_at, start_at, end_at, jitter=0, jitter_seed=0,
+                calendar=None, calendar_policy="skip") -> schedules.Schedule:
+    """The pure Schedule for a job's columns (also used on rows read by raw SQL); `calendar`
+    is the BusinessCalendar of its calendar, if any."""
     return schedules.Schedule(
         cron=cron or "", timezone=tz or "UTC", every=every, at=run_at,
         anchor=anchor_at, start_at=start_at, end_at=end_at, jitter=jitter or 0, jitter_seed=jitter_seed or 0,
+        calendar=calendar, calendar_policy=calendar_policy or "skip",
     )
 
 

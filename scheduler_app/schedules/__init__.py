@@ -12,8 +12,9 @@ our own (cronsim's misses fires next to 30- and 45-minute shifts).
 
 The package: base.py (Schedule, the misfire policies, cron normalised), zones.py (IANA
 zones and their offset changes), fires.py (the next and last fires, jitter, previews, DST
-flags), checks.py (a schedule validated, its shortest gap), misfires.py (the fires a beat
-records for a due job under its misfire policy).
+flags), calendars.py (business days; fires skipped or moved by a calendar), checks.py (a
+schedule validated, its shortest gap), misfires.py (the fires a beat records for a due job
+under its misfire policy).
 """
 
 from scheduler_app.schedules.base import (
@@ -29,6 +30,11 @@ from scheduler_app.schedules.base import (
     every_text,
     normalize_cron,
 )
+from scheduler_app.schedules.calendars import (
+    BusinessCalendar,
+    CalendarPolicy,
+    shift_fire,
+)
 from scheduler_app.schedules.checks import (
     GAP_CHECK_YEARS,
     GAP_PROBE_FIRES,
@@ -37,6 +43,7 @@ from scheduler_app.schedules.checks import (
     validate,
 )
 from scheduler_app.schedules.fires import (
+    calendar_note,
     fire_anomaly,
     jitter_offset,
     last_fire_at_or_before,
@@ -54,6 +61,10 @@ from scheduler_app.schedules.zones import (
 )
 
 __all__ = [
+    "BusinessCalendar",
+    "CalendarPolicy",
+    "calendar_note",
+    "shift_fire",
     "GAP_CHECK_YEARS",
     "GAP_PROBE_FIRES",
     "InvalidSchedule",

@@ -93,6 +93,11 @@ class Schedule:
     # spread out instead of landing on one instant. See jitter_offset().
     jitter: int = 0
     jitter_seed: int = 0
+    # A business-day calendar and what a fire on another day does (schedules/calendars.py:
+    # skip, next_business_day, previous_business_day); None for most jobs, which pay nothing.
+    # A calendars.BusinessCalendar (typed loosely: calendars.py imports this module).
+    calendar: object | None = None
+    calendar_policy: str = "skip"
 
     @property
     def kind(self) -> str:
@@ -104,6 +109,8 @@ class Schedule:
 
     def describe(self) -> str:
         jitter = f" + jitter {self.jitter}s" if self.jitter else ""
+        if self.calendar is not None:
+            jitter += f" on business days of {self.calendar.name} ({self.calendar_policy})"
         if self.cron:
             return f"cron {self.cron} ({self.timezone}){jitter}"
         if self.every is not None:

@@ -4,11 +4,13 @@ Debian cron's DST rules, intervals, one-offs, bounds, jitter), previews and DST 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from cronsim import CronSim
 
 from scheduler_app.schedules.base import LATEST_INSTANT, MICROSECOND, SECOND, Schedule
+from scheduler_app.schedules.calendars import CalendarPolicy, moved_from, shifted_next_after, skip_reason
 from scheduler_app.schedules.zones import end_of_second_pass, first_offset_change, tzinfo_of
 
 # How far last_fire_at_or_before looks back, widening until a window holds a fire; each
@@ -128,7 +130,12 @@ def next_fire_after(schedule: Schedule, after: datetime) -> datetime | None:
     With jitter, fires are nominal times plus their offsets. Offsets are shorter than the
     gap between fires (validate), so fires keep their order: the first nominal time whose
     jittered fire is past `after` gives the answer, and it lies after `after` - jitter.
+
+    With a calendar whose policy moves fires, the moved sequence (schedules/calendars.py);
+    under `skip` the plain one: the beat records its non-business fires as skipped.
     """
+    if schedule.calendar is not None and schedule.calendar_policy != CalendarPolicy.SKIP:
+        return _moved_next_after(schedule, after)
     if not schedule.jitter:
         return _next_nominal_after(schedule, after)
     nominal = schedule.nominal
@@ -139,6 +146,41 @@ def next_fire_after(schedule: Schedule, after: datetime) -> datetime | None:
             return fire
         cursor = found
     return None
+
+
+def _moved_next_after(schedule: Schedule, after: datetime) -> datetime | None:
+    plain = replace(schedule, calendar=None)
+    return shifted_next_after(schedule.calendar, schedule.calendar_policy, schedule.timezone,
+                              lambda t: next_fire_after(plain, t), after)
+
+
+def _moved_last_at_or_before(schedule: Schedule, at: datetime) -> datetime | None:
+    # Moved fires have no cheap reverse: step forward through widening windows, with the
+    # same rule next_fire_after uses.
+    for lookback in _LOOKBACKS:
+        cursor, last = at - lookback, None
+        while (found := next_fire_after(schedule, cursor)) is not None and found <= at:
+            last = cursor = found
+        if last is not None:
+            return last
+    return None
+
+
+def calendar_note(schedule: Schedule, fire: datetime) -> str | None:
+    """What the job's calendar does to `fire`, for previews: the skip reason, or the
+    non-business days whose fires moved to it; None when it does nothing."""
+    calendar = schedule.calendar
+    if calendar is None:
+        return None
+    if schedule.calendar_policy == CalendarPolicy.SKIP:
+        return skip_reason(calendar, schedule.timezone, fire)
+    plain = replace(schedule, calendar=None)
+    days = moved_from(calendar, schedule.calendar_policy, schedule.timezone,
+                      lambda t: next_fire_after(plain, t), fire)
+    if not days:
+        return None
+    moved = ", ".join(f"{day.isoformat()} ({calendar.why_not(day)})" for day in days)
+    return f"calendar: moved from {moved} ({schedule.calendar_policy} in {calendar.name})"
 
 
 def _next_nominal_after(schedule: Schedule, after: datetime) -> datetime | None:
@@ -161,6 +203,8 @@ def last_fire_at_or_before(schedule: Schedule, at: datetime) -> datetime | None:
     With jitter: the latest nominal time at or before `at` whose jittered fire is too;
     the one before it always is (offsets are shorter than gaps), so at most two steps.
     """
+    if schedule.calendar is not None and schedule.calendar_policy != CalendarPolicy.SKIP:
+        return _moved_last_at_or_before(schedule, at)
     if not schedule.jitter:
         return _last_nominal_at_or_before(schedule, at)
     nominal = schedule.nominal

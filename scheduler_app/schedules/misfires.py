@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from scheduler_app.schedules.base import MisfirePolicy, Schedule, SkipReason
+from scheduler_app.schedules.calendars import CalendarPolicy, skip_reason
 from scheduler_app.schedules.fires import last_fire_at_or_before, next_fire_after
 
 
@@ -46,8 +47,13 @@ def plan_fires(
 
     At most `rules.limit` fire times are planned per call. When more are due, next_run_at
     stays in the past and the job is claimed again on the next turn.
+
+    A job with a calendar under `skip` records each fire on a non-business day as skipped
+    with the calendar's reason, whatever the misfire policy; under the moving policies the
+    sequence stepped through is the moved one already (next_fire_after).
     """
     step = cache.next_fire_after if cache is not None else next_fire_after
+    skipping = schedule.calendar if schedule.calendar_policy == CalendarPolicy.SKIP else None
     plan = Plan()
     # The catch-up window never reaches into the grace: an on-time fire always runs.
     window_start = min(now - rules.catchup_window, now - rules.grace)
@@ -67,7 +73,9 @@ def plan_fires(
 
     planned = len(plan.skipped)
     while cursor is not None and cursor <= now and planned < rules.limit:
-        if cursor >= on_time_from:
+        if skipping is not None and (why := skip_reason(skipping, schedule.timezone, cursor)) is not None:
+            plan.skipped.append((cursor, why))
+        elif cursor >= on_time_from:
             plan.fires.append(cursor)
         elif rules.policy is MisfirePolicy.SKIP:
             plan.skipped.append((cursor, SkipReason.MISFIRE_SKIP.value))

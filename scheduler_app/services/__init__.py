@@ -6,6 +6,7 @@
 - runs: backfill and replay (runs written outside the beat);
 - tenants: tenants, their quotas and signing secrets;
 - keys: API keys;
+- calendars: business-day calendars (a job's calendar and calendar policy checked);
 - retention: a tenant's or a job's retention (a job's within its tenant's bound);
 - importbeat: the import of django-celery-beat's periodic tasks;
 - common: the quota error, whole-number checks, admission.
@@ -20,6 +21,13 @@ that uses it.
 
 from scheduler_app.dispatch.waker import wake_beats
 from scheduler_app.models.lifecycle import job_pause
+from scheduler_app.services.calendars import (
+    calendar_create,
+    calendar_delete,
+    calendar_get,
+    calendar_update,
+    check_calendar_fields,
+)
 from scheduler_app.services.common import QuotaExceeded
 from scheduler_app.services.edits import (
     MAX_PREVIEW,
@@ -59,6 +67,7 @@ from scheduler_app.targets.http.secrets import tenant_signing_secrets
 from scheduler_app.validation import InvalidInput, check_name
 
 __all__ = [
+    "calendar_create", "calendar_delete", "calendar_get", "calendar_update", "check_calendar_fields",
     "apikey_authenticate", "apikey_create", "apikey_revoke", "BULK_ACTIONS", "check_job_retention", "clamp_all_jobs",
     "check_key_quota", "check_name",
     "InvalidInput", "job_backfill", "job_create", "job_delete", "job_pause", "job_preview", "job_resume",

@@ -3,9 +3,11 @@ previewed."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from scheduler_app import schedules
@@ -16,6 +18,8 @@ from scheduler_app.services.common import check_int, jsonable
 from scheduler_app.services.jobs import first_fire
 from scheduler_app.services.jobspec import JobSpec, validate_spec
 from scheduler_app.validation import InvalidInput
+
+logger = logging.getLogger(__name__)
 
 
 def job_preview(job_or_schedule, *, count: int, after: datetime | None = None) -> list[datetime]:
@@ -44,6 +48,8 @@ def job_spec_of(job: Job) -> JobSpec:
         misfire_policy=job.misfire_policy, catchup_window_seconds=job.catchup_window_seconds,
         run_all_cap=job.run_all_cap, overlap_policy=job.overlap_policy, description=job.description,
         tags=list(job.tags), jitter_seconds=job.jitter_seconds, batch=job.batch,
+        pause_after_failures=job.pause_after_failures,
+        calendar=job.calendar.name if job.calendar_id else "", calendar_policy=job.calendar_policy,
     )
 
 
@@ -72,7 +78,8 @@ def plan_edit(job: Job, changes: dict, now: datetime) -> Edit:
         changes.setdefault("at", None)
     before = job_spec_of(job)
     spec = replace(before, **changes)
-    schedule_keys = (*SCHEDULE_FIELDS, "timezone", "start_at", "end_at", "jitter_seconds")
+    schedule_keys = (*SCHEDULE_FIELDS, "timezone", "start_at", "end_at", "jitter_seconds", "calendar",
+                     "calendar_policy")
     schedule_changed = any(getattr(spec, key) != getattr(before, key) for key in schedule_keys)
     # An interval keeps its anchor unless the interval itself changes.
     anchor = job.anchor_at if spec.every is not None and spec.every == job.every_seconds else None
@@ -93,9 +100,12 @@ def job_update(job: Job, changes: dict, *, actor: str = "") -> Job:
     edit = plan_edit(job, changes, now)
     if not edit.diff:
         return job
+    check_managed(job, actor)
     fields = dict(edit.fields)
     if edit.schedule_changed:
         fields["next_run_at"] = first_fire(edit.schedule, now)
+    if "pause_after_failures" in edit.diff:  # a new threshold counts from now (ledger.autopause)
+        fields["consecutive_failures"] = 0
     try:
         with transaction.atomic():
             locked = Job.objects.select_for_update().get(id=job.id)
@@ -106,6 +116,33 @@ def job_update(job: Job, changes: dict, *, actor: str = "") -> Job:
         raise InvalidInput("name", f"tenant {job.tenant.slug!r} already has a job named {fields['name']!r}") from None
     job.refresh_from_db()
     return job
+
+
+def managed_actor(owner: str) -> str:
+    """The audit actor of `schedules apply` for `owner`: the one editor of its jobs that is
+    not an edit outside the declaration (services/declared.py)."""
+    return f"schedules:{owner}"
+
+
+def managed_notice(job: Job) -> str:
+    """What a person editing a job managed by schedules as code is told ('' for other jobs)."""
+    if not job.managed_by:
+        return ""
+    return (f"job {job.tenant.slug}/{job.name} is managed by schedules as code (owner {job.managed_by!r}): "
+            "change its declaration and run `manage.py schedules apply`")
+
+
+def check_managed(job: Job, actor: str) -> None:
+    """Refuse an edit of a managed job from anyone but its apply under
+    CRONFLEET_MANAGED_JOBS_READ_ONLY; else log a warning (the edit shows as drift in the next
+    plan, and the next apply sets the job back)."""
+    notice = managed_notice(job)
+    if not notice or actor == managed_actor(job.managed_by):
+        return
+    if settings.CRONFLEET_MANAGED_JOBS_READ_ONLY:
+        raise InvalidInput("managed_by", f"{notice}; edits elsewhere are refused (CRONFLEET_MANAGED_JOBS_READ_ONLY)")
+    logger.warning("%s; this edit (by %s) is drift until then, and the next apply sets it back", notice,
+                   actor or "?")
 
 
 def job_update_impact(job: Job, changes: dict, *, count: int = 5) -> dict:
@@ -146,10 +183,12 @@ def check_count(count) -> int:
 
 
 def schedule_preview(schedule: schedules.Schedule, *, count: int, after: datetime | None = None) -> list[dict]:
-    """The next `count` fires in UTC and in the schedule's zone, DST anomalies flagged."""
+    """The next `count` fires in UTC and in the schedule's zone, DST anomalies flagged, and
+    what the job's calendar does to each (skipped, or moved from which days)."""
     check_count(count)
     tz = schedules.zone(schedule.timezone)
     return [
-        {"utc": at, "local": at.astimezone(tz), "anomaly": schedules.fire_anomaly(schedule, at)}
+        {"utc": at, "local": at.astimezone(tz), "anomaly": schedules.fire_anomaly(schedule, at),
+         "calendar": schedules.calendar_note(schedule, at)}
         for at in schedules.preview(schedule, after or db_now(), count)
     ]

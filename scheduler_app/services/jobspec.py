@@ -3,7 +3,7 @@ in the error, the schedule normalised, the target (task, HTTP, command, SQL) che
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -19,6 +19,7 @@ from scheduler_app.models import (
     Tenant,
     db_now,
 )
+from scheduler_app.services.calendars import job_calendar
 from scheduler_app.services.common import QuotaExceeded, check_int
 from scheduler_app.validation import (
     InvalidInput,
@@ -71,6 +72,9 @@ class JobSpec:
     tags: list[str] | None = None
     jitter_seconds: int = 0
     batch: bool = False
+    calendar: str = ""  # a business-day calendar of the tenant, by name; "": none
+    calendar_policy: str = "skip"  # a fire on a non-business day: skip, next_business_day, previous_business_day
+    pause_after_failures: int | None = None  # pause after this many failed or dead runs in a row; None: never
 
 
 def check_queue(name) -> str:
@@ -89,6 +93,19 @@ def check_batch(spec: JobSpec) -> bool:
         raise InvalidInput("batch", f"a batched job's timeout_seconds may be at most {cap} "
                                     "(CRONFLEET_BATCH_MAX_TIMEOUT_SECONDS); batch short targets only")
     return spec.batch
+
+
+MAX_PAUSE_AFTER_FAILURES = 1000
+
+
+def check_pause_after_failures(value) -> int | None:
+    """How many failed or dead runs in a row pause the job (ledger.autopause); None or blank: never."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_PAUSE_AFTER_FAILURES:
+        raise InvalidInput("pause_after_failures", f"must be a whole number from 1 to {MAX_PAUSE_AFTER_FAILURES}, "
+                                                   "or blank (never pause)")
+    return value
 
 
 def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime, *, anchor: datetime | None = None,
@@ -145,21 +162,29 @@ def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime, *, anchor: datet
         run_at=schedule.at, anchor_at=schedule.anchor, start_at=schedule.start_at, end_at=schedule.end_at,
         jitter_seconds=schedule.jitter,
         batch=check_batch(spec),
+        pause_after_failures=check_pause_after_failures(spec.pause_after_failures),
     )
+    calendar, fields["calendar_policy"] = job_calendar(tenant, spec.calendar, spec.calendar_policy)
+    fields["calendar_id"] = calendar.id if calendar is not None else None
     return schedule, fields
 
 
 def spec_schedule(tenant: Tenant, spec: JobSpec, *, anchor: datetime | None = None,
                   jitter_seed: int = 0) -> schedules.Schedule:
-    """The validated schedule of `spec` alone (previewing a schedule not saved yet)."""
+    """The validated schedule of `spec` alone (previewing a schedule not saved yet), with
+    the dates of its calendar."""
     try:
-        return schedules.validate(schedules.Schedule(
+        schedule = schedules.validate(schedules.Schedule(
             cron=spec.cron, timezone=spec.timezone or tenant.timezone, every=spec.every, at=spec.at,
             anchor=(anchor or db_now().replace(microsecond=0)) if spec.every is not None else None,
             start_at=spec.start_at, end_at=spec.end_at, jitter=spec.jitter_seconds, jitter_seed=jitter_seed,
         ))
     except schedules.InvalidSchedule as exc:
         raise InvalidInput("jitter_seconds" if exc.field == "jitter" else exc.field, exc.message) from None
+    calendar, policy = job_calendar(tenant, spec.calendar, spec.calendar_policy)
+    if calendar is None:
+        return schedule
+    return replace(schedule, calendar=calendar.business_calendar(db_now().year), calendar_policy=policy)
 
 
 def check_min_interval(tenant: Tenant, schedule: schedules.Schedule, now: datetime) -> None:

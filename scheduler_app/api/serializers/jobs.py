@@ -124,7 +124,8 @@ class TargetField(serializers.Field):
 SPEC_PLAIN_FIELDS = (
     "name", "description", "tags", "start_at", "end_at", "queue", "priority", "timeout_seconds", "max_attempts",
     "retry_backoff_seconds", "retry_backoff_max_seconds", "misfire_policy", "catchup_window_seconds",
-    "run_all_cap", "overlap_policy", "jitter_seconds", "batch",
+    "run_all_cap", "overlap_policy", "jitter_seconds", "batch", "pause_after_failures",
+    "calendar", "calendar_policy",
 )
 
 
@@ -171,7 +172,8 @@ def spec_fields(data: dict) -> dict:
 class JobWriteSerializer(StrictSerializer):
     """A job as written: all of it to create, any part of it to PATCH (or to ask its impact)."""
 
-    read_only_names = ("id", "enabled", "paused_note", "next_run_at", "version", "created_at", "updated_at")
+    read_only_names = ("id", "enabled", "paused_note", "next_run_at", "version", "created_at", "updated_at",
+                       "managed_by", "consecutive_failures", "auto_paused_at")
 
     name = StrictCharField(max_length=200, trim_whitespace=False)
     description = StrictCharField(required=False, allow_blank=True, trim_whitespace=False, max_length=10_000)
@@ -201,12 +203,26 @@ class JobWriteSerializer(StrictSerializer):
         required=False, help_text="Short, idempotent targets only: runs travel to workers in batches (one message, "
                                   "one statement to start and one to end many runs); a worker that dies costs the "
                                   "batch one lease, and its unfinished runs are retried")
+    # Bounds checked by the services (services.jobspec.check_pause_after_failures), whose error names the field.
+    pause_after_failures = StrictIntegerField(
+        required=False, allow_null=True, min_value=None, max_value=None,
+        help_text="Pause the job after this many failed or dead runs in a row (1-1000); null: never")
+    # The tenant's own calendars only: the service looks the name up in the caller's tenant.
+    calendar = StrictCharField(required=False, allow_blank=True, max_length=64, trim_whitespace=False,
+                               help_text="A business-day calendar of the tenant, by name (/api/v1/calendars/); "
+                                         "blank: none")
+    calendar_policy = serializers.ChoiceField(
+        choices=[p.value for p in schedules.CalendarPolicy], required=False,
+        help_text="A fire on a non-business day: skip (recorded as a skipped run), next_business_day or "
+                  "previous_business_day (the same wall time that day); default skip")
 
 
 class JobSerializer(serializers.ModelSerializer):
     schedule = ScheduleField(source="*", read_only=True)
     target = TargetField(source="*", read_only=True)
     tags = serializers.ListField(child=serializers.CharField(), read_only=True)
+    calendar = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True,
+                                            help_text="The job's business-day calendar, by name; null: none")
 
     class Meta:
         model = Job
@@ -216,6 +232,10 @@ class JobSerializer(serializers.ModelSerializer):
             "misfire_policy", "catchup_window_seconds", "run_all_cap", "overlap_policy", "jitter_seconds", "batch",
             "enabled",
             "paused_note", "next_run_at", "version", "created_at", "updated_at",
+            # the pause after repeated failure: the setting, the count so far, and when the job paused itself
+            "pause_after_failures", "consecutive_failures", "auto_paused_at",
+            "managed_by",  # the owner under schedules as code ('' made by hand); edit its declaration instead
+            "calendar", "calendar_policy",
         )
         read_only_fields = fields
 
@@ -255,6 +275,9 @@ class FireSerializer(serializers.Serializer):
     local = LocalTimeField(help_text="The same instant in the schedule's zone, with its offset")
     anomaly = serializers.CharField(allow_null=True,
                                     help_text="dst_gap or dst_repeated with an explanation; null for an ordinary fire")
+    calendar = serializers.CharField(allow_null=True, required=False,
+                                     help_text="What the job's calendar does to this fire: skipped (and why), or "
+                                               "moved from which non-business days; null: nothing")
 
 
 class PreviewSerializer(serializers.Serializer):

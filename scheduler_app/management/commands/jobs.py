@@ -14,7 +14,7 @@ from datetime import timedelta
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import JSONField, OuterRef, Subquery
 
-from scheduler_app import services
+from scheduler_app import schedules, services
 from scheduler_app.management.joboptions import (
     ISO_HELP,
     SCHEDULE_OPTIONS,
@@ -45,7 +45,7 @@ SHOW_RUNS = 10
 JOB_HELP = "a job id, or TENANT/NAME"
 # The columns `jobs list` reads (no args, kwargs or description).
 LIST_FIELDS = ("id", "name", "cron", "timezone", "every_seconds", "run_at", "enabled", "next_run_at",
-               "tenant", "tenant__slug")
+               "tenant", "tenant__slug", "auto_paused_at")
 RUN_FIELDS = ("id", "scheduled_at", "trigger", "state", "attempt", "reason", "error", "started_at",
               "finished_at")
 # Runs a deletion cuts short: their results will never be recorded.
@@ -233,7 +233,7 @@ class Command(OneLineErrors, BaseCommand):
             self.stdout.write("(no jobs)")
             return
         rows = [
-            (job.id, job.tenant.slug, job.name, schedule_text(job), "enabled" if job.enabled else "paused",
+            (job.id, job.tenant.slug, job.name, schedule_text(job), status_text(job),
              job.next_run_at, job.last_run_state)
             for job in page
         ]
@@ -255,16 +255,18 @@ class Command(OneLineErrors, BaseCommand):
                 value = "yes" if value else "no"
             pairs.append((field.name, value))
             if field.name == "name":
-                pairs += [("schedule", schedule_text(job)), ("status", "enabled" if job.enabled else "paused")]
+                pairs += [("schedule", schedule_text(job)), ("status", status_text(job))]
         width = max(len(key) for key, _ in pairs)
         for key, value in pairs:
             self.stdout.write(f"{key.ljust(width)}  {cell(value)}")
 
-        fires = services.job_preview(job, count=SHOW_FIRES)
+        schedule = job.schedule
+        fires = services.job_preview(schedule, count=SHOW_FIRES)
         self.stdout.write("")
         note = "" if job.enabled else " (paused: these fire only if the job is resumed before them)"
         self.stdout.write(f"next {SHOW_FIRES} fires{note}:")
-        self.stdout.write(fires_table(fires, job.timezone) if fires else "(no fires left)")
+        self.stdout.write(fires_table(fires, job.timezone, notes=[schedules.calendar_note(schedule, at) for at in fires])
+                          if fires else "(no fires left)")
 
         self.stdout.write("")
         self.stdout.write(f"last {SHOW_RUNS} runs:")
@@ -290,12 +292,13 @@ class Command(OneLineErrors, BaseCommand):
 
     def do_resume(self, *, job: str, **options) -> None:
         job = find_job(job)
-        was_enabled = job.enabled
+        was_enabled, was_auto = job.enabled, job.auto_paused_at is not None
         job = services.job_resume(job, actor="cli")
         if was_enabled:
             self.stdout.write(f"Job {job_label(job)} was not paused; next run at {utc_text(job.next_run_at)}.")
         else:
-            self.stdout.write(f"Resumed job {job_label(job)}; next run at {utc_text(job.next_run_at)}.")
+            cleared = " (it had paused itself after repeated failure; its count starts again)" if was_auto else ""
+            self.stdout.write(f"Resumed job {job_label(job)}{cleared}; next run at {utc_text(job.next_run_at)}.")
 
     def do_trigger(self, *, job: str, **options) -> None:
         job = find_job(job)
@@ -335,7 +338,8 @@ class Command(OneLineErrors, BaseCommand):
             self.stdout.write("(no fires left)")
             return
         self.stdout.write(fires_table([fire["utc"] for fire in fires], schedule.timezone,
-                                      notes=[fire["anomaly"] for fire in fires]))
+                                      notes=["; ".join(filter(None, (fire["anomaly"], fire["calendar"])))
+                                             for fire in fires]))
 
 
 # --- helpers --------------------------------------------------------------------------
@@ -374,6 +378,13 @@ def job_label(job: Job) -> str:
 
 def schedule_text(job: Job) -> str:
     return describe_schedule(job.cron, job.timezone, job.every_seconds, job.run_at)
+
+
+def status_text(job: Job) -> str:
+    """enabled, paused (by a person), or paused (auto): paused itself after repeated failure."""
+    if job.enabled:
+        return "enabled"
+    return "paused (auto)" if job.auto_paused_at is not None else "paused"
 
 
 def last_run_state() -> Subquery:
