@@ -1,5 +1,6 @@
 """Alerts per job: the dead-man's switch (no success within a period plus grace), failed or
-dead runs, start lag above a threshold, durations above a maximum or below a minimum.
+dead runs, start lag above a threshold, durations above a maximum or below a minimum, and a
+job that paused itself after repeated failure (auto_paused, ledger.autopause).
 
 - rules.py: the rules, one per job, written through rule_set() / rule_delete() by the API,
   the CLI and the admin;
@@ -27,6 +28,8 @@ from scheduler_app.alerts.deliver import (
     payload,
 )
 from scheduler_app.alerts.evaluate import (
+    AUTO_PAUSED,
+    KINDS,
     check_every,
     claim_due_rules,
     describe,
@@ -41,7 +44,7 @@ from scheduler_app.models import db_now
 from scheduler_app.observability import dashboard
 
 __all__ = [
-    "DELIVERY_ATTEMPTS", "RULE_DEFAULTS", "RULE_FIELDS", "check_every", "claim_due_rules", "deliver",
+    "AUTO_PAUSED", "DELIVERY_ATTEMPTS", "KINDS", "RULE_DEFAULTS", "RULE_FIELDS", "check_every", "claim_due_rules", "deliver",
     "deliver_pending", "delivery_status", "describe", "describe_seconds", "evaluate_due_rules", "evaluate_rule",
     "on_beat_turn", "payload", "recent_alerts", "roll_ups", "rule_delete", "rule_set", "start_deliverer", "stop_deliverer",
     "validate_rule",

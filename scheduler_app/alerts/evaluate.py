@@ -33,6 +33,11 @@ RUNS_PER_RULE = 500  # runs looked at per rule per check (the rest wait for the 
 ALERTS_PER_RULE = 10  # alerts one rule may raise per check
 LOOKBACK = timedelta(days=1)  # a run ending now was fired at most this long ago (retries included)
 FAILED_STATES = (RunState.FAILED, RunState.DEAD)
+# A job that paused itself after repeated failure (ledger.autopause): raised once per pause
+# (its dedup key is the pause's instant) on any enabled rule of the job, and never held back
+# by the cool-down (each pause waits for a person's resume, so they cannot flood).
+AUTO_PAUSED = "auto_paused"
+KINDS = (*AlertKind.values, AUTO_PAUSED)
 
 
 def check_every() -> float:
@@ -86,6 +91,7 @@ def evaluate_rule(rule: AlertRule, now: datetime) -> int:
                           f"(expected one every {describe(timedelta(seconds=rule.no_success_seconds))} "
                           f"+ {describe(timedelta(seconds=rule.grace_seconds))} grace)",
                           {"last_success_at": rule.last_success_at.isoformat() if rule.last_success_at else None}))
+    found.extend(auto_pause_findings(rule))
     raised = sum(record_alert(rule, now, *finding) for finding in found[:ALERTS_PER_RULE])
     rule.checked_until = until
     rule.next_check_at = now + timedelta(seconds=check_every())
@@ -129,6 +135,19 @@ def run_findings(rule: AlertRule, run: JobRun, since: datetime, until: datetime)
     return found
 
 
+def auto_pause_findings(rule: AlertRule) -> list[tuple]:
+    """The finding of the job's pause after repeated failure, while it is paused so and the
+    pause came after the rule was made. Judged on the job's row, not on a window of time: a
+    pause committed after its instant was read past is still found; its dedup key (the
+    pause's instant) makes it one alert."""
+    job = rule.job
+    if job.enabled or job.auto_paused_at is None or job.auto_paused_at < rule.created_at:
+        return []
+    return [(AUTO_PAUSED, f"at:{job.auto_paused_at.isoformat()}", None, f"{job}: {job.paused_note}",
+             {"auto_paused_at": job.auto_paused_at.isoformat(), "consecutive_failures": job.consecutive_failures,
+              "pause_after_failures": job.pause_after_failures, "note": job.paused_note})]
+
+
 def record_alert(rule: AlertRule, now: datetime, kind: str, subject: str, run_id: int | None, message: str,
                  detail: dict) -> int:
     """Record one alert unless its dedup_key exists (1) or the cool-down holds it back (0)."""
@@ -138,7 +157,7 @@ def record_alert(rule: AlertRule, now: datetime, kind: str, subject: str, run_id
     if last is not None and last["dedup_key"] == key:
         return 0
     cooldown = timedelta(seconds=max(rule.cooldown_seconds, min_cooldown()))
-    if last is not None and now - last["raised_at"] < cooldown:
+    if last is not None and now - last["raised_at"] < cooldown and kind != AUTO_PAUSED:
         Alert.objects.filter(id=last["id"]).update(suppressed=F("suppressed") + 1)
         return 0
     # Over the tenant's hourly budget: recorded, with the reason, and never sent (no next_delivery_at).

@@ -16,6 +16,7 @@ from django.db import connection, transaction
 from scheduler_app.dispatch import sql
 from scheduler_app.dispatch.common import CONCURRENCY_REASON, FIRES_REASON, lock_clause, messages_for, one_pass
 from scheduler_app.dispatch.publish import RunMessage
+from scheduler_app.ledger import autopause
 from scheduler_app.models import AuditEvent, append_attempt
 from scheduler_app.observability.nodes import last_consumed_at, node_states, queue_consumers
 from scheduler_app.queues import queue_depths, queue_name
@@ -94,7 +95,8 @@ def requeue_due_retries(now: datetime, *, limit: int) -> list[RunMessage]:
 
 def mark_lost_runs(now: datetime, *, limit: int) -> int:
     """Take runs whose lease ran out away from their worker: retrying (attempt + 1 follows at
-    once) or dead. Returns how many."""
+    once) or dead. A dead run counts towards its job's pause after repeated failure, in the
+    same transaction (ledger.autopause). Returns how many."""
     adapt = connection.ops.adapt_datetimefield_value
     with transaction.atomic(durable=True):
         with connection.cursor() as cursor:
@@ -110,6 +112,8 @@ def mark_lost_runs(now: datetime, *, limit: int) -> int:
                            detail={"attempt": attempt, "worker": worker, "then": state})
                 for run_id, state, attempt, job_id, tenant_id, worker in lost
             )
+            autopause.count_ends([(job_id, state) for _, state, _, job_id, _, _ in lost if state == "dead"],
+                                 actor="beat")
     return len(lost)
 
 

@@ -21,7 +21,9 @@ reads more than an hour of runs:
   number of beats may do it at once;
 - top failing jobs read only failed and dead runs (jobrun_state_recent_idx);
 - the forecast groups the jobs due within the hour by schedule (job_due_idx) and expands
-  each group's fires once.
+  each group's fires once;
+- the jobs that paused themselves after repeated failure (auto_paused) are read from the job
+  table (no index serves auto_paused_at: a partial one is the fix if job tables grow large).
 
 overview(now, tenant_id=...) is the same for one tenant (/admin/dashboard/?tenant=<slug>):
 every statement gains "AND tenant_id = %(tenant)s" (RunMinute has a row per tenant and
@@ -169,6 +171,8 @@ class Overview:
     forecast_minutes: list[datetime] = field(default_factory=list)
     forecast: list[int] = field(default_factory=list)
     failing_jobs: list[tuple] = field(default_factory=list)
+    auto_paused: list[tuple] = field(default_factory=list)  # (job id, tenant slug, name, paused at, note), newest first
+    auto_paused_count: int = 0
     noisy_tenants: list[tuple] = field(default_factory=list)
     totals: dict[str, dict] = field(default_factory=dict)
     computed_in_python: bool = False  # the SQLite demo: overview_in_python()
@@ -200,7 +204,19 @@ def overview(now: datetime, tenant_id: int | None = None) -> Overview:
         found.noisy_tenants = cursor.fetchall()
         cursor.execute(scoped(FORECAST_SQL, tenant_id), {"end": now + HOUR, "tenant": tenant_id})
         found.forecast_minutes, found.forecast = forecast(cursor.fetchall(), now)
+    auto_paused(found, tenant_id)
     return found
+
+
+def auto_paused(found: Overview, tenant_id: int | None) -> None:
+    """The jobs paused now because they paused themselves (ledger.autopause): how many, and
+    the TOP latest."""
+    jobs = Job.objects.filter(enabled=False, auto_paused_at__isnull=False)
+    if tenant_id is not None:
+        jobs = jobs.filter(tenant_id=tenant_id)
+    found.auto_paused = list(jobs.order_by("-auto_paused_at", "-id").values_list(
+        "id", "tenant__slug", "name", "auto_paused_at", "paused_note")[:TOP])
+    found.auto_paused_count = len(found.auto_paused) if len(found.auto_paused) < TOP else jobs.count()
 
 
 def last_hour(cursor, found: Overview, now: datetime, tenant_id: int | None = None) -> None:
@@ -356,6 +372,7 @@ def overview_in_python(now: datetime, tenant_id: int | None = None) -> Overview:
                                                                   "next_run_at"):
         groups[(cron, zone, every, run_at, truncate(next_run_at))] += 1
     found.forecast_minutes, found.forecast = forecast([(*key, jobs) for key, jobs in groups.items()], now)
+    auto_paused(found, tenant_id)
     return found
 
 

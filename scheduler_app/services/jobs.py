@@ -55,9 +55,11 @@ def job_resume(job: Job, *, actor: str = "") -> Job:
             record_skipped(job, missed_from, now,
                            f"paused: missed fires from {missed_from.isoformat()} until {now.isoformat()}")
             next_run_at = schedules.next_fire_after(job.schedule, now - timedelta(microseconds=1))
+        # A job that paused itself (ledger.autopause) counts its failures in a row afresh.
         Job.objects.filter(id=job.id).update(enabled=True, paused_note="", next_run_at=next_run_at,
-                                             version=job.version + 1)
-        audit_job(job, "job.resumed", actor, next_run_at=next_run_at.isoformat() if next_run_at else None)
+                                             version=job.version + 1, consecutive_failures=0, auto_paused_at=None)
+        audit_job(job, "job.resumed", actor, next_run_at=next_run_at.isoformat() if next_run_at else None,
+                  **({"auto_paused_at": job.auto_paused_at.isoformat()} if job.auto_paused_at else {}))
         wake_beats()
     job.refresh_from_db()
     return job

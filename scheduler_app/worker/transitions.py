@@ -9,7 +9,8 @@ what the next step needs, so a successful run costs two statements:
   statement (a data-modifying CTE joined to the job);
 - END_RUNS_PG: the outcome, and the attempt's record appended to the run's `attempts` (its
   history: no audit row per normal transition, and no moment where the state changed but
-  its record is missing).
+  its record is missing). A run of a job with pause_after_failures set is ended in a
+  transaction that also counts its end on the job (ledger.autopause); other runs pay nothing.
 
 The audit trail keeps the anomalies (duplicate deliveries, stale writes, lost runs).
 SQLite (the embedded first run) takes the same steps with the ORM and Python's clock, which
@@ -31,11 +32,12 @@ from datetime import datetime, timedelta
 
 import psycopg
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Model
 from django.db.models.base import ModelState
 from django.utils import timezone
 
+from scheduler_app.ledger import autopause
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, append_attempt
 
 # start_runs (PostgreSQL): move each (id, attempt) still queued to running and read, in the
@@ -67,9 +69,10 @@ SELECT started.id, started.attempt, started.job_id, started.tenant_id, started.s
  ORDER BY started.position
 """
 # The job columns a started run carries (Started.job has these and no others).
+# pause_after_failures: whether the run's end counts towards the job's pause (end_runs).
 JOB_COLUMNS = (
     "name", "target_kind", "task_name", "args", "kwargs", "target_config", "timeout_seconds",
-    "max_attempts", "retry_backoff_seconds", "retry_backoff_max_seconds", "queue",
+    "max_attempts", "retry_backoff_seconds", "retry_backoff_max_seconds", "queue", "pause_after_failures",
 )
 JSON_COLUMNS = {"args", "kwargs", "target_config"}
 # Which runs a statement is about: a batch's arrays, or one run's scalars. Dumping an array
@@ -250,9 +253,22 @@ def _start_run_orm(run_id: int, attempt: int, params: dict) -> Started | None:
 
 def end_runs(endings: list[Ending]) -> set[int]:
     """Write each ending whose attempt still owns its run, in one statement on PostgreSQL;
-    the run ids written. A refused write (a superseded attempt) is audited."""
+    the run ids written. A refused write (a superseded attempt) is audited. Ends of runs
+    whose job pauses after repeated failure are counted in the same transaction
+    (ledger.autopause); without such a job the end is its one statement, in autocommit."""
     if not endings:
         return set()
+    if not any(e.started.job.pause_after_failures for e in endings):
+        return _end_runs(endings)
+    with transaction.atomic():
+        written = _end_runs(endings)
+        autopause.count_ends(((e.started.run.job_id, str(e.state)) for e in endings
+                              if e.started.run.id in written and e.started.job.pause_after_failures),
+                             actor=_actor(endings[0].started.run.worker))
+    return written
+
+
+def _end_runs(endings: list[Ending]) -> set[int]:
     if connection.vendor == "postgresql":
         rows = execute(END_RUN if len(endings) == 1 else END_RUNS, {
             **_ending_params(endings), "running": RunState.RUNNING.value,
@@ -343,4 +359,8 @@ def count_duplicates(run_ids: list[int]) -> dict[int, tuple[int, int, str, int]]
 
 def audit(run_id: int, job_id: int, tenant_id: int, action: str, worker: str, **detail) -> None:
     AuditEvent.objects.create(tenant_id=tenant_id, job_id=job_id, run_id=run_id, action=action,
-                              actor=f"worker:{worker}" if worker else "worker", detail=detail)
+                              actor=_actor(worker), detail=detail)
+
+
+def _actor(worker: str) -> str:
+    return f"worker:{worker}" if worker else "worker"
