@@ -32,6 +32,7 @@ from django_celery_beat.tzcrontab import TzAwareCrontab
 
 from scheduler_app import schedules, services
 from scheduler_app.models import PRIORITY_DEFAULT, PRIORITY_MAX, Job, Tenant, db_now
+from scheduler_app.services import declared
 
 TAG = "celery-beat"
 # Celery's crontab field ranges: (attribute, lowest, highest).
@@ -408,14 +409,7 @@ def import_schedules(tenant: Tenant, *, from_db: bool, from_settings: bool, dry_
     schedulers hold the task enabled.
     """
     now = db_now()
-    sources: list[tuple[Outcome, Translation]] = []
-    row_names: set[str] = set()
-    if from_db:
-        for row in PeriodicTask.objects.select_related("crontab", "interval", "solar", "clocked").order_by("id"):
-            row_names.add(row.name)
-            sources.append((Outcome(f"PeriodicTask {row.id}", row.name, "", row_id=row.id), translate_row(row, now)))
-    if from_settings:
-        sources += settings_sources(row_names, now)
+    sources = read_sources(from_db=from_db, from_settings=from_settings, now=now)
     with transaction.atomic():
         planned = 0
         for outcome, translation in sources:
@@ -429,6 +423,55 @@ def import_schedules(tenant: Tenant, *, from_db: bool, from_settings: bool, dry_
     read = (["PeriodicTask rows"] if from_db else []) + (list(SCHEDULE_SOURCES) if from_settings else [])
     return Report(outcomes=[outcome for outcome, _ in sources], differences=differences(sources),
                   disabled=disabled, still_enabled=still_enabled, dry_run=dry_run, read=read)
+
+
+def read_sources(*, from_db: bool, from_settings: bool, now: datetime) -> list[tuple[Outcome, Translation]]:
+    """Every source read, with the job it means (or why none)."""
+    sources: list[tuple[Outcome, Translation]] = []
+    row_names: set[str] = set()
+    if from_db:
+        for row in PeriodicTask.objects.select_related("crontab", "interval", "solar", "clocked").order_by("id"):
+            row_names.add(row.name)
+            sources.append((Outcome(f"PeriodicTask {row.id}", row.name, "", row_id=row.id), translate_row(row, now)))
+    if from_settings:
+        sources += settings_sources(row_names, now)
+    return sources
+
+
+def declaration_file(tenant: Tenant, owner: str, *, from_db: bool, from_settings: bool) -> tuple[str, Report]:
+    """The sources as a schedules-as-code declaration (TOML, services/declared.py) of `owner`
+    for `tenant`, instead of rows; with the report of what it holds and what it leaves out."""
+    now = db_now()
+    sources = read_sources(from_db=from_db, from_settings=from_settings, now=now)
+    jobs, skipped = [], []
+    for outcome, translation in sources:
+        outcome.notes = translation.notes
+        if translation.spec is None or translation.refusal:
+            outcome.result, outcome.notes = "skipped", [translation.refusal, *translation.notes]
+            outcome.missing_task = translation.missing_task
+            skipped.append(f"{outcome.origin} {outcome.name}: {translation.refusal}")
+            continue
+        outcome.result, outcome.schedule, outcome.queue = "declared", schedule_text(translation.spec), \
+            translation.spec.queue
+        if translation.paused:
+            outcome.notes = [*outcome.notes, "disabled in django-celery-beat: declared all the same (a declared "
+                                              "job is enabled; leave it out to keep it off)"]
+        table = declared.spec_table(translation.spec)
+        try:
+            declared.toml_value(table)
+        except ValueError as exc:
+            outcome.result, outcome.notes = "skipped", [f"not writable as TOML: {exc}"]
+            skipped.append(f"{outcome.origin} {outcome.name}: not writable as TOML: {exc}")
+            continue
+        jobs.append(table)
+    header = ["Declared from django-celery-beat's schedules by `manage.py import_beat --to-file`.",
+              "Apply with `manage.py schedules apply --file <this file>` (docs/schedules-as-code.md).",
+              *(f"Not declared: {line}" for line in skipped)]
+    text = declared.to_toml({"owner": owner, "tenant": tenant.slug, "jobs": jobs}, comments=header)
+    report = Report(outcomes=[outcome for outcome, _ in sources], differences=differences(sources), disabled=[],
+                    still_enabled=[], dry_run=True, read=(["PeriodicTask rows"] if from_db else [])
+                    + (list(SCHEDULE_SOURCES) if from_settings else []))
+    return text, report
 
 
 def beat_schedules() -> list[tuple[str, object]]:

@@ -32,11 +32,19 @@ class Command(OneLineErrors, BaseCommand):
         parser.add_argument("--disable-source", action="store_true",
                             help="Disable the PeriodicTask rows of the jobs imported (or already imported), in "
                                  "the same transaction, so the two schedulers never both send them")
+        parser.add_argument("--to-file", metavar="PATH",
+                            help="Write the schedules as a declaration file (schedules as code: apply it with "
+                                 "`schedules apply --file PATH`) instead of jobs; nothing is written to the database")
+        parser.add_argument("--owner", default="celery-beat",
+                            help="With --to-file: the owner the declaration names (default: celery-beat)")
 
     def handle(self, *args, tenant: str, from_db: bool, from_settings: bool, dry_run: bool, disable_source: bool,
                **options) -> None:
         if not from_db and not from_settings:
             from_db = from_settings = True
+        if options.get("to_file"):
+            self.write_file(tenant, options["to_file"], options["owner"], from_db=from_db, from_settings=from_settings)
+            return
         try:
             report = importbeat.import_schedules(services.tenant_by_slug(tenant), from_db=from_db,
                                                  from_settings=from_settings, dry_run=dry_run,
@@ -55,6 +63,28 @@ class Command(OneLineErrors, BaseCommand):
                           + (" (dry run: nothing written):" if dry_run else ":"))
         self.print_report(report)
         self.warn_unconsumed(tenant, report)
+
+    def write_file(self, tenant: str, path: str, owner: str, *, from_db: bool, from_settings: bool) -> None:
+        """The schedules as a declaration file (services.declared) instead of jobs."""
+        try:
+            services.check_name("owner", owner, max_length=90)
+            text, report = importbeat.declaration_file(services.tenant_by_slug(tenant), owner, from_db=from_db,
+                                                       from_settings=from_settings)
+        except services.InvalidInput as exc:
+            raise CommandError(f"import_beat: {exc.field}: {exc.message}", returncode=2) from None
+        try:
+            with open(path, "x", encoding="utf-8") as out:
+                out.write(text)
+        except FileExistsError:
+            raise CommandError(f"import_beat: {path} exists already; nothing written (remove it, or name another "
+                               "file)", returncode=2) from None
+        declared = report.count("declared")
+        self.stdout.write(f"Wrote {path}: {declared} job{'s' if declared != 1 else ''} of tenant {tenant}, owner "
+                          f"{owner}; {report.count('skipped')} skipped. Next: ./manage.py schedules plan --file {path}")
+        if report.outcomes:
+            rows = [(outcome.origin, outcome.name, outcome.result, outcome.schedule, "; ".join(outcome.notes))
+                    for outcome in report.outcomes]
+            self.stdout.write(format_table(["source", "name", "result", "job schedule", "notes"], rows))
 
     def print_report(self, report: importbeat.Report) -> None:
         if not report.outcomes:

@@ -1,0 +1,138 @@
+"""`manage.py schedules plan|apply`: jobs declared as code (a TOML file, each app's
+schedules.py) kept in step with the database. The work is scheduler_app.services.declared's;
+this command parses the options and prints the plan.
+
+Exit codes (as `terraform plan -detailed-exitcode`, with drift apart):
+0 nothing to do; 1 an error (bad declarations, a refused apply: nothing written);
+2 plan: changes to apply; 3 plan: drift, a managed job edited outside its declaration.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from scheduler_app.management.tables import OneLineErrors, plural, utc_text
+from scheduler_app.services import declared
+from scheduler_app.validation import InvalidInput
+
+NOTHING, ERROR, CHANGES, DRIFT = 0, 1, 2, 3
+SIGNS = {"create": "+", "change": "~", "remove": "-"}
+
+
+class Command(OneLineErrors, BaseCommand):
+    help = ("Keep the jobs declared as code (CRONFLEET_SCHEDULES_FILE or --file, and each app's schedules.py) "
+            "in step with the database: plan says what would change, apply does it in one transaction. "
+            "plan exits 0 (nothing to do), 2 (changes) or 3 (drift); errors exit 1.")
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        actions = parser.add_subparsers(dest="action", required=True)
+        for name, text in (("plan", "Say what apply would create, change and remove"),
+                           ("apply", "Create, change and remove jobs as the declarations say, in one transaction")):
+            sub = actions.add_parser(name, help=text)
+            sub.add_argument("--owner", help="Only this owner's declarations and managed jobs (default: every "
+                                             "owner declared)")
+            sub.add_argument("--file", help="The TOML file of declarations (default: CRONFLEET_SCHEDULES_FILE)")
+            sub.add_argument("--prune", choices=["pause", "delete"], default="pause",
+                             help="What becomes of a managed job no longer declared (default: pause)")
+            if name == "apply":
+                sub.add_argument("--fingerprint", help="Refuse unless the plan is still the one with this "
+                                                       "fingerprint (as printed by plan)")
+
+    def handle(self, *args, action: str, owner: str | None, file: str | None, prune: str, **options) -> None:
+        try:
+            found = declared.read_all(file)
+            if action == "plan":
+                plan = declared.make_plan(found, owner=owner, prune=prune)
+                code = self.print_plan(plan, prune)
+            else:
+                done = declared.apply_plan(found, owner=owner, prune=prune, expected=options.get("fingerprint"))
+                code = self.print_applied(done, prune)
+        except declared.DeclarationError as exc:
+            raise CommandError("schedules: bad declarations, nothing " + ("applied" if action == "apply" else
+                               "planned") + ":\n" + "\n".join(f"  {problem}" for problem in exc.problems),
+                               returncode=ERROR) from None
+        except InvalidInput as exc:
+            raise CommandError(f"schedules {action}: {exc.field}: {exc.message}", returncode=ERROR) from None
+        if code:
+            self.stdout.flush()
+            sys.exit(code)
+
+    def print_plan(self, plan: declared.Plan, prune: str) -> int:
+        owners = ", ".join(plan.owners) or "(none declared)"
+        self.stdout.write(f"Plan for owner{'s' if len(plan.owners) != 1 else ''} {owners}:")
+        for step in plan.to_do:
+            self.print_step(step, prune)
+        if not plan.to_do:
+            self.stdout.write(f"No changes: {plural(len(plan.of('unchanged')), 'job')} up to date.")
+        self.stdout.write("")
+        self.stdout.write(summary(plan, prune))
+        self.stdout.write(f"Fingerprint: {plan.fingerprint}")
+        if plan.drifted:
+            return DRIFT
+        return CHANGES if plan.to_do else NOTHING
+
+    def print_step(self, step: declared.Step, prune: str) -> None:
+        what = {"create": "create", "change": "change", "remove": f"remove ({prune})"}[step.action]
+        self.stdout.write("")
+        self.stdout.write(f"{SIGNS[step.action]} {what} {step.label}")
+        if step.action == "create":
+            spec = step.declared.spec
+            self.stdout.write(f"    {schedule_text(spec)}; {target_text(spec)} (from {step.declared.source})")
+        if step.adopted:
+            self.stdout.write(f"    {step.adopted}")
+        width = max((len(key) for key in step.diff), default=0)
+        for key, (old, new) in sorted(step.diff.items()):
+            self.stdout.write(f"    {key.ljust(width)}  {value_text(old)} → {value_text(new)}")
+        if step.fires_before != step.fires_after:
+            self.stdout.write(f"    next fires before: {fires_text(step.fires_before)}")
+            self.stdout.write(f"    next fires after:  {fires_text(step.fires_after)}")
+        if step.drift:
+            fixed = "apply overwrites it" if step.action == "change" else "removed all the same"
+            self.stdout.write(f"    ! drift: edited outside the declaration: {', '.join(step.drift)} ({fixed})")
+        if step.digest_only:
+            self.stdout.write("    (the fields match the declaration again; apply records them as applied)")
+
+    def print_applied(self, done: declared.Applied, prune: str) -> int:
+        if not done.plan.to_do:
+            self.stdout.write(f"Nothing to do: {plural(len(done.plan.of('unchanged')), 'job')} already as declared "
+                              f"(owners {', '.join(done.plan.owners) or '-'}); nothing changed.")
+            return NOTHING
+        removed = f"{done.paused} paused" if prune == "pause" else f"{done.deleted} deleted"
+        self.stdout.write(f"Applied plan {done.plan.fingerprint}: {done.created} created, {done.changed} changed, "
+                          f"{removed} (owners {', '.join(done.plan.owners)}).")
+        if done.overwritten:
+            self.stdout.write(f"Drift overwritten (edited outside the declaration, set back): "
+                              f"{', '.join(done.overwritten)}.")
+        return NOTHING
+
+
+def summary(plan: declared.Plan, prune: str) -> str:
+    removed = len(plan.of("remove"))
+    text = (f"Plan: {len(plan.of('create'))} to create, {len(plan.of('change'))} to change, {removed} to remove "
+            f"({'paused' if prune == 'pause' else 'deleted'}), {len(plan.of('unchanged'))} unchanged")
+    return text + (f"; {plural(len(plan.drifted), 'job')} drifted." if plan.drifted else ".")
+
+
+def value_text(value) -> str:
+    return "''" if value == "" else repr(value) if isinstance(value, str) else str(value)
+
+
+def fires_text(fires) -> str:
+    return ", ".join(utc_text(fire) for fire in fires) or "none"
+
+
+def schedule_text(spec) -> str:
+    if spec.cron:
+        return f"cron {spec.cron}" + (f" ({spec.timezone})" if spec.timezone else " (the tenant's zone)")
+    if spec.every is not None:
+        return f"every {spec.every}s"
+    return f"once at {utc_text(spec.at)}"
+
+
+def target_text(spec) -> str:
+    if spec.target_kind == "task":
+        return f"task {spec.task_name}"
+    config = spec.http or spec.command or spec.sql or {}
+    return f"{spec.target_kind} {config.get('url') or config.get('name') or ''}".rstrip()

@@ -1,0 +1,449 @@
+"""Schedules as code: jobs declared in a TOML file (CRONFLEET_SCHEDULES_FILE, or --file) or in
+the SCHEDULES of a Django app's `schedules.py`, grouped by owner, kept in step with the
+database by a plan (what would change) and an apply (exactly that, in one transaction).
+
+A managed job carries its owner (Job.managed_by) and the digest of its fields as last
+applied (Job.managed_digest); a job whose fields no longer match that digest was edited
+outside its declaration (drift). The format and the commands: docs/schedules-as-code.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import json
+import tomllib
+from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
+from pathlib import Path
+
+from django.apps import apps
+from django.conf import settings
+from django.db import transaction
+
+from scheduler_app.models import AuditEvent, Job, Tenant, db_now
+from scheduler_app.models.lifecycle import job_pause
+from scheduler_app.services.edits import (
+    SPEC_FIELDS,
+    job_spec_of,
+    job_update,
+    job_update_impact,
+    managed_actor,
+    plan_edit,
+)
+from scheduler_app.services.jobs import job_create, job_delete, job_resume
+from scheduler_app.services.jobspec import JobSpec, validate_spec
+from scheduler_app.validation import InvalidInput, check_name
+
+# Keys of a group (the top level of a file is one) and of a job besides JobSpec's fields.
+GROUP_KEYS = frozenset({"owner", "tenant", "jobs", "groups"})
+# Short names a declaration may use for JobSpec fields (as the API's target says "task").
+ALIASES = {"task": "task_name"}
+PRUNE_NOTE = "schedules: no longer declared (owner {owner})"
+SHOW_FIRES = 3
+DEFAULTS = JobSpec(name="")
+
+
+class DeclarationError(InvalidInput):
+    """Bad declarations: every problem found, each naming its source, job and field."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("declaration", "; ".join(problems))
+
+
+class PlanMoved(InvalidInput):
+    """The database or the declarations changed since the plan whose fingerprint was given."""
+
+
+@dataclass
+class Declared:
+    source: str  # "schedules.toml" or "billing.schedules"
+    owner: str
+    tenant: str
+    spec: JobSpec
+    raw: dict  # as written (canonical JSON of it goes into the fingerprint)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.tenant, self.spec.name
+
+    @property
+    def label(self) -> str:
+        return f"{self.tenant}/{self.spec.name}"
+
+
+# --- reading declarations ------------------------------------------------------------------
+
+
+def read_file(path: str | Path) -> list[Declared]:
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise DeclarationError([f"{path}: cannot be read ({exc.strerror or exc})"]) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise DeclarationError([f"{path}: not valid TOML: {exc}"]) from None
+    return read_groups(str(path), data)
+
+
+def app_modules() -> list[tuple[str, dict]]:
+    """(module name, SCHEDULES) of each installed app's `schedules` module that has one."""
+    found = []
+    for config in apps.get_app_configs():
+        name = f"{config.name}.schedules"
+        if importlib.util.find_spec(name) is None:
+            continue
+        value = getattr(importlib.import_module(name), "SCHEDULES", None)
+        if value is not None:
+            found.append((name, value))
+    return found
+
+
+def read_all(path: str | Path | None = None) -> list[Declared]:
+    """The declarations of `path` (else CRONFLEET_SCHEDULES_FILE, when set) and of the apps'
+    `schedules.py` modules, checked for duplicates."""
+    path = path or settings.CRONFLEET_SCHEDULES_FILE
+    declared: list[Declared] = read_file(path) if path else []
+    problems: list[str] = []
+    for name, value in app_modules():
+        try:
+            declared += read_groups(name, value)
+        except DeclarationError as exc:
+            problems += exc.problems
+    seen: dict[tuple[str, str], Declared] = {}
+    for item in declared:
+        if item.key in seen:
+            problems.append(f"{item.source}: job {item.label}: declared twice (also in {seen[item.key].source}, "
+                            f"owner {seen[item.key].owner})")
+        seen.setdefault(item.key, item)
+    if problems:
+        raise DeclarationError(problems)
+    return declared
+
+
+def read_groups(source: str, data, owner: str = "", tenant: str = "") -> list[Declared]:
+    """The jobs of a group (a dict with owner, tenant, jobs and nested groups), inheriting the
+    owner and tenant of the groups around it."""
+    if not isinstance(data, dict):
+        raise DeclarationError([f"{source}: must be a table (dict) with owner, tenant and jobs"])
+    unknown = sorted(set(data) - GROUP_KEYS)
+    if unknown:
+        raise DeclarationError([f"{source}: {unknown[0]}: unknown key (a group has {', '.join(sorted(GROUP_KEYS))})"])
+    owner, tenant = data.get("owner", owner), data.get("tenant", tenant)
+    declared, problems = [], []
+    jobs = data.get("jobs", [])
+    if not isinstance(jobs, list):
+        problems.append(f"{source}: jobs: must be an array of tables ([[jobs]])")
+        jobs = []
+    for index, raw in enumerate(jobs, 1):
+        try:
+            declared.append(read_job(source, index, raw, owner, tenant))
+        except DeclarationError as exc:
+            problems += exc.problems
+    groups = data.get("groups", [])
+    for group in groups if isinstance(groups, list) else [groups]:
+        try:
+            declared += read_groups(source, group, owner, tenant)
+        except DeclarationError as exc:
+            problems += exc.problems
+    if problems:
+        raise DeclarationError(problems)
+    return declared
+
+
+def read_job(source: str, index: int, raw, owner: str, tenant: str) -> Declared:
+    if not isinstance(raw, dict):
+        raise DeclarationError([f"{source}: job #{index}: must be a table"])
+    raw = dict(raw)
+    label = f"job {raw.get('name')!r}" if isinstance(raw.get("name"), str) else f"job #{index}"
+    owner, tenant = raw.pop("owner", owner), raw.pop("tenant", tenant)
+
+    def problem(name: str, message: str) -> DeclarationError:
+        return DeclarationError([f"{source}: {label}: {name}: {message}"])
+
+    for name, value in (("owner", owner), ("tenant", tenant)):
+        if not isinstance(value, str) or not value:
+            raise problem(name, "missing: set it on the job or on its group")
+    try:
+        check_name("owner", owner, max_length=100 - len("schedules:"))
+    except InvalidInput as exc:
+        raise problem("owner", exc.message) from None
+    values = {ALIASES.get(key, key): value for key, value in raw.items()}
+    unknown = sorted(set(values) - SPEC_FIELDS - {"target_kind"})
+    if unknown:
+        raise problem(unknown[0], "is not a job field")
+    if "name" not in values:
+        raise problem("name", "missing")
+    for kind in ("http", "command", "sql"):
+        if values.get(kind) is not None:
+            values.setdefault("target_kind", kind)
+    values = {key: to_utc(value) for key, value in values.items()}
+    return Declared(source=source, owner=owner, tenant=tenant, spec=JobSpec(**values),
+                    raw={"owner": owner, "tenant": tenant, **raw})
+
+
+def to_utc(value):
+    """TOML's local date-times (no offset) are refused by validation; aware ones go to UTC."""
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value.astimezone(UTC)
+    return value
+
+
+# --- digests -------------------------------------------------------------------------------
+
+
+def canonical(value) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=lambda v: v.isoformat())
+
+
+def job_digest(job: Job) -> str:
+    """The digest of everything a declaration can set on `job`, as it is saved (every JobSpec
+    field). Fields at their default are left out, so a field added to JobSpec later does not
+    change the digests of the jobs applied before it (which would read as drift)."""
+    spec = job_spec_of(job)
+    values = {f.name: getattr(spec, f.name) for f in fields(spec)}
+    return hashlib.sha256(canonical({name: value for name, value in values.items()
+                                     if value != getattr(DEFAULTS, name)}).encode()).hexdigest()
+
+
+def drifted_fields(job: Job) -> list[str]:
+    """The fields changed by edits made outside the declaration since its last apply (from the
+    audit: the changes of job.updated events by any other actor)."""
+    own = managed_actor(job.managed_by)
+    events = AuditEvent.objects.filter(job=job, action__in=("job.updated", "job.created")).order_by("id")
+    found: list[str] = []
+    for event in events:
+        if event.actor == own:
+            found = []
+        elif event.action == "job.updated":
+            found += [key for key in event.detail.get("changes", {}) if key not in found]
+    return found
+
+
+# --- the plan ------------------------------------------------------------------------------
+
+
+@dataclass
+class Step:
+    action: str  # create, change, remove, unchanged
+    owner: str
+    label: str
+    declared: Declared | None = None
+    job: Job | None = None
+    diff: dict = field(default_factory=dict)  # field -> [old, new]
+    drift: list[str] = field(default_factory=list)  # fields edited outside the declaration
+    adopted: str = ""  # a job made by hand that the declaration takes over
+    fires_before: list[datetime] = field(default_factory=list)
+    fires_after: list[datetime] = field(default_factory=list)
+    digest_only: bool = False  # drifted back to the declaration: only its digest is written
+
+
+@dataclass
+class Plan:
+    owners: list[str]
+    steps: list[Step]
+    fingerprint: str
+
+    def of(self, action: str) -> list[Step]:
+        return [step for step in self.steps if step.action == action]
+
+    @property
+    def drifted(self) -> list[Step]:
+        return [step for step in self.steps if step.drift]
+
+    @property
+    def to_do(self) -> list[Step]:
+        return [step for step in self.steps if step.action != "unchanged"]
+
+
+def make_plan(declared: list[Declared], *, owner: str | None = None, prune: str = "pause") -> Plan:
+    """What apply would do for the owners in scope (`owner`, else every owner declared)."""
+    now = db_now()
+    if owner is not None:
+        declared = [item for item in declared if item.owner == owner]
+    owners = sorted({item.owner for item in declared} | ({owner} if owner else set()))
+    problems: list[str] = []
+    steps: list[Step] = []
+    tenants = {tenant.slug: tenant for tenant in Tenant.objects.filter(slug__in={item.tenant for item in declared})}
+    for item in declared:
+        try:
+            steps.append(plan_declared(item, tenants, now))
+        except InvalidInput as exc:
+            problems.append(f"{item.source}: job {item.label}: {exc.field}: {exc.message}")
+    if problems:
+        raise DeclarationError(problems)
+    keys = {item.key for item in declared}
+    leftover = (Job.objects.filter(managed_by__in=owners).select_related("tenant").order_by("tenant__slug", "name"))
+    for job in leftover:
+        if (job.tenant.slug, job.name) in keys:
+            continue
+        if prune == "pause" and not job.enabled and job.paused_note == PRUNE_NOTE.format(owner=job.managed_by):
+            continue  # removed and paused by an earlier apply
+        steps.append(Step("remove", job.managed_by, f"{job.tenant.slug}/{job.name}", job=job,
+                          drift=drifted_fields(job) if job_digest(job) != job.managed_digest else []))
+    return Plan(owners=owners, steps=steps, fingerprint=fingerprint(owners, declared, steps, prune))
+
+
+def plan_declared(item: Declared, tenants: dict[str, Tenant], now: datetime) -> Step:
+    tenant = tenants.get(item.tenant)
+    if tenant is None:
+        raise InvalidInput("tenant", f"no tenant {item.tenant!r}")
+    job = Job.objects.filter(tenant=tenant, name=item.spec.name).select_related("tenant").first()
+    if job is None:
+        validate_spec(tenant, item.spec, now)
+        return Step("create", item.owner, item.label, declared=item)
+    if job.managed_by and job.managed_by != item.owner:
+        raise InvalidInput("owner", f"the job is managed by owner {job.managed_by!r}: declare it under that owner, "
+                                    "or remove it from that owner's declarations (apply --prune delete) first")
+    changes = spec_changes(item.spec)
+    edit = plan_edit(job, changes, now)
+    step = Step("change", item.owner, item.label, declared=item, job=job, diff=edit.diff)
+    if not job.managed_by:
+        step.adopted = "made by hand until now: the declaration takes it over"
+    elif job_digest(job) != job.managed_digest:
+        step.drift = drifted_fields(job) or sorted(edit.diff) or ["(unknown: the digest differs)"]
+    paused_by_prune = not job.enabled and job.paused_note == PRUNE_NOTE.format(owner=item.owner)
+    if paused_by_prune:
+        step.diff = {**step.diff, "enabled": [False, True]}
+    if not step.diff and not step.adopted:
+        step.action = "unchanged" if not step.drift else "change"
+        step.digest_only = bool(step.drift)
+        return step
+    if edit.diff:
+        impact = job_update_impact(job, changes, count=SHOW_FIRES)
+        step.fires_before, step.fires_after = impact["next_before"], impact["next_after"]
+    return step
+
+
+def spec_changes(spec: JobSpec) -> dict:
+    """Every field of a declared spec: what the declaration leaves out takes JobSpec's default."""
+    return {f.name: getattr(spec, f.name) for f in fields(spec)}
+
+
+def fingerprint(owners: list[str], declared: list[Declared], steps: list[Step], prune: str) -> str:
+    """Of the declarations in scope and of the rows the plan read (each job's id and version,
+    whether it is enabled and its managed columns): any change to either changes it."""
+    rows = sorted(
+        [step.job.id, step.job.version, step.job.enabled, step.job.managed_by, step.job.managed_digest]
+        for step in steps if step.job is not None)
+    text = canonical({"owners": owners, "prune": prune, "rows": rows,
+                      "declared": sorted(canonical(item.raw) for item in declared)})
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# --- apply ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Applied:
+    plan: Plan
+    created: int = 0
+    changed: int = 0
+    paused: int = 0
+    deleted: int = 0
+    overwritten: list[str] = field(default_factory=list)  # labels of drifted jobs set back
+
+
+def apply_plan(declared: list[Declared], *, owner: str | None = None, prune: str = "pause",
+               expected: str | None = None) -> Applied:
+    """Do what make_plan says, in one transaction, through the services (validated, audited,
+    the beats woken); refuse, writing nothing, when `expected` is not the plan's fingerprint."""
+    if prune not in ("pause", "delete"):
+        raise InvalidInput("prune", "must be pause or delete")
+    with transaction.atomic():
+        # The managed rows in scope are locked first, so the plan read here is the one applied.
+        scope = {item.owner for item in declared if owner in (None, item.owner)} | ({owner} if owner else set())
+        list(Job.objects.select_for_update().filter(managed_by__in=scope).values_list("id", flat=True))
+        plan = make_plan(declared, owner=owner, prune=prune)
+        if expected is not None and expected != plan.fingerprint:
+            raise PlanMoved("fingerprint", f"the plan was {expected} but is now {plan.fingerprint}: the database or "
+                                           "the declarations changed since; nothing applied, run plan again")
+        done = Applied(plan=plan)
+        for step in plan.to_do:
+            apply_step(step, prune, done)
+    return done
+
+
+def apply_step(step: Step, prune: str, done: Applied) -> None:
+    actor = managed_actor(step.owner)
+    if step.action == "create":
+        tenant = Tenant.objects.get(slug=step.declared.tenant)
+        job = job_create(tenant, step.declared.spec, actor=actor)
+        mark(job, step.owner)
+        done.created += 1
+    elif step.action == "change":
+        job = step.job
+        if not job.managed_by:
+            Job.objects.filter(id=job.id).update(managed_by=step.owner)
+            job.managed_by = step.owner
+        changes = spec_changes(step.declared.spec)
+        if plan_edit(job, changes, db_now()).diff:
+            job = job_update(job, changes, actor=actor)
+        if "enabled" in step.diff:
+            job = job_resume(job, actor=actor)
+        mark(job, step.owner)
+        done.changed += 1
+        if step.drift:
+            done.overwritten.append(step.label)
+    elif prune == "delete":
+        job_delete(step.job, actor=actor)
+        done.deleted += 1
+    else:
+        job_pause(step.job, note=PRUNE_NOTE.format(owner=step.owner), actor=actor)
+        done.paused += 1
+
+
+def mark(job: Job, owner: str) -> None:
+    job.refresh_from_db()
+    Job.objects.filter(id=job.id).update(managed_by=owner, managed_digest=job_digest(job))
+
+
+# --- writing declarations ------------------------------------------------------------------
+
+# The order a job's keys are written in; the others follow in JobSpec's order.
+FIRST_KEYS = ("name", "cron", "timezone", "every", "at", "task_name", "args", "kwargs")
+
+
+def spec_table(spec: JobSpec) -> dict:
+    """A job's table in a declaration: its name and the fields that differ from the defaults."""
+    order = [*FIRST_KEYS, *(f.name for f in fields(spec) if f.name not in FIRST_KEYS)]
+    table = {}
+    for name in order:
+        value = getattr(spec, name)
+        if name != "name" and (value == getattr(DEFAULTS, name) or value in (None, [], {})):
+            continue
+        if name == "target_kind":
+            continue  # said by http, command or sql
+        table["task" if name == "task_name" else name] = value
+    return table
+
+
+def to_toml(data: dict, *, comments: list[str] = ()) -> str:
+    """A group (owner, tenant, jobs) as TOML that read_file reads back."""
+    lines = [f"# {line}" for line in comments]
+    lines += [f"{toml_key(key)} = {toml_value(value)}" for key, value in data.items() if key != "jobs"]
+    for job in data.get("jobs", []):
+        lines += ["", "[[jobs]]", *(f"{toml_key(key)} = {toml_value(value)}" for key, value in job.items())]
+    return "\n".join(lines) + "\n"
+
+
+def toml_key(key: str) -> str:
+    return key if key and all(char.isalnum() or char in "-_" for char in key) and key.isascii() else json.dumps(key)
+
+
+def toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a TOML basic string: JSON's escapes are TOML's
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat()
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{toml_key(str(key))} = {toml_value(item)}" for key, item in value.items()) + "}"
+    raise ValueError(f"{value!r} has no TOML form")
