@@ -107,13 +107,7 @@ def _raw_last_at_or_before(schedule: Schedule, at: datetime) -> datetime | None:
         # Not cronsim's reverse iteration: it misses fires in repeated or shortened DST hours
         # and can loop forever in some zones (Pacific/Chatham). Step forward through widening
         # windows instead, with the same rules next_fire_after uses.
-        for lookback in _LOOKBACKS:
-            cursor, last = at - lookback, None
-            while (found := _raw_next_after(schedule, cursor)) is not None and found <= at:
-                last = cursor = found
-            if last is not None:
-                return last
-        return None
+        return _last_stepping_forward(_raw_next_after, schedule, at)
     if schedule.every is not None:
         anchor = _interval_anchor(schedule)
         if at < anchor:
@@ -157,9 +151,15 @@ def _moved_next_after(schedule: Schedule, after: datetime) -> datetime | None:
 def _moved_last_at_or_before(schedule: Schedule, at: datetime) -> datetime | None:
     # Moved fires have no cheap reverse: step forward through widening windows, with the
     # same rule next_fire_after uses.
+    return _last_stepping_forward(next_fire_after, schedule, at)
+
+
+def _last_stepping_forward(step, schedule: Schedule, at: datetime) -> datetime | None:
+    """The latest fire at or before `at` by `step` (a next-fire-after function), found by
+    stepping forward from ever earlier starts (_LOOKBACKS) until one window holds a fire."""
     for lookback in _LOOKBACKS:
         cursor, last = at - lookback, None
-        while (found := next_fire_after(schedule, cursor)) is not None and found <= at:
+        while (found := step(schedule, cursor)) is not None and found <= at:
             last = cursor = found
         if last is not None:
             return last
