@@ -187,6 +187,14 @@ def test_an_auto_pause_raises_one_alert_on_the_jobs_rule_each_time(make_job):
     assert alerts.evaluate_due_rules(db_now()) == 1
     assert Alert.objects.filter(kind=alerts.AUTO_PAUSED).count() == 2
 
+    # The alert lists filter by the kind as by any other.
+    out = StringIO()
+    call_command("alerts", "list", "--kind", "auto_paused", stdout=out)
+    assert [line.split()[4] for line in out.getvalue().splitlines()[2:]] == ["auto_paused", "auto_paused"], out.getvalue()
+    assert job.paused_note == "paused after 2 failed or dead runs in a row"  # this test made no runs to name
+    call_command("alerts", "list", "--kind", "failed", stdout=(none := StringIO()))
+    assert str(job) not in none.getvalue()
+
 
 @pytest.fixture
 def api(tenant) -> APIClient:

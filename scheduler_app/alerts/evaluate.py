@@ -36,8 +36,8 @@ FAILED_STATES = (RunState.FAILED, RunState.DEAD)
 # A job that paused itself after repeated failure (ledger.autopause): raised once per pause
 # (its dedup key is the pause's instant) on any enabled rule of the job, and never held back
 # by the cool-down (each pause waits for a person's resume, so they cannot flood).
-AUTO_PAUSED = "auto_paused"
-KINDS = (*AlertKind.values, AUTO_PAUSED)
+AUTO_PAUSED = AlertKind.AUTO_PAUSED
+KINDS = tuple(AlertKind.values)
 
 
 def check_every() -> float:

@@ -129,10 +129,10 @@ def ended_order(run: dict) -> tuple:
 
 def pause_note(count: int, runs: list[dict]) -> str:
     """Why the job paused itself, naming its runs and the last one's error (one line)."""
-    ids = ", ".join(str(run["id"]) for run in runs)
-    more = f" and {count - len(runs)} earlier" if count > len(runs) else ""
-    note = f"paused after {count} failed or dead runs in a row: runs {ids}{more}"
-    if runs:
+    note = f"paused after {count} failed or dead runs in a row"
+    if runs:  # none when they have been pruned already
+        more = f" and {count - len(runs)} earlier" if count > len(runs) else ""
+        note += f": runs {', '.join(str(run['id']) for run in runs)}{more}"
         last = max(runs, key=ended_order)
         error = " ".join("".join(ch if ch.isprintable() else " " for ch in last["error"] or "").split())
         note += f" (last: {last['state']}: {error[:ERROR_SHOWN]})" if error else f" (last: {last['state']})"

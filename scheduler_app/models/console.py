@@ -17,6 +17,7 @@ class AlertKind(models.TextChoices):
     START_LAG = "start_lag"  # a run started later than max_start_lag_seconds after its fire time
     TOO_LONG = "too_long"  # a run took longer than max_duration_seconds
     TOO_SHORT = "too_short"  # a run took less than min_duration_seconds
+    AUTO_PAUSED = "auto_paused"  # the job paused itself after repeated failure (ledger.autopause)
 
 
 class AlertRule(models.Model):
