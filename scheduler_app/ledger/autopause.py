@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from django.db import connection, transaction
-from django.db.models import F, Q
+from django.db.models import F
 
 from scheduler_app.models import Job, JobRun, RunState, db_now
 from scheduler_app.models.lifecycle import audit_job, skip_due_fires
@@ -83,7 +83,7 @@ def _count_one(job_id: int, reset: bool, failures: int) -> tuple | None:
     """COUNT_ENDS_PG for one job, with the ORM (SQLite, where the job row's writer is alone)."""
     jobs = Job.objects.filter(id=job_id, pause_after_failures__isnull=False)
     if not failures:
-        jobs = jobs.filter(Q(consecutive_failures__gt=0))
+        jobs = jobs.filter(consecutive_failures__gt=0)
     base = 0 if reset else F("consecutive_failures")
     if not jobs.update(consecutive_failures=base + failures):
         return None

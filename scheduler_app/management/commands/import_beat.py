@@ -13,7 +13,7 @@ from scheduler_app.management.tables import OneLineErrors, format_table
 from scheduler_app.models import NodeKind, db_now
 from scheduler_app.observability.nodes import node_states, queue_consumers, unconsumed_warning
 from scheduler_app.queues import queue_name
-from scheduler_app.services import importbeat
+from scheduler_app.services import beatfile, importbeat
 
 
 class Command(OneLineErrors, BaseCommand):
@@ -68,7 +68,7 @@ class Command(OneLineErrors, BaseCommand):
         """The schedules as a declaration file (services.declared) instead of jobs."""
         try:
             services.check_name("owner", owner, max_length=90)
-            text, report = importbeat.declaration_file(services.tenant_by_slug(tenant), owner, from_db=from_db,
+            text, report = beatfile.declaration_file(services.tenant_by_slug(tenant), owner, from_db=from_db,
                                                        from_settings=from_settings)
         except services.InvalidInput as exc:
             raise CommandError(f"import_beat: {exc.field}: {exc.message}", returncode=2) from None
