@@ -8,19 +8,21 @@ mid-run, and then with a higher attempt), nothing left unfinished, and bounded l
 
 import signal
 import subprocess
+from datetime import timedelta
 
 import pytest
 from django.db.models import Sum
 
 from scheduler_app.dispatch.publish import RunMessage, publish_runs
-from scheduler_app.models import JobRun, RunState
+from scheduler_app.models import JobRun, RunState, db_now
 from scheduler_app.queues import queue_depths
 from tests.conftest import wait_for
-from tests.faults.harness import FAULT_LAG_BOUND, flush_broker
+from tests.faults.harness import CLUSTER_ENV, FAULT_LAG_BOUND, flush_broker
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.faults]
 
 WINDOW = 12  # seconds of load per scenario
+LEASE_SECONDS = float(CLUSTER_ENV["CRONFLEET_LEASE_SECONDS"])
 
 
 def assert_clean(report):
@@ -33,11 +35,27 @@ def assert_taken_over(report):
     assert report.lost > 0 and report.reattempted > 0, (report.lost, report.reattempted)
 
 
+def holds_a_run(cluster, name: str) -> bool:
+    return JobRun.objects.filter(tenant=cluster.tenant, state=RunState.RUNNING,
+                                 worker__startswith=f"{name}-").exists()
+
+
 def wait_for_a_run_held_by(cluster, name: str) -> None:
     """Until worker `name` is running a run: a fault that lands between its runs costs none."""
-    wait_for(lambda: JobRun.objects.filter(tenant=cluster.tenant, state=RunState.RUNNING,
-                                           worker__startswith=f"{name}-").exists(),
-             timeout=30, interval=0.02, what=f"{name} to start a run")
+    wait_for(lambda: holds_a_run(cluster, name), timeout=30, interval=0.02, what=f"{name} to start a run")
+
+
+def freeze_holding_a_run(cluster, victim, name: str, *, tries: int = 5) -> None:
+    """SIGSTOP worker `name` at a moment it holds a run. A run it was seen holding may end
+    before the signal lands; once it is stopped, what it holds can no longer change, so
+    the check after the signal is the one that counts, and a miss wakes it to try again."""
+    for _ in range(tries):
+        wait_for_a_run_held_by(cluster, name)
+        cluster.kill(victim, signal.SIGSTOP)
+        if holds_a_run(cluster, name):
+            return
+        cluster.kill(victim, signal.SIGCONT)
+    raise AssertionError(f"{name} held no run at any of {tries} stops")
 
 
 def test_no_fault(cluster):
@@ -90,8 +108,16 @@ def test_a_whole_worker_killed_during_the_target_call_loses_nothing(cluster):
     victim = cluster.worker("victim")
 
     cluster.run_until(WINDOW / 2)
-    wait_for_a_run_held_by(cluster, "victim")
-    cluster.kill(victim)  # the whole process group: main process and pool, in target calls
+    for attempt in range(1, 6):  # a run seen held may end before the signal lands: try a new victim
+        name = "victim" if attempt == 1 else f"victim{attempt}"
+        if attempt > 1:
+            victim = cluster.worker(name)
+        wait_for_a_run_held_by(cluster, name)
+        cluster.kill(victim)  # the whole process group: main process and pool, in target calls
+        if holds_a_run(cluster, name):  # a dead worker's runs can no longer change
+            break
+    else:
+        raise AssertionError("no victim held a run when it was killed")
     cluster.worker("replacement")
     cluster.run_until(WINDOW)
     cluster.finish()
@@ -108,9 +134,10 @@ def test_a_frozen_worker_loses_its_runs_and_cannot_write_when_it_wakes(cluster):
     victim = cluster.worker("victim", CRONFLEET_FAILPOINTS="worker.before_target=sleep:1")
 
     cluster.run_until(3)
-    wait_for_a_run_held_by(cluster, "victim")  # so that the run is taken over and its end refused
-    cluster.kill(victim, signal.SIGSTOP)
-    cluster.run_until(3 + 8)  # twice the lease
+    freeze_holding_a_run(cluster, victim, "victim")  # so that the run is taken over and its end refused
+    frozen_at = db_now()
+    wait_for(lambda: db_now() >= frozen_at + timedelta(seconds=2 * LEASE_SECONDS),
+             timeout=2 * LEASE_SECONDS + 30, interval=0.2, what="twice the lease")
     cluster.kill(victim, signal.SIGCONT)
     cluster.run_until(WINDOW + 3)
     cluster.finish()
