@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
+import warnings
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -73,6 +74,22 @@ def pytest_terminal_summary(terminalreporter) -> None:
         terminalreporter.section("skipped under CI=true (a failure: install what they need)", red=True)
         for line in _SKIPPED:
             terminalreporter.line(line)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_database_session_left_behind(django_db_setup, django_db_blocker):
+    """At the end, name every other session still connected to the test database (a process
+    or a thread some test did not stop): it would keep the database from being dropped."""
+    yield
+    if connection.vendor != "postgresql":
+        return
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute("SELECT pid, application_name, state, backend_start, left(query, 200) FROM pg_stat_activity"
+                       " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        left = cursor.fetchall()
+    if left:
+        warnings.warn("sessions left connected to the test database: " + "; ".join(map(repr, left)),
+                      stacklevel=1)
 
 
 @pytest.fixture(autouse=True)
@@ -196,6 +213,8 @@ class Processes:
 
     def start(self, name: str, argv: list[str], **env: str) -> subprocess.Popen:
         log = self.tmp_path / f"{name}.log"
+        test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0].rsplit("::", 1)[-1]
+        env.setdefault("PGAPPNAME", f"{name} of {test}"[:63])  # names a session left behind
         proc = subprocess.Popen(
             argv, cwd=ROOT, env=process_env(**env), stdout=log.open("wb"), stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -6,6 +6,7 @@ import os
 
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/cronfleet")
 os.environ.setdefault("CELERY_BROKER_URL", "redis://127.0.0.1:6379/15")
+os.environ.setdefault("PGAPPNAME", "pytest")  # the suite's own sessions, apart from its processes'
 # Debug stays off, as in production, so a key is needed (the processes tests start inherit it).
 os.environ.setdefault("DJANGO_SECRET_KEY", "tests-only-secret-key-never-used-anywhere-else")
 # The whole suite authenticates wrongly from 127.0.0.1 on purpose, far more than a client
