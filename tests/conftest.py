@@ -81,8 +81,8 @@ def no_database_session_left_behind(django_db_setup, django_db_blocker):
     """At the end, name every other session still connected to the test database (a process
     or a thread some test did not stop): it would keep the database from being dropped."""
     yield
-    if connection.vendor != "postgresql":
-        return
+    if connection.vendor != "postgresql" or connection.settings_dict["NAME"] != settings.DATABASES["default"]["TEST"]["NAME"]:
+        return  # no test database was made: the run's tests needed none
     with django_db_blocker.unblock(), connection.cursor() as cursor:
         cursor.execute("SELECT pid, application_name, state, backend_start, left(query, 200) FROM pg_stat_activity"
                        " WHERE datname = current_database() AND pid <> pg_backend_pid()")
