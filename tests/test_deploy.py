@@ -90,6 +90,19 @@ def test_web_beat_and_worker_have_health_checks_that_prove_the_process_works():
     assert "inspect ping -d worker@$$HOSTNAME" in worker and "worker@%h" in SERVICES["worker"]["command"]
 
 
+def test_a_stopped_worker_gets_longer_than_its_longest_run_in_compose_and_systemd():
+    from django.conf import settings
+
+    from scheduler_app.worker.flight import SHUTDOWN_SECONDS
+
+    longest = settings.CRONFLEET_MAX_JOB_TIMEOUT_SECONDS + 30 + SHUTDOWN_SECONDS  # + the hard time limit's 30 s
+    grace = SERVICES["worker"]["stop_grace_period"]
+    assert grace.endswith("s") and int(grace[:-1]) >= longest, grace
+    unit = (ROOT / "deploy" / "systemd" / "cronfleet-worker.service").read_text()
+    [timeout] = re.findall(r"^TimeoutStopSec=(\d+)$", unit, re.MULTILINE)
+    assert int(timeout) >= longest and "KillMode=mixed" in unit
+
+
 def test_the_first_admin_is_bootstrapped_once_from_the_environment():
     bootstrap = SERVICES["bootstrap-admin"]
 
