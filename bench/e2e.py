@@ -28,6 +28,7 @@ from bench.common import Children, tree_cpu
 from scheduler_app.models import Job, JobRun, RunState, Tenant, db_now
 from scheduler_app.queues import redis_list_keys
 from scheduler_app.services import wake_beats
+from scheduler_app.targets.http.secrets import encryption_keys
 
 QUEUE = "bench-e2e"
 PREFIX = "bench-"
@@ -79,6 +80,9 @@ def child_env() -> dict[str, str]:
     # Production-like workers: no debug cursor recording every statement.
     env["DJANGO_DEBUG"] = "false"
     env.setdefault("DJANGO_SECRET_KEY", "bench-only-" + uuid.uuid4().hex)
+    # Whatever secret key each child has, it reads and writes tenants' webhook secrets with
+    # this process's keys: the bench seeds the tenants and checks the signatures it receives.
+    env.setdefault("CRONFLEET_ENCRYPTION_KEYS", ",".join(encryption_keys()))
     return env
 
 

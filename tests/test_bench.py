@@ -13,13 +13,24 @@ from tests.conftest import ROOT, process_env
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
-def bench(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "manage.py", "bench", *args, "--yes"], cwd=ROOT, env=process_env(),
+def bench(*args: str, timeout: int = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "manage.py", "bench", *args, "--yes"], cwd=ROOT, env=env or process_env(),
                           capture_output=True, text=True, timeout=timeout)
     print(done.stdout)  # the table, for -s
     assert done.returncode == 0, done.stdout + done.stderr
     assert " FAIL" not in done.stdout
     return done
+
+
+def test_bench_http_on_the_development_settings_checks_every_signature():
+    """With DJANGO_DEBUG=true and no secret key, as a developer runs it: the beat and the
+    worker it starts get secret keys of their own, and still read the tenants' secrets."""
+    env = process_env(DJANGO_DEBUG="true")
+    del env["DJANGO_SECRET_KEY"]
+    done = bench("http", "--jobs", "100", "--latency", "0.05", env=env)
+
+    assert re.search(r"runs succeeded +100/100 +ok", done.stdout)
+    assert re.search(r"signatures verified at the receiver +0 bad +ok", done.stdout)
 
 
 def test_bench_dispatch_runs_and_its_checks_pass():

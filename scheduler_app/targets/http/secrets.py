@@ -20,12 +20,17 @@ from scheduler_app.models import Tenant
 from scheduler_app.targets.http.signing import new_secret
 
 
-def _fernet() -> MultiFernet:
+def encryption_keys() -> list[str]:
+    """The Fernet keys this process reads and writes secrets with, newest first."""
     keys = list(settings.CRONFLEET_ENCRYPTION_KEYS)
     if not keys:
         digest = hashlib.sha256(b"cronfleet-encryption:" + settings.SECRET_KEY.encode()).digest()
         keys = [base64.urlsafe_b64encode(digest).decode()]
-    return MultiFernet([Fernet(key) for key in keys])
+    return keys
+
+
+def _fernet() -> MultiFernet:
+    return MultiFernet([Fernet(key) for key in encryption_keys()])
 
 
 def encrypt(text: str) -> str:
