@@ -20,6 +20,7 @@ from project.celery import app
 from scheduler_app import services
 from scheduler_app.models import JobRun, RunState
 from tests.conftest import take_broker_messages, wait_for
+from tests.test_http_jobs import Receiver
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -85,6 +86,34 @@ def test_sigterm_to_the_whole_group_lets_every_busy_pool_process_finish_its_run(
     assert "WorkerLostError" not in log and "exited prematurely" not in log, log
     assert "exited with" not in log, log  # billiard's line for a pool process that ends with a status not 0
     assert log.count("SIGTERM during the task") == 2, log
+
+
+def test_sigterm_to_the_whole_group_lets_http_runs_in_flight_end_and_be_written(tenant, processes, queue_name,
+                                                                               settings):
+    """HTTP runs in flight live on the pool process's event loop, not in a task: a group
+    SIGTERM lets each call answer and its end be written (worker/flight.py's drain)."""
+    settings.CRONFLEET_HTTP_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    receiver = Receiver([("hang", {"seconds": 4}, b"ok")] * 3)  # each answers 4 s after its call
+    runs = [services.job_trigger(services.job_create(tenant, services.JobSpec(
+        name=f"hook-{i}", target_kind="http", every=3600, queue=queue_name, max_attempts=2, timeout_seconds=30,
+        http={"method": "POST", "url": receiver.url, "headers": {}, "body": ""}))) for i in range(3)]
+    try:
+        worker = processes.worker(queue_name, name="flight", concurrency=1,
+                                  CRONFLEET_HTTP_ALLOWED_NETWORKS="127.0.0.0/8")
+        wait_for(lambda: len(receiver.requests) == 3, timeout=60, what="the three calls in flight")
+
+        os.killpg(worker.pid, signal.SIGTERM)
+        status = exit_status(worker, EXIT_SECONDS)
+    finally:
+        receiver.close()
+
+    log = processes.log("flight")
+    assert status == 0, log
+    for run in JobRun.objects.filter(id__in=[run.id for run in runs]):
+        assert (run.state, run.attempt) == (RunState.SUCCEEDED, 1), (run.id, run.state, run.attempt, run.error, log)
+        assert [(a["attempt"], a["outcome"]) for a in run.attempts] == [(1, "succeeded")]
+    assert len(receiver.requests) == 3  # one call each: none cut off and made again
+    assert take_broker_messages(queue_name) == []
 
 
 def test_an_idle_worker_sigtermed_as_a_group_exits_at_once(processes, queue_name):
