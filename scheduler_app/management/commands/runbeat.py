@@ -12,7 +12,7 @@ from types import FrameType
 from django.conf import settings
 from django.core.checks import Tags
 from django.core.management.base import BaseCommand, CommandParser
-from django.db import DatabaseError, close_old_connections, connection, reset_queries
+from django.db import DatabaseError, InterfaceError, close_old_connections, connection, reset_queries
 
 from scheduler_app import alerts, dispatch
 from scheduler_app.dispatch.observe import BeatObserver
@@ -68,7 +68,9 @@ class Command(BaseCommand):
         next_sweep = 0.0
         if not once:
             alerts.start_deliverer()  # alerts are sent on their own thread: a slow receiver never stalls a turn
-        transient = (DatabaseError, *broker_errors())  # e.g. redis.ConnectionError, amqp's errors
+        # InterfaceError ("the connection is closed") is not a DatabaseError: a connection that
+        # died with its server (a failover) raises it.
+        transient = (DatabaseError, InterfaceError, *broker_errors())  # e.g. redis.ConnectionError, amqp's errors
         observer.say(self.stdout, f"runbeat: started (batch {batch_size}, max sleep {max_sleep}s, {connection.vendor})")
         try:
             while not self.stop.is_set():
@@ -79,15 +81,21 @@ class Command(BaseCommand):
                 try:
                     turn = dispatch.run_turn(db_now(), batch_size=batch_size, grace=grace, sweep=sweep)
                     alerts.on_beat_turn()  # job alerts: at most every CRONFLEET_ALERT_CHECK_SECONDS
+                    took = time.monotonic() - began
+                    # Retention: a bounded batch of old runs deleted when the turn leaves time (at
+                    # least every CRONFLEET_RETENTION_BUSY_SECONDS); more to delete: no sleep.
+                    pruning = pruner.step(idle=not turn.busy)
+                    pause = None if turn.busy or pruning else \
+                        dispatch.seconds_until_due(db_now(), cap=max_sleep, held_back=turn.held_back)
                 except transient as exc:
-                    # The database or broker went away mid-turn. A turn that did not commit
-                    # changed nothing; runs that committed but were not published stay
-                    # queued in the ledger. Start again on a fresh connection.
+                    # The database or broker went away mid-turn (or right after it). A turn that
+                    # did not commit changed nothing; runs that committed but were not published
+                    # stay queued in the ledger. Start again on a fresh connection.
                     logger.warning("beat turn failed: %s: %s; retrying in %ss", type(exc).__name__, exc, RETRY_PAUSE)
                     connection.close()
                     waker.sleep(RETRY_PAUSE)
                     continue
-                observer.turn(turn, time.monotonic() - began)
+                observer.turn(turn, took)
                 for step in upkeep:  # VACUUM of the jobs, ANALYZE of the ledger: on threads of their own, now and then
                     step.note(turn.claimed)
                 if sweep:
@@ -99,13 +107,10 @@ class Command(BaseCommand):
                                 "quota, released %s, requeued %s retries, %s lost, %s republished", turn.claimed,
                                 turn.published, turn.skipped, turn.held, turn.released, turn.requeued, turn.lost,
                                 turn.republished)
-                # Retention: a bounded batch of old runs deleted when the turn leaves time (at
-                # least every CRONFLEET_RETENTION_BUSY_SECONDS); more to delete: no sleep.
-                pruning = pruner.step(idle=not turn.busy)
                 if once:
                     break
-                if not turn.busy and not pruning:
-                    waker.sleep(dispatch.seconds_until_due(db_now(), cap=max_sleep, held_back=turn.held_back))
+                if pause is not None:
+                    waker.sleep(pause)
         finally:
             alerts.stop_deliverer(timeout=DELIVERER_STOP_SECONDS)
             for step in upkeep:
