@@ -35,7 +35,7 @@ import redis
 from tests.conftest import wait_for
 
 HOST = "127.0.0.1"
-POSTGRES_PROGRAMS = ("initdb", "pg_ctl", "postgres")
+POSTGRES_PROGRAMS = ("initdb", "pg_ctl", "postgres", "pg_basebackup")
 POSTGRES_OS_USER = "postgres"  # initdb and postgres refuse to run as root: as root, run them as this user
 START_TIMEOUT = 60  # seconds for a server to answer after it is started
 LOG_TAIL_LINES = 40
@@ -52,6 +52,28 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((HOST, 0))
         return sock.getsockname()[1]
+
+
+def process_states() -> dict[int, tuple[str, int]]:
+    """Every process's (state, parent pid), from /proc."""
+    states = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, parent = stat.read_text().rsplit(")", 1)[1].split()[:2]
+        except (OSError, ValueError):
+            continue  # gone meanwhile
+        states[int(stat.parent.name)] = (state, int(parent))
+    return states
+
+
+def children_of(pid: int) -> list[int]:
+    return [child for child, (_, parent) in process_states().items() if parent == pid]
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, killed and not yet reaped, does not)."""
+    state = process_states().get(pid)
+    return state is not None and state[0] != "Z"
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -149,8 +171,44 @@ class PostgresServer:
                      what="starting PostgreSQL")
 
     def stop(self) -> None:
-        """Stop at once: nothing on this server is kept."""
-        self.program("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop", what="stopping PostgreSQL")
+        """Stop at once: nothing on this server is kept. A server already gone (killed) is left."""
+        if self.postmaster_pid() is not None:
+            self.program("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop", what="stopping PostgreSQL")
+
+    def postmaster_pid(self) -> int | None:
+        """The running postmaster's pid (from postmaster.pid), or None when none runs."""
+        try:
+            pid = int((self.data / "postmaster.pid").read_text().split()[0])
+        except (FileNotFoundError, IndexError, ValueError):
+            return None
+        return pid if pid_alive(pid) else None
+
+    def kill(self) -> None:
+        """The machine's loss, as far as one host can show it: SIGKILL to the postmaster and
+        to every backend at once, so no process of the server answers or writes again."""
+        pid = self.postmaster_pid()
+        assert pid is not None, "the server is not running"
+        for victim in [pid, *children_of(pid)]:
+            with contextlib.suppress(ProcessLookupError):  # ended meanwhile
+                os.kill(victim, signal.SIGKILL)
+        wait_for(lambda: not pid_alive(pid), timeout=10, what="the killed postmaster to be gone")
+        (self.data / "postmaster.pid").unlink(missing_ok=True)  # a killed postmaster leaves it behind
+
+    def clone_of(self, primary: PostgresServer) -> None:
+        """A streaming standby of `primary` (pg_basebackup -R), on this server's own port and
+        socket directory; start() starts it in recovery."""
+        if self.prefix:
+            owner = pwd.getpwnam(POSTGRES_OS_USER)
+            os.chown(self.directory, owner.pw_uid, owner.pw_gid)
+        self.program("pg_basebackup", "-h", primary.host, "-p", str(primary.port), "-U", primary.user,
+                      "-D", str(self.data), "-R", "-X", "stream", "--no-sync", what="pg_basebackup")
+        with (self.data / "postgresql.conf").open("a") as conf:  # later lines win over the primary's
+            conf.write(f"port = {self.port}\nunix_socket_directories = '{self.directory}'\n")
+
+    def promote(self) -> None:
+        """End recovery: the standby becomes a primary that takes writes (pg_ctl -w waits)."""
+        self.program("pg_ctl", "-D", str(self.data), "-w", "-t", str(START_TIMEOUT), "promote",
+                     what="promoting the standby")
 
     def restart_immediately(self) -> None:
         """The crash the scenario is about: every backend killed without a checkpoint, then
@@ -167,6 +225,12 @@ class PostgresServer:
     def execute(self, statement: str, dbname: str = "postgres") -> None:
         with psycopg.connect(self.conninfo(dbname), autocommit=True) as conn:
             conn.execute(statement)
+
+    def fetch_one(self, query: str, dbname: str = "postgres"):
+        """The first column of the query's first row, or None when it has no row."""
+        with psycopg.connect(self.conninfo(dbname), autocommit=True) as conn:
+            row = conn.execute(query).fetchone()
+        return row[0] if row else None
 
 
 @contextlib.contextmanager
@@ -190,7 +254,33 @@ def private_postgres() -> Iterator[PostgresServer]:
 
 
 @contextlib.contextmanager
-def database_on(host: str, port: int, name: str, *, migrate: bool = True) -> Iterator[None]:
+def replicated_postgres(*, synchronous: bool) -> Iterator[tuple[PostgresServer, PostgresServer]]:
+    """A private primary and a streaming standby of it, on free ports; with `synchronous`,
+    a commit returns only once the standby has it (synchronous_standby_names = '*')."""
+    with private_postgres() as primary:
+        directory = Path(tempfile.mkdtemp(prefix="cronfleet-pg-standby-"))
+        try:
+            standby = PostgresServer(primary.bindir, directory, free_port())
+            standby.clone_of(primary)
+            standby.start()
+            try:
+                if synchronous:
+                    primary.execute("ALTER SYSTEM SET synchronous_standby_names = '*'")
+                    primary.execute("SELECT pg_reload_conf()")
+                wanted = "sync" if synchronous else "async"
+                wait_for(lambda: primary.fetch_one("SELECT sync_state FROM pg_stat_replication"
+                                                     " WHERE state = 'streaming'") == wanted,
+                           timeout=START_TIMEOUT, what=f"the standby streaming ({wanted})")
+                yield primary, standby
+            finally:
+                standby.stop()
+        finally:
+            shutil.rmtree(directory)
+
+
+@contextlib.contextmanager
+def database_on(host: str, port: int | str, name: str, *, migrate: bool = True,
+                options: dict[str, str] | None = None) -> Iterator[None]:
     """Point this process's default Django connection (and so the beats and workers the
     `processes` fixture starts, which read it) at database `name` on host:port, migrated
     first; restore the previous settings on leaving. The connection is closed at each switch,
@@ -199,9 +289,10 @@ def database_on(host: str, port: int, name: str, *, migrate: bool = True) -> Ite
     from django.core.management import call_command
     from django.db import connection
 
-    saved = {key: connection.settings_dict[key] for key in ("HOST", "PORT", "NAME")}
+    saved = {key: connection.settings_dict[key] for key in ("HOST", "PORT", "NAME", "OPTIONS")}
     connection.close()
-    connection.settings_dict.update(HOST=host, PORT=str(port), NAME=name)
+    connection.settings_dict.update(HOST=host, PORT=str(port), NAME=name,
+                                    OPTIONS={**saved["OPTIONS"], **(options or {})})
     ContentType.objects.clear_cache()  # ids cached from the other database
     try:
         if migrate:
