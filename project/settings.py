@@ -333,7 +333,9 @@ else:
 # declares its queues with the same x-max-priority (publish.publish_runs); a queue made
 # earlier without it must be deleted once, or RabbitMQ refuses the declaration.
 CELERY_TASK_QUEUE_MAX_PRIORITY = 9
-CELERY_RESULT_BACKEND = "django-db"
+# django-celery-results' `django-db`, which logs a result it cannot write instead of raising:
+# the run's row in the ledger is the truth (worker/results.py).
+CELERY_RESULT_BACKEND = "scheduler_app.worker.results:LedgerFirstBackend"
 CELERY_RESULT_EXTENDED = True
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_SERIALIZER = "json"

@@ -12,18 +12,22 @@ from django.db import connections
 from scheduler_app.fire import current_fire
 from scheduler_app.queues import EXECUTE_HTTP_RUNS
 from scheduler_app.worker import delivery, execution, flight
+from scheduler_app.worker.results import DatabaseUnreachable, ledger_reachable
 
 MAX_SLEEP_SECONDS = 3600
+EXPECTED = (delivery.RunFailed, DatabaseUnreachable)  # logged by Celery in one line, shown as FAILURE
 
 
 # A failed attempt raises delivery.RunFailed (expected: logged without a traceback) so that
 # Celery and Flower show it as FAILURE; only failures reach the result backend.
+# A lost database raises results.DatabaseUnreachable, expected too: one line, no traceback.
 @shared_task(name="scheduler_app.execute_run", bind=True, acks_late=True, ignore_result=True,
-             throws=(delivery.RunFailed,), store_errors_even_if_ignored=True)
+             throws=EXPECTED, store_errors_even_if_ignored=True)
 def execute_run(self, run_id: int, attempt: int) -> str:
-    outcome = execution.execute_run(
-        run_id, attempt, worker=self.request.hostname or "unknown", task_id=self.request.id or ""
-    )
+    with ledger_reachable(f"run {run_id} attempt {attempt}"):
+        outcome = execution.execute_run(
+            run_id, attempt, worker=self.request.hostname or "unknown", task_id=self.request.id or ""
+        )
     return delivery.report(self, outcome)
 
 
@@ -39,27 +43,30 @@ def drop_broken_connections(**kwargs) -> None:
 
 
 @shared_task(name="scheduler_app.execute_runs", bind=True, acks_late=True, ignore_result=True,
-             throws=(delivery.RunFailed,), store_errors_even_if_ignored=True)
+             throws=EXPECTED, store_errors_even_if_ignored=True)
 def execute_runs(self, runs: list[list[int]]) -> list[str]:
     """A batch of short runs, [[run id, attempt], ...], run in turn by this process."""
-    outcomes = execution.execute_runs(
-        [(run_id, attempt) for run_id, attempt in runs], worker=self.request.hostname or "unknown",
-        task_id=self.request.id or "",
-    )
+    with ledger_reachable(f"a batch of {len(runs)} runs"):
+        outcomes = execution.execute_runs(
+            [(run_id, attempt) for run_id, attempt in runs], worker=self.request.hostname or "unknown",
+            task_id=self.request.id or "",
+        )
     return delivery.report_batch(self, outcomes)
 
 
 @shared_task(name=EXECUTE_HTTP_RUNS, bind=True, acks_late=True, ignore_result=True,
-             throws=(delivery.RunFailed,), store_errors_even_if_ignored=True)
+             throws=EXPECTED, store_errors_even_if_ignored=True)
 def execute_http_runs(self, runs: list[list[int]]) -> list[str] | str:
     """HTTP runs, [[run id, attempt], ...], put in flight together (worker/flight.py): the
     task is done when they are started; each run's outcome is written on its row."""
     pairs = [(run_id, attempt) for run_id, attempt in runs]
     worker, task_id = self.request.hostname or "unknown", self.request.id or ""
-    if not flight.Flight.enabled():
-        return delivery.report_batch(self, execution.execute_runs(pairs, worker=worker, task_id=task_id))
-    handed = flight.FLIGHT.submit(pairs, worker=worker, task_id=task_id, queue=delivery.delivery_queue(self.request))
-    others = execution.run_in_turn(handed.others, since=time.monotonic()) if handed.others else {}
+    with ledger_reachable(f"{len(runs)} HTTP runs"):
+        if not flight.Flight.enabled():
+            return delivery.report_batch(self, execution.execute_runs(pairs, worker=worker, task_id=task_id))
+        handed = flight.FLIGHT.submit(pairs, worker=worker, task_id=task_id,
+                                      queue=delivery.delivery_queue(self.request))
+        others = execution.run_in_turn(handed.others, since=time.monotonic()) if handed.others else {}
     return delivery.report_handed(self, handed.in_flight, handed.duplicates, list(others.values()))
 
 
