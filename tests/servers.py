@@ -67,7 +67,9 @@ def process_states() -> dict[int, tuple[str, int]]:
 
 
 def children_of(pid: int) -> list[int]:
-    return [child for child, (_, parent) in process_states().items() if parent == pid]
+    """The live processes whose parent is `pid`: not those that have exited (zombies until
+    their parent reaps them)."""
+    return [child for child, (state, parent) in process_states().items() if parent == pid and state != "Z"]
 
 
 def pid_alive(pid: int) -> bool:

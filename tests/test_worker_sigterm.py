@@ -12,7 +12,6 @@ import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -20,6 +19,7 @@ from project.celery import app
 from scheduler_app import services
 from scheduler_app.models import JobRun, RunState
 from tests.conftest import take_broker_messages, wait_for
+from tests.servers import children_of
 from tests.test_http_jobs import Receiver
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -46,17 +46,8 @@ def all_running(runs: list[JobRun]) -> bool:
 
 
 def pool_processes(pid: int) -> set[int]:
-    """The live processes whose parent is `pid` (a worker's pool processes), from /proc: not
-    those that have exited (zombies until the worker reaps them)."""
-    children = set()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            state, parent = stat.read_text().rsplit(")", 1)[1].split()[:2]
-        except (OSError, ValueError):
-            continue  # gone meanwhile
-        if int(parent) == pid and state != "Z":
-            children.add(int(stat.parent.name))
-    return children
+    """A worker's live pool processes."""
+    return set(children_of(pid))
 
 
 def exit_status(proc: subprocess.Popen, timeout: float) -> int | None:
