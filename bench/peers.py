@@ -49,6 +49,7 @@ class Options:
     batch_size: int = 1000
     cap: float = 120.0
     grace: int | None = None
+    lead: float | None = None  # seconds from a peer's seeding to its spike; None: from N
 
 
 @dataclass
@@ -191,6 +192,12 @@ def seed_redbeat(jobs: int, spike: datetime) -> None:
     canary.save()
 
 
+def peer_lead(opts: Options, default: float) -> float:
+    """Seconds from the start of a peer's seeding to its spike: --lead when given (a loaded
+    machine starts a scheduler slower), else `default`."""
+    return opts.lead if opts.lead is not None else default
+
+
 def peer(label: str, scheduler: str, opts: Options, note, client, spike: datetime) -> tuple[Row, list]:
     """Run one peer's real beat from before S until it sent N messages or the cap passed."""
     row = Row(label)
@@ -254,7 +261,7 @@ def run(command, opts: Options) -> bool:
     result.checks += checks
     command.clean()
 
-    lead = 15.0 + opts.jobs / 2000  # django-celery-beat reads every row at start
+    lead = peer_lead(opts, 15.0 + opts.jobs / 2000)  # django-celery-beat reads every row at start
     spike = common.next_whole_second(db_now(), lead)
     seed_dcb(opts.jobs, spike)
     note(f"django-celery-beat: {opts.jobs} PeriodicTask rows due at {spike.isoformat()}")
@@ -264,7 +271,7 @@ def run(command, opts: Options) -> bool:
     result.checks += checks
     clean(client)
 
-    lead = 15.0 + opts.jobs / 2000  # RedBeat's entries are written one by one here
+    lead = peer_lead(opts, 15.0 + opts.jobs / 2000)  # RedBeat's entries are written one by one here
     spike = common.next_whole_second(db_now(), lead)
     seed_redbeat(opts.jobs, spike)
     note(f"redbeat: {opts.jobs} entries due at {spike.isoformat()}")

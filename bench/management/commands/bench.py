@@ -4,7 +4,7 @@ Figures are never asserted by tests: they are for reading.
 
     manage.py bench dispatch --jobs N [--beats K] [--batch-size B] [--schedule interval|once|cron]
                              [--lead S] [--grace S] [--misfire-policy P] [--floor-jobs F] [--timeout S]
-    manage.py bench peers --jobs N [--cap S] [--beats K]
+    manage.py bench peers --jobs N [--cap S] [--beats K] [--lead S]
     manage.py bench steady --jobs N --rate R --seconds T [--beats K] [--workers W] [--concurrency C]
                            [--pool prefork|threads|solo] [--batch B] [--no-floor]
     manage.py bench e2e --jobs N [--workers W] [--concurrency C] [--pool prefork|threads|solo]
@@ -65,7 +65,7 @@ class Command(BaseCommand):
                                  "interval anchored at S, one-off at S, daily cron at S (S on a whole "
                                  "minute) (default %(default)s)")
         parser.add_argument("--lead", type=float, default=None,
-                            help="dispatch: seconds from the start of seeding to the spike (default: from N)")
+                            help="dispatch, peers (each peer's): seconds from the start of seeding to the spike (default: from N)")
         parser.add_argument("--grace", type=int, default=None,
                             help="dispatch, peers: the beats' misfire grace in seconds (default: "
                                  "CRONFLEET_MISFIRE_GRACE_SECONDS)")
@@ -159,7 +159,7 @@ class Command(BaseCommand):
                     floor_jobs=max(0, options["floor_jobs"]), misfire_policy=options["misfire_policy"]))
             elif scenario == "peers":
                 ok = peers.run(self, peers.Options(jobs=jobs, beats=beats or 1, batch_size=batch_size,
-                                                   cap=options["cap"], grace=options["grace"]))
+                                                   cap=options["cap"], grace=options["grace"], lead=options["lead"]))
             elif scenario == "ledger":
                 ok = ledger.run(self, ledger.Options(
                     jobs=jobs, rows=options.get("rows") or 0, beats=beats or 1, batch_size=batch_size,
