@@ -28,7 +28,7 @@ from scheduler_app.admin.common import (
 )
 from scheduler_app.admin.retention import IN_FORCE, RETENTION_FIELDS, RETENTION_FIELDSET, RetentionAdminMixin
 from scheduler_app.management.tables import describe_schedule, local_text, shorten, utc_text
-from scheduler_app.models import PRIORITY_MAX, PRIORITY_MIN, Job, JobRun, db_now
+from scheduler_app.models import PRIORITY_MAX, PRIORITY_MIN, Calendar, Job, JobRun, db_now
 from scheduler_app.services.edits import check_managed, managed_notice
 from scheduler_app.targets import sql as sqljobs
 
@@ -56,6 +56,21 @@ def add_service_error(form: forms.Form, exc: services.InvalidInput) -> None:
         form.add_error(None, exc.message)
 
 
+def limit_calendars(form: forms.ModelForm, tenant_id: int | None) -> None:
+    """Offer and accept only the calendars of the job's tenant (another's id is "not one of
+    the available choices" on the calendar field). A new job whose tenant is not chosen yet
+    lists every tenant's, each named with its tenant: the admin's staff see every tenant."""
+    if "calendar" not in form.fields:
+        return
+    calendars = Calendar.objects.select_related("tenant").order_by("tenant__slug", "name")
+    field = form.fields["calendar"]
+    if tenant_id is not None:
+        field.queryset = calendars.filter(tenant_id=tenant_id)
+        return
+    field.queryset = calendars
+    field.label_from_instance = lambda calendar: f"{calendar.tenant.slug}/{calendar.name}"
+
+
 class JobAddForm(forms.ModelForm):
     """Creates a job through services.job_create; validated by services.validate_spec."""
 
@@ -74,6 +89,11 @@ class JobAddForm(forms.ModelForm):
         help_texts = {"cron": "5 fields or a nickname such as @daily", "every_seconds": "Counted from now"}
 
     spec: services.JobSpec | None = None
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        tenant = self.data.get("tenant") or self.initial.get("tenant")
+        limit_calendars(self, int(tenant) if str(tenant or "").isdigit() else None)
 
     def clean_args(self):
         return jsonb_safe(self.cleaned_data.get("args"))
@@ -141,6 +161,10 @@ class JobChangeForm(forms.ModelForm):
         fields = JOB_EDITABLE
 
     changes: dict | None = None
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        limit_calendars(self, self.instance.tenant_id)
 
     def clean_args(self):
         return jsonb_safe(self.cleaned_data.get("args"))

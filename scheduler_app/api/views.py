@@ -53,6 +53,16 @@ CHANGE_EXAMPLES = [
 ]
 
 
+WARNING_HEADER = "Warning"
+
+
+def warning_value(text: str) -> str:
+    """`text` as an RFC 7234 Warning (code 299, a persistent miscellaneous warning): a
+    quoted string, with quotes and backslashes escaped and any non-ASCII character as a backslash escape."""
+    quoted = text.replace("\\", "\\\\").replace('"', '\\"').encode("ascii", "backslashreplace").decode("ascii")
+    return f'299 - "{quoted}"'
+
+
 class ApiViewMixin:
     """What every API view does first: refuse an oversized or untyped body unread; and last:
     tell the caller where it stands with the rate limit."""
@@ -277,7 +287,12 @@ class JobViewSet(JobScopedMixin, viewsets.GenericViewSet):
     def partial_update(self, request, id=None):
         job = self.get_object()
         changes = s.spec_fields(s.validated(s.JobWriteSerializer, request.data, partial=True))
-        return Response(s.JobSerializer(services.job_update(job, changes, actor=actor(request))).data)
+        version = job.version
+        job = services.job_update(job, changes, actor=actor(request))
+        response = Response(s.JobSerializer(job).data)
+        if job.version != version and (warning := services.drift_warning(job, actor(request))):
+            response[WARNING_HEADER] = warning_value(warning)  # saved, as drift of a job managed as code
+        return response
 
     @extend_schema(summary="Delete a job and its runs", responses={204: NO_CONTENT})
     def destroy(self, request, id=None):

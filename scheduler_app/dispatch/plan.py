@@ -18,10 +18,10 @@ from scheduler_app.dispatch.common import QUOTA_HELD_LABEL, QUOTA_PREFIX
 from scheduler_app.models import (
     ACTIVE_STATES,
     AuditEvent,
-    Calendar,
     JobRun,
     OverlapPolicy,
     RunState,
+    business_calendars,
     misfire_rules_of,
     schedule_of,
 )
@@ -92,10 +92,7 @@ def batch_calendars(jobs: list[dict], now: datetime) -> dict[int, schedules.Busi
     """The BusinessCalendar of every calendar the batch's jobs use, by id: one query per
     turn, and none when no job has a calendar. Each calendar's dates are built once per
     (id, updated_at, year) (models.calendars.business_calendar_of), not once per turn."""
-    ids = {job["calendar_id"] for job in jobs if job["calendar_id"] is not None}
-    if not ids:
-        return {}
-    return {calendar.id: calendar.business_calendar(now.year) for calendar in Calendar.objects.filter(id__in=ids)}
+    return business_calendars((job["calendar_id"] for job in jobs), now.year)
 
 
 @dataclass

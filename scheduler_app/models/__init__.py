@@ -2,7 +2,7 @@
 keys), console (alert rules, alerts, the dashboard's minutes), ledger (the hourly rollup),
 nodes (beats and workers), calendars (business-day calendars). Every room imports them from here."""
 
-from scheduler_app.models.calendars import Calendar, public_holidays, supported_countries
+from scheduler_app.models.calendars import Calendar, business_calendars, public_holidays, supported_countries
 from scheduler_app.models.console import Alert, AlertKind, AlertRule, RunMinute
 from scheduler_app.models.core import (
     ACTIVE_STATES,
@@ -36,5 +36,5 @@ __all__ = [
     "ACTIVE_STATES", "ERROR_IN_HISTORY", "JOB_RETENTION_SET", "PRIORITY_DEFAULT", "PRIORITY_MAX", "PRIORITY_MIN", "TERMINAL_STATES",
     "Alert", "AlertKind", "AlertRule", "ApiKey", "AuditEvent", "Calendar", "Job", "JobQuerySet", "JobRun", "Node", "NodeKind",
     "OverlapPolicy", "RunHour", "RunMinute", "RunState", "TargetKind", "Tenant", "Trigger", "append_attempt", "celery_task_id", "db_now",
-    "fire_key", "misfire_rules_of", "public_holidays", "schedule_of", "supported_countries",
+    "business_calendars", "fire_key", "misfire_rules_of", "public_holidays", "schedule_of", "supported_countries",
 ]

@@ -68,6 +68,16 @@ def business_calendar_of(calendar_id: int, updated_at: datetime | None, year: in
     )
 
 
+def business_calendars(ids, year: int) -> dict[int, schedules.BusinessCalendar]:
+    """The BusinessCalendar of each calendar in `ids`, by id, for the years around `year`:
+    one query, and none for no ids. What the beat plans with (dispatch/plan.py) and what the
+    dashboard's forecast counts with."""
+    ids = {calendar_id for calendar_id in ids if calendar_id is not None}
+    if not ids:
+        return {}
+    return {calendar.id: calendar.business_calendar(year) for calendar in Calendar.objects.filter(id__in=ids)}
+
+
 def public_holidays(country: str, subdivision: str, years: range) -> dict[date, str]:
     """A country's (and subdivision's) public holidays in `years`, by date; {} without a country."""
     if not country:

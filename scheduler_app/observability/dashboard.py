@@ -20,8 +20,9 @@ reads more than an hour of runs:
   is rolled up once it is CLOSED_AFTER old, with INSERT ... ON CONFLICT DO NOTHING, so any
   number of beats may do it at once;
 - top failing jobs read only failed and dead runs (jobrun_state_recent_idx);
-- the forecast groups the jobs due within the hour by schedule (job_due_idx) and expands
-  each group's fires once;
+- the forecast groups the jobs due within the hour by schedule and calendar (job_due_idx)
+  and expands each group's fires once, its calendars read in one query as the beat reads
+  them (models.business_calendars);
 - the jobs that paused themselves after repeated failure (auto_paused) are read from the job
   table (no index serves auto_paused_at: a partial one is the fix if job tables grow large).
 
@@ -40,7 +41,7 @@ from django.db import connection, models
 
 from scheduler_app import schedules
 from scheduler_app.ledger import lags
-from scheduler_app.models import Job, JobRun, RunMinute, RunState, Tenant, Trigger, schedule_of
+from scheduler_app.models import Job, JobRun, RunMinute, RunState, Tenant, Trigger, business_calendars, schedule_of
 
 MINUTE = timedelta(minutes=1)
 HOUR = timedelta(hours=1)
@@ -148,10 +149,11 @@ SELECT failing.job_id, tenant.slug, job.name, failing.failures, failing.last_at
 
 # The jobs due within the hour, grouped by schedule (job_due_idx: enabled, next_run_at).
 FORECAST_SQL = """
-SELECT cron, timezone, every_seconds, run_at, date_trunc('minute', next_run_at) AS first_minute, count(*)
+SELECT cron, timezone, every_seconds, run_at, calendar_id, calendar_policy,
+       date_trunc('minute', next_run_at) AS first_minute, count(*)
   FROM scheduler_app_job
  WHERE enabled AND next_run_at IS NOT NULL AND next_run_at < %(end)s {tenant}
- GROUP BY 1, 2, 3, 4, 5
+ GROUP BY 1, 2, 3, 4, 5, 6, 7
 """
 
 
@@ -203,7 +205,8 @@ def overview(now: datetime, tenant_id: int | None = None) -> Overview:
         cursor.execute(scoped(TENANTS_SQL, tenant_id), day)
         found.noisy_tenants = cursor.fetchall()
         cursor.execute(scoped(FORECAST_SQL, tenant_id), {"end": now + HOUR, "tenant": tenant_id})
-        found.forecast_minutes, found.forecast = forecast(cursor.fetchall(), now)
+        groups = cursor.fetchall()
+    found.forecast_minutes, found.forecast = forecast(groups, now, group_calendars(groups, now))
     auto_paused(found, tenant_id)
     return found
 
@@ -368,10 +371,11 @@ def overview_in_python(now: datetime, tenant_id: int | None = None) -> Overview:
     if tenant_id is not None:
         due = due.filter(tenant_id=tenant_id)
     groups: dict[tuple, int] = defaultdict(int)
-    for cron, zone, every, run_at, next_run_at in due.values_list("cron", "timezone", "every_seconds", "run_at",
-                                                                  "next_run_at"):
-        groups[(cron, zone, every, run_at, truncate(next_run_at))] += 1
-    found.forecast_minutes, found.forecast = forecast([(*key, jobs) for key, jobs in groups.items()], now)
+    for *key, next_run_at in due.values_list("cron", "timezone", "every_seconds", "run_at", "calendar_id",
+                                             "calendar_policy", "next_run_at"):
+        groups[(*key, truncate(next_run_at))] += 1
+    rows = [(*key, jobs) for key, jobs in groups.items()]
+    found.forecast_minutes, found.forecast = forecast(rows, now, group_calendars(rows, now))
     auto_paused(found, tenant_id)
     return found
 
@@ -392,27 +396,45 @@ def failing_in_python(now: datetime, tenant_id: int | None) -> list[tuple]:
 
 
 
-def forecast(groups: list[tuple], now: datetime) -> tuple[list[datetime], list[int]]:
-    """Fires due per minute for the next 60 minutes, from the jobs' schedules: each group of
-    jobs sharing a schedule and first minute fires together (jitter can move a fire into
-    the next minute; end_at is not applied: both are small). Overdue jobs count in the
+def group_calendars(groups: list[tuple], now: datetime) -> dict[int, schedules.BusinessCalendar]:
+    """The calendars of the forecast's groups, by id: one query, none without calendars."""
+    return business_calendars((group[4] for group in groups), now.year)
+
+
+def forecast(groups: list[tuple], now: datetime,
+             calendars: dict[int, schedules.BusinessCalendar] | None = None) -> tuple[list[datetime], list[int]]:
+    """Fires due per minute for the next 60 minutes, from the jobs' schedules with their
+    calendars, as the beat plans them: each group of jobs sharing a schedule, calendar and
+    first minute fires together (jitter can move a fire into the next minute; end_at is not
+    applied: both are small). A fire its calendar skips is not counted; one it moves counts
+    where it moves to (next_run_at is already a moved fire). Overdue jobs count in the
     first minute."""
     start = truncate(now)
     minutes = [start + MINUTE * i for i in range(60)]
     counts = defaultdict(int)
     end = start + HOUR
-    for cron, zone, every, run_at, first_minute, jobs in groups:
+    for cron, zone, every, run_at, calendar_id, policy, first_minute, jobs in groups:
+        calendar = (calendars or {}).get(calendar_id) if calendar_id is not None else None
         first = max(first_minute, start)
-        counts[first] += jobs
         try:
-            schedule = schedule_of(cron, zone, every, run_at, first_minute if every else None, None, None)
+            schedule = schedule_of(cron, zone, every, run_at, first_minute if every else None, None, None,
+                                   calendar=calendar, calendar_policy=policy)
             # An hour holds at most 60 cron fires (minute resolution), or 3600 / every.
             count = 0 if run_at and not cron and not every else (60 if cron else 3600 // every + 1)
             fires = schedules.preview(schedule, first + MINUTE - timedelta(microseconds=1), count) if count else []
         except (schedules.InvalidSchedule, ValueError):
-            continue
-        for at in fires:
+            fires, schedule = [], None
+        for at in [first_minute, *fires]:
             if at >= end:
                 break
-            counts[truncate(at)] += jobs
+            if schedule is None or not skipped_by_calendar(schedule, at):
+                counts[max(truncate(at), start)] += jobs
     return minutes, [counts.get(minute, 0) for minute in minutes]
+
+
+def skipped_by_calendar(schedule: schedules.Schedule, at: datetime) -> bool:
+    """Whether the beat records the fire at `at` as skipped by the job's calendar (policy
+    skip, a non-business day in the job's zone) rather than running it."""
+    if schedule.calendar is None or schedule.calendar_policy != schedules.CalendarPolicy.SKIP:
+        return False
+    return schedules.shift_fire(schedule.calendar, schedule.calendar_policy, schedule.timezone, at) is None

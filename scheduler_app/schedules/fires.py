@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from cronsim import CronSim
 
 from scheduler_app.schedules.base import LATEST_INSTANT, MICROSECOND, SECOND, Schedule
-from scheduler_app.schedules.calendars import CalendarPolicy, moved_from, shifted_next_after, skip_reason
+from scheduler_app.schedules.calendars import CalendarPolicy, at_wall_time, moved_from, shifted_next_after, skip_reason
 from scheduler_app.schedules.zones import end_of_second_pass, first_offset_change, tzinfo_of
 
 # How far last_fire_at_or_before looks back, widening until a window holds a fire; each
@@ -248,6 +248,8 @@ def fire_anomaly(schedule: Schedule, fire: datetime) -> str | None:
     """
     if not schedule.cron:
         return None
+    if schedule.calendar is not None and schedule.calendar_policy != CalendarPolicy.SKIP:
+        schedule, fire = _unmoved(schedule, fire)
     if schedule.jitter:  # judge the nominal time the jitter moved
         fire = _last_nominal_at_or_before(schedule.nominal, fire) or fire
     local = fire.astimezone(tzinfo_of(schedule.timezone))
@@ -259,3 +261,17 @@ def fire_anomaly(schedule: Schedule, fire: datetime) -> str | None:
     if local.replace(fold=1 - local.fold).utcoffset() != local.utcoffset():
         return f"dst_repeated: {wall:%H:%M} occurs twice that day (clocks go back); this is the {('first', 'second')[local.fold]}"
     return None
+
+
+def _unmoved(schedule: Schedule, fire: datetime) -> tuple[Schedule, datetime]:
+    """The plain schedule and the fire a calendar moved to `fire`: a moved fire lies on a day
+    its expression does not name, which is the calendar's doing (calendar_note says so), not
+    a DST gap's. A fire that is also a plain one is judged as itself."""
+    plain = replace(schedule, calendar=None)
+    if next_fire_after(plain, fire - MICROSECOND) == fire:
+        return plain, fire
+    days = moved_from(schedule.calendar, schedule.calendar_policy, schedule.timezone,
+                      lambda t: next_fire_after(plain, t), fire)
+    if not days:
+        return plain, fire
+    return plain, at_wall_time(days[0], fire.astimezone(tzinfo_of(schedule.timezone)).time(), schedule.timezone)

@@ -31,6 +31,8 @@ from scheduler_app.services.calendars import (
 from scheduler_app.services.common import QuotaExceeded
 from scheduler_app.services.edits import (
     MAX_PREVIEW,
+    check_managed,
+    drift_warning,
     job_preview,
     job_update,
     job_update_impact,
@@ -69,7 +71,7 @@ from scheduler_app.validation import InvalidInput, check_name
 __all__ = [
     "calendar_create", "calendar_delete", "calendar_get", "calendar_update", "check_calendar_fields",
     "apikey_authenticate", "apikey_create", "apikey_revoke", "BULK_ACTIONS", "check_job_retention", "clamp_all_jobs",
-    "check_key_quota", "check_name",
+    "check_key_quota", "check_managed", "check_name", "drift_warning",
     "InvalidInput", "job_backfill", "job_create", "job_delete", "job_pause", "job_preview", "job_resume",
     "job_set_retention", "job_trigger", "job_trigger_reporting", "job_update", "job_update_impact",
     "jobs_bulk", "JobSpec", "MAX_PREVIEW", "PAST_GRACE", "plan_edit", "QuotaExceeded", "REPLAYABLE",

@@ -132,17 +132,27 @@ def managed_notice(job: Job) -> str:
             "change its declaration and run `manage.py schedules apply`")
 
 
-def check_managed(job: Job, actor: str) -> None:
+def check_managed(job: Job, actor: str) -> str:
     """Refuse an edit of a managed job from anyone but its apply under
     CRONFLEET_MANAGED_JOBS_READ_ONLY; else log a warning (the edit shows as drift in the next
-    plan, and the next apply sets the job back)."""
+    plan, and the next apply sets the job back) and return drift_warning()."""
     notice = managed_notice(job)
     if not notice or actor == managed_actor(job.managed_by):
-        return
+        return ""
     if settings.CRONFLEET_MANAGED_JOBS_READ_ONLY:
         raise InvalidInput("managed_by", f"{notice}; edits elsewhere are refused (CRONFLEET_MANAGED_JOBS_READ_ONLY)")
     logger.warning("%s; this edit (by %s) is drift until then, and the next apply sets it back", notice,
                    actor or "?")
+    return drift_warning(job, actor)
+
+
+def drift_warning(job: Job, actor: str) -> str:
+    """The sentence the API, the admin and the CLI show a person whose edit of a managed job
+    was saved as drift ('' when the job is not managed, or the editor is its apply)."""
+    if not job.managed_by or actor == managed_actor(job.managed_by):
+        return ""
+    return (f"job {job.tenant.slug}/{job.name} is managed by {job.managed_by!r} (schedules as code): this edit is "
+            "drift until the next `manage.py schedules apply`, which sets it back; change its declaration instead")
 
 
 def job_update_impact(job: Job, changes: dict, *, count: int = 5) -> dict:

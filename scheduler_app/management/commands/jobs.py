@@ -11,6 +11,7 @@ import json
 import sys
 from datetime import timedelta
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import JSONField, OuterRef, Subquery
 
@@ -156,6 +157,8 @@ class Command(OneLineErrors, BaseCommand):
         if not impact["changes"]:
             self.stdout.write(f"Job {job_label(job)} already has these values; nothing to save.")
             return
+        if settings.CRONFLEET_MANAGED_JOBS_READ_ONLY and job.managed_by:
+            services.check_managed(job, actor="cli")  # refused before the preview and the question
         self.show_impact(job, impact)
         self.confirm("edit", "Save these changes?", yes=yes, refused="not saved")
         if Job.objects.filter(id=job.id).values_list("version", flat=True).first() != job.version:
@@ -164,6 +167,8 @@ class Command(OneLineErrors, BaseCommand):
         job = services.job_update(job, changes, actor="cli")
         self.stdout.write(f"Saved job {job_label(job)} (version {job.version}); next run at "
                           f"{utc_text(job.next_run_at)}.")
+        if warning := services.drift_warning(job, "cli"):
+            self.stderr.write(f"Warning: {warning}.")
 
     def show_impact(self, job: Job, impact: dict) -> None:
         self.stdout.write(f"Edit job {job_label(job)}:")
