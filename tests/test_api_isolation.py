@@ -24,10 +24,12 @@ from scheduler_app.models import (
     Calendar,
     Job,
     JobRun,
+    MaintenanceWindow,
     RunState,
     Tenant,
     db_now,
 )
+from scheduler_app.services.windows import window_create
 from tests.test_api import client_for, errors_of, make_tenant
 
 API_PREFIX = "api/v1/"
@@ -42,6 +44,7 @@ PARAMETERS = {
     ("keys", "id"): lambda a: a["key"].id,
     ("tenants", "slug"): lambda a: a["tenant"].slug,
     ("calendars", "id"): lambda a: a["calendar"].id,
+    ("windows", "id"): lambda a: a["window"].id,
 }
 # Routes only staff may call (tenant keys get 403 on any method).
 STAFF_ROUTES = ("tenants",)
@@ -128,7 +131,10 @@ def tenant_a(db) -> dict:
                                  message=f"{MARKER} alert", raised_at=db_now(), next_delivery_at=db_now())
     calendar = services.calendar_create(tenant, name=f"{MARKER}-calendar", description=f"{MARKER} calendar",
                                         extra_holidays={"2030-01-02": f"{MARKER} day"})
-    return {"tenant": tenant, "job": job, "run": run, "key": key, "alert": alert, "calendar": calendar}
+    window = window_create(tenant, name=f"{MARKER}-window", description=f"{MARKER} window",
+                           starts_at="2030-01-01T00:00:00Z", ends_at="2030-01-01T01:00:00Z")
+    return {"tenant": tenant, "job": job, "run": run, "key": key, "alert": alert, "calendar": calendar,
+            "window": window}
 
 
 def state_of(a: dict) -> list:
@@ -141,6 +147,7 @@ def state_of(a: dict) -> list:
         list(AlertRule.objects.filter(job__tenant=a["tenant"]).values()),
         list(Alert.objects.filter(tenant=a["tenant"]).values()),
         list(Calendar.objects.filter(tenant=a["tenant"]).values()),
+        list(MaintenanceWindow.objects.filter(tenant=a["tenant"]).values()),
     ]
 
 

@@ -19,6 +19,7 @@ from rest_framework.test import APIClient
 
 from scheduler_app import alerts, services
 from scheduler_app.models import Alert, ApiKey, AuditEvent, Job, JobRun, RunState, Tenant, db_now
+from scheduler_app.services.windows import window_create
 from tests.test_api import errors_of, job_body, make_tenant
 from tests.test_api_isolation import API_PREFIX, allowed_methods, api_routes, fill
 
@@ -49,6 +50,10 @@ WRITES = {
     ("calendars/", "post"): ({"name": "made-by-session"}, ["add_calendar"], 201),
     ("calendars/{id}/", "patch"): ({"weekdays": [0, 1, 2]}, ["change_calendar"], 200),
     ("calendars/{id}/", "delete"): (None, ["delete_calendar"], 204),
+    ("windows/", "post"): ({"name": "made-by-session", "starts_at": "2030-01-01T00:00:00Z",
+                            "ends_at": "2030-01-01T01:00:00Z"}, ["add_maintenancewindow"], 201),
+    ("windows/{id}/", "patch"): ({"action": "defer"}, ["change_maintenancewindow"], 200),
+    ("windows/{id}/", "delete"): (None, ["delete_maintenancewindow"], 204),
 }
 # POSTs that save nothing: reads, needing view_job.
 READ_POSTS = {("jobs/{id}/impact/", "post"): {"description": "what if"},
@@ -70,7 +75,9 @@ def alpha(db) -> dict:
                          message="report failed", raised_at=db_now(), next_delivery_at=db_now())
     key, _ = services.apikey_create(tenant=tenant, name="deploy")
     calendar = services.calendar_create(tenant, name="uk-bank", country="GB")
-    return {"tenant": tenant, "job": job, "run": run, "key": key, "beta": make_tenant(), "calendar": calendar}
+    window = window_create(tenant, name="freeze", starts_at="2030-01-01T00:00:00Z", ends_at="2030-01-01T01:00:00Z")
+    return {"tenant": tenant, "job": job, "run": run, "key": key, "beta": make_tenant(), "calendar": calendar,
+            "window": window}
 
 
 def staff_user(*codenames: str, superuser: bool = False) -> User:

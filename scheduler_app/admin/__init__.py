@@ -24,4 +24,4 @@ instead of asking the table for its distinct values.
 Datetimes show with seconds and their zone everywhere (scheduler_app/formats).
 """
 
-from scheduler_app.admin import alerts, apikeys, audit, calendars, jobs, login, nodes, runs, site, tenants  # noqa: F401 (registers the models)
+from scheduler_app.admin import alerts, apikeys, audit, calendars, jobs, login, nodes, runs, site, tenants, windows  # noqa: F401 (registers the models)

@@ -4,6 +4,7 @@ from django.urls import path, re_path
 from rest_framework.routers import SimpleRouter
 
 from scheduler_app.api import alerts, calendars, retention, views
+from scheduler_app.api import windows as maintenance_windows
 
 router = SimpleRouter()
 router.register("tenants", views.TenantViewSet, basename="tenant")
@@ -12,6 +13,7 @@ router.register("jobs", views.JobViewSet, basename="job")
 router.register("runs", views.RunViewSet, basename="run")
 router.register("alerts", alerts.AlertViewSet, basename="alert")
 router.register("calendars", calendars.CalendarViewSet, basename="calendar")
+router.register("windows", maintenance_windows.WindowViewSet, basename="window")
 
 urlpatterns = [
     path("me", views.MeView.as_view(), name="me"),

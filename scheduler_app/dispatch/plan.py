@@ -55,8 +55,11 @@ def run_times(state: str, now: datetime) -> tuple[datetime, datetime | None, dat
     return now, sent, sent, now if state == RunState.SKIPPED else None
 
 
-def plan_batch(jobs: list[dict], now: datetime, grace: timedelta, active: dict[int, list[tuple]]):
+def plan_batch(jobs: list[dict], now: datetime, grace: timedelta, active: dict[int, list[tuple]], windows=None):
     """Plan every claimed job's fires.
+
+    `windows`, a dispatch.windows.BatchWindows or None, takes the fires inside maintenance
+    windows out of each job's plan (skipped or deferred to the window's end).
 
     Returns the run rows to insert, (job id, next_run_at) pairs, and the ids of active runs
     a `replace` job cancels.
@@ -75,6 +78,8 @@ def plan_batch(jobs: list[dict], now: datetime, grace: timedelta, active: dict[i
                                calendar_policy=job["calendar_policy"])
         rules = misfire_rules_of(job["misfire_policy"], grace, job["catchup_window_seconds"], job["run_all_cap"])
         plan = schedules.plan_fires(schedule, job["next_run_at"], now, rules, cache=cache)
+        if windows is not None:
+            plan = windows.apply(job, plan, now)
         overlap = plan_overlap(job["overlap_policy"], plan.fires, active.get(job["id"], []))
         job_id, tenant_id, version, priority = job["id"], job["tenant_id"], job["version"], job["priority"]
         for fire_at in overlap.queue:

@@ -35,6 +35,7 @@ from scheduler_app.dispatch.recovery import (
     republish_stale_runs,
     requeue_due_retries,
 )
+from scheduler_app.dispatch.windows import BeatWindow, batch_windows, cancel_in_windows, turn_windows
 from scheduler_app.models import Job, JobRun, OverlapPolicy, RunState, db_now
 from scheduler_app.observability.failpoints import failpoint
 from scheduler_app.observability.metrics import recorded_fires
@@ -62,6 +63,7 @@ class TurnResult:
     busy: bool = False  # True: there may be more work right now, go again without sleeping
     held_back: list[str] = field(default_factory=list)  # job queues over the high-water mark: not claimed
     recorded: list[tuple] = field(default_factory=list)  # (queue, state, reason, dispatch lag) per run recorded
+    window_cancelled: int = 0  # running runs cancelled by an open maintenance window (dispatch/windows.py)
 
 
 def run_turn(now: datetime, *, batch_size: int, grace: timedelta, sweep: bool = True) -> TurnResult:
@@ -72,7 +74,8 @@ def run_turn(now: datetime, *, batch_size: int, grace: timedelta, sweep: bool = 
     """
     backpressure = _backpressure()
     held_back = backpressure.full()  # a broker call: before any lock is taken
-    dispatched = dispatch_due_jobs(now, limit=batch_size, grace=grace, held_back=held_back)
+    windows = turn_windows(now)
+    dispatched = dispatch_due_jobs(now, limit=batch_size, grace=grace, held_back=held_back, windows=windows)
     backpressure.quiet_turns = backpressure.quiet_turns + 1 if held_back and not dispatched.claimed else 0
     if dispatched.messages:  # a hit stands for runs committed and not yet published
         failpoint("beat.after_commit")
@@ -87,6 +90,7 @@ def run_turn(now: datetime, *, batch_size: int, grace: timedelta, sweep: bool = 
     published += publish_runs(released)
     republished = republish_stale_runs(now, limit=batch_size) if sweep else []
     published += publish_runs(republished)
+    window_cancelled = cancel_in_windows(windows, now) if windows else 0
     return TurnResult(
         claimed=dispatched.claimed,
         published=published,
@@ -99,11 +103,14 @@ def run_turn(now: datetime, *, batch_size: int, grace: timedelta, sweep: bool = 
         busy=max(dispatched.claimed, len(retries), lost, len(released)) >= batch_size,
         held_back=held_back,
         recorded=dispatched.recorded,
+        window_cancelled=window_cancelled,
     )
 
 
-def dispatch_due_jobs(now: datetime, *, limit: int, grace: timedelta, held_back: Sequence[str] = ()) -> Dispatched:
+def dispatch_due_jobs(now: datetime, *, limit: int, grace: timedelta, held_back: Sequence[str] = (),
+                      windows: list[BeatWindow] | None = None) -> Dispatched:
     """Claim up to `limit` due jobs, record their runs and advance their next fire times.
+    `windows`: the turn's maintenance windows (dispatch/windows.py; read here when not given).
 
     Returns the messages to publish; the caller publishes them after this returns (the
     transaction has committed by then).
@@ -115,7 +122,7 @@ def dispatch_due_jobs(now: datetime, *, limit: int, grace: timedelta, held_back:
             return Dispatched()
         _backpressure().note(jobs)
         active = active_runs([job["id"] for job in jobs if job["overlap_policy"] != OverlapPolicy.ALLOW])
-        rows, advances, cancel = plan_batch(jobs, now, grace, active)
+        rows, advances, cancel = plan_batch(jobs, now, grace, active, batch_windows(jobs, now, windows))
         failpoint("beat.after_claim")
         cancelled = cancel_runs(cancel, now)
         # After cancel_runs (which may wait for a run row): tenant locks are taken last, so

@@ -31,10 +31,12 @@ from scheduler_app.models.core import (
 )
 from scheduler_app.models.ledger import RunHour
 from scheduler_app.models.nodes import Node, NodeKind
+from scheduler_app.models.windows import MaintenanceWindow, RunningPolicy, WindowAction
 
 __all__ = [
     "ACTIVE_STATES", "ERROR_IN_HISTORY", "JOB_RETENTION_SET", "PRIORITY_DEFAULT", "PRIORITY_MAX", "PRIORITY_MIN", "TERMINAL_STATES",
     "Alert", "AlertKind", "AlertRule", "ApiKey", "AuditEvent", "Calendar", "Job", "JobQuerySet", "JobRun", "Node", "NodeKind",
     "OverlapPolicy", "RunHour", "RunMinute", "RunState", "TargetKind", "Tenant", "Trigger", "append_attempt", "celery_task_id", "db_now",
     "business_calendars", "fire_key", "misfire_rules_of", "public_holidays", "schedule_of", "supported_countries",
+    "MaintenanceWindow", "RunningPolicy", "WindowAction",
 ]
