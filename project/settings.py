@@ -608,6 +608,13 @@ if CRONFLEET_RATE_LIMIT_REDIS_URL and not CRONFLEET_RATE_LIMIT_REDIS_URL.startsw
     raise ImproperlyConfigured("CRONFLEET_RATE_LIMIT_REDIS_URL must be a redis://, rediss:// or unix:// URL")
 CRONFLEET_RATE_LIMIT_RETRY_SECONDS = env_int("CRONFLEET_RATE_LIMIT_RETRY_SECONDS", 5, minimum=1)
 
+# --- Check-ins (docs/check-ins.md) ----------------------------------------------------------
+# Monitored jobs ping /ping/<key>: the address shown in their ping URLs (the API's, the CLI's
+# and the admin's: where the machines that run them reach Cronfleet), and the pings each key
+# may send a minute (counted in Redis like the API's limits; off without Redis).
+CRONFLEET_PING_BASE_URL = env_str("CRONFLEET_PING_BASE_URL", "http://localhost:8000").rstrip("/")
+CRONFLEET_PING_REQUESTS_PER_MINUTE = env_int("CRONFLEET_PING_REQUESTS_PER_MINUTE", 60, minimum=1)
+
 # --- Observability (docs/operating.md: Monitoring) ------------------------------------------
 # Count finished runs per tenant too (cronfleet_tenant_runs_finished_total): one series per
 # tenant and state, so only where tenants are few enough for Prometheus.

@@ -4,6 +4,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from scheduler_app.admin.dashboard import dashboard_view
 from scheduler_app.api.handler import no_route, not_found
+from scheduler_app.api.pings import ping
 from scheduler_app.observability import health
 
 urlpatterns = [
@@ -12,6 +13,9 @@ urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", health.metrics_view, name="metrics"),
+    # Check-ins of monitored jobs (docs/check-ins.md): /ping/<key>, /start, /fail, /<exit status>.
+    path("ping/<str:key>", ping, name="ping"),
+    path("ping/<str:key>/<str:action>", ping, name="ping-signal"),
     path("api/v1/", include(("scheduler_app.api.urls", "api"))),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),

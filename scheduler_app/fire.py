@@ -5,6 +5,9 @@
     @shared_task(name="billing.close_day")
     def close_day():
         fire = current_fire()  # fire.fire_key, fire.attempt, fire.scheduled_at
+
+A run of a chained job (Job.after_job, docs/chains.md) also learns the run whose end
+started it: fire.parent_fire_key and fire.parent_run_id (None for other runs).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ class FireContext:
     job_id: int
     job_name: str
     tenant: str
+    parent_fire_key: str | None = None  # a chained run's parent's fire key (None: not chained, or pruned)
+    parent_run_id: int | None = None  # the run whose end started this chained run
 
 
 _current: ContextVar[FireContext | None] = ContextVar("cronfleet_fire", default=None)

@@ -80,6 +80,9 @@ def echo(*args, **kwargs) -> dict:
         "fire_key": fire.fire_key if fire else None,
         "attempt": fire.attempt if fire else None,
         "scheduled_at": fire.scheduled_at.isoformat() if fire else None,
+        # a chained run (docs/chains.md): the fire of the run whose end started it
+        **({"parent_fire_key": fire.parent_fire_key, "parent_run_id": fire.parent_run_id}
+           if fire and fire.parent_run_id else {}),
     }
 
 

@@ -179,7 +179,7 @@ def test_bad_cron_line_is_exactly_the_documented_one(acme, cli):
     (["--cron", "@daily", "--every", "5", "--at", "2031-01-01T00:00Z"],
      "jobs add: give exactly one of --cron, --every, --at"),
     (["--cron", "@daily", "--http-url", "https://example.com/"],
-     "jobs add: give exactly one of --task, --http-url, --command, --sql"),
+     "jobs add: give exactly one of --task, --http-url, --command, --sql, --monitor"),
 ])
 def test_add_with_two_schedules_or_none_says_so_in_one_line(acme, cli, extra, expected):
     status, out, err = cli(*add_argv(extra))
@@ -191,7 +191,7 @@ def test_add_with_two_schedules_or_none_says_so_in_one_line(acme, cli, extra, ex
 def test_add_without_a_target_says_so_in_one_line(acme, cli):
     status, _, err = cli("jobs", "add", "--tenant", "acme", "--name", "x", "--every", "5")
 
-    assert (status, err) == (2, "jobs add: give exactly one of --task, --http-url, --command, --sql\n")
+    assert (status, err) == (2, "jobs add: give exactly one of --task, --http-url, --command, --sql, --monitor\n")
 
 
 def test_other_syntax_errors_are_argparse_usage_errors(acme, cli):

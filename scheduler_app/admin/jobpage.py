@@ -21,7 +21,7 @@ from django.utils.dateparse import parse_datetime
 
 from scheduler_app import services, validation
 from scheduler_app.admin import alerts as alerts_admin
-from scheduler_app.admin import charts
+from scheduler_app.admin import chains, charts
 from scheduler_app.admin.common import actor, duration_text, when
 from scheduler_app.ledger.lags import run_start_lag
 from scheduler_app.management.tables import shorten
@@ -103,6 +103,7 @@ def console_context(job: Job, *, can_operate: bool) -> dict:
     now = db_now()
     return {
         **alerts_admin.panel_context(job, now),
+        **chains.chain_context(job),
         "cf_job": job,
         "cf_recent": recent_runs(job),
         "cf_timeline": fire_timeline(job, now),

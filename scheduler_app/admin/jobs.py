@@ -16,7 +16,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
 from scheduler_app import schedules, services
-from scheduler_app.admin import jobpage
+from scheduler_app.admin import chains, jobpage
 from scheduler_app.admin.common import (
     ACTION_LIMIT,
     AsciiSplitDateTimeField,
@@ -85,7 +85,7 @@ class JobAddForm(forms.ModelForm):
                   "start_at", "end_at", "jitter_seconds", "task_name", "args", "kwargs", "queue", "priority",
                   "timeout_seconds", "max_attempts", "retry_backoff_seconds", "retry_backoff_max_seconds",
                   "misfire_policy", "catchup_window_seconds", "run_all_cap", "overlap_policy", "batch",
-                  "pause_after_failures", "calendar", "calendar_policy")
+                  "pause_after_failures", "calendar", "calendar_policy", "after_job", "after_states")
         help_texts = {"cron": "5 fields or a nickname such as @daily", "every_seconds": "Counted from now"}
 
     spec: services.JobSpec | None = None
@@ -94,6 +94,10 @@ class JobAddForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         tenant = self.data.get("tenant") or self.initial.get("tenant")
         limit_calendars(self, int(tenant) if str(tenant or "").isdigit() else None)
+        chains.limit_parents(self, int(tenant) if str(tenant or "").isdigit() else None)
+
+    def clean_after_states(self):
+        return chains.clean_after_states(self)
 
     def clean_args(self):
         return jsonb_safe(self.cleaned_data.get("args"))
@@ -130,6 +134,7 @@ class JobAddForm(forms.ModelForm):
             pause_after_failures=data.get("pause_after_failures"),
             calendar=data["calendar"].name if data.get("calendar") else "",
             calendar_policy=data.get("calendar_policy") or "skip",
+            after_job=data["after_job"].name if data.get("after_job") else "", after_states=data.get("after_states"),
         )
         try:
             _, fields = services.validate_spec(tenant, spec, db_now())
@@ -148,7 +153,8 @@ JOB_EDITABLE = ("name", "description", "tags", "cron", "timezone", "every_second
                 "task_name", "args", "kwargs", "queue", "priority", "timeout_seconds", "max_attempts",
                 "retry_backoff_seconds",
                 "retry_backoff_max_seconds", "misfire_policy", "catchup_window_seconds", "run_all_cap",
-                "overlap_policy", "jitter_seconds", "batch", "pause_after_failures", "calendar", "calendar_policy")
+                "overlap_policy", "jitter_seconds", "batch", "pause_after_failures", "calendar", "calendar_policy",
+                "after_job", "after_states")
 
 
 class JobChangeForm(forms.ModelForm):
@@ -165,6 +171,10 @@ class JobChangeForm(forms.ModelForm):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         limit_calendars(self, self.instance.tenant_id)
+        chains.limit_parents(self, self.instance.tenant_id, self.instance.id)
+
+    def clean_after_states(self):
+        return chains.clean_after_states(self)
 
     def clean_args(self):
         return jsonb_safe(self.cleaned_data.get("args"))
@@ -187,6 +197,8 @@ class JobChangeForm(forms.ModelForm):
                 changes[text_field] = ""
         if "calendar" in changes:  # the service takes the calendar by name, in the job's tenant
             changes["calendar"] = changes["calendar"].name if changes["calendar"] else ""
+        if "after_job" in changes:  # and the parent job by name, in the job's tenant
+            changes["after_job"] = changes["after_job"].name if changes["after_job"] else ""
         try:
             edit = services.plan_edit(self.instance, changes, db_now())
             if edit.diff and settings.CRONFLEET_MANAGED_JOBS_READ_ONLY:
@@ -279,6 +291,7 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
                                                       "retry_backoff_max_seconds", "misfire_policy",
                                                       "catchup_window_seconds", "run_all_cap", "overlap_policy")}),
         (PAUSE_TITLE, {"fields": ("pause_after_failures",), "description": PAUSE_DESCRIPTION}),
+        chains.CHAIN_FIELDSET,
     )
     fieldsets = (
         (None, {"fields": ("tenant", "name", "description", "tags", "enabled", "paused_note", "version",
@@ -286,19 +299,20 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
         ("Schedule", {"fields": ("schedule", "cron", "timezone", "every_seconds", "run_at", "anchor_at",
                                  "start_at", "end_at", "jitter_seconds", "calendar", "calendar_policy",
                                  "next_run_at", "next_fires")}),
-        ("Target", {"fields": ("target_kind", "target_config", "sql_statement", "task_name", "args", "kwargs",
-                               "queue", "priority", "timeout_seconds", "batch")}),
+        ("Target", {"fields": ("target_kind", "target_config", "sql_statement", "check_in_url", "task_name", "args",
+                               "kwargs", "queue", "priority", "timeout_seconds", "batch")}),
         ("Retries, misfires and overlap", {"fields": ("max_attempts", "retry_backoff_seconds",
                                                       "retry_backoff_max_seconds", "misfire_policy",
                                                       "catchup_window_seconds", "run_all_cap", "overlap_policy")}),
         (PAUSE_TITLE, {"fields": ("pause_after_failures", "consecutive_failures", "auto_paused_at"),
                        "description": PAUSE_DESCRIPTION}),
         RETENTION_FIELDSET,
+        chains.CHAIN_FIELDSET,
         ("History", {"fields": ("links",)}),
     )
     readonly_fields = ("tenant", "enabled", "paused_note", "anchor_at", "target_kind", "target_config", "next_run_at",
                        "version", "created_at", "updated_at", "schedule", "next_fires", "links", "sql_statement",
-                       "consecutive_failures", "auto_paused_at", IN_FORCE)
+                       "consecutive_failures", "auto_paused_at", IN_FORCE, "check_in_url")
 
     class Media:
         css = {"all": ("scheduler_app/console.css",)}
@@ -360,6 +374,12 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
     @admin.display(description="SQL statement")
     def sql_statement(self, job):
         return sqljobs.describe(job.target_config) if job.target_kind == "sql" else "-"
+
+    @admin.display(description="check-in URL")
+    def check_in_url(self, job):
+        """A monitored job's ping URL (docs/check-ins.md): its key is the only credential a ping needs."""
+        monitor = getattr(job, "monitor", None) if job.target_kind == "monitor" else None
+        return services.ping_url(monitor.ping_key) if monitor is not None else "-"
 
     @admin.display(description="last run")
     def last_run_state(self, job):

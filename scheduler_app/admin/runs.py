@@ -30,6 +30,7 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 
 from scheduler_app import services
+from scheduler_app.admin import chains
 from scheduler_app.admin.common import ReadOnlyAdmin, actor, duration_text, state_badge, when
 from scheduler_app.ledger.lags import dispatch_lag, run_start_lag
 from scheduler_app.management.tables import shorten
@@ -130,7 +131,8 @@ class JobRunAdmin(ReadOnlyAdmin):
     paginator = CappedPaginator
     fieldsets = (
         (None, {"fields": ("job_link", "tenant", "scheduled_at", "fire_key", "trigger", "state_label", "attempt",
-                           "reason", "job_version", "priority", "duplicate_deliveries")}),
+                           "reason", "job_version", "priority", "duplicate_deliveries", "parent_run_link",
+                           "child_runs_links")}),
         ("Times", {"fields": ("created_at", "first_dispatched", "last_queued", "started_at", "heartbeat_at",
                               "finished_at", "next_attempt_at", "lease_expires_at", "lags")}),
         ("Attempts", {"fields": ("attempt_table",)}),
@@ -138,7 +140,7 @@ class JobRunAdmin(ReadOnlyAdmin):
         ("Audit trail", {"fields": ("events",)}),
     )
     readonly_fields = ("job_link", "fire_key", "state_label", "first_dispatched", "last_queued", "lags",
-                       "attempt_table", "error_text", "result_text", "events")
+                       "attempt_table", "error_text", "result_text", "events", "parent_run_link", "child_runs_links")
 
     class Media:
         css = {"all": ("scheduler_app/console.css",)}
@@ -160,6 +162,14 @@ class JobRunAdmin(ReadOnlyAdmin):
     def job_link(self, run):
         url = reverse("admin:scheduler_app_job_change", args=[run.job_id])
         return format_html('<a href="{}">{}</a>', url, run.job)
+
+    @admin.display(description="parent run")
+    def parent_run_link(self, run):
+        return chains.parent_run_html(run)  # chains: the run whose end started this one
+
+    @admin.display(description="runs it started")
+    def child_runs_links(self, run):
+        return chains.child_runs_html(run)
 
     @admin.display(description="fire time")
     def fire_time(self, run):

@@ -245,7 +245,7 @@ BULK_PERMISSIONS = {"pause": p.OPERATE_JOB, "resume": p.OPERATE_JOB, "delete": p
 
 
 class JobViewSet(JobScopedMixin, viewsets.GenericViewSet):
-    queryset = Job.objects.select_related("calendar")
+    queryset = Job.objects.select_related("calendar", "after_job")
     serializer_class = s.JobSerializer
     pagination_class = KeysetPagination
     lookup_url_kwarg = "id"

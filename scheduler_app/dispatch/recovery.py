@@ -16,7 +16,7 @@ from django.db import connection, transaction
 from scheduler_app.dispatch import sql
 from scheduler_app.dispatch.common import CONCURRENCY_REASON, FIRES_REASON, lock_clause, messages_for, one_pass
 from scheduler_app.dispatch.publish import RunMessage
-from scheduler_app.ledger import autopause
+from scheduler_app.ledger import autopause, chains
 from scheduler_app.models import AuditEvent, append_attempt
 from scheduler_app.observability.nodes import last_consumed_at, node_states, queue_consumers
 from scheduler_app.queues import queue_depths, queue_name
@@ -95,8 +95,9 @@ def requeue_due_retries(now: datetime, *, limit: int) -> list[RunMessage]:
 
 def mark_lost_runs(now: datetime, *, limit: int) -> int:
     """Take runs whose lease ran out away from their worker: retrying (attempt + 1 follows at
-    once) or dead. A dead run counts towards its job's pause after repeated failure, in the
-    same transaction (ledger.autopause). Returns how many."""
+    once) or dead. A dead run counts towards its job's pause after repeated failure and
+    starts the jobs chained after it on `dead`, in the same transaction (ledger.autopause,
+    ledger.chains). Returns how many."""
     adapt = connection.ops.adapt_datetimefield_value
     with transaction.atomic(durable=True):
         with connection.cursor() as cursor:
@@ -114,6 +115,7 @@ def mark_lost_runs(now: datetime, *, limit: int) -> int:
             )
             autopause.count_ends([(job_id, state) for _, state, _, job_id, _, _ in lost if state == "dead"],
                                  actor="beat")
+            chains.start_children_of([run_id for run_id, state, *_ in lost if state == "dead"])
     return len(lost)
 
 

@@ -12,6 +12,7 @@ from django.db import transaction
 from django.db.models import Min
 
 from scheduler_app.dispatch.backpressure import _backpressure
+from scheduler_app.dispatch.checkins import await_checkins, miss_checkins
 from scheduler_app.dispatch.claim import claim_due_jobs
 from scheduler_app.dispatch.common import QUOTA_PREFIX
 from scheduler_app.dispatch.plan import (
@@ -63,6 +64,7 @@ class TurnResult:
     busy: bool = False  # True: there may be more work right now, go again without sleeping
     held_back: list[str] = field(default_factory=list)  # job queues over the high-water mark: not claimed
     recorded: list[tuple] = field(default_factory=list)  # (queue, state, reason, dispatch lag) per run recorded
+    missed: int = 0  # monitored runs ended failed: no check-in within their grace (dispatch/checkins.py)
     window_cancelled: int = 0  # running runs cancelled by an open maintenance window (dispatch/windows.py)
 
 
@@ -82,6 +84,7 @@ def run_turn(now: datetime, *, batch_size: int, grace: timedelta, sweep: bool = 
     published = publish_runs(dispatched.messages)
     failpoint("beat.after_publish")
     lost = mark_lost_runs(now, limit=batch_size)
+    missed = miss_checkins(now, limit=batch_size)
     retries = requeue_due_retries(now, limit=batch_size)
     published += publish_runs(retries)
     published += publish_runs(release_buffered_runs(now, limit=batch_size))
@@ -100,9 +103,10 @@ def run_turn(now: datetime, *, batch_size: int, grace: timedelta, sweep: bool = 
         republished=len(republished),
         held=dispatched.held,
         released=len(released),
-        busy=max(dispatched.claimed, len(retries), lost, len(released)) >= batch_size,
+        busy=max(dispatched.claimed, len(retries), lost, len(released), missed) >= batch_size,
         held_back=held_back,
         recorded=dispatched.recorded,
+        missed=missed,
         window_cancelled=window_cancelled,
     )
 
@@ -124,6 +128,7 @@ def dispatch_due_jobs(now: datetime, *, limit: int, grace: timedelta, held_back:
         active = active_runs([job["id"] for job in jobs if job["overlap_policy"] != OverlapPolicy.ALLOW])
         rows, advances, cancel = plan_batch(jobs, now, grace, active, batch_windows(jobs, now, windows))
         failpoint("beat.after_claim")
+        rows = await_checkins(rows, jobs)  # a monitored job's fires wait for a ping: nothing is published
         cancelled = cancel_runs(cancel, now)
         # After cancel_runs (which may wait for a run row): tenant locks are taken last, so
         # no beat waits for a run while holding a tenant another beat's sweep waits for.

@@ -22,7 +22,8 @@ from scheduler_app.targets import sql as sqljobs
 ISO_HELP = ("ISO 8601 with a UTC offset, e.g. 2030-01-31T09:00:00+01:00 or 2030-01-31T08:00:00Z; "
             "a time without an offset is rejected, never guessed")
 SCHEDULE_OPTIONS = {"cron": "--cron", "every": "--every", "at": "--at"}
-TARGET_OPTIONS = {"task": "--task", "http_url": "--http-url", "command_name": "--command", "sql_name": "--sql"}
+TARGET_OPTIONS = {"task": "--task", "http_url": "--http-url", "command_name": "--command", "sql_name": "--sql",
+                  "monitor": "--monitor"}
 # option dest -> JobSpec field, for options taken as they are.
 PLAIN_OPTIONS = {
     "name": "name", "timezone": "timezone", "queue": "queue", "priority": "priority", "timeout": "timeout_seconds",
@@ -53,6 +54,11 @@ def add_job_options(parser: CommandParser, *, edit: bool) -> None:
     parser.add_argument("--command", dest="command_name", metavar="NAME",
                         help="Run this program from CRONFLEET_COMMANDS")
     parser.add_argument("--sql", dest="sql_name", metavar="NAME", help="Run this statement from CRONFLEET_SQL")
+    parser.add_argument("--monitor", action="store_const", const=True, default=None,
+                        help="Run nothing: monitor a job run elsewhere, which pings its check-in URL (docs/check-ins.md)")
+    parser.add_argument("--grace", type=int, metavar="SECONDS",
+                        help="A monitored job's grace: how long after a fire (or a /start) its success may come "
+                             "(default 300)")
     parser.add_argument("--method", help="HTTP method of an HTTP job (default POST)")
     parser.add_argument("--header", dest="http_headers", action="append", metavar="K:V",
                         help="HTTP header of an HTTP job (repeatable" + ("; replaces all headers)" if edit else ")"))
@@ -91,6 +97,12 @@ def add_job_options(parser: CommandParser, *, edit: bool) -> None:
     clear = f"; '{CLEAR}' removes it" if edit else ""
     parser.add_argument("--pause-after-failures", metavar="N",
                         help=f"Pause the job after N failed or dead runs in a row (default: never){clear}")
+    parser.add_argument("--after-job", metavar="NAME",
+                        help="Chains: run when a run of this job of the tenant ends, instead of a schedule"
+                             + (f"; '{CLEAR}' unchains it (give a schedule then)" if edit else ""))
+    parser.add_argument("--after-states", metavar="STATES",
+                        help="With --after-job: the parent's end states that start this job, comma-separated "
+                             "among succeeded, failed, dead (default succeeded)")
     parser.add_argument("--start", metavar="ISO", help=f"No fires before this instant{clear}")
     parser.add_argument("--end", metavar="ISO", help=f"No fires after this instant{clear}")
     parser.add_argument("--tag", dest="tags", action="extend", nargs="+", metavar="T",
@@ -131,6 +143,11 @@ def job_fields(options: dict, current: Job | None = None) -> dict:
         fields["kwargs"] = parse_json("kwargs", options["task_kwargs"])
     if options.get("pause_after_failures") is not None:
         fields["pause_after_failures"] = parse_count("pause_after_failures", options["pause_after_failures"])
+    if options.get("after_job") is not None:
+        text = options["after_job"].strip()
+        fields["after_job"] = "" if current is not None and text.lower() == CLEAR else text
+    if options.get("after_states") is not None:
+        fields["after_states"] = [state.strip() for state in options["after_states"].split(",") if state.strip()]
     fields.update(target_fields(options, current))
     return fields
 
@@ -173,8 +190,15 @@ def target_fields(options: dict, current: Job | None) -> dict:
         else:  # the same statement keeps its parameters; another one starts with none
             params = base.get("params", {}) if name == base.get("name") else {}
         fields = {"target_kind": TargetKind.SQL.value, "sql": {"name": name, "params": params}}
+    elif options.get("monitor") or (options.get("grace") is not None and kind == TargetKind.MONITOR):
+        grace = options.get("grace")
+        base = config if kind == TargetKind.MONITOR else {}
+        fields = {"target_kind": TargetKind.MONITOR.value,
+                  "monitor": {"grace_seconds": grace if grace is not None else base.get("grace_seconds", 300)}}
     else:
         fields = {}
+    if options.get("grace") is not None and fields.get("target_kind") != TargetKind.MONITOR:
+        raise services.InvalidInput("grace", "--grace is for monitored jobs only (--monitor)")
     if http_given and fields.get("target_kind") != TargetKind.HTTP:
         verb = "is" if len(http_given) == 1 else "are"
         raise services.InvalidInput("http", f"{' and '.join(http_given)} {verb} for HTTP jobs only (--http-url)")

@@ -3,6 +3,7 @@ keys), console (alert rules, alerts, the dashboard's minutes), ledger (the hourl
 nodes (beats and workers), calendars (business-day calendars). Every room imports them from here."""
 
 from scheduler_app.models.calendars import Calendar, business_calendars, public_holidays, supported_countries
+from scheduler_app.models.checkins import CHECKIN_PREFIX, STARTED_REASON, WAITING_REASON, Monitor
 from scheduler_app.models.console import Alert, AlertKind, AlertRule, RunMinute
 from scheduler_app.models.core import (
     ACTIVE_STATES,
@@ -34,6 +35,7 @@ from scheduler_app.models.nodes import Node, NodeKind
 from scheduler_app.models.windows import MaintenanceWindow, RunningPolicy, WindowAction
 
 __all__ = [
+    "CHECKIN_PREFIX", "STARTED_REASON", "WAITING_REASON", "Monitor",
     "ACTIVE_STATES", "ERROR_IN_HISTORY", "JOB_RETENTION_SET", "PRIORITY_DEFAULT", "PRIORITY_MAX", "PRIORITY_MIN", "TERMINAL_STATES",
     "Alert", "AlertKind", "AlertRule", "ApiKey", "AuditEvent", "Calendar", "Job", "JobQuerySet", "JobRun", "Node", "NodeKind",
     "OverlapPolicy", "RunHour", "RunMinute", "RunState", "TargetKind", "Tenant", "Trigger", "append_attempt", "celery_task_id", "db_now",

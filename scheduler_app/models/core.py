@@ -81,6 +81,7 @@ class TargetKind(models.TextChoices):
     HTTP = "http"  # target_config: method, url, headers, body
     COMMAND = "command"  # target_config: name, params (an allow-listed program)
     SQL = "sql"  # target_config: name, params (an allow-listed statement, scheduler_app/targets/sql/)
+    MONITOR = "monitor"  # target_config: grace_seconds; runs elsewhere and pings in (models/checkins.py)
 
 
 class OverlapPolicy(models.TextChoices):
@@ -138,6 +139,20 @@ class Job(models.Model):
         max_length=24, blank=True, choices=[(p.value, p.value) for p in schedules.CalendarPolicy],
         default=schedules.CalendarPolicy.SKIP.value, db_default=schedules.CalendarPolicy.SKIP.value,
         help_text="A fire on a non-business day of the calendar: skip it, or run it on the next or previous business day")
+
+    # Chains (docs/chains.md): a job that runs when a run of `after_job` ends in one of
+    # `after_states`, once per parent run, and has no schedule of its own. RESTRICT: deleting
+    # a parent is refused while its children stay (a child without its parent would never
+    # run again), deleting both at once (a tenant, a tag) is not. No database constraint
+    # (adding one to the live job table checks every row while writes wait); job_after_idx
+    # finds a job's children. has_children, kept by services/chains.py at every save, lets
+    # a run's end statement know without a query whether it has children to start.
+    after_job = models.ForeignKey("self", on_delete=models.RESTRICT, null=True, blank=True, related_name="children",
+                                  db_index=False, db_constraint=False,
+                                  help_text="Run when a run of this job ends (a chained job has no schedule)")
+    after_states = models.JSONField(default=list, blank=True, db_default=models.Value([], models.JSONField()),
+                                    help_text="The parent's end states that start this job: succeeded, failed, dead")
+    has_children = models.BooleanField(default=False, db_default=False, editable=False)
 
     enabled = models.BooleanField(default=True, help_text="Paused jobs do not fire")
     paused_note = models.CharField(max_length=500, blank=True)
@@ -229,6 +244,8 @@ class Job(models.Model):
             ),
             # Deleting a calendar (PROTECT) and editing one (next fires again) find its jobs.
             models.Index(fields=["calendar"], name="job_calendar_idx", condition=Q(calendar__isnull=False)),
+            # A job's children (chains): a run's end, the checks of a save, the job page.
+            models.Index(fields=["after_job"], name="job_after_idx", condition=Q(after_job__isnull=False)),
             # retention.Pruner lists the few jobs with a retention of their own (JOB_RETENTION_SET).
             models.Index(
                 fields=["tenant", "id"],
@@ -291,6 +308,7 @@ class Trigger(models.TextChoices):
     SCHEDULE = "schedule"
     MANUAL = "manual"
     BACKFILL = "backfill"
+    CHAIN = "chain"  # started by the end of a run of the job's after_job (parent_run)
 
 
 class JobRun(models.Model):
@@ -311,6 +329,11 @@ class JobRun(models.Model):
                                db_default=Trigger.SCHEDULE)
     state = models.CharField(max_length=16, choices=RunState.choices, default=RunState.QUEUED)
     attempt = models.PositiveIntegerField(default=1, db_default=1)
+    # A chained run's parent: the run whose end started it. DO_NOTHING and no database
+    # constraint, like AuditEvent.run_id: deleting runs stays one statement, and a parent
+    # pruned before its child leaves the id behind (shown as pruned).
+    parent_run = models.ForeignKey("self", on_delete=models.DO_NOTHING, null=True, blank=True,
+                                   related_name="child_runs", db_index=False, db_constraint=False)
     reason = models.CharField(max_length=500, blank=True, default="", db_default="")
     job_version = models.PositiveIntegerField(default=1, db_default=1)
     # The job's priority when the run was recorded: quota-held runs are released by it.
@@ -379,6 +402,8 @@ class JobRun(models.Model):
             # The admin's ledger filtered to manual or backfilled runs, newest first. Partial: the
             # beats' scheduled runs (nearly all of them) never enter it, so it costs them nothing.
             models.Index(fields=["-scheduled_at"], name="jobrun_triggered_idx", condition=~Q(trigger="schedule")),
+            # A run's children (chains), for its page. Partial: other runs never enter it.
+            models.Index(fields=["parent_run"], name="jobrun_parent_idx", condition=Q(parent_run__isnull=False)),
         ]
 
     def __str__(self) -> str:

@@ -97,7 +97,8 @@ def _raw_next_after(schedule: Schedule, after: datetime) -> datetime | None:
             return anchor
         every = timedelta(seconds=schedule.every)
         return anchor + ((after - anchor) // every + 1) * every
-    assert schedule.at is not None
+    if schedule.at is None:  # no schedule of its own (a chained job): no fires
+        return None
     return schedule.at.astimezone(UTC) if schedule.at > after else None
 
 
@@ -114,7 +115,8 @@ def _raw_last_at_or_before(schedule: Schedule, at: datetime) -> datetime | None:
             return None
         every = timedelta(seconds=schedule.every)
         return anchor + ((at - anchor) // every) * every
-    assert schedule.at is not None
+    if schedule.at is None:  # no schedule of its own (a chained job): no fires
+        return None
     return schedule.at.astimezone(UTC) if schedule.at <= at else None
 
 

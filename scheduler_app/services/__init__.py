@@ -28,6 +28,7 @@ from scheduler_app.services.calendars import (
     calendar_update,
     check_calendar_fields,
 )
+from scheduler_app.services.checkins import UnknownKey, ping_url, record_ping
 from scheduler_app.services.common import QuotaExceeded
 from scheduler_app.services.edits import (
     MAX_PREVIEW,
@@ -69,6 +70,7 @@ from scheduler_app.targets.http.secrets import tenant_signing_secrets
 from scheduler_app.validation import InvalidInput, check_name
 
 __all__ = [
+    "UnknownKey", "ping_url", "record_ping",
     "calendar_create", "calendar_delete", "calendar_get", "calendar_update", "check_calendar_fields",
     "apikey_authenticate", "apikey_create", "apikey_revoke", "BULK_ACTIONS", "check_job_retention", "clamp_all_jobs",
     "check_key_quota", "check_managed", "check_name", "drift_warning",

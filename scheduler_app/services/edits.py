@@ -14,6 +14,8 @@ from scheduler_app import schedules
 from scheduler_app.dispatch.waker import wake_beats
 from scheduler_app.models import Job, TargetKind, db_now
 from scheduler_app.models.lifecycle import audit_job
+from scheduler_app.services import chains
+from scheduler_app.services.checkins import ensure_monitor
 from scheduler_app.services.common import check_int, jsonable
 from scheduler_app.services.jobs import first_fire
 from scheduler_app.services.jobspec import JobSpec, validate_spec
@@ -31,6 +33,9 @@ SCHEDULE_FIELDS = ("cron", "every", "at")
 
 
 SPEC_FIELDS = frozenset(JobSpec.__dataclass_fields__)
+# What an edit that chains a job clears when not given (a chained job has no schedule).
+CHAINED_BLANKS = (("cron", ""), ("every", None), ("at", None), ("start_at", None), ("end_at", None),
+                  ("jitter_seconds", 0), ("calendar", ""))
 
 
 def job_spec_of(job: Job) -> JobSpec:
@@ -40,6 +45,7 @@ def job_spec_of(job: Job) -> JobSpec:
         http=dict(job.target_config) if job.target_kind == TargetKind.HTTP else None,
         command=dict(job.target_config) if job.target_kind == TargetKind.COMMAND else None,
         sql=dict(job.target_config) if job.target_kind == TargetKind.SQL else None,
+        monitor=dict(job.target_config) if job.target_kind == TargetKind.MONITOR else None,
         cron=job.cron, timezone=job.timezone, every=job.every_seconds, at=job.run_at,
         start_at=job.start_at, end_at=job.end_at, args=job.args, kwargs=job.kwargs, queue=job.queue,
         priority=job.priority,
@@ -50,6 +56,7 @@ def job_spec_of(job: Job) -> JobSpec:
         tags=list(job.tags), jitter_seconds=job.jitter_seconds, batch=job.batch,
         pause_after_failures=job.pause_after_failures,
         calendar=job.calendar.name if job.calendar_id else "", calendar_policy=job.calendar_policy,
+        after_job=job.after_job.name if job.after_job_id else "", after_states=list(job.after_states or []) or None,
     )
 
 
@@ -76,15 +83,21 @@ def plan_edit(job: Job, changes: dict, now: datetime) -> Edit:
         changes.setdefault("cron", "")
         changes.setdefault("every", None)
         changes.setdefault("at", None)
+    if "after_job" in changes:  # chaining drops the job's own schedule; unchaining its after_states
+        chained = changes["after_job"] not in (None, "")
+        for key, blank in CHAINED_BLANKS if chained else (("after_states", None),):
+            changes.setdefault(key, blank)
     before = job_spec_of(job)
     spec = replace(before, **changes)
     schedule_keys = (*SCHEDULE_FIELDS, "timezone", "start_at", "end_at", "jitter_seconds", "calendar",
-                     "calendar_policy")
+                     "calendar_policy", "after_job")
     schedule_changed = any(getattr(spec, key) != getattr(before, key) for key in schedule_keys)
     # An interval keeps its anchor unless the interval itself changes.
     anchor = job.anchor_at if spec.every is not None and spec.every == job.every_seconds else None
     schedule, fields = validate_spec(job.tenant, spec, now, anchor=anchor, jitter_seed=job.jitter_seed,
                                      check_schedule_quota=schedule_changed, check_end=spec.end_at != before.end_at)
+    if fields["after_job_id"] != job.after_job_id:
+        chains.check_no_loop(job, Job.objects.filter(id=fields["after_job_id"]).first())
     diff = {
         key: [jsonable(getattr(job, key)), jsonable(value)]
         for key, value in fields.items()
@@ -109,8 +122,15 @@ def job_update(job: Job, changes: dict, *, actor: str = "") -> Job:
     try:
         with transaction.atomic():
             locked = Job.objects.select_for_update().get(id=job.id)
+            if "after_job_id" in edit.diff:  # again under the tenant's lock: no two edits close a loop
+                chains.lock_chains(job.tenant_id)
+                chains.check_no_loop(job, Job.objects.filter(id=fields["after_job_id"]).first())
             Job.objects.filter(id=job.id).update(version=locked.version + 1, updated_at=now, **fields)
+            if "after_job_id" in edit.diff:
+                chains.refresh_has_children([locked.after_job_id, fields["after_job_id"]])
             audit_job(job, "job.updated", actor, changes=edit.diff)
+            if fields.get("target_kind") == TargetKind.MONITOR:
+                ensure_monitor(locked)  # a job made monitored gets its ping key
             wake_beats()
     except IntegrityError:
         raise InvalidInput("name", f"tenant {job.tenant.slug!r} already has a job named {fields['name']!r}") from None

@@ -13,13 +13,16 @@ from scheduler_app.dispatch.publish import RunMessage, publish_runs
 from scheduler_app.dispatch.waker import wake_beats
 from scheduler_app.models import AuditEvent, Job, JobRun, Tenant, Trigger, db_now
 from scheduler_app.models.lifecycle import audit_job, record_skipped, skip_due_fires
+from scheduler_app.services import chains
+from scheduler_app.services.checkins import ensure_monitor
 from scheduler_app.services.common import admission_fields, admitted_manual
 from scheduler_app.services.jobspec import JobSpec, check_job_quota, validate_spec
 from scheduler_app.validation import InvalidInput, check_line, check_name
 
 
 def first_fire(schedule: schedules.Schedule, now: datetime) -> datetime | None:
-    """The first fire at or after `now` (a one-off in the recent past fires at once)."""
+    """The first fire at or after `now` (a one-off in the recent past fires at once); None
+    for a schedule with nothing to fire (a chained job's)."""
     if schedule.at is not None and schedule.at <= now:
         return schedule.at
     return schedules.next_fire_after(schedule, now - timedelta(microseconds=1))
@@ -34,7 +37,9 @@ def job_create(tenant: Tenant, spec: JobSpec, *, actor: str = "") -> Job:
         with transaction.atomic():
             check_job_quota(tenant)
             job = Job.objects.create(tenant=tenant, next_run_at=first_fire(schedule, now), **fields)
-            audit_job(job, "job.created", actor, schedule=schedule.describe(), task=job.task_name)
+            ensure_monitor(job)  # a monitored job's ping key
+            chains.refresh_has_children([job.after_job_id])
+            audit_job(job, "job.created", actor, schedule=chains.describe(job, schedule), task=job.task_name)
             wake_beats()
     except IntegrityError:
         raise InvalidInput("name", f"tenant {tenant.slug!r} already has a job named {fields['name']!r}") from None
@@ -100,9 +105,10 @@ def job_trigger_reporting(job: Job, *, actor: str = "") -> tuple[JobRun, Excepti
 
 
 def job_delete(job: Job, *, actor: str = "") -> None:
-    with transaction.atomic():
+    with transaction.atomic(), chains.refusing_orphans():
         audit_job(job, "job.deleted", actor)
         job.delete()
+        chains.refresh_has_children([job.after_job_id])
 
 
 BULK_ACTIONS = ("pause", "resume", "delete")
@@ -134,5 +140,8 @@ def jobs_bulk(tenant: Tenant, *, tag: str, action: str, note: str = "", actor: s
             Job.objects.filter(id__in=changed_ids).update(enabled=False, paused_note=note[:500],
                                                          version=F("version") + 1)
         else:
-            Job.objects.filter(id__in=changed_ids).delete()
+            parents = set(Job.objects.filter(id__in=changed_ids).values_list("after_job_id", flat=True))
+            with chains.refusing_orphans():
+                Job.objects.filter(id__in=changed_ids).delete()
+            chains.refresh_has_children(parents)
     return len(changed)

@@ -19,6 +19,7 @@ from scheduler_app.models import (
     Tenant,
     db_now,
 )
+from scheduler_app.services import chains
 from scheduler_app.services.calendars import job_calendar
 from scheduler_app.services.common import QuotaExceeded, check_int
 from scheduler_app.validation import (
@@ -50,6 +51,7 @@ class JobSpec:
     http: dict | None = None
     command: dict | None = None
     sql: dict | None = None
+    monitor: dict | None = None  # target_kind "monitor": grace_seconds (targets/monitor.py)
     cron: str = ""
     timezone: str = ""  # blank: the tenant's zone
     every: int | None = None
@@ -75,6 +77,8 @@ class JobSpec:
     calendar: str = ""  # a business-day calendar of the tenant, by name; "": none
     calendar_policy: str = "skip"  # a fire on a non-business day: skip, next_business_day, previous_business_day
     pause_after_failures: int | None = None  # pause after this many failed or dead runs in a row; None: never
+    after_job: str | int | None = ""  # chains: run when a run of this job of the tenant ends (name or id); "": none
+    after_states: list[str] | None = None  # the parent's end states that start it; None: [succeeded]
 
 
 def check_queue(name) -> str:
@@ -137,11 +141,16 @@ def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime, *, anchor: datet
         raise InvalidInput("overlap_policy", f"must be one of {', '.join(OverlapPolicy.values)}")
     if check_schedule_quota and spec.at is not None and spec.at.tzinfo is not None and spec.at < now - PAST_GRACE:
         raise InvalidInput("at", "is in the past")
-    if check_end:
-        check_end_at("end_at", spec.end_at, now)
-    schedule = spec_schedule(tenant, spec, anchor=anchor or now.replace(microsecond=0), jitter_seed=jitter_seed)
-    if check_schedule_quota:
-        check_min_interval(tenant, schedule, now)
+    parent = chains.after_job_of(tenant, spec.after_job)
+    after_states = chains.check_after_states(spec.after_states, chained=parent is not None)
+    if parent is not None:  # a chained job: no schedule of its own (services/chains.py)
+        schedule = chains.chained_schedule(spec, spec.timezone or tenant.timezone)
+    else:
+        if check_end:
+            check_end_at("end_at", spec.end_at, now)
+        schedule = spec_schedule(tenant, spec, anchor=anchor or now.replace(microsecond=0), jitter_seed=jitter_seed)
+        if check_schedule_quota:
+            check_min_interval(tenant, schedule, now)
     fields = dict(
         name=name, task_name=spec.task_name if spec.target_kind == TargetKind.TASK else "", args=args, kwargs=kwargs,
         target_kind=spec.target_kind, target_config=target_config,
@@ -163,6 +172,7 @@ def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime, *, anchor: datet
         jitter_seconds=schedule.jitter,
         batch=check_batch(spec),
         pause_after_failures=check_pause_after_failures(spec.pause_after_failures),
+        after_job_id=parent.id if parent is not None else None, after_states=after_states,
     )
     calendar, fields["calendar_policy"] = job_calendar(tenant, spec.calendar, spec.calendar_policy)
     fields["calendar_id"] = calendar.id if calendar is not None else None

@@ -12,10 +12,10 @@ command/ (an allow-listed program) and sql/ (an allow-listed statement). The wor
 perform(); the services call check().
 """
 
-from scheduler_app.targets import command, http, sql, task
+from scheduler_app.targets import command, http, monitor, sql, task
 from scheduler_app.targets.base import PermanentFailure, RetryableFailure, to_text
 
-KINDS = {"task": task, "http": http, "command": command, "sql": sql}  # by TargetKind value
+KINDS = {"task": task, "http": http, "command": command, "sql": sql, "monitor": monitor}  # by TargetKind value
 
 
 def perform(started):

@@ -3,10 +3,13 @@ in the worker process with the fire it runs for (scheduler_app.fire.current_fire
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from celery import current_app as app
 from django.conf import settings
 
 from scheduler_app.fire import FireContext, firing
+from scheduler_app.ledger.chains import parent_fire
 from scheduler_app.targets.base import PermanentFailure
 from scheduler_app.validation import InvalidInput
 
@@ -34,5 +37,8 @@ def perform(started):
         fire_key=run.fire_key, attempt=run.attempt, scheduled_at=run.scheduled_at,
         run_id=run.id, job_id=job.id, job_name=job.name, tenant=started.tenant,
     )
+    if run.parent_run_id is not None:  # a chained run: its parent's fire (one query)
+        parent_key, parent_id = parent_fire(run)
+        context = replace(context, parent_fire_key=parent_key, parent_run_id=parent_id)
     with firing(context):
         return task(*job.args, **job.kwargs)

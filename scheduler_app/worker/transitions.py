@@ -37,7 +37,7 @@ from django.db.models import Model
 from django.db.models.base import ModelState
 from django.utils import timezone
 
-from scheduler_app.ledger import autopause
+from scheduler_app.ledger import autopause, chains
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, append_attempt
 
 # start_runs (PostgreSQL): move each (id, attempt) still queued to running and read, in the
@@ -59,20 +59,22 @@ WITH started AS (
       FROM {mine}
      WHERE run.id = mine.id AND run.attempt = mine.attempt AND run.state || '' = %(queued)s
     RETURNING run.id, run.attempt, run.job_id, run.tenant_id, run.scheduled_at, run.enqueued_at, run.started_at,
-              run.trigger, mine.position
+              run.trigger, run.parent_run_id, mine.position
 )
 SELECT started.id, started.attempt, started.job_id, started.tenant_id, started.scheduled_at,
-       started.enqueued_at, started.started_at, started.trigger, tenant.slug, {job_columns}
+       started.enqueued_at, started.started_at, started.trigger, started.parent_run_id, tenant.slug, {job_columns}
   FROM started
   JOIN scheduler_app_job AS job ON job.id = started.job_id
   JOIN scheduler_app_tenant AS tenant ON tenant.id = started.tenant_id
  ORDER BY started.position
 """
 # The job columns a started run carries (Started.job has these and no others).
-# pause_after_failures: whether the run's end counts towards the job's pause (end_runs).
+# pause_after_failures: whether the run's end counts towards the job's pause (end_runs);
+# has_children: whether its end may start runs of jobs chained after it (ledger.chains).
 JOB_COLUMNS = (
     "name", "target_kind", "task_name", "args", "kwargs", "target_config", "timeout_seconds",
     "max_attempts", "retry_backoff_seconds", "retry_backoff_max_seconds", "queue", "pause_after_failures",
+    "has_children",
 )
 JSON_COLUMNS = {"args", "kwargs", "target_config"}
 # Which runs a statement is about: a batch's arrays, or one run's scalars. Dumping an array
@@ -215,14 +217,14 @@ def start_run(run_id: int, attempt: int, *, worker: str, task_id: str = "") -> S
 
 
 def _started(row: tuple, worker: str, alias: str) -> Started:
-    run_id, attempt, job_id, tenant_id, scheduled_at, enqueued_at, started_at, trigger, slug, *job_values = row
+    run_id, attempt, job_id, tenant_id, scheduled_at, enqueued_at, started_at, trigger, parent, slug, *job_values = row
     job = loaded(Job, alias, {"id": job_id, "tenant_id": tenant_id, **{
         column: json.loads(value) if column in JSON_COLUMNS and isinstance(value, str) else value
         for column, value in zip(JOB_COLUMNS, job_values, strict=True)
     }})
     run = loaded(JobRun, alias, {"id": run_id, "job_id": job_id, "tenant_id": tenant_id, "scheduled_at": scheduled_at,
                           "enqueued_at": enqueued_at, "state": RunState.RUNNING.value, "attempt": attempt,
-                          "started_at": started_at, "worker": worker, "trigger": trigger})
+                          "started_at": started_at, "worker": worker, "trigger": trigger, "parent_run_id": parent})
     run._state.fields_cache["job"] = job
     return Started(run, slug, started_at)
 
@@ -255,16 +257,20 @@ def end_runs(endings: list[Ending]) -> set[int]:
     """Write each ending whose attempt still owns its run, in one statement on PostgreSQL;
     the run ids written. A refused write (a superseded attempt) is audited. Ends of runs
     whose job pauses after repeated failure are counted in the same transaction
-    (ledger.autopause); without such a job the end is its one statement, in autocommit."""
+    (ledger.autopause), and so are the child runs that the ends of a job with children start
+    (ledger.chains); without such a job the end is its one statement, in autocommit."""
     if not endings:
         return set()
-    if not any(e.started.job.pause_after_failures for e in endings):
+    if not any(e.started.job.pause_after_failures or e.started.job.has_children for e in endings):
         return _end_runs(endings)
     with transaction.atomic():
         written = _end_runs(endings)
         autopause.count_ends(((e.started.run.job_id, str(e.state)) for e in endings
                               if e.started.run.id in written and e.started.job.pause_after_failures),
                              actor=_actor(endings[0].started.run.worker))
+        chains.start_children(chains.Ended(e.started.run.id, e.started.run.job_id, e.started.run.tenant_id,
+                                           e.started.run.scheduled_at, str(e.state)) for e in endings
+                              if e.started.run.id in written and e.started.job.has_children)
     return written
 
 

@@ -58,6 +58,8 @@ class ScheduleField(serializers.Field):
         return dict(validated(SCHEDULE_KINDS[kinds[0]], data))
 
     def to_representation(self, job: Job):
+        if job.after_job_id is not None:
+            return None  # a chained job: no schedule of its own (after_job)
         if job.cron:
             return {"cron": job.cron, "timezone": job.timezone}
         if job.every_seconds is not None:
@@ -96,8 +98,25 @@ class SqlTargetSerializer(StrictSerializer):
                   "attempt and tenant are filled from the run")
 
 
+class MonitorTargetSerializer(StrictSerializer):
+    kind = serializers.ChoiceField(choices=["monitor"])
+    grace_seconds = StrictIntegerField(
+        required=False, default=300,
+        help_text="Runs elsewhere and pings its ping_url (docs/check-ins.md): a fire with no successful ping "
+                  "within this many seconds (of the fire, or of its /start) ends failed as missed")
+    ping_url = StrictCharField(read_only=True, help_text="The check-in URL (its key is the only credential)")
+
+
 TARGET_KINDS = {"task": TaskTargetSerializer, "http": HttpTargetSerializer, "command": CommandTargetSerializer,
-                "sql": SqlTargetSerializer}
+                "sql": SqlTargetSerializer, "monitor": MonitorTargetSerializer}
+
+
+def monitor_target(job: Job) -> dict:
+    """A monitored job's target: its grace and its check-in URL (at CRONFLEET_PING_BASE_URL,
+    the address the machines that run it reach Cronfleet at)."""
+    monitor = getattr(job, "monitor", None)
+    return {"kind": "monitor", "grace_seconds": job.target_config.get("grace_seconds"),
+            "ping_url": services.ping_url(monitor.ping_key) if monitor is not None else None}
 
 
 @extend_schema_field(PolymorphicProxySerializer(
@@ -115,6 +134,8 @@ class TargetField(serializers.Field):
         if job.target_kind == "task":
             return {"kind": "task", "task": job.task_name, "args": job.args, "kwargs": job.kwargs}
         config = job.target_config
+        if job.target_kind == "monitor":
+            return monitor_target(job)
         if job.target_kind == "http":
             return {"kind": "http", "method": config.get("method", "POST"), "url": config.get("url", ""),
                     "headers": config.get("headers", {}), "body": config.get("body", "")}
@@ -125,7 +146,7 @@ SPEC_PLAIN_FIELDS = (
     "name", "description", "tags", "start_at", "end_at", "queue", "priority", "timeout_seconds", "max_attempts",
     "retry_backoff_seconds", "retry_backoff_max_seconds", "misfire_policy", "catchup_window_seconds",
     "run_all_cap", "overlap_policy", "jitter_seconds", "batch", "pause_after_failures",
-    "calendar", "calendar_policy",
+    "calendar", "calendar_policy", "after_job", "after_states",
 )
 
 
@@ -134,6 +155,7 @@ SERVICE_FIELDS = {
     "cron": "schedule.cron", "timezone": "schedule.timezone", "every": "schedule.every", "at": "schedule.at",
     "anchor": "schedule", "task": "target.task", "target_kind": "target.kind", "args": "target.args",
     "kwargs": "target.kwargs", "command": "target.name", "sql": "target",
+    "monitor": "target", "grace_seconds": "target.grace_seconds",
 }
 
 
@@ -164,6 +186,7 @@ def spec_fields(data: dict) -> dict:
             http={key: target[key] for key in ("method", "url", "headers", "body")} if kind == "http" else None,
             command={"name": target["name"], "params": target["params"]} if kind == "command" else None,
             sql={"name": target["name"], "params": target["params"]} if kind == "sql" else None,
+            monitor={"grace_seconds": target["grace_seconds"]} if kind == "monitor" else None,
         )
     return fields
 
@@ -179,7 +202,8 @@ class JobWriteSerializer(StrictSerializer):
     description = StrictCharField(required=False, allow_blank=True, trim_whitespace=False, max_length=10_000)
     tags = serializers.ListField(child=StrictCharField(max_length=64, trim_whitespace=False), required=False,
                                  max_length=validation.MAX_TAGS)
-    schedule = ScheduleField()
+    schedule = ScheduleField(required=False, help_text="Required, except for a chained job (after_job), "
+                                                       "which has none")
     target = TargetField()
     start_at = AwareDateTimeField(required=False, allow_null=True, help_text="No fires before this instant")
     end_at = AwareDateTimeField(required=False, allow_null=True, help_text="No fires after this instant")
@@ -215,6 +239,13 @@ class JobWriteSerializer(StrictSerializer):
         choices=[p.value for p in schedules.CalendarPolicy], required=False,
         help_text="A fire on a non-business day: skip (recorded as a skipped run), next_business_day or "
                   "previous_business_day (the same wall time that day); default skip")
+    # Chains (docs/chains.md); the services check the job, the states and loops, naming the field.
+    after_job = StrictCharField(required=False, allow_blank=True, max_length=200, trim_whitespace=False,
+                                help_text="Run when a run of this job of the tenant (by name) ends; then the job has "
+                                          "no schedule. Blank: not chained")
+    after_states = serializers.ListField(child=StrictCharField(max_length=16), required=False, allow_null=True,
+                                         help_text="The parent's end states that start this job: any of "
+                                                   "succeeded, failed, dead; default [succeeded]")
 
 
 class JobSerializer(serializers.ModelSerializer):
@@ -223,6 +254,8 @@ class JobSerializer(serializers.ModelSerializer):
     tags = serializers.ListField(child=serializers.CharField(), read_only=True)
     calendar = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True,
                                             help_text="The job's business-day calendar, by name; null: none")
+    after_job = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True,
+                                             help_text="The job this one runs after (chains), by name; null: none")
 
     class Meta:
         model = Job
@@ -236,6 +269,7 @@ class JobSerializer(serializers.ModelSerializer):
             "pause_after_failures", "consecutive_failures", "auto_paused_at",
             "managed_by",  # the owner under schedules as code ('' made by hand); edit its declaration instead
             "calendar", "calendar_policy",
+            "after_job", "after_states",  # chains: the parent, and its end states that start this job
         )
         read_only_fields = fields
 

@@ -11,6 +11,7 @@ RUN_FIELDS = (
     "id", "job", "job_name", "scheduled_at", "trigger", "state", "attempt", "reason", "job_version", "priority",
     "created_at", "enqueued_at", "dispatched_at", "started_at", "finished_at", "next_attempt_at", "worker",
     "duplicate_deliveries",
+    "parent_run",  # a chained run's parent run id (the run whose end started it); null for others
 )
 
 

@@ -46,7 +46,7 @@ SHOW_RUNS = 10
 JOB_HELP = "a job id, or TENANT/NAME"
 # The columns `jobs list` reads (no args, kwargs or description).
 LIST_FIELDS = ("id", "name", "cron", "timezone", "every_seconds", "run_at", "enabled", "next_run_at",
-               "tenant", "tenant__slug", "auto_paused_at")
+               "tenant", "tenant__slug", "auto_paused_at", "after_job", "after_job__name", "after_states")
 RUN_FIELDS = ("id", "scheduled_at", "trigger", "state", "attempt", "reason", "error", "started_at",
               "finished_at")
 # Runs a deletion cuts short: their results will never be recorded.
@@ -124,7 +124,7 @@ class Command(OneLineErrors, BaseCommand):
     # --- add ------------------------------------------------------------------------
 
     def do_add(self, *, tenant: str, **options) -> None:
-        check_one_of("jobs add", options, SCHEDULE_OPTIONS, required=True)
+        check_one_of("jobs add", options, SCHEDULE_OPTIONS, required=not options.get("after_job"))  # chains: none
         check_one_of("jobs add", options, TARGET_OPTIONS, required=True)
         # Parse every value before the first query: bad input writes nothing.
         spec = services.JobSpec(**job_fields(options))
@@ -226,7 +226,7 @@ class Command(OneLineErrors, BaseCommand):
     def do_list(self, *, tenant: str, limit: int, after_id: int, **options) -> None:
         check_range("limit", limit, 1, MAX_LIMIT)
         check_range("after_id", after_id, 0, 2**63 - 1)
-        jobs = (Job.objects.select_related("tenant").only(*LIST_FIELDS)
+        jobs = (Job.objects.select_related("tenant", "after_job").only(*LIST_FIELDS)
                 .annotate(last_run_state=last_run_state()).order_by("id"))
         if tenant:
             jobs = jobs.filter(tenant=services.tenant_by_slug(tenant))
@@ -382,6 +382,8 @@ def job_label(job: Job) -> str:
 
 
 def schedule_text(job: Job) -> str:
+    if job.after_job_id is not None:  # chains: no schedule of its own (one query, for chained jobs only)
+        return f"after {job.after_job.name} ends {'/'.join(job.after_states)}"
     return describe_schedule(job.cron, job.timezone, job.every_seconds, job.run_at)
 
 
@@ -428,4 +430,8 @@ def target_text(job: Job) -> str:
         return f"command {job.target_config.get('name')} {job.target_config.get('params')}"
     if job.target_kind == "sql":
         return sqljobs.describe(job.target_config)
+    if job.target_kind == "monitor":
+        monitor = getattr(job, "monitor", None)
+        url = services.ping_url(monitor.ping_key) if monitor is not None else "(no ping key)"
+        return f"monitor (grace {job.target_config.get('grace_seconds')} s), check-in URL {url}"
     return f"task {job.task_name}"

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from scheduler_app.ledger.chains import parent_fire
 from scheduler_app.models import db_now
 from scheduler_app.targets.base import PermanentFailure, RetryableFailure, to_text
 from scheduler_app.targets.http import client, guard, signing
@@ -92,11 +93,24 @@ def prepare(run, job, now, secrets: list[str] | None = None) -> Call:
         run_id=run.id, attempt=run.attempt, fire_key=run.fire_key, scheduled_at=run.scheduled_at.isoformat(),
         method=config["method"], url=config["url"], host=(target.scheme, target.host, target.port),
         path=target.path_and_query,
-        headers=config.get("headers", {}), body=config.get("body", "").encode(),
+        headers={**config.get("headers", {}), **chain_headers(run)}, body=config.get("body", "").encode(),
         secrets=tuple(signing.parse_secret(s) for s in secrets), timeout=float(job.timeout_seconds),
         max_response_bytes=settings.CRONFLEET_HTTP_MAX_RESPONSE_BYTES,
         allowed_networks=tuple(ipaddress.ip_network(net) for net in settings.CRONFLEET_HTTP_ALLOWED_NETWORKS),
     )
+
+
+# A chained run's request names its parent's fire (docs/chains.md).
+HEADER_PARENT_FIRE_KEY = "cronfleet-parent-fire-key"
+HEADER_PARENT_RUN_ID = "cronfleet-parent-run-id"
+
+
+def chain_headers(run) -> dict:
+    """The headers naming a chained run's parent (none for other runs, and no query)."""
+    if getattr(run, "parent_run_id", None) is None:
+        return {}
+    key, run_id = parent_fire(run)
+    return {HEADER_PARENT_RUN_ID: str(run_id), **({HEADER_PARENT_FIRE_KEY: key} if key else {})}
 
 
 # What getaddrinfo says of a name that has no address (of any family, or of those asked for).
