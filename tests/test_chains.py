@@ -228,7 +228,7 @@ def test_the_end_of_a_job_without_children_costs_no_query(tenant):
 
 
 def test_the_worker_wakes_the_beats_on_their_channel():
-    assert chains.BEATS_CHANNEL == waker.WAKE_CHANNEL
+    assert chains.wake_beats is waker.wake_beats  # one NOTIFY on the one channel beats LISTEN on
 
 
 def test_the_api_shows_the_chain_on_the_job_and_the_parent_on_the_run(tenant):

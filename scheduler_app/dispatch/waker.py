@@ -10,16 +10,9 @@ import time
 
 from django.db import connection
 
+from scheduler_app.models.lifecycle import WAKE_CHANNEL, wake_beats  # noqa: F401 (wake_beats: the services')
+
 logger = logging.getLogger("scheduler_app.beat")
-
-WAKE_CHANNEL = "cronfleet_jobs"
-
-
-def wake_beats() -> None:
-    """Tell sleeping beats (LISTEN cronfleet_jobs) that a job changed; delivered at commit."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(f"NOTIFY {WAKE_CHANNEL}")
 
 
 class Waker:

@@ -30,14 +30,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import connection
-
 from scheduler_app.models import ACTIVE_STATES, Job, JobRun, RunState, Trigger, db_now, fire_key
+from scheduler_app.models.lifecycle import wake_beats
 
 CHAIN_STATES = (RunState.SUCCEEDED.value, RunState.FAILED.value, RunState.DEAD.value)  # a child may run after these
 DEFAULT_AFTER_STATES = [RunState.SUCCEEDED.value]
-# dispatch/waker.py's WAKE_CHANNEL (which this floor may not import): beats LISTEN there.
-BEATS_CHANNEL = "cronfleet_jobs"
 CHAIN_REASON = "quota_chain: started by run {run} of job {job}; a beat queues it within its tenant's quota"
 PAUSED_REASON = "chain: job is paused; run {run} of job {job} ended {state}"
 OVERLAP_REASON = "chain: overlap_policy skip: an earlier run is still going; run {run} of job {job} ended {state}"
@@ -106,13 +103,6 @@ def start_children_of(run_ids: list[int]) -> int:
     rows = JobRun.objects.filter(id__in=run_ids, job__has_children=True).values_list(
         "id", "job_id", "tenant_id", "scheduled_at", "state")
     return start_children(Ended(*row) for row in rows)
-
-
-def wake_beats() -> None:
-    """NOTIFY the beats, delivered at commit (dispatch/waker.py listens)."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(f"NOTIFY {BEATS_CHANNEL}")
 
 
 def parent_fire(run: JobRun) -> tuple[str | None, int | None]:

@@ -1,16 +1,26 @@
 """Writes to a job's life that more than one floor makes: pausing a job (the services, and
-the worker when a target answers that it is gone), the skipped run of a fire, and the audit
-row of a job's change."""
+the worker when a target answers that it is gone), the skipped run of a fire, the audit
+row of a job's change, and the NOTIFY that wakes sleeping beats (the services, and a run's
+end that starts a chained run)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 
 from scheduler_app.models.core import AuditEvent, Job, JobRun, RunState, db_now
 from scheduler_app.validation import check_line
+
+WAKE_CHANNEL = "cronfleet_jobs"  # beats LISTEN here (dispatch/waker.py)
+
+
+def wake_beats() -> None:
+    """Tell sleeping beats (LISTEN cronfleet_jobs) that a job changed; delivered at commit."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(f"NOTIFY {WAKE_CHANNEL}")
 
 
 def job_pause(job: Job, *, note: str = "", actor: str = "") -> Job:
