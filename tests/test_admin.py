@@ -338,6 +338,23 @@ def test_add_job_sets_priority_overlap_and_jitter(admin_client, tenant):
                                                                                                       600)
 
 
+def test_add_check_in_job_makes_its_ping_key_and_runs_no_task(admin_client, tenant):
+    response = admin_client.post(url("job", "add"), job_form(tenant, task_name="", check_in="on", grace_seconds="120"))
+
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    job = Job.objects.get(name="from-admin")
+    assert (job.target_kind, job.target_config, job.task_name) == ("monitor", {"grace_seconds": 120}, "")
+    page = admin_client.get(url("job", "change", job.pk)).content.decode()
+    assert services.ping_url(job.monitor.ping_key) in page
+
+
+def test_add_check_in_job_without_grace_takes_the_default(admin_client, tenant):
+    response = admin_client.post(url("job", "add"), job_form(tenant, task_name="", check_in="on"))
+
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    assert Job.objects.get(name="from-admin").target_config == {"grace_seconds": 300}
+
+
 @pytest.mark.parametrize(("overrides", "field", "message"), [
     ({"priority": "10"}, "priority", "must be between 0 and 9"),
     ({"cron": "*/5 * * * *", "jitter_seconds": "600"}, "jitter_seconds", "shortest gap"),
@@ -348,6 +365,10 @@ def test_add_job_sets_priority_overlap_and_jitter(admin_client, tenant):
     ({"args": '{"a": 1}'}, "args", "must be a JSON array"),
     ({"kwargs": "[NaN]"}, "kwargs", "NaN and Infinity are not allowed"),
     ({"task_name": "os.system"}, "task_name", "Select a valid choice"),
+    ({"task_name": ""}, "task_name", "Choose a task, or tick Check-in job"),
+    ({"check_in": "on"}, "task_name", "A check-in job runs no task"),
+    ({"grace_seconds": "60"}, "grace_seconds", "Grace is for check-in jobs only"),
+    ({"task_name": "", "check_in": "on", "grace_seconds": "0"}, "grace_seconds", "greater than or equal to 1"),
     ({"tags": '["one", 2]'}, "tags", "Give tags separated by commas"),
     ({"tags": "ok, " + "x" * 65}, "tags", "tags.1: "),
     ({"cron": "", "run_at_0": "2020-01-01", "run_at_1": "00:00:00"}, "run_at", "is in the past"),

@@ -28,8 +28,9 @@ from scheduler_app.admin.common import (
 )
 from scheduler_app.admin.retention import IN_FORCE, RETENTION_FIELDS, RETENTION_FIELDSET, RetentionAdminMixin
 from scheduler_app.management.tables import describe_schedule, local_text, shorten, utc_text
-from scheduler_app.models import PRIORITY_MAX, PRIORITY_MIN, Calendar, Job, JobRun, db_now
+from scheduler_app.models import PRIORITY_MAX, PRIORITY_MIN, Calendar, Job, JobRun, TargetKind, db_now
 from scheduler_app.services.edits import check_managed, managed_notice
+from scheduler_app.targets import monitor
 from scheduler_app.targets import sql as sqljobs
 
 NEXT_FIRES = 5
@@ -74,7 +75,14 @@ def limit_calendars(form: forms.ModelForm, tenant_id: int | None) -> None:
 class JobAddForm(forms.ModelForm):
     """Creates a job through services.job_create; validated by services.validate_spec."""
 
-    task_name = forms.ChoiceField(choices=allowed_task_choices, label="Task")
+    task_name = forms.ChoiceField(choices=allowed_task_choices, label="Task", required=False,
+                                  help_text="What Cronfleet runs; blank for a check-in job")
+    check_in = forms.BooleanField(required=False, label="Check-in job",
+                                  help_text="Runs elsewhere and pings its check-in URL (docs/check-ins.md); "
+                                            "Cronfleet runs nothing")
+    grace_seconds = forms.IntegerField(required=False, min_value=1, max_value=monitor.MAX_GRACE_SECONDS,
+                                       help_text=f"A check-in job's grace after each fire; blank: "
+                                                 f"{monitor.DEFAULT_GRACE_SECONDS}")
     tags = TagsField()
     timezone = forms.CharField(required=False, max_length=64,
                                help_text="IANA zone the cron expression is read in; blank: the tenant's zone")
@@ -120,8 +128,10 @@ class JobAddForm(forms.ModelForm):
             data["timezone"] = tenant.timezone if tenant else "UTC"
         if self.errors or tenant is None:
             return data
+        if not target_chosen(self, data):
+            return data
         spec = services.JobSpec(
-            name=data["name"], task_name=data["task_name"], cron=data.get("cron") or "",
+            name=data["name"], task_name=data.get("task_name") or "", cron=data.get("cron") or "",
             timezone=data["timezone"], every=data.get("every_seconds"), at=data.get("run_at"),
             start_at=data.get("start_at"), end_at=data.get("end_at"), args=data.get("args"),
             kwargs=data.get("kwargs"), queue=data.get("queue") or "", priority=data["priority"],
@@ -136,6 +146,10 @@ class JobAddForm(forms.ModelForm):
             calendar_policy=data.get("calendar_policy") or "skip",
             after_job=data["after_job"].name if data.get("after_job") else "", after_states=data.get("after_states"),
         )
+        if data.get("check_in"):
+            grace = data.get("grace_seconds")
+            spec.target_kind = TargetKind.MONITOR.value
+            spec.monitor = {"grace_seconds": grace if grace is not None else monitor.DEFAULT_GRACE_SECONDS}
         try:
             _, fields = services.validate_spec(tenant, spec, db_now())
         except services.InvalidInput as exc:
@@ -145,6 +159,19 @@ class JobAddForm(forms.ModelForm):
         data.update({name: value for name, value in fields.items() if name in self.fields})
         self.spec = spec
         return data
+
+
+def target_chosen(form: JobAddForm, data: dict) -> bool:
+    """A task, or a check-in job (which has none): exactly one, each error on its field."""
+    if data.get("check_in") and data.get("task_name"):
+        form.add_error("task_name", "A check-in job runs no task: leave Task blank.")
+    elif not data.get("check_in") and not data.get("task_name"):
+        form.add_error("task_name", "Choose a task, or tick Check-in job.")
+    elif not data.get("check_in") and data.get("grace_seconds") is not None:
+        form.add_error("grace_seconds", "Grace is for check-in jobs only.")
+    else:
+        return True
+    return False
 
 
 # The change form's fields -> JobSpec names (the others have the same name in both).
@@ -286,7 +313,8 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
                                  "jitter_seconds", "calendar", "calendar_policy"),
                       "description": "Give exactly one of cron, every seconds or run at. "
                                      f"Datetimes are in the site's zone ({settings.TIME_ZONE})."}),
-        ("Target", {"fields": ("task_name", "args", "kwargs", "queue", "priority", "timeout_seconds", "batch")}),
+        ("Target", {"fields": ("task_name", "args", "kwargs", "queue", "priority", "timeout_seconds", "batch",
+                               "check_in", "grace_seconds")}),
         ("Retries, misfires and overlap", {"fields": ("max_attempts", "retry_backoff_seconds",
                                                       "retry_backoff_max_seconds", "misfire_policy",
                                                       "catchup_window_seconds", "run_all_cap", "overlap_policy")}),
