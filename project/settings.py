@@ -624,6 +624,14 @@ CRONFLEET_METRICS_ADDRESS = env_str("CRONFLEET_METRICS_ADDRESS", "0.0.0.0")
 # When set, the web's /metrics answers only `Authorization: Bearer <this>` (Prometheus's
 # `authorization: {credentials: ...}`); empty: open, like /healthz.
 CRONFLEET_METRICS_TOKEN = env_str("CRONFLEET_METRICS_TOKEN", "")
+# The autoscaling forecast on /metrics (scheduler_app/observability/forecast.py,
+# docs/autoscaling.md): the start lag its recommended workers aim at, the runs one worker
+# runs at once, the duration of a job with no finished runs in a queue with none either,
+# and how long one computation serves later scrapes (0: every scrape computes it).
+CRONFLEET_FORECAST_TARGET_LAG_SECONDS = env_float("CRONFLEET_FORECAST_TARGET_LAG_SECONDS", 30.0, minimum=0.0)
+CRONFLEET_FORECAST_WORKER_CONCURRENCY = env_int("CRONFLEET_FORECAST_WORKER_CONCURRENCY", 8, minimum=1)
+CRONFLEET_FORECAST_DEFAULT_SECONDS = env_float("CRONFLEET_FORECAST_DEFAULT_SECONDS", 1.0, minimum=0.0)
+CRONFLEET_FORECAST_CACHE_SECONDS = env_float("CRONFLEET_FORECAST_CACHE_SECONDS", 5.0, minimum=0.0)
 
 # --- Admin login throttle (scheduler_app/admin/login.py) -------------------------------------
 # After this many failed logins for one username from one address (CRONFLEET_TRUSTED_PROXIES

@@ -1,5 +1,5 @@
 """What operators see of the fleet: Prometheus metrics (metrics.py) and the cluster's gauges
-(cluster.py), beats and workers as nodes with heartbeats (nodes.py), /healthz, /readyz and
+(cluster.py), the autoscaling forecast (forecast.py), beats and workers as nodes with heartbeats (nodes.py), /healthz, /readyz and
 /metrics (health.py), the dashboard's queries (dashboard.py), the JSON log format
 (logformat.py) and the fault suite's failpoints (failpoints.py).
 
@@ -8,4 +8,4 @@ up. Every room may call these modules; none of them calls the beat, the worker o
 services.
 """
 
-__all__ = ["cluster", "dashboard", "failpoints", "health", "logformat", "metrics", "nodes"]
+__all__ = ["cluster", "dashboard", "failpoints", "forecast", "health", "logformat", "metrics", "nodes"]

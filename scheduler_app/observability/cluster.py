@@ -195,11 +195,12 @@ def labelled(name: str, documentation: str, label: str, values: dict[str, float]
     return family
 
 
-# Every name ClusterCollector exposes (the dashboard's and the alerts' queries are checked
-# against these and metrics.names()).
+# Every name ClusterCollector and its sibling forecast.ForecastCollector expose (the
+# dashboard's and the alerts' queries are checked against these and metrics.names()).
 NAMES = {
     "cronfleet_database_up", "cronfleet_broker_up", "cronfleet_due_jobs", "cronfleet_oldest_due_seconds",
     "cronfleet_runs_in_flight", "cronfleet_runs_waiting", "cronfleet_queue_depth", "cronfleet_queue_workers",
     "cronfleet_queue_unconsumed",
     "cronfleet_nodes", "cronfleet_node_last_seen_seconds", "cronfleet_cluster_scrape_seconds",
+    "cronfleet_forecast_fires", "cronfleet_forecast_work_seconds", "cronfleet_forecast_workers",
 }

@@ -404,32 +404,44 @@ def group_calendars(groups: list[tuple], now: datetime) -> dict[int, schedules.B
 def forecast(groups: list[tuple], now: datetime,
              calendars: dict[int, schedules.BusinessCalendar] | None = None) -> tuple[list[datetime], list[int]]:
     """Fires due per minute for the next 60 minutes, from the jobs' schedules with their
-    calendars, as the beat plans them: each group of jobs sharing a schedule, calendar and
-    first minute fires together (jitter can move a fire into the next minute; end_at is not
-    applied: both are small). A fire its calendar skips is not counted; one it moves counts
-    where it moves to (next_run_at is already a moved fire). Overdue jobs count in the
-    first minute."""
+    calendars (group_fires). Overdue jobs count in the first minute."""
     start = truncate(now)
     minutes = [start + MINUTE * i for i in range(60)]
     counts = defaultdict(int)
-    end = start + HOUR
-    for cron, zone, every, run_at, calendar_id, policy, first_minute, jobs in groups:
-        calendar = (calendars or {}).get(calendar_id) if calendar_id is not None else None
-        first = max(first_minute, start)
-        try:
-            schedule = schedule_of(cron, zone, every, run_at, first_minute if every else None, None, None,
-                                   calendar=calendar, calendar_policy=policy)
-            # An hour holds at most 60 cron fires (minute resolution), or 3600 / every.
-            count = 0 if run_at and not cron and not every else (60 if cron else 3600 // every + 1)
-            fires = schedules.preview(schedule, first + MINUTE - timedelta(microseconds=1), count) if count else []
-        except (schedules.InvalidSchedule, ValueError):
-            fires, schedule = [], None
-        for at in [first_minute, *fires]:
-            if at >= end:
-                break
-            if schedule is None or not skipped_by_calendar(schedule, at):
-                counts[max(truncate(at), start)] += jobs
+    for group in groups:
+        for at in group_fires(group[:7], start, start + HOUR, calendars):
+            counts[max(truncate(at), start)] += group[7]
     return minutes, [counts.get(minute, 0) for minute in minutes]
+
+
+def group_fires(group: tuple, start: datetime, end: datetime,
+                calendars: dict[int, schedules.BusinessCalendar] | None = None) -> list[datetime]:
+    """The fires before `end` of one group of jobs sharing a schedule, calendar and first
+    minute, (cron, timezone, every_seconds, run_at, calendar_id, calendar_policy,
+    first_minute), as the beat plans them (jitter can move a fire into the next minute;
+    end_at is not applied: both are small). A fire its calendar skips is left out; one it
+    moves is where it moves to (next_run_at is already a moved fire). The first fire may be
+    before `start` (overdue): callers count it as due at `start`. Also the autoscaling
+    forecast's (forecast.py)."""
+    cron, zone, every, run_at, calendar_id, policy, first_minute = group
+    calendar = (calendars or {}).get(calendar_id) if calendar_id is not None else None
+    first = max(first_minute, truncate(start))  # the fires after the minute of an overdue one
+    try:
+        schedule = schedule_of(cron, zone, every, run_at, first_minute if every else None, None, None,
+                               calendar=calendar, calendar_policy=policy)
+        # A span holds at most one cron fire a minute (minute resolution), or span / every.
+        span = int((end - first).total_seconds())
+        count = 0 if run_at and not cron and not every else (span // 60 + 1 if cron else span // every + 1)
+        fires = schedules.preview(schedule, first + MINUTE - timedelta(microseconds=1), count) if count > 0 else []
+    except (schedules.InvalidSchedule, ValueError):
+        fires, schedule = [], None
+    found = []
+    for at in [first_minute, *fires]:
+        if at >= end:
+            break
+        if schedule is None or not skipped_by_calendar(schedule, at):
+            found.append(at)
+    return found
 
 
 def skipped_by_calendar(schedule: schedules.Schedule, at: datetime) -> bool:

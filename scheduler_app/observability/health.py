@@ -31,6 +31,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from scheduler_app.models import NodeKind, db_now
 from scheduler_app.observability import metrics
 from scheduler_app.observability.cluster import ClusterCollector
+from scheduler_app.observability.forecast import ForecastCollector
 from scheduler_app.observability.nodes import node_states
 from scheduler_app.queues import broker_errors
 
@@ -117,6 +118,7 @@ def metrics_view(request):
         return response
     registry = CollectorRegistry()
     registry.register(ClusterCollector())
+    registry.register(ForecastCollector())
     if metrics.MULTIPROC_DIR:
         registry.register(metrics.LiveProcessesCollector(None, metrics.MULTIPROC_DIR))
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,179 @@
+"""The next quarter hour per queue, for autoscalers (docs/autoscaling.md): fires due in the
+next 1, 5 and 15 minutes, the work they bring (fires x each job's recent median run
+duration) and the workers that work needs to start within a target start lag.
+
+The fires are the dashboard's (dashboard.group_fires): the enabled jobs due within the
+longest horizon, grouped by queue, schedule, calendar and first minute, each group's fires
+expanded once, overdue jobs counted as due now. For a queue q, with c the concurrency of one
+worker (CRONFLEET_FORECAST_WORKER_CONCURRENCY) and L the target start lag
+(CRONFLEET_FORECAST_TARGET_LAG_SECONDS):
+
+    workers(q) = max(ceil(in_flight(q) / c), max over h in 1m, 5m, 15m of ceil(work(q, h) / ((h + L) * c)))
+
+that is, enough slots that the work due within h is done or started by h + L, and never fewer
+than the runs queued or running now occupy. A job's duration is the median of its last
+RECENT_RUNS runs that finished (started to finished); a job with none, the mean of those
+medians in its queue, else CRONFLEET_FORECAST_DEFAULT_SECONDS.
+
+Read at a scrape of the web's /metrics (ForecastCollector), at most once every
+CRONFLEET_FORECAST_CACHE_SECONDS per process. The cost:
+
+- the due jobs are read through job_due_idx up to now + 15 minutes (the dashboard reads an
+  hour of them);
+- durations are read for the DURATION_SAMPLE jobs due soonest, RECENT_RUNS entries each of
+  jobrun_one_per_fire (job_id, scheduled_at) walked backwards: never a job's whole history;
+- runs in flight per queue through the partial jobrun_active_idx, at most IN_FLIGHT_CAP.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import DatabaseError, connection
+from prometheus_client.core import GaugeMetricFamily
+
+from scheduler_app.models import db_now
+from scheduler_app.observability.dashboard import group_calendars, group_fires
+from scheduler_app.queues import queue_name
+
+logger = logging.getLogger(__name__)
+
+HORIZONS = {"1m": 60, "5m": 300, "15m": 900}
+RECENT_RUNS = 20  # a job's last runs read for its median duration (finished ones count)
+DURATION_SAMPLE = 10_000  # jobs whose durations are read; the others take their queue's mean
+IN_FLIGHT_CAP = 100_000  # runs in flight counted at most (past it, the floor says "at least")
+
+FORECAST_SQL = """
+WITH due AS (
+    SELECT id, queue, cron, timezone, every_seconds, run_at, calendar_id, calendar_policy, next_run_at
+      FROM scheduler_app_job
+     WHERE enabled AND next_run_at IS NOT NULL AND next_run_at < %(end)s
+), timed AS (
+    SELECT soonest.id, recent.median
+      FROM (SELECT id FROM due ORDER BY next_run_at, id LIMIT %(sample)s) AS soonest
+      CROSS JOIN LATERAL (
+          SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - started_at)) AS median
+            FROM (SELECT state, started_at, finished_at FROM scheduler_app_jobrun AS run
+                   WHERE run.job_id = soonest.id ORDER BY run.scheduled_at DESC LIMIT %(recent)s) AS last
+           WHERE state IN ('succeeded', 'failed', 'dead') AND started_at IS NOT NULL AND finished_at IS NOT NULL
+      ) AS recent
+)
+SELECT queue, cron, timezone, every_seconds, run_at, calendar_id, calendar_policy,
+       date_trunc('minute', next_run_at), count(*), coalesce(sum(timed.median), 0), count(timed.median)
+  FROM due LEFT JOIN timed USING (id)
+ GROUP BY 1, 2, 3, 4, 5, 6, 7, 8
+"""
+# The predicate implies jobrun_active_idx's, so the planner reads that partial index only.
+IN_FLIGHT_SQL = """
+SELECT job.queue, count(*)
+  FROM (SELECT job_id FROM scheduler_app_jobrun WHERE state IN ('queued', 'running') LIMIT %(cap)s) AS run
+  JOIN scheduler_app_job AS job ON job.id = run.job_id
+ GROUP BY 1
+"""
+
+
+@dataclass
+class Forecast:
+    now: datetime
+    fires: dict[str, dict[str, int]] = field(default_factory=dict)  # queue -> horizon -> fires
+    work: dict[str, dict[str, float]] = field(default_factory=dict)  # queue -> horizon -> seconds
+    in_flight: dict[str, int] = field(default_factory=dict)  # queue -> runs queued or running
+    workers: dict[str, int] = field(default_factory=dict)  # queue -> recommended workers
+
+
+def compute(now: datetime) -> Forecast:
+    """The forecast at `now`. Raises DatabaseError when the database does not answer."""
+    end = now + timedelta(seconds=max(HORIZONS.values()))
+    with connection.cursor() as cursor:
+        cursor.execute(FORECAST_SQL, {"end": end, "sample": DURATION_SAMPLE, "recent": RECENT_RUNS})
+        rows = cursor.fetchall()
+        cursor.execute(IN_FLIGHT_SQL, {"cap": IN_FLIGHT_CAP})
+        in_flight = {queue_name(queue): count for queue, count in cursor.fetchall()}
+    found = Forecast(now=now, in_flight=in_flight)
+    add_fires(found, rows, group_calendars([row[1:] for row in rows], now))
+    found.workers = {queue: recommended_workers(found.work.get(queue, {}), found.in_flight.get(queue, 0))
+                     for queue in sorted({*found.fires, *found.in_flight})}
+    return found
+
+
+def add_fires(found: Forecast, rows: list[tuple], calendars: dict) -> None:
+    """Each group's fires and work into its queue, per horizon."""
+    fallback = queue_durations(rows)
+    for queue, *schedule, first_minute, jobs, known_sum, known in rows:
+        queue = queue_name(queue)
+        per_fire = known_sum + (jobs - known) * fallback.get(queue, settings.CRONFLEET_FORECAST_DEFAULT_SECONDS)
+        fires = group_fires((*schedule, first_minute), found.now, found.now + timedelta(seconds=max(HORIZONS.values())), calendars)
+        fires_in = found.fires.setdefault(queue, dict.fromkeys(HORIZONS, 0))
+        work_in = found.work.setdefault(queue, dict.fromkeys(HORIZONS, 0.0))
+        for horizon, seconds in HORIZONS.items():
+            count = sum(1 for at in fires if at < found.now + timedelta(seconds=seconds))
+            fires_in[horizon] += count * jobs
+            work_in[horizon] += count * per_fire
+
+
+def queue_durations(rows: list[tuple]) -> dict[str, float]:
+    """The mean of the known job medians in each queue: the duration of its jobs without one."""
+    sums, counts = defaultdict(float), defaultdict(int)
+    for row in rows:
+        sums[queue_name(row[0])] += row[-2]
+        counts[queue_name(row[0])] += row[-1]
+    return {queue: sums[queue] / counts[queue] for queue in sums if counts[queue]}
+
+
+def recommended_workers(work: dict[str, float], in_flight: int) -> int:
+    """Workers so that each horizon's work starts within the target lag (the docstring's formula)."""
+    concurrency = settings.CRONFLEET_FORECAST_WORKER_CONCURRENCY
+    lag = settings.CRONFLEET_FORECAST_TARGET_LAG_SECONDS
+    needed = [math.ceil(in_flight / concurrency)]
+    needed += [math.ceil(work.get(horizon, 0.0) / ((seconds + lag) * concurrency)) for horizon, seconds in HORIZONS.items()]
+    return max(0, *needed)
+
+
+_cached: tuple[float, Forecast] | None = None
+
+
+def cached() -> Forecast:
+    """compute(db_now()), reused for CRONFLEET_FORECAST_CACHE_SECONDS (0: never reused)."""
+    global _cached
+    ttl = settings.CRONFLEET_FORECAST_CACHE_SECONDS
+    if _cached is not None and ttl > 0 and time.monotonic() - _cached[0] < ttl:
+        return _cached[1]
+    found = compute(db_now())
+    _cached = (time.monotonic(), found)
+    return found
+
+
+class ForecastCollector:
+    """The forecast as Prometheus gauges, beside ClusterCollector on the web's /metrics."""
+
+    def collect(self):
+        try:
+            found = cached()
+        except DatabaseError as exc:  # ClusterCollector says cronfleet_database_up 0
+            logger.warning("metrics: the forecast's database did not answer: %s", exc)
+            return
+        yield by_horizon("cronfleet_forecast_fires", "Fires due per queue within each horizon (overdue: due now)",
+                         found.fires)
+        yield by_horizon("cronfleet_forecast_work_seconds", "Expected run time due per queue within each horizon: "
+                         "fires x each job's recent median duration", found.work)
+        workers = GaugeMetricFamily("cronfleet_forecast_workers", "Workers recommended per queue so that the "
+                                    "forecast work starts within CRONFLEET_FORECAST_TARGET_LAG_SECONDS",
+                                    labels=["queue"])
+        for queue, count in sorted(found.workers.items()):
+            workers.add_metric([queue], count)
+        yield workers
+
+
+def by_horizon(name: str, documentation: str, values: dict[str, dict[str, float]]) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, documentation, labels=["queue", "horizon"])
+    for queue, horizons in sorted(values.items()):
+        for horizon, value in horizons.items():
+            family.add_metric([queue, horizon], value)
+    return family
+

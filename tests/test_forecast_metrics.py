@@ -1,0 +1,281 @@
+"""The autoscaling forecast (observability/forecast.py, docs/autoscaling.md): fires due per
+queue in the next 1, 5 and 15 minutes as the beat plans them (a calendar's skipped fire left
+out, an overdue job due now), the work they bring from each job's recent median duration,
+the recommended workers by the documented formula, its series on /metrics; the plain script
+(deploy/autoscale.py) reading them, and the KEDA example querying a series that exists."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import threading
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+import yaml
+from django.db import DatabaseError
+from prometheus_client.parser import text_string_to_metric_families
+
+from scheduler_app import services
+from scheduler_app.models import Job, JobRun, RunState
+from scheduler_app.observability import cluster, forecast
+from scheduler_app.queues import queue_name
+from tests.conftest import ROOT
+
+# A Monday evening; the Tuesday after is a holiday of the tenant's calendar.
+NOW = datetime(2031, 3, 3, 23, 50, 30, tzinfo=UTC)
+HOLIDAY = "2031-03-04"
+SCRIPT = ROOT / "deploy" / "autoscale.py"
+LAG, CONCURRENCY, DEFAULT = 30.0, 1, 3.0
+
+
+@pytest.fixture
+def forecast_settings(settings):
+    settings.CRONFLEET_FORECAST_TARGET_LAG_SECONDS = LAG
+    settings.CRONFLEET_FORECAST_WORKER_CONCURRENCY = CONCURRENCY
+    settings.CRONFLEET_FORECAST_DEFAULT_SECONDS = DEFAULT
+    settings.CRONFLEET_FORECAST_CACHE_SECONDS = 0
+    return settings
+
+
+def job(tenant, name: str, next_run_at: datetime, *, queue: str = "", cron: str = "", every: int | None = None,
+        calendar: str = "") -> Job:
+    spec = services.JobSpec(name=name, task_name="scheduler_app.echo", cron=cron, every=every, timezone="UTC",
+                            queue=queue, calendar=calendar, calendar_policy="skip")
+    made = services.job_create(tenant, spec)
+    Job.objects.filter(id=made.id).update(next_run_at=next_run_at)
+    return made
+
+
+def runs(made: Job, *durations: float | None, state: str = RunState.SUCCEEDED) -> None:
+    """Runs of `made` an hour back and earlier, newest last; None: started, not finished."""
+    for i, seconds in enumerate(durations):
+        started = NOW - timedelta(hours=1 + len(durations) - i)
+        JobRun.objects.create(job=made, tenant=made.tenant, scheduled_at=started, created_at=started, state=state,
+                              started_at=started,
+                              finished_at=None if seconds is None else started + timedelta(seconds=seconds))
+
+
+@pytest.fixture
+def fleet(db, forecast_settings):
+    acme = services.tenant_create(slug="acme", name="Acme", timezone="UTC")
+    services.calendar_create(acme, name="ops", extra_holidays={HOLIDAY: "Founders' day"})
+    five = job(acme, "five", datetime(2031, 3, 3, 23, 55, tzinfo=UTC), queue="alpha", cron="*/5 * * * *")
+    runs(five, 100, 300, 200)  # median 200
+    JobRun.objects.create(job=five, tenant=acme, scheduled_at=NOW - timedelta(minutes=5), created_at=NOW,
+                          state=RunState.SKIPPED)  # no duration: not counted
+    minutely = job(acme, "minutely", datetime(2031, 3, 3, 23, 50, tzinfo=UTC), queue="alpha", every=60)  # overdue
+    runs(minutely, 40, 1000, 80)  # median 80
+    JobRun.objects.create(job=minutely, tenant=acme, scheduled_at=NOW - timedelta(seconds=30), created_at=NOW,
+                          state=RunState.QUEUED)
+    job(acme, "midnight", datetime(2031, 3, 4, 0, 0, tzinfo=UTC), queue="alpha", cron="0 0 * * *")  # no runs
+    job(acme, "skipping", datetime(2031, 3, 3, 23, 55, tzinfo=UTC), queue="beta", cron="*/5 * * * *",
+        calendar="ops")  # 00:00 and 00:05 fall on the holiday
+    busy = job(acme, "busy", datetime(2031, 3, 3, 23, 51, tzinfo=UTC), cron="* * * * *")  # the default queue
+    runs(busy, None, None, None, None, None, state=RunState.RUNNING)
+    return acme
+
+
+def formula(work: dict[str, float], in_flight: int) -> int:
+    """docs/autoscaling.md's formula, written out again."""
+    slots = [math.ceil(in_flight / CONCURRENCY)]
+    slots += [math.ceil(work[h] / ((seconds + LAG) * CONCURRENCY)) for h, seconds in (("1m", 60), ("5m", 300),
+                                                                                         ("15m", 900))]
+    return max(slots)
+
+
+def test_fires_per_queue_and_horizon_are_counted_as_the_beat_plans_them(fleet):
+    found = forecast.compute(NOW)
+
+    assert found.fires == {
+        # five: 23:55, 00:00, 00:05; minutely: 23:50 (overdue: now) to 00:05; midnight: 00:00
+        "alpha": {"1m": 0 + 2 + 0, "5m": 1 + 6 + 0, "15m": 3 + 16 + 1},
+        "beta": {"1m": 0, "5m": 1, "15m": 1},  # 23:55 only: the calendar skips the holiday's
+        queue_name(""): {"1m": 1, "5m": 5, "15m": 15},
+    }
+
+
+def test_work_is_fires_times_each_jobs_median_with_the_documented_fallbacks(fleet):
+    found = forecast.compute(NOW)
+
+    mean = (200 + 80) / 2  # midnight has no runs: its queue's mean of medians
+    assert found.work == {
+        "alpha": {"1m": 2 * 80, "5m": 1 * 200 + 6 * 80, "15m": 3 * 200 + 16 * 80 + 1 * mean},
+        "beta": {"1m": 0, "5m": DEFAULT, "15m": DEFAULT},  # no runs in the queue: the setting
+        queue_name(""): {"1m": DEFAULT, "5m": 5 * DEFAULT, "15m": 15 * DEFAULT},  # running runs have no duration
+    }
+
+
+def test_recommended_workers_follow_the_formula_and_never_drop_below_the_runs_in_flight(fleet):
+    found = forecast.compute(NOW)
+
+    assert found.in_flight == {"alpha": 1, queue_name(""): 5}
+    assert found.workers == {"alpha": formula(found.work["alpha"], 1), "beta": formula(found.work["beta"], 0),
+                             queue_name(""): formula(found.work[queue_name("")], 5)}
+    assert found.workers == {"alpha": 3, "beta": 1, queue_name(""): 5}  # 2020 s due in 930 s; 5 running
+
+
+def test_more_concurrency_or_a_longer_lag_needs_fewer_workers(fleet, forecast_settings):
+    forecast_settings.CRONFLEET_FORECAST_WORKER_CONCURRENCY = 4
+    assert forecast.compute(NOW).workers == {"alpha": 1, "beta": 1, queue_name(""): 2}
+    forecast_settings.CRONFLEET_FORECAST_WORKER_CONCURRENCY = 1
+    forecast_settings.CRONFLEET_FORECAST_TARGET_LAG_SECONDS = 3600
+    assert forecast.compute(NOW).workers["alpha"] == 1
+
+
+def test_nothing_due_recommends_no_workers(db, forecast_settings):
+    assert forecast.compute(NOW).workers == {}
+    assert forecast.recommended_workers({}, 0) == 0
+
+
+def test_the_durations_read_walk_each_jobs_newest_runs_not_the_ledger(fleet):
+    from tests.conftest import rows_read
+
+    five = Job.objects.get(name="five")
+    older = [JobRun(job=five, tenant=five.tenant, scheduled_at=NOW - timedelta(days=2, minutes=i), created_at=NOW,
+                    state=RunState.SUCCEEDED) for i in range(3000)]
+    JobRun.objects.bulk_create(older)
+    params = {"end": NOW + timedelta(minutes=15), "sample": forecast.DURATION_SAMPLE, "recent": forecast.RECENT_RUNS}
+
+    read, plan = rows_read(forecast.FORECAST_SQL, params, "scheduler_app_jobrun")
+
+    assert read <= 5 * forecast.RECENT_RUNS, plan
+
+
+def test_metrics_exposes_the_forecast_and_the_cache_serves_later_scrapes(client, fleet, forecast_settings,
+                                                                         monkeypatch):
+    monkeypatch.setattr(forecast, "db_now", lambda: NOW)
+    families = {family.name: family for family in text_string_to_metric_families(client.get("/metrics").content.decode())}
+
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families.values() for s in f.samples}
+    assert samples[("cronfleet_forecast_fires", (("horizon", "15m"), ("queue", "alpha")))] == 20
+    assert samples[("cronfleet_forecast_work_seconds", (("horizon", "5m"), ("queue", "beta")))] == DEFAULT
+    assert samples[("cronfleet_forecast_workers", (("queue", "alpha"),))] == 3
+    assert {"cronfleet_forecast_fires", "cronfleet_forecast_work_seconds", "cronfleet_forecast_workers"} <= set(
+        families) <= cluster.NAMES
+
+    forecast_settings.CRONFLEET_FORECAST_CACHE_SECONDS = 60
+    first = forecast.cached()
+    Job.objects.update(enabled=False)
+    assert forecast.cached() is first  # within the cache's seconds: not computed again
+    forecast_settings.CRONFLEET_FORECAST_CACHE_SECONDS = 0
+    assert forecast.cached().workers == {"alpha": 1, queue_name(""): 5}  # the runs in flight remain
+
+
+def test_a_database_error_leaves_the_rest_of_the_scrape(client, db, forecast_settings, monkeypatch):
+    def broken(now):
+        raise DatabaseError("the forecast's statement timed out")
+
+    monkeypatch.setattr(forecast, "compute", broken)
+    response = client.get("/metrics")
+
+    names = {family.name for family in text_string_to_metric_families(response.content.decode())}
+    assert response.status_code == 200 and "cronfleet_due_jobs" in names
+    assert not names & {"cronfleet_forecast_fires", "cronfleet_forecast_workers"}
+
+
+# --- the plain script -------------------------------------------------------------------------
+
+
+def script(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def served():
+    """A local HTTP server answering every GET with the body in served.body (and its path)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            server.paths.append(self.path)
+            server.auth.append(self.headers.get("Authorization"))
+            body = server.body.encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    server.body, server.paths, server.auth = "", [], []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_script_reads_the_workers_from_cronfleets_metrics(client, fleet, monkeypatch, served, tmp_path):
+    monkeypatch.setattr(forecast, "db_now", lambda: NOW)
+    served.body = client.get("/metrics").content.decode()
+    url = f"http://127.0.0.1:{served.server_port}/metrics"
+    out = tmp_path / "scaled"
+
+    alpha = script("--metrics-url", url, "--queue", "alpha", "--once", "--token", "t0k")
+    bounded = script("--metrics-url", url, "--queue", "alpha", "--once", "--max", "2")
+    ran = script("--metrics-url", url, "--once", "--min", "7", "--run", f"{sys.executable} -c "
+                 f"\"import sys; open(sys.argv[1], 'w').write(sys.argv[2])\" {out} {{n}}")
+
+    assert (alpha.returncode, alpha.stdout) == (0, "3\n"), alpha.stderr
+    assert served.auth[0] == "Bearer t0k"
+    assert bounded.stdout == "2\n"
+    assert ran.returncode == 0, ran.stderr
+    assert out.read_text() == "7"  # the default queue's 5, raised to --min
+
+
+def test_the_script_reads_the_workers_from_prometheus(served):
+    served.body = ('{"status": "success", "data": {"resultType": "vector", "result": ['
+                   '{"metric": {"queue": "beta"}, "value": [1, "4"]}, {"metric": {"queue": "beta"}, "value": [1, "6"]}]}}')
+
+    done = script("--prometheus", f"http://127.0.0.1:{served.server_port}", "--queue", "beta", "--once")
+
+    assert (done.returncode, done.stdout) == (0, "6\n"), done.stderr
+    assert served.paths[0].startswith("/api/v1/query?query=cronfleet_forecast_workers%7Bqueue%3D%22beta%22%7D")
+
+
+def test_a_queue_the_metrics_lack_is_an_error_that_names_it(served):
+    served.body = 'cronfleet_forecast_workers{queue="alpha"} 3.0\n'
+
+    done = script("--metrics-url", f"http://127.0.0.1:{served.server_port}/metrics", "--queue", "gamma", "--once")
+
+    assert done.returncode == 1 and "queue='gamma'" in done.stderr
+
+
+@pytest.mark.parametrize(("args", "flag"), [
+    (["--metrics-url", "ftp://x/metrics", "--once"], "--metrics-url"),
+    (["--prometheus", "prometheus:9090", "--once"], "--prometheus"),
+    (["--metrics-url", "http://x/metrics", "--once", "--min", "-1"], "--min"),
+    (["--metrics-url", "http://x/metrics", "--once", "--min", "3", "--max", "2"], "--max"),
+    (["--metrics-url", "http://x/metrics", "--once", "--run", "scale worker"], "--run"),
+    (["--metrics-url", "http://x/metrics", "--interval", "0"], "--interval"),
+    (["--metrics-url", "http://x/metrics", "--interval", "soon"], "--interval"),
+    (["--once"], "--metrics-url"),
+])
+def test_bad_input_is_refused_naming_the_flag(args, flag):
+    done = script(*args)
+
+    assert done.returncode == 2 and f"argument {flag}" in done.stderr or (
+        flag == "--metrics-url" and done.returncode == 2 and "--metrics-url" in done.stderr), done.stderr
+
+
+def test_the_script_imports_neither_django_nor_cronfleet():
+    source = SCRIPT.read_text()
+    assert "django" not in source.lower().replace("no django", "") and "scheduler_app" not in source
+
+
+# --- the KEDA example ---------------------------------------------------------------------------
+
+
+def test_the_keda_example_queries_a_series_the_web_exposes():
+    found = yaml.safe_load((ROOT / "deploy" / "keda" / "scaledobject.yaml").read_text())
+
+    assert (found["apiVersion"], found["kind"]) == ("keda.sh/v1alpha1", "ScaledObject")
+    (trigger,) = found["spec"]["triggers"]
+    assert trigger["type"] == "prometheus"
+    assert {"serverAddress", "query", "threshold"} <= set(trigger["metadata"])
+    assert "cronfleet_forecast_workers{" in trigger["metadata"]["query"]
+    assert "cronfleet_forecast_workers" in cluster.NAMES
