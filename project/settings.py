@@ -329,6 +329,41 @@ else:
         # of a job's ten priorities is its own step. Other transports ignore it.
         "priority_steps": list(range(10)),
     }
+# Redis Sentinel (docs/operating.md: Redis Sentinel): CELERY_BROKER_URL (or
+# CRONFLEET_RATE_LIMIT_REDIS_URL) as sentinel://host:port;sentinel://host2:port2 (the database
+# number on the first address), and the name of the master the Sentinels monitor. Each question
+# to a Sentinel, and each connection attempt to a master, waits at most
+# CRONFLEET_SENTINEL_TIMEOUT_SECONDS: it bounds how long a process spends on a Sentinel or a
+# master that is gone before it asks the next Sentinel for the new master.
+CRONFLEET_SENTINEL_MASTER = env_str("CRONFLEET_SENTINEL_MASTER", "")
+CRONFLEET_SENTINEL_TIMEOUT_SECONDS = env_float("CRONFLEET_SENTINEL_TIMEOUT_SECONDS", 2.0, minimum=0.1)
+
+
+def _check_sentinel_url(name: str, url: str) -> None:
+    # The parser the Redis clients use (no Django import at its top), so both read one form.
+    from scheduler_app.redisclient import BadSentinelUrl, is_sentinel, parse_sentinel_url
+
+    if not is_sentinel(url):
+        return
+    try:
+        parse_sentinel_url(url)
+    except BadSentinelUrl as exc:
+        raise ImproperlyConfigured(f"{name}: {exc}") from None
+    if not CRONFLEET_SENTINEL_MASTER:
+        raise ImproperlyConfigured(f"{name} is a sentinel:// URL: set CRONFLEET_SENTINEL_MASTER to the name of the "
+                                   "master the Sentinels monitor (their `sentinel monitor <name> ...`)")
+
+
+_check_sentinel_url("CELERY_BROKER_URL", CELERY_BROKER_URL)
+if CELERY_BROKER_URL.startswith("sentinel://"):
+    _sentinel_timeouts = {"socket_timeout": CRONFLEET_SENTINEL_TIMEOUT_SECONDS,
+                          "socket_connect_timeout": CRONFLEET_SENTINEL_TIMEOUT_SECONDS}
+    CELERY_BROKER_TRANSPORT_OPTIONS.update(
+        master_name=CRONFLEET_SENTINEL_MASTER,
+        sentinel_kwargs=_sentinel_timeouts,  # asking a Sentinel for the master
+        # connecting to the master; replies are not bounded here (a worker's BRPOP waits by design)
+        socket_connect_timeout=CRONFLEET_SENTINEL_TIMEOUT_SECONDS,
+    )
 # RabbitMQ: every queue is a priority queue of ten levels (0-9, Job.priority). The beat
 # declares its queues with the same x-max-priority (publish.publish_runs); a queue made
 # earlier without it must be deleted once, or RabbitMQ refuses the declaration.
@@ -602,10 +637,12 @@ CRONFLEET_API_FAILED_AUTH_PER_MINUTE = env_int("CRONFLEET_API_FAILED_AUTH_PER_MI
 CRONFLEET_TRUSTED_PROXIES = env_int("CRONFLEET_TRUSTED_PROXIES", 0, minimum=0)
 CRONFLEET_RATE_LIMIT_REDIS_URL = env_str(
     "CRONFLEET_RATE_LIMIT_REDIS_URL",
-    CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis://", "rediss://")) else "",
+    CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis://", "rediss://", "sentinel://")) else "",
 )
-if CRONFLEET_RATE_LIMIT_REDIS_URL and not CRONFLEET_RATE_LIMIT_REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
-    raise ImproperlyConfigured("CRONFLEET_RATE_LIMIT_REDIS_URL must be a redis://, rediss:// or unix:// URL")
+if CRONFLEET_RATE_LIMIT_REDIS_URL and not CRONFLEET_RATE_LIMIT_REDIS_URL.startswith(
+        ("redis://", "rediss://", "unix://", "sentinel://")):
+    raise ImproperlyConfigured("CRONFLEET_RATE_LIMIT_REDIS_URL must be a redis://, rediss://, unix:// or sentinel:// URL")
+_check_sentinel_url("CRONFLEET_RATE_LIMIT_REDIS_URL", CRONFLEET_RATE_LIMIT_REDIS_URL)
 CRONFLEET_RATE_LIMIT_RETRY_SECONDS = env_int("CRONFLEET_RATE_LIMIT_RETRY_SECONDS", 5, minimum=1)
 
 # --- Check-ins (docs/check-ins.md) ----------------------------------------------------------

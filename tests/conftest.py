@@ -21,13 +21,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-import redis
 from django.conf import settings
 from django.db import connection
 from kombu import Connection
 
 from scheduler_app.models import Job, JobRun, RunState, Tenant
 from scheduler_app.queues import redis_list_keys
+from scheduler_app.redisclient import client_from_url
 
 ROOT = Path(__file__).resolve().parent.parent
 # RabbitMQ, for the tests that run a beat and a worker on it (test.sh checks it answers).
@@ -186,7 +186,7 @@ def take_broker_messages(queue: str) -> list[dict]:
     """Remove and return the messages waiting in Redis queue `queue`, each decoded to
     {"headers", "properties", "args"}, in the order a worker would take them (priority
     list by priority list, oldest first in each), with the queue's bindings deleted too."""
-    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    client = client_from_url(settings.CELERY_BROKER_URL, socket_timeout=10, socket_connect_timeout=5)
     try:
         keys = redis_list_keys(queue)
         with client.pipeline() as pipe:

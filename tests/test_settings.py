@@ -168,3 +168,68 @@ def test_cronfleet_host_is_answered_and_its_https_origin_trusted():
     assert done.stdout.splitlines() == ["['localhost', 'web', 'cron.example.com']",
                                         "['https://other.example.com', 'https://cron.example.com']"]
 
+
+
+# --- Redis Sentinel (docs/operating.md: Redis Sentinel) --------------------------------------------
+SENTINELS = "sentinel://10.0.0.1:26379/3;sentinel://10.0.0.2:26379/3"
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"CELERY_BROKER_URL": SENTINELS, "CRONFLEET_SENTINEL_MASTER": ""},
+         "CELERY_BROKER_URL is a sentinel:// URL: set CRONFLEET_SENTINEL_MASTER"),
+        # kombu reads the database from the first address: one given only on a later one is refused.
+        ({"CELERY_BROKER_URL": "sentinel://10.0.0.1:26379;sentinel://10.0.0.2:26379/3",
+          "CRONFLEET_SENTINEL_MASTER": "mymaster"}, "CELERY_BROKER_URL: give the database number on the first"),
+        ({"CELERY_BROKER_URL": "sentinel://10.0.0.1:26379/3;redis://10.0.0.2:6379/3",
+          "CRONFLEET_SENTINEL_MASTER": "mymaster"}, "CELERY_BROKER_URL: 'redis://10.0.0.2:6379/3' is not a sentinel"),
+        ({"CELERY_BROKER_URL": "sentinel://10.0.0.1:port", "CRONFLEET_SENTINEL_MASTER": "mymaster"},
+         "has a port that is not a number"),
+        ({"CELERY_BROKER_URL": "redis://127.0.0.1:6379/15", "CRONFLEET_RATE_LIMIT_REDIS_URL": SENTINELS,
+          "CRONFLEET_SENTINEL_MASTER": ""}, "CRONFLEET_RATE_LIMIT_REDIS_URL is a sentinel:// URL: set"),
+        ({"CELERY_BROKER_URL": SENTINELS, "CRONFLEET_SENTINEL_MASTER": "mymaster",
+          "CRONFLEET_SENTINEL_TIMEOUT_SECONDS": "0"}, "CRONFLEET_SENTINEL_TIMEOUT_SECONDS must be at least 0.1"),
+    ],
+)
+def test_a_sentinel_url_without_its_master_or_with_a_misplaced_database_stops_start_up(env, message):
+    done = check_settings(**env)
+
+    assert done.returncode != 0
+    assert "ImproperlyConfigured" in done.stderr and message in done.stderr
+
+
+def test_manage_py_names_the_missing_sentinel_master_in_one_line():
+    done = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env=environment_with(CELERY_BROKER_URL=SENTINELS, CRONFLEET_SENTINEL_MASTER=None))
+
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [done.stderr.strip()]
+    assert done.stderr.startswith("manage.py: CELERY_BROKER_URL is a sentinel:// URL: set CRONFLEET_SENTINEL_MASTER")
+
+
+SENTINEL_SCRIPT = """
+from django.conf import settings
+options = settings.CELERY_BROKER_TRANSPORT_OPTIONS
+print(options["master_name"], options["sentinel_kwargs"], options["socket_connect_timeout"], options["priority_steps"][-1])
+print(settings.CRONFLEET_RATE_LIMIT_REDIS_URL == settings.CELERY_BROKER_URL)
+from kombu import Connection
+conn = Connection(settings.CELERY_BROKER_URL, transport_options=options)
+print(conn.transport_cls, conn.virtual_host, conn.alt)
+from scheduler_app.redisclient import parse_sentinel_url
+print(parse_sentinel_url("sentinel://u:p%40ss@10.0.0.1/3;sentinel://10.0.0.2:26380/3"))
+"""
+
+
+def test_a_sentinel_broker_gets_its_master_name_and_bounded_timeouts(tmp_path):
+    done = check_settings(CRONFLEET_VAR_DIR=str(tmp_path), CELERY_BROKER_URL=SENTINELS,
+                          CRONFLEET_SENTINEL_MASTER="mymaster", CRONFLEET_SENTINEL_TIMEOUT_SECONDS="1.5",
+                          CRONFLEET_RATE_LIMIT_REDIS_URL="", script=SENTINEL_SCRIPT)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "mymaster {'socket_timeout': 1.5, 'socket_connect_timeout': 1.5} 1.5 9",
+        "True",  # the rate limits and the login throttle use the broker's Sentinels by default
+        f"sentinel 3 {SENTINELS.split(';')}",
+        "SentinelUrl(sentinels=[('10.0.0.1', 26379), ('10.0.0.2', 26380)], db=3, username='u', password='p@ss')",
+    ]

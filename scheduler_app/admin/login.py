@@ -29,6 +29,7 @@ from django.contrib.admin.forms import AdminAuthenticationForm
 from django.core.exceptions import ValidationError
 
 from scheduler_app.observability.callers import client_address
+from scheduler_app.redisclient import client_from_url
 
 logger = logging.getLogger(__name__)
 
@@ -70,8 +71,8 @@ class RedisFailures:
     """Failure times per key in a Redis sorted set (score and member: the time)."""
 
     def __init__(self, url: str) -> None:
-        self.client = redis.Redis.from_url(url, socket_timeout=REDIS_TIMEOUT_SECONDS,
-                                           socket_connect_timeout=REDIS_TIMEOUT_SECONDS)
+        self.client = client_from_url(url, socket_timeout=REDIS_TIMEOUT_SECONDS,
+                                      socket_connect_timeout=REDIS_TIMEOUT_SECONDS)
         self.members = itertools.count()
 
     def recent(self, key: str, now: float, window: int) -> list[float]:

@@ -37,6 +37,7 @@ from rest_framework.throttling import BaseThrottle
 
 from scheduler_app.models import ApiKey
 from scheduler_app.observability.callers import client_address
+from scheduler_app.redisclient import client_from_url
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +96,7 @@ class Counter:
         with self.lock:
             if self.client is None or self.url != url:
                 self.url, self.closed_at, self.probing = url, 0.0, False
-                self.client = redis.Redis.from_url(
+                self.client = client_from_url(
                     url, socket_timeout=REDIS_TIMEOUT_SECONDS, socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
                     retry=Retry(NoBackoff(), 0))  # one try: a retry doubles the wait on a hung Redis
             if not self.closed_at:

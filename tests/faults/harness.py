@@ -14,11 +14,11 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-import redis
 from django.conf import settings
 from django.db import connection
 
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Tenant, db_now, fire_key
+from scheduler_app.redisclient import client_from_url
 from tests.conftest import wait_for
 
 # Short bounds so faults are detected within seconds (production defaults are larger).
@@ -249,7 +249,7 @@ def _expected_fires(job: Job, recorded: dict) -> list[datetime]:
 
 
 def flush_broker() -> None:
-    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    client = client_from_url(settings.CELERY_BROKER_URL, socket_timeout=10, socket_connect_timeout=5)
     try:
         client.flushdb()
     finally:
