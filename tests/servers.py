@@ -322,6 +322,22 @@ def redis_answers(client: redis.Redis, pid: int) -> bool:
         return False
 
 
+def spawn_redis(server, argv: list[str], what: str) -> None:
+    """Start `argv` (a redis-server, or one in Sentinel mode) as `server`'s process, logging to
+    its log, and wait until it answers on its port or exits."""
+    with server.log.open("ab") as log:
+        server.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=server.directory,
+                                       start_new_session=True)
+    client = server.client()
+    try:
+        wait_for(lambda: server.proc.poll() is not None or redis_answers(client, server.proc.pid),
+                 timeout=START_TIMEOUT, interval=0.05, what=f"{what} on port {server.port}")
+    finally:
+        client.close()
+    if server.proc.poll() is not None:
+        raise ServerError(f"{what} exited with {server.proc.returncode}\n{log_tail(server.log)}")
+
+
 class RedisServer:
     """A redis-server child process of one test's own on `port`, without persistence (no RDB
     snapshots, no AOF), so a restart starts empty, as a crashed broker without disk would."""
@@ -345,17 +361,7 @@ class RedisServer:
     def start(self) -> None:
         argv = [self.program, "--port", str(self.port), "--bind", self.host, "--save", "", "--appendonly", "no",
                 "--daemonize", "no", "--dir", str(self.directory), *self.args]
-        with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.directory,
-                                         start_new_session=True)
-        client = self.client()
-        try:
-            wait_for(lambda: self.proc.poll() is not None or redis_answers(client, self.proc.pid),
-                     timeout=START_TIMEOUT, interval=0.05, what=f"redis-server on port {self.port}")
-        finally:
-            client.close()
-        if self.proc.poll() is not None:
-            raise ServerError(f"redis-server exited with {self.proc.returncode}\n{log_tail(self.log)}")
+        spawn_redis(self, argv, "redis-server")
 
     def shutdown_nosave(self) -> None:
         """SHUTDOWN NOSAVE, and wait for the process to exit (so the port is free again)."""
@@ -431,17 +437,7 @@ class SentinelServer(RedisServer):
         ]))
 
     def start(self) -> None:
-        with self.log.open("ab") as log:
-            self.proc = subprocess.Popen([self.program, str(self.conf), "--sentinel"], stdout=log,
-                                         stderr=subprocess.STDOUT, cwd=self.directory, start_new_session=True)
-        client = self.client()
-        try:
-            wait_for(lambda: self.proc.poll() is not None or redis_answers(client, self.proc.pid),
-                     timeout=START_TIMEOUT, interval=0.05, what=f"redis-sentinel on port {self.port}")
-        finally:
-            client.close()
-        if self.proc.poll() is not None:
-            raise ServerError(f"redis-server --sentinel exited with {self.proc.returncode}\n{log_tail(self.log)}")
+        spawn_redis(self, [self.program, str(self.conf), "--sentinel"], "redis-server --sentinel")
 
     def master_port(self) -> int | None:
         """The port of the master this Sentinel names now (None when it cannot say)."""
