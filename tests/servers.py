@@ -439,25 +439,23 @@ class SentinelServer(RedisServer):
     def start(self) -> None:
         spawn_redis(self, [self.program, str(self.conf), "--sentinel"], "redis-server --sentinel")
 
-    def master_port(self) -> int | None:
-        """The port of the master this Sentinel names now (None when it cannot say)."""
+    def ask(self, question):
+        """`question(client)` of this Sentinel, or None when it cannot answer now."""
         client = self.client()
         try:
-            address = client.sentinel_get_master_addr_by_name(SENTINEL_MASTER)
+            return question(client)
         except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError):
             return None
         finally:
             client.close()
+
+    def master_port(self) -> int | None:
+        """The port of the master this Sentinel names now (None when it cannot say)."""
+        address = self.ask(lambda client: client.sentinel_get_master_addr_by_name(SENTINEL_MASTER))
         return int(address[1]) if address else None
 
     def sees_replica(self, replica: RedisServer) -> bool:
-        client = self.client()
-        try:
-            replicas = client.sentinel_slaves(SENTINEL_MASTER)
-        except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError):
-            return False
-        finally:
-            client.close()
+        replicas = self.ask(lambda client: client.sentinel_slaves(SENTINEL_MASTER)) or []
         return any(int(r["port"]) == replica.port and not r.get("is_sdown") and not r.get("is_odown")
                    and r.get("master-link-status") == "ok" for r in replicas)
 
