@@ -314,6 +314,7 @@ BROKER_DIR = VAR_DIR / "broker"
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
     BROKER_DIR.mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT = "scheduler_app.fsbroker:Transport"  # messages written whole
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(BROKER_DIR),
         "data_folder_out": str(BROKER_DIR),

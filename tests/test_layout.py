@@ -19,7 +19,8 @@ PACKAGES = ("scheduler_app", "project", "bench")
 # floor or above (so the beat and the worker, or the API and the admin, do not call each other).
 FLOORS = [
     ["scheduler_app.schedules", "scheduler_app.validation", "scheduler_app.queues", "scheduler_app.fire",
-     "scheduler_app.migrationops", "scheduler_app.formats", "scheduler_app.redisclient"],
+     "scheduler_app.migrationops", "scheduler_app.formats", "scheduler_app.redisclient",
+     "scheduler_app.fsbroker"],
     ["scheduler_app.models"],
     ["scheduler_app.ledger"],
     ["scheduler_app.observability"],
