@@ -61,7 +61,7 @@ out = {}
 for name, path in (("dashboard", "/admin/dashboard/"), ("tenant", "/admin/dashboard/?tenant=demo"),
                    ("job", f"/admin/scheduler_app/job/{job.pk}/change/"),
                    ("young", f"/admin/scheduler_app/job/{young.pk}/change/"),
-                   ("run", f"/admin/scheduler_app/jobrun/{last.pk}/change/")):
+                   ("run", f"/admin/scheduler_app/jobrun/{last.pk}/change/"), ("metrics", "/metrics")):
     response = client.get(path)
     out[name] = {"status": response.status_code, "html": response.content.decode()}
 json.dump(out, sys.stdout)
@@ -79,7 +79,7 @@ def pages(tmp_path_factory) -> dict:
     seeded = subprocess.run([sys.executable, "-c", SCRIPT], cwd=REPO, env=env, capture_output=True, text=True,
                             timeout=240)
     assert seeded.returncode == 0, seeded.stderr
-    return json.loads(seeded.stdout)
+    return {**json.loads(seeded.stdout), "stderr": seeded.stderr}
 
 
 def text_of(html: str, element_id: str) -> str:
@@ -125,6 +125,18 @@ def test_the_totals_follow_one_definition_and_the_day_holds_the_hour(pages):
     assert text_of(html, "cf-day-failures") == "4"
     assert text_of(html, "cf-day-rate") == f"{100 * 4 / 17:.2f}"
     assert int(text_of(html, "cf-day-runs")) >= int(text_of(html, "cf-hour-runs"))
+
+
+def test_the_forecast_metrics_are_read_on_sqlite(pages):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    assert pages["metrics"]["status"] == 200
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(pages["metrics"]["html"]) for s in family.samples}
+    fires = {labels: value for (name, labels), value in samples.items() if name == "cronfleet_forecast_fires"}
+    # flaky fires every minute, young every five: due within the quarter hour, in the default queue
+    assert sum(value for labels, value in fires.items() if ("horizon", "15m") in labels) >= 15
+    assert "forecast" not in pages["stderr"], pages["stderr"]
 
 
 def test_one_tenants_sqlite_dashboard(pages):

@@ -78,6 +78,12 @@ def fleet(db, forecast_settings):
     return acme
 
 
+@pytest.fixture(params=["read_in_sql", "read_in_python"])
+def read(request):
+    """PostgreSQL's statements, and the ORM's reading the embedded SQLite demo uses: one answer."""
+    return getattr(forecast, request.param)
+
+
 def formula(work: dict[str, float], in_flight: int) -> int:
     """docs/autoscaling.md's formula, written out again."""
     slots = [math.ceil(in_flight / CONCURRENCY)]
@@ -86,8 +92,8 @@ def formula(work: dict[str, float], in_flight: int) -> int:
     return max(slots)
 
 
-def test_fires_per_queue_and_horizon_are_counted_as_the_beat_plans_them(fleet):
-    found = forecast.compute(NOW)
+def test_fires_per_queue_and_horizon_are_counted_as_the_beat_plans_them(fleet, read):
+    found = forecast.compute(NOW, read)
 
     assert found.fires == {
         # five: 23:55, 00:00, 00:05; minutely: 23:50 (overdue: now) to 00:05; midnight: 00:00
@@ -97,8 +103,8 @@ def test_fires_per_queue_and_horizon_are_counted_as_the_beat_plans_them(fleet):
     }
 
 
-def test_work_is_fires_times_each_jobs_median_with_the_documented_fallbacks(fleet):
-    found = forecast.compute(NOW)
+def test_work_is_fires_times_each_jobs_median_with_the_documented_fallbacks(fleet, read):
+    found = forecast.compute(NOW, read)
 
     mean = (200 + 80) / 2  # midnight has no runs: its queue's mean of medians
     assert found.work == {
@@ -108,8 +114,8 @@ def test_work_is_fires_times_each_jobs_median_with_the_documented_fallbacks(flee
     }
 
 
-def test_recommended_workers_follow_the_formula_and_never_drop_below_the_runs_in_flight(fleet):
-    found = forecast.compute(NOW)
+def test_recommended_workers_follow_the_formula_and_never_drop_below_the_runs_in_flight(fleet, read):
+    found = forecast.compute(NOW, read)
 
     assert found.in_flight == {"alpha": 1, queue_name(""): 5}
     assert found.workers == {"alpha": formula(found.work["alpha"], 1), "beta": formula(found.work["beta"], 0),

@@ -15,6 +15,8 @@ than the runs queued or running now occupy. A job's duration is the median of it
 RECENT_RUNS runs that finished (started to finished); a job with none, the mean of those
 medians in its queue, else CRONFLEET_FORECAST_DEFAULT_SECONDS.
 
+On the embedded SQLite demo the same groups are read through the ORM (read_in_python).
+
 Read at a scrape of the web's /metrics (ForecastCollector), at most once every
 CRONFLEET_FORECAST_CACHE_SECONDS per process. The cost:
 
@@ -31,6 +33,7 @@ import logging
 import math
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -38,8 +41,8 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 from prometheus_client.core import GaugeMetricFamily
 
-from scheduler_app.models import db_now
-from scheduler_app.observability.dashboard import group_calendars, group_fires
+from scheduler_app.models import Job, JobRun, RunState, db_now
+from scheduler_app.observability.dashboard import group_calendars, group_fires, percentile_cont, truncate
 from scheduler_app.queues import queue_name
 
 logger = logging.getLogger(__name__)
@@ -48,6 +51,7 @@ HORIZONS = {"1m": 60, "5m": 300, "15m": 900}
 RECENT_RUNS = 20  # a job's last runs read for its median duration (finished ones count)
 DURATION_SAMPLE = 10_000  # jobs whose durations are read; the others take their queue's mean
 IN_FLIGHT_CAP = 100_000  # runs in flight counted at most (past it, the floor says "at least")
+FINISHED_STATES = (RunState.SUCCEEDED, RunState.FAILED, RunState.DEAD)  # FORECAST_SQL's state IN (...)
 
 FORECAST_SQL = """
 WITH due AS (
@@ -87,19 +91,53 @@ class Forecast:
     workers: dict[str, int] = field(default_factory=dict)  # queue -> recommended workers
 
 
-def compute(now: datetime) -> Forecast:
+def compute(now: datetime, read: Callable[[datetime], tuple[list[tuple], dict[str, int]]] | None = None) -> Forecast:
     """The forecast at `now`. Raises DatabaseError when the database does not answer."""
-    end = now + timedelta(seconds=max(HORIZONS.values()))
-    with connection.cursor() as cursor:
-        cursor.execute(FORECAST_SQL, {"end": end, "sample": DURATION_SAMPLE, "recent": RECENT_RUNS})
-        rows = cursor.fetchall()
-        cursor.execute(IN_FLIGHT_SQL, {"cap": IN_FLIGHT_CAP})
-        in_flight = {queue_name(queue): count for queue, count in cursor.fetchall()}
+    read = read or (read_in_sql if connection.vendor == "postgresql" else read_in_python)
+    rows, in_flight = read(now + timedelta(seconds=max(HORIZONS.values())))
     found = Forecast(now=now, in_flight=in_flight)
     add_fires(found, rows, group_calendars([row[1:] for row in rows], now))
     found.workers = {queue: recommended_workers(found.work.get(queue, {}), found.in_flight.get(queue, 0))
                      for queue in sorted({*found.fires, *found.in_flight})}
     return found
+
+
+def read_in_sql(end: datetime) -> tuple[list[tuple], dict[str, int]]:
+    """FORECAST_SQL's groups (queue, schedule, calendar, first minute, jobs, the sum and count
+    of the known medians) and the runs in flight per queue."""
+    with connection.cursor() as cursor:
+        cursor.execute(FORECAST_SQL, {"end": end, "sample": DURATION_SAMPLE, "recent": RECENT_RUNS})
+        rows = cursor.fetchall()
+        cursor.execute(IN_FLIGHT_SQL, {"cap": IN_FLIGHT_CAP})
+        return rows, {queue_name(queue): count for queue, count in cursor.fetchall()}
+
+
+def read_in_python(end: datetime) -> tuple[list[tuple], dict[str, int]]:
+    """read_in_sql() through the ORM, for the embedded SQLite demo (no percentile_cont, LATERAL
+    or date_trunc there): one query per due job for its last runs, so meant for a demo's few jobs."""
+    due = Job.objects.filter(enabled=True, next_run_at__isnull=False, next_run_at__lt=end).order_by("next_run_at", "id")
+    timed = set(due.values_list("id", flat=True)[:DURATION_SAMPLE])
+    groups: dict[tuple, list] = defaultdict(lambda: [0, 0.0, 0])
+    for job_id, *key, next_run_at in due.values_list("id", "queue", "cron", "timezone", "every_seconds", "run_at",
+                                                     "calendar_id", "calendar_policy", "next_run_at"):
+        group = groups[(*key, truncate(next_run_at))]
+        group[0] += 1
+        if job_id in timed and (median := median_duration(job_id)) is not None:
+            group[1] += median
+            group[2] += 1
+    in_flight = defaultdict(int)
+    for queue in JobRun.objects.filter(state__in=(RunState.QUEUED, RunState.RUNNING)).values_list(
+            "job__queue", flat=True)[:IN_FLIGHT_CAP]:
+        in_flight[queue_name(queue)] += 1
+    return [(*key, *group) for key, group in groups.items()], dict(in_flight)
+
+
+def median_duration(job_id: int) -> float | None:
+    """The median run time of the job's last RECENT_RUNS runs that finished, as FORECAST_SQL's."""
+    last = JobRun.objects.filter(job_id=job_id).order_by("-scheduled_at")[:RECENT_RUNS]
+    return percentile_cont([(finished - started).total_seconds() for state, started, finished
+                            in last.values_list("state", "started_at", "finished_at")
+                            if state in FINISHED_STATES and started and finished], 0.5)
 
 
 def add_fires(found: Forecast, rows: list[tuple], calendars: dict) -> None:
