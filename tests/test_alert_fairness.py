@@ -14,6 +14,7 @@ import pytest
 from django.core import mail
 
 from scheduler_app import alerts, services
+from scheduler_app.alerts import budget
 from scheduler_app.models import Alert, AlertKind, AlertRule, Job, RunState, Tenant, db_now
 from tests.conftest import wait_for
 from tests.test_alerts import Receiver, arm, run_of
@@ -127,8 +128,32 @@ def test_a_real_beat_sends_a_tenant_s_alerts_up_to_its_hourly_budget_and_suppres
     assert "budget of 2 alerts per hour" in suppressed.delivery_log[-1]["suppressed"]
 
 
+@pytest.fixture(params=["sql", "python"])
+def budget_reader(request, monkeypatch):
+    """The budgets read by PostgreSQL, and as the embedded SQLite demo reads them: one answer."""
+    monkeypatch.setattr(budget, "json_in_sql", lambda: request.param == "sql")
+
+
 @pytest.mark.django_db
-def test_e_mails_over_the_tenant_s_hourly_budget_are_suppressed_with_the_reason(settings):
+def test_alerts_over_the_tenant_s_hourly_budget_are_recorded_suppressed(settings, budget_reader):
+    settings.CRONFLEET_ALERT_TENANT_ALERTS_PER_HOUR = 2
+    tenant, job = tenant_with_job("counted")
+    others = [services.job_create(tenant, services.JobSpec(name=f"also-{i}", task_name=TASK, cron="* * * * *"))
+              for i in range(2)]
+    now = db_now()
+    for minute, each in enumerate([job, *others]):
+        arm(each, now, on_failure=True)
+        run_of(each, now - timedelta(minutes=10 - minute), RunState.FAILED)
+
+    assert alerts.evaluate_due_rules(now) == 3
+
+    held = Alert.objects.filter(tenant=tenant, delivery_log__0__channel=budget.BUDGET_CHANNEL)
+    assert held.count() == 1  # the third: two were recorded for sending within the hour
+    assert "budget of 2 alerts per hour" in held.get().delivery_log[0]["suppressed"]
+
+
+@pytest.mark.django_db
+def test_e_mails_over_the_tenant_s_hourly_budget_are_suppressed_with_the_reason(settings, budget_reader):
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
     settings.CRONFLEET_ALERT_TENANT_EMAILS_PER_HOUR = 5
     _, job = tenant_with_job("mailer")

@@ -9,10 +9,12 @@ import os
 import queue
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,8 @@ from tests.conftest import utc
 
 REPO = Path(__file__).resolve().parent.parent
 STARTUP_SECONDS = 60  # until the first succeeded run is printed
+# flaky dies every 20 s (after two retries); the beat checks the alert rules every 10 s.
+ALERT_SECONDS = 90
 STOP_SECONDS = 30  # from SIGINT to exit (the demo gives its children 10 s, then kills them)
 
 STARTED = re.compile(r"^demo: started (\w+) +\(pid (\d+)\)")
@@ -66,6 +70,17 @@ def process_groups_alive(pgids: set[int]) -> list[str]:
     return alive
 
 
+def wait_for_an_alert(database: Path, seconds: float) -> list[tuple]:
+    """The alerts recorded in the demo's SQLite file, once there is one (or [] after `seconds`)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        with closing(sqlite3.connect(database, timeout=10)) as db:
+            raised = db.execute("SELECT kind, message FROM scheduler_app_alert ORDER BY id").fetchall()
+        if raised or time.monotonic() > deadline:
+            return raised
+        time.sleep(0.5)
+
+
 @pytest.mark.slow
 def test_demo_runs_jobs_and_stops_cleanly_on_sigint(tmp_path):
     env = embedded_env(tmp_path)
@@ -104,6 +119,11 @@ def test_demo_runs_jobs_and_stops_cleanly_on_sigint(tmp_path):
                 children[started[1]] = int(started[2])
             succeeded = bool(SUCCEEDED_RUN.match(line))
         assert set(children) == {"beat", "worker"}, children  # --no-web: no runserver
+        rule = subprocess.run([sys.executable, manage, "alerts", "set", "demo/flaky", "--on-failure"], cwd=REPO,
+                              env=env, capture_output=True, text=True, timeout=60)
+        assert rule.returncode == 0, rule.stderr
+        raised = wait_for_an_alert(tmp_path / "cronfleet.sqlite3", ALERT_SECONDS)
+        assert raised and raised[0][0] == "failed", raised
 
         demo.send_signal(signal.SIGINT)
         code = demo.wait(timeout=STOP_SECONDS)
@@ -128,4 +148,5 @@ def test_demo_runs_jobs_and_stops_cleanly_on_sigint(tmp_path):
     assert "demo: stopped" in text
     assert "unexpectedly" not in text
     assert "database is locked" not in text
+    assert "beat turn failed" not in text
     assert leftovers == [], text

@@ -21,6 +21,12 @@ HOUR = timedelta(hours=1)
 BUDGET_CHANNEL = "budget"
 
 
+def json_in_sql() -> bool:
+    """Whether the database reads the delivery logs itself (PostgreSQL's jsonb); the embedded
+    SQLite demo has no JSON containment, so its few alerts are read here instead."""
+    return connection.vendor == "postgresql"
+
+
 def min_cooldown() -> int:
     """The shortest cool-down a rule may have: refused below it at save, and rules saved
     before it was raised are held to it when evaluated."""
@@ -37,8 +43,12 @@ def alert_budget_exceeded(tenant_id: int, now: datetime) -> str | None:
     """Why a new alert of the tenant's must not be sent (None: it may be): the alerts it
     had recorded for sending in the hour before `now`."""
     budget = settings.CRONFLEET_ALERT_TENANT_ALERTS_PER_HOUR
-    recorded = (Alert.objects.filter(tenant_id=tenant_id, raised_at__gt=now - HOUR, raised_at__lte=now)
-                .exclude(delivery_log__contains=[{"channel": BUDGET_CHANNEL}]).count())
+    hour = Alert.objects.filter(tenant_id=tenant_id, raised_at__gt=now - HOUR, raised_at__lte=now)
+    if json_in_sql():
+        recorded = hour.exclude(delivery_log__contains=[{"channel": BUDGET_CHANNEL}]).count()
+    else:
+        recorded = sum(1 for log in hour.values_list("delivery_log", flat=True)
+                       if not any(entry.get("channel") == BUDGET_CHANNEL for entry in log or []))
     if recorded < budget:
         return None
     return f"the tenant's budget of {budget} alerts per hour is spent (CRONFLEET_ALERT_TENANT_ALERTS_PER_HOUR)"
@@ -48,9 +58,12 @@ def email_budget_exceeded(tenant_id: int, now: datetime, addresses: int) -> str 
     """Why the tenant may not mail `addresses` more addresses now (None: it may): the e-mails
     its alerts sent in the hour before `now`, one per address."""
     budget = settings.CRONFLEET_ALERT_TENANT_EMAILS_PER_HOUR
-    with connection.cursor() as cursor:
-        cursor.execute(EMAILS_SENT, {"tenant": tenant_id, "since": now - HOUR, "oldest": now - 2 * HOUR})
-        sent = cursor.fetchone()[0]
+    if json_in_sql():
+        with connection.cursor() as cursor:
+            cursor.execute(EMAILS_SENT, {"tenant": tenant_id, "since": now - HOUR, "oldest": now - 2 * HOUR})
+            sent = cursor.fetchone()[0]
+    else:
+        sent = emails_sent_in_python(tenant_id, now)
     if sent + addresses <= budget:
         return None
     return (f"the tenant's budget of {budget} e-mails per hour is spent ({sent} sent; "
@@ -68,3 +81,11 @@ WHERE alert.tenant_id = %(tenant)s AND alert.raised_at > %(oldest)s
   AND entry ->> 'channel' = 'email' AND entry ->> 'error' IS NULL
   AND CASE WHEN entry ? 'recipients' THEN (entry ->> 'at')::timestamptz > %(since)s ELSE false END
 """
+
+
+def emails_sent_in_python(tenant_id: int, now: datetime) -> int:
+    """EMAILS_SENT for the embedded SQLite demo (no jsonb functions there), over its few alerts."""
+    logs = Alert.objects.filter(tenant_id=tenant_id, raised_at__gt=now - 2 * HOUR).values_list("delivery_log", flat=True)
+    return sum(int(entry["recipients"]) for log in logs for entry in log or []
+               if entry.get("channel") == "email" and entry.get("error") is None and "recipients" in entry
+               and datetime.fromisoformat(entry["at"]) > now - HOUR)
