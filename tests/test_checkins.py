@@ -87,6 +87,29 @@ def test_start_then_success_records_the_duration_and_the_body(tenant):
     assert JobRun.objects.filter(job=job).count() == 1
 
 
+def test_a_started_check_in_takes_no_place_of_the_tenants_concurrent_runs(tenant, queue_name):
+    Tenant.objects.filter(id=tenant.id).update(max_concurrent_runs=1)
+    job, client = monitored(tenant), Client()
+    fire_now(job)
+    assert ping(client, key_of(job), "start").status_code == 200  # the backup runs elsewhere, for hours
+    own = services.job_create(tenant, services.JobSpec(name="report", task_name="scheduler_app.echo", cron="0 0 * * *",
+                                                       queue=queue_name))
+
+    run = fire_now(own)
+
+    assert (run.state, run.reason) == (RunState.QUEUED, "")
+    assert len(take_broker_messages(queue_name)) == 1
+
+
+@pytest.mark.parametrize("policy", ["skip", "buffer_one", "replace"])
+def test_a_monitored_job_takes_only_the_allow_overlap_policy(tenant, policy):
+    with pytest.raises(services.InvalidInput) as refused:
+        monitored(tenant, overlap_policy=policy)
+
+    assert refused.value.field == "overlap_policy" and "runs elsewhere" in str(refused.value)
+    assert not Job.objects.filter(tenant=tenant).exists()
+
+
 def test_fail_and_exit_statuses_end_the_open_run_and_a_ping_without_one_records_its_own(tenant):
     job, client = monitored(tenant), Client()
     first = fire_now(job)

@@ -242,7 +242,8 @@ SELECT id
 # What each tenant in {ids} has used of its quota, read after its row is locked (a new
 # statement, so it sees every run committed by the beat that held the lock before):
 # runs first dispatched after the first parameter, a minute ago (jobrun_tenant_dispatched_idx),
-# runs queued or running (jobrun_tenant_active_idx), and whether runs already wait for the
+# runs queued or running (jobrun_tenant_active_idx) but for check-in runs (a monitored job
+# runs elsewhere: its /start takes no worker), and whether runs already wait for the
 # quota (they go before any new fire). A count is skipped when its limit is not set.
 TENANT_USAGE = """
 SELECT tenant.id, tenant.max_fires_per_minute, tenant.max_concurrent_runs,
@@ -255,7 +256,8 @@ SELECT tenant.id, tenant.max_fires_per_minute, tenant.max_concurrent_runs,
             SELECT count(*)
               FROM scheduler_app_jobrun AS run
              WHERE run.tenant_id = tenant.id
-               AND run.state IN ('queued', 'running')) END,
+               AND run.state IN ('queued', 'running')
+               AND substr(run.reason, 1, 8) <> 'checkin:') END,
        EXISTS (
             SELECT 1
               FROM scheduler_app_jobrun AS run

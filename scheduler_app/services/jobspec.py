@@ -139,6 +139,11 @@ def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime, *, anchor: datet
         raise InvalidInput("misfire_policy", f"must be one of {choices}") from None
     if spec.overlap_policy not in OverlapPolicy.values:
         raise InvalidInput("overlap_policy", f"must be one of {', '.join(OverlapPolicy.values)}")
+    if spec.target_kind == TargetKind.MONITOR and spec.overlap_policy != OverlapPolicy.ALLOW:
+        # The runs of a monitored job happen elsewhere: skipping, holding or replacing one here
+        # would only end its record early, and its missed check-in would go unreported.
+        raise InvalidInput("overlap_policy", "must be allow for a monitored job (it runs elsewhere; "
+                                             "Cronfleet cannot skip, hold or replace its runs)")
     if check_schedule_quota and spec.at is not None and spec.at.tzinfo is not None and spec.at < now - PAST_GRACE:
         raise InvalidInput("at", "is in the past")
     parent = chains.after_job_of(tenant, spec.after_job)
