@@ -84,9 +84,9 @@ def read(request):
     return getattr(forecast, request.param)
 
 
-def formula(work: dict[str, float], in_flight: int) -> int:
+def formula(work: dict[str, float], in_flight: int, burst: float) -> int:
     """docs/autoscaling.md's formula, written out again."""
-    slots = [math.ceil(in_flight / CONCURRENCY)]
+    slots = [math.ceil(in_flight / CONCURRENCY), math.ceil(burst / (LAG * CONCURRENCY))]
     slots += [math.ceil(work[h] / ((seconds + LAG) * CONCURRENCY)) for h, seconds in (("1m", 60), ("5m", 300),
                                                                                          ("15m", 900))]
     return max(slots)
@@ -118,17 +118,40 @@ def test_recommended_workers_follow_the_formula_and_never_drop_below_the_runs_in
     found = forecast.compute(NOW, read)
 
     assert found.in_flight == {"alpha": 1, queue_name(""): 5}
-    assert found.workers == {"alpha": formula(found.work["alpha"], 1), "beta": formula(found.work["beta"], 0),
-                             queue_name(""): formula(found.work[queue_name("")], 5)}
-    assert found.workers == {"alpha": 3, "beta": 1, queue_name(""): 5}  # 2020 s due in 930 s; 5 running
+    # The bursts: five's 200 s and minutely's 80 s both due at 23:55; skipping's 3 s; busy's 3 s a minute.
+    assert found.burst == {"alpha": 200 + 80, "beta": DEFAULT, queue_name(""): DEFAULT}
+    assert found.workers == {queue: formula(found.work[queue], found.in_flight.get(queue, 0), found.burst[queue])
+                             for queue in ("alpha", "beta", queue_name(""))}
+    assert found.workers == {"alpha": 10, "beta": 1, queue_name(""): 5}  # 280 s due within one 30 s lag; 5 running
 
 
 def test_more_concurrency_or_a_longer_lag_needs_fewer_workers(fleet, forecast_settings):
     forecast_settings.CRONFLEET_FORECAST_WORKER_CONCURRENCY = 4
-    assert forecast.compute(NOW).workers == {"alpha": 1, "beta": 1, queue_name(""): 2}
+    assert forecast.compute(NOW).workers == {"alpha": 3, "beta": 1, queue_name(""): 2}
     forecast_settings.CRONFLEET_FORECAST_WORKER_CONCURRENCY = 1
     forecast_settings.CRONFLEET_FORECAST_TARGET_LAG_SECONDS = 3600
     assert forecast.compute(NOW).workers["alpha"] == 1
+
+
+def test_a_spike_at_one_instant_is_met_before_it_comes_and_not_a_quarter_hour_ahead(db, forecast_settings):
+    tenant = services.tenant_create(slug="spiky", name="Spiky", timezone="UTC")
+    for i in range(40):
+        runs(job(tenant, f"nightly-{i}", NOW + timedelta(minutes=4), queue="night", cron="0 0 * * *"), 6)
+    spike = forecast.compute(NOW)
+
+    # 40 runs of 6 s due at one instant: 240 s of slots within the 30 s lag. The 1-minute term
+    # alone (0, the spike is 4 minutes off) and the 5-minute one (ceil(240 / 330)) ask for 1.
+    assert spike.burst == {"night": 240} and spike.workers == {"night": 8}
+    assert forecast.compute(NOW - timedelta(minutes=2)).workers == {"night": 1}  # 6 minutes off: not yet
+
+
+def test_the_most_work_in_one_window_slides_over_the_fire_times():
+    at = [NOW + timedelta(seconds=s) for s in (0, 10, 29, 30, 61)]
+    events = list(zip(at, [1.0, 2.0, 4.0, 8.0, 3.0], strict=True))
+
+    assert forecast.most_in_one_window(events, 30) == 2.0 + 4.0 + 8.0  # 10 s to 30 s; 0 s is 30 s before 30 s
+    assert forecast.most_in_one_window(events[:4], 31) == 15.0
+    assert forecast.most_in_one_window([], 30) == 0.0
 
 
 def test_nothing_due_recommends_no_workers(db, forecast_settings):
@@ -158,7 +181,7 @@ def test_metrics_exposes_the_forecast_and_the_cache_serves_later_scrapes(client,
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families.values() for s in f.samples}
     assert samples[("cronfleet_forecast_fires", (("horizon", "15m"), ("queue", "alpha")))] == 20
     assert samples[("cronfleet_forecast_work_seconds", (("horizon", "5m"), ("queue", "beta")))] == DEFAULT
-    assert samples[("cronfleet_forecast_workers", (("queue", "alpha"),))] == 3
+    assert samples[("cronfleet_forecast_workers", (("queue", "alpha"),))] == 10
     assert {"cronfleet_forecast_fires", "cronfleet_forecast_work_seconds", "cronfleet_forecast_workers"} <= set(
         families) <= cluster.NAMES
 
@@ -226,7 +249,7 @@ def test_the_script_reads_the_workers_from_cronfleets_metrics(client, fleet, mon
     ran = script("--metrics-url", url, "--once", "--min", "7", "--run", f"{sys.executable} -c "
                  f"\"import sys; open(sys.argv[1], 'w').write(sys.argv[2])\" {out} {{n}}")
 
-    assert (alpha.returncode, alpha.stdout) == (0, "3\n"), alpha.stderr
+    assert (alpha.returncode, alpha.stdout) == (0, "10\n"), alpha.stderr
     assert served.auth[0] == "Bearer t0k"
     assert bounded.stdout == "2\n"
     assert ran.returncode == 0, ran.stderr

@@ -8,10 +8,12 @@ expanded once, overdue jobs counted as due now. For a queue q, with c the concur
 worker (CRONFLEET_FORECAST_WORKER_CONCURRENCY) and L the target start lag
 (CRONFLEET_FORECAST_TARGET_LAG_SECONDS):
 
-    workers(q) = max(ceil(in_flight(q) / c), max over h in 1m, 5m, 15m of ceil(work(q, h) / ((h + L) * c)))
+    workers(q) = max(ceil(in_flight(q) / c), ceil(burst(q) / (max(L, 1) * c)),
+                     max over h in 1m, 5m, 15m of ceil(work(q, h) / ((h + L) * c)))
 
-that is, enough slots that the work due within h is done or started by h + L, and never fewer
-than the runs queued or running now occupy. A job's duration is the median of its last
+that is, enough slots that the work due within h is done or started by h + L, that the most
+work due within any L seconds of the next 5 minutes (burst: a spike at one instant) starts
+within L, and never fewer than the runs queued or running now occupy. A job's duration is the median of its last
 RECENT_RUNS runs that finished (started to finished); a job with none, the mean of those
 medians in its queue, else CRONFLEET_FORECAST_DEFAULT_SECONDS.
 
@@ -50,6 +52,9 @@ logger = logging.getLogger(__name__)
 HORIZONS = {"1m": 60, "5m": 300, "15m": 900}
 RECENT_RUNS = 20  # a job's last runs read for its median duration (finished ones count)
 DURATION_SAMPLE = 10_000  # jobs whose durations are read; the others take their queue's mean
+# A burst (work due within one target lag) is looked for this far ahead: time enough to start
+# workers before it, short enough not to keep them idle for a quarter of an hour.
+BURST_HORIZON = 300
 IN_FLIGHT_CAP = 100_000  # runs in flight counted at most (past it, the floor says "at least")
 FINISHED_STATES = (RunState.SUCCEEDED, RunState.FAILED, RunState.DEAD)  # FORECAST_SQL's state IN (...)
 
@@ -89,6 +94,7 @@ class Forecast:
     work: dict[str, dict[str, float]] = field(default_factory=dict)  # queue -> horizon -> seconds
     in_flight: dict[str, int] = field(default_factory=dict)  # queue -> runs queued or running
     workers: dict[str, int] = field(default_factory=dict)  # queue -> recommended workers
+    burst: dict[str, float] = field(default_factory=dict)  # queue -> most work due in one lag, next 5 min
 
 
 def compute(now: datetime, read: Callable[[datetime], tuple[list[tuple], dict[str, int]]] | None = None) -> Forecast:
@@ -97,7 +103,8 @@ def compute(now: datetime, read: Callable[[datetime], tuple[list[tuple], dict[st
     rows, in_flight = read(now + timedelta(seconds=max(HORIZONS.values())))
     found = Forecast(now=now, in_flight=in_flight)
     add_fires(found, rows, group_calendars([row[1:] for row in rows], now))
-    found.workers = {queue: recommended_workers(found.work.get(queue, {}), found.in_flight.get(queue, 0))
+    found.workers = {queue: recommended_workers(found.work.get(queue, {}), found.in_flight.get(queue, 0),
+                                                found.burst.get(queue, 0.0))
                      for queue in sorted({*found.fires, *found.in_flight})}
     return found
 
@@ -143,6 +150,8 @@ def median_duration(job_id: int) -> float | None:
 def add_fires(found: Forecast, rows: list[tuple], calendars: dict) -> None:
     """Each group's fires and work into its queue, per horizon."""
     fallback = queue_durations(rows)
+    events: dict[str, list[tuple[datetime, float]]] = defaultdict(list)  # queue -> (fire time, its work)
+    burst_end = found.now + timedelta(seconds=BURST_HORIZON)
     for queue, *schedule, first_minute, jobs, known_sum, known in rows:
         queue = queue_name(queue)
         per_fire = known_sum + (jobs - known) * fallback.get(queue, settings.CRONFLEET_FORECAST_DEFAULT_SECONDS)
@@ -153,6 +162,27 @@ def add_fires(found: Forecast, rows: list[tuple], calendars: dict) -> None:
             count = sum(1 for at in fires if at < found.now + timedelta(seconds=seconds))
             fires_in[horizon] += count * jobs
             work_in[horizon] += count * per_fire
+        events[queue] += [(at, per_fire) for at in fires if at < burst_end]
+    found.burst = {queue: most_in_one_window(found_events, lag_window()) for queue, found_events in events.items()}
+
+
+def lag_window() -> float:
+    """The target start lag as a window of seconds (at least one: a lag of 0 asks for a slot a run)."""
+    return max(1.0, settings.CRONFLEET_FORECAST_TARGET_LAG_SECONDS)
+
+
+def most_in_one_window(events: list[tuple[datetime, float]], seconds: float) -> float:
+    """The most work due within any `seconds`-long window [t, t + seconds). Pure."""
+    events = sorted(events)
+    most = total = 0.0
+    first = 0
+    for at, work in events:
+        total += work
+        while events[first][0] <= at - timedelta(seconds=seconds):
+            total -= events[first][1]
+            first += 1
+        most = max(most, total)
+    return most
 
 
 def queue_durations(rows: list[tuple]) -> dict[str, float]:
@@ -164,11 +194,12 @@ def queue_durations(rows: list[tuple]) -> dict[str, float]:
     return {queue: sums[queue] / counts[queue] for queue in sums if counts[queue]}
 
 
-def recommended_workers(work: dict[str, float], in_flight: int) -> int:
-    """Workers so that each horizon's work starts within the target lag (the docstring's formula)."""
+def recommended_workers(work: dict[str, float], in_flight: int, burst: float = 0.0) -> int:
+    """Workers so that each horizon's work, and its largest burst, start within the target lag
+    (the docstring's formula)."""
     concurrency = settings.CRONFLEET_FORECAST_WORKER_CONCURRENCY
     lag = settings.CRONFLEET_FORECAST_TARGET_LAG_SECONDS
-    needed = [math.ceil(in_flight / concurrency)]
+    needed = [math.ceil(in_flight / concurrency), math.ceil(burst / (lag_window() * concurrency))]
     needed += [math.ceil(work.get(horizon, 0.0) / ((seconds + lag) * concurrency)) for horizon, seconds in HORIZONS.items()]
     return max(0, *needed)
 
