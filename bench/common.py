@@ -207,6 +207,12 @@ class Children:
         """(name, exit code) of the children that have exited."""
         return [(name, proc.returncode) for name, proc in self.procs if proc.poll() is not None]
 
+    def send_signal(self, name: str, signum: int = signal.SIGTERM) -> None:
+        """Send `signum` to one child's process group and go on (stop_all waits for it)."""
+        proc = dict(self.procs)[name]
+        if proc.poll() is None:
+            os.killpg(proc.pid, signum)
+
     def stop(self, name: str, timeout: float = 30) -> int:
         """SIGTERM one child's process group, wait (SIGKILL after `timeout`); its exit code."""
         proc = dict(self.procs)[name]

@@ -87,16 +87,23 @@ def child_env() -> dict[str, str]:
 
 
 def start_workers(children: Children, app: str, queue: str, opts: Options) -> list[str]:
-    names = []
-    for number in range(opts.workers):
-        name = f"bench{number}-{uuid.uuid4().hex[:6]}@{socket.gethostname()}"
-        children.start(f"{app}-worker{number}", [
-            sys.executable, "-m", "celery", "-A", app, "worker", "-Q", queue, "-c", str(opts.concurrency),
-            "-P", opts.pool, "-n", name, "--without-mingle", "--without-gossip", "--without-heartbeat",
-            "-l", "warning",
-        ], child_env())
-        names.append(name)
-    return names
+    return [start_worker(children, app, queue, number, opts) for number in range(opts.workers)]
+
+
+def start_worker(children: Children, app: str, queue: str, number: int, opts) -> str:
+    """Worker `number` (the child f"{app}-worker{number}") with opts' -c and -P; its node name."""
+    name = f"bench{number}-{uuid.uuid4().hex[:6]}@{socket.gethostname()}"
+    children.start(f"{app}-worker{number}", [
+        sys.executable, "-m", "celery", "-A", app, "worker", "-Q", queue, "-c", str(opts.concurrency),
+        "-P", opts.pool, "-n", name, "--without-mingle", "--without-gossip", "--without-heartbeat",
+        "-l", "warning",
+    ], child_env())
+    return name
+
+
+def beat_argv(batch_size: int | None = None) -> list[str]:
+    argv = [sys.executable, str(settings.BASE_DIR / "manage.py"), "runbeat"]
+    return argv + ["--batch-size", str(batch_size)] if batch_size else argv
 
 
 def wait_ready(control_app, names: list[str], children: Children) -> None:
@@ -197,8 +204,7 @@ def measure_cronfleet(opts: Options, note, clean) -> Result:
         wait_ready(project_app, names, children)
         for number in range(opts.beats):
             env = {**child_env(), "CRONFLEET_RUN_BATCH_SIZE": str(opts.batch or 1)}
-            children.start(f"beat{number}", [sys.executable, str(settings.BASE_DIR / "manage.py"), "runbeat",
-                                             "--batch-size", str(opts.batch_size)], env)
+            children.start(f"beat{number}", beat_argv(opts.batch_size), env)
         deadline = time.monotonic() + READY_TIMEOUT
         while not all("runbeat: started" in children.log(f"beat{n}") for n in range(opts.beats)):
             if time.monotonic() > deadline:

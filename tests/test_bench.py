@@ -91,6 +91,15 @@ def test_bench_steady_runs_beats_and_workers_and_its_checks_pass():
     assert "target: 1,000 fires/s" in done.stdout
 
 
+def test_bench_autoscale_scales_real_workers_under_each_controller_and_its_checks_pass():
+    done = bench("autoscale", "--jobs", "20", "--duration", "0.2", "--lead", "8", "--max-workers", "2",
+                 timeout=600)
+
+    for controller in ("fixed", "forecast", "queue depth"):
+        assert re.search(rf"^  {controller} +[\d.]+ +[\d.]+ +[\d.]+ +[12] ", done.stdout, re.M), controller
+        assert re.search(rf"{controller}: the spike's runs succeeded +20/20 +ok", done.stdout)
+
+
 # The ledger bench's checks of speed (its label names what is timed); on a busy machine any of
 # them may fail, which the bench reports with status 1. Every other check must pass.
 LEDGER_SPEED_CHECKS = ("fires/s", "dispatch CPU per 1,000 fires", "p50 / p99 ms", "(rows/s)")

@@ -12,6 +12,8 @@ Figures are never asserted by tests: they are for reading.
     (all: [--keep] [--yes])
     manage.py bench http --jobs N [--latency S] [--hosts H] [--in-flight K] [--hang] [--no-floor]
     manage.py bench ledger --jobs N [--rows R] [--load L] [--repeat X] [--beats K]
+    manage.py bench autoscale --jobs N [--duration D] [--max-workers M] [--concurrency C] [--lead S]
+                              [--target-lag L]
     manage.py bench console --jobs N [--rows R] [--requests X] [--reseed] [--explain]
 
 
@@ -41,7 +43,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, transaction
 
-from bench import console, dispatch, e2e, http, ledger, peers, steady
+from bench import autoscale, console, dispatch, e2e, http, ledger, peers, steady
 from bench.common import PREFIX
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Tenant
 from scheduler_app.queues import redis_list_keys
@@ -52,7 +54,8 @@ class Command(BaseCommand):
             "Deletes bench-* tenants and the bench Redis queues.")
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("scenario", choices=["dispatch", "peers", "steady", "e2e", "http", "ledger", "console"], help="What to measure")
+        parser.add_argument("scenario", choices=["dispatch", "peers", "steady", "e2e", "http", "ledger", "console",
+                                                         "autoscale"], help="What to measure")
         parser.add_argument("--jobs", type=int, required=True, help="Jobs (N)")
         parser.add_argument("--beats", type=int, default=None,
                             help="runbeat processes (K; default 1, steady 2)")
@@ -107,6 +110,12 @@ class Command(BaseCommand):
                             help="console: seed the console ledger again even when one is there")
         parser.add_argument("--explain", action="store_true",
                             help="console: EXPLAIN (ANALYZE, BUFFERS) every statement of every page")
+        parser.add_argument("--duration", type=float, default=2.0,
+                            help="autoscale: seconds each run of the spike takes (default %(default)s)")
+        parser.add_argument("--max-workers", type=int, default=4,
+                            help="autoscale: the most workers a controller may start (default %(default)s)")
+        parser.add_argument("--target-lag", type=float, default=10.0,
+                            help="autoscale: the forecast's target start lag in seconds (default %(default)s)")
         parser.add_argument("--keep", action="store_true",
                             help="Leave the bench rows and messages in place at the end")
         parser.add_argument("--yes", action="store_true",
@@ -165,6 +174,11 @@ class Command(BaseCommand):
                     jobs=jobs, rows=options.get("rows") or 0, beats=beats or 1, batch_size=batch_size,
                     load=min(options.get("load") or 0, jobs), repeat=options.get("repeat") or 3,
                     timeout=timeout))
+            elif scenario == "autoscale":
+                ok = autoscale.run(self, autoscale.Options(
+                    jobs=jobs, duration=options["duration"], max_workers=max(1, options["max_workers"]),
+                    concurrency=options["concurrency"] or 4, lead=options["lead"] or 90.0,
+                    target_lag=options["target_lag"], timeout=timeout))
             elif scenario == "console":
                 ok = console.run(self, console.Options(
                     jobs=jobs, rows=options.get("rows") or 0, requests=max(1, options["requests"]),
