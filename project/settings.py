@@ -365,10 +365,20 @@ if CELERY_BROKER_URL.startswith("sentinel://"):
         # connecting to the master; replies are not bounded here (a worker's BRPOP waits by design)
         socket_connect_timeout=CRONFLEET_SENTINEL_TIMEOUT_SECONDS,
     )
-# RabbitMQ: every queue is a priority queue of ten levels (0-9, Job.priority). The beat
-# declares its queues with the same x-max-priority (publish.publish_runs); a queue made
-# earlier without it must be deleted once, or RabbitMQ refuses the declaration.
-CELERY_TASK_QUEUE_MAX_PRIORITY = 9
+# RabbitMQ (docs/operating.md: RabbitMQ): task queues are durable and messages persistent.
+# CRONFLEET_RABBITMQ_QUEUE_TYPE=quorum declares them as quorum queues (replicated over the
+# cluster's nodes) instead of classic ones. A classic queue is a priority queue of ten levels
+# (0-9, Job.priority); RabbitMQ 3 refuses x-max-priority on a quorum queue, so there it is
+# left out. Beats (queues.task_queue) and workers (Celery's queues for -Q, from these
+# settings) declare a queue alike; a queue made earlier with other arguments (another type,
+# or no x-max-priority) must be deleted once, or RabbitMQ refuses the declaration.
+CRONFLEET_RABBITMQ_QUEUE_TYPE = env_str("CRONFLEET_RABBITMQ_QUEUE_TYPE", "classic").lower()
+if CRONFLEET_RABBITMQ_QUEUE_TYPE not in {"classic", "quorum"}:
+    raise ImproperlyConfigured("CRONFLEET_RABBITMQ_QUEUE_TYPE must be classic or quorum, "
+                               f"got {CRONFLEET_RABBITMQ_QUEUE_TYPE!r}")
+CELERY_TASK_DEFAULT_QUEUE_TYPE = CRONFLEET_RABBITMQ_QUEUE_TYPE
+CELERY_TASK_CREATE_MISSING_QUEUE_TYPE = CRONFLEET_RABBITMQ_QUEUE_TYPE  # a worker's -Q queues
+CELERY_TASK_QUEUE_MAX_PRIORITY = 9 if CRONFLEET_RABBITMQ_QUEUE_TYPE == "classic" else None
 # django-celery-results' `django-db`, which logs a result it cannot write instead of raising:
 # the run's row in the ledger is the truth (worker/results.py).
 CELERY_RESULT_BACKEND = "scheduler_app.worker.results:LedgerFirstBackend"

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 
 from celery import current_app as app
 from django.conf import settings
+from kombu import Exchange, Queue
 from kombu.exceptions import KombuError
 
 # The tasks a run's message names (scheduler_app/tasks.py): the beat publishes them, the worker
@@ -53,6 +54,22 @@ def check_queue(name: str) -> str:
 
 def queue_name(queue: str) -> str:
     return queue or settings.CELERY_TASK_DEFAULT_QUEUE
+
+
+def task_queue(name: str) -> Queue:
+    """The declaration of task queue `name`, argument for argument the one a worker consuming
+    it makes (Celery's queue for `-Q name`, from CELERY_TASK_CREATE_MISSING_QUEUE_TYPE and
+    CELERY_TASK_QUEUE_MAX_PRIORITY): RabbitMQ refuses a declaration that differs from the
+    queue's (PRECONDITION_FAILED), which would cost a beat every publish to the queue, or a
+    worker its consume. Durable, never exclusive or auto-deleted: the queue, and the persistent
+    messages in it, outlive a restart of the broker and the absence of consumers."""
+    arguments = {}
+    if settings.CRONFLEET_RABBITMQ_QUEUE_TYPE == "quorum":
+        arguments["x-queue-type"] = "quorum"
+    if settings.CELERY_TASK_QUEUE_MAX_PRIORITY is not None:
+        arguments["x-max-priority"] = settings.CELERY_TASK_QUEUE_MAX_PRIORITY
+    return Queue(name, Exchange(name), routing_key=name, durable=True, exclusive=False, auto_delete=False,
+                 queue_arguments=arguments or None)
 
 
 def broker_errors() -> tuple[type[BaseException], ...]:

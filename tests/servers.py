@@ -15,13 +15,18 @@ loopback port, in a temporary directory removed afterwards:
     with private_sentinel() as group:
         ...  # point the broker at group.url(), then group.master.kill(), group.wait_for_failover()
 
+    with private_rabbitmq() as node:
+        ...  # point the broker at node.url(), then node.kill() and node.start() on the same data
+
 PostgreSQL's binaries are found in CRONFLEET_TEST_PG_BINDIR, else `pg_config --bindir`, else
-on PATH; redis-server on PATH. A server that fails to start raises with its log's tail.
+on PATH; redis-server on PATH; RabbitMQ's server script in CRONFLEET_TEST_RABBITMQ_SERVER, else
+where the Debian package puts it. A server that fails to start raises with its log's tail.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pwd
 import shutil
@@ -30,11 +35,13 @@ import socket
 import subprocess
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import redis
+from kombu import Connection
 
 from tests.conftest import wait_for
 
@@ -536,4 +543,168 @@ def private_sentinel(*, sentinels: int = 1) -> Iterator[SentinelGroup]:
     finally:
         for server in reversed(started):
             server.stop()
+        shutil.rmtree(directory)
+
+
+# --- RabbitMQ -----------------------------------------------------------------------------
+
+# The Debian package's server script. /usr/sbin/rabbitmq-server wraps it to switch to the
+# rabbitmq user, whose node is the machine's own; a node of the test's own runs as this process.
+RABBITMQ_SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
+RABBITMQ_USER = "guest"  # RabbitMQ's default user: it may log in from the loopback only
+RABBITMQ_STOP_TIMEOUT = 30  # seconds for a node to shut down on SIGTERM before it is killed
+
+
+def rabbitmq_program() -> Path | None:
+    """RabbitMQ's server script: CRONFLEET_TEST_RABBITMQ_SERVER, else RABBITMQ_SERVER; None
+    when it is not installed."""
+    program = Path(os.environ.get("CRONFLEET_TEST_RABBITMQ_SERVER") or RABBITMQ_SERVER)
+    return program if program.is_file() else None
+
+
+def descendants_of(pid: int) -> list[int]:
+    """`pid`'s live children, theirs, and so on. A RabbitMQ node's helpers (erl_child_setup,
+    inet_gethost) run in sessions of their own, so a signal to the node's process group
+    misses them."""
+    states = process_states()
+    found, frontier = [], [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [child for child, (state, ppid) in states.items() if ppid == parent and state != "Z"]
+        found.extend(children)
+        frontier.extend(children)
+    return found
+
+
+class RabbitMQNode:
+    """A RabbitMQ node of one test's own: named cf-<random>@localhost, with its data (Mnesia,
+    message stores, quorum queues' logs), logs, configuration and Erlang cookie (HOME) in
+    `directory`, AMQP on `port` on the loopback, Erlang distribution on `dist_port`, and no
+    plugins. Its data outlives kill() and stop(), so start() again is a restart on the same
+    disk, as a node restarted on its host is."""
+
+    host = HOST
+
+    def __init__(self, program: Path, directory: Path, port: int, dist_port: int) -> None:
+        self.program = program
+        self.directory = directory
+        self.port = port
+        self.dist_port = dist_port
+        self.name = f"cf-{uuid.uuid4().hex[:8]}@localhost"
+        self.log = directory / "rabbitmq.out"  # the node's console; its own log is in log/
+        self.proc: subprocess.Popen | None = None
+        for sub in ("mnesia", "log"):
+            (directory / sub).mkdir()
+        (directory / "enabled_plugins").write_text("[].\n")  # not even the management plugin
+        (directory / "rabbitmq.conf").write_text("loopback_users.guest = true\n")
+
+    def environment(self) -> dict[str, str]:
+        """The node's (and its command-line tools') environment: every file in the directory."""
+        return {
+            **os.environ,
+            "HOME": str(self.directory),  # the Erlang cookie: $HOME/.erlang.cookie, made at first start
+            "RABBITMQ_NODENAME": self.name,
+            "RABBITMQ_NODE_IP_ADDRESS": self.host,
+            "RABBITMQ_NODE_PORT": str(self.port),
+            "RABBITMQ_DIST_PORT": str(self.dist_port),
+            "RABBITMQ_MNESIA_BASE": str(self.directory / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(self.directory / "log"),
+            "RABBITMQ_CONFIG_FILE": str(self.directory / "rabbitmq.conf"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.directory / "enabled_plugins"),
+            "RABBITMQ_PID_FILE": str(self.directory / "node.pid"),
+        }
+
+    def url(self) -> str:
+        return f"amqp://{RABBITMQ_USER}:{RABBITMQ_USER}@{self.host}:{self.port}//"
+
+    def answers(self) -> bool:
+        """Whether an AMQP connection to the port works and reaches this node (not another
+        server that had taken the port)."""
+        try:
+            with Connection(self.url(), connect_timeout=2) as conn:
+                conn.ensure_connection(max_retries=1)
+                # The cluster's name is the node's, with the host's own name after the "@".
+                cluster = conn.connection.server_properties.get("cluster_name", "")
+                return cluster.split("@")[0] == self.name.split("@")[0]
+        except Exception:  # noqa: BLE001 - not up yet, whatever the library says
+            return False
+
+    def start(self) -> None:
+        """Start the node (again, after kill() or stop(): same name, ports and data) and wait
+        until it takes AMQP connections."""
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen([str(self.program)], env=self.environment(), stdout=log,
+                                         stderr=subprocess.STDOUT, cwd=self.directory, start_new_session=True)
+        wait_for(lambda: self.proc.poll() is not None or self.answers(), timeout=START_TIMEOUT, interval=0.2,
+                 what=f"RabbitMQ node {self.name} on port {self.port}")
+        if self.proc.poll() is not None:
+            raise ServerError(f"RabbitMQ node {self.name} exited with {self.proc.returncode}\n{log_tail(self.log)}")
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """The host's loss, as far as one host can show it: SIGKILL to the server script, the
+        Erlang VM (beam.smp) and its helpers at once, so nothing of the node answers, acks or
+        writes again; returns once they are gone. epmd, shared with other nodes, stays."""
+        assert self.running(), "the node is not running"
+        victims = [self.proc.pid, *descendants_of(self.proc.pid)]
+        for victim in victims:
+            with contextlib.suppress(ProcessLookupError):  # ended meanwhile
+                os.kill(victim, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+        wait_for(lambda: not any(pid_alive(pid) for pid in victims), timeout=10,
+                 what="the killed node's processes to be gone")
+
+    def stop(self) -> None:
+        """Shut the node down (SIGTERM: the Erlang VM stops cleanly), killing it if it takes
+        longer than RABBITMQ_STOP_TIMEOUT. A node already gone is left."""
+        if not self.running():
+            return
+        beam = descendants_of(self.proc.pid)
+        for victim in [self.proc.pid, *beam]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=RABBITMQ_STOP_TIMEOUT)
+            wait_for(lambda: not any(pid_alive(pid) for pid in beam), timeout=RABBITMQ_STOP_TIMEOUT,
+                     what="the node's processes to end")
+        except (subprocess.TimeoutExpired, AssertionError):
+            for victim in [self.proc.pid, *descendants_of(self.proc.pid), *beam]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(victim, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def ctl(self, *args: str) -> str:
+        """The output of `rabbitmqctl -n <node> <args>`, run with the node's cookie."""
+        program = self.program.parent / "rabbitmqctl"
+        env = {key: value for key, value in self.environment().items() if key != "RABBITMQ_DIST_PORT"}
+        return run([str(program), "-n", self.name, *args], log=self.log, what="rabbitmqctl", timeout=60,
+                   env=env, cwd=self.directory).stdout
+
+    def queues(self) -> dict[str, dict]:
+        """Each queue of the node's default virtual host, by name: durable, auto_delete,
+        exclusive, type, arguments and messages, as rabbitmqctl list_queues reports them."""
+        columns = ("name", "durable", "auto_delete", "exclusive", "type", "arguments", "messages")
+        listed = json.loads(self.ctl("list_queues", "--quiet", "--formatter", "json", *columns))
+        return {queue["name"]: queue for queue in listed}
+
+
+@contextlib.contextmanager
+def private_rabbitmq() -> Iterator[RabbitMQNode]:
+    """A started private RabbitMQ node on free ports, stopped and its directory deleted on
+    leaving (whether it runs then, or was killed)."""
+    program = rabbitmq_program()
+    if program is None:
+        raise ServerError(f"RabbitMQ's server script was not found at {RABBITMQ_SERVER} "
+                          "(set CRONFLEET_TEST_RABBITMQ_SERVER)")
+    directory = Path(tempfile.mkdtemp(prefix="cronfleet-rabbitmq-"))
+    try:
+        node = RabbitMQNode(program, directory, free_port(), free_port())
+        try:
+            node.start()
+            yield node
+        finally:
+            node.stop()
+    finally:
         shutil.rmtree(directory)

@@ -20,11 +20,10 @@ from dataclasses import dataclass
 
 from celery import current_app as app
 from django.conf import settings
-from kombu import Exchange, Queue
 
 from scheduler_app.dispatch import shadow
 from scheduler_app.models import PRIORITY_DEFAULT, PRIORITY_MAX, celery_task_id
-from scheduler_app.queues import EXECUTE_HTTP_RUNS, EXECUTE_RUN, EXECUTE_RUNS, broker_errors, queue_name
+from scheduler_app.queues import EXECUTE_HTTP_RUNS, EXECUTE_RUN, EXECUTE_RUNS, broker_errors, queue_name, task_queue
 
 logger = logging.getLogger(__name__)
 
@@ -111,10 +110,9 @@ def _publish_queue(name: str, messages: list[RunMessage], templates: MessageTemp
     with app.producer_or_acquire() as producer:
         driver_type = producer.connection.transport.driver_type
         # Declared once per call (kombu caches it per connection), so a queue no worker has
-        # consumed yet still keeps its messages; with the x-max-priority a worker declares it
-        # with (RabbitMQ compares them).
-        producer.maybe_declare(Queue(name, Exchange(name), routing_key=name,
-                                     max_priority=settings.CELERY_TASK_QUEUE_MAX_PRIORITY))
+        # consumed yet still keeps its messages; with the arguments a worker declares it with
+        # (RabbitMQ compares them).
+        producer.maybe_declare(task_queue(name))
         with producer.batch(max_size=PUBLISH_BATCH):
             for message in alone:
                 body, headers, properties = templates.build(message)
