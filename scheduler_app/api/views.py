@@ -329,7 +329,8 @@ class JobViewSet(JobScopedMixin, viewsets.GenericViewSet):
         job = self.get_object()
         count = s.validated(s.PreviewQuerySerializer, request.query_params)["count"]
         fires = services.schedule_preview(job.schedule, count=count)
-        return Response(s.PreviewSerializer({"timezone": job.timezone, "fires": fires}).data)
+        return Response(s.PreviewSerializer({"timezone": job.timezone, "fires": fires,
+                                             "placement": job.flex_note or None}).data)
 
     @extend_schema(summary="What a PATCH with this body would do to the job's fires (nothing is saved)",
                    request=s.JobWriteSerializer, responses=s.ImpactSerializer, examples=CHANGE_EXAMPLES)
@@ -378,10 +379,16 @@ class SchedulePreviewView(JobScopedMixin, GenericAPIView):
         data = s.validated(s.SchedulePreviewSerializer, request.data)
         fields = s.spec_fields(data)
         spec = services.JobSpec(name="", start_at=data.get("start_at"), end_at=data.get("end_at"),
-                                **{key: fields[key] for key in ("cron", "timezone", "every", "at") if key in fields})
+                                **{key: fields[key] for key in ("cron", "timezone", "every", "at", "flex_window",
+                                                                "flex_scope") if key in fields})
+        placement = None
+        if spec.flex_window:  # where a job with this window would be placed now (nothing is saved)
+            spec, flex = services.spec_placed(self.tenant, spec, db_now())
+            placement = flex["flex_note"]
         schedule = services.spec_schedule(self.tenant, spec)
         fires = services.schedule_preview(schedule, count=data["count"])
-        return Response(s.PreviewSerializer({"timezone": schedule.timezone, "fires": fires}).data)
+        return Response(s.PreviewSerializer({"timezone": schedule.timezone, "fires": fires,
+                                             "placement": placement}).data)
 
 
 # --- runs -------------------------------------------------------------------------------

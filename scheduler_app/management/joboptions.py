@@ -32,6 +32,7 @@ PLAIN_OPTIONS = {
     "misfire": "misfire_policy", "catchup_window": "catchup_window_seconds", "run_all_cap": "run_all_cap",
     "description": "description", "tags": "tags", "batch": "batch",
     "calendar": "calendar", "calendar_policy": "calendar_policy",
+    "window": "flex_window", "window_scope": "flex_scope",
 }
 CLEAR = "none"  # `jobs edit --start none` removes the start
 
@@ -46,8 +47,14 @@ def add_job_options(parser: CommandParser, *, edit: bool) -> None:
     parser.add_argument("--every", metavar="SECONDS", type=int,
                         help="Fire every SECONDS, counted from now (or from --start)")
     parser.add_argument("--at", metavar="ISO8601", help="Fire once at this instant")
+    parser.add_argument("--window", metavar="WINDOW",
+                        help="A flexible window instead of a fixed time: 'daily HH:MM-HH:MM' (e.g. 'daily 01:00-03:00', "
+                             "across midnight allowed), 'daily' or 'hourly'; the job fires once in it, at the minute "
+                             "where its scope's planned fires are fewest (docs/flexible-windows.md)")
+    parser.add_argument("--window-scope", metavar="{tenant,queue}",
+                        help="Whose planned fires a --window avoids: the tenant's (default) or those of the queue")
     parser.add_argument("--timezone", metavar="ZONE",
-                        help="IANA zone the cron expression is read in (default: the tenant's zone)")
+                        help="IANA zone the cron expression (or the window) is read in (default: the tenant's zone)")
     allowed = ", ".join(settings.CRONFLEET_ALLOWED_TASKS) or "(none)"
     parser.add_argument("--task", metavar="TASKNAME", help=f"Celery task to call ({allowed})")
     parser.add_argument("--http-url", metavar="URL", help="Call this URL (a signed webhook)")
@@ -116,6 +123,17 @@ def check_one_of(command: str, options: dict, names: dict[str, str], *, required
     if len(given) > 1 or (required and not given):
         listed = ", ".join(names.values())
         raise CommandError(f"{command}: give {'exactly' if required else 'at most'} one of {listed}", returncode=2)
+
+
+def check_schedule_options(command: str, options: dict, *, required: bool) -> None:
+    """Refuse two schedules in one line (or none, when `required`), exit 2: one of --cron,
+    --every, --at, or a --window (docs/flexible-windows.md) instead of them."""
+    fixed = [flag for dest, flag in SCHEDULE_OPTIONS.items() if options.get(dest) is not None]
+    if options.get("window") is not None and fixed:
+        raise CommandError(f"{command}: give --window or one of --cron, --every, --at, not both ({fixed[0]})",
+                           returncode=2)
+    if options.get("window") is None:
+        check_one_of(command, options, SCHEDULE_OPTIONS, required=required)
 
 
 def job_fields(options: dict, current: Job | None = None) -> dict:

@@ -154,6 +154,18 @@ class Job(models.Model):
                                     help_text="The parent's end states that start this job: succeeded, failed, dead")
     has_children = models.BooleanField(default=False, db_default=False, editable=False)
 
+    # A flexible window (docs/flexible-windows.md): "daily 01:00-03:00" or "hourly" in the job's
+    # zone. The minute placed in it is stored as `cron` (a fixed-time expression, so every path
+    # treats the job as any cron job) and moves only when the window itself is edited or on
+    # `jobs rebalance`; flex_note says why that minute. flex_scope: whose planned fires the
+    # placement avoided, the tenant's or the queue's ("" for jobs without a window).
+    flex_window = models.CharField(max_length=40, blank=True, default="", db_default="",
+                                   help_text="Fire once in this window at its least loaded minute: "
+                                             "'daily HH:MM-HH:MM' or 'hourly'; blank: a fixed schedule")
+    flex_scope = models.CharField(max_length=8, blank=True, default="", db_default="",
+                                  choices=[("tenant", "tenant"), ("queue", "queue")])
+    flex_note = models.CharField(max_length=300, blank=True, default="", db_default="", editable=False)
+
     enabled = models.BooleanField(default=True, help_text="Paused jobs do not fire")
     paused_note = models.CharField(max_length=500, blank=True)
     next_run_at = models.DateTimeField(null=True, blank=True)  # UTC; NULL when nothing is left to fire

@@ -14,7 +14,8 @@ The package: base.py (Schedule, the misfire policies, cron normalised), zones.py
 zones and their offset changes), fires.py (the next and last fires, jitter, previews, DST
 flags), calendars.py (business days; fires skipped or moved by a calendar), checks.py (a
 schedule validated, its shortest gap), misfires.py (the fires a beat records for a due job
-under its misfire policy).
+under its misfire policy), placement.py (flexible windows: the load per minute of a window,
+its least loaded minute).
 """
 
 from scheduler_app.schedules.base import (
@@ -56,6 +57,14 @@ from scheduler_app.schedules.misfires import (
     Plan,
     plan_fires,
 )
+from scheduler_app.schedules.placement import (
+    Neighbours,
+    Window,
+    choose_minute,
+    load_profile,
+    load_text,
+    parse_window,
+)
 from scheduler_app.schedules.zones import (
     zone,
 )
@@ -75,6 +84,12 @@ __all__ = [
     "MisfirePolicy",
     "MisfireRules",
     "NICKNAMES",
+    "Neighbours",
+    "Window",
+    "choose_minute",
+    "load_profile",
+    "load_text",
+    "parse_window",
     "NextFireCache",
     "Plan",
     "Schedule",

@@ -7,6 +7,7 @@
 - tenants: tenants, their quotas and signing secrets;
 - keys: API keys;
 - calendars: business-day calendars (a job's calendar and calendar policy checked);
+- flexible: flexible windows (a job placed at its window's least loaded minute; rebalance);
 - retention: a tenant's or a job's retention (a job's within its tenant's bound);
 - importbeat: the import of django-celery-beat's periodic tasks;
 - common: the quota error, whole-number checks, admission.
@@ -41,6 +42,7 @@ from scheduler_app.services.edits import (
     schedule_preview,
     upcoming_fires,
 )
+from scheduler_app.services.flexible import FLEX_SCOPES, jobs_rebalance, spec_placed
 from scheduler_app.services.jobs import (
     BULK_ACTIONS,
     job_create,
@@ -76,7 +78,8 @@ __all__ = [
     "check_key_quota", "check_managed", "check_name", "drift_warning",
     "InvalidInput", "job_backfill", "job_create", "job_delete", "job_pause", "job_preview", "job_resume",
     "job_set_retention", "job_trigger", "job_trigger_reporting", "job_update", "job_update_impact",
-    "jobs_bulk", "JobSpec", "MAX_PREVIEW", "PAST_GRACE", "plan_edit", "QuotaExceeded", "REPLAYABLE",
+    "FLEX_SCOPES", "jobs_bulk", "jobs_rebalance", "JobSpec",
+    "spec_placed", "MAX_PREVIEW", "PAST_GRACE", "plan_edit", "QuotaExceeded", "REPLAYABLE",
     "run_replay", "schedule_preview", "spec_schedule", "tenant_by_slug", "tenant_create", "TENANT_LIMITS",
     "tenant_rotate_webhook_secret", "tenant_set_retention", "tenant_signing_secrets", "tenant_update",
     "upcoming_fires", "validate_spec", "wake_beats",

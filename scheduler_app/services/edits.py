@@ -14,7 +14,7 @@ from scheduler_app import schedules
 from scheduler_app.dispatch.waker import wake_beats
 from scheduler_app.models import Job, TargetKind, db_now
 from scheduler_app.models.lifecycle import audit_job
-from scheduler_app.services import chains
+from scheduler_app.services import chains, flexible
 from scheduler_app.services.checkins import ensure_monitor
 from scheduler_app.services.common import check_int, jsonable
 from scheduler_app.services.jobs import first_fire
@@ -29,13 +29,13 @@ def job_preview(job_or_schedule, *, count: int, after: datetime | None = None) -
     return schedules.preview(schedule, after or db_now(), count)
 
 
-SCHEDULE_FIELDS = ("cron", "every", "at")
+SCHEDULE_FIELDS = ("cron", "every", "at", "flex_window")
 
 
 SPEC_FIELDS = frozenset(JobSpec.__dataclass_fields__)
 # What an edit that chains a job clears when not given (a chained job has no schedule).
 CHAINED_BLANKS = (("cron", ""), ("every", None), ("at", None), ("start_at", None), ("end_at", None),
-                  ("jitter_seconds", 0), ("calendar", ""))
+                  ("jitter_seconds", 0), ("calendar", ""), ("flex_window", ""))
 
 
 def job_spec_of(job: Job) -> JobSpec:
@@ -46,7 +46,8 @@ def job_spec_of(job: Job) -> JobSpec:
         command=dict(job.target_config) if job.target_kind == TargetKind.COMMAND else None,
         sql=dict(job.target_config) if job.target_kind == TargetKind.SQL else None,
         monitor=dict(job.target_config) if job.target_kind == TargetKind.MONITOR else None,
-        cron=job.cron, timezone=job.timezone, every=job.every_seconds, at=job.run_at,
+        # A flexible job is stated by its window; its placed cron is kept by plan_edit.
+        cron="" if job.flex_window else job.cron, timezone=job.timezone, every=job.every_seconds, at=job.run_at,
         start_at=job.start_at, end_at=job.end_at, args=job.args, kwargs=job.kwargs, queue=job.queue,
         priority=job.priority,
         timeout_seconds=job.timeout_seconds, max_attempts=job.max_attempts,
@@ -57,6 +58,7 @@ def job_spec_of(job: Job) -> JobSpec:
         pause_after_failures=job.pause_after_failures,
         calendar=job.calendar.name if job.calendar_id else "", calendar_policy=job.calendar_policy,
         after_job=job.after_job.name if job.after_job_id else "", after_states=list(job.after_states or []) or None,
+        flex_window=job.flex_window, flex_scope=job.flex_scope,
     )
 
 
@@ -83,19 +85,23 @@ def plan_edit(job: Job, changes: dict, now: datetime) -> Edit:
         changes.setdefault("cron", "")
         changes.setdefault("every", None)
         changes.setdefault("at", None)
+        changes.setdefault("flex_window", "")
     if "after_job" in changes:  # chaining drops the job's own schedule; unchaining its after_states
         chained = changes["after_job"] not in (None, "")
         for key, blank in CHAINED_BLANKS if chained else (("after_states", None),):
             changes.setdefault(key, blank)
     before = job_spec_of(job)
     spec = replace(before, **changes)
+    if not spec.flex_window and "flex_scope" not in changes:  # the window's scope goes with it
+        spec = replace(spec, flex_scope="")
     schedule_keys = (*SCHEDULE_FIELDS, "timezone", "start_at", "end_at", "jitter_seconds", "calendar",
-                     "calendar_policy", "after_job")
+                     "calendar_policy", "after_job", "flex_scope")
     schedule_changed = any(getattr(spec, key) != getattr(before, key) for key in schedule_keys)
     # An interval keeps its anchor unless the interval itself changes.
     anchor = job.anchor_at if spec.every is not None and spec.every == job.every_seconds else None
     schedule, fields = validate_spec(job.tenant, spec, now, anchor=anchor, jitter_seed=job.jitter_seed,
-                                     check_schedule_quota=schedule_changed, check_end=spec.end_at != before.end_at)
+                                     check_schedule_quota=schedule_changed, check_end=spec.end_at != before.end_at,
+                                     flex_kept=flexible.kept_placement(job, spec), job_id=job.id)
     if fields["after_job_id"] != job.after_job_id:
         chains.check_no_loop(job, Job.objects.filter(id=fields["after_job_id"]).first())
     diff = {

@@ -39,7 +39,8 @@ def job_create(tenant: Tenant, spec: JobSpec, *, actor: str = "") -> Job:
             job = Job.objects.create(tenant=tenant, next_run_at=first_fire(schedule, now), **fields)
             ensure_monitor(job)  # a monitored job's ping key
             chains.refresh_has_children([job.after_job_id])
-            audit_job(job, "job.created", actor, schedule=chains.describe(job, schedule), task=job.task_name)
+            audit_job(job, "job.created", actor, schedule=chains.describe(job, schedule), task=job.task_name,
+                      **({"placement": job.flex_note} if job.flex_window else {}))
             wake_beats()
     except IntegrityError:
         raise InvalidInput("name", f"tenant {tenant.slug!r} already has a job named {fields['name']!r}") from None

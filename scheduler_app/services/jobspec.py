@@ -19,7 +19,7 @@ from scheduler_app.models import (
     Tenant,
     db_now,
 )
-from scheduler_app.services import chains
+from scheduler_app.services import chains, flexible
 from scheduler_app.services.calendars import job_calendar
 from scheduler_app.services.common import QuotaExceeded, check_int
 from scheduler_app.validation import (
@@ -79,6 +79,10 @@ class JobSpec:
     pause_after_failures: int | None = None  # pause after this many failed or dead runs in a row; None: never
     after_job: str | int | None = ""  # chains: run when a run of this job of the tenant ends (name or id); "": none
     after_states: list[str] | None = None  # the parent's end states that start it; None: [succeeded]
+    # A flexible window instead of cron/every/at (services/flexible.py): "daily HH:MM-HH:MM" or
+    # "hourly", placed at the least loaded minute of the scope, "tenant" (default) or "queue".
+    flex_window: str = ""
+    flex_scope: str = ""
 
 
 def check_queue(name) -> str:
@@ -114,13 +118,16 @@ def check_pause_after_failures(value) -> int | None:
 
 def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime, *, anchor: datetime | None = None,
                   jitter_seed: int = 0, check_schedule_quota: bool = True,
-                  check_end: bool = True) -> tuple[schedules.Schedule, dict]:
+                  check_end: bool = True, flex_kept: flexible.Placement | None = None,
+                  job_id: int | None = None) -> tuple[schedules.Schedule, dict]:
     """Check every field of `spec`; return the normalised schedule and the model fields.
 
     An interval counts from `anchor` (an edit keeps the job's), else from now. An edit
     that leaves the schedule alone passes check_schedule_quota=False: a one-off time that
     has since passed, or a quota tightened since, does not block renaming the job; one that
     leaves end_at alone passes check_end=False (an end that has since passed is no error).
+    A flexible window is placed now (reading the scope's jobs but `job_id`), unless an edit
+    passes the job's placement as `flex_kept`.
     """
     if not tenant.is_active:
         raise InvalidInput("tenant", f"tenant {tenant.slug!r} is not active")
@@ -148,6 +155,13 @@ def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime, *, anchor: datet
         raise InvalidInput("at", "is in the past")
     parent = chains.after_job_of(tenant, spec.after_job)
     after_states = chains.check_after_states(spec.after_states, chained=parent is not None)
+    flex = {"flex_window": "", "flex_scope": "", "flex_note": ""}
+    if parent is not None and spec.flex_window:
+        raise InvalidInput("flex_window", "a chained job (after_job) has no schedule of its own, nor a window")
+    if spec.flex_scope and not spec.flex_window:
+        raise InvalidInput("flex_scope", "applies to a job with a flex_window only")
+    if parent is None and spec.flex_window:
+        spec, flex = flexible.spec_placed(tenant, spec, now, kept=flex_kept, exclude_id=job_id)
     if parent is not None:  # a chained job: no schedule of its own (services/chains.py)
         schedule = chains.chained_schedule(spec, spec.timezone or tenant.timezone)
     else:
@@ -178,6 +192,7 @@ def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime, *, anchor: datet
         batch=check_batch(spec),
         pause_after_failures=check_pause_after_failures(spec.pause_after_failures),
         after_job_id=parent.id if parent is not None else None, after_states=after_states,
+        **flex,
     )
     calendar, fields["calendar_policy"] = job_calendar(tenant, spec.calendar, spec.calendar_policy)
     fields["calendar_id"] = calendar.id if calendar is not None else None

@@ -15,6 +15,7 @@ Figures are never asserted by tests: they are for reading.
     manage.py bench autoscale --jobs N [--duration D] [--max-workers M] [--concurrency C] [--lead S]
                               [--target-lag L]
     manage.py bench console --jobs N [--rows R] [--requests X] [--reseed] [--explain]
+    manage.py bench flexible --jobs N [--window "daily 01:00-03:00"]
 
 
 `ledger` (bench/ledger.py) seeds R finished runs for N jobs and prints
@@ -22,6 +23,9 @@ the dispatch rate against an empty ledger's, the API's run list and stats latenc
 plans of the hot statements, and how fast beats prune while L jobs fire every second.
 `console` (bench/console.py) times each console page's whole render over a
 ledger of R runs it seeds once and keeps (tenants "console-*", which `bench` does not delete).
+`flexible` (bench/flexible.py) adds N nightly jobs one by one three ways (a flexible window,
+jitter over the window, a fixed time at its start) and prints the peak and mean fires per
+minute in the window, and the time per job added.
 
 Each scenario is a module of bench/ (dispatch.py, peers.py, steady.py,
 e2e.py); what they share is in common.py. This command parses the arguments, checks that
@@ -43,7 +47,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, transaction
 
-from bench import autoscale, console, dispatch, e2e, http, ledger, peers, steady
+from bench import autoscale, console, dispatch, e2e, flexible, http, ledger, peers, steady
 from bench.common import PREFIX
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Tenant
 from scheduler_app.queues import redis_list_keys
@@ -55,7 +59,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("scenario", choices=["dispatch", "peers", "steady", "e2e", "http", "ledger", "console",
-                                                         "autoscale"], help="What to measure")
+                                                         "flexible", "autoscale"], help="What to measure")
         parser.add_argument("--jobs", type=int, required=True, help="Jobs (N)")
         parser.add_argument("--beats", type=int, default=None,
                             help="runbeat processes (K; default 1, steady 2)")
@@ -110,6 +114,8 @@ class Command(BaseCommand):
                             help="console: seed the console ledger again even when one is there")
         parser.add_argument("--explain", action="store_true",
                             help="console: EXPLAIN (ANALYZE, BUFFERS) every statement of every page")
+        parser.add_argument("--window", default=flexible.DEFAULT_WINDOW,
+                            help="flexible: the jobs' daily window (default %(default)r)")
         parser.add_argument("--duration", type=float, default=2.0,
                             help="autoscale: seconds each run of the spike takes (default %(default)s)")
         parser.add_argument("--max-workers", type=int, default=4,
@@ -174,6 +180,8 @@ class Command(BaseCommand):
                     jobs=jobs, rows=options.get("rows") or 0, beats=beats or 1, batch_size=batch_size,
                     load=min(options.get("load") or 0, jobs), repeat=options.get("repeat") or 3,
                     timeout=timeout))
+            elif scenario == "flexible":
+                ok = flexible.run(self, flexible.Options(jobs=jobs, window=options["window"]))
             elif scenario == "autoscale":
                 ok = autoscale.run(self, autoscale.Options(
                     jobs=jobs, duration=options["duration"], max_workers=max(1, options["max_workers"]),

@@ -41,13 +41,30 @@ class OnceScheduleSerializer(StrictSerializer):
     at = AwareDateTimeField(help_text="The one fire time, with a UTC offset")
 
 
-SCHEDULE_KINDS = {"cron": CronScheduleSerializer, "every": IntervalScheduleSerializer, "at": OnceScheduleSerializer}
+class WindowScheduleSerializer(StrictSerializer):
+    window = StrictCharField(max_length=40, help_text="A flexible window, placed at its least loaded minute "
+                                                      "(docs/flexible-windows.md): 'daily HH:MM-HH:MM' (end "
+                                                      "excluded; across midnight allowed), 'daily' or 'hourly'")
+    scope = serializers.ChoiceField(choices=services.FLEX_SCOPES, required=False,
+                                    help_text="Whose planned fires the placement avoids: the tenant's (default) "
+                                              "or those of every job on the same queue")
+    timezone = StrictCharField(required=False, max_length=64,
+                               help_text="IANA zone the window is read in; default: the job's zone "
+                                         "(the tenant's for a new job)")
+    chosen = StrictCharField(read_only=True, help_text="The cron expression the window was placed at; it moves "
+                                                       "only when the window is edited or on `jobs rebalance`")
+    why = StrictCharField(read_only=True, help_text="The chosen time and why: its planned fires, the fewest "
+                                                    "in the window")
+
+
+SCHEDULE_KINDS = {"cron": CronScheduleSerializer, "every": IntervalScheduleSerializer, "at": OnceScheduleSerializer,
+                  "window": WindowScheduleSerializer}
 
 
 @extend_schema_field(PolymorphicProxySerializer(
     component_name="Schedule", serializers=list(SCHEDULE_KINDS.values()), resource_type_field_name=None, many=False))
 class ScheduleField(serializers.Field):
-    default_error_messages: ClassVar[dict[str, str]] = {"kind": "give exactly one of cron, every or at"}
+    default_error_messages: ClassVar[dict[str, str]] = {"kind": "give exactly one of cron, every, at or window"}
 
     def to_internal_value(self, data):
         if not isinstance(data, dict):
@@ -60,6 +77,9 @@ class ScheduleField(serializers.Field):
     def to_representation(self, job: Job):
         if job.after_job_id is not None:
             return None  # a chained job: no schedule of its own (after_job)
+        if job.flex_window:
+            return {"window": job.flex_window, "scope": job.flex_scope, "timezone": job.timezone, "chosen": job.cron,
+                    "why": job.flex_note}
         if job.cron:
             return {"cron": job.cron, "timezone": job.timezone}
         if job.every_seconds is not None:
@@ -156,6 +176,7 @@ SERVICE_FIELDS = {
     "anchor": "schedule", "task": "target.task", "target_kind": "target.kind", "args": "target.args",
     "kwargs": "target.kwargs", "command": "target.name", "sql": "target",
     "monitor": "target", "grace_seconds": "target.grace_seconds",
+    "flex_window": "schedule.window", "flex_scope": "schedule.scope",
 }
 
 
@@ -174,7 +195,8 @@ def spec_fields(data: dict) -> dict:
     fields = {name: data[name] for name in SPEC_PLAIN_FIELDS if name in data}
     if "schedule" in data:
         schedule = data["schedule"]
-        fields.update(cron=schedule.get("cron", ""), every=schedule.get("every"), at=schedule.get("at"))
+        fields.update(cron=schedule.get("cron", ""), every=schedule.get("every"), at=schedule.get("at"),
+                      flex_window=schedule.get("window", ""), flex_scope=schedule.get("scope", ""))
         if "timezone" in schedule:  # else a new job reads cron in the tenant's zone, an edit in the job's
             fields["timezone"] = schedule["timezone"]
     if "target" in data:
@@ -317,6 +339,8 @@ class FireSerializer(serializers.Serializer):
 class PreviewSerializer(serializers.Serializer):
     timezone = serializers.CharField()
     fires = FireSerializer(many=True)
+    placement = serializers.CharField(allow_null=True, required=False,
+                                      help_text="A flexible window's chosen time and why; null for other schedules")
 
 
 class SkippedFireSerializer(serializers.Serializer):

@@ -18,10 +18,10 @@ from django.db.models import JSONField, OuterRef, Subquery
 from scheduler_app import schedules, services
 from scheduler_app.management.joboptions import (
     ISO_HELP,
-    SCHEDULE_OPTIONS,
     TARGET_OPTIONS,
     add_job_options,
     check_one_of,
+    check_schedule_options,
     job_fields,
     parse_instant,
 )
@@ -45,17 +45,17 @@ SHOW_FIRES = 5
 SHOW_RUNS = 10
 JOB_HELP = "a job id, or TENANT/NAME"
 # The columns `jobs list` reads (no args, kwargs or description).
-LIST_FIELDS = ("id", "name", "cron", "timezone", "every_seconds", "run_at", "enabled", "next_run_at",
+LIST_FIELDS = ("id", "name", "cron", "timezone", "every_seconds", "run_at", "enabled", "next_run_at", "flex_window",
                "tenant", "tenant__slug", "auto_paused_at", "after_job", "after_job__name", "after_states")
 RUN_FIELDS = ("id", "scheduled_at", "trigger", "state", "attempt", "reason", "error", "started_at",
               "finished_at")
 # Runs a deletion cuts short: their results will never be recorded.
 ACTIVE_STATES = (RunState.PENDING, RunState.QUEUED, RunState.RUNNING, RunState.RETRYING)
-ACTIONS = "{add,edit,delete,list,show,pause,resume,trigger,preview,runs}"
+ACTIONS = "{add,edit,delete,list,show,pause,resume,trigger,preview,runs,rebalance}"
 
 
 class Command(OneLineErrors, BaseCommand):
-    help = "Manage jobs. Subcommands: add, edit, delete, list, show, pause, resume, trigger, preview, runs."
+    help = "Manage jobs. Subcommands: add, edit, delete, list, show, pause, resume, trigger, preview, runs, rebalance."
     # call_command("jobs", "edit", ..., stdin=...) answers the confirmation from a file (tests).
     stealth_options = ("stdin",)
 
@@ -112,6 +112,16 @@ class Command(OneLineErrors, BaseCommand):
         preview.add_argument("-n", "--count", type=int, default=10, metavar="N",
                              help=f"How many fires (1-{MAX_PREVIEW}, default 10)")
 
+        rebalance = sub.add_parser(
+            "rebalance", help="Place flexible-window jobs again at their windows' least loaded minutes",
+            description="Place every enabled job with a --window again, one by one in the order they were made, "
+                        "against the other jobs of its scope (docs/flexible-windows.md), and print each move as "
+                        "old -> new time. A job edited meanwhile keeps its edit.")
+        rebalance.add_argument("--tenant", metavar="SLUG", default="", help="Only this tenant's jobs")
+        rebalance.add_argument("--queue", metavar="Q", default=None,
+                               help="Only the jobs of this queue ('' for the default queue)")
+        rebalance.add_argument("--dry-run", action="store_true", help="Print the moves, save nothing")
+
         runs = sub.add_parser("runs", help="List a job's runs, newest first")
         runs.add_argument("job", metavar="JOB", help=JOB_HELP)
         runs.add_argument("--state", default="", metavar="STATE", help=", ".join(RunState.values))
@@ -124,7 +134,7 @@ class Command(OneLineErrors, BaseCommand):
     # --- add ------------------------------------------------------------------------
 
     def do_add(self, *, tenant: str, **options) -> None:
-        check_one_of("jobs add", options, SCHEDULE_OPTIONS, required=not options.get("after_job"))  # chains: none
+        check_schedule_options("jobs add", options, required=not options.get("after_job"))  # chains: none
         check_one_of("jobs add", options, TARGET_OPTIONS, required=True)
         # Parse every value before the first query: bad input writes nothing.
         spec = services.JobSpec(**job_fields(options))
@@ -133,6 +143,8 @@ class Command(OneLineErrors, BaseCommand):
         if warning := unconsumed_warning(job.queue, db_now()):
             self.stderr.write(warning)
         self.stdout.write(f"schedule: {schedule_text(job)}")
+        if job.flex_window:
+            self.stdout.write(f"placement: {job.flex_note}")
         self.stdout.write(f"target: {target_text(job)}")
         if job.next_run_at is None:
             self.stdout.write("next fires: none (the schedule has no fire left)")
@@ -144,7 +156,7 @@ class Command(OneLineErrors, BaseCommand):
     # --- edit / delete --------------------------------------------------------------
 
     def do_edit(self, *, job: str, yes: bool, **options) -> None:
-        check_one_of("jobs edit", options, SCHEDULE_OPTIONS, required=False)
+        check_schedule_options("jobs edit", options, required=False)
         check_one_of("jobs edit", options, TARGET_OPTIONS, required=False)
         job = find_job(job)
         changes = job_fields(options, job)
@@ -251,6 +263,8 @@ class Command(OneLineErrors, BaseCommand):
         job = find_job(job)
         pairs: list[tuple[str, object]] = []
         for field in Job._meta.concrete_fields:
+            if field.name == "flex_note":  # shown as the placement line below
+                continue
             value = getattr(job, field.name)
             if field.name == "tenant":
                 value = job.tenant.slug
@@ -265,6 +279,8 @@ class Command(OneLineErrors, BaseCommand):
         for key, value in pairs:
             self.stdout.write(f"{key.ljust(width)}  {cell(value)}")
 
+        if job.flex_window:
+            self.stdout.write(f"{'placement'.ljust(width)}  {job.flex_note}")
         schedule = job.schedule
         fires = services.job_preview(schedule, count=SHOW_FIRES)
         self.stdout.write("")
@@ -339,6 +355,8 @@ class Command(OneLineErrors, BaseCommand):
         fires = services.schedule_preview(schedule, count=count, after=after)
         since = f", from {utc_text(start_at)}" if start_at is not None else ""
         self.stdout.write(f"next {count} fires of {title}{since}:")
+        if job is not None and found.flex_window:
+            self.stdout.write(f"placement: {found.flex_note}")
         if not fires:
             self.stdout.write("(no fires left)")
             return
@@ -347,7 +365,31 @@ class Command(OneLineErrors, BaseCommand):
                                              for fire in fires]))
 
 
+    # --- rebalance ------------------------------------------------------------------
+
+    def do_rebalance(self, *, tenant: str, queue: str | None, dry_run: bool, **options) -> None:
+        found = services.tenant_by_slug(tenant) if tenant else None
+        moves = services.jobs_rebalance(tenant=found, queue=queue, dry_run=dry_run, actor="cli")
+        if not moves:
+            self.stdout.write("(no flexible-window jobs)")
+            return
+        rows = [(move.job.id, move.job.tenant.slug, move.job.name, f"{move.job.flex_window} ({move.job.timezone})",
+                 cron_time(move.before), "->", cron_time(move.after), "moved" if move.moved else "stays")
+                for move in moves]
+        self.stdout.write(format_table(["id", "tenant", "name", "window", "old", "", "new", ""], rows))
+        moved = sum(move.moved for move in moves)
+        verb = "would move" if dry_run else "moved"
+        self.stdout.write(f"{plural(len(moves), 'flexible job')}: {moved} {verb}"
+                          + (" (dry run: nothing saved)" if dry_run else "."))
+
+
 # --- helpers --------------------------------------------------------------------------
+
+
+def cron_time(cron: str) -> str:
+    """The local time a placed expression fires at: '01:37' (daily), ':37' (hourly)."""
+    minute, hour = cron.split()[:2]
+    return f":{int(minute):02d}" if hour == "*" else f"{int(hour):02d}:{int(minute):02d}"
 
 
 def check_range(field: str, value: int, low: int, high: int) -> int:
@@ -384,6 +426,8 @@ def job_label(job: Job) -> str:
 def schedule_text(job: Job) -> str:
     if job.after_job_id is not None:  # chains: no schedule of its own (one query, for chained jobs only)
         return f"after {job.after_job.name} ends {'/'.join(job.after_states)}"
+    if job.flex_window:
+        return f"window {job.flex_window} ({job.timezone}), placed at cron {job.cron}"
     return describe_schedule(job.cron, job.timezone, job.every_seconds, job.run_at)
 
 
