@@ -8,12 +8,14 @@ from __future__ import annotations
 import io
 import math
 import re
+import threading
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError, OutputWrapper
+from django.db import connection, connections
 
 from bench import flexible
 from scheduler_app import schedules, services
@@ -233,6 +235,80 @@ def test_a_chosen_time_in_a_spring_forward_gap_fires_as_a_fixed_time_cron_job_do
     autumn = schedules.preview(job.schedule, datetime(2027, 10, 30, 12, tzinfo=UTC), 2)
     assert autumn == schedules.preview(plain, datetime(2027, 10, 30, 12, tzinfo=UTC), 2)
     assert autumn == [datetime(2027, 10, 31, 0, 30, tzinfo=UTC), datetime(2027, 11, 1, 1, 30, tzinfo=UTC)]
+
+
+RACES = 8  # rounds, each in a window of its own: 01:00-01:05, 02:00-02:05...
+
+
+def race_in_windows(tenants, add_one) -> list[Counter]:
+    """Round by round, fill four minutes of the hour's five-minute window with fixed-time jobs
+    (so a placement read before any other is saved sees one free minute), then release one
+    `add_one(tenant, name, window)` per tenant in `tenants` at the same instant (a barrier), each
+    on a connection of its own. The jobs per minute of each round's window, fixed ones included."""
+    barrier = threading.Barrier(len(tenants), timeout=30)
+    errors: list[BaseException] = []
+
+    def race(index: int, window: str, name: str) -> None:
+        try:
+            barrier.wait()
+            add_one(tenants[index], f"{name}-{index}", window)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+            barrier.abort()
+        finally:
+            connections.close_all()
+
+    loads = []
+    for hour in range(1, RACES + 1):
+        for minute in range(4):
+            add_one(tenants[0], f"fixed-{hour}-{minute}", None, cron=f"{minute} {hour} * * *")
+        threads = [threading.Thread(target=race, args=(index, f"daily {hour:02}:00-{hour:02}:05", f"flex-{hour}"))
+                   for index in range(len(tenants))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert not errors, errors
+        assert not any(thread.is_alive() for thread in threads)
+        hours = [job.cron.split()[:2] for job in Job.objects.filter(tenant__in=tenants)]
+        loads.append(Counter({minute: 0 for minute in "01234"}) + Counter(m for m, h in hours if h == str(hour)))
+    return loads
+
+
+def flat(load: Counter) -> bool:
+    """Placed one after the other, each job takes a least loaded minute: no minute holds two
+    more than another."""
+    counts = [load[minute] for minute in "01234"]
+    return max(counts) - min(counts) <= 1
+
+
+@pytest.mark.django_db(transaction=True)  # each racer's own connection sees the others' commits
+def test_jobs_of_a_tenant_added_at_the_same_instant_are_placed_as_if_one_after_the_other():
+    tenant = make_tenant()
+
+    def add_one(tenant, name, window, **fields):
+        if window is None:
+            return services.job_create(tenant, services.JobSpec(name=name, task_name=TASK, **fields))
+        return add(tenant, name, window)
+
+    loads = race_in_windows([tenant] * 4, add_one)
+
+    assert all(flat(load) for load in loads), loads  # else two racers took the one free minute
+    assert connection.vendor == "postgresql"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_queue_scope_jobs_of_tenants_added_at_the_same_instant_are_placed_one_after_the_other():
+    tenants = [make_tenant() for _ in range(4)]
+
+    def add_one(tenant, name, window, **fields):
+        if window is None:
+            return services.job_create(tenant, services.JobSpec(name=name, task_name=TASK, queue="nightly", **fields))
+        return add(tenant, name, window, queue="nightly", flex_scope="queue")
+
+    loads = race_in_windows(tenants, add_one)
+
+    assert all(flat(load) for load in loads), loads
 
 
 @pytest.mark.django_db

@@ -115,6 +115,20 @@ def plan_edit(job: Job, changes: dict, now: datetime) -> Edit:
 def job_update(job: Job, changes: dict, *, actor: str = "") -> Job:
     """Apply `changes` to a job (validated as a whole), bump its version and, when the
     schedule changed, compute its next fire from now. Runs already recorded are left alone."""
+    with transaction.atomic():
+        if changes.get("flex_window") or job.flex_window:  # a placement: under its scope's lock
+            flexible.lock_placements([job.tenant_id], placement_queues(job, changes))
+        return _update(job, changes, actor)
+
+
+def placement_queues(job: Job, changes: dict) -> list[str]:
+    """The queues whose placements an edit of `job` may read: its queue before and after, when
+    the job is (or becomes) placed against its queue's load."""
+    queue_scoped = "queue" in (job.flex_scope, changes.get("flex_scope"))
+    return [job.queue, changes.get("queue", job.queue) or ""] if queue_scoped else []
+
+
+def _update(job: Job, changes: dict, actor: str) -> Job:
     now = db_now()
     edit = plan_edit(job, changes, now)
     if not edit.diff:

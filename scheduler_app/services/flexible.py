@@ -10,10 +10,11 @@ first did. What it counts, and what it leaves out, is said in neighbours_of().
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Case, Count, F, Q, QuerySet, When
 from django.db.models.functions import Coalesce
 
@@ -88,6 +89,25 @@ def neighbours_of(jobs: QuerySet, ranges: list[tuple[datetime, datetime]]) -> sc
         elif row["once"] is not None:
             once.append((row["once"], row["count"]))
     return schedules.Neighbours(crons=crons, intervals=intervals, once=once)
+
+
+def lock_placements(tenant_ids: Iterable[int], queues: Iterable[str] = ()) -> None:
+    """Serialise the placements that read the same load, until the caller's transaction ends:
+    the tenants' locks (every placement of one of a tenant's jobs takes its tenant's), then the
+    queues' (queue-scope placements), each set in sorted order, so that no two lockers wait on
+    each other. A placement read after the lock sees the job the previous holder placed, so two
+    jobs added at the same moment take two minutes, not one.
+
+    PostgreSQL transaction advisory locks: nothing else waits on them (the tenant's row, which
+    the beat's quota reads share, is left alone). Other databases place without the lock.
+    """
+    if connection.vendor != "postgresql":
+        return
+    keys = [*(f"cronfleet.flex.tenant:{tenant_id}" for tenant_id in sorted(set(tenant_ids))),
+            *(f"cronfleet.flex.queue:{queue}" for queue in sorted(set(queues)))]
+    with connection.cursor() as cursor:
+        for key in keys:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [key])
 
 
 def scope_label(tenant: Tenant, queue: str, scope: str) -> str:
@@ -183,22 +203,27 @@ def jobs_rebalance(*, tenant: Tenant | None = None, queue: str | None = None, dr
     `dry_run`. Returns every job looked at, moved or not.
 
     Use it when a window's load has changed since its jobs were placed (fixed-time jobs added
-    or deleted, jobs placed concurrently on the same minute). A job edited meanwhile keeps
-    its edit: the save is conditional on its version.
+    or deleted). It holds the placement locks of the scopes it saves, so no job is placed
+    meanwhile on a minute it reads as free. A job edited meanwhile keeps its edit: the save is
+    conditional on its version.
     """
-    now = db_now()
     jobs = Job.objects.filter(enabled=True, after_job__isnull=True).exclude(flex_window="").select_related("tenant")
     if tenant is not None:
         jobs = jobs.filter(tenant=tenant)
     if queue is not None:
         jobs = jobs.filter(queue=queue)
-    groups: dict[tuple, list[Job]] = {}
-    for job in jobs.order_by("id"):
-        key = ("queue", job.queue) if job.flex_scope == "queue" else ("tenant", job.tenant_id)
-        groups.setdefault(key, []).append(job)
-    moves = [move for members in groups.values() for move in _rebalance_scope(members, now)]
-    if not dry_run:
-        _save_moves([move for move in moves if move.moved], now, actor)
+    with transaction.atomic():
+        if not dry_run:  # no job placed meanwhile on a minute this rebalance reads as free
+            scoped = list(jobs.values_list("tenant_id", "flex_scope", "queue"))
+            lock_placements([row[0] for row in scoped], [row[2] for row in scoped if row[1] == "queue"])
+        now = db_now()
+        groups: dict[tuple, list[Job]] = {}
+        for job in jobs.order_by("id"):
+            key = ("queue", job.queue) if job.flex_scope == "queue" else ("tenant", job.tenant_id)
+            groups.setdefault(key, []).append(job)
+        moves = [move for members in groups.values() for move in _rebalance_scope(members, now)]
+        if not dry_run:
+            _save_moves([move for move in moves if move.moved], now, actor)
     return moves
 
 

@@ -13,7 +13,7 @@ from scheduler_app.dispatch.publish import RunMessage, publish_runs
 from scheduler_app.dispatch.waker import wake_beats
 from scheduler_app.models import AuditEvent, Job, JobRun, Tenant, Trigger, db_now
 from scheduler_app.models.lifecycle import audit_job, record_skipped, skip_due_fires
-from scheduler_app.services import chains
+from scheduler_app.services import chains, flexible
 from scheduler_app.services.checkins import ensure_monitor
 from scheduler_app.services.common import admission_fields, admitted_manual
 from scheduler_app.services.jobspec import JobSpec, check_job_quota, validate_spec
@@ -29,12 +29,16 @@ def first_fire(schedule: schedules.Schedule, now: datetime) -> datetime | None:
 
 
 def job_create(tenant: Tenant, spec: JobSpec, *, actor: str = "") -> Job:
-    now = db_now()
     seed = secrets.randbelow(2**31)
-    schedule, fields = validate_spec(tenant, spec, now, jitter_seed=seed)
-    fields["jitter_seed"] = seed
+    name = spec.name
     try:
         with transaction.atomic():
+            if spec.flex_window:  # placed and saved under the scope's lock: no two on one minute
+                flexible.lock_placements([tenant.id], [spec.queue or ""] if spec.flex_scope == "queue" else [])
+            now = db_now()
+            schedule, fields = validate_spec(tenant, spec, now, jitter_seed=seed)
+            fields["jitter_seed"] = seed
+            name = fields["name"]
             check_job_quota(tenant)
             job = Job.objects.create(tenant=tenant, next_run_at=first_fire(schedule, now), **fields)
             ensure_monitor(job)  # a monitored job's ping key
@@ -43,7 +47,7 @@ def job_create(tenant: Tenant, spec: JobSpec, *, actor: str = "") -> Job:
                       **({"placement": job.flex_note} if job.flex_window else {}))
             wake_beats()
     except IntegrityError:
-        raise InvalidInput("name", f"tenant {tenant.slug!r} already has a job named {fields['name']!r}") from None
+        raise InvalidInput("name", f"tenant {tenant.slug!r} already has a job named {name!r}") from None
     return job
 
 
