@@ -136,6 +136,68 @@ def test_an_edited_declaration_plans_a_field_by_field_change_with_the_next_fires
     assert run("plan", "--file", path)[0] == 0
 
 
+NIGHTLY = """
+owner = "reports"
+tenant = "acme"
+
+[[jobs]]
+name = "nightly"
+window = "daily 01:00-03:00"
+timezone = "Europe/Berlin"
+task = "scheduler_app.echo"
+"""
+
+
+def test_a_declared_window_is_placed_on_apply_and_kept_until_the_window_changes(acme, declare):
+    for minute in range(120):  # every minute of the window but 02:17 holds a fixed-time job
+        if minute != 77:
+            services.job_create(acme, services.JobSpec(name=f"fixed-{minute}", task_name="scheduler_app.echo",
+                                                       cron=f"{minute % 60} {1 + minute // 60} * * *",
+                                                       timezone="Europe/Berlin"))
+    path = declare(NIGHTLY)
+
+    code, out = run("plan", "--file", path)
+    assert code == 2 and "+ create acme/nightly" in out, out
+    assert "window daily 01:00-03:00 (Europe/Berlin)" in out, out
+
+    code, out = run("apply", "--file", path)
+    assert code == 0 and "1 created" in out, out
+    job = jobs_of("reports")["nightly"]
+    assert (job.flex_window, job.cron, job.timezone) == ("daily 01:00-03:00", "17 2 * * *", "Europe/Berlin")
+    assert job.flex_note.startswith("02:17 Europe/Berlin, chosen in daily 01:00-03:00")
+
+    # Load added to 02:17 afterwards does not move it: the plan says nothing changed.
+    services.job_create(acme, services.JobSpec(name="late", task_name="scheduler_app.echo", cron="17 2 * * *",
+                                               timezone="Europe/Berlin"))
+    code, out = run("plan", "--file", path)
+    assert code == 0 and "No changes: 1 job up to date." in out, out
+    services.jobs_rebalance(tenant=acme)  # a rebalance's move is not drift either
+    code, out = run("plan", "--file", path)
+    assert code == 0 and "No changes: 1 job up to date." in out and "drift" not in out, out
+
+    # A new window in the declaration places the job again, inside it.
+    path = declare(NIGHTLY.replace("daily 01:00-03:00", "daily 04:00-04:10"))
+    code, out = run("plan", "--file", path)
+    assert code == 2 and "~ change acme/nightly" in out and "'daily 01:00-03:00' → 'daily 04:00-04:10'" in out, out
+    code, out = run("apply", "--file", path)
+    assert code == 0 and "1 changed" in out, out
+    job.refresh_from_db()
+    assert job.flex_window == "daily 04:00-04:10" and job.cron.split()[1] == "4" and int(job.cron.split()[0]) < 10
+    code, out = run("plan", "--file", path)
+    assert code == 0, out
+
+
+def test_a_bad_declared_window_is_refused_naming_the_job_and_the_field(acme, declare):
+    code, out = run("plan", "--file", declare(NIGHTLY.replace("daily 01:00-03:00", "nightly")))
+
+    assert code != 0
+    assert "job acme/nightly: flex_window:" in out, out
+    code, out = run("plan", "--file", declare(NIGHTLY.replace('task = "scheduler_app.echo"',
+                                                              'task = "scheduler_app.echo"\ncron = "0 1 * * *"')))
+    assert code != 0 and "flex_window: give a window or a schedule (cron), not both" in out, out
+    assert not Job.objects.exists()
+
+
 def test_a_job_no_longer_declared_is_planned_removed_paused_then_deleted_with_prune_delete(acme, declare):
     run("apply", "--file", declare(BILLING))
     path = declare(BILLING.split("[[jobs]]\nname = \"reminders\"")[0])

@@ -39,7 +39,7 @@ from scheduler_app.validation import InvalidInput, check_name
 # Keys of a group (the top level of a file is one) and of a job besides JobSpec's fields.
 GROUP_KEYS = frozenset({"owner", "tenant", "jobs", "groups"})
 # Short names a declaration may use for JobSpec fields (as the API's target says "task").
-ALIASES = {"task": "task_name"}
+ALIASES = {"task": "task_name", "window": "flex_window", "window_scope": "flex_scope"}
 PRUNE_NOTE = "schedules: no longer declared (owner {owner})"
 SHOW_FIRES = 3
 DEFAULTS = JobSpec(name="")

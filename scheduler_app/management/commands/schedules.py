@@ -124,8 +124,11 @@ def fires_text(fires) -> str:
 
 
 def schedule_text(spec) -> str:
+    zone = f" ({spec.timezone})" if spec.timezone else " (the tenant's zone)"
+    if spec.flex_window:  # placed when applied, at the least loaded minute then
+        return f"window {spec.flex_window}{zone}"
     if spec.cron:
-        return f"cron {spec.cron}" + (f" ({spec.timezone})" if spec.timezone else " (the tenant's zone)")
+        return f"cron {spec.cron}{zone}"
     if spec.every is not None:
         return f"every {spec.every}s"
     return f"once at {utc_text(spec.at)}"
