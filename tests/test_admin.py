@@ -355,6 +355,64 @@ def test_add_check_in_job_without_grace_takes_the_default(admin_client, tenant):
     assert Job.objects.get(name="from-admin").target_config == {"grace_seconds": 300}
 
 
+def test_add_job_with_a_window_places_it_and_its_page_says_where_and_why(admin_client, tenant):
+    for minute in range(10):  # 01:00-01:09 but 01:06 each hold a fixed-time job
+        if minute != 6:
+            services.job_create(tenant, services.JobSpec(name=f"fixed-{minute}", cron=f"{minute} 1 * * *",
+                                                         task_name=TASK))
+
+    response = admin_client.post(url("job", "add"), job_form(tenant, cron="", flex_window="daily 01:00-01:10"))
+
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    job = Job.objects.get(name="from-admin")
+    assert (job.flex_window, job.flex_scope, job.cron, job.timezone) == ("daily 01:00-01:10", "tenant", "6 1 * * *",
+                                                                         "Asia/Tokyo")
+    page = admin_client.get(url("job", "change", job.pk)).content.decode()
+    assert "window daily 01:00-01:10, placed at cron 6 1 * * * (Asia/Tokyo)" in page
+    assert "01:06 Asia/Tokyo, chosen in daily 01:00-01:10" in page  # the placement's why
+    listing = admin_client.get(url("job", "changelist")).content.decode()
+    assert "window daily 01:00-01:10, placed at cron 6 1 * * *" in listing
+
+
+def test_the_change_page_places_an_edited_window_again_and_a_cleared_one_keeps_the_placed_minute(admin_client,
+                                                                                               tenant):
+    job = services.job_create(tenant, services.JobSpec(name="nightly-flex", task_name=TASK,
+                                                       flex_window="daily 01:00-01:10"))
+    form = change_form(job, flex_window=job.flex_window, flex_scope=job.flex_scope)
+
+    response = admin_client.post(url("job", "change", job.pk), {**form, "flex_window": "daily 04:00-04:05"})
+
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    job.refresh_from_db()
+    assert job.flex_window == "daily 04:00-04:05" and job.cron.split()[1] == "4" and int(job.cron.split()[0]) < 5
+    placed = job.cron
+
+    response = admin_client.post(url("job", "change", job.pk),
+                                 {**change_form(job, flex_window=job.flex_window, flex_scope=job.flex_scope),
+                                  "flex_window": "", "flex_scope": ""})
+
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    job.refresh_from_db()
+    assert (job.flex_window, job.flex_scope, job.flex_note, job.cron) == ("", "", "", placed)
+
+
+@pytest.mark.parametrize(("overrides", "field", "message"), [
+    ({"cron": "", "flex_window": "nightly"}, "flex_window", "'nightly' is not a window"),
+    ({"cron": "0 1 * * *", "flex_window": "daily 01:00-03:00"}, "flex_window", "give a window or a schedule (cron)"),
+    ({"cron": "", "flex_window": "daily 01:00-03:00", "jitter_seconds": "60"}, "jitter_seconds",
+     "must be 0 with a flex_window"),
+    ({"flex_scope": "queue"}, "flex_scope", "applies to a job with a flex_window only"),
+])
+def test_add_job_refuses_a_bad_window_on_its_field_and_writes_nothing(admin_client, tenant, overrides, field,
+                                                                       message):
+    response = admin_client.post(url("job", "add"), job_form(tenant, **overrides))
+
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    assert any(message in error for error in errors.get(field, [])), errors
+    assert not Job.objects.exists()
+
+
 @pytest.mark.parametrize(("overrides", "field", "message"), [
     ({"priority": "10"}, "priority", "must be between 0 and 9"),
     ({"cron": "*/5 * * * *", "jitter_seconds": "600"}, "jitter_seconds", "shortest gap"),

@@ -72,6 +72,10 @@ def limit_calendars(form: forms.ModelForm, tenant_id: int | None) -> None:
     field.label_from_instance = lambda calendar: f"{calendar.tenant.slug}/{calendar.name}"
 
 
+FLEX_SCOPE_HELP = ("Whose planned fires the window's placement avoids: the tenant's (blank) or every job's on "
+                   "the same queue (docs/flexible-windows.md)")
+
+
 class JobAddForm(forms.ModelForm):
     """Creates a job through services.job_create; validated by services.validate_spec."""
 
@@ -90,11 +94,12 @@ class JobAddForm(forms.ModelForm):
     class Meta:
         model = Job
         fields = ("tenant", "name", "description", "tags", "cron", "timezone", "every_seconds", "run_at",
-                  "start_at", "end_at", "jitter_seconds", "task_name", "args", "kwargs", "queue", "priority",
+                  "flex_window", "flex_scope", "start_at", "end_at", "jitter_seconds", "task_name", "args", "kwargs", "queue", "priority",
                   "timeout_seconds", "max_attempts", "retry_backoff_seconds", "retry_backoff_max_seconds",
                   "misfire_policy", "catchup_window_seconds", "run_all_cap", "overlap_policy", "batch",
                   "pause_after_failures", "calendar", "calendar_policy", "after_job", "after_states")
-        help_texts = {"cron": "5 fields or a nickname such as @daily", "every_seconds": "Counted from now"}
+        help_texts = {"cron": "5 fields or a nickname such as @daily", "every_seconds": "Counted from now",
+                      "flex_scope": FLEX_SCOPE_HELP}
 
     spec: services.JobSpec | None = None
 
@@ -145,6 +150,7 @@ class JobAddForm(forms.ModelForm):
             calendar=data["calendar"].name if data.get("calendar") else "",
             calendar_policy=data.get("calendar_policy") or "skip",
             after_job=data["after_job"].name if data.get("after_job") else "", after_states=data.get("after_states"),
+            flex_window=data.get("flex_window") or "", flex_scope=data.get("flex_scope") or "",
         )
         if data.get("check_in"):
             grace = data.get("grace_seconds")
@@ -176,7 +182,8 @@ def target_chosen(form: JobAddForm, data: dict) -> bool:
 
 # The change form's fields -> JobSpec names (the others have the same name in both).
 FORM_TO_SPEC = {"every_seconds": "every", "run_at": "at"}
-JOB_EDITABLE = ("name", "description", "tags", "cron", "timezone", "every_seconds", "run_at", "start_at", "end_at",
+JOB_EDITABLE = ("name", "description", "tags", "cron", "timezone", "every_seconds", "run_at", "flex_window",
+                "flex_scope", "start_at", "end_at",
                 "task_name", "args", "kwargs", "queue", "priority", "timeout_seconds", "max_attempts",
                 "retry_backoff_seconds",
                 "retry_backoff_max_seconds", "misfire_policy", "catchup_window_seconds", "run_all_cap",
@@ -192,6 +199,9 @@ class JobChangeForm(forms.ModelForm):
     class Meta:
         model = Job
         fields = JOB_EDITABLE
+        help_texts = {"cron": "5 fields or a nickname such as @daily. For a job with a window, the minute placed "
+                              "in it: a cron given here replaces the window",
+                      "flex_scope": FLEX_SCOPE_HELP}
 
     changes: dict | None = None
 
@@ -226,6 +236,8 @@ class JobChangeForm(forms.ModelForm):
             changes["calendar"] = changes["calendar"].name if changes["calendar"] else ""
         if "after_job" in changes:  # and the parent job by name, in the job's tenant
             changes["after_job"] = changes["after_job"].name if changes["after_job"] else ""
+        if changes.get("flex_window") == "" and "cron" not in changes and data.get("cron"):
+            changes["cron"] = data["cron"]  # a window cleared: the job stays at the minute placed in it
         try:
             edit = services.plan_edit(self.instance, changes, db_now())
             if edit.diff and settings.CRONFLEET_MANAGED_JOBS_READ_ONLY:
@@ -309,9 +321,9 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
     formfield_overrides = {models.DateTimeField: {"form_class": AsciiSplitDateTimeField}}
     add_fieldsets = (
         (None, {"fields": ("tenant", "name", "description", "tags")}),
-        ("Schedule", {"fields": ("cron", "timezone", "every_seconds", "run_at", "start_at", "end_at",
-                                 "jitter_seconds", "calendar", "calendar_policy"),
-                      "description": "Give exactly one of cron, every seconds or run at. "
+        ("Schedule", {"fields": ("cron", "timezone", "every_seconds", "run_at", "flex_window", "flex_scope",
+                                 "start_at", "end_at", "jitter_seconds", "calendar", "calendar_policy"),
+                      "description": "Give exactly one of cron, every seconds, run at or flex window. "
                                      f"Datetimes are in the site's zone ({settings.TIME_ZONE})."}),
         ("Target", {"fields": ("task_name", "args", "kwargs", "queue", "priority", "timeout_seconds", "batch",
                                "check_in", "grace_seconds")}),
@@ -325,8 +337,8 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
         (None, {"fields": ("tenant", "name", "description", "tags", "enabled", "paused_note", "version",
                            "created_at", "updated_at")}),
         ("Schedule", {"fields": ("schedule", "cron", "timezone", "every_seconds", "run_at", "anchor_at",
-                                 "start_at", "end_at", "jitter_seconds", "calendar", "calendar_policy",
-                                 "next_run_at", "next_fires")}),
+                                 "flex_window", "flex_scope", "placement", "start_at", "end_at", "jitter_seconds",
+                                 "calendar", "calendar_policy", "next_run_at", "next_fires")}),
         ("Target", {"fields": ("target_kind", "target_config", "sql_statement", "check_in_url", "task_name", "args",
                                "kwargs", "queue", "priority", "timeout_seconds", "batch")}),
         ("Retries, misfires and overlap", {"fields": ("max_attempts", "retry_backoff_seconds",
@@ -340,7 +352,7 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
     )
     readonly_fields = ("tenant", "enabled", "paused_note", "anchor_at", "target_kind", "target_config", "next_run_at",
                        "version", "created_at", "updated_at", "schedule", "next_fires", "links", "sql_statement",
-                       "consecutive_failures", "auto_paused_at", IN_FORCE, "check_in_url")
+                       "consecutive_failures", "auto_paused_at", IN_FORCE, "check_in_url", "placement")
 
     class Media:
         css = {"all": ("scheduler_app/console.css",)}
@@ -397,7 +409,13 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="schedule")
     def schedule(self, job):
-        return describe_schedule(job.cron, job.timezone, job.every_seconds, job.run_at)
+        placed = describe_schedule(job.cron, job.timezone, job.every_seconds, job.run_at)
+        return f"window {job.flex_window}, placed at {placed}" if job.flex_window else placed
+
+    @admin.display(description="placement")
+    def placement(self, job):
+        """Where the job's window placed it and why (services/flexible.py); '-' without a window."""
+        return job.flex_note if job.flex_window else "-"
 
     @admin.display(description="SQL statement")
     def sql_statement(self, job):
