@@ -61,6 +61,7 @@ from scheduler_app.services.retention import (
     tenant_set_retention,
 )
 from scheduler_app.services.runs import REPLAYABLE, job_backfill, run_replay
+from scheduler_app.services.tenantmove import tenant_export, tenant_import
 from scheduler_app.services.tenants import (
     TENANT_LIMITS,
     tenant_by_slug,
@@ -80,7 +81,8 @@ __all__ = [
     "job_set_retention", "job_trigger", "job_trigger_reporting", "job_update", "job_update_impact",
     "FLEX_SCOPES", "jobs_bulk", "jobs_rebalance", "JobSpec",
     "spec_placed", "MAX_PREVIEW", "PAST_GRACE", "plan_edit", "QuotaExceeded", "REPLAYABLE",
-    "run_replay", "schedule_preview", "spec_schedule", "tenant_by_slug", "tenant_create", "TENANT_LIMITS",
+    "run_replay", "schedule_preview", "spec_schedule", "tenant_by_slug", "tenant_create", "tenant_export",
+    "tenant_import", "TENANT_LIMITS",
     "tenant_rotate_webhook_secret", "tenant_set_retention", "tenant_signing_secrets", "tenant_update",
     "upcoming_fires", "validate_spec", "wake_beats",
 ]

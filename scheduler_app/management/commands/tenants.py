@@ -1,17 +1,25 @@
-"""Create and list tenants: `manage.py tenants add SLUG ...`, `manage.py tenants list`."""
+"""Create, list and change tenants, and move one between cells: `manage.py tenants add SLUG`,
+`list`, `set`, `rotate-secret`, `export SLUG --cut WHEN --file F`, `import F`."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import tempfile
 from datetime import timedelta
+from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandParser
 from django.db.models import Count, IntegerField, OuterRef, Subquery
 from django.db.models.functions import Coalesce
+from django.utils.dateparse import parse_datetime
 
 from scheduler_app import services
 from scheduler_app.management.tables import OneLineErrors, format_table
-from scheduler_app.models import Job, Tenant
+from scheduler_app.models import Job, Tenant, db_now
+from scheduler_app.services import tenantmove
+from scheduler_app.validation import InvalidInput
 
 MAX_LIMIT = 10000
 
@@ -42,10 +50,11 @@ def _shown(value) -> str:
 
 
 class Command(OneLineErrors, BaseCommand):
-    help = "Manage tenants. Subcommands: add, list, set, rotate-secret."
+    help = "Manage tenants. Subcommands: add, list, set, rotate-secret, export, import."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        sub = parser.add_subparsers(dest="action", required=True, metavar="{add,list,set,rotate-secret}")
+        sub = parser.add_subparsers(dest="action", required=True,
+                                    metavar="{add,list,set,rotate-secret,export,import}")
 
         add = sub.add_parser("add", help="Create a tenant")
         add.add_argument("slug", help="1-64 lowercase letters, digits, hyphens or underscores")
@@ -68,6 +77,23 @@ class Command(OneLineErrors, BaseCommand):
         rotate.add_argument("slug")
         rotate.add_argument("--overlap", type=int, default=86400, metavar="SECONDS",
                             help="How long the previous secret keeps signing beside the new one (default 86400)")
+
+        export = sub.add_parser("export", help="Write a tenant's document for another cell and stop its fires "
+                                                "here from the cut on (docs/scaling.md)")
+        export.add_argument("slug")
+        export.add_argument("--cut", required=True, metavar="WHEN",
+                            help="The fire time from which the tenant's jobs fire in the new cell: an instant "
+                                 "with its offset (2030-01-01T09:00:00Z) or +SECONDS from this cell's now")
+        export.add_argument("--file", required=True, help="Where to write the document (owner-only: it holds "
+                                                          "the tenant's secrets)")
+        export.add_argument("--with-runs", action="store_true",
+                            help="Carry the finished runs before the cut too (default: the history stays here)")
+
+        load = sub.add_parser("import", help="Create an exported tenant in this cell, its jobs firing from the cut")
+        load.add_argument("file")
+        load.add_argument("--late", action="store_true",
+                          help="Import even though the cut has passed here: the fires since are handled by each "
+                               "job's misfire policy")
 
     def handle(self, *args, action: str, **options) -> None:
         self.run_action("tenants", action, **options)
@@ -97,6 +123,29 @@ class Command(OneLineErrors, BaseCommand):
         if overlap:
             self.stdout.write(f"The previous secret keeps signing for {overlap} s.")
 
+    def do_export(self, *, slug: str, cut: str, file: str, with_runs: bool, **options) -> None:
+        tenant = services.tenant_by_slug(slug, field="slug")
+        instant = cut_instant(cut)
+        document = services.tenant_export(tenant, instant, write=lambda doc: write_private(Path(file), doc),
+                                            with_runs=with_runs, actor="cli")
+        self.stdout.write(f"Exported tenant {slug} to {file}: {len(document['jobs'])} jobs, "
+                          f"{len(document['api_keys'])} API keys, {len(document['runs'])} runs.")
+        self.stdout.write(f"Its fires from {instant.isoformat()} on are the new cell's: import the file there "
+                          "before then (`manage.py tenants import FILE`).")
+        for warning in document["warnings"]:
+            self.stderr.write(f"warning: {warning}")
+
+    def do_import(self, *, file: str, late: bool, **options) -> None:
+        try:
+            document = json.loads(Path(file).read_text())
+        except (OSError, ValueError) as exc:
+            raise InvalidInput("file", f"cannot read {file}: {exc}") from None
+        tenant = services.tenant_import(document, late=late, actor="cli")
+        jobs = Job.objects.filter(tenant=tenant)
+        first = jobs.exclude(next_run_at=None).order_by("next_run_at").values_list("next_run_at", flat=True).first()
+        self.stdout.write(f"Imported tenant {tenant.slug}: {jobs.count()} jobs from the cut {document['cut']}; "
+                          f"first fire here {first.isoformat() if first else '-'}.")
+
     def do_list(self, *, limit: int, after: str, **options) -> None:
         if not 1 <= limit <= MAX_LIMIT:
             raise services.InvalidInput("limit", f"must be between 1 and {MAX_LIMIT}")
@@ -118,3 +167,31 @@ class Command(OneLineErrors, BaseCommand):
         self.stdout.write(format_table(["slug", "name", "zone", "active", "jobs"], rows))
         if more:
             self.stdout.write(f"(more tenants: --after {page[-1].slug})")
+
+
+def cut_instant(text: str):
+    """--cut: an instant with its offset, or +SECONDS from this cell's (the database's) now."""
+    if text.startswith("+"):
+        try:
+            return db_now() + timedelta(seconds=float(text[1:]))
+        except ValueError:
+            raise InvalidInput("cut", f"{text!r}: give +SECONDS, e.g. +120") from None
+    instant = parse_datetime(text.replace("Z", "+00:00")) if text else None
+    if instant is None or instant.tzinfo is None:
+        raise InvalidInput("cut", f"{text!r} is not an instant with its UTC offset (e.g. 2030-01-01T09:00:00Z)")
+    return instant
+
+
+def write_private(path: Path, document: dict) -> None:
+    """Write `document` as JSON readable by its owner only, whole or not at all."""
+    text = tenantmove.dumps(document)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,331 @@
+"""Moving a tenant between cells (docs/scaling.md): `tenants export` in the old cell, `tenants
+import` in the new one, with a cut both agree on.
+
+The cut is an instant C on the jobs' nominal fire times (before jitter; a calendar's moved fires
+by the time they were moved from). Every fire before C belongs to the old cell, every fire at
+or after C to the new one, so none is lost and none runs twice whichever cell's beats run
+ahead or behind:
+
+- The export, in one transaction that locks the tenant's jobs, writes the document (the
+  tenant, its calendars, maintenance windows, jobs with their check-in keys and alert rules,
+  API keys, and with `with_runs` its finished runs before C) and fences the old cell: each
+  job's `end_at` becomes at most C - 1 µs (both bounds are inclusive) and its next fire is
+  taken again under that bound. It refuses a cut that is not after the database's now (a fire
+  at or after C might be recorded already) and a tenant exported before.
+- The import creates it all in the new cell, each job starting at C: a cron or one-off job's
+  `start_at` becomes at least C, an interval's origin moves to its first point at or after C
+  on the same grid, and `next_run_at` is the first fire from there. Before C the new cell's
+  beats have nothing of the tenant's to fire. It refuses a cut already past in the new cell
+  (the fires from C until now would be missed) unless `late`, when they are fired by each
+  job's misfire policy as after any outage.
+
+The document carries the tenant's webhook signing secrets in clear (each cell encrypts with
+its own keys) and its API key hashes and check-in keys, which keep working in the new cell:
+it is a secret, written owner-only by the command.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import IntegrityError, models, transaction
+from django.utils.dateparse import parse_datetime
+
+from scheduler_app import schedules
+from scheduler_app.dispatch.waker import wake_beats
+from scheduler_app.models import (
+    TERMINAL_STATES,
+    AlertRule,
+    ApiKey,
+    AuditEvent,
+    Calendar,
+    Job,
+    JobRun,
+    MaintenanceWindow,
+    Monitor,
+    Tenant,
+    db_now,
+)
+from scheduler_app.targets.http import secrets as crypto
+from scheduler_app.validation import InvalidInput
+
+FORMAT = "cronfleet-tenant/1"
+TICK = timedelta(microseconds=1)
+EXPORTED = "tenant.exported"
+IMPORTED = "tenant.imported"
+# Written apart from the row: encrypted with each cell's own keys.
+SECRET_COLUMNS = ("webhook_secret_encrypted", "webhook_secret_previous_encrypted")
+RUNS_BATCH = 2000
+
+
+class DocumentEncoder(DjangoJSONEncoder):
+    """Django's encoder, but instants to the microsecond (it keeps milliseconds): an interval's
+    origin must not move."""
+
+    def default(self, o):
+        if isinstance(o, datetime):
+            return o.isoformat()
+        return super().default(o)
+
+
+def dumps(document: dict) -> str:
+    return json.dumps(document, cls=DocumentEncoder, indent=1)
+
+
+# --- rows ----------------------------------------------------------------------------------
+
+
+def row_of(obj: models.Model) -> dict:
+    """The columns of `obj` but its id and its relations (which the document names instead)."""
+    return {field.attname: field.value_from_object(obj) for field in obj._meta.concrete_fields
+            if not field.primary_key and not field.is_relation and field.attname not in SECRET_COLUMNS}
+
+
+def columns_of(model: type[models.Model], row, where: str) -> dict:
+    """A document row as `model`'s column values; a column this cell does not have is refused,
+    naming it (a document from a newer Cronfleet), one it has but the row lacks takes its default."""
+    if not isinstance(row, dict):
+        raise InvalidInput(where, "must be an object")
+    known = {field.attname: field for field in model._meta.concrete_fields
+             if not field.primary_key and not field.is_relation}
+    unknown = sorted(set(row) - set(known))
+    if unknown:
+        raise InvalidInput(f"{where}.{unknown[0]}", f"is not a column of {model.__name__} in this cell")
+    try:
+        return {name: known[name].to_python(value) for name, value in row.items()}
+    except Exception as exc:  # noqa: BLE001 - Django's ValidationError and the parsers' own
+        raise InvalidInput(where, f"bad value: {exc}") from None
+
+
+# --- the cut -------------------------------------------------------------------------------
+
+
+def fenced(job: Job, cut: datetime) -> tuple[datetime, datetime | None]:
+    """(end_at, next_run_at) of `job` in the old cell: no nominal fire at or after the cut."""
+    end_at = min(job.end_at, cut - TICK) if job.end_at else cut - TICK
+    if job.next_run_at is None:
+        return end_at, None
+    schedule = replace(job.schedule, end_at=end_at)
+    return end_at, schedules.next_fire_after(schedule, job.next_run_at - TICK)
+
+
+def started_at_cut(job: Job, cut: datetime, *, chained: bool) -> None:
+    """Start `job` (new, not saved) at the cut: its schedule bounded to nominal fires at or after
+    it, the interval's grid kept, and its first fire there as next_run_at."""
+    if chained or (job.run_at is not None and job.run_at < cut):
+        job.next_run_at = None  # a chained job fires after its parent; a past one-off fired in the old cell
+        return
+    if job.every_seconds:  # its first point at or after the cut, as the schedule counts them
+        first = schedules.next_fire_after(job.schedule.nominal, cut - TICK)
+        if first is None:
+            job.next_run_at = None
+            return
+        job.anchor_at = job.start_at = first
+    else:
+        job.start_at = max(job.start_at, cut) if job.start_at else cut
+    if job.end_at is not None and job.end_at < job.start_at:
+        job.next_run_at = None
+        return
+    job.next_run_at = schedules.next_fire_after(job.schedule, cut - TICK)
+
+
+def straddles(job: Job, cut: datetime) -> bool:
+    """Whether `job`'s calendar may move fires from both sides of the cut onto one instant (its
+    next_/previous_business_day policy, a non-business day on the cut's local date or next to it):
+    that instant would fire in each cell."""
+    if not job.calendar_id or job.calendar_policy == "skip":
+        return False
+    calendar = job.calendar.business_calendar(cut.year)
+    day = cut.astimezone(schedules.zone(job.timezone)).date()
+    return not all(calendar.is_business_day(day + timedelta(days=offset)) for offset in (-1, 0, 1))
+
+
+# --- export --------------------------------------------------------------------------------
+
+
+def tenant_export(tenant: Tenant, cut: datetime, *, write: Callable[[dict], None], with_runs: bool = False,
+                  actor: str = "") -> dict:
+    """Write the tenant's document with `write` and fence its jobs at `cut`, in one transaction
+    (a write that fails fences nothing). Returns the document."""
+    if cut.tzinfo is None:
+        raise InvalidInput("cut", "must give its UTC offset (e.g. 2030-01-01T09:00:00Z)")
+    with transaction.atomic():
+        Tenant.objects.select_for_update().get(id=tenant.id)
+        earlier = AuditEvent.objects.filter(tenant=tenant, action=EXPORTED).order_by("-id").first()
+        if earlier is not None:
+            raise InvalidInput("tenant", f"tenant {tenant.slug!r} was exported already, for the cut "
+                                         f"{earlier.detail.get('cut')} (audit event {earlier.id}): import that "
+                                         "document in the new cell")
+        now = db_now()
+        if cut <= now:
+            raise InvalidInput("cut", f"must be after this cell's now ({now.isoformat()}): fires up to now may be "
+                                      "recorded here already")
+        jobs = list(Job.objects.select_for_update(no_key=True, of=("self",)).filter(tenant=tenant)
+                    .select_related("calendar", "after_job").order_by("id"))
+        document = export_document(tenant, jobs, cut, with_runs=with_runs)
+        for job in jobs:
+            job.end_at, job.next_run_at = fenced(job, cut)
+            job.version += 1
+        Job.objects.bulk_update(jobs, ["end_at", "next_run_at", "version"], batch_size=1000)
+        AuditEvent.objects.create(tenant=tenant, action=EXPORTED, actor=actor, detail={
+            "cut": cut.isoformat(), "jobs": len(jobs), "runs": len(document["runs"]),
+            # The bounds the fence replaced, so that no end_at is lost with the document.
+            "end_at_before": {row["name"]: row["end_at"].isoformat() for row in document["jobs"] if row["end_at"]},
+        })
+        write(document)
+        if db_now() >= cut:
+            raise InvalidInput("cut", "passed while the export ran: nothing was fenced; choose a later cut")
+    wake_beats()
+    return document
+
+
+def export_document(tenant: Tenant, jobs: list[Job], cut: datetime, *, with_runs: bool) -> dict:
+    names = {job.id: job.name for job in jobs}
+    monitors = {monitor.job_id: str(monitor.ping_key) for monitor in Monitor.objects.filter(job__tenant=tenant)}
+    rules = {rule.job_id: row_of(rule) for rule in AlertRule.objects.filter(job__tenant=tenant)}
+    job_rows = []
+    for job in jobs:
+        row = {**row_of(job), "calendar": job.calendar.name if job.calendar_id else "",
+               "after_job": job.after_job.name if job.after_job_id else ""}
+        if job.id in monitors:
+            row["ping_key"] = monitors[job.id]
+        if job.id in rules:
+            row["alert_rule"] = rules[job.id]
+        job_rows.append(row)
+    runs = []
+    if with_runs:
+        finished = (JobRun.objects.filter(tenant=tenant, state__in=TERMINAL_STATES, scheduled_at__lt=cut)
+                    .order_by("scheduled_at", "id"))
+        runs = [{**row_of(run), "job": names[run.job_id]} for run in finished.iterator(chunk_size=RUNS_BATCH)]
+    return {
+        "format": FORMAT,
+        "cut": cut.isoformat(),
+        "exported_at": db_now().isoformat(),
+        "tenant": row_of(tenant),
+        "webhook_secret": crypto.decrypt(tenant.webhook_secret_encrypted) if tenant.webhook_secret_encrypted else "",
+        "webhook_secret_previous": (crypto.decrypt(tenant.webhook_secret_previous_encrypted)
+                                    if tenant.webhook_secret_previous_encrypted else ""),
+        "calendars": [row_of(calendar) for calendar in Calendar.objects.filter(tenant=tenant).order_by("id")],
+        "windows": [row_of(window) for window in MaintenanceWindow.objects.filter(tenant=tenant).order_by("id")],
+        "jobs": job_rows,
+        "warnings": [f"job {job.name!r}: its calendar ({job.calendar.name}, {job.calendar_policy}) moves fires over "
+                     "non-business days next to the cut, so a fire moved onto one instant from both sides runs in "
+                     "both cells; a cut on a business day between two business days avoids it"
+                     for job in jobs if straddles(job, cut)],
+        "api_keys": [row_of(key) for key in ApiKey.objects.filter(tenant=tenant).order_by("id")],
+        "runs": runs,
+    }
+
+
+# --- import --------------------------------------------------------------------------------
+
+
+def tenant_import(document, *, late: bool = False, actor: str = "") -> Tenant:
+    """Create the tenant of an exported document in this cell, its jobs starting at the cut."""
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        raise InvalidInput("format", f"not a tenant document ({FORMAT!r} expected)")
+    cut = parse_datetime(str(document.get("cut", "")))
+    if cut is None or cut.tzinfo is None:
+        raise InvalidInput("cut", "must be an instant with its UTC offset")
+    tenant_row = columns_of(Tenant, document.get("tenant"), "tenant")
+    try:
+        with transaction.atomic():
+            now = db_now()
+            if cut <= now and not late:
+                raise InvalidInput("cut", f"has passed in this cell ({now.isoformat()}): its fires from the cut until "
+                                          "now would be missed; import with --late to fire them by each job's misfire "
+                                          "policy, as after an outage")
+            tenant = create_tenant(tenant_row, document)
+            calendars = {calendar.name: calendar for calendar in Calendar.objects.bulk_create(
+                Calendar(tenant=tenant, **columns_of(Calendar, row, f"calendars[{i}]"))
+                for i, row in enumerate(rows(document, "calendars")))}
+            MaintenanceWindow.objects.bulk_create(
+                MaintenanceWindow(tenant=tenant, **columns_of(MaintenanceWindow, row, f"windows[{i}]"))
+                for i, row in enumerate(rows(document, "windows")))
+            jobs = create_jobs(tenant, rows(document, "jobs"), calendars, cut)
+            ApiKey.objects.bulk_create(ApiKey(tenant=tenant, **columns_of(ApiKey, row, f"api_keys[{i}]"))
+                                       for i, row in enumerate(rows(document, "api_keys")))
+            copied = create_runs(tenant, rows(document, "runs"), jobs)
+            AuditEvent.objects.create(tenant=tenant, action=IMPORTED, actor=actor, detail={
+                "cut": cut.isoformat(), "jobs": len(jobs), "runs": copied, "late": cut <= now})
+            wake_beats()
+    except IntegrityError as exc:
+        raise InvalidInput("tenant", f"this cell already holds part of it: {str(exc).splitlines()[0]}") from None
+    return tenant
+
+
+def rows(document: dict, key: str) -> list:
+    value = document.get(key, [])
+    if not isinstance(value, list):
+        raise InvalidInput(key, "must be a list")
+    return value
+
+
+def create_tenant(row: dict, document: dict) -> Tenant:
+    if Tenant.objects.filter(slug=row.get("slug")).exists():
+        raise InvalidInput("tenant.slug", f"tenant {row.get('slug')!r} already exists in this cell")
+    secrets = {column: crypto.encrypt(document[key]) if document.get(key) else ""
+               for column, key in zip(SECRET_COLUMNS, ("webhook_secret", "webhook_secret_previous"), strict=True)}
+    return Tenant.objects.create(**row, **secrets)
+
+
+def create_jobs(tenant: Tenant, job_rows: list, calendars: dict[str, Calendar], cut: datetime) -> dict[str, Job]:
+    jobs, extras = [], []
+    for i, raw in enumerate(job_rows):
+        where = f"jobs[{i}]"
+        raw = dict(raw) if isinstance(raw, dict) else raw
+        if not isinstance(raw, dict):
+            raise InvalidInput(where, "must be an object")
+        calendar, parent = raw.pop("calendar", ""), raw.pop("after_job", "")
+        ping_key, rule = raw.pop("ping_key", None), raw.pop("alert_rule", None)
+        if calendar and calendar not in calendars:
+            raise InvalidInput(f"{where}.calendar", f"no calendar {calendar!r} in the document")
+        job = Job(tenant=tenant, calendar=calendars.get(calendar), **columns_of(Job, raw, where))
+        started_at_cut(job, cut, chained=bool(parent))
+        jobs.append(job)
+        extras.append((parent, ping_key, rule, where))
+    Job.objects.bulk_create(jobs, batch_size=1000)
+    by_name = {job.name: job for job in jobs}
+    chained = []
+    for job, (parent, _, _, where) in zip(jobs, extras, strict=True):
+        if parent:
+            if parent not in by_name:
+                raise InvalidInput(f"{where}.after_job", f"job {job.name!r} follows {parent!r}, not in the document")
+            job.after_job = by_name[parent]
+            chained.append(job)
+    Job.objects.bulk_update(chained, ["after_job"], batch_size=1000)
+    monitors, rules = [], []
+    for job, (_, ping_key, rule, where) in zip(jobs, extras, strict=True):
+        if ping_key:
+            monitors.append(Monitor(job=job, tenant=tenant, ping_key=ping_key))
+        if rule is not None:
+            values = columns_of(AlertRule, rule, f"{where}.alert_rule")
+            # Evaluated here from the cut on: the runs before it stay (and were judged) in the old cell.
+            values["checked_until"] = max(values.get("checked_until") or cut, cut)
+            values["next_check_at"] = max(values.get("next_check_at") or cut, cut)
+            rules.append(AlertRule(job=job, **values))
+    Monitor.objects.bulk_create(monitors)
+    AlertRule.objects.bulk_create(rules)
+    return by_name
+
+
+def create_runs(tenant: Tenant, run_rows: list, jobs: dict[str, Job]) -> int:
+    """Bring the finished runs the export carried (history only: none of them runs again)."""
+    batch, copied = [], 0
+    for i, raw in enumerate(run_rows):
+        raw = dict(raw) if isinstance(raw, dict) else raw
+        if not isinstance(raw, dict) or raw.get("job") not in jobs:
+            raise InvalidInput(f"runs[{i}].job", "must name a job of the document")
+        job = jobs[raw.pop("job")]
+        run = JobRun(tenant=tenant, job=job, **columns_of(JobRun, raw, f"runs[{i}]"))
+        if run.state not in TERMINAL_STATES:
+            raise InvalidInput(f"runs[{i}].state", "must be a finished state: open runs stay in the old cell")
+        batch.append(run)
+        if len(batch) >= RUNS_BATCH:
+            copied += len(JobRun.objects.bulk_create(batch))
+            batch = []
+    return copied + len(JobRun.objects.bulk_create(batch))
