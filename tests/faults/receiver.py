@@ -17,6 +17,7 @@ class Delivery:
     run_id: int
     job_id: int
     arrived_at: datetime
+    path: str = ""  # the URL's path: a job may name itself in its target URL
 
 
 class Receiver:
@@ -32,7 +33,7 @@ class Receiver:
                 with receiver.lock:
                     receiver.deliveries.append(Delivery(
                         data["fire_key"], data["attempt"], datetime.fromisoformat(data["scheduled_at"]),
-                        data["run_id"], data["job_id"], arrived,
+                        data["run_id"], data["job_id"], arrived, self.path,
                     ))
                 self.send_response(204)
                 self.end_headers()
