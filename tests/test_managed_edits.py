@@ -6,6 +6,8 @@ CRONFLEET_MANAGED_JOBS_READ_ONLY each refuses, naming the owner."""
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -17,6 +19,7 @@ from rest_framework.test import APIClient
 
 from scheduler_app import services
 from scheduler_app.models import AuditEvent, Job, Tenant
+from tests.conftest import ROOT, process_env
 
 DECLARATION = """
 owner = "billing"
@@ -201,6 +204,16 @@ def test_a_cli_edit_of_a_managed_job_tells_the_user_on_stderr_that_it_is_drift(m
     assert err.startswith(f"Warning: job acme/invoices {DRIFT}"), err
     assert "schedules apply" in err and "Warning" not in out
     assert plan_code(managed.path) == 3
+
+
+@pytest.mark.django_db(transaction=True)  # the command runs in a process of its own
+def test_a_cli_edit_of_a_managed_job_warns_once_in_a_real_terminal_session(managed):
+    done = subprocess.run([sys.executable, "manage.py", "jobs", "edit", "acme/invoices", "--priority", "8", "--yes"],
+                          cwd=ROOT, env=process_env(), capture_output=True, text=True, timeout=120)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("is drift until") == 1, done.stderr  # the command's warning, not a log line too
+    assert done.stderr.startswith("Warning: job acme/invoices"), done.stderr
 
 
 def test_a_cli_edit_of_a_hand_made_job_prints_no_warning(managed):

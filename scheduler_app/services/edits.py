@@ -174,14 +174,16 @@ def managed_notice(job: Job) -> str:
 
 def check_managed(job: Job, actor: str) -> str:
     """Refuse an edit of a managed job from anyone but its apply under
-    CRONFLEET_MANAGED_JOBS_READ_ONLY; else log a warning (the edit shows as drift in the next
-    plan, and the next apply sets the job back) and return drift_warning()."""
+    CRONFLEET_MANAGED_JOBS_READ_ONLY; else return drift_warning() (the edit shows as drift in
+    the next plan, and the next apply sets the job back), which the API, the admin and the
+    command show the person editing, once; the audit event of the edit names its actor. The
+    log line is at DEBUG: at INFO the commands' console would say it a second time."""
     notice = managed_notice(job)
     if not notice or actor == managed_actor(job.managed_by):
         return ""
     if settings.CRONFLEET_MANAGED_JOBS_READ_ONLY:
         raise InvalidInput("managed_by", f"{notice}; edits elsewhere are refused (CRONFLEET_MANAGED_JOBS_READ_ONLY)")
-    logger.warning("%s; this edit (by %s) is drift until then, and the next apply sets it back", notice,
+    logger.debug("%s; this edit (by %s) is drift until then, and the next apply sets it back", notice,
                    actor or "?")
     return drift_warning(job, actor)
 
