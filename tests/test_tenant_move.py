@@ -102,13 +102,25 @@ def document_after_export(tenant: Tenant, cut: datetime, **options) -> dict:
     return json.loads(tenantmove.dumps(written[0]))  # as the file holds it
 
 
+def business_cut(calendar: Calendar) -> datetime:
+    """An instant off every grid the jobs keep, more than a day away (every daily job fires
+    before it), on a business day of the calendar between two business days (in Berlin), so no
+    moved fire straddles it."""
+    calendar = calendar.business_calendar(db_now().year)
+    cut = db_now() + timedelta(days=1, minutes=3, seconds=17)
+    while not all(calendar.is_business_day((cut + timedelta(days=d)).astimezone(BERLIN).date()) for d in (-1, 0, 1)):
+        cut += timedelta(days=1)
+    return cut
+
+
 @pytest.fixture
 def moving(db):
-    """A tenant with one job of each kind the cut must get right, its key, rule and window."""
+    """(tenant, its API key, a cut) for a tenant with one job of each kind the cut must get right
+    (each firing on both sides of the cut, or on one as said), its key, rule and window."""
     tenant = services.tenant_create(slug="moving", name="Moving", timezone="Europe/Berlin")
     now = db_now()
     spec = services.JobSpec
-    services.calendar_create(tenant, name="work", country="DE")
+    cut = business_cut(services.calendar_create(tenant, name="work", country="DE"))
     jobs = {
         "cron": spec(name="cron", cron="*/7 * * * *", task_name=TASK),
         "jittered": spec(name="jittered", cron="0 * * * *", jitter_seconds=1800, task_name=TASK),
@@ -117,9 +129,9 @@ def moving(db):
         "zoned": spec(name="zoned", cron="30 12 * * *", timezone="America/New_York", task_name=TASK),
         "business": spec(name="business", cron="0 20 * * *", calendar="work", calendar_policy="next_business_day",
                          task_name=TASK),
-        "ends": spec(name="ends", cron="*/5 * * * *", end_at=now + timedelta(days=2), task_name=TASK),
+        "ends": spec(name="ends", cron="*/5 * * * *", end_at=cut + timedelta(days=2), task_name=TASK),
         "early-once": spec(name="early-once", at=now + timedelta(minutes=30), task_name=TASK),
-        "late-once": spec(name="late-once", at=now + timedelta(hours=30), task_name=TASK),
+        "late-once": spec(name="late-once", at=cut + timedelta(hours=6), task_name=TASK),
         "checkin": spec(name="checkin", cron="15 * * * *", target_kind="monitor", monitor={"grace_seconds": 60}),
     }
     made = {name: services.job_create(tenant, job) for name, job in jobs.items()}
@@ -131,22 +143,11 @@ def moving(db):
                           state=RunState.SUCCEEDED, created_at=now, finished_at=now, result="done")
     JobRun.objects.create(job=made["cron"], tenant=tenant, scheduled_at=now - timedelta(minutes=14),
                           state=RunState.QUEUED, created_at=now)
-    return tenant, raw
-
-
-def business_cut(tenant: Tenant) -> datetime:
-    """An instant off every grid the jobs keep, at least six hours away, on a business day of the
-    tenant's calendar between two business days (in Berlin), so no moved fire straddles it."""
-    calendar = Calendar.objects.get(tenant=tenant).business_calendar(db_now().year)
-    cut = db_now() + timedelta(hours=6, minutes=3, seconds=17)
-    while not all(calendar.is_business_day((cut + timedelta(days=d)).astimezone(BERLIN).date()) for d in (-1, 0, 1)):
-        cut += timedelta(days=1)
-    return cut
+    return tenant, raw, cut
 
 
 def test_the_cut_splits_every_kind_of_schedule_between_the_cells_with_none_lost_or_twice(moving, new_cell):
-    tenant, _ = moving
-    cut = business_cut(tenant)
+    tenant, _, cut = moving
     until = cut + HORIZON
     before = {job.name: fires_of(job, until) for job in Job.objects.filter(tenant=tenant).select_related("calendar")}
 
@@ -173,16 +174,20 @@ def test_the_cut_splits_every_kind_of_schedule_between_the_cells_with_none_lost_
 
 
 def test_the_new_cell_holds_the_keys_secrets_rules_windows_and_calendars(moving, new_cell, settings):
-    tenant, raw_key = moving
+    tenant, raw_key, _ = moving
     secrets = tenant_signing_secrets(tenant, db_now())
     ping_key = str(Job.objects.get(tenant=tenant, name="checkin").monitor.ping_key)
     cut = db_now() + timedelta(minutes=10)
 
     document = document_after_export(tenant, cut)
 
+    assert services.apikey_authenticate(raw_key) is None  # the old cell's keys stop at the export
+    with pytest.raises(services.InvalidInput, match="is not active"):
+        services.job_update(Job.objects.get(tenant=tenant, name="ends"), {"end_at": None})  # no unfencing
     with new_cell():
         moved = tenantmove.tenant_import(document, actor="test")
-        assert (moved.slug, moved.name, moved.timezone) == ("moving", "Moving", "Europe/Berlin")
+        assert (moved.slug, moved.name, moved.timezone, moved.is_active) == ("moving", "Moving", "Europe/Berlin",
+                                                                             True)
         assert tenant_signing_secrets(moved, db_now()) == secrets  # re-encrypted here, the same secret
         assert services.apikey_authenticate(raw_key).tenant_id == moved.id
         checkin = Job.objects.get(tenant=moved, name="checkin")
@@ -203,7 +208,7 @@ def test_the_new_cell_holds_the_keys_secrets_rules_windows_and_calendars(moving,
 
 
 def test_with_runs_the_finished_history_follows_and_open_runs_stay(moving, new_cell):
-    tenant, _ = moving
+    tenant, _, _ = moving
     document = document_after_export(tenant, db_now() + timedelta(minutes=10), with_runs=True)
 
     assert [run["state"] for run in document["runs"]] == ["succeeded"]
@@ -214,7 +219,7 @@ def test_with_runs_the_finished_history_follows_and_open_runs_stay(moving, new_c
 
 
 def test_an_export_refuses_a_past_cut_and_a_second_export_and_fences_nothing_when_it_fails(moving):
-    tenant, _ = moving
+    tenant, _, _ = moving
     versions = dict(Job.objects.filter(tenant=tenant).values_list("name", "version"))
 
     with pytest.raises(services.InvalidInput) as refused:
@@ -236,7 +241,7 @@ def test_an_export_refuses_a_past_cut_and_a_second_export_and_fences_nothing_whe
 
 
 def test_an_import_refuses_a_passed_cut_unless_late_a_tenant_it_has_and_a_bad_document(moving, new_cell):
-    tenant, _ = moving
+    tenant, _, _ = moving
     document = document_after_export(tenant, db_now() + timedelta(seconds=30))
     passed = {**document, "cut": (datetime.now(UTC) - timedelta(minutes=30)).isoformat()}
 
@@ -265,7 +270,7 @@ def test_an_import_refuses_a_passed_cut_unless_late_a_tenant_it_has_and_a_bad_do
 
 
 def test_the_commands_write_an_owner_only_file_and_read_it_in_the_new_cell(moving, new_cell, tmp_path):
-    tenant, _ = moving
+    tenant, _, _ = moving
     path = tmp_path / "moving.json"
     out = io.StringIO()
 
@@ -275,7 +280,8 @@ def test_the_commands_write_an_owner_only_file_and_read_it_in_the_new_cell(movin
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert [p.name for p in tmp_path.iterdir()] == ["moving.json"]  # no temporary left beside it
     cut = datetime.fromisoformat(json.loads(path.read_text())["cut"])
-    assert all(job.next_run_at is None or job.next_run_at < cut for job in Job.objects.filter(tenant=tenant))
+    assert all(job.next_run_at is None or job.next_run_at < cut + timedelta(seconds=job.jitter_seconds)
+               for job in Job.objects.filter(tenant=tenant))  # a jittered fire goes by its nominal time
     with new_cell():
         out = io.StringIO()
         call_command("tenants", "import", str(path), stdout=out)
@@ -288,7 +294,7 @@ def test_the_commands_write_an_owner_only_file_and_read_it_in_the_new_cell(movin
 
 
 def test_a_cut_next_to_a_non_business_day_warns_of_the_jobs_whose_moved_fires_may_run_twice(moving):
-    tenant, _ = moving
+    tenant, _, _ = moving
     calendar = Calendar.objects.get(tenant=tenant).business_calendar(db_now().year)
     cut = db_now() + timedelta(hours=1)
     while calendar.is_business_day(cut.astimezone(BERLIN).date()):

@@ -10,8 +10,10 @@ ahead or behind:
   tenant, its calendars, maintenance windows, jobs with their check-in keys and alert rules,
   API keys, and with `with_runs` its finished runs before C) and fences the old cell: each
   job's `end_at` becomes at most C - 1 µs (both bounds are inclusive) and its next fire is
-  taken again under that bound. It refuses a cut that is not after the database's now (a fire
-  at or after C might be recorded already) and a tenant exported before.
+  taken again under that bound, and the tenant is made inactive there (its API keys stop
+  working, its jobs can no longer be created or edited; the jobs still fire up to C). It
+  refuses a cut that is not after the database's now (a fire at or after C might be recorded
+  already) and a tenant exported before.
 - The import creates it all in the new cell, each job starting at C: a cron or one-off job's
   `start_at` becomes at least C, an interval's origin moves to its first point at or after C
   on the same grid, and `next_run_at` is the first fire from there. Before C the new cell's
@@ -171,6 +173,10 @@ def tenant_export(tenant: Tenant, cut: datetime, *, write: Callable[[dict], None
             job.end_at, job.next_run_at = fenced(job, cut)
             job.version += 1
         Job.objects.bulk_update(jobs, ["end_at", "next_run_at", "version"], batch_size=1000)
+        # Its keys, and any change to its jobs, are the new cell's from now on: here the jobs fire
+        # out their fires before the cut, and nothing can unfence them (services refuse an
+        # inactive tenant's job writes).
+        Tenant.objects.filter(id=tenant.id).update(is_active=False)
         AuditEvent.objects.create(tenant=tenant, action=EXPORTED, actor=actor, detail={
             "cut": cut.isoformat(), "jobs": len(jobs), "runs": len(document["runs"]),
             # The bounds the fence replaced, so that no end_at is lost with the document.
