@@ -200,9 +200,11 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
     }
 elif _db["ENGINE"] == "django.db.backends.postgresql":
     # Bounded waits everywhere: a dead server or a half-open TCP connection is noticed
-    # (keepalives), a lock is not waited on forever, and a transaction left open by a frozen
-    # process (a SIGSTOPped beat holding claimed jobs) releases its row locks within 10 s;
-    # our own transactions last milliseconds. Health checks reconnect after a restart.
+    # (keepalives), a server machine gone from the network mid-statement is given up on once
+    # what was sent stays unacknowledged for tcp_user_timeout (without it, Linux retransmits
+    # for about 15 minutes), a lock is not waited on forever, and a transaction left open by a
+    # frozen process (a SIGSTOPped beat holding claimed jobs) releases its row locks within
+    # 10 s; our own transactions last milliseconds. Health checks reconnect after a restart.
     _db.setdefault("OPTIONS", {})
     _db["OPTIONS"].update(
         connect_timeout=env_int("DB_CONNECT_TIMEOUT", 10, minimum=1),
@@ -210,6 +212,7 @@ elif _db["ENGINE"] == "django.db.backends.postgresql":
         keepalives_idle=env_int("DB_KEEPALIVES_IDLE", 30, minimum=1),
         keepalives_interval=10,
         keepalives_count=3,
+        tcp_user_timeout=env_int("DB_TCP_USER_TIMEOUT_MS", 30000, minimum=0),
         options=" ".join([
             f"-c lock_timeout={env_int('DB_LOCK_TIMEOUT_MS', 5000, minimum=0)}",
             f"-c statement_timeout={env_int('DB_STATEMENT_TIMEOUT_MS', 60000, minimum=0)}",
