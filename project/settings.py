@@ -190,6 +190,16 @@ try:
     _db = database_url.parse(DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0))
 except ValueError as exc:
     raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from None
+# libpq's bounds on a PostgreSQL server that stops answering, for Cronfleet's database and
+# the SQL jobs' (below).
+PG_TCP_BOUNDS = {
+    "connect_timeout": env_int("DB_CONNECT_TIMEOUT", 10, minimum=1),
+    "keepalives": 1,
+    "keepalives_idle": env_int("DB_KEEPALIVES_IDLE", 30, minimum=1),
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+    "tcp_user_timeout": env_int("DB_TCP_USER_TIMEOUT_MS", 30000, minimum=0),
+}
 if _db["ENGINE"] == "django.db.backends.sqlite3":
     _db["OPTIONS"] = {
         # IMMEDIATE takes the write lock at BEGIN, so two processes never deadlock upgrading
@@ -207,12 +217,7 @@ elif _db["ENGINE"] == "django.db.backends.postgresql":
     # 10 s; our own transactions last milliseconds. Health checks reconnect after a restart.
     _db.setdefault("OPTIONS", {})
     _db["OPTIONS"].update(
-        connect_timeout=env_int("DB_CONNECT_TIMEOUT", 10, minimum=1),
-        keepalives=1,
-        keepalives_idle=env_int("DB_KEEPALIVES_IDLE", 30, minimum=1),
-        keepalives_interval=10,
-        keepalives_count=3,
-        tcp_user_timeout=env_int("DB_TCP_USER_TIMEOUT_MS", 30000, minimum=0),
+        **PG_TCP_BOUNDS,
         options=" ".join([
             f"-c lock_timeout={env_int('DB_LOCK_TIMEOUT_MS', 5000, minimum=0)}",
             f"-c statement_timeout={env_int('DB_STATEMENT_TIMEOUT_MS', 60000, minimum=0)}",
@@ -256,7 +261,10 @@ for _alias, _url in _sql_databases.items():
     if _extra["ENGINE"] not in ("django.db.backends.postgresql", "django.db.backends.mysql"):
         raise ImproperlyConfigured(f"CRONFLEET_SQL_DATABASES.{_alias}: SQL jobs run on PostgreSQL "
                                    f"(postgres://) or MariaDB (mysql://), not {_extra['ENGINE']}")
-    _extra.setdefault("OPTIONS", {})["connect_timeout"] = env_int("DB_CONNECT_TIMEOUT", 10, minimum=1)
+    if _extra["ENGINE"] == "django.db.backends.postgresql":
+        _extra.setdefault("OPTIONS", {}).update(PG_TCP_BOUNDS)  # a job's database that stops answering too
+    else:
+        _extra.setdefault("OPTIONS", {})["connect_timeout"] = PG_TCP_BOUNDS["connect_timeout"]
     if _extra["ENGINE"] == "django.db.backends.mysql":
         _extra["OPTIONS"].setdefault("charset", "utf8mb4")  # Django's default utf8 is utf8mb3
     _extra["CONN_HEALTH_CHECKS"] = True

@@ -1,5 +1,6 @@
 """Settings read from the environment fail loudly, naming the variable."""
 
+import json
 import os
 import subprocess
 import sys
@@ -233,3 +234,25 @@ def test_a_sentinel_broker_gets_its_master_name_and_bounded_timeouts(tmp_path):
         f"sentinel 3 {SENTINELS.split(';')}",
         "SentinelUrl(sentinels=[('10.0.0.1', 26379), ('10.0.0.2', 26380)], db=3, username='u', password='p@ss')",
     ]
+
+
+TCP_BOUNDS_SCRIPT = """
+from django.db import connections
+from psycopg.conninfo import conninfo_to_dict
+for alias in ("default", "reporting"):
+    connections[alias].ensure_connection()
+    dsn = conninfo_to_dict(connections[alias].connection.info.dsn)
+    print(alias, dsn["tcp_user_timeout"], dsn["keepalives_idle"], dsn["connect_timeout"])
+"""
+
+
+def test_libpq_bounds_a_server_that_stops_answering_for_cronfleets_and_the_sql_jobs_databases(db):
+    """What libpq itself was given (its connection's dsn), for the database and an SQL jobs' one:
+    tests/faults/test_machine_loss.py shows what tcp_user_timeout does."""
+    url = process_env()["DATABASE_URL"]
+    done = check_settings(DATABASE_URL=url, CRONFLEET_SQL_DATABASES=json.dumps({"reporting": url}),
+                          DB_TCP_USER_TIMEOUT_MS="4000", DB_KEEPALIVES_IDLE="7", DB_CONNECT_TIMEOUT="3",
+                          script=TCP_BOUNDS_SCRIPT)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["default 4000 7 3", "reporting 4000 7 3"]
