@@ -10,7 +10,8 @@ reads its pool processes' HTTP gauges there (in flight, waiting, hosts saturated
 them in the node's activity, for `manage.py status` and the dashboard.
 
 install_worker_step(app) adds a bootstep to the worker blueprint, and shutdown.py's (a pool
-process busy with a task when SIGTERM comes finishes the task first); project/celery.py
+process busy with a task when SIGTERM comes finishes the task first), and at worker_init
+redisacks.py's guard on kombu's Redis acks (a worker outlives its broker master); project/celery.py
 calls it when the app is made, before the command line is read. This module imports nothing of
 Django or the project at import time (the app is made before Django is set up); the step
 imports what it needs when the worker starts.
@@ -26,10 +27,10 @@ import tempfile
 
 import click
 from celery import bootsteps
-from celery.signals import after_setup_logger, after_setup_task_logger
+from celery.signals import after_setup_logger, after_setup_task_logger, worker_init
 
 from scheduler_app.observability import logformat
-from scheduler_app.worker import shutdown
+from scheduler_app.worker import redisacks, shutdown
 
 logger = logging.getLogger("scheduler_app.worker")
 
@@ -43,6 +44,7 @@ def install_worker_step(app) -> None:
         ["--metrics-address"], default=None, help="Address of --metrics-port (default CRONFLEET_METRICS_ADDRESS)."))
     app.steps["worker"].add(ObserveWorker)
     shutdown.install(app)
+    worker_init.connect(redisacks.install, weak=False)  # a lost Redis master must not stop the worker
     after_setup_logger.connect(logformat.use_json_in_celery, weak=False)
     after_setup_task_logger.connect(logformat.use_json_in_celery, weak=False)
     if logformat.json_wanted():

@@ -4,7 +4,9 @@ CELERY_BROKER_URL=sentinel://... and CRONFLEET_SENTINEL_MASTER (issue 28).
 
 A master, a replica (--replicaof) and a Sentinel of this test's own (tests/servers.py:
 private_sentinel, quorum 1, down after 1 s) on free ports; the master is SIGKILLed and the
-clients must reach the promoted replica without a restart.
+clients must reach the promoted replica without a restart. A worker's part, kombu's close of the
+connection the loss broke, is tested here alone (scheduler_app/worker/redisacks.py) and in the
+mid-spike scenario with a beat and two workers (test_sentinel_spike.py).
 """
 
 import shutil
@@ -112,3 +114,55 @@ def _recent_or_none(login, now):
         return login.failures().recent("sentinel-user", now, 60)
     except redis.RedisError:
         return None
+
+
+@pytest.mark.parametrize("guarded", [False, True], ids=["kombu alone", "with the worker's guard"])
+def test_a_worker_closing_the_lost_masters_connection_with_messages_taken(sentinel, settings, caplog, monkeypatch,
+                                                                          guarded):
+    """What a worker's consumer does when the master is lost (Celery's
+    on_connection_error_after_connected: collect(), then close()), on a connection whose
+    consumer channel waits in BRPOP and, like a second channel, holds a message taken and not
+    acknowledged. kombu 5.7.0 alone raises AttributeError from the close, which stops a worker
+    (scheduler_app/worker/redisacks.py says why); with the worker's guard nothing is raised, and
+    each message not put back or not acknowledged is one line saying what comes of it."""
+    from kombu import Connection, Exchange, Queue
+    from kombu.transport import redis as kombu_redis
+
+    from scheduler_app.worker import redisacks
+
+    # The guard patches kombu's class for the process; here, for this test only.
+    monkeypatch.setattr(redisacks, "_original", {})
+    for name in ("restore_unacked", "ack", "reject"):
+        monkeypatch.setattr(kombu_redis.QoS, name, getattr(kombu_redis.QoS, name))
+    if guarded:
+        redisacks.install()
+    options = {**settings.CELERY_BROKER_TRANSPORT_OPTIONS, "master_name": sentinel.master_name,
+               "sentinel_kwargs": {"socket_timeout": 2, "socket_connect_timeout": 2}, "socket_connect_timeout": 2}
+    connection = Connection(settings.CELERY_BROKER_URL, transport_options=options)
+    queue = Queue("sentinel-acks", Exchange("sentinel-acks", type="direct"), routing_key="sentinel-acks")
+    with connection.Producer() as producer:
+        for i in range(2):
+            producer.publish({"i": i}, exchange=queue.exchange, routing_key=queue.routing_key, declare=[queue])
+    taken = []
+    consumer = connection.Consumer(queue, callbacks=[lambda body, message: taken.append(message)])  # default channel
+    consumer.consume()
+    connection.drain_events(timeout=5)
+    other = queue.bind(connection.channel()).get(no_ack=False)
+    with pytest.raises(TimeoutError):
+        connection.drain_events(timeout=0.5)  # the queue is empty now: a BRPOP waits on the consumer's channel
+    assert len(taken) == 1 and other is not None
+
+    sentinel.master.kill()
+    caplog.set_level("WARNING", logger="scheduler_app.worker")
+    connection.collect(socket_timeout=5)
+    if not guarded:
+        # Should kombu stop raising it here, redisacks.py may go (and this case with it).
+        with pytest.raises(AttributeError, match="'NoneType' object has no attribute 'hostname'"):
+            connection.close()
+        return
+    connection.close()
+    taken[0].ack()
+    lines = [record.getMessage() for record in caplog.records if record.name == "scheduler_app.worker"]
+    assert sum("not put back" in line for line in lines) == 2, lines
+    assert sum(f"ack of message {taken[0].delivery_tag} not sent" in line for line in lines) == 1, lines
+    assert all(redisacks.COMES_BACK in line for line in lines), lines
