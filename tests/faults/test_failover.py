@@ -49,25 +49,33 @@ def failover(request, transactional_db):
             yield request.param, primary, standby, url
 
 
+def through_a_failover(cluster, lose, standby, *, tail: float) -> tuple[datetime, list[str], list[datetime]]:
+    """Half the load, then `lose()` the primary and promote the standby PROMOTE_AFTER seconds
+    later, as a failover manager would, and run on `tail` seconds past the load's end; the
+    cluster drained and stopped. Returns when the standby was promoted, the processes that
+    ended on their own, and the arrivals at the receiver after the promotion."""
+    cluster.run_until(WINDOW / 2)
+    lose()
+    time.sleep(PROMOTE_AFTER)  # the failover manager's detection: nothing to wait for but time
+    standby.promote()
+    promoted_at = datetime.now(UTC)
+    connection.close()  # this process's connection went with the primary
+    cluster.run_until(WINDOW + tail)
+    stopped = [name for name, proc in {**cluster.beats, **cluster.workers}.items() if proc.poll() is not None]
+    cluster.finish()
+    return promoted_at, stopped, [d.arrived_at for d in cluster.receiver.snapshot() if d.arrived_at > promoted_at]
+
+
 def test_the_primary_lost_under_load_and_its_standby_promoted(failover, cluster):
     mode, primary, standby, url = failover
     cluster.seed()
     cluster.start(DATABASE_URL=url)
 
-    cluster.run_until(WINDOW / 2)
-    primary.kill()
-    time.sleep(PROMOTE_AFTER)  # the failover manager's detection: nothing to wait for but time
-    standby.promote()
-    promoted_at = datetime.now(UTC)
-    connection.close()  # this process's connection died with the primary
-    cluster.run_until(WINDOW + 10)
-    stopped = [name for name, proc in {**cluster.beats, **cluster.workers}.items() if proc.poll() is not None]
-    cluster.finish()
+    promoted_at, stopped, after = through_a_failover(cluster, primary.kill, standby, tail=10)
     tracebacks = {name: cluster.processes.log(name).count("Traceback") for name in [*cluster.beats, *cluster.workers]}
 
     report = cluster.check(f"primary killed, standby promoted {PROMOTE_AFTER:.0f} s later ({mode})",
                            raw_duplicates_allowed=True, lag_bound=RESTART_LAG_BOUND)
-    after = [d.arrived_at for d in cluster.receiver.snapshot() if d.arrived_at > promoted_at]
     reconnect = (min(after) - promoted_at).total_seconds() if after else None
     twice = sum(ASYNC_COSTS[0] in problem for problem in report.problems)  # fires run twice at one attempt
     print(f"| {mode} | {report.expected} | {report.delivered} | {sum(report.skipped.values())} | "
