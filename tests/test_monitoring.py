@@ -40,8 +40,13 @@ def promtool(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([tool("promtool"), *args], cwd=PROMETHEUS, capture_output=True, text=True, timeout=60)
 
 
+FLEET_DASHBOARD = json.loads((GRAFANA / "dashboards" / "cronfleet-fleet.json").read_text())
+
+
 def dashboard_queries() -> list[str]:
-    return [target["expr"] for panel in DASHBOARD["panels"] for target in panel.get("targets", [])]
+    """Every panel's query of both dashboards (the fleet one's $cell read as any cell)."""
+    return [target["expr"].replace("$cell", ".*") for dashboard in (DASHBOARD, FLEET_DASHBOARD)
+            for panel in dashboard["panels"] for target in panel.get("targets", [])]
 
 
 def alert_queries() -> list[str]:
