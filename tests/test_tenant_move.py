@@ -273,8 +273,12 @@ def test_the_commands_write_an_owner_only_file_and_read_it_in_the_new_cell(movin
     tenant, _, _ = moving
     path = tmp_path / "moving.json"
     out = io.StringIO()
+    versions = dict(Job.objects.filter(tenant=tenant).values_list("name", "version"))
 
     call_command("tenants", "export", "moving", "--cut", "+600", "--file", str(path), stdout=out)
+
+    assert dict(Job.objects.filter(tenant=tenant).values_list("name", "version")) == {
+        name: version + 1 for name, version in versions.items()}  # each fenced job is a new version
 
     assert "Exported tenant moving" in out.getvalue() and "10 jobs" in out.getvalue()
     assert stat.S_IMODE(path.stat().st_mode) == 0o600

@@ -34,10 +34,11 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import IntegrityError, models, transaction
+from django.db import IntegrityError, connection, models, transaction
 from django.utils.dateparse import parse_datetime
 
 from scheduler_app import schedules
+from scheduler_app.dispatch import pgarrays
 from scheduler_app.dispatch.waker import wake_beats
 from scheduler_app.models import (
     TERMINAL_STATES,
@@ -171,8 +172,7 @@ def tenant_export(tenant: Tenant, cut: datetime, *, write: Callable[[dict], None
         document = export_document(tenant, jobs, cut, with_runs=with_runs)
         for job in jobs:
             job.end_at, job.next_run_at = fenced(job, cut)
-            job.version += 1
-        Job.objects.bulk_update(jobs, ["end_at", "next_run_at", "version"], batch_size=1000)
+        save_fences(jobs)
         # Its keys, and any change to its jobs, are the new cell's from now on: here the jobs fire
         # out their fires before the cut, and nothing can unfence them (services refuse an
         # inactive tenant's job writes).
@@ -187,6 +187,28 @@ def tenant_export(tenant: Tenant, cut: datetime, *, write: Callable[[dict], None
             raise InvalidInput("cut", "passed while the export ran: nothing was fenced; choose a later cut")
     wake_beats()
     return document
+
+
+# One statement for all the tenant's jobs: Django's bulk_update builds a CASE per column and
+# row, which spent most of a 10,000-job export (and held the jobs' locks that long).
+FENCE_JOBS_PG = f"""
+UPDATE {Job._meta.db_table} AS job
+   SET end_at = fence.end_at, next_run_at = fence.next_run_at, version = job.version + 1
+  FROM unnest(%s::bigint[], %s::timestamptz[], %s::timestamptz[]) AS fence(id, end_at, next_run_at)
+ WHERE job.id = fence.id"""
+
+
+def save_fences(jobs: list[Job]) -> None:
+    """Save each job's fenced end_at and next_run_at, and a new version."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(FENCE_JOBS_PG, [pgarrays.integers(job.id for job in jobs),
+                                           pgarrays.times(job.end_at for job in jobs),
+                                           pgarrays.times(job.next_run_at for job in jobs)])
+        return
+    for job in jobs:
+        job.version += 1
+    Job.objects.bulk_update(jobs, ["end_at", "next_run_at", "version"], batch_size=500)
 
 
 def export_document(tenant: Tenant, jobs: list[Job], cut: datetime, *, with_runs: bool) -> dict:
