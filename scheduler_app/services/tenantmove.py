@@ -60,8 +60,8 @@ FORMAT = "cronfleet-tenant/1"
 TICK = timedelta(microseconds=1)
 EXPORTED = "tenant.exported"
 IMPORTED = "tenant.imported"
-# Written apart from the row: encrypted with each cell's own keys.
-SECRET_COLUMNS = ("webhook_secret_encrypted", "webhook_secret_previous_encrypted")
+# Written apart from the row, in clear: each cell encrypts with its own keys. Column -> document key.
+SECRETS = {"webhook_secret_encrypted": "webhook_secret", "webhook_secret_previous_encrypted": "webhook_secret_previous"}
 RUNS_BATCH = 2000
 
 
@@ -85,7 +85,7 @@ def dumps(document: dict) -> str:
 def row_of(obj: models.Model) -> dict:
     """The columns of `obj` but its id and its relations (which the document names instead)."""
     return {field.attname: field.value_from_object(obj) for field in obj._meta.concrete_fields
-            if not field.primary_key and not field.is_relation and field.attname not in SECRET_COLUMNS}
+            if not field.primary_key and not field.is_relation and field.attname not in SECRETS}
 
 
 def columns_of(model: type[models.Model], row, where: str) -> dict:
@@ -234,9 +234,8 @@ def export_document(tenant: Tenant, jobs: list[Job], cut: datetime, *, with_runs
         "cut": cut.isoformat(),
         "exported_at": db_now().isoformat(),
         "tenant": row_of(tenant),
-        "webhook_secret": crypto.decrypt(tenant.webhook_secret_encrypted) if tenant.webhook_secret_encrypted else "",
-        "webhook_secret_previous": (crypto.decrypt(tenant.webhook_secret_previous_encrypted)
-                                    if tenant.webhook_secret_previous_encrypted else ""),
+        **{key: crypto.decrypt(getattr(tenant, column)) if getattr(tenant, column) else ""
+           for column, key in SECRETS.items()},
         "calendars": [row_of(calendar) for calendar in Calendar.objects.filter(tenant=tenant).order_by("id")],
         "windows": [row_of(window) for window in MaintenanceWindow.objects.filter(tenant=tenant).order_by("id")],
         "jobs": job_rows,
@@ -296,8 +295,7 @@ def rows(document: dict, key: str) -> list:
 def create_tenant(row: dict, document: dict) -> Tenant:
     if Tenant.objects.filter(slug=row.get("slug")).exists():
         raise InvalidInput("tenant.slug", f"tenant {row.get('slug')!r} already exists in this cell")
-    secrets = {column: crypto.encrypt(document[key]) if document.get(key) else ""
-               for column, key in zip(SECRET_COLUMNS, ("webhook_secret", "webhook_secret_previous"), strict=True)}
+    secrets = {column: crypto.encrypt(document[key]) if document.get(key) else "" for column, key in SECRETS.items()}
     return Tenant.objects.create(**row, **secrets)
 
 
