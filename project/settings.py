@@ -674,6 +674,22 @@ CRONFLEET_RATE_LIMIT_RETRY_SECONDS = env_int("CRONFLEET_RATE_LIMIT_RETRY_SECONDS
 CRONFLEET_PING_BASE_URL = env_str("CRONFLEET_PING_BASE_URL", "http://localhost:8000").rstrip("/")
 CRONFLEET_PING_REQUESTS_PER_MINUTE = env_int("CRONFLEET_PING_REQUESTS_PER_MINUTE", 60, minimum=1)
 
+# --- Cells (docs/scaling.md: Routing) -------------------------------------------------------
+# The name of this cell where a deployment is several: API keys made here read
+# cf_<cell>_<prefix>_<secret> and ping URLs /ping/<cell>/<key>, so a routing proxy sends each
+# request to its cell without a lookup. Empty (one Cronfleet): cf_<prefix>_<secret>, /ping/<key>.
+CRONFLEET_CELL = env_str("CRONFLEET_CELL", "").strip()
+
+
+def _check_cell() -> None:
+    from scheduler_app.cells import check_cell  # no Django import at its top
+
+    if problem := check_cell(CRONFLEET_CELL):
+        raise ImproperlyConfigured(f"CRONFLEET_CELL {problem}")
+
+
+_check_cell()
+
 # --- Observability (docs/operating.md: Monitoring) ------------------------------------------
 # Count finished runs per tenant too (cronfleet_tenant_runs_finished_total): one series per
 # tenant and state, so only where tenants are few enough for Prometheus.

@@ -345,7 +345,7 @@ def test_add_check_in_job_makes_its_ping_key_and_runs_no_task(admin_client, tena
     job = Job.objects.get(name="from-admin")
     assert (job.target_kind, job.target_config, job.task_name) == ("monitor", {"grace_seconds": 120}, "")
     page = admin_client.get(url("job", "change", job.pk)).content.decode()
-    assert services.ping_url(job.monitor.ping_key) in page
+    assert services.ping_url(job.monitor) in page
 
 
 def test_add_check_in_job_without_grace_takes_the_default(admin_client, tenant):

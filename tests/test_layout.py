@@ -20,7 +20,7 @@ PACKAGES = ("scheduler_app", "project", "bench")
 FLOORS = [
     ["scheduler_app.schedules", "scheduler_app.validation", "scheduler_app.queues", "scheduler_app.fire",
      "scheduler_app.migrationops", "scheduler_app.formats", "scheduler_app.redisclient",
-     "scheduler_app.fsbroker"],
+     "scheduler_app.fsbroker", "scheduler_app.cells"],
     ["scheduler_app.models"],
     ["scheduler_app.ledger"],
     ["scheduler_app.observability"],

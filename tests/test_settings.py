@@ -54,6 +54,8 @@ def check_settings(*, script: str = "", **env: str) -> subprocess.CompletedProce
         ({"CRONFLEET_HOST": "cron.example.com/admin"}, "CRONFLEET_HOST must be a host name"),
         ({"CRONFLEET_ADMIN_LOGIN_FAILURES": "0"}, "CRONFLEET_ADMIN_LOGIN_FAILURES must be at least 1"),
         ({"CRONFLEET_ADMIN_LOGIN_WINDOW_SECONDS": "soon"}, "CRONFLEET_ADMIN_LOGIN_WINDOW_SECONDS must be an integer"),
+        ({"CRONFLEET_CELL": "EU-1"}, "CRONFLEET_CELL must be a lowercase letter then up to 15"),
+        ({"CRONFLEET_CELL": "1eu"}, "CRONFLEET_CELL must be a lowercase letter then up to 15"),
     ],
 )
 def test_bad_settings_stop_start_up_naming_the_variable(env, message):

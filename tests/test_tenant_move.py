@@ -307,3 +307,30 @@ def test_a_cut_next_to_a_non_business_day_warns_of_the_jobs_whose_moved_fires_ma
     document = document_after_export(tenant, cut)
 
     assert len(document["warnings"]) == 1 and document["warnings"][0].startswith("job 'business': its calendar")
+
+
+def test_a_moved_tenants_keys_and_ping_urls_keep_naming_the_cell_that_made_them(new_cell, tmp_path, settings):
+    settings.CRONFLEET_CELL = "a"
+    tenant = services.tenant_create(slug="named", name="Named")
+    key, raw = services.apikey_create(tenant=tenant, name="deploy")
+    job = services.job_create(tenant, services.JobSpec(name="backup", cron="0 3 * * *", target_kind="monitor",
+                                                       monitor={"grace_seconds": 60}))
+    ping_key = job.monitor.ping_key
+    path = tmp_path / "named.json"
+    call_command("tenants", "export", "named", "--cut", "+600", "--file", str(path), stdout=io.StringIO())
+    settings.CRONFLEET_CELL = "b"
+    with new_cell():
+        out = io.StringIO()
+        call_command("tenants", "import", str(path), stdout=out)
+        routes = tmp_path / "routes"
+        routes.mkdir()
+        call_command("cells", "routes", "--out", str(routes), stdout=io.StringIO())
+
+        assert "name cell a: run `manage.py cells routes" in out.getvalue()
+        assert ApiKey.objects.get(prefix=key.prefix).cell == "a"
+        assert services.apikey_authenticate(raw).tenant.slug == "named"
+        monitor = Job.objects.get(name="backup").monitor
+        assert (monitor.ping_key, monitor.cell) == (ping_key, "a")
+        assert services.ping_url(monitor).endswith(f"/ping/a/{ping_key}")  # the URL the crontab was given
+        assert f"{key.prefix} b;" in (routes / "b.keys.map").read_text()
+        assert f"{ping_key} b;" in (routes / "b.pings.map").read_text()

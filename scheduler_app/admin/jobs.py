@@ -425,7 +425,7 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
     def check_in_url(self, job):
         """A monitored job's ping URL (docs/check-ins.md): its key is the only credential a ping needs."""
         monitor = getattr(job, "monitor", None) if job.target_kind == "monitor" else None
-        return services.ping_url(monitor.ping_key) if monitor is not None else "-"
+        return services.ping_url(monitor) if monitor is not None else "-"
 
     @admin.display(description="last run")
     def last_run_state(self, job):

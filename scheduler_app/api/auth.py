@@ -119,7 +119,7 @@ class BearerKeyScheme(OpenApiAuthenticationExtension):
     name = "bearerAuth"
 
     def get_security_definition(self, auto_schema):
-        return {"type": "http", "scheme": "bearer", "bearerFormat": "cf_<prefix>_<secret>"}
+        return {"type": "http", "scheme": "bearer", "bearerFormat": "cf_[<cell>_]<prefix>_<secret>"}
 
 
 class StaffSessionScheme(OpenApiAuthenticationExtension):

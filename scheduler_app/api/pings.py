@@ -1,4 +1,6 @@
 """The check-in endpoint: /ping/<key>[/start | /fail | /<exit status>], GET or POST (HEAD too).
+From a named cell the URL is /ping/<cell>/<key>[/...]: the cell is read by the routing proxy
+in front of the cells (deploy/nginx/cells.conf), and the key alone finds the job here.
 
 No API key and no session: the ping key (random, unguessable, one per monitored job) is the
 credential, so the view is CSRF-exempt and answers in plain text, as cron lines and shell
@@ -46,7 +48,7 @@ def _over_limit(key: str) -> int | None:
 
 @csrf_exempt
 @require_http_methods(["GET", "POST", "HEAD"])
-def ping(request, key: str, action: str = ""):
+def ping(request, key: str, action: str = "", cell: str = ""):
     try:
         signal_of(action)
     except ValueError:

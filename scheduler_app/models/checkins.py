@@ -1,5 +1,5 @@
 """Check-ins: a monitored job (target kind `monitor`) runs elsewhere and reports to Cronfleet
-by pinging /ping/<ping_key>. The key is the only credential a ping carries: random (uuid4),
+by pinging /ping/<ping_key> (/ping/<cell>/<ping_key> in a named cell). The key is the only credential a ping carries: random (uuid4),
 unique, one per monitored job. The job's grace is in its target_config (grace_seconds)."""
 
 from __future__ import annotations
@@ -23,6 +23,9 @@ class Monitor(models.Model):
     job = models.OneToOneField(Job, on_delete=models.CASCADE, related_name="monitor")
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
     ping_key = models.UUIDField(unique=True, default=uuid.uuid4, editable=False)
+    # The cell named in the ping URL (/ping/<cell>/<key>; empty: /ping/<key>), kept when the
+    # tenant moves, like ApiKey.cell.
+    cell = models.CharField(max_length=16, blank=True, default="", db_default="", editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:

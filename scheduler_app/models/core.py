@@ -479,7 +479,8 @@ class AuditEvent(models.Model):
 
 
 class ApiKey(models.Model):
-    """A bearer key for the REST API: `cf_<prefix>_<secret>`, shown once when made.
+    """A bearer key for the REST API: `cf_<prefix>_<secret>`, or `cf_<cell>_<prefix>_<secret>`
+    when made in a named cell (CRONFLEET_CELL), shown once when made.
 
     Only a SHA-256 of the whole key is kept (keys are 190 random bits: a slow hash buys
     nothing); the prefix is stored in clear to find the row and to tell keys apart.
@@ -489,6 +490,9 @@ class ApiKey(models.Model):
     tenant = models.ForeignKey(Tenant, null=True, blank=True, on_delete=models.CASCADE, related_name="api_keys")
     name = models.CharField(max_length=200)
     prefix = models.CharField(max_length=16, unique=True, editable=False)
+    # The cell named in the key's text (empty: none). It stays the same when the tenant moves
+    # to another cell: the routing proxy then sends this prefix there (`cells routes`).
+    cell = models.CharField(max_length=16, blank=True, default="", db_default="", editable=False)
     key_hash = models.CharField(max_length=64, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)

@@ -58,9 +58,11 @@ class Ping:
     recorded: bool  # True: no open run, the ping recorded one of its own
 
 
-def ping_url(key, base: str | None = None) -> str:
-    """The check-in URL of a ping key; `base` is the site's address (default CRONFLEET_PING_BASE_URL)."""
-    return f"{(base or settings.CRONFLEET_PING_BASE_URL).rstrip('/')}/ping/{key}"
+def ping_url(monitor: Monitor, base: str | None = None) -> str:
+    """The check-in URL of a monitor: /ping/<key>, or /ping/<cell>/<key> when its key was made
+    in a named cell; `base` is the site's address (default CRONFLEET_PING_BASE_URL)."""
+    cell = f"{monitor.cell}/" if monitor.cell else ""
+    return f"{(base or settings.CRONFLEET_PING_BASE_URL).rstrip('/')}/ping/{cell}{monitor.ping_key}"
 
 
 def ensure_monitor(job: Job) -> Monitor | None:
@@ -68,7 +70,8 @@ def ensure_monitor(job: Job) -> Monitor | None:
     Call in the transaction that writes the job."""
     if job.target_kind != TargetKind.MONITOR:
         return None
-    monitor, _ = Monitor.objects.get_or_create(job=job, defaults={"tenant_id": job.tenant_id})
+    monitor, _ = Monitor.objects.get_or_create(job=job, defaults={"tenant_id": job.tenant_id,
+                                                                  "cell": settings.CRONFLEET_CELL})
     return monitor
 
 

@@ -13,11 +13,14 @@ from django.db import transaction
 from django.db.models.functions import Now
 from django.utils.timezone import now as node_now
 
+from scheduler_app.cells import CELL_NAME
 from scheduler_app.models import ApiKey, AuditEvent, Tenant, db_now
 from scheduler_app.services.common import QuotaExceeded
 from scheduler_app.validation import check_name
 
-API_KEY_PATTERN = re.compile(r"cf_([0-9a-f]{12})_([A-Za-z0-9_-]{32})")
+# cf_<prefix>_<secret>, or cf_<cell>_<prefix>_<secret> from a named cell (CRONFLEET_CELL). The
+# secret's length tells the two apart; deploy/nginx/cells.conf reads the cell with this pattern.
+API_KEY_PATTERN = re.compile(rf"cf_(?:({CELL_NAME})_)?([0-9a-f]{{12}})_([A-Za-z0-9_-]{{32}})")
 
 
 # last_used_at is written at most this often per key, not on every request.
@@ -46,12 +49,12 @@ def apikey_create(*, tenant: Tenant | None, name: str, actor: str = "") -> tuple
 
     tenant None makes a staff key (tenant administration), which no quota counts."""
     name = check_name("name", name)
-    prefix = secrets.token_hex(6)
-    raw = f"cf_{prefix}_{secrets.token_urlsafe(24)}"
+    prefix, cell = secrets.token_hex(6), settings.CRONFLEET_CELL
+    raw = f"cf_{cell + '_' if cell else ''}{prefix}_{secrets.token_urlsafe(24)}"
     with transaction.atomic():
         if tenant is not None:
             check_key_quota(tenant)
-        key = ApiKey.objects.create(tenant=tenant, name=name, prefix=prefix, key_hash=_key_hash(raw))
+        key = ApiKey.objects.create(tenant=tenant, name=name, prefix=prefix, cell=cell, key_hash=_key_hash(raw))
         if tenant is not None:
             AuditEvent.objects.create(tenant=tenant, action="apikey.created", actor=actor,
                                       detail={"prefix": prefix, "name": name})
@@ -70,11 +73,12 @@ def apikey_revoke(key: ApiKey, *, actor: str = "") -> ApiKey:
 def apikey_authenticate(raw: str) -> ApiKey | None:
     """The active key `raw` names, or None (malformed, unknown, revoked, inactive tenant).
 
-    The row is found by its prefix; the hash is compared in constant time."""
+    The row is found by its prefix; the hash (of the whole text, its cell too) is compared in
+    constant time. A key naming another cell is taken where its tenant has moved to."""
     match = API_KEY_PATTERN.fullmatch(raw) if isinstance(raw, str) else None
     if match is None:
         return None
-    key = ApiKey.objects.select_related("tenant").filter(prefix=match.group(1)).first()
+    key = ApiKey.objects.select_related("tenant").filter(prefix=match.group(2)).first()
     if key is None or not hmac.compare_digest(key.key_hash, _key_hash(raw)):
         return None
     if key.revoked_at is not None or (key.tenant is not None and not key.tenant.is_active):

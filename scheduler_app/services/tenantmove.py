@@ -213,14 +213,14 @@ def save_fences(jobs: list[Job]) -> None:
 
 def export_document(tenant: Tenant, jobs: list[Job], cut: datetime, *, with_runs: bool) -> dict:
     names = {job.id: job.name for job in jobs}
-    monitors = {monitor.job_id: str(monitor.ping_key) for monitor in Monitor.objects.filter(job__tenant=tenant)}
+    monitors = {monitor.job_id: monitor for monitor in Monitor.objects.filter(job__tenant=tenant)}
     rules = {rule.job_id: row_of(rule) for rule in AlertRule.objects.filter(job__tenant=tenant)}
     job_rows = []
     for job in jobs:
         row = {**row_of(job), "calendar": job.calendar.name if job.calendar_id else "",
                "after_job": job.after_job.name if job.after_job_id else ""}
         if job.id in monitors:
-            row["ping_key"] = monitors[job.id]
+            row["ping_key"], row["ping_cell"] = str(monitors[job.id].ping_key), monitors[job.id].cell
         if job.id in rules:
             row["alert_rule"] = rules[job.id]
         job_rows.append(row)
@@ -307,13 +307,13 @@ def create_jobs(tenant: Tenant, job_rows: list, calendars: dict[str, Calendar], 
         if not isinstance(raw, dict):
             raise InvalidInput(where, "must be an object")
         calendar, parent = raw.pop("calendar", ""), raw.pop("after_job", "")
-        ping_key, rule = raw.pop("ping_key", None), raw.pop("alert_rule", None)
+        ping_key, ping_cell, rule = raw.pop("ping_key", None), raw.pop("ping_cell", ""), raw.pop("alert_rule", None)
         if calendar and calendar not in calendars:
             raise InvalidInput(f"{where}.calendar", f"no calendar {calendar!r} in the document")
         job = Job(tenant=tenant, calendar=calendars.get(calendar), **columns_of(Job, raw, where))
         started_at_cut(job, cut, chained=bool(parent))
         jobs.append(job)
-        extras.append((parent, ping_key, rule, where))
+        extras.append((parent, (ping_key, ping_cell), rule, where))
     Job.objects.bulk_create(jobs, batch_size=1000)
     by_name = {job.name: job for job in jobs}
     chained = []
@@ -325,9 +325,10 @@ def create_jobs(tenant: Tenant, job_rows: list, calendars: dict[str, Calendar], 
             chained.append(job)
     Job.objects.bulk_update(chained, ["after_job"], batch_size=1000)
     monitors, rules = [], []
-    for job, (_, ping_key, rule, where) in zip(jobs, extras, strict=True):
+    for job, (_, (ping_key, ping_cell), rule, where) in zip(jobs, extras, strict=True):
         if ping_key:
-            monitors.append(Monitor(job=job, tenant=tenant, ping_key=ping_key))
+            # The URL's cell stays what the pinging machines were given (the proxy routes it here).
+            monitors.append(Monitor(job=job, tenant=tenant, ping_key=ping_key, cell=ping_cell))
         if rule is not None:
             values = columns_of(AlertRule, rule, f"{where}.alert_rule")
             # Evaluated here from the cut on: the runs before it stay (and were judged) in the old cell.

@@ -136,7 +136,7 @@ def monitor_target(job: Job) -> dict:
     the address the machines that run it reach Cronfleet at)."""
     monitor = getattr(job, "monitor", None)
     return {"kind": "monitor", "grace_seconds": job.target_config.get("grace_seconds"),
-            "ping_url": services.ping_url(monitor.ping_key) if monitor is not None else None}
+            "ping_url": services.ping_url(monitor) if monitor is not None else None}
 
 
 @extend_schema_field(PolymorphicProxySerializer(

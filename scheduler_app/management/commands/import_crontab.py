@@ -40,6 +40,6 @@ class Command(OneLineErrors, BaseCommand):
                                returncode=2) from None
         for note in notes:
             self.stdout.write(f"note: {note}")
-        rows = [(job.name, job.cron, job.description[:60], services.ping_url(job.monitor.ping_key)) for job in jobs]
+        rows = [(job.name, job.cron, job.description[:60], services.ping_url(job.monitor)) for job in jobs]
         self.stdout.write(format_table(["NAME", "SCHEDULE", "COMMAND", "PING URL"], rows))
         self.stdout.write(f"imported {len(jobs)} monitored jobs into {tenant}")

@@ -476,6 +476,6 @@ def target_text(job: Job) -> str:
         return sqljobs.describe(job.target_config)
     if job.target_kind == "monitor":
         monitor = getattr(job, "monitor", None)
-        url = services.ping_url(monitor.ping_key) if monitor is not None else "(no ping key)"
+        url = services.ping_url(monitor) if monitor is not None else "(no ping key)"
         return f"monitor (grace {job.target_config.get('grace_seconds')} s), check-in URL {url}"
     return f"task {job.task_name}"

@@ -10,6 +10,7 @@ import tempfile
 from datetime import timedelta
 from pathlib import Path
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 from django.db.models import Count, IntegerField, OuterRef, Subquery
 from django.db.models.functions import Coalesce
@@ -17,7 +18,7 @@ from django.utils.dateparse import parse_datetime
 
 from scheduler_app import services
 from scheduler_app.management.tables import OneLineErrors, format_table
-from scheduler_app.models import Job, Tenant, db_now
+from scheduler_app.models import ApiKey, Job, Monitor, Tenant, db_now
 from scheduler_app.services import tenantmove
 from scheduler_app.validation import InvalidInput
 
@@ -145,6 +146,12 @@ class Command(OneLineErrors, BaseCommand):
         first = jobs.exclude(next_run_at=None).order_by("next_run_at").values_list("next_run_at", flat=True).first()
         self.stdout.write(f"Imported tenant {tenant.slug}: {jobs.count()} jobs from the cut {document['cut']}; "
                           f"first fire here {first.isoformat() if first else '-'}.")
+        named = sorted({cell for cell in (*ApiKey.objects.filter(tenant=tenant).values_list("cell", flat=True),
+                                          *Monitor.objects.filter(tenant=tenant).values_list("cell", flat=True))
+                        if cell != settings.CRONFLEET_CELL})
+        if named:
+            self.stdout.write(f"Its API keys and ping URLs name cell {', '.join(named)}: run `manage.py cells routes "
+                              "--out DIR` here and in the cell it left, then reload the routing proxy.")
 
     def do_list(self, *, limit: int, after: str, **options) -> None:
         if not 1 <= limit <= MAX_LIMIT:
