@@ -38,7 +38,7 @@ def test_the_schema_generates_and_validates_without_warnings(tmp_path):
 
 def test_the_schema_declares_bearer_keys_and_the_error_shape():
     assert SCHEMA["components"]["securitySchemes"]["bearerAuth"] == {
-        "type": "http", "scheme": "bearer", "bearerFormat": "cf_<prefix>_<secret>"}
+        "type": "http", "scheme": "bearer", "bearerFormat": "cf_[<cell>_]<prefix>_<secret>"}
     operations = [op for ops in SCHEMA["paths"].values() for op in ops.values()]
     assert all({"bearerAuth": []} in op["security"] for op in operations)
     assert all(op["responses"]["400"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Error"}
