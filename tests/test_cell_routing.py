@@ -24,35 +24,19 @@ from django.core.management import call_command
 
 from scheduler_app import services
 from scheduler_app.models import Job, JobRun, Monitor
-from tests import servers
-from tests.conftest import ROOT, wait_for
+from tests import nginx, servers
+from tests.conftest import wait_for
 from tests.observing import free_ports
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-NGINX = ROOT / "deploy" / "nginx"
 DATABASE = "cronfleet"
 HOSTS = {"a.cells.test": "a", "b.cells.test": "b"}
 
 
 def nginx_program() -> str:
-    program = shutil.which("nginx") or ("/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK) else None)
-    if program is None:
+    if nginx.program() is None:
         pytest.skip("needs nginx (Debian's nginx package)")
-    return program
-
-
-def nginx_conf(directory, port: int, upstreams: dict[str, int]) -> str:
-    """A main configuration of the test's own around the shipped routing files."""
-    blocks = "".join(f"    upstream cronfleet_cell_{name} {{ server 127.0.0.1:{web}; }}\n"
-                     for name, web in upstreams.items())
-    user = "user root;\n" if os.geteuid() == 0 else ""  # the workers read the test's files
-    return (f"{user}daemon off;\npid {directory}/nginx.pid;\nerror_log {directory}/error.log;\nevents {{}}\n"
-            f"http {{\n    access_log off;\n"
-            + "".join(f"    {kind}_temp_path {directory}/{kind};\n"
-                      for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-            + f"    include {NGINX}/cronfleet-cells.conf;\n{blocks}"
-            f"    server {{\n        listen 127.0.0.1:{port};\n        include {NGINX}/cronfleet-cells-proxy.conf;\n"
-            "    }\n}\n")
+    return nginx.program()
 
 
 def request(port: int, path: str, *, key: str = "", host: str = "localhost", method: str = "GET"):
@@ -97,14 +81,11 @@ def pinged(monitor: Monitor) -> int:
 
 
 def test_the_shipped_routing_files_and_examples_pass_nginx_own_check(tmp_path):
-    conf = tmp_path / "nginx.conf"
-    shutil.copytree(NGINX / "cronfleet-cells", tmp_path / "cronfleet-cells")
-    text = nginx_conf(tmp_path, free_ports(1)[0], {})
-    conf.write_text(text.replace(f"    include {NGINX}/cronfleet-cells.conf;\n",
-                                 f"    include {NGINX}/cronfleet-cells.conf;\n    include cronfleet-cells/upstreams.conf;\n"))
+    shutil.copytree(nginx.SHIPPED / "cronfleet-cells", tmp_path / "cronfleet-cells")
+    nginx.write_conf(tmp_path, free_ports(1)[0], {}, includes=("cronfleet-cells/upstreams.conf",))
 
-    check = subprocess.run([nginx_program(), "-t", "-q", "-c", str(conf), "-p", str(tmp_path), "-e",
-                            str(tmp_path / "error.log")], capture_output=True, text=True, timeout=60)
+    check = subprocess.run([nginx_program(), "-t", "-q", *nginx.argv(tmp_path)[1:]], capture_output=True,
+                           text=True, timeout=60)
 
     assert check.returncode == 0, check.stderr
 
@@ -113,13 +94,12 @@ def test_the_proxy_sends_each_request_to_its_cell_and_a_moved_tenant_follows_its
                                                                                           settings):
     if servers.postgres_bindir() is None:
         pytest.skip("needs PostgreSQL's initdb, pg_ctl and postgres (CRONFLEET_TEST_PG_BINDIR)")
-    program = nginx_program()
+    nginx_program()
     web_a, web_b, proxy = free_ports(3)
     routes = tmp_path / "cronfleet-cells"
     routes.mkdir()
     (routes / "hosts.map").write_text("".join(f"{host} {cell};\n" for host, cell in HOSTS.items()))
-    conf = tmp_path / "nginx.conf"
-    conf.write_text(nginx_conf(tmp_path, proxy, {"a": web_a, "b": web_b, "default": web_a}))
+    nginx.write_conf(tmp_path, proxy, {"a": web_a, "b": web_b, "default": web_a})
     with servers.private_postgres() as cluster:
         cluster.create_database(DATABASE)
         settings.CRONFLEET_CELL = "a"
@@ -129,12 +109,11 @@ def test_the_proxy_sends_each_request_to_its_cell_and_a_moved_tenant_follows_its
             settings.CRONFLEET_CELL = "b"
             globex_key, globex_ping = make_tenant("globex")
             start_web(processes, "web-b", "b", web_b)
-        nginx = processes.start("nginx", [program, "-c", str(conf), "-p", str(tmp_path), "-e",
-                                          str(tmp_path / "error.log")])
+        server = processes.start("nginx", nginx.argv(tmp_path))
         for port, what in ((web_a, "cell a's web"), (web_b, "cell b's web"), (proxy, "nginx")):
-            wait_for(lambda port=port: nginx.poll() is not None or servers_answer(port), timeout=60,
+            wait_for(lambda port=port: server.poll() is not None or servers_answer(port), timeout=60,
                      what=f"{what} to answer")
-        assert nginx.poll() is None, (tmp_path / "error.log").read_text()
+        assert server.poll() is None, (tmp_path / "error.log").read_text()
 
         # Each key reaches the cell it names; each tenant exists only there.
         assert tenant_of(proxy, acme_key) == (200, "a", "acme")
@@ -161,7 +140,7 @@ def test_the_proxy_sends_each_request_to_its_cell_and_a_moved_tenant_follows_its
             call_command("cells", "routes", "--out", str(routes), stdout=io.StringIO())
         settings.CRONFLEET_CELL = "a"
         call_command("cells", "routes", "--out", str(routes), stdout=io.StringIO())
-        os.kill(nginx.pid, signal.SIGHUP)  # nginx -s reload
+        os.kill(server.pid, signal.SIGHUP)  # nginx -s reload
 
         wait_for(lambda: tenant_of(proxy, acme_key) == (200, "b", "acme"), timeout=30,
                  what="acme's old key to reach cell b after the reload")

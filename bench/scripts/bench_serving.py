@@ -3,15 +3,20 @@
 
     .venv/bin/python bench/scripts/bench_serving.py
     .venv/bin/python bench/scripts/bench_serving.py --requests 700 --clients 50 --workers 2 --threads 4
+    .venv/bin/python bench/scripts/bench_serving.py --through-proxy
 
 Makes (or reuses) a database of its own, migrates it, makes a tenant with an API key, starts
 gunicorn exactly as the Dockerfile does (project/gunicorn.conf.py, debug off), then fires two
 bursts at GET /api/v1/me, each request on a connection of its own from --clients threads:
 one with the valid key, one with well-formed fake keys (a new unknown prefix each time, all
 from 127.0.0.1). While a burst runs, pg_stat_activity is sampled every 10 ms. For each burst
-it prints the answers by status, the count of 5xx, the peak number of PostgreSQL connections
+it prints the answers by status, the requests a second, the count of 5xx, the peak number of PostgreSQL connections
 the server held, those still held after the burst, and p50/p99/max latency. Figures, not
 assertions: nothing here passes or fails.
+
+With --through-proxy the server is a named cell behind the routing proxy of a fleet of cells
+(deploy/nginx, run by nginx as tests/nginx.py writes it), and the valid-key burst runs twice
+in the same run, straight to gunicorn and through nginx, so the hop's cost is the difference.
 
 Needs PostgreSQL and Redis (DATABASE_URL's server, --redis for the rate-limit counters;
 its cronfleet:api-rate:* keys are deleted before each burst). Everything it starts listens
@@ -29,6 +34,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -52,6 +58,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--clients", type=int, default=50, help="Client threads (default %(default)s)")
     parser.add_argument("--workers", type=int, default=2, help="Gunicorn processes (default %(default)s)")
     parser.add_argument("--threads", type=int, default=4, help="Threads per process (default %(default)s)")
+    parser.add_argument("--through-proxy", action="store_true",
+                        help="Also through the cells' routing proxy (nginx, deploy/nginx), side by side")
     return parser.parse_args()
 
 
@@ -131,8 +139,10 @@ def burst(name: str, port: int, keys, args: argparse.Namespace, database_url: st
     for stale in rate.scan_iter("cronfleet:api-rate:*"):
         rate.delete(stale)
     with ConnectionSampler(database_url) as sampler:
+        started = time.perf_counter()
         with ThreadPoolExecutor(max_workers=args.clients) as pool:
             results = list(pool.map(lambda key: request(port, key), keys))
+        elapsed = time.perf_counter() - started
         time.sleep(0.1)  # the last answers' connections go back to the pool
         held_after = sampler.count()
     statuses = Counter(status for status, _ in results)
@@ -143,7 +153,33 @@ def burst(name: str, port: int, keys, args: argparse.Namespace, database_url: st
     print(f"  answers      {answers}")
     print(f"  5xx          {sum(count for status, count in statuses.items() if status >= 500)}")
     print(f"  PostgreSQL   peak {sampler.peak} connections held by the server, {held_after} after the burst")
+    print(f"  throughput   {len(results) / elapsed:,.0f} requests/s")
     print(f"  latency ms   p50 {statistics.median(latencies):.1f}  p99 {p99:.1f}  max {latencies[-1]:.1f}")
+
+
+def through_proxy(port: int, key: str, args: argparse.Namespace, rate: redis.Redis) -> None:
+    """The valid-key burst through nginx in front of the server, as the cell `bench`."""
+    sys.path.insert(0, str(ROOT))
+    from tests import nginx  # the proxy as the routing test runs it
+
+    if nginx.program() is None:
+        sys.exit("--through-proxy needs nginx (Debian's nginx package)")
+    proxy = free_port()
+    with tempfile.TemporaryDirectory() as directory:
+        nginx.write_conf(Path(directory), proxy, {"bench": port, "default": port})
+        server = subprocess.Popen(nginx.argv(Path(directory)), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 30
+            while request(proxy, key)[0] != 200:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    sys.exit(f"nginx did not start: {(Path(directory) / 'error.log').read_text()}")
+                time.sleep(0.2)
+            burst("valid key, through the routing proxy", proxy, [key] * args.requests, args,
+                  args.database_url, rate)
+            burst("valid key, straight again", port, [key] * args.requests, args, args.database_url, rate)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
 
 
 def main() -> None:
@@ -152,6 +188,8 @@ def main() -> None:
     env = dict(os.environ)
     env.pop("DJANGO_DEBUG", None)  # production: debug off
     port = free_port()
+    if args.through_proxy:
+        env["CRONFLEET_CELL"], env["CRONFLEET_TRUSTED_PROXIES"] = "bench", "1"
     env.update(DJANGO_SETTINGS_MODULE="project.settings", DATABASE_URL=args.database_url,
                CELERY_BROKER_URL=args.redis, DJANGO_SECRET_KEY=secrets.token_urlsafe(50),
                CRONFLEET_WEB_BIND=f"127.0.0.1:{port}", CRONFLEET_WEB_WORKERS=str(args.workers),
@@ -171,6 +209,8 @@ def main() -> None:
                 sys.exit("gunicorn did not start (see var/bench_serving.log)")
             time.sleep(0.2)
         burst("valid key", port, [key] * args.requests, args, args.database_url, rate)
+        if args.through_proxy:
+            through_proxy(port, key, args, rate)
         fakes = [f"cf_{secrets.token_hex(6)}_{secrets.token_urlsafe(24)}" for _ in range(args.requests)]
         burst("fake keys", port, fakes, args, args.database_url, rate)
     finally:
