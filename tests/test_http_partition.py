@@ -34,7 +34,9 @@ FAST = {"CRONFLEET_LEASE_SECONDS": "4", "CRONFLEET_HEARTBEAT_SECONDS": "1", "CRO
 
 
 class PausableProxy:
-    """Forwards TCP to PostgreSQL until pause(): then it forwards nothing, closing nothing."""
+    """Forwards TCP to PostgreSQL until pause(): then it forwards nothing, closing nothing.
+    close() ends every connection it holds, so no session of the test outlives it (one left
+    open would keep the test database from being dropped at the end of the run)."""
 
     def __init__(self, target_port: int) -> None:
         self.target = ("127.0.0.1", target_port)
@@ -42,6 +44,7 @@ class PausableProxy:
         self.flowing.set()
         self.server = socket.create_server(("127.0.0.1", 0))
         self.port = self.server.getsockname()[1]
+        self.sockets: list[socket.socket] = [self.server]
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -51,6 +54,7 @@ class PausableProxy:
             except OSError:
                 return
             upstream = socket.create_connection(self.target)
+            self.sockets += [client, upstream]
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
@@ -64,6 +68,14 @@ class PausableProxy:
                 sink.sendall(data)
         except OSError:
             pass
+        finally:  # one side gone: end the other, as a connection through no proxy would
+            for end in (source, sink):
+                end.close()
+
+    def close(self) -> None:
+        self.flowing.set()
+        for end in self.sockets:
+            end.close()
 
     def pause(self) -> None:
         self.flowing.clear()
@@ -103,12 +115,14 @@ class SlowReceiver:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
 
 
-def test_a_cut_off_worker_calls_no_target_after_its_successor_started(processes, tenant, queue_name, settings):
+def test_a_cut_off_worker_calls_no_target_after_its_successor_started(processes, tenant, queue_name, settings,
+                                                                      request):
     from django.db import connection
 
     settings.CRONFLEET_HTTP_ALLOWED_NETWORKS = ["127.0.0.0/8"]  # the loopback receiver, when saved too
     receiver = SlowReceiver(1.0)
     proxy = PausableProxy(int(connection.settings_dict["PORT"] or 5432))
+    request.addfinalizer(proxy.close)
     db = connection.settings_dict
     through_proxy = f"postgres://{db['USER'] or 'postgres'}@127.0.0.1:{proxy.port}/{db['NAME']}"
     jobs = [services.job_create(tenant, services.JobSpec(
