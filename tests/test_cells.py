@@ -116,3 +116,15 @@ def test_cells_directory_lists_this_cells_tenants():
     rows = [line.split() for line in out.getvalue().splitlines()[2:]]
     assert rows == [["acme", "eu1", "yes"], ["left", "eu1", "no"]]
     assert cells.directory_rows() == [("acme", "eu1", True), ("left", "eu1", False)]
+
+
+@override_settings(CRONFLEET_CELL="eu1")
+def test_the_api_and_the_admin_show_the_cell_a_key_names(admin_client):
+    tenant = services.tenant_create(slug="acme", name="Acme")
+    key, raw = services.apikey_create(tenant=tenant, name="ci")
+
+    listed = Client().get("/api/v1/keys/", HTTP_AUTHORIZATION=f"Bearer {raw}").json()
+    page = admin_client.get(f"/admin/scheduler_app/apikey/{key.id}/change/").content.decode()
+
+    assert [(row["prefix"], row["cell"]) for row in listed["results"]] == [(key.prefix, "eu1")]
+    assert re.search(r"Cell:</label>\s*<div class=\"readonly\">eu1</div>", page)

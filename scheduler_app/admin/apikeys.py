@@ -54,8 +54,8 @@ class ApiKeyAdmin(admin.ModelAdmin):
     actions = ("revoke_keys",)
 
     def get_fields(self, request, obj=None):
-        return ("tenant", "name") if obj is None else ("prefix", "tenant", "name", "created_at", "last_used_at",
-                                                       "revoked_at")
+        return ("tenant", "name") if obj is None else ("prefix", "cell", "tenant", "name", "created_at",
+                                                       "last_used_at", "revoked_at")
 
     def get_readonly_fields(self, request, obj=None):
         return () if obj is None else self.get_fields(request, obj)

@@ -19,8 +19,10 @@ class ApiKeySerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ApiKey
-        fields = ("id", "name", "prefix", "tenant", "created_at", "last_used_at", "revoked_at")
+        fields = ("id", "name", "prefix", "cell", "tenant", "created_at", "last_used_at", "revoked_at")
         read_only_fields = fields
+        extra_kwargs = {"cell": {"help_text": "The cell the key's text names (CRONFLEET_CELL where it was made; "
+                                              "empty: none); kept when its tenant moves"}}
 
 
 class ApiKeyCreatedSerializer(ApiKeySerializer):
