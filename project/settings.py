@@ -390,6 +390,13 @@ if CRONFLEET_RABBITMQ_QUEUE_TYPE not in {"classic", "quorum"}:
 CELERY_TASK_DEFAULT_QUEUE_TYPE = CRONFLEET_RABBITMQ_QUEUE_TYPE
 CELERY_TASK_CREATE_MISSING_QUEUE_TYPE = CRONFLEET_RABBITMQ_QUEUE_TYPE  # a worker's -Q queues
 CELERY_TASK_QUEUE_MAX_PRIORITY = 9 if CRONFLEET_RABBITMQ_QUEUE_TYPE == "classic" else None
+# Publisher confirms: the beat's publishes (dispatch/publish.py) wait for the node to confirm
+# each batch it sent, so a message the node refused (basic.nack: a full queue with
+# x-overflow=reject-publish) or did not confirm in time (it died first, a quorum queue without
+# its majority) raises there and its runs stay queued for the republish sweep, instead of
+# being dropped unseen. One wait a batch, not a round trip a message (docs/benchmarks.md has
+# the cost). Only for an amqp:// broker; other transports ignore it.
+CRONFLEET_RABBITMQ_CONFIRM_PUBLISH = env_bool("CRONFLEET_RABBITMQ_CONFIRM_PUBLISH", True)
 # django-celery-results' `django-db`, which logs a result it cannot write instead of raising:
 # the run's row in the ledger is the truth (worker/results.py).
 CELERY_RESULT_BACKEND = "scheduler_app.worker.results:LedgerFirstBackend"

@@ -10,6 +10,10 @@ Redis costs a round trip per message to read the exchange's bindings; the defaul
 exchange needs no lookup on Redis and means the same thing on RabbitMQ. With kombu's
 `Producer.batch()` the Redis transport pipelines the pushes, so a batch of a thousand
 messages is a handful of round trips.
+
+On RabbitMQ (CRONFLEET_RABBITMQ_CONFIRM_PUBLISH, the default) a queue's messages go out on a
+channel in confirm mode and the call waits for the node's confirms once, after the last of
+them (confirms.py): a refused or unconfirmed message raises, and its runs stay queued.
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ from dataclasses import dataclass
 
 from celery import current_app as app
 from django.conf import settings
+from kombu import Producer
 
 from scheduler_app.dispatch import shadow
+from scheduler_app.dispatch.confirms import CONFIRM_TIMEOUT_SECONDS, Confirms
 from scheduler_app.models import PRIORITY_DEFAULT, PRIORITY_MAX, celery_task_id
 from scheduler_app.queues import EXECUTE_HTTP_RUNS, EXECUTE_RUN, EXECUTE_RUNS, broker_errors, queue_name, task_queue
 
@@ -30,8 +36,6 @@ logger = logging.getLogger(__name__)
 # Seconds between the soft time limit (the task is told to stop) and the hard one (killed).
 HARD_LIMIT_MARGIN = 30
 PUBLISH_BATCH = 1000
-
-
 @dataclass(frozen=True)
 class RunMessage:
     run_id: int
@@ -109,22 +113,38 @@ def _publish_queue(name: str, messages: list[RunMessage], templates: MessageTemp
     alone, batches = batched(messages, settings.CRONFLEET_RUN_BATCH_SIZE)
     with app.producer_or_acquire() as producer:
         driver_type = producer.connection.transport.driver_type
-        # Declared once per call (kombu caches it per connection), so a queue no worker has
-        # consumed yet still keeps its messages; with the arguments a worker declares it with
-        # (RabbitMQ compares them).
-        producer.maybe_declare(task_queue(name))
-        with producer.batch(max_size=PUBLISH_BATCH):
-            for message in alone:
-                body, headers, properties = templates.build(message)
-                producer.publish(body, exchange="", routing_key=name, headers=headers, serializer="json",
-                                 delivery_mode=2, priority=broker_priority(message.priority, driver_type),
-                                 **properties)
-            for batch in batches:
-                body, headers, properties = templates.build_batch(batch)
-                producer.publish(body, exchange="", routing_key=name, headers=headers, serializer="json",
-                                 delivery_mode=2, priority=broker_priority(batch[0].priority, driver_type),
-                                 **properties)
+        confirms = None
+        if driver_type == "amqp" and settings.CRONFLEET_RABBITMQ_CONFIRM_PUBLISH:
+            confirms = Confirms.of(producer.connection)
+            producer = Producer(confirms.channel)
+        try:
+            # Declared once per call (kombu caches it per connection), so a queue no worker has
+            # consumed yet still keeps its messages; with the arguments a worker declares it with
+            # (RabbitMQ compares them).
+            producer.maybe_declare(task_queue(name))
+            with producer.batch(max_size=PUBLISH_BATCH):
+                for body, headers, properties, priority in _bodies(alone, batches, templates):
+                    producer.publish(body, exchange="", routing_key=name, headers=headers, serializer="json",
+                                     delivery_mode=2, priority=broker_priority(priority, driver_type),
+                                     **properties)
+                    if confirms is not None:
+                        confirms.sent()
+            if confirms is not None:
+                confirms.wait(CONFIRM_TIMEOUT_SECONDS)
+        except BaseException:
+            if confirms is not None:
+                confirms.discard()  # the next publish starts on a fresh channel
+            raise
     return len(messages)
+
+
+def _bodies(alone: list[RunMessage], batches: list[list[RunMessage]], templates: MessageTemplates):
+    """(body, headers, properties, priority) of each message to publish: the runs sent alone,
+    then the batches."""
+    for message in alone:
+        yield *templates.build(message), message.priority
+    for batch in batches:
+        yield *templates.build_batch(batch), batch[0].priority
 
 
 def batched(messages: list[RunMessage], size: int) -> tuple[list[RunMessage], list[list[RunMessage]]]:
