@@ -18,6 +18,9 @@ loopback port, in a temporary directory removed afterwards:
     with private_rabbitmq() as node:
         ...  # point the broker at node.url(), then node.kill() and node.start() on the same data
 
+    with private_rabbitmq_cluster(nodes=3) as cluster:
+        ...  # point the broker at cluster.url() (every node, for failover), then cluster.nodes[0].kill()
+
 PostgreSQL's binaries are found in CRONFLEET_TEST_PG_BINDIR, else `pg_config --bindir`, else
 on PATH; redis-server on PATH; RabbitMQ's server script in CRONFLEET_TEST_RABBITMQ_SERVER, else
 where the Debian package puts it. A server that fails to start raises with its log's tail.
@@ -37,6 +40,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psycopg
@@ -708,3 +712,89 @@ def private_rabbitmq() -> Iterator[RabbitMQNode]:
             node.stop()
     finally:
         shutil.rmtree(directory)
+
+
+class RabbitMQCluster:
+    """RabbitMQ nodes of one test's own joined into one cluster: each a RabbitMQNode (its own
+    name, ports and directory), all with one Erlang cookie, the second and later joined to the
+    first (`rabbitmqctl stop_app`, `join_cluster`, `start_app`)."""
+
+    def __init__(self, nodes: list[RabbitMQNode]) -> None:
+        self.nodes = nodes
+
+    def url(self) -> str:
+        """Every node's URL, `;`-separated: kombu's failover list (clients take the first that
+        answers, and the next on losing it)."""
+        return ";".join(node.url() for node in self.nodes)
+
+    def running(self) -> list[RabbitMQNode]:
+        return [node for node in self.nodes if node.running()]
+
+    def ctl(self, *args: str) -> str:
+        """rabbitmqctl on the first node still running (the cluster answers for all of them)."""
+        return self.running()[0].ctl(*args)
+
+    def members(self) -> list[str]:
+        """The names of the nodes the cluster reports running."""
+        return json.loads(self.ctl("cluster_status", "--formatter", "json"))["running_nodes"]
+
+    def connections(self) -> dict[str, int]:
+        """AMQP client connections, by the name of the node that holds them."""
+        # A connection's name is "client address:port -> node address:port": the node's AMQP port.
+        listed = json.loads(self.ctl("list_connections", "--quiet", "--formatter", "json", "name"))
+        counts: dict[str, int] = {}
+        for connection in listed:
+            port = int(connection["name"].rsplit(":", 1)[1])
+            node = next((node.name for node in self.nodes if node.port == port), "?")
+            counts[node] = counts.get(node, 0) + 1
+        return counts
+
+    def leader(self, queue: str) -> str:
+        """The node that leads quorum queue `queue` ('' for a queue without one)."""
+        listed = json.loads(self.ctl("list_queues", "--quiet", "--formatter", "json", "name", "leader"))
+        return next((q.get("leader") or "" for q in listed if q["name"] == queue), "")
+
+
+@contextlib.contextmanager
+def private_rabbitmq_cluster(nodes: int = 3) -> Iterator[RabbitMQCluster]:
+    """A started private RabbitMQ cluster of `nodes` nodes on free ports, every node stopped and
+    its directory deleted on leaving (whether it runs then, or was killed)."""
+    program = rabbitmq_program()
+    if program is None:
+        raise ServerError(f"RabbitMQ's server script was not found at {RABBITMQ_SERVER} "
+                          "(set CRONFLEET_TEST_RABBITMQ_SERVER)")
+    cookie = uuid.uuid4().hex.upper()
+    directories = [Path(tempfile.mkdtemp(prefix=f"cronfleet-rabbitmq{i}-")) for i in range(nodes)]
+    members: list[RabbitMQNode] = []
+    try:
+        for directory in directories:
+            node = RabbitMQNode(program, directory, free_port(), free_port())
+            # The cookie the node and its rabbitmqctl read ($HOME/.erlang.cookie): one for all,
+            # so they may talk to each other. Erlang refuses a cookie others may read.
+            path = directory / ".erlang.cookie"
+            path.write_text(cookie)
+            path.chmod(0o400)
+            # A quorum queue's first leader is the node its declaring client is connected to
+            # (RabbitMQ 3.10 spreads them otherwise): with every client on the first node,
+            # losing that node loses the clients' connections and the leader at once.
+            with (directory / "rabbitmq.conf").open("a") as conf:
+                conf.write("queue_leader_locator = client-local\n")
+            members.append(node)
+        # Started side by side (each Erlang VM takes seconds to boot), then joined one by one.
+        with ThreadPoolExecutor(max_workers=nodes) as pool:
+            for started in [pool.submit(node.start) for node in members]:
+                started.result()
+        first = members[0]
+        for node in members[1:]:
+            node.ctl("stop_app")
+            node.ctl("join_cluster", first.name)
+            node.ctl("start_app")
+        cluster = RabbitMQCluster(members)
+        wait_for(lambda: sorted(cluster.members()) == sorted(node.name for node in members), timeout=START_TIMEOUT,
+                 interval=0.5, what=f"{nodes} RabbitMQ nodes running in one cluster")
+        yield cluster
+    finally:
+        for node in members:
+            node.stop()
+        for directory in directories:
+            shutil.rmtree(directory)

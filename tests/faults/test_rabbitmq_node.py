@@ -6,12 +6,14 @@ data in a temporary directory), never the machine's RabbitMQ: other test runs us
 Once with classic queues (the default: durable queues, persistent messages) and once with
 quorum queues (CRONFLEET_RABBITMQ_QUEUE_TYPE=quorum).
 
-What a kill costs: messages the node had taken but not yet written are gone (the beat
-publishes without publisher confirms), and so are the acknowledgements of runs that finished
-while it was down, whose messages come back. The first kind the ledger publishes again (runs
-queued and never started, after CRONFLEET_DISPATCH_TIMEOUT_SECONDS, or the shorter idle bound
-when the queue is empty); the second a worker acknowledges without running (the start's
-compare-and-set).
+What a kill costs: messages the beat sent that the node had not yet confirmed (with
+publisher confirms, CRONFLEET_RABBITMQ_CONFIRM_PUBLISH, the default: the beat's publish raises
+and the runs stay queued; without them such messages may be gone unseen), and the
+acknowledgements of runs that finished while it was down, whose messages come back. The
+first kind the ledger publishes again (runs queued and never started, after
+CRONFLEET_DISPATCH_TIMEOUT_SECONDS, or the shorter idle bound when the queue is empty); the
+second a worker acknowledges without running (the start's compare-and-set). A cluster of
+three nodes losing one for good is tests/faults/test_rabbitmq_cluster.py.
 """
 
 import json
