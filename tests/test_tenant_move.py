@@ -3,7 +3,7 @@ every fire before the cut stays with the old cell, every one from it on is the n
 
 Two cells are two databases of the test's PostgreSQL server: this test's own and a second one
 made and migrated here; this process's connection is switched between them
-(tests/servers.py: database_on). The fires each cell will make are read off its rows with the
+(tests/servers/: database_on). The fires each cell will make are read off its rows with the
 schedule arithmetic the beats use, and compared with the fires the job made before the move.
 """
 

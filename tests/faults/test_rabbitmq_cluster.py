@@ -2,7 +2,7 @@
 that leads the task queue (a quorum queue) and holds clients' connections; the other two keep
 serving, the killed node is never restarted, and every fire still runs once (issue 28).
 
-The cluster is the test's own (tests/servers.py: private_rabbitmq_cluster, three nodes on free
+The cluster is the test's own (tests/servers/: private_rabbitmq_cluster, three nodes on free
 ports, each with its data in a temporary directory, one Erlang cookie), never the machine's
 RabbitMQ. Beats and workers are given every node in CELERY_BROKER_URL (kombu's failover list)
 and CRONFLEET_RABBITMQ_QUEUE_TYPE=quorum: the queue is replicated on the three nodes, and two

@@ -1,7 +1,7 @@
 """The broker's RabbitMQ node lost: kill -9 with messages in flight, then the node restarted on
 its own disk; every fire still runs once (issue 28).
 
-Each scenario runs a node of its own (tests/servers.py: private_rabbitmq, on free ports, its
+Each scenario runs a node of its own (tests/servers/: private_rabbitmq, on free ports, its
 data in a temporary directory), never the machine's RabbitMQ: other test runs use that one.
 Once with classic queues (the default: durable queues, persistent messages) and once with
 quorum queues (CRONFLEET_RABBITMQ_QUEUE_TYPE=quorum).
