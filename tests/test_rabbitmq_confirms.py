@@ -19,7 +19,7 @@ from scheduler_app.dispatch import publish
 from scheduler_app.dispatch.confirms import NotConfirmed
 from scheduler_app.dispatch.publish import MessageTemplates, RunMessage, publish_runs
 from scheduler_app.models import JobRun, RunState, celery_task_id
-from tests.conftest import AMQP_URL
+from tests.conftest import AMQP_URL, wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -55,6 +55,12 @@ def messages_in(queue: str) -> int:
         return conn.default_channel.queue_declare(queue=queue, passive=True).message_count
 
 
+def wait_for_messages(queue: str, count: int) -> None:
+    """Wait until the queue holds `count` messages. A passive declare's count is RabbitMQ's
+    statistics, which may lag the queue by a moment, so it is read until it agrees."""
+    wait_for(lambda: messages_in(queue) == count, timeout=10, what=f"{count} message(s) in {queue}")
+
+
 @pytest.fixture
 def queued_run(make_run, make_job, full_queue):
     """A run recorded queued, for a job of the test's queue, and its message."""
@@ -73,7 +79,7 @@ def publish_errors(caplog) -> list[str]:
 def test_with_confirms_a_refused_publish_raises_and_its_run_stays_queued(full_queue, queued_run, caplog):
     _, first = queued_run()
     assert publish_runs([first]) == 1
-    assert messages_in(full_queue) == 1  # confirmed: the queue is full now
+    wait_for_messages(full_queue, 1)  # confirmed: the queue is full now
 
     run, refused = queued_run()
     with pytest.raises(NotConfirmed, match=r"refused 1 message\(s\) \(basic.nack\)"):
@@ -86,11 +92,13 @@ def test_with_confirms_a_refused_publish_raises_and_its_run_stays_queued(full_qu
         "its 1 runs stay queued for the republish sweep"]
     run.refresh_from_db()
     assert run.state == RunState.QUEUED and run.started_at is None  # for the republish sweep
-    assert messages_in(full_queue) == 1
+    wait_for_messages(full_queue, 1)
     # The channel a refusal closed is not reused: the next publish gets confirmed on a new one.
     with Connection(AMQP_URL) as conn:
         conn.default_channel.queue_purge(full_queue)
-    assert publish_runs([refused]) == 1 and messages_in(full_queue) == 1
+    wait_for_messages(full_queue, 0)
+    assert publish_runs([refused]) == 1
+    wait_for_messages(full_queue, 1)
 
 
 @override_settings(CRONFLEET_RABBITMQ_CONFIRM_PUBLISH=False)
@@ -102,11 +110,11 @@ def test_without_confirms_the_refused_message_is_dropped_unseen(full_queue, queu
         assert publish_runs([dropped]) == 1  # counted as sent
 
     assert not publish_errors(caplog)
-    # A question on the channel the two went out on is answered after RabbitMQ handled them
-    # (a channel's methods are handled in order): one is in the queue, the other is gone.
+    # basic.get on the channel the two went out on reaches the queue after both publishes (a
+    # channel hands its methods to a queue in order; a passive declare's count may lag): the
+    # first is there, the second is gone.
     with app.producer_or_acquire() as producer:  # the pool's producer the publishes used
-        assert producer.channel.queue_declare(queue=full_queue, passive=True).message_count == 1
-    with Connection(AMQP_URL) as conn:
-        taken = Queue(full_queue, channel=conn.default_channel, no_declare=True).get(no_ack=True)
+        queue = Queue(full_queue, channel=producer.channel, no_declare=True)
+        taken, after = queue.get(no_ack=True), queue.get(no_ack=True)
     assert taken is not None and taken.headers["id"] == celery_task_id(first.run_id, first.attempt)
-    assert messages_in(full_queue) == 0
+    assert after is None
