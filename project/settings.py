@@ -1,79 +1,20 @@
 """Cronfleet settings. Everything that differs between deployments comes from the environment.
 
-The helpers below fail loudly: a malformed value stops start-up with ImproperlyConfigured
-naming the variable, instead of silently falling back to a default.
+The readers in project/env.py fail loudly: a malformed value stops start-up with
+ImproperlyConfigured naming the variable, instead of silently falling back to a default.
 """
 
-import json
 import os
 import re
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from project import database_url
+from project import databases
+from project.env import env_bool, env_float, env_int, env_json_object, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("CRONFLEET_VAR_DIR", BASE_DIR / "var"))
-
-
-def env_str(name: str, default: str) -> str:
-    """The variable's value; unset and empty both mean the default."""
-    return os.environ.get(name) or default
-
-
-def env_json_object(name: str, what: str) -> dict:
-    """The variable's JSON object (unset or empty: {}); ImproperlyConfigured naming it otherwise."""
-    try:
-        value = json.loads(env_str(name, "{}"))
-    except ValueError as exc:
-        raise ImproperlyConfigured(f"{name} must be JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise ImproperlyConfigured(f"{name} must be a JSON object of {what}")
-    return value
-
-
-def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
-    return _env_number(name, default, int, "an integer", minimum)
-
-
-def env_float(name: str, default: float, *, minimum: float | None = None) -> float:
-    return _env_number(name, default, float, "a number", minimum)
-
-
-def _env_number(name: str, default, kind: type, what: str, minimum):
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = kind(raw)
-        if value != value or value in (float("inf"), float("-inf")):
-            raise ValueError(raw)
-    except ValueError:
-        raise ImproperlyConfigured(f"{name} must be {what}, got {raw!r}") from None
-    if minimum is not None and value < minimum:
-        raise ImproperlyConfigured(f"{name} must be at least {minimum}, got {value}")
-    return value
-
-
-def env_bool(name: str, default: bool) -> bool:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    lowered = raw.strip().lower()
-    if lowered in {"1", "true", "yes", "on"}:
-        return True
-    if lowered in {"0", "false", "no", "off"}:
-        return False
-    raise ImproperlyConfigured(f"{name} must be a boolean (true/false), got {raw!r}")
-
-
-def env_list(name: str, default: list[str]) -> list[str]:
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    return [item.strip() for item in raw.split(",") if item.strip()]
-
 
 # Debug pages only where asked for (./demo.sh sets DJANGO_DEBUG=true): they show settings,
 # the broker URL and the caller's request headers to whoever makes a request fail.
@@ -182,97 +123,14 @@ TEMPLATES = [
 
 WSGI_APPLICATION = "project.wsgi.application"
 
-# --- Database -------------------------------------------------------------------------
-# PostgreSQL in production (SKIP LOCKED, partial indexes); SQLite is the embedded default
-# for a first run, where writers are serialised by the database itself.
+# --- Database (project/databases.py) ----------------------------------------------------
 DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'cronfleet.sqlite3'}")
-try:
-    _db = database_url.parse(DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0))
-except ValueError as exc:
-    raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from None
-# libpq's bounds on a PostgreSQL server that stops answering, for Cronfleet's database and
-# the SQL jobs' (below).
-PG_TCP_BOUNDS = {
-    "connect_timeout": env_int("DB_CONNECT_TIMEOUT", 10, minimum=1),
-    "keepalives": 1,
-    "keepalives_idle": env_int("DB_KEEPALIVES_IDLE", 30, minimum=1),
-    "keepalives_interval": 10,
-    "keepalives_count": 3,
-    "tcp_user_timeout": env_int("DB_TCP_USER_TIMEOUT_MS", 30000, minimum=0),
-}
-if _db["ENGINE"] == "django.db.backends.sqlite3":
-    _db["OPTIONS"] = {
-        # IMMEDIATE takes the write lock at BEGIN, so two processes never deadlock upgrading
-        # a read lock; WAL lets readers (admin, worker) run beside the writer.
-        "transaction_mode": "IMMEDIATE",
-        "timeout": 30,
-        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-    }
-elif _db["ENGINE"] == "django.db.backends.postgresql":
-    # Bounded waits everywhere: a dead server or a half-open TCP connection is noticed
-    # (keepalives), a server machine gone from the network mid-statement is given up on once
-    # what was sent stays unacknowledged for tcp_user_timeout (without it, Linux retransmits
-    # for about 15 minutes), a lock is not waited on forever, and a transaction left open by a
-    # frozen process (a SIGSTOPped beat holding claimed jobs) releases its row locks within
-    # 10 s; our own transactions last milliseconds. Health checks reconnect after a restart.
-    _db.setdefault("OPTIONS", {})
-    _db["OPTIONS"].update(
-        **PG_TCP_BOUNDS,
-        options=" ".join([
-            f"-c lock_timeout={env_int('DB_LOCK_TIMEOUT_MS', 5000, minimum=0)}",
-            f"-c statement_timeout={env_int('DB_STATEMENT_TIMEOUT_MS', 60000, minimum=0)}",
-            f"-c idle_in_transaction_session_timeout={env_int('DB_IDLE_IN_TRANSACTION_TIMEOUT_MS', 10000, minimum=0)}",
-        ]),
-    )
-    _db["CONN_HEALTH_CHECKS"] = True
-    # The web server's connection pool (project/gunicorn.conf.py sets DB_POOL_MAX_SIZE to its
-    # threads per process): at most that many connections per web process, reused across
-    # requests. Beats and workers set no pool and keep one persistent connection per thread
-    # (DB_CONN_MAX_AGE). Django refuses a pool beside persistent connections, and the pool is
-    # what keeps connections here, so a DB_CONN_MAX_AGE shared with them through .env is not
-    # an error for the web process.
-    _pool_max = env_int("DB_POOL_MAX_SIZE", 0, minimum=0)
-    if _pool_max:
-        _pool_min = env_int("DB_POOL_MIN_SIZE", 1, minimum=0)
-        if _pool_min > _pool_max:
-            raise ImproperlyConfigured(f"DB_POOL_MIN_SIZE ({_pool_min}) must not exceed DB_POOL_MAX_SIZE ({_pool_max})")
-        _db["CONN_MAX_AGE"] = 0
-        _db["OPTIONS"]["pool"] = {
-            "min_size": _pool_min,
-            "max_size": _pool_max,
-            # A request waits this long for a free connection, then fails (never reached when
-            # the pool has a connection per thread).
-            "timeout": env_int("DB_POOL_TIMEOUT", 10, minimum=1),
-            "name": "cronfleet-web",
-        }
-DATABASES = {"default": _db}
-# Databases SQL jobs may run statements on besides "default" (CRONFLEET_SQL names the alias):
-# a JSON object alias -> URL (PostgreSQL or MariaDB), e.g. {"reporting": "postgres://..."}.
-# Cronfleet's tables are never migrated into them (scheduler_app.targets.sql.SqlDatabasesRouter).
-_sql_databases = env_json_object("CRONFLEET_SQL_DATABASES", "alias -> database URL")
-for _alias, _url in _sql_databases.items():
-    if not _alias.isidentifier() or _alias == "default":
-        raise ImproperlyConfigured(f"CRONFLEET_SQL_DATABASES.{_alias}: an alias must be an identifier other "
-                                   "than default")
-    try:
-        _extra = database_url.parse(_url, conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0))
-    except (TypeError, ValueError) as exc:
-        raise ImproperlyConfigured(f"CRONFLEET_SQL_DATABASES.{_alias}: not a valid database URL: {exc}") from None
-    if _extra["ENGINE"] not in ("django.db.backends.postgresql", "django.db.backends.mysql"):
-        raise ImproperlyConfigured(f"CRONFLEET_SQL_DATABASES.{_alias}: SQL jobs run on PostgreSQL "
-                                   f"(postgres://) or MariaDB (mysql://), not {_extra['ENGINE']}")
-    if _extra["ENGINE"] == "django.db.backends.postgresql":
-        _extra.setdefault("OPTIONS", {}).update(PG_TCP_BOUNDS)  # a job's database that stops answering too
-    else:
-        _extra.setdefault("OPTIONS", {})["connect_timeout"] = PG_TCP_BOUNDS["connect_timeout"]
-    if _extra["ENGINE"] == "django.db.backends.mysql":
-        _extra["OPTIONS"].setdefault("charset", "utf8mb4")  # Django's default utf8 is utf8mb3
-    _extra["CONN_HEALTH_CHECKS"] = True
-    DATABASES[_alias] = _extra
+PG_TCP_BOUNDS = databases.tcp_bounds()
+DATABASES = {"default": databases.default_database(DATABASE_URL, PG_TCP_BOUNDS)}
+_sql_databases = databases.sql_databases(PG_TCP_BOUNDS)
+DATABASES.update(_sql_databases)
 CRONFLEET_SQL_DATABASE_ALIASES = tuple(_sql_databases)
 DATABASE_ROUTERS = ["scheduler_app.targets.sql.SqlDatabasesRouter"]
-if _db["ENGINE"] == "django.db.backends.sqlite3":
-    Path(_db["NAME"]).parent.mkdir(parents=True, exist_ok=True)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
