@@ -17,6 +17,7 @@ hangs on the cut connection within a second, before its lease could run out.)
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import socket
 import threading
@@ -75,6 +76,10 @@ class PausableProxy:
     def close(self) -> None:
         self.flowing.set()
         for end in self.sockets:
+            # shutdown() first: close() alone leaves the connection open while a pipe thread is
+            # blocked in recv() on it, and PostgreSQL keeps the session.
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
             end.close()
 
     def pause(self) -> None:
