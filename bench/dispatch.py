@@ -36,6 +36,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from bench import common
+from scheduler_app.conf import app_settings
 from scheduler_app.dispatch import sql
 from scheduler_app.dispatch.plan import RunRow, advance_params, insert_params
 from scheduler_app.models import Job, JobRun, RunState, db_now
@@ -221,7 +222,7 @@ def ledger(tenant_ids: list[int], spike: datetime, grace: timedelta) -> tuple:
 def measure(opts: Options, note, client, label: str = "dispatch") -> Outcome:
     """Seed, start the beats, wait for S, and measure until all N are enqueued."""
     out = Outcome(opts.jobs)
-    grace = timedelta(seconds=opts.grace if opts.grace is not None else settings.CRONFLEET_MISFIRE_GRACE_SECONDS)
+    grace = timedelta(seconds=opts.grace if opts.grace is not None else app_settings.MISFIRE_GRACE_SECONDS)
     lead = opts.lead if opts.lead is not None else auto_lead(opts.jobs)
     common.vacuum()  # before S is chosen: after a large clean-up it takes seconds
     spike = out.spike = spike_instant(opts.schedule, lead)
@@ -342,7 +343,7 @@ def floor(tenant_ids: list[int], fires: int, batch_size: int, spike: datetime, c
 
 def report(out_write, opts: Options, out: Outcome, broker: str) -> bool:
     w = out_write
-    grace = opts.grace if opts.grace is not None else settings.CRONFLEET_MISFIRE_GRACE_SECONDS
+    grace = opts.grace if opts.grace is not None else app_settings.MISFIRE_GRACE_SECONDS
     w(f"bench dispatch: {opts.jobs:,} jobs due at one instant ({opts.schedule} schedules, a real fire time), "
       f"{opts.beats} beat(s), batch {opts.batch_size}, misfire grace {grace}s; broker {broker}, queue {QUEUE!r}; "
       + common.machine_line())

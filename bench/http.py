@@ -32,6 +32,7 @@ from django.db import connection, transaction
 
 from bench.common import Children, num, status_kb, tree_cpu, tree_pids
 from bench.e2e import child_env, wait_ready, work_left
+from scheduler_app.conf import app_settings
 from scheduler_app.models import Job, JobRun, RunState, Tenant, db_now
 from scheduler_app.queues import redis_list_keys
 from scheduler_app.services import tenant_signing_secrets, wake_beats
@@ -100,7 +101,7 @@ def worker_processes(opts: Options) -> int:
 
 
 def in_flight(opts: Options) -> int:
-    return opts.in_flight if opts.in_flight is not None else settings.CRONFLEET_HTTP_IN_FLIGHT
+    return opts.in_flight if opts.in_flight is not None else app_settings.HTTP_IN_FLIGHT
 
 
 def measure_floor(opts: Options, note) -> Result:
@@ -179,7 +180,7 @@ def measure_cronfleet(opts: Options, note, clean, *, hang: bool) -> Result:
     from project.celery import app as project_app
 
     client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
-    queue = settings.CELERY_TASK_DEFAULT_QUEUE
+    queue = app_settings.QUEUE
     client.delete(*redis_list_keys(queue))
     clean()
     children = Children()

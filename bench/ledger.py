@@ -56,6 +56,7 @@ from bench.bigledger import (
 )
 from bench.e2e import Children, child_env
 from scheduler_app import dispatch, services
+from scheduler_app.conf import app_settings
 from scheduler_app.dispatch import sql
 from scheduler_app.dispatch.waker import WAKE_CHANNEL
 from scheduler_app.ledger import lags, retention, rollup, stats
@@ -306,8 +307,8 @@ def explain_all(report: Report, tenant: Tenant, tenant_ids: list[int], opts: Opt
     pruner = retention.Pruner()
     pruner.refresh(pruner.clock())
     units = [unit for unit in pruner.units.values() if unit.kind == "tenant" and unit.key in tenant_ids]
-    statement, params = retention.batch_statement(units, now, limit=settings.CRONFLEET_RETENTION_BATCH_SIZE)
-    add_plan(report, f"one pruning batch ({settings.CRONFLEET_RETENTION_BATCH_SIZE} runs looked at)", statement,
+    statement, params = retention.batch_statement(units, now, limit=app_settings.RETENTION_BATCH_SIZE)
+    add_plan(report, f"one pruning batch ({app_settings.RETENTION_BATCH_SIZE} runs looked at)", statement,
              params, retention.PLANNER_SETTINGS)
 
 
@@ -485,7 +486,7 @@ def print_report(out, opts: Options, report: Report) -> None:
         + " ".join(f"{x:.2f}" for x in os.getloadavg())
         + f"; {opts.jobs:,} jobs, {opts.beats} beat(s), batch {opts.batch_size}; retention {policy.days} days, "
         f"failed {policy.kept_days(failed=True) or 0}, keep last {policy.keep_last}, "
-        f"batch {settings.CRONFLEET_RETENTION_BATCH_SIZE}")
+        f"batch {app_settings.RETENTION_BATCH_SIZE}")
     width = max(len(label) for label, _, _ in report.rows) + 2
     for label, value, check in report.rows:
         out(f"  {label:<{width}}{value}  {check}".rstrip())

@@ -21,10 +21,10 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db import connection
 
 from bench import common, dispatch, e2e, floor
+from scheduler_app.conf import app_settings
 from scheduler_app.models import JobRun, db_now
 from scheduler_app.queues import redis_list_keys
 
@@ -260,8 +260,8 @@ def report(w, opts: Options, results: list[Measured], broker: str) -> bool:
           "claimed, when the beats stopped")
     if ours.held_back:
         w(f"  cronfleet: backpressure engaged (a beat held the queue back at CRONFLEET_QUEUE_HIGH_WATER = "
-          f"{settings.CRONFLEET_QUEUE_HIGH_WATER} messages); fires claimed later than the misfire grace "
-          f"({settings.CRONFLEET_MISFIRE_GRACE_SECONDS} s) followed their misfire policy (run_once: coalesced)")
+          f"{app_settings.QUEUE_HIGH_WATER} messages); fires claimed later than the misfire grace "
+          f"({app_settings.MISFIRE_GRACE_SECONDS} s) followed their misfire policy (run_once: coalesced)")
     w("  CPU per run finished, microseconds (over the T seconds of load; CPU seconds in brackets)")
     names = []
     for r in results:

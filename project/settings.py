@@ -242,12 +242,10 @@ if CELERY_BROKER_URL.startswith("sentinel://"):
 # settings) declare a queue alike; a queue made earlier with other arguments (another type,
 # or no x-max-priority) must be deleted once, or RabbitMQ refuses the declaration.
 CRONFLEET_RABBITMQ_QUEUE_TYPE = env_str("CRONFLEET_RABBITMQ_QUEUE_TYPE", "classic").lower()
-if CRONFLEET_RABBITMQ_QUEUE_TYPE not in {"classic", "quorum"}:
-    raise ImproperlyConfigured("CRONFLEET_RABBITMQ_QUEUE_TYPE must be classic or quorum, "
-                               f"got {CRONFLEET_RABBITMQ_QUEUE_TYPE!r}")
 CELERY_TASK_DEFAULT_QUEUE_TYPE = CRONFLEET_RABBITMQ_QUEUE_TYPE
 CELERY_TASK_CREATE_MISSING_QUEUE_TYPE = CRONFLEET_RABBITMQ_QUEUE_TYPE  # a worker's -Q queues
 CELERY_TASK_QUEUE_MAX_PRIORITY = 9 if CRONFLEET_RABBITMQ_QUEUE_TYPE == "classic" else None
+CRONFLEET_QUEUE_MAX_PRIORITY = CELERY_TASK_QUEUE_MAX_PRIORITY
 # Publisher confirms: the beat's publishes (dispatch/publish.py) wait for the node to confirm
 # each batch it sent, so a message the node refused (basic.nack: a full queue with
 # x-overflow=reject-publish) or did not confirm in time (it died first, a quorum queue without
@@ -268,7 +266,9 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 # must then be acknowledged, never redelivered (the beat retries from the run row).
 CELERY_TASK_ACKS_ON_FAILURE_OR_TIMEOUT = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TASK_DEFAULT_QUEUE = env_str("CRONFLEET_DEFAULT_QUEUE", "cronfleet")
+# Cronfleet's queue (its runs' default) is also this deployment's Celery default queue.
+CRONFLEET_QUEUE = env_str("CRONFLEET_DEFAULT_QUEUE", "cronfleet")
+CELERY_TASK_DEFAULT_QUEUE = CRONFLEET_QUEUE
 # The broker queues jobs may name (comma-separated; empty: any name scheduler_app.queues
 # accepts). Blank on a job means CELERY_TASK_DEFAULT_QUEUE, which is always allowed.
 CRONFLEET_QUEUES = env_list("CRONFLEET_QUEUES", [])
@@ -299,9 +299,6 @@ CRONFLEET_PREPARED_STATEMENTS = env_bool("CRONFLEET_PREPARED_STATEMENTS", True)
 # those runs are still running with their lease, so they are marked lost and run again as
 # their next attempt, under the same fire key. "on": every end durable.
 CRONFLEET_END_SYNCHRONOUS_COMMIT = env_str("CRONFLEET_END_SYNCHRONOUS_COMMIT", "off")
-if CRONFLEET_END_SYNCHRONOUS_COMMIT not in {"on", "off", "local", "remote_write", "remote_apply"}:
-    raise ImproperlyConfigured("CRONFLEET_END_SYNCHRONOUS_COMMIT must be on, off, local, remote_write or "
-                               f"remote_apply, got {CRONFLEET_END_SYNCHRONOUS_COMMIT!r}")
 
 # --- Cronfleet ------------------------------------------------------------------------
 # Celery task names a job may call (target kind "task"). Anything else is refused when
@@ -332,8 +329,6 @@ CRONFLEET_MISFIRE_GRACE_SECONDS = env_int("CRONFLEET_MISFIRE_GRACE_SECONDS", 60,
 # so this bounds how long a dead worker's run goes unnoticed.
 CRONFLEET_LEASE_SECONDS = env_int("CRONFLEET_LEASE_SECONDS", 30, minimum=2)
 CRONFLEET_HEARTBEAT_SECONDS = env_int("CRONFLEET_HEARTBEAT_SECONDS", 10, minimum=1)
-if CRONFLEET_HEARTBEAT_SECONDS * 2 > CRONFLEET_LEASE_SECONDS:
-    raise ImproperlyConfigured("CRONFLEET_HEARTBEAT_SECONDS must be at most half of CRONFLEET_LEASE_SECONDS")
 # A queued run not started this long after it was published is published again (the broker
 # lost it, or its beat died between commit and publish). When the broker's queue is empty the
 # shorter CRONFLEET_REPUBLISH_IDLE_SECONDS applies: nothing is waiting ahead of the run.
@@ -361,12 +356,6 @@ CRONFLEET_BATCH_MAX_TIMEOUT_SECONDS = env_int("CRONFLEET_BATCH_MAX_TIMEOUT_SECON
 # below the Redis visibility timeout, or Redis hands a message whose worker is still busy to
 # another worker; a RabbitMQ consumer_timeout must in turn exceed the hard limit.
 CRONFLEET_MAX_JOB_TIMEOUT_SECONDS = env_int("CRONFLEET_MAX_JOB_TIMEOUT_SECONDS", 3600, minimum=1)
-_visibility = CELERY_BROKER_TRANSPORT_OPTIONS.get("visibility_timeout")
-if _visibility is not None and CRONFLEET_MAX_JOB_TIMEOUT_SECONDS + 30 >= _visibility:
-    raise ImproperlyConfigured(
-        f"CELERY_VISIBILITY_TIMEOUT ({_visibility}) must exceed CRONFLEET_MAX_JOB_TIMEOUT_SECONDS + 30 "
-        f"({CRONFLEET_MAX_JOB_TIMEOUT_SECONDS + 30})"
-    )
 # Programs command jobs may run: name -> {"executable": absolute path, "argv": template,
 # "params": {name: {"type": ...}}} (see scheduler_app/targets/command/running.py). JSON in the variable.
 CRONFLEET_COMMANDS = env_json_object("CRONFLEET_COMMANDS", "command names")
@@ -408,9 +397,6 @@ CRONFLEET_RESULT_MAX_BYTES = env_int("CRONFLEET_RESULT_MAX_BYTES", 8192, minimum
 CRONFLEET_RETENTION_DAYS = env_int("CRONFLEET_RETENTION_DAYS", 30, minimum=0)
 CRONFLEET_RETENTION_FAILED_DAYS = env_int("CRONFLEET_RETENTION_FAILED_DAYS", 90, minimum=0)
 CRONFLEET_RETENTION_KEEP_LAST = env_int("CRONFLEET_RETENTION_KEEP_LAST", 0, minimum=0)
-if 0 < CRONFLEET_RETENTION_FAILED_DAYS < CRONFLEET_RETENTION_DAYS:
-    raise ImproperlyConfigured("CRONFLEET_RETENTION_FAILED_DAYS must be at least CRONFLEET_RETENTION_DAYS "
-                               "(or 0: failed and dead runs kept forever)")
 # Audit events about runs (lost leases, replays, duplicate deliveries) are pruned on their own
 # age, whether their run is still kept or not; operators' actions on jobs, tenants and keys are
 # kept. 0: kept forever.
@@ -526,9 +512,6 @@ CRONFLEET_RATE_LIMIT_REDIS_URL = env_str(
     "CRONFLEET_RATE_LIMIT_REDIS_URL",
     CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis://", "rediss://", "sentinel://")) else "",
 )
-if CRONFLEET_RATE_LIMIT_REDIS_URL and not CRONFLEET_RATE_LIMIT_REDIS_URL.startswith(
-        ("redis://", "rediss://", "unix://", "sentinel://")):
-    raise ImproperlyConfigured("CRONFLEET_RATE_LIMIT_REDIS_URL must be a redis://, rediss://, unix:// or sentinel:// URL")
 _check_sentinel_url("CRONFLEET_RATE_LIMIT_REDIS_URL", CRONFLEET_RATE_LIMIT_REDIS_URL)
 CRONFLEET_RATE_LIMIT_RETRY_SECONDS = env_int("CRONFLEET_RATE_LIMIT_RETRY_SECONDS", 5, minimum=1)
 
@@ -580,3 +563,16 @@ CRONFLEET_FORECAST_CACHE_SECONDS = env_float("CRONFLEET_FORECAST_CACHE_SECONDS",
 # CRONFLEET_RATE_LIMIT_REDIS_URL, shared by every web process; without it, in each process.
 CRONFLEET_ADMIN_LOGIN_FAILURES = env_int("CRONFLEET_ADMIN_LOGIN_FAILURES", 10, minimum=1)
 CRONFLEET_ADMIN_LOGIN_WINDOW_SECONDS = env_int("CRONFLEET_ADMIN_LOGIN_WINDOW_SECONDS", 900, minimum=1)
+
+
+# --- The checks between settings (scheduler_app/conf.py; a host project gets them as system checks)
+def _check_between() -> None:
+    from scheduler_app.conf import PREFIX, problems  # here, as the other checks above import theirs
+
+    values = {name.removeprefix(PREFIX): value for name, value in globals().items() if name.startswith(PREFIX)}
+    values["VISIBILITY_TIMEOUT"] = CELERY_BROKER_TRANSPORT_OPTIONS.get("visibility_timeout")
+    for name, message in problems(values)[:1]:
+        raise ImproperlyConfigured(f"{name} {message}")
+
+
+_check_between()

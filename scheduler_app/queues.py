@@ -15,9 +15,10 @@ import re
 from collections.abc import Iterable
 
 from celery import current_app as app
-from django.conf import settings
 from kombu import Exchange, Queue
 from kombu.exceptions import KombuError
+
+from scheduler_app.conf import app_settings, broker_transport_options
 
 # The tasks a run's message names (scheduler_app/tasks.py): the beat publishes them, the worker
 # reports on them. Queued messages carry these names: never rename them.
@@ -46,14 +47,14 @@ def check_queue(name: str) -> str:
     if name.startswith(RESERVED_PREFIXES) or name.endswith(RESERVED_SUFFIXES) or any(
             part in name for part in RESERVED_PARTS):
         raise InvalidQueue(f"{name!r} is a name the broker or Celery keeps for itself")
-    allowed = settings.CRONFLEET_QUEUES
-    if allowed and name not in allowed and name != settings.CELERY_TASK_DEFAULT_QUEUE:
+    allowed = app_settings.QUEUES
+    if allowed and name not in allowed and name != app_settings.QUEUE:
         raise InvalidQueue(f"{name!r} is not one of this deployment's queues ({', '.join(allowed)}; CRONFLEET_QUEUES)")
     return name
 
 
 def queue_name(queue: str) -> str:
-    return queue or settings.CELERY_TASK_DEFAULT_QUEUE
+    return queue or app_settings.QUEUE
 
 
 def task_queue(name: str) -> Queue:
@@ -64,10 +65,10 @@ def task_queue(name: str) -> Queue:
     worker its consume. Durable, never exclusive or auto-deleted: the queue, and the persistent
     messages in it, outlive a restart of the broker and the absence of consumers."""
     arguments = {}
-    if settings.CRONFLEET_RABBITMQ_QUEUE_TYPE == "quorum":
+    if app_settings.RABBITMQ_QUEUE_TYPE == "quorum":
         arguments["x-queue-type"] = "quorum"
-    if settings.CELERY_TASK_QUEUE_MAX_PRIORITY is not None:
-        arguments["x-max-priority"] = settings.CELERY_TASK_QUEUE_MAX_PRIORITY
+    if app_settings.QUEUE_MAX_PRIORITY is not None:
+        arguments["x-max-priority"] = app_settings.QUEUE_MAX_PRIORITY
     return Queue(name, Exchange(name), routing_key=name, durable=True, exclusive=False, auto_delete=False,
                  queue_arguments=arguments or None)
 
@@ -128,7 +129,7 @@ def redis_list_keys(queue: str) -> list[str]:
     # Only for a Redis broker: kombu's Redis transport imports redis-py.
     from kombu.transport.redis import PRIORITY_STEPS, Channel
 
-    options = settings.CELERY_BROKER_TRANSPORT_OPTIONS
+    options = broker_transport_options()
     prefix = options.get("global_keyprefix", "")
     name = queue_name(queue)
     return [prefix + (f"{name}{Channel.sep}{step}" if step else name)

@@ -77,12 +77,13 @@ def client_from_url(url: str, *, socket_timeout: float, socket_connect_timeout: 
         return redis.Redis.from_url(url, socket_timeout=socket_timeout, socket_connect_timeout=socket_connect_timeout,
                                     **kwargs)
     # Here, not at the top: the settings import this module's parser while they load.
-    from django.conf import settings
     from redis.sentinel import Sentinel
 
+    from scheduler_app.conf import app_settings
+
     parsed = parse_sentinel_url(url)
-    ask = min(socket_timeout, socket_connect_timeout, settings.CRONFLEET_SENTINEL_TIMEOUT_SECONDS)
+    ask = min(socket_timeout, socket_connect_timeout, app_settings.SENTINEL_TIMEOUT_SECONDS)
     sentinel = Sentinel(parsed.sentinels, sentinel_kwargs={"socket_timeout": ask, "socket_connect_timeout": ask})
-    return sentinel.master_for(settings.CRONFLEET_SENTINEL_MASTER, db=parsed.db, username=parsed.username,
+    return sentinel.master_for(app_settings.SENTINEL_MASTER, db=parsed.db, username=parsed.username,
                                password=parsed.password, socket_timeout=socket_timeout,
                                socket_connect_timeout=socket_connect_timeout, **kwargs)

@@ -18,6 +18,7 @@ PACKAGES = ("scheduler_app", "project", "bench")
 # Bottom first. A room may import rooms of lower floors and itself, never a room of its own
 # floor or above (so the beat and the worker, or the API and the admin, do not call each other).
 FLOORS = [
+    ["scheduler_app.conf"],  # the settings and their defaults, read by every room
     ["scheduler_app.schedules", "scheduler_app.validation", "scheduler_app.queues", "scheduler_app.fire",
      "scheduler_app.migrationops", "scheduler_app.formats", "scheduler_app.redisclient",
      "scheduler_app.fsbroker", "scheduler_app.cells"],
@@ -29,7 +30,8 @@ FLOORS = [
     ["scheduler_app.alerts"],
     ["scheduler_app.services"],
     ["scheduler_app.management"],  # the commands, and the text renderings the admin shares (tables.py)
-    ["scheduler_app.api", "scheduler_app.admin", "scheduler_app.tasks", "scheduler_app.webhooks"],
+    ["scheduler_app.api", "scheduler_app.admin", "scheduler_app.tasks", "scheduler_app.webhooks",
+     "scheduler_app.checks"],
     ["scheduler_app.apps"],
 ]
 

@@ -40,7 +40,8 @@ def check_settings(*, script: str = "", **env: str) -> subprocess.CompletedProce
         ({"CRONFLEET_API_FAILED_AUTH_PER_MINUTE": "0"}, "CRONFLEET_API_FAILED_AUTH_PER_MINUTE must be at least 1"),
         ({"CRONFLEET_LEASE_SECONDS": "10", "CRONFLEET_HEARTBEAT_SECONDS": "6"}, "CRONFLEET_HEARTBEAT_SECONDS must be"),
         ({"CELERY_BROKER_URL": "redis://127.0.0.1:6379/15", "CELERY_VISIBILITY_TIMEOUT": "600",
-          "CRONFLEET_MAX_JOB_TIMEOUT_SECONDS": "600"}, "CELERY_VISIBILITY_TIMEOUT (600) must exceed"),
+          "CRONFLEET_MAX_JOB_TIMEOUT_SECONDS": "600"}, "CRONFLEET_MAX_JOB_TIMEOUT_SECONDS + 30 (630) must stay below the broker's "
+         "visibility timeout (600)"),
         # Behind TLS (docs/operating-tls.md)
         ({"DJANGO_CSRF_TRUSTED_ORIGINS": "cron.example.com"}, "DJANGO_CSRF_TRUSTED_ORIGINS: 'cron.example.com' must"),
         ({"DJANGO_CSRF_TRUSTED_ORIGINS": "https://a.example.com,https://b.example.com/admin/"},

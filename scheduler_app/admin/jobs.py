@@ -27,6 +27,7 @@ from scheduler_app.admin.common import (
     state_badge,
 )
 from scheduler_app.admin.retention import IN_FORCE, RETENTION_FIELDS, RETENTION_FIELDSET, RetentionAdminMixin
+from scheduler_app.conf import app_settings
 from scheduler_app.management.tables import describe_schedule, local_text, shorten, utc_text
 from scheduler_app.models import PRIORITY_MAX, PRIORITY_MIN, Calendar, Job, JobRun, TargetKind, db_now
 from scheduler_app.services.edits import check_managed, managed_notice
@@ -38,7 +39,7 @@ NEXT_FIRES = 5
 
 
 def allowed_task_choices():
-    return [(name, name) for name in settings.CRONFLEET_ALLOWED_TASKS]
+    return [(name, name) for name in app_settings.ALLOWED_TASKS]
 
 
 # services.InvalidInput.field -> the add form's field (None: a non-field error).
@@ -240,7 +241,7 @@ class JobChangeForm(forms.ModelForm):
             changes["cron"] = data["cron"]  # a window cleared: the job stays at the minute placed in it
         try:
             edit = services.plan_edit(self.instance, changes, db_now())
-            if edit.diff and settings.CRONFLEET_MANAGED_JOBS_READ_ONLY:
+            if edit.diff and app_settings.MANAGED_JOBS_READ_ONLY:
                 check_managed(self.instance, actor="admin")  # refuses a job managed by schedules as code
         except services.InvalidInput as exc:
             add_service_error(self, exc)
@@ -369,7 +370,7 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
         shown = job is not None and jobpage.may_see_console(request.user)
         extra = jobpage.console_context(job, can_operate=self.has_operate_permission(request)) if shown else {}
         if job is not None and job.managed_by and request.method == "GET":
-            read_only = settings.CRONFLEET_MANAGED_JOBS_READ_ONLY
+            read_only = app_settings.MANAGED_JOBS_READ_ONLY
             self.message_user(request, managed_notice(job) + ("; edits here are refused" if read_only else
                               "; an edit here is drift, which the next apply sets back"), messages.WARNING)
         return super().change_view(request, object_id, form_url, {**extra, **(extra_context or {})})

@@ -23,11 +23,11 @@ import time
 from collections import OrderedDict
 
 import redis
-from django.conf import settings
 from django.contrib import admin
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.core.exceptions import ValidationError
 
+from scheduler_app.conf import app_settings
 from scheduler_app.observability.callers import client_address
 from scheduler_app.redisclient import client_from_url
 
@@ -91,7 +91,7 @@ _redis: dict[str, RedisFailures] = {}
 
 
 def failures():
-    url = settings.CRONFLEET_RATE_LIMIT_REDIS_URL
+    url = app_settings.RATE_LIMIT_REDIS_URL
     if not url:
         return _memory
     if url not in _redis:
@@ -101,7 +101,7 @@ def failures():
 
 def refused_for(key: str, now: float) -> float | None:
     """Seconds until `key` may try again, or None when it may now."""
-    limit, window = settings.CRONFLEET_ADMIN_LOGIN_FAILURES, settings.CRONFLEET_ADMIN_LOGIN_WINDOW_SECONDS
+    limit, window = app_settings.ADMIN_LOGIN_FAILURES, app_settings.ADMIN_LOGIN_WINDOW_SECONDS
     try:
         recent = sorted(failures().recent(key, now, window))
     except redis.RedisError as exc:
@@ -115,7 +115,7 @@ def refused_for(key: str, now: float) -> float | None:
 
 def record_failure(key: str, now: float) -> None:
     try:
-        failures().record(key, now, settings.CRONFLEET_ADMIN_LOGIN_WINDOW_SECONDS)
+        failures().record(key, now, app_settings.ADMIN_LOGIN_WINDOW_SECONDS)
     except redis.RedisError as exc:
         logger.warning("admin login throttle: Redis did not answer (%s); failure not counted", exc)
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db import connection
 
+from scheduler_app.conf import app_settings
 from scheduler_app.models import Alert
 
 HOUR = timedelta(hours=1)
@@ -30,7 +30,7 @@ def json_in_sql() -> bool:
 def min_cooldown() -> int:
     """The shortest cool-down a rule may have: refused below it at save, and rules saved
     before it was raised are held to it when evaluated."""
-    return settings.CRONFLEET_ALERT_MIN_COOLDOWN_SECONDS
+    return app_settings.ALERT_MIN_COOLDOWN_SECONDS
 
 
 def suppressed_entry(channel: str, now: datetime, reason: str) -> dict:
@@ -42,7 +42,7 @@ def suppressed_entry(channel: str, now: datetime, reason: str) -> dict:
 def alert_budget_exceeded(tenant_id: int, now: datetime) -> str | None:
     """Why a new alert of the tenant's must not be sent (None: it may be): the alerts it
     had recorded for sending in the hour before `now`."""
-    budget = settings.CRONFLEET_ALERT_TENANT_ALERTS_PER_HOUR
+    budget = app_settings.ALERT_TENANT_ALERTS_PER_HOUR
     hour = Alert.objects.filter(tenant_id=tenant_id, raised_at__gt=now - HOUR, raised_at__lte=now)
     if json_in_sql():
         recorded = hour.exclude(delivery_log__contains=[{"channel": BUDGET_CHANNEL}]).count()
@@ -57,7 +57,7 @@ def alert_budget_exceeded(tenant_id: int, now: datetime) -> str | None:
 def email_budget_exceeded(tenant_id: int, now: datetime, addresses: int) -> str | None:
     """Why the tenant may not mail `addresses` more addresses now (None: it may): the e-mails
     its alerts sent in the hour before `now`, one per address."""
-    budget = settings.CRONFLEET_ALERT_TENANT_EMAILS_PER_HOUR
+    budget = app_settings.ALERT_TENANT_EMAILS_PER_HOUR
     if json_in_sql():
         with connection.cursor() as cursor:
             cursor.execute(EMAILS_SENT, {"tenant": tenant_id, "since": now - HOUR, "oldest": now - 2 * HOUR})

@@ -28,6 +28,7 @@ from django.db.models import Q
 
 from scheduler_app.alerts.budget import email_budget_exceeded, suppressed_entry
 from scheduler_app.alerts.evaluate import check_every
+from scheduler_app.conf import app_settings
 from scheduler_app.models import Alert, db_now
 from scheduler_app.targets.http import client as httpclient
 from scheduler_app.targets.http import guard as netguard
@@ -57,8 +58,8 @@ class Deliverer(threading.Thread):
         self.stopping = threading.Event()
         self.woken = threading.Event()
         self.chores = chores
-        self.threads = settings.CRONFLEET_ALERT_DELIVERY_THREADS
-        self.per_tenant = settings.CRONFLEET_ALERT_DELIVERIES_PER_TENANT
+        self.threads = app_settings.ALERT_DELIVERY_THREADS
+        self.per_tenant = app_settings.ALERT_DELIVERIES_PER_TENANT
         self.pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="alert-send")
         self.lock = threading.Lock()
         self.in_flight: dict[int, int] = {}  # alert id -> tenant id, handed to the pool and not done
@@ -140,7 +141,7 @@ class Deliverer(threading.Thread):
 
 def lease() -> timedelta:
     """How long a claim on an alert holds: longer than a webhook may take to answer."""
-    return DELIVERY_LEASE + timedelta(seconds=settings.CRONFLEET_ALERT_DELIVERY_TIMEOUT_SECONDS)
+    return DELIVERY_LEASE + timedelta(seconds=app_settings.ALERT_DELIVERY_TIMEOUT_SECONDS)
 
 
 def delivery_status(alert: Alert) -> str:
@@ -191,7 +192,7 @@ def deliver_pending(now: datetime, *, limit: int = DELIVERIES_PER_CHECK, stop: t
     a Deliverer (`runbeat --once`, tests). Each is sent at `now`, or with `clock`, at the time
     clock() says then. Stops between two alerts once `stop` is set."""
     delivered = 0
-    for alert_id, _tenant in fair_pending(now, limit=limit, per_tenant=settings.CRONFLEET_ALERT_DELIVERIES_PER_TENANT):
+    for alert_id, _tenant in fair_pending(now, limit=limit, per_tenant=app_settings.ALERT_DELIVERIES_PER_TENANT):
         if stop is not None and stop.is_set():
             break
         delivered += deliver(alert_id, now if clock is None else clock())
@@ -250,8 +251,8 @@ def send_webhook(alert: Alert, url: str, now: datetime) -> str | None:
     try:
         response = httpclient.request(
             "POST", url, headers={"Content-Type": "application/json"}, signed_headers=signed, body=body,
-            timeout=float(settings.CRONFLEET_ALERT_DELIVERY_TIMEOUT_SECONDS), max_response_bytes=4096,
-            allowed_networks=[ipaddress.ip_network(net) for net in settings.CRONFLEET_HTTP_ALLOWED_NETWORKS],
+            timeout=float(app_settings.ALERT_DELIVERY_TIMEOUT_SECONDS), max_response_bytes=4096,
+            allowed_networks=[ipaddress.ip_network(net) for net in app_settings.HTTP_ALLOWED_NETWORKS],
             user_agent="Cronfleet-Alert/1")
     except (netguard.BlockedTarget, httpclient.HttpTimeout, httpclient.HttpConnectionError, OSError, ValueError) as exc:
         if uncallable(exc):  # the tenant reads this: not which internal names exist

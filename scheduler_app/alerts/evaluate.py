@@ -20,11 +20,11 @@ import json
 import math
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, Q
 
 from scheduler_app.alerts.budget import BUDGET_CHANNEL, alert_budget_exceeded, min_cooldown, suppressed_entry
+from scheduler_app.conf import app_settings
 from scheduler_app.ledger.lags import run_start_lag
 from scheduler_app.models import Alert, AlertKind, AlertRule, Job, JobRun, RunState, Trigger
 
@@ -41,7 +41,7 @@ KINDS = tuple(AlertKind.values)
 
 
 def check_every() -> float:
-    return float(settings.CRONFLEET_ALERT_CHECK_SECONDS)
+    return float(app_settings.ALERT_CHECK_SECONDS)
 
 
 def claim_due_rules(now: datetime, *, limit: int) -> list[AlertRule]:

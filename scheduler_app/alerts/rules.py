@@ -3,12 +3,12 @@ API, the CLI and the admin alike, each change recorded in the audit trail."""
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 from django.db import transaction
 
 from scheduler_app.alerts.budget import min_cooldown
+from scheduler_app.conf import app_settings
 from scheduler_app.models import AlertRule, AuditEvent, Job, JobRun, RunState, db_now
 from scheduler_app.targets.http import guard
 from scheduler_app.validation import InvalidInput, check_url_path
@@ -114,7 +114,7 @@ def check_webhook_url(value) -> str:
         raise InvalidInput("webhook_url", exc.detail) from None
     check_url_path("webhook_url", value)
     # A name is judged on what it resolves to at each delivery; an address, in any form, now.
-    category = guard.literal_refusal(target.host, settings.CRONFLEET_HTTP_ALLOWED_NETWORKS)
+    category = guard.literal_refusal(target.host, app_settings.HTTP_ALLOWED_NETWORKS)
     if category:  # an address refused at every delivery is refused now
         raise InvalidInput("webhook_url", f"a {category} address is not allowed (CRONFLEET_HTTP_ALLOWED_NETWORKS)")
     return value
@@ -125,7 +125,7 @@ def check_emails(value) -> list[str]:
         return []
     if isinstance(value, str):
         value = [part.strip() for part in value.split(",") if part.strip()]
-    cap = settings.CRONFLEET_ALERT_MAX_EMAILS_PER_RULE
+    cap = app_settings.ALERT_MAX_EMAILS_PER_RULE
     if not isinstance(value, list) or len(value) > cap:
         raise InvalidInput("emails", f"must be a list of at most {cap} addresses "
                                      "(CRONFLEET_ALERT_MAX_EMAILS_PER_RULE)")

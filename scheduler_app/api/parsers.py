@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 import re
 
-from django.conf import settings
 from rest_framework import status
 from rest_framework.parsers import BaseParser
 
 from scheduler_app.api.errors import ApiError, PayloadTooLarge
+from scheduler_app.conf import app_settings
 
 MAX_DEPTH = 32
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -52,7 +52,7 @@ def _object(pairs: list[tuple[str, object]]) -> dict:
 def check_body_headers(request) -> None:
     """Refuse a body from its headers alone, before anything is read: too large (413), or
     untyped (DRF would silently read it as empty)."""
-    limit = settings.CRONFLEET_API_MAX_BODY_BYTES
+    limit = app_settings.API_MAX_BODY_BYTES
     try:
         length = int(request.META.get("CONTENT_LENGTH") or 0)
     except ValueError:
@@ -67,7 +67,7 @@ class StrictJSONParser(BaseParser):
     media_type = "application/json"
 
     def parse(self, stream, media_type=None, parser_context=None):
-        limit = settings.CRONFLEET_API_MAX_BODY_BYTES
+        limit = app_settings.API_MAX_BODY_BYTES
         raw = stream.read(limit + 1)  # a body sent without Content-Length is capped here
         if len(raw) > limit:
             raise PayloadTooLarge(limit)

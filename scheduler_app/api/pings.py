@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import time
 
-from django.conf import settings
 from django.http import HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
@@ -25,6 +24,7 @@ from rest_framework import exceptions
 
 from scheduler_app import services
 from scheduler_app.api.throttling import count_failure, counter, window_reset
+from scheduler_app.conf import app_settings
 from scheduler_app.services.checkins import BODY_LIMIT, signal_of
 
 NOT_FOUND = "not found\n"
@@ -41,7 +41,7 @@ def _over_limit(key: str) -> int | None:
     """Seconds until the window ends when `key` has sent more than its pings a minute; else None."""
     now = time.time()
     counts = counter.hit([f"ping:{key}"], now)
-    if counts is None or counts[0] <= settings.CRONFLEET_PING_REQUESTS_PER_MINUTE:
+    if counts is None or counts[0] <= app_settings.PING_REQUESTS_PER_MINUTE:
         return None
     return window_reset(now)
 
@@ -56,7 +56,7 @@ def ping(request, key: str, action: str = "", cell: str = ""):
     key = key.lower()
     wait = _over_limit(key)
     if wait is not None:
-        return _text(f"rate limited: more than {settings.CRONFLEET_PING_REQUESTS_PER_MINUTE} pings a minute "
+        return _text(f"rate limited: more than {app_settings.PING_REQUESTS_PER_MINUTE} pings a minute "
                      "with this key\n", 429, Retry_After=str(wait))
     body = request.read(BODY_LIMIT + 1) if request.method == "POST" else b""
     try:

@@ -29,12 +29,12 @@ import time
 from dataclasses import dataclass
 
 import redis
-from django.conf import settings
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from rest_framework import exceptions
 from rest_framework.throttling import BaseThrottle
 
+from scheduler_app.conf import app_settings
 from scheduler_app.models import ApiKey
 from scheduler_app.observability.callers import client_address
 from scheduler_app.redisclient import client_from_url
@@ -57,11 +57,11 @@ class Limit:
 
 def limits_for(request) -> list[Limit]:
     """What a request counts against, its own limit first; none for anonymous requests."""
-    default = settings.CRONFLEET_API_REQUESTS_PER_MINUTE
+    default = app_settings.API_REQUESTS_PER_MINUTE
     key = request.auth if isinstance(request.auth, ApiKey) else None
     if key is not None and key.tenant is not None:
         per_key = key.tenant.api_requests_per_minute or default
-        per_tenant = max(settings.CRONFLEET_API_TENANT_REQUESTS_PER_MINUTE, per_key)
+        per_tenant = max(app_settings.API_TENANT_REQUESTS_PER_MINUTE, per_key)
         return [Limit(f"key:{key.prefix}", per_key, "with this key"),
                 Limit(f"tenant:{key.tenant.slug}", per_tenant, "for this tenant's keys together")]
     if key is not None:
@@ -90,7 +90,7 @@ class Counter:
     def available(self) -> redis.Redis | None:
         """The client when Redis may be asked now; None when there is no Redis or the breaker
         is open (which starts a background probe once the retry time has passed)."""
-        url = settings.CRONFLEET_RATE_LIMIT_REDIS_URL
+        url = app_settings.RATE_LIMIT_REDIS_URL
         if not url:
             return None
         with self.lock:
@@ -107,10 +107,10 @@ class Counter:
             return None
 
     def is_on(self) -> bool:
-        return bool(settings.CRONFLEET_RATE_LIMIT_REDIS_URL) and not self.closed_at
+        return bool(app_settings.RATE_LIMIT_REDIS_URL) and not self.closed_at
 
     def trip(self, exc: Exception) -> None:
-        retry = settings.CRONFLEET_RATE_LIMIT_RETRY_SECONDS
+        retry = app_settings.RATE_LIMIT_RETRY_SECONDS
         with self.lock:
             first = not self.closed_at
             self.closed_at = time.monotonic() + retry
@@ -124,7 +124,7 @@ class Counter:
         except redis.RedisError as exc:
             with self.lock:
                 if self.client is client:
-                    self.closed_at = time.monotonic() + settings.CRONFLEET_RATE_LIMIT_RETRY_SECONDS
+                    self.closed_at = time.monotonic() + app_settings.RATE_LIMIT_RETRY_SECONDS
                     self.probing = False
             logger.debug("Redis still does not answer (%s)", exc)
             return
@@ -233,7 +233,7 @@ def check_address(request) -> None:
     now = time.time()
     end = refused.refused_until(client_address(request), now)
     if end is not None:
-        raise too_many_failures(settings.CRONFLEET_API_FAILED_AUTH_PER_MINUTE, max(1, math.ceil(end - now)))
+        raise too_many_failures(app_settings.API_FAILED_AUTH_PER_MINUTE, max(1, math.ceil(end - now)))
 
 
 def count_failure(request) -> None:
@@ -242,7 +242,7 @@ def count_failure(request) -> None:
     address = client_address(request)
     now = time.time()
     counts = counter.hit([f"auth-failed:{address}"], now)
-    per_minute = settings.CRONFLEET_API_FAILED_AUTH_PER_MINUTE
+    per_minute = app_settings.API_FAILED_AUTH_PER_MINUTE
     if counts is None or counts[0] <= per_minute:
         return
     reset = window_reset(now)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from django.conf import settings
-
+from scheduler_app.conf import app_settings
 from scheduler_app.dispatch.common import _local
 from scheduler_app.queues import broker_errors, queue_depths, queue_name
 
@@ -42,7 +41,7 @@ class Backpressure:
         self.queues.update(job["queue"] for job in jobs)
 
     def full(self) -> list[str]:
-        high_water = settings.CRONFLEET_QUEUE_HIGH_WATER
+        high_water = app_settings.QUEUE_HIGH_WATER
         if not high_water or not self.queues:
             return []
         try:

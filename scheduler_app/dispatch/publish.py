@@ -23,9 +23,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from celery import current_app as app
-from django.conf import settings
 from kombu import Producer
 
+from scheduler_app.conf import app_settings
 from scheduler_app.dispatch import shadow
 from scheduler_app.dispatch.confirms import CONFIRM_TIMEOUT_SECONDS, Confirms
 from scheduler_app.models import PRIORITY_DEFAULT, PRIORITY_MAX, celery_task_id
@@ -53,12 +53,12 @@ class RunMessage:
 
     @property
     def batched(self) -> bool:
-        return self.batch or self.in_flight or queue_name(self.queue) in settings.CRONFLEET_BATCH_QUEUES
+        return self.batch or self.in_flight or queue_name(self.queue) in app_settings.BATCH_QUEUES
 
     @property
     def in_flight(self) -> bool:
         """An HTTP run, sent in a group that a worker puts in flight at once (worker/flight.py)."""
-        return self.target_kind == "http" and settings.CRONFLEET_HTTP_IN_FLIGHT > 0
+        return self.target_kind == "http" and app_settings.HTTP_IN_FLIGHT > 0
 
     @classmethod
     def of(cls, run_id: int, attempt: int, job) -> RunMessage:
@@ -110,11 +110,11 @@ def _publish_queue(name: str, messages: list[RunMessage], templates: MessageTemp
     # Higher priority first: a transport without priorities (filesystem) still hands this
     # batch out in that order. sort() is stable: equal priorities keep their order.
     messages.sort(key=lambda message: -message.priority)
-    alone, batches = batched(messages, settings.CRONFLEET_RUN_BATCH_SIZE)
+    alone, batches = batched(messages, app_settings.RUN_BATCH_SIZE)
     with app.producer_or_acquire() as producer:
         driver_type = producer.connection.transport.driver_type
         confirms = None
-        if driver_type == "amqp" and settings.CRONFLEET_RABBITMQ_CONFIRM_PUBLISH:
+        if driver_type == "amqp" and app_settings.RABBITMQ_CONFIRM_PUBLISH:
             confirms = Confirms.of(producer.connection)
             producer = Producer(confirms.channel)
         try:
@@ -185,7 +185,7 @@ class MessageTemplates:
         """One execute_runs message for `batch`. Its time limit is the sum of its runs'
         timeouts, within the longest a job may ask for (which stays below the broker's
         visibility timeout); its id names its first run and its size."""
-        timeout = min(sum(m.timeout_seconds for m in batch), settings.CRONFLEET_MAX_JOB_TIMEOUT_SECONDS)
+        timeout = min(sum(m.timeout_seconds for m in batch), app_settings.MAX_JOB_TIMEOUT_SECONDS)
         task_id = f"{celery_task_id(batch[0].run_id, batch[0].attempt)}-batch-{len(batch)}"
         first = shadow.shadow_name(batch[0].tenant_id, batch[0].name)
         name = f"{first} and {len(batch) - 1} more" if first and len(batch) > 1 else first

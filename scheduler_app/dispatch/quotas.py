@@ -12,10 +12,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.db.transaction import TransactionManagementError
 
+from scheduler_app.conf import app_settings
 from scheduler_app.dispatch import sql
 from scheduler_app.dispatch.common import (
     CONCURRENCY_REASON,
@@ -119,7 +119,7 @@ def manual_in_flight_room(tenant_id: int) -> int:
     (jobrun_tenant_in_flight_idx, then each such run's trigger). Call it under the tenant's row lock."""
     in_flight = JobRun.objects.filter(tenant_id=tenant_id, state__in=(RunState.QUEUED, RunState.RUNNING),
                                       trigger__in=MANUAL_TRIGGERS).count()
-    return max(0, settings.CRONFLEET_MANUAL_RUNS_IN_FLIGHT - in_flight)
+    return max(0, app_settings.MANUAL_RUNS_IN_FLIGHT - in_flight)
 
 
 def manual_admission(tenant_id: int, now: datetime, count: int) -> tuple[int, str]:
@@ -134,7 +134,7 @@ def manual_admission(tenant_id: int, now: datetime, count: int) -> tuple[int, st
     if not connection.in_atomic_block:
         raise TransactionManagementError("manual_admission locks the tenant row: call it inside transaction.atomic()")
     lock_tenants([tenant_id])
-    reason = MANUAL_REASON.format(settings.CRONFLEET_MANUAL_RUNS_IN_FLIGHT)
+    reason = MANUAL_REASON.format(app_settings.MANUAL_RUNS_IN_FLIGHT)
     if JobRun.objects.filter(tenant_id=tenant_id, state=RunState.PENDING, reason__startswith=MANUAL_PREFIX).exists():
         return 0, reason  # older manual runs go first
     room = manual_in_flight_room(tenant_id)

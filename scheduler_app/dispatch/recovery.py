@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db import connection, transaction
 
+from scheduler_app.conf import app_settings
 from scheduler_app.dispatch import sql
 from scheduler_app.dispatch.common import CONCURRENCY_REASON, FIRES_REASON, lock_clause, messages_for, one_pass
 from scheduler_app.dispatch.publish import RunMessage
@@ -132,8 +132,8 @@ def republish_stale_runs(now: datetime, *, limit: int) -> list[RunMessage]:
     consumes (observability.nodes.queue_consumers) is passed over and its old runs expire.
     """
     adapt = connection.ops.adapt_datetimefield_value
-    idle_before = now - timedelta(seconds=settings.CRONFLEET_REPUBLISH_IDLE_SECONDS)
-    busy_before = now - timedelta(seconds=settings.CRONFLEET_DISPATCH_TIMEOUT_SECONDS)
+    idle_before = now - timedelta(seconds=app_settings.REPUBLISH_IDLE_SECONDS)
+    busy_before = now - timedelta(seconds=app_settings.DISPATCH_TIMEOUT_SECONDS)
     with connection.cursor() as cursor:
         statement = sql.STALE_QUEUES_PG if connection.vendor == "postgresql" else sql.STALE_QUEUES
         cursor.execute(statement, {"before": adapt(max(idle_before, busy_before)),
@@ -188,7 +188,7 @@ def expire_unconsumed_runs(queue: str, now: datetime, consumed_at: datetime | No
     no worker consuming it has been seen for CRONFLEET_UNCONSUMED_EXPIRE_SECONDS (consumed_at:
     when one last was, None: not within the nodes' retention) and the runs were first
     published at least as long ago. Returns how many."""
-    expire = settings.CRONFLEET_UNCONSUMED_EXPIRE_SECONDS
+    expire = app_settings.UNCONSUMED_EXPIRE_SECONDS
     before = now - timedelta(seconds=expire)
     if not expire or (consumed_at is not None and consumed_at > before):
         return 0

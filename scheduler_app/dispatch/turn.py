@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import Min
 
+from scheduler_app.conf import app_settings
 from scheduler_app.dispatch.backpressure import _backpressure
 from scheduler_app.dispatch.checkins import await_checkins, miss_checkins
 from scheduler_app.dispatch.claim import claim_due_jobs
@@ -175,7 +175,7 @@ def seconds_until_due(now: datetime, *, cap: float, held_back: Sequence[str] = (
 
 
 def beat_settings() -> tuple[int, timedelta]:
-    return settings.CRONFLEET_BATCH_SIZE, timedelta(seconds=settings.CRONFLEET_MISFIRE_GRACE_SECONDS)
+    return app_settings.BATCH_SIZE, timedelta(seconds=app_settings.MISFIRE_GRACE_SECONDS)
 
 
 def run_turn_now(batch_size: int | None = None) -> TurnResult:

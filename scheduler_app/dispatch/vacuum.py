@@ -33,8 +33,9 @@ import logging
 import threading
 import time
 
-from django.conf import settings
 from django.db import DatabaseError, connection, connections
+
+from scheduler_app.conf import app_settings
 
 logger = logging.getLogger(__name__)
 
@@ -99,11 +100,11 @@ class Upkeep:
 
 def job_vacuum(*, every: int | None = None, clock=time.monotonic) -> Upkeep:
     """VACUUM of the job table every CRONFLEET_JOB_VACUUM_EVERY jobs advanced."""
-    every = every if every is not None else settings.CRONFLEET_JOB_VACUUM_EVERY
+    every = every if every is not None else app_settings.JOB_VACUUM_EVERY
     return Upkeep(VACUUM_JOBS, every=every, what="job table vacuumed", clock=clock)
 
 
 def ledger_analyze(*, every: int | None = None, clock=time.monotonic) -> Upkeep:
     """ANALYZE of the ledger every CRONFLEET_LEDGER_ANALYZE_EVERY runs recorded."""
-    every = every if every is not None else settings.CRONFLEET_LEDGER_ANALYZE_EVERY
+    every = every if every is not None else app_settings.LEDGER_ANALYZE_EVERY
     return Upkeep(ANALYZE_RUNS, every=every, what="ledger analyzed", clock=clock)

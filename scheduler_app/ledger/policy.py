@@ -9,8 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from django.conf import settings
-
+from scheduler_app.conf import app_settings
 from scheduler_app.models import Job, Tenant
 from scheduler_app.validation import InvalidInput
 
@@ -47,7 +46,7 @@ def resolve(*levels: tuple[str, Mapping]) -> tuple[Policy, dict[str, str]]:
                 values[name], sources[name] = fields[name], level
                 break
         else:
-            values[name], sources[name] = getattr(settings, SETTINGS[name]), "settings"
+            values[name], sources[name] = getattr(app_settings, SETTINGS[name].removeprefix("CRONFLEET_")), "settings"
     return Policy(values["retention_days"], values["retention_failed_days"], values["retention_keep_last"]), sources
 
 

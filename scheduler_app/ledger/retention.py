@@ -77,10 +77,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.db.models import Q
 
+from scheduler_app.conf import app_settings
 from scheduler_app.ledger.policy import FIELDS, Policy, resolve
 from scheduler_app.models import (
     JOB_RETENTION_SET,
@@ -345,13 +345,13 @@ class Pruner:
     def __init__(self, *, batch_size: int | None = None, tenant_id: int | None = None, dry_run: bool = False,
                  check_seconds: float | None = None, rescan_seconds: float | None = None,
                  busy_seconds: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:
-        self.batch_size = batch_size or settings.CRONFLEET_RETENTION_BATCH_SIZE
+        self.batch_size = batch_size or app_settings.RETENTION_BATCH_SIZE
         self.tenant_id = tenant_id
         self.dry_run = dry_run
-        self.check_seconds = check_seconds if check_seconds is not None else settings.CRONFLEET_RETENTION_CHECK_SECONDS
+        self.check_seconds = check_seconds if check_seconds is not None else app_settings.RETENTION_CHECK_SECONDS
         self.rescan_seconds = (rescan_seconds if rescan_seconds is not None
-                               else settings.CRONFLEET_RETENTION_RESCAN_SECONDS)
-        self.busy_seconds = busy_seconds if busy_seconds is not None else settings.CRONFLEET_RETENTION_BUSY_SECONDS
+                               else app_settings.RETENTION_RESCAN_SECONDS)
+        self.busy_seconds = busy_seconds if busy_seconds is not None else app_settings.RETENTION_BUSY_SECONDS
         self.clock = clock
         self.units: dict[tuple[str, int, bool], Unit] = {}
         self.loaded_at: float | None = None
@@ -376,7 +376,7 @@ class Pruner:
         goes round again without sleeping, dispatching between batches). Database errors
         are logged and put pruning off until the next check, never raised into the loop.
         """
-        if not settings.CRONFLEET_RETENTION_IN_BEAT:
+        if not app_settings.RETENTION_IN_BEAT:
             return False
         now = self.clock()
         if not idle and now - self.last_batch_at < self.busy_seconds:
@@ -467,7 +467,7 @@ class Pruner:
                 unit.visit_at = clock + self.check_seconds
 
     def prune_audit(self, now: datetime) -> None:
-        days = settings.CRONFLEET_RETENTION_AUDIT_DAYS
+        days = app_settings.RETENTION_AUDIT_DAYS
         clock = self.clock()
         if not days:
             self.audit_at = clock + self.check_seconds

@@ -12,10 +12,10 @@ import argparse
 import json
 from datetime import datetime
 
-from django.conf import settings
 from django.core.management.base import CommandError, CommandParser
 
 from scheduler_app import services, validation
+from scheduler_app.conf import app_settings
 from scheduler_app.models import PRIORITY_DEFAULT, PRIORITY_MAX, PRIORITY_MIN, Job, TargetKind
 from scheduler_app.targets import sql as sqljobs
 
@@ -55,7 +55,7 @@ def add_job_options(parser: CommandParser, *, edit: bool) -> None:
                         help="Whose planned fires a --window avoids: the tenant's (default) or those of the queue")
     parser.add_argument("--timezone", metavar="ZONE",
                         help="IANA zone the cron expression (or the window) is read in (default: the tenant's zone)")
-    allowed = ", ".join(settings.CRONFLEET_ALLOWED_TASKS) or "(none)"
+    allowed = ", ".join(app_settings.ALLOWED_TASKS) or "(none)"
     parser.add_argument("--task", metavar="TASKNAME", help=f"Celery task to call ({allowed})")
     parser.add_argument("--http-url", metavar="URL", help="Call this URL (a signed webhook)")
     parser.add_argument("--command", dest="command_name", metavar="NAME",
@@ -204,7 +204,7 @@ def target_fields(options: dict, current: Job | None) -> dict:
         name = options.get("sql_name") or base.get("name", "")
         params = options.get("command_params")
         if params is not None:
-            params = sqljobs.parse_cli_params(name, params, settings.CRONFLEET_SQL)
+            params = sqljobs.parse_cli_params(name, params, app_settings.SQL)
         else:  # the same statement keeps its parameters; another one starts with none
             params = base.get("params", {}) if name == base.get("name") else {}
         fields = {"target_kind": TargetKind.SQL.value, "sql": {"name": name, "params": params}}
@@ -284,7 +284,7 @@ def parse_pairs(field: str, items: list[str], separator: str) -> dict[str, str]:
 def parse_params(command: str, items: list[str]) -> dict[str, object]:
     """K=V pairs; a key given twice becomes a list (for list parameters); values of the
     command's int parameters become numbers."""
-    specs = (settings.CRONFLEET_COMMANDS.get(command) or {}).get("params") or {}
+    specs = (app_settings.COMMANDS.get(command) or {}).get("params") or {}
     params: dict[str, object] = {}
     for item in items:
         key, found, value = item.partition("=")

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-from django.conf import settings
+from scheduler_app.conf import app_settings
 
 
 def client_address(request) -> str:
     """The caller's address: REMOTE_ADDR, or behind CRONFLEET_TRUSTED_PROXIES proxies the
     address the outermost of them saw (the entry it appended to X-Forwarded-For)."""
-    proxies = settings.CRONFLEET_TRUSTED_PROXIES
+    proxies = app_settings.TRUSTED_PROXIES
     if proxies:
         forwarded = [part.strip() for part in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",") if part.strip()]
         if len(forwarded) >= proxies:

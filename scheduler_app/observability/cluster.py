@@ -22,10 +22,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.conf import settings
 from django.db import DatabaseError, connection
 from prometheus_client.core import GaugeMetricFamily
 
+from scheduler_app.conf import app_settings
 from scheduler_app.models import NodeKind, db_now
 from scheduler_app.observability.nodes import NodeState, node_states, queue_consumers
 from scheduler_app.queues import broker_errors, queue_depths, queue_name
@@ -92,7 +92,7 @@ def known_queues(nodes: list[NodeState], queued: list[str] = ()) -> list[str]:
     """The queues worth a depth: the default, CRONFLEET_QUEUES, the `queued` ones (where runs
     wait), and every queue a node that has not stopped consumes (workers) or has claimed
     jobs for (beats)."""
-    queues = {queue_name(""), *settings.CRONFLEET_QUEUES, *(queue_name(queue) for queue in queued)}
+    queues = {queue_name(""), *app_settings.QUEUES, *(queue_name(queue) for queue in queued)}
     for node in nodes:
         if node.state != "stopped":
             queues.update(node.node.queues)

@@ -39,10 +39,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db import DatabaseError, connection
 from prometheus_client.core import GaugeMetricFamily
 
+from scheduler_app.conf import app_settings
 from scheduler_app.models import Job, JobRun, RunState, db_now
 from scheduler_app.observability.dashboard import group_calendars, group_fires, percentile_cont, truncate
 from scheduler_app.queues import queue_name
@@ -154,7 +154,7 @@ def add_fires(found: Forecast, rows: list[tuple], calendars: dict) -> None:
     burst_end = found.now + timedelta(seconds=BURST_HORIZON)
     for queue, *schedule, first_minute, jobs, known_sum, known in rows:
         queue = queue_name(queue)
-        per_fire = known_sum + (jobs - known) * fallback.get(queue, settings.CRONFLEET_FORECAST_DEFAULT_SECONDS)
+        per_fire = known_sum + (jobs - known) * fallback.get(queue, app_settings.FORECAST_DEFAULT_SECONDS)
         fires = group_fires((*schedule, first_minute), found.now, found.now + timedelta(seconds=max(HORIZONS.values())), calendars)
         fires_in = found.fires.setdefault(queue, dict.fromkeys(HORIZONS, 0))
         work_in = found.work.setdefault(queue, dict.fromkeys(HORIZONS, 0.0))
@@ -168,7 +168,7 @@ def add_fires(found: Forecast, rows: list[tuple], calendars: dict) -> None:
 
 def lag_window() -> float:
     """The target start lag as a window of seconds (at least one: a lag of 0 asks for a slot a run)."""
-    return max(1.0, settings.CRONFLEET_FORECAST_TARGET_LAG_SECONDS)
+    return max(1.0, app_settings.FORECAST_TARGET_LAG_SECONDS)
 
 
 def most_in_one_window(events: list[tuple[datetime, float]], seconds: float) -> float:
@@ -197,8 +197,8 @@ def queue_durations(rows: list[tuple]) -> dict[str, float]:
 def recommended_workers(work: dict[str, float], in_flight: int, burst: float = 0.0) -> int:
     """Workers so that each horizon's work, and its largest burst, start within the target lag
     (the docstring's formula)."""
-    concurrency = settings.CRONFLEET_FORECAST_WORKER_CONCURRENCY
-    lag = settings.CRONFLEET_FORECAST_TARGET_LAG_SECONDS
+    concurrency = app_settings.FORECAST_WORKER_CONCURRENCY
+    lag = app_settings.FORECAST_TARGET_LAG_SECONDS
     needed = [math.ceil(in_flight / concurrency), math.ceil(burst / (lag_window() * concurrency))]
     needed += [math.ceil(work.get(horizon, 0.0) / ((seconds + lag) * concurrency)) for horizon, seconds in HORIZONS.items()]
     return max(0, *needed)
@@ -210,7 +210,7 @@ _cached: tuple[float, Forecast] | None = None
 def cached() -> Forecast:
     """compute(db_now()), reused for CRONFLEET_FORECAST_CACHE_SECONDS (0: never reused)."""
     global _cached
-    ttl = settings.CRONFLEET_FORECAST_CACHE_SECONDS
+    ttl = app_settings.FORECAST_CACHE_SECONDS
     if _cached is not None and ttl > 0 and time.monotonic() - _cached[0] < ttl:
         return _cached[1]
     found = compute(db_now())

@@ -23,11 +23,11 @@ import hmac
 import logging
 
 from celery import current_app as app
-from django.conf import settings
 from django.db import DatabaseError, connection
 from django.http import HttpResponse, JsonResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from scheduler_app.conf import app_settings
 from scheduler_app.models import NodeKind, db_now
 from scheduler_app.observability import metrics
 from scheduler_app.observability.cluster import ClusterCollector
@@ -100,7 +100,7 @@ _said_open = False
 def metrics_authorized(request) -> bool:
     """Whether this request may read /metrics: any, without a token; else only the token's."""
     global _said_open
-    token = settings.CRONFLEET_METRICS_TOKEN
+    token = app_settings.METRICS_TOKEN
     if not token:
         if not _said_open:
             _said_open = True

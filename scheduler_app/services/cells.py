@@ -20,8 +20,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from django.conf import settings
-
+from scheduler_app.conf import app_settings
 from scheduler_app.models import ApiKey, Monitor, Tenant
 from scheduler_app.validation import InvalidInput
 
@@ -37,9 +36,9 @@ class Routes:
 
 
 def this_cell() -> str:
-    if not settings.CRONFLEET_CELL:
+    if not app_settings.CELL:
         raise InvalidInput("CRONFLEET_CELL", "is not set: name this cell first (the name its API keys carry)")
-    return settings.CRONFLEET_CELL
+    return app_settings.CELL
 
 
 def route_overrides() -> Routes:

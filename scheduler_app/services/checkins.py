@@ -22,11 +22,11 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.conf import settings
 from django.db import connection, models, transaction
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 
+from scheduler_app.conf import app_settings
 from scheduler_app.ledger import autopause
 from scheduler_app.models import (
     CHECKIN_PREFIX,
@@ -62,7 +62,7 @@ def ping_url(monitor: Monitor, base: str | None = None) -> str:
     """The check-in URL of a monitor: /ping/<key>, or /ping/<cell>/<key> when its key was made
     in a named cell; `base` is the site's address (default CRONFLEET_PING_BASE_URL)."""
     cell = f"{monitor.cell}/" if monitor.cell else ""
-    return f"{(base or settings.CRONFLEET_PING_BASE_URL).rstrip('/')}/ping/{cell}{monitor.ping_key}"
+    return f"{(base or app_settings.PING_BASE_URL).rstrip('/')}/ping/{cell}{monitor.ping_key}"
 
 
 def ensure_monitor(job: Job) -> Monitor | None:
@@ -71,7 +71,7 @@ def ensure_monitor(job: Job) -> Monitor | None:
     if job.target_kind != TargetKind.MONITOR:
         return None
     monitor, _ = Monitor.objects.get_or_create(job=job, defaults={"tenant_id": job.tenant_id,
-                                                                  "cell": settings.CRONFLEET_CELL})
+                                                                  "cell": app_settings.CELL})
     return monitor
 
 

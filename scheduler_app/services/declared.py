@@ -19,9 +19,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from django.apps import apps
-from django.conf import settings
 from django.db import transaction
 
+from scheduler_app.conf import app_settings
 from scheduler_app.models import AuditEvent, Job, Tenant, db_now
 from scheduler_app.models.lifecycle import job_pause
 from scheduler_app.services.edits import (
@@ -104,7 +104,7 @@ def app_modules() -> list[tuple[str, dict]]:
 def read_all(path: str | Path | None = None) -> list[Declared]:
     """The declarations of `path` (else CRONFLEET_SCHEDULES_FILE, when set) and of the apps'
     `schedules.py` modules, checked for duplicates."""
-    path = path or settings.CRONFLEET_SCHEDULES_FILE
+    path = path or app_settings.SCHEDULES_FILE
     declared: list[Declared] = read_file(path) if path else []
     problems: list[str] = []
     for name, value in app_modules():

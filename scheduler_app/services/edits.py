@@ -7,10 +7,10 @@ import logging
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from scheduler_app import schedules
+from scheduler_app.conf import app_settings
 from scheduler_app.dispatch.waker import wake_beats
 from scheduler_app.models import Job, TargetKind, db_now
 from scheduler_app.models.lifecycle import audit_job
@@ -181,7 +181,7 @@ def check_managed(job: Job, actor: str) -> str:
     notice = managed_notice(job)
     if not notice or actor == managed_actor(job.managed_by):
         return ""
-    if settings.CRONFLEET_MANAGED_JOBS_READ_ONLY:
+    if app_settings.MANAGED_JOBS_READ_ONLY:
         raise InvalidInput("managed_by", f"{notice}; edits elsewhere are refused (CRONFLEET_MANAGED_JOBS_READ_ONLY)")
     logger.debug("%s; this edit (by %s) is drift until then, and the next apply sets it back", notice,
                    actor or "?")

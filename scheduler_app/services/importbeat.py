@@ -31,6 +31,7 @@ from django_celery_beat.models import PeriodicTask, PeriodicTasks
 from django_celery_beat.tzcrontab import TzAwareCrontab
 
 from scheduler_app import schedules, services
+from scheduler_app.conf import app_settings, celery_broker_url
 from scheduler_app.models import PRIORITY_DEFAULT, PRIORITY_MAX, Job, Tenant, db_now
 
 TAG = "celery-beat"
@@ -103,7 +104,7 @@ class Report:
         missing = self.missing_tasks()
         if not missing:
             return ""
-        return "CRONFLEET_ALLOWED_TASKS=" + ",".join([*settings.CRONFLEET_ALLOWED_TASKS, *missing])
+        return "CRONFLEET_ALLOWED_TASKS=" + ",".join([*app_settings.ALLOWED_TASKS, *missing])
 
     def queues(self) -> dict[str, int]:
         """The jobs imported, unchanged or that a dry run would import, by queue ('' default)."""
@@ -190,7 +191,7 @@ def broker_priority(value: int | None, notes: list[str]) -> int:
     if value is None:
         return PRIORITY_DEFAULT
     capped = min(max(int(value), 0), PRIORITY_MAX)
-    scheme = settings.CELERY_BROKER_URL.split("://", 1)[0]
+    scheme = celery_broker_url().split("://", 1)[0]
     if scheme.startswith(("redis", "rediss", "sentinel")):
         notes.append(f"priority {value} (on Redis 0 goes first) is {PRIORITY_MAX - capped} here (9 goes first)")
         return PRIORITY_MAX - capped
@@ -214,13 +215,13 @@ def base_spec(name: str, task: str, args, kwargs, description: str) -> services.
         raise Untranslatable("args must be a list and kwargs an object")
     return services.JobSpec(name=name, task_name=task, args=list(args), kwargs=dict(kwargs), tags=[TAG],
                             description=description, max_attempts=1,
-                            timeout_seconds=settings.CRONFLEET_MAX_JOB_TIMEOUT_SECONDS)
+                            timeout_seconds=app_settings.MAX_JOB_TIMEOUT_SECONDS)
 
 
 def check_task(result: Translation) -> Translation:
     """Refuse a translated source whose task the workers may not run, keeping its schedule."""
     task = result.spec.task_name
-    if task not in settings.CRONFLEET_ALLOWED_TASKS:
+    if task not in app_settings.ALLOWED_TASKS:
         result.refusal = f"task {task!r} is not in CRONFLEET_ALLOWED_TASKS"
         result.missing_task, result.lapsed = task, False
     return result
@@ -565,7 +566,7 @@ def differences(sources: list[tuple[Outcome, Translation]]) -> list[str]:
         "last_run_at and total_run_count are not carried over: each job starts with an empty ledger and fires "
         "first at its next fire time after the import",
         f"each job makes one attempt per fire (max_attempts 1) as Celery beat sends one message; its timeout is "
-        f"the longest allowed ({settings.CRONFLEET_MAX_JOB_TIMEOUT_SECONDS} s, where Celery had no limit unless "
+        f"the longest allowed ({app_settings.MAX_JOB_TIMEOUT_SECONDS} s, where Celery had no limit unless "
         "the task set one); raise or lower both with jobs edit",
         "enabled is carried when a job is created; after that, pause and resume the job in Cronfleet",
     ]

@@ -6,9 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from django.conf import settings
-
 from scheduler_app import queues, schedules, targets
+from scheduler_app.conf import app_settings
 from scheduler_app.models import (
     PRIORITY_DEFAULT,
     PRIORITY_MAX,
@@ -96,7 +95,7 @@ def check_batch(spec: JobSpec) -> bool:
     """Batched runs share their batch's time limit: only short targets may be batched."""
     if not isinstance(spec.batch, bool):
         raise InvalidInput("batch", "must be true or false")
-    cap = settings.CRONFLEET_BATCH_MAX_TIMEOUT_SECONDS
+    cap = app_settings.BATCH_MAX_TIMEOUT_SECONDS
     if spec.batch and isinstance(spec.timeout_seconds, int) and spec.timeout_seconds > cap:
         raise InvalidInput("batch", f"a batched job's timeout_seconds may be at most {cap} "
                                     "(CRONFLEET_BATCH_MAX_TIMEOUT_SECONDS); batch short targets only")
@@ -176,7 +175,7 @@ def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime, *, anchor: datet
         queue=check_queue(spec.queue),
         priority=check_int("priority", spec.priority, PRIORITY_MIN, PRIORITY_MAX),
         timeout_seconds=check_int("timeout_seconds", spec.timeout_seconds, 1,
-                                   settings.CRONFLEET_MAX_JOB_TIMEOUT_SECONDS),
+                                   app_settings.MAX_JOB_TIMEOUT_SECONDS),
         max_attempts=check_int("max_attempts", spec.max_attempts, 1, MAX_ATTEMPTS),
         retry_backoff_seconds=check_int("retry_backoff_seconds", spec.retry_backoff_seconds, 0, 86400),
         retry_backoff_max_seconds=check_int("retry_backoff_max_seconds", spec.retry_backoff_max_seconds, 0, 7 * 86400),

@@ -8,12 +8,12 @@ import re
 import secrets
 from datetime import timedelta
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models.functions import Now
 from django.utils.timezone import now as node_now
 
 from scheduler_app.cells import CELL_NAME
+from scheduler_app.conf import app_settings
 from scheduler_app.models import ApiKey, AuditEvent, Tenant, db_now
 from scheduler_app.services.common import QuotaExceeded
 from scheduler_app.validation import check_name
@@ -35,7 +35,7 @@ def check_key_quota(tenant: Tenant) -> None:
     """Refuse a new key for a tenant already holding CRONFLEET_MAX_API_KEYS_PER_TENANT
     unrevoked keys. Locks the tenant row, so concurrent creations are counted one at a time,
     until the caller's transaction ends (or a short one of its own)."""
-    limit = settings.CRONFLEET_MAX_API_KEYS_PER_TENANT
+    limit = app_settings.MAX_API_KEYS_PER_TENANT
     with transaction.atomic():
         Tenant.objects.select_for_update().filter(id=tenant.id).first()
         active = ApiKey.objects.filter(tenant=tenant, revoked_at__isnull=True).count()
@@ -49,7 +49,7 @@ def apikey_create(*, tenant: Tenant | None, name: str, actor: str = "") -> tuple
 
     tenant None makes a staff key (tenant administration), which no quota counts."""
     name = check_name("name", name)
-    prefix, cell = secrets.token_hex(6), settings.CRONFLEET_CELL
+    prefix, cell = secrets.token_hex(6), app_settings.CELL
     raw = f"cf_{cell + '_' if cell else ''}{prefix}_{secrets.token_urlsafe(24)}"
     with transaction.atomic():
         if tenant is not None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from celery import current_app as app
-from django.conf import settings
 
+from scheduler_app.conf import app_settings
 from scheduler_app.fire import FireContext, firing
 from scheduler_app.ledger.chains import parent_fire
 from scheduler_app.targets.base import PermanentFailure
@@ -16,8 +16,8 @@ from scheduler_app.validation import InvalidInput
 
 def check(spec, tenant: str | None = None) -> dict:
     """The target_config of a task job (none: the task's name is a column of its own)."""
-    if spec.task_name not in settings.CRONFLEET_ALLOWED_TASKS:
-        allowed = ", ".join(settings.CRONFLEET_ALLOWED_TASKS) or "(none)"
+    if spec.task_name not in app_settings.ALLOWED_TASKS:
+        allowed = ", ".join(app_settings.ALLOWED_TASKS) or "(none)"
         raise InvalidInput("task", f"{spec.task_name!r} is not an allowed task (allowed: {allowed})")
     return {}
 
@@ -25,7 +25,7 @@ def check(spec, tenant: str | None = None) -> dict:
 def perform(started):
     """Run the job's task in this worker process and return its result."""
     run, job = started.run, started.job
-    if job.task_name not in settings.CRONFLEET_ALLOWED_TASKS:
+    if job.task_name not in app_settings.ALLOWED_TASKS:
         raise PermanentFailure(f"task {job.task_name!r} is not in CRONFLEET_ALLOWED_TASKS")
     if job.task_name not in app.tasks:
         app.loader.import_default_modules()  # tasks.py of every installed app

@@ -25,9 +25,9 @@ import uuid
 from celery import current_app
 from celery.exceptions import Ignore
 from celery.signals import task_postrun, task_prerun, worker_process_init
-from django.conf import settings
 from kombu.exceptions import KombuError
 
+from scheduler_app.conf import app_settings
 from scheduler_app.observability import logformat, metrics
 from scheduler_app.queues import EXECUTE_HTTP_RUNS, EXECUTE_RUN, EXECUTE_RUNS
 from scheduler_app.worker.execution import Outcome
@@ -51,7 +51,7 @@ def delivery_queue(request) -> str:
 def report(task, outcome: Outcome) -> str:
     """Count the delivery; return what the task returns, or raise what Celery should see."""
     metrics.observe_delivery(outcome, delivery_queue(task.request),
-                             tenant_labels=settings.CRONFLEET_METRICS_TENANT_LABELS)
+                             tenant_labels=app_settings.METRICS_TENANT_LABELS)
     run_id, attempt = (list(task.request.args or ()) + [None, None])[:2]
     if outcome.state == "duplicate":
         announce_duplicate(task, run_id, attempt, outcome.detail)
@@ -67,7 +67,7 @@ def report_batch(task, outcomes: list[Outcome]) -> list[str]:
     did not succeed (each run's own state is on its row), and duplicates are just counted."""
     queue = delivery_queue(task.request)
     for outcome in outcomes:
-        metrics.observe_delivery(outcome, queue, tenant_labels=settings.CRONFLEET_METRICS_TENANT_LABELS)
+        metrics.observe_delivery(outcome, queue, tenant_labels=app_settings.METRICS_TENANT_LABELS)
     failed = [outcome for outcome in outcomes if outcome.state in FAILURES]
     if failed:
         states = ", ".join(f"{o.started.run.id if o.started else '?'} {o.state}" for o in failed)

@@ -41,9 +41,9 @@ class Consumer(CeleryConsumer):
         if not self.hub:
             return
         if self._flush_seconds is None:
-            from django.conf import settings  # read late: the consumer class is made before Django is set up
+            from scheduler_app.conf import app_settings  # read late: the consumer class is made before Django is set up
 
-            self._flush_seconds = settings.CRONFLEET_EVENT_FLUSH_SECONDS
+            self._flush_seconds = app_settings.EVENT_FLUSH_SECONDS
         if not self._flush_seconds:
             super().on_send_event_buffered()
             return

@@ -15,10 +15,10 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from celery.exceptions import SoftTimeLimitExceeded
-from django.conf import settings
 from django.db import transaction
 
 from scheduler_app import targets
+from scheduler_app.conf import app_settings
 from scheduler_app.models import Job, RunState, lifecycle
 from scheduler_app.observability import logformat
 from scheduler_app.observability.failpoints import failpoint
@@ -216,7 +216,7 @@ def retry_delay(attempt: int, *, base: int, cap: int, rng: random.Random | None 
 
 
 def truncate(text: str, limit: int | None = None) -> str:
-    limit = limit or settings.CRONFLEET_RESULT_MAX_BYTES
+    limit = limit or app_settings.RESULT_MAX_BYTES
     data = text.encode("utf-8", "replace")
     if len(data) <= limit:
         return text

@@ -42,10 +42,10 @@ import time
 from dataclasses import dataclass, field, replace
 
 from celery.signals import worker_process_shutdown
-from django.conf import settings
 from django.db import DatabaseError, connection
 from django.utils import timezone
 
+from scheduler_app.conf import app_settings
 from scheduler_app.models import Tenant
 from scheduler_app.observability import metrics
 from scheduler_app.targets import RetryableFailure
@@ -119,7 +119,7 @@ class Flight:
     def enabled() -> bool:
         """On PostgreSQL with CRONFLEET_HTTP_IN_FLIGHT > 0; SQLite's single writer (the embedded
         first run) takes HTTP runs in turn."""
-        return settings.CRONFLEET_HTTP_IN_FLIGHT > 0 and connection.vendor == "postgresql"
+        return app_settings.HTTP_IN_FLIGHT > 0 and connection.vendor == "postgresql"
 
     def pending(self) -> int:
         with self._room:
@@ -128,7 +128,7 @@ class Flight:
     def submit(self, pairs: list[tuple[int, int]], *, worker: str, task_id: str = "", queue: str = "") -> Handed:
         """Put these runs (run id, attempt) in flight; return once their start committed."""
         self._ensure_started()
-        limit = max(2 * settings.CRONFLEET_HTTP_IN_FLIGHT, settings.CRONFLEET_RUN_BATCH_SIZE)
+        limit = max(2 * app_settings.HTTP_IN_FLIGHT, app_settings.RUN_BATCH_SIZE)
         with self._room:
             # Room for one more group: the slots' cap plus as many again waiting for a slot
             # (their host's share taken), so a hanging host's runs cannot stop the others'.
@@ -173,8 +173,8 @@ class Flight:
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         self._loop = loop
-        total = settings.CRONFLEET_HTTP_IN_FLIGHT
-        self._slots = FairSlots(total, settings.CRONFLEET_HTTP_IN_FLIGHT_PER_HOST, on_change=self._show_slots)
+        total = app_settings.HTTP_IN_FLIGHT
+        self._slots = FairSlots(total, app_settings.HTTP_IN_FLIGHT_PER_HOST, on_change=self._show_slots)
 
         async def open_session():
             self._session = aclient.session(connections=total)
@@ -289,7 +289,7 @@ class Flight:
         for f in finished:
             run = f.attempt.started
             metrics.observe_delivery(replace(outcomes[run.run.id], started=run, seconds=f.seconds), f.attempt.queue,
-                                     tenant_labels=settings.CRONFLEET_METRICS_TENANT_LABELS)
+                                     tenant_labels=app_settings.METRICS_TENANT_LABELS)
         self._release(len(finished))
         return True
 

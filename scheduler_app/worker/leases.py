@@ -16,9 +16,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from django.conf import settings
 from django.db import DatabaseError, connection
 
+from scheduler_app.conf import app_settings
 from scheduler_app.worker import transitions
 
 logger = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ class Leases:
             owned = self._owned.get(run_id)
         if owned is None:
             return False
-        margin = settings.CRONFLEET_LEASE_SECONDS - settings.CRONFLEET_HEARTBEAT_SECONDS / 2
+        margin = app_settings.LEASE_SECONDS - app_settings.HEARTBEAT_SECONDS / 2
         return time.monotonic() < owned[1] + margin
 
     def release(self, run_ids) -> None:
@@ -93,7 +93,7 @@ class Leases:
     def renew_due(self) -> int | None:
         """Renew the leases due a renewal, in one statement; how many were due (None:
         no lease is held at all)."""
-        due_before = time.monotonic() - settings.CRONFLEET_HEARTBEAT_SECONDS
+        due_before = time.monotonic() - app_settings.HEARTBEAT_SECONDS
         with self._lock:
             if not self._owned:
                 return None

@@ -91,8 +91,7 @@ class ObserveWorker(bootsteps.StartStopStep):
     def start(self, parent) -> None:
         # Imported when the worker starts: this module is imported when the Celery app is
         # made, before Django is set up, and metrics must follow the --metrics-port directory.
-        from django.conf import settings
-
+        from scheduler_app.conf import app_settings
         from scheduler_app.models import NodeKind
         from scheduler_app.observability import metrics, nodes
 
@@ -102,7 +101,7 @@ class ObserveWorker(bootsteps.StartStopStep):
                 metrics.forget_dead_processes(metrics.MULTIPROC_DIR, counters=True)
             forked = "prefork" in getattr(parent.pool_cls, "__module__", "")
             metrics.initialise_worker(queues)  # a solo or threads pool counts in this process
-            metrics.serve(self.metrics_port, self.metrics_address or settings.CRONFLEET_METRICS_ADDRESS,
+            metrics.serve(self.metrics_port, self.metrics_address or app_settings.METRICS_ADDRESS,
                           forked=forked)
         registration = nodes.Registration(NodeKind.WORKER, parent.hostname,
                                           stale_after=nodes.WORKER_STALE_AFTER_SECONDS, queues=queues)

@@ -31,12 +31,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import psycopg
-from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Model
 from django.db.models.base import ModelState
 from django.utils import timezone
 
+from scheduler_app.conf import app_settings
 from scheduler_app.ledger import autopause, chains
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, append_attempt
 
@@ -154,7 +154,7 @@ def execute(statement: str, params: dict, *, many: bool = False):
     next(STATEMENTS)
     connection.ensure_connection()
     raw = connection.connection
-    prepare = settings.CRONFLEET_PREPARED_STATEMENTS
+    prepare = app_settings.PREPARED_STATEMENTS
     if prepare and raw.prepare_threshold is None:
         # Django leaves psycopg's threshold at None (OPTIONS "prepare_threshold" unset), and
         # then psycopg prepares nothing, prepare=True included. A threshold no statement
@@ -200,7 +200,7 @@ class Ending:
 def start_runs(pairs: list[tuple[int, int]], *, worker: str, task_id: str = "") -> list[Started]:
     """Move each (run id, attempt) from queued to running, in one statement on PostgreSQL;
     the runs this delivery won, in the order given."""
-    params = {"worker": worker[:200], "task_id": task_id[:100], "lease": settings.CRONFLEET_LEASE_SECONDS,
+    params = {"worker": worker[:200], "task_id": task_id[:100], "lease": app_settings.LEASE_SECONDS,
               "queued": RunState.QUEUED.value}
     if connection.vendor != "postgresql":
         return [started for pair in pairs if (started := _start_run_orm(*pair, params)) is not None]
@@ -278,7 +278,7 @@ def _end_runs(endings: list[Ending]) -> set[int]:
     if connection.vendor == "postgresql":
         rows = execute(END_RUN if len(endings) == 1 else END_RUNS, {
             **_ending_params(endings), "running": RunState.RUNNING.value,
-            "commit": settings.CRONFLEET_END_SYNCHRONOUS_COMMIT,
+            "commit": app_settings.END_SYNCHRONOUS_COMMIT,
         }, many=True)
         written = {row[0] for row in rows}
     else:
@@ -336,7 +336,7 @@ def renew_leases(owned: dict[int, int]) -> set[int]:
     database's clock; return the ids renewed."""
     if not owned:
         return set()
-    lease = settings.CRONFLEET_LEASE_SECONDS
+    lease = app_settings.LEASE_SECONDS
     if connection.vendor == "postgresql":
         rows = execute(RENEW_LEASES_PG, {"lease": lease, "ids": list(owned), "attempts": list(owned.values()),
                                          "running": RunState.RUNNING.value}, many=True)

@@ -49,6 +49,7 @@ from django.db import connection, transaction
 
 from bench import autoscale, console, dispatch, e2e, flexible, http, ledger, peers, steady
 from bench.common import PREFIX
+from scheduler_app.conf import app_settings
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Tenant
 from scheduler_app.queues import redis_list_keys
 
@@ -63,7 +64,7 @@ class Command(BaseCommand):
         parser.add_argument("--jobs", type=int, required=True, help="Jobs (N)")
         parser.add_argument("--beats", type=int, default=None,
                             help="runbeat processes (K; default 1, steady 2)")
-        parser.add_argument("--batch-size", type=int, default=settings.CRONFLEET_BATCH_SIZE,
+        parser.add_argument("--batch-size", type=int, default=app_settings.BATCH_SIZE,
                             help="The beats' --batch-size (default %(default)s)")
         parser.add_argument("--timeout", type=float, default=300.0,
                             help="Seconds to wait for all runs after the spike (default %(default)s)")

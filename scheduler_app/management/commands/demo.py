@@ -29,6 +29,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS, OperationalError, connections
 from django.db.migrations.executor import MigrationExecutor
 
+from scheduler_app.conf import app_settings
 from scheduler_app.models import Job, JobRun, RunState, Tenant, db_now
 from scheduler_app.services import InvalidInput, JobSpec, job_create, tenant_create
 
@@ -201,7 +202,7 @@ class Command(BaseCommand):
         # Two prefork processes: they share the SQLite file through WAL and its busy timeout;
         # prefork (unlike the solo pool) enforces the jobs' time limits.
         children.append(Child("worker", [
-            py, "-m", "celery", "-A", "project", "--quiet", "worker", "-Q", settings.CELERY_TASK_DEFAULT_QUEUE,
+            py, "-m", "celery", "-A", "project", "--quiet", "worker", "-Q", app_settings.QUEUE,
             "-l", "warning", "--concurrency", "2", "--hostname", "demo-worker@%h",
             "--without-gossip", "--without-mingle", "--without-heartbeat",
         ]))

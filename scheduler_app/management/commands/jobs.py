@@ -11,11 +11,11 @@ import json
 import sys
 from datetime import timedelta
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import JSONField, OuterRef, Subquery
 
 from scheduler_app import schedules, services
+from scheduler_app.conf import app_settings
 from scheduler_app.management.joboptions import (
     ISO_HELP,
     TARGET_OPTIONS,
@@ -169,7 +169,7 @@ class Command(OneLineErrors, BaseCommand):
         if not impact["changes"]:
             self.stdout.write(f"Job {job_label(job)} already has these values; nothing to save.")
             return
-        if settings.CRONFLEET_MANAGED_JOBS_READ_ONLY and job.managed_by:
+        if app_settings.MANAGED_JOBS_READ_ONLY and job.managed_by:
             services.check_managed(job, actor="cli")  # refused before the preview and the question
         self.show_impact(job, impact)
         self.confirm("edit", "Save these changes?", yes=yes, refused="not saved")

@@ -11,10 +11,10 @@ passed over, and looked at again by the beats' next walk), prints its progress e
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from scheduler_app import services
+from scheduler_app.conf import app_settings
 from scheduler_app.ledger import policy as retention_policy
 from scheduler_app.ledger import retention
 from scheduler_app.management.tables import OneLineErrors, format_table
@@ -27,7 +27,7 @@ class Command(OneLineErrors, BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--dry-run", action="store_true", help="Count what would be deleted; delete nothing")
         parser.add_argument("--tenant", metavar="SLUG", default="", help="Only this tenant's runs and audit events")
-        parser.add_argument("--batch-size", type=int, default=settings.CRONFLEET_RETENTION_BATCH_SIZE, metavar="N",
+        parser.add_argument("--batch-size", type=int, default=app_settings.RETENTION_BATCH_SIZE, metavar="N",
                             help="Runs looked at per statement (default %(default)s)")
 
     def handle(self, *args, dry_run: bool, tenant: str, batch_size: int, **options) -> None:

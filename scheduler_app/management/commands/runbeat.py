@@ -9,12 +9,12 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from django.conf import settings
 from django.core.checks import Tags
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import DatabaseError, InterfaceError, close_old_connections, connection, reset_queries
 
 from scheduler_app import alerts, dispatch
+from scheduler_app.conf import app_settings
 from scheduler_app.dispatch.observe import BeatObserver
 from scheduler_app.dispatch.vacuum import job_vacuum, ledger_analyze
 from scheduler_app.dispatch.waker import Waker
@@ -32,20 +32,20 @@ class Command(BaseCommand):
     help = "Turn due jobs into runs and publish them to Celery. Safe to run several copies at once."
     # Not the URL checks: they import the whole URLconf (the REST API and its schema
     # libraries), about 30 MiB a beat never uses.
-    requires_system_checks = [Tags.models, Tags.compatibility, Tags.admin]
+    requires_system_checks = [Tags.models, Tags.compatibility, Tags.admin, "cronfleet"]
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--once", action="store_true", help="Run one turn, then exit")
-        parser.add_argument("--batch-size", type=int, default=settings.CRONFLEET_BATCH_SIZE,
+        parser.add_argument("--batch-size", type=int, default=app_settings.BATCH_SIZE,
                             help="Due jobs claimed per transaction (default %(default)s)")
-        parser.add_argument("--max-sleep", type=float, default=settings.CRONFLEET_MAX_SLEEP_SECONDS,
+        parser.add_argument("--max-sleep", type=float, default=app_settings.MAX_SLEEP_SECONDS,
                             help="Longest sleep between turns in seconds (default %(default)s)")
         parser.add_argument("--alive-file", type=Path, default=None,
                             help="Touch this file after every turn that completes (for a health check: "
                                  "a stale file means a frozen or failing beat)")
         parser.add_argument("--metrics-port", type=int, default=None,
                             help="Serve this beat's Prometheus metrics on this port (/metrics)")
-        parser.add_argument("--metrics-address", default=settings.CRONFLEET_METRICS_ADDRESS,
+        parser.add_argument("--metrics-address", default=app_settings.METRICS_ADDRESS,
                             help="Address the metrics port listens on (default %(default)s)")
 
     def handle(self, *args, once: bool, batch_size: int, max_sleep: float, alive_file: Path | None,

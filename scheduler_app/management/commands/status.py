@@ -16,10 +16,10 @@ import sys
 import time
 from datetime import timedelta
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
+from scheduler_app.conf import app_settings
 from scheduler_app.ledger import stats
 from scheduler_app.management.tables import format_table, shorten, utc_text
 from scheduler_app.models import NodeKind
@@ -52,7 +52,7 @@ def gather() -> dict:
         "queues": {queue: {"depth": None if found.queue_depths is None else found.queue_depths.get(queue),
                            "live_workers": workers} for queue, workers in found.queue_workers.items()},
         "unconsumed_queues": found.unconsumed,
-        "unconsumed_expire_seconds": settings.CRONFLEET_UNCONSUMED_EXPIRE_SECONDS,
+        "unconsumed_expire_seconds": app_settings.UNCONSUMED_EXPIRE_SECONDS,
         "broker_error": found.broker_error,
         "lags_window_seconds": int(LAG_WINDOW.total_seconds()),
         "dispatch_lag_seconds": lags["dispatch_lag_seconds"],

@@ -10,13 +10,13 @@ import tempfile
 from datetime import timedelta
 from pathlib import Path
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 from django.db.models import Count, IntegerField, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 from django.utils.dateparse import parse_datetime
 
 from scheduler_app import services
+from scheduler_app.conf import app_settings
 from scheduler_app.management.tables import OneLineErrors, format_table
 from scheduler_app.models import ApiKey, Job, Monitor, Tenant, db_now
 from scheduler_app.services import tenantmove
@@ -148,7 +148,7 @@ class Command(OneLineErrors, BaseCommand):
                           f"first fire here {first.isoformat() if first else '-'}.")
         named = sorted({cell for cell in (*ApiKey.objects.filter(tenant=tenant).values_list("cell", flat=True),
                                           *Monitor.objects.filter(tenant=tenant).values_list("cell", flat=True))
-                        if cell != settings.CRONFLEET_CELL})
+                        if cell != app_settings.CELL})
         if named:
             self.stdout.write(f"Its API keys and ping URLs name cell {', '.join(named)}: run `manage.py cells routes "
                               "--out DIR` here and in the cell it left, then reload the routing proxy.")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 
 from celery.signals import worker_init
-from django.conf import settings
 
+from scheduler_app.conf import app_settings
 from scheduler_app.targets.base import PermanentFailure, RetryableFailure, to_text
 from scheduler_app.targets.command.isolation import CommandUserError, command_user, make_undumpable
 from scheduler_app.targets.command.running import CommandNotStarted, InvalidCommand, build_argv, run_command
@@ -23,7 +23,7 @@ def check(spec, tenant: str | None = None) -> dict:
     if not isinstance(params, dict):
         raise InvalidInput("command.params", "must be an object")
     try:
-        build_argv(name, params, settings.CRONFLEET_COMMANDS)
+        build_argv(name, params, app_settings.COMMANDS)
     except InvalidCommand as exc:
         raise InvalidInput(f"command.{exc.field}" if exc.field != "command" else "command", exc.message) from None
     return {"name": name, "params": params}
@@ -37,11 +37,11 @@ def perform(started) -> dict:
     config = job.target_config
     try:
         result = run_command(
-            config.get("name", ""), config.get("params") or {}, config=settings.CRONFLEET_COMMANDS,
-            timeout=job.timeout_seconds, runs_dir=settings.CRONFLEET_COMMAND_CWD,
-            max_output_bytes=settings.CRONFLEET_RESULT_MAX_BYTES,
-            max_disk_bytes=settings.CRONFLEET_COMMAND_MAX_DISK_BYTES,
-            user=command_user(settings.CRONFLEET_COMMAND_USER),
+            config.get("name", ""), config.get("params") or {}, config=app_settings.COMMANDS,
+            timeout=job.timeout_seconds, runs_dir=app_settings.COMMAND_CWD,
+            max_output_bytes=app_settings.RESULT_MAX_BYTES,
+            max_disk_bytes=app_settings.COMMAND_MAX_DISK_BYTES,
+            user=command_user(app_settings.COMMAND_USER),
             env_extra={"CRONFLEET_FIRE_KEY": run.fire_key, "CRONFLEET_ATTEMPT": str(run.attempt),
                        "CRONFLEET_SCHEDULED_AT": run.scheduled_at.isoformat()},
         )
@@ -56,7 +56,7 @@ def perform(started) -> dict:
     if result.timed_out:
         raise RetryableFailure(f"timeout: killed after {job.timeout_seconds}s: {to_text(outcome)}")
     if result.disk_exceeded:
-        raise RetryableFailure(f"disk_limit: the run held more than {settings.CRONFLEET_COMMAND_MAX_DISK_BYTES} "
+        raise RetryableFailure(f"disk_limit: the run held more than {app_settings.COMMAND_MAX_DISK_BYTES} "
                                f"bytes in its directory and was stopped: {to_text(outcome)}")
     if result.exit_code != 0:
         raise RetryableFailure(f"exit {result.exit_code}: {to_text(outcome)}")
@@ -74,7 +74,7 @@ def harden_worker(**kwargs) -> None:
     """
     make_undumpable()
     try:
-        command_user(settings.CRONFLEET_COMMAND_USER)
+        command_user(app_settings.COMMAND_USER)
     except CommandUserError as exc:
         logger.critical("CRONFLEET_COMMAND_USER: %s", exc)
         raise SystemExit(f"CRONFLEET_COMMAND_USER: {exc}") from None

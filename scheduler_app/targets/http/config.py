@@ -4,8 +4,7 @@ and body."""
 
 from __future__ import annotations
 
-from django.conf import settings
-
+from scheduler_app.conf import app_settings
 from scheduler_app.targets.http import guard
 from scheduler_app.validation import InvalidInput, check_headers, check_url_path
 
@@ -31,7 +30,7 @@ def validate_http(http: dict) -> dict:
         target = guard.check_url(url)
     except guard.BlockedTarget as exc:
         raise InvalidInput("http.url", exc.detail) from None
-    refused = guard.literal_refusal(target.host, settings.CRONFLEET_HTTP_ALLOWED_NETWORKS)
+    refused = guard.literal_refusal(target.host, app_settings.HTTP_ALLOWED_NETWORKS)
     if refused:  # an address refused at every call is refused now
         raise InvalidInput("http.url", f"a {refused} address is not allowed (CRONFLEET_HTTP_ALLOWED_NETWORKS)")
     check_url_path("http.url", url)

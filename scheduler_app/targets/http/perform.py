@@ -16,8 +16,7 @@ import time
 import urllib.parse
 from dataclasses import dataclass
 
-from django.conf import settings
-
+from scheduler_app.conf import app_settings
 from scheduler_app.ledger.chains import parent_fire
 from scheduler_app.models import db_now
 from scheduler_app.targets.base import PermanentFailure, RetryableFailure, to_text
@@ -95,8 +94,8 @@ def prepare(run, job, now, secrets: list[str] | None = None) -> Call:
         path=target.path_and_query,
         headers={**config.get("headers", {}), **chain_headers(run)}, body=config.get("body", "").encode(),
         secrets=tuple(signing.parse_secret(s) for s in secrets), timeout=float(job.timeout_seconds),
-        max_response_bytes=settings.CRONFLEET_HTTP_MAX_RESPONSE_BYTES,
-        allowed_networks=tuple(ipaddress.ip_network(net) for net in settings.CRONFLEET_HTTP_ALLOWED_NETWORKS),
+        max_response_bytes=app_settings.HTTP_MAX_RESPONSE_BYTES,
+        allowed_networks=tuple(ipaddress.ip_network(net) for net in app_settings.HTTP_ALLOWED_NETWORKS),
     )
 
 
@@ -180,7 +179,7 @@ def redirect_refusal(url: str, location: str | None) -> str:
     which internal names exist), else `redirect_refused`."""
     if not location:
         return "redirect_refused"
-    allowed = [ipaddress.ip_network(net) for net in settings.CRONFLEET_HTTP_ALLOWED_NETWORKS]
+    allowed = [ipaddress.ip_network(net) for net in app_settings.HTTP_ALLOWED_NETWORKS]
     try:
         target = guard.check_url(urllib.parse.urljoin(url, location))
         guard.resolve_and_check(target.host, target.port, allowed_networks=allowed)

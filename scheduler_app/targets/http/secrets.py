@@ -16,13 +16,14 @@ from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from django.conf import settings
 from django.db import transaction
 
+from scheduler_app.conf import app_settings
 from scheduler_app.models import Tenant
 from scheduler_app.targets.http.signing import new_secret
 
 
 def encryption_keys() -> list[str]:
     """The Fernet keys this process reads and writes secrets with, newest first."""
-    keys = list(settings.CRONFLEET_ENCRYPTION_KEYS)
+    keys = list(app_settings.ENCRYPTION_KEYS)
     if not keys:
         digest = hashlib.sha256(b"cronfleet-encryption:" + settings.SECRET_KEY.encode()).digest()
         keys = [base64.urlsafe_b64encode(digest).decode()]

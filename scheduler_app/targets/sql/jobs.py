@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 from django.conf import settings
 
+from scheduler_app.conf import app_settings
 from scheduler_app.targets.base import PermanentFailure, RetryableFailure
 from scheduler_app.targets.sql.errors import InvalidSql, StatementError
 from scheduler_app.targets.sql.params import check_params
@@ -24,7 +25,7 @@ def check_target(target: object, tenant: str | None = None) -> dict:
     if not isinstance(params, Mapping):
         raise InvalidInput("sql.params", "must be an object")
     try:
-        stmt = statement(name, settings.CRONFLEET_SQL, settings.DATABASES)
+        stmt = statement(name, app_settings.SQL, settings.DATABASES)
         if tenant is not None:
             check_tenant(stmt, tenant)
         return {"name": name, "params": check_params(stmt, params)}
@@ -42,7 +43,7 @@ def describe(target: Mapping) -> str:
     """One line for the CLI and the admin: the statement, its parameters and, when the
     allow-list still has it, where and how it runs."""
     name, params = target.get("name", ""), target.get("params") or {}
-    entry = settings.CRONFLEET_SQL.get(name) if isinstance(name, str) else None
+    entry = app_settings.SQL.get(name) if isinstance(name, str) else None
     if not isinstance(entry, Mapping):
         return f"sql {name} {json.dumps(params, sort_keys=True)} (not in {CONFIG_FIELD})"
     mode = "read-only" if entry.get("read_only", True) else "read-write"
@@ -59,9 +60,9 @@ def perform(started) -> dict:
     fire = {"fire_key": run.fire_key, "scheduled_at": run.scheduled_at, "attempt": run.attempt,
             "tenant": started.tenant}
     try:
-        return run_statement(config.get("name", ""), config.get("params") or {}, config=settings.CRONFLEET_SQL,
+        return run_statement(config.get("name", ""), config.get("params") or {}, config=app_settings.SQL,
                              databases=settings.DATABASES, fire=fire, job_timeout=job.timeout_seconds,
-                             max_bytes=settings.CRONFLEET_RESULT_MAX_BYTES)
+                             max_bytes=app_settings.RESULT_MAX_BYTES)
     except InvalidSql as exc:
         raise PermanentFailure(f"invalid_sql: sql.{exc.field}: {exc.message}") from None
     except StatementError as exc:
