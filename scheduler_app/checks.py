@@ -36,3 +36,20 @@ def check_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     return [checks.Error(f"{name} {message}", hint="docs/settings.md lists every setting and its default",
                          id="cronfleet.E001", obj=name)
             for name, message in setting_errors()]
+
+
+@checks.register("cronfleet")
+def check_celery(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
+    """What a worker-wide Celery option of the host's app costs Cronfleet's runs. Its own tasks
+    carry acks_late and reject_on_worker_lost themselves; prefetching is the worker's alone."""
+    from celery import current_app  # here: the host's Celery app is made after the settings load
+
+    prefetch = current_app.conf.worker_prefetch_multiplier
+    if prefetch and prefetch > 1:
+        return [checks.Info(
+            f"Celery's worker_prefetch_multiplier is {prefetch}: each worker process holds up to {prefetch} "
+            "messages, so a run can wait behind a long one in the same process while other workers are idle",
+            hint="set worker_prefetch_multiplier = 1 (CELERY_WORKER_PREFETCH_MULTIPLIER) on the workers that "
+                 "consume Cronfleet's queue, or give them a Celery app of their own",
+            id="cronfleet.I001")]
+    return []

@@ -16,13 +16,19 @@ from scheduler_app.worker.results import DatabaseUnreachable, ledger_reachable
 
 MAX_SLEEP_SECONDS = 3600
 EXPECTED = (delivery.RunFailed, DatabaseUnreachable)  # logged by Celery in one line, shown as FAILURE
+# On the tasks themselves, not the host's Celery settings, so the host's own tasks keep theirs:
+# a message is acknowledged after its run (acks_late), handed back when its worker process dies
+# (reject_on_worker_lost: the run row decides whether it runs again), and acknowledged when a
+# run failed (the beat retries from the run row, never a redelivery).
+RUN_TASK_OPTIONS = {"acks_late": True, "reject_on_worker_lost": True, "acks_on_failure_or_timeout": True,
+                    "ignore_result": True, "throws": EXPECTED, "store_errors_even_if_ignored": True,
+                    "serializer": "json"}
 
 
 # A failed attempt raises delivery.RunFailed (expected: logged without a traceback) so that
 # Celery and Flower show it as FAILURE; only failures reach the result backend.
 # A lost database raises results.DatabaseUnreachable, expected too: one line, no traceback.
-@shared_task(name="scheduler_app.execute_run", bind=True, acks_late=True, ignore_result=True,
-             throws=EXPECTED, store_errors_even_if_ignored=True)
+@shared_task(name="scheduler_app.execute_run", bind=True, **RUN_TASK_OPTIONS)
 def execute_run(self, run_id: int, attempt: int) -> str:
     with ledger_reachable(f"run {run_id} attempt {attempt}"):
         outcome = execution.execute_run(
@@ -42,8 +48,7 @@ def drop_broken_connections(**kwargs) -> None:
             conn.close_if_unusable_or_obsolete()
 
 
-@shared_task(name="scheduler_app.execute_runs", bind=True, acks_late=True, ignore_result=True,
-             throws=EXPECTED, store_errors_even_if_ignored=True)
+@shared_task(name="scheduler_app.execute_runs", bind=True, **RUN_TASK_OPTIONS)
 def execute_runs(self, runs: list[list[int]]) -> list[str]:
     """A batch of short runs, [[run id, attempt], ...], run in turn by this process."""
     with ledger_reachable(f"a batch of {len(runs)} runs"):
@@ -54,8 +59,7 @@ def execute_runs(self, runs: list[list[int]]) -> list[str]:
     return delivery.report_batch(self, outcomes)
 
 
-@shared_task(name=EXECUTE_HTTP_RUNS, bind=True, acks_late=True, ignore_result=True,
-             throws=EXPECTED, store_errors_even_if_ignored=True)
+@shared_task(name=EXECUTE_HTTP_RUNS, bind=True, **RUN_TASK_OPTIONS)
 def execute_http_runs(self, runs: list[list[int]]) -> list[str] | str:
     """HTTP runs, [[run id, attempt], ...], put in flight together (worker/flight.py): the
     task is done when they are started; each run's outcome is written on its row."""

@@ -276,8 +276,11 @@ def test_task_args_kwargs_queue_priority_start_and_expires_are_carried(acme):
     assert "priority 2 (on Redis 0 goes first) is 7 here (9 goes first)" in outcome(report, "full").notes
 
 
-@override_settings(CELERY_BROKER_URL="amqp://guest:guest@127.0.0.1:5672//")
-def test_priority_on_rabbitmq_keeps_its_order_capped_at_9(acme):
+def test_priority_on_rabbitmq_keeps_its_order_capped_at_9(acme, monkeypatch):
+    # The broker is the Celery app's (a host's app may load its conf under any namespace);
+    # Celery reads CELERY_BROKER_URL from the environment before its conf.
+    monkeypatch.setenv("CELERY_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//")
+    monkeypatch.setitem(current_app.conf, "broker_url", "amqp://guest:guest@127.0.0.1:5672//")
     cron_row("high", row={"priority": 200}, minute="0")
     cron_row("low", row={"priority": 1}, minute="5")
 

@@ -87,14 +87,20 @@ class ObserveWorker(bootsteps.StartStopStep):
         if logformat.json_wanted():
             parent.quiet = True  # no banner: every line on stdout and stderr is JSON
         self.metrics_port, self.metrics_address = metrics_port, metrics_address
+        consume_cronfleet_queues(parent.app.amqp.queues)
 
     def start(self, parent) -> None:
         # Imported when the worker starts: this module is imported when the Celery app is
         # made, before Django is set up, and metrics must follow the --metrics-port directory.
+        from scheduler_app.checks import setting_errors
         from scheduler_app.conf import app_settings
         from scheduler_app.models import NodeKind
         from scheduler_app.observability import metrics, nodes
 
+        if errors := setting_errors():  # as `manage.py check` says them: a worker does not run checks itself
+            from django.core.exceptions import ImproperlyConfigured  # here: beside its only use
+
+            raise ImproperlyConfigured("; ".join(f"{name} {message}" for name, message in errors))
         queues = sorted(parent.app.amqp.queues.consume_from or parent.app.amqp.queues)
         if self.metrics_port:
             if metrics.MULTIPROC_DIR:  # files of processes gone since the last start: their totals start again
@@ -116,6 +122,24 @@ class ObserveWorker(bootsteps.StartStopStep):
             shutil.rmtree(_own_directory, ignore_errors=True)
 
     shutdown = stop
+
+
+def consume_cronfleet_queues(queues) -> None:
+    """A worker started without -Q consumes Cronfleet's queue (CRONFLEET_QUEUE) beside its app's
+    own default queue, so a host's `celery -A <app> worker` runs Cronfleet's runs as it is; one
+    started with -Q consumes what it lists. Either way Cronfleet's queues are declared as the
+    beats declare them (queues.task_queue: durable, its priorities, its queue type), not as
+    Celery would make a missing queue from the host's settings, which RabbitMQ would refuse
+    as a different declaration of the same queue."""
+    from scheduler_app.conf import app_settings  # here: the worker has loaded Django's settings by now
+    from scheduler_app.queues import task_queue
+
+    listed = queues._consume_from  # None: no -Q (Celery's own attribute: the property hides the difference)
+    if listed is None:
+        queues.select_add(task_queue(app_settings.QUEUE))
+        return
+    for name in sorted({app_settings.QUEUE, *app_settings.QUEUES} & set(listed)):
+        queues.select_add(task_queue(name))
 
 
 def worker_activity(worker=None) -> str:
