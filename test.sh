@@ -16,8 +16,10 @@ if [ ! -x .venv/bin/python ]; then
     || { echo "test.sh: Python 3.11 or newer is needed (found $("$python" --version 2>&1))" >&2; exit 1; }
   "$python" -m venv .venv
 fi
-stamp=.venv/.requirements.sha256
-want=$(sha256sum requirements.txt | cut -d' ' -f1)
+# Reinstalled when either file changed since the last install. A stamp of its own: demo.sh's
+# (.requirements.sha256) records requirements.txt alone, without the test tools.
+stamp=.venv/.requirements-dev.sha256
+want=$(cat requirements.txt requirements-dev.txt | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   if ! .venv/bin/python -c 'import MySQLdb' 2>/dev/null \
       && ! { command -v pkg-config >/dev/null && { pkg-config --exists libmariadb || pkg-config --exists mysqlclient; }; }; then
@@ -25,8 +27,10 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
          "install it first: apt-get install libmariadb-dev pkg-config" >&2
     exit 1
   fi
+  echo "test.sh: installing requirements-dev.txt (requirements.txt and the test tools) into .venv" \
+       "(first run: a minute or two)"
   .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -r requirements.txt
+  .venv/bin/python -m pip install --quiet -r requirements-dev.txt
   echo "$want" > "$stamp"
 fi
 
