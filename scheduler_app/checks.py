@@ -4,31 +4,9 @@ setting of the wrong type, out of range, or at odds with another, named with wha
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.core import checks
 
-from scheduler_app.conf import DEFAULTS, PREFIX, app_settings, kind_of, problems, redis_visibility_timeout
-
-
-def current_values() -> dict:
-    values = {name: getattr(app_settings, name) for name in DEFAULTS}
-    values["VISIBILITY_TIMEOUT"] = redis_visibility_timeout()
-    return values
-
-
-def setting_errors() -> list[tuple[str, str]]:
-    """(setting, message) for every Cronfleet setting the project sets wrongly."""
-    found = []
-    for name in DEFAULTS:
-        if hasattr(settings, PREFIX + name):
-            value, kind = getattr(settings, PREFIX + name), kind_of(name)
-            kinds = kind if isinstance(kind, tuple) else (kind,)
-            if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-                names = " or ".join(k.__name__ for k in kinds)
-                found.append((PREFIX + name, f"must be {'an' if names[0] in 'aeiou' else 'a'} {names}, got {value!r}"))
-    if found:  # the cross-checks compare values, which needs each of the right type
-        return found
-    return problems(current_values())
+from scheduler_app.conf import setting_errors
 
 
 @checks.register("cronfleet")

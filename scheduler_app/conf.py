@@ -210,3 +210,26 @@ def problems(values: Mapping[str, Any]) -> list[tuple[str, str]]:
     if url and not url.startswith(("redis://", "rediss://", "unix://", "sentinel://")):
         found.append((PREFIX + "RATE_LIMIT_REDIS_URL", "must be a redis://, rediss://, unix:// or sentinel:// URL"))
     return found
+
+
+def current_values() -> dict:
+    values = {name: getattr(app_settings, name) for name in DEFAULTS}
+    values["VISIBILITY_TIMEOUT"] = redis_visibility_timeout()
+    return values
+
+
+def setting_errors() -> list[tuple[str, str]]:
+    """(setting, message) for every Cronfleet setting the project sets wrongly."""
+    from django.conf import settings  # here: as in AppSettings
+
+    found = []
+    for name in DEFAULTS:
+        if hasattr(settings, PREFIX + name):
+            value, kind = getattr(settings, PREFIX + name), kind_of(name)
+            kinds = kind if isinstance(kind, tuple) else (kind,)
+            if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+                names = " or ".join(k.__name__ for k in kinds)
+                found.append((PREFIX + name, f"must be {'an' if names[0] in 'aeiou' else 'a'} {names}, got {value!r}"))
+    if found:  # the cross-checks compare values, which needs each of the right type
+        return found
+    return problems(current_values())

@@ -25,6 +25,7 @@ FLOORS = [
     ["scheduler_app.models"],
     ["scheduler_app.ledger"],
     ["scheduler_app.observability"],
+    ["scheduler_app.hints"],  # what to do next, in the words of a host project or the deployment
     ["scheduler_app.targets"],
     ["scheduler_app.dispatch", "scheduler_app.worker"],
     ["scheduler_app.alerts"],
@@ -32,7 +33,7 @@ FLOORS = [
     ["scheduler_app.management"],  # the commands, and the text renderings the admin shares (tables.py)
     ["scheduler_app.api", "scheduler_app.admin", "scheduler_app.tasks", "scheduler_app.webhooks",
      "scheduler_app.checks"],
-    ["scheduler_app.apps"],
+    ["scheduler_app.apps", "scheduler_app.urls"],  # the URLs a project includes: the API's and the admin's pages
 ]
 
 

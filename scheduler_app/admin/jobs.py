@@ -33,13 +33,46 @@ from scheduler_app.models import PRIORITY_MAX, PRIORITY_MIN, Calendar, Job, JobR
 from scheduler_app.services.edits import check_managed, managed_notice
 from scheduler_app.targets import monitor
 from scheduler_app.targets import sql as sqljobs
+from scheduler_app.targets import task as task_target
 
 NEXT_FIRES = 5
 
+TASK_HELP = (f"Any task your Celery app registers (staff only: the API and the command line may name only what "
+             f"{task_target.SETTING} allows)")
+ALLOWED_GROUP = f"Allowed ({task_target.SETTING}: the API and the command line may name these too)"
+OTHERS_GROUP = f"Registered with your Celery app, beyond {task_target.SETTING} (staff only)"
 
 
-def allowed_task_choices():
-    return [(name, name) for name in app_settings.ALLOWED_TASKS]
+def task_choices(*, any_registered: bool, current: str = "") -> list:
+    """The admin's task chooser, as django-celery-beat's admin offers the registered tasks:
+
+    - the allowed ones: every registered task the allow-list allows, and each exact entry of it
+      (a worker may import a task this web process has not);
+    - for staff who may choose beyond the allow-list (`any_registered`), the other registered
+      tasks: the issue this answers ("a job can call any task the host's Celery app registers,
+      chosen in the admin"), while tenants' API keys and the command line stay within the
+      allow-list (targets/task.py). Cronfleet's run tasks and Celery's own are never listed;
+    - the job's `current` task when it is neither (a change form keeps what the job has).
+    A blank choice first: a check-in job runs no task.
+    """
+    registered = task_target.registered_tasks()
+    allowed = {name for name in registered if task_target.task_allowed(name)}
+    allowed.update(entry for entry in app_settings.ALLOWED_TASKS if not task_target.is_pattern(entry))
+    others = [name for name in registered if name not in allowed] if any_registered else []
+    choices: list = [("", "---------"), (ALLOWED_GROUP, [(name, name) for name in sorted(allowed)])]
+    if others:
+        choices.append((OTHERS_GROUP, [(name, name) for name in others]))
+    if current and current not in allowed and current not in others:
+        choices.append(("This job's task", [(current, current)]))
+    return choices
+
+
+def may_choose_any_task(request, obj=None) -> bool:
+    """Staff with the job's add (a new job) or change permission may give it any registered task
+    (task_choices); the services take that as allow_any_registered=True from here only."""
+    user = request.user
+    perm = f"{Job._meta.app_label}.{'change' if obj is not None else 'add'}_job"
+    return bool(user.is_active and user.is_staff and user.has_perm(perm))
 
 
 # services.InvalidInput.field -> the add form's field (None: a non-field error).
@@ -80,8 +113,8 @@ FLEX_SCOPE_HELP = ("Whose planned fires the window's placement avoids: the tenan
 class JobAddForm(forms.ModelForm):
     """Creates a job through services.job_create; validated by services.validate_spec."""
 
-    task_name = forms.ChoiceField(choices=allowed_task_choices, label="Task", required=False,
-                                  help_text="What Cronfleet runs; blank for a check-in job")
+    task_name = forms.ChoiceField(choices=(), label="Task", required=False,
+                                  help_text=f"What Cronfleet runs; blank for a check-in job. {TASK_HELP}")
     check_in = forms.BooleanField(required=False, label="Check-in job",
                                   help_text="Runs elsewhere and pings its check-in URL (docs/check-ins.md); "
                                             "Cronfleet runs nothing")
@@ -103,9 +136,11 @@ class JobAddForm(forms.ModelForm):
                       "flex_scope": FLEX_SCOPE_HELP}
 
     spec: services.JobSpec | None = None
+    any_registered = False  # set by JobAdmin.get_form (may_choose_any_task)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self.fields["task_name"].choices = task_choices(any_registered=self.any_registered)
         tenant = self.data.get("tenant") or self.initial.get("tenant")
         limit_calendars(self, int(tenant) if str(tenant or "").isdigit() else None)
         chains.limit_parents(self, int(tenant) if str(tenant or "").isdigit() else None)
@@ -158,7 +193,7 @@ class JobAddForm(forms.ModelForm):
             spec.target_kind = TargetKind.MONITOR.value
             spec.monitor = {"grace_seconds": grace if grace is not None else monitor.DEFAULT_GRACE_SECONDS}
         try:
-            _, fields = services.validate_spec(tenant, spec, db_now())
+            _, fields = services.validate_spec(tenant, spec, db_now(), allow_any_registered=self.any_registered)
         except services.InvalidInput as exc:
             add_service_error(self, exc)
             return data
@@ -196,6 +231,7 @@ class JobChangeForm(forms.ModelForm):
     """Edits a saved job through services.job_update; services.plan_edit validates."""
 
     tags = TagsField()
+    task_name = forms.ChoiceField(choices=(), label="Task", required=False, help_text=TASK_HELP)
 
     class Meta:
         model = Job
@@ -205,9 +241,12 @@ class JobChangeForm(forms.ModelForm):
                       "flex_scope": FLEX_SCOPE_HELP}
 
     changes: dict | None = None
+    any_registered = False  # set by JobAdmin.get_form (may_choose_any_task)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self.fields["task_name"].choices = task_choices(any_registered=self.any_registered,
+                                                        current=self.instance.task_name)
         limit_calendars(self, self.instance.tenant_id)
         chains.limit_parents(self, self.instance.tenant_id, self.instance.id)
 
@@ -240,7 +279,7 @@ class JobChangeForm(forms.ModelForm):
         if changes.get("flex_window") == "" and "cron" not in changes and data.get("cron"):
             changes["cron"] = data["cron"]  # a window cleared: the job stays at the minute placed in it
         try:
-            edit = services.plan_edit(self.instance, changes, db_now())
+            edit = services.plan_edit(self.instance, changes, db_now(), allow_any_registered=self.any_registered)
             if edit.diff and app_settings.MANAGED_JOBS_READ_ONLY:
                 check_managed(self.instance, actor="admin")  # refuses a job managed by schedules as code
         except services.InvalidInput as exc:
@@ -387,7 +426,9 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
 
     def get_form(self, request, obj=None, **kwargs):
         kwargs["form"] = JobAddForm if obj is None else JobChangeForm
-        return super().get_form(request, obj, **kwargs)
+        form = super().get_form(request, obj, **kwargs)  # a class made for this request
+        form.any_registered = may_choose_any_task(request, obj)
+        return form
 
     # -- display --
 
@@ -466,12 +507,14 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         if change:
             job = Job.objects.select_related("tenant").get(pk=obj.pk)
-            adopt(obj, services.job_update(job, form.changes or {}, actor=actor(request)))
+            adopt(obj, services.job_update(job, form.changes or {}, actor=actor(request),
+                                           allow_any_registered=form.any_registered))
             if job.managed_by and form.changes:
                 self.message_user(request, managed_notice(job) + "; this edit shows as drift in the next plan, "
                                   "and the next apply sets it back", messages.WARNING)
             return
-        adopt(obj, services.job_create(obj.tenant, form.spec, actor=actor(request)))
+        adopt(obj, services.job_create(obj.tenant, form.spec, actor=actor(request),
+                                       allow_any_registered=form.any_registered))
 
     def delete_model(self, request, obj):
         services.job_delete(obj, actor=actor(request))

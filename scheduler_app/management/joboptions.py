@@ -55,8 +55,9 @@ def add_job_options(parser: CommandParser, *, edit: bool) -> None:
                         help="Whose planned fires a --window avoids: the tenant's (default) or those of the queue")
     parser.add_argument("--timezone", metavar="ZONE",
                         help="IANA zone the cron expression (or the window) is read in (default: the tenant's zone)")
-    allowed = ", ".join(app_settings.ALLOWED_TASKS) or "(none)"
-    parser.add_argument("--task", metavar="TASKNAME", help=f"Celery task to call ({allowed})")
+    allowed = ", ".join(app_settings.ALLOWED_TASKS).replace("%", "%%") or "(none)"  # argparse formats help with %
+    parser.add_argument("--task", metavar="TASKNAME",
+                        help=f"Celery task to call, one CRONFLEET_ALLOWED_TASKS allows (names or patterns: {allowed})")
     parser.add_argument("--http-url", metavar="URL", help="Call this URL (a signed webhook)")
     parser.add_argument("--command", dest="command_name", metavar="NAME",
                         help="Run this program from CRONFLEET_COMMANDS")

@@ -19,6 +19,7 @@ from scheduler_app.services.checkins import ensure_monitor
 from scheduler_app.services.common import check_int, jsonable
 from scheduler_app.services.jobs import first_fire
 from scheduler_app.services.jobspec import JobSpec, validate_spec
+from scheduler_app.targets import task as task_target
 from scheduler_app.validation import InvalidInput
 
 logger = logging.getLogger(__name__)
@@ -72,10 +73,12 @@ class Edit:
     diff: dict
 
 
-def plan_edit(job: Job, changes: dict, now: datetime) -> Edit:
+def plan_edit(job: Job, changes: dict, now: datetime, *, allow_any_registered: bool = False) -> Edit:
     """Merge `changes` (JobSpec field names) onto the job and validate the whole.
 
-    Giving any of cron/every/at replaces the schedule: the kinds not given are cleared.
+    Giving any of cron/every/at replaces the schedule: the kinds not given are cleared. A task
+    staff chose in the admin beyond the allow-list stays allowed while the edit keeps it;
+    allow_any_registered=True (the admin's change form, for staff) accepts any registered task.
     """
     unknown = sorted(set(changes) - SPEC_FIELDS)
     if unknown:
@@ -101,7 +104,9 @@ def plan_edit(job: Job, changes: dict, now: datetime) -> Edit:
     anchor = job.anchor_at if spec.every is not None and spec.every == job.every_seconds else None
     schedule, fields = validate_spec(job.tenant, spec, now, anchor=anchor, jitter_seed=job.jitter_seed,
                                      check_schedule_quota=schedule_changed, check_end=spec.end_at != before.end_at,
-                                     flex_kept=flexible.kept_placement(job, spec), job_id=job.id)
+                                     flex_kept=flexible.kept_placement(job, spec), job_id=job.id,
+                                     allow_any_registered=allow_any_registered,
+                                     kept_task=job.task_name if task_target.chosen_in_admin(job) else "")
     if fields["after_job_id"] != job.after_job_id:
         chains.check_no_loop(job, Job.objects.filter(id=fields["after_job_id"]).first())
     diff = {
@@ -112,13 +117,14 @@ def plan_edit(job: Job, changes: dict, now: datetime) -> Edit:
     return Edit(fields=fields, schedule=schedule, schedule_changed=schedule_changed, diff=diff)
 
 
-def job_update(job: Job, changes: dict, *, actor: str = "") -> Job:
+def job_update(job: Job, changes: dict, *, actor: str = "", allow_any_registered: bool = False) -> Job:
     """Apply `changes` to a job (validated as a whole), bump its version and, when the
-    schedule changed, compute its next fire from now. Runs already recorded are left alone."""
+    schedule changed, compute its next fire from now. Runs already recorded are left alone.
+    allow_any_registered=True comes from the admin's change form only (plan_edit)."""
     with transaction.atomic():
         if changes.get("flex_window") or job.flex_window:  # a placement: under its scope's lock
             flexible.lock_placements([job.tenant_id], placement_queues(job, changes))
-        return _update(job, changes, actor)
+        return _update(job, changes, actor, allow_any_registered)
 
 
 def placement_queues(job: Job, changes: dict) -> list[str]:
@@ -128,9 +134,9 @@ def placement_queues(job: Job, changes: dict) -> list[str]:
     return [job.queue, changes.get("queue", job.queue) or ""] if queue_scoped else []
 
 
-def _update(job: Job, changes: dict, actor: str) -> Job:
+def _update(job: Job, changes: dict, actor: str, allow_any_registered: bool) -> Job:
     now = db_now()
-    edit = plan_edit(job, changes, now)
+    edit = plan_edit(job, changes, now, allow_any_registered=allow_any_registered)
     if not edit.diff:
         return job
     check_managed(job, actor)

@@ -33,6 +33,7 @@ from django_celery_beat.tzcrontab import TzAwareCrontab
 from scheduler_app import schedules, services
 from scheduler_app.conf import app_settings, celery_broker_url
 from scheduler_app.models import PRIORITY_DEFAULT, PRIORITY_MAX, Job, Tenant, db_now
+from scheduler_app.targets import task as task_target
 
 TAG = "celery-beat"
 # Celery's crontab field ranges: (attribute, lowest, highest).
@@ -63,7 +64,7 @@ class Translation:
     # the report), and with `lapsed` a job already made from the source is still compared.
     refusal: str = ""
     lapsed: bool = False
-    missing_task: str = ""  # a task not in CRONFLEET_ALLOWED_TASKS
+    missing_task: str = ""  # a task CRONFLEET_ALLOWED_TASKS does not allow
     notes: list[str] = field(default_factory=list)
     # A one-off taken from a repeating schedule (or a passed clocked time): its instant was
     # decided at the first import and is not compared again.
@@ -79,7 +80,7 @@ class Outcome:
     notes: list[str] = field(default_factory=list)
     row_id: int | None = None  # the PeriodicTask an imported or unchanged job stands for
     queue: str = ""  # the job's queue ('' is the default one), when it has a job or would have
-    missing_task: str = ""  # skipped because this task is not in CRONFLEET_ALLOWED_TASKS
+    missing_task: str = ""  # skipped because CRONFLEET_ALLOWED_TASKS does not allow this task
 
 
 @dataclass
@@ -98,9 +99,18 @@ class Report:
         """The tasks of skipped sources that CRONFLEET_ALLOWED_TASKS lacks, in order."""
         return list(dict.fromkeys(outcome.missing_task for outcome in self.outcomes if outcome.missing_task))
 
+    def allow_setting(self) -> str:
+        """The CRONFLEET_ALLOWED_TASKS line of a Django settings module that allows the tasks of
+        the skipped sources too (its entries as they are, patterns included); empty when none
+        is missing."""
+        missing = self.missing_tasks()
+        if not missing:
+            return ""
+        return f"CRONFLEET_ALLOWED_TASKS = {[*app_settings.ALLOWED_TASKS, *missing]!r}"
+
     def allow_line(self) -> str:
-        """The CRONFLEET_ALLOWED_TASKS line (an environment variable, comma separated) that
-        allows the tasks of the skipped sources too; empty when none is missing."""
+        """allow_setting() as Cronfleet's own deployment takes it: its environment variable,
+        comma separated; empty when none is missing."""
         missing = self.missing_tasks()
         if not missing:
             return ""
@@ -221,7 +231,7 @@ def base_spec(name: str, task: str, args, kwargs, description: str) -> services.
 def check_task(result: Translation) -> Translation:
     """Refuse a translated source whose task the workers may not run, keeping its schedule."""
     task = result.spec.task_name
-    if task not in app_settings.ALLOWED_TASKS:
+    if not task_target.task_allowed(task):
         result.refusal = f"task {task!r} is not in CRONFLEET_ALLOWED_TASKS"
         result.missing_task, result.lapsed = task, False
     return result

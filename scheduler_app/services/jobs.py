@@ -28,7 +28,9 @@ def first_fire(schedule: schedules.Schedule, now: datetime) -> datetime | None:
     return schedules.next_fire_after(schedule, now - timedelta(microseconds=1))
 
 
-def job_create(tenant: Tenant, spec: JobSpec, *, actor: str = "") -> Job:
+def job_create(tenant: Tenant, spec: JobSpec, *, actor: str = "", allow_any_registered: bool = False) -> Job:
+    """Make a job of `spec` for `tenant`. allow_any_registered=True comes from the admin's job
+    form only, for staff: the task may be any the Celery app registers (validate_spec)."""
     seed = secrets.randbelow(2**31)
     name = spec.name
     try:
@@ -36,7 +38,8 @@ def job_create(tenant: Tenant, spec: JobSpec, *, actor: str = "") -> Job:
             if spec.flex_window:  # placed and saved under the scope's lock: no two on one minute
                 flexible.lock_placements([tenant.id], [spec.queue or ""] if spec.flex_scope == "queue" else [])
             now = db_now()
-            schedule, fields = validate_spec(tenant, spec, now, jitter_seed=seed)
+            schedule, fields = validate_spec(tenant, spec, now, jitter_seed=seed,
+                                             allow_any_registered=allow_any_registered)
             fields["jitter_seed"] = seed
             name = fields["name"]
             check_job_quota(tenant)

@@ -21,6 +21,7 @@ from scheduler_app.models import (
 from scheduler_app.services import chains, flexible
 from scheduler_app.services.calendars import job_calendar
 from scheduler_app.services.common import QuotaExceeded, check_int
+from scheduler_app.targets import task as task_target
 from scheduler_app.validation import (
     InvalidInput,
     check_end_at,
@@ -118,7 +119,8 @@ def check_pause_after_failures(value) -> int | None:
 def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime, *, anchor: datetime | None = None,
                   jitter_seed: int = 0, check_schedule_quota: bool = True,
                   check_end: bool = True, flex_kept: flexible.Placement | None = None,
-                  job_id: int | None = None) -> tuple[schedules.Schedule, dict]:
+                  job_id: int | None = None, allow_any_registered: bool = False,
+                  kept_task: str = "") -> tuple[schedules.Schedule, dict]:
     """Check every field of `spec`; return the normalised schedule and the model fields.
 
     An interval counts from `anchor` (an edit keeps the job's), else from now. An edit
@@ -127,11 +129,16 @@ def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime, *, anchor: datet
     leaves end_at alone passes check_end=False (an end that has since passed is no error).
     A flexible window is placed now (reading the scope's jobs but `job_id`), unless an edit
     passes the job's placement as `flex_kept`.
+
+    A task job names a task CRONFLEET_ALLOWED_TASKS allows. Only the admin's job forms, for
+    staff with the add or change job permission, pass allow_any_registered=True: any task the
+    Celery app registers then (targets/task.py). An edit passes as `kept_task` the task staff
+    chose for the job beyond the allow-list, which stays allowed while the edit keeps it.
     """
     if not tenant.is_active:
         raise InvalidInput("tenant", f"tenant {tenant.slug!r} is not active")
     name = check_name("name", spec.name)
-    target_config = validate_target(spec, tenant)
+    target_config = validate_target(spec, tenant, allow_any_registered=allow_any_registered, kept_task=kept_task)
     args = [] if spec.args is None else spec.args
     kwargs = {} if spec.kwargs is None else spec.kwargs
     if not isinstance(args, list):
@@ -239,9 +246,13 @@ def check_job_quota(tenant: Tenant) -> None:
         raise QuotaExceeded("name", f"tenant {tenant.slug!r} has reached its quota of {tenant.max_jobs} jobs (max_jobs)")
 
 
-def validate_target(spec: JobSpec, tenant: Tenant) -> dict:
-    """Check the job's target for `tenant`; return its target_config (empty for task jobs)."""
+def validate_target(spec: JobSpec, tenant: Tenant, *, allow_any_registered: bool = False,
+                    kept_task: str = "") -> dict:
+    """Check the job's target for `tenant`; return its target_config (for a task job, empty, or
+    its mark as chosen by staff beyond the allow-list: see validate_spec)."""
     kind = targets.KINDS.get(spec.target_kind)
     if kind is None:
         raise InvalidInput("target_kind", f"must be one of {', '.join(TargetKind.values)}")
+    if kind is task_target:
+        return task_target.check(spec, tenant.slug, any_registered=allow_any_registered, kept=kept_task)
     return kind.check(spec, tenant.slug)

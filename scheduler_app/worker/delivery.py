@@ -58,8 +58,17 @@ def report(task, outcome: Outcome) -> str:
         raise Ignore()
     if outcome.state in FAILURES:
         detail = outcome.detail or (STALE if outcome.state == "stale" else "")
-        raise RunFailed(f"run {run_id} attempt {attempt} {outcome.state}: {detail}"[:1000])
+        called = called_task(outcome)
+        raise RunFailed(f"run {run_id} attempt {attempt} {outcome.state}: {detail}"[:1000 - len(called)] + called)
     return outcome.state
+
+
+def called_task(outcome: Outcome) -> str:
+    """' (task billing.extract)' for a task job's run: the message names the job (its shadow
+    name) and the run, but the task it called only here, in the worker's failure line and in
+    Flower's exception column; '' for other targets."""
+    job = outcome.started.job if outcome.started is not None else None
+    return f" (task {job.task_name})" if job is not None and job.task_name else ""
 
 
 def report_batch(task, outcomes: list[Outcome]) -> list[str]:
@@ -70,7 +79,7 @@ def report_batch(task, outcomes: list[Outcome]) -> list[str]:
         metrics.observe_delivery(outcome, queue, tenant_labels=app_settings.METRICS_TENANT_LABELS)
     failed = [outcome for outcome in outcomes if outcome.state in FAILURES]
     if failed:
-        states = ", ".join(f"{o.started.run.id if o.started else '?'} {o.state}" for o in failed)
+        states = ", ".join(f"{o.started.run.id if o.started else '?'} {o.state}{called_task(o)}" for o in failed)
         raise RunFailed(f"{len(failed)} of the batch's {len(outcomes)} runs did not succeed: {states}"[:1000])
     return [outcome.state for outcome in outcomes]
 

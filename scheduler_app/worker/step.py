@@ -92,8 +92,7 @@ class ObserveWorker(bootsteps.StartStopStep):
     def start(self, parent) -> None:
         # Imported when the worker starts: this module is imported when the Celery app is
         # made, before Django is set up, and metrics must follow the --metrics-port directory.
-        from scheduler_app.checks import setting_errors
-        from scheduler_app.conf import app_settings
+        from scheduler_app.conf import app_settings, setting_errors
         from scheduler_app.models import NodeKind
         from scheduler_app.observability import metrics, nodes
 
@@ -132,7 +131,7 @@ def consume_cronfleet_queues(queues) -> None:
     Celery would make a missing queue from the host's settings, which RabbitMQ would refuse
     as a different declaration of the same queue."""
     from scheduler_app.conf import app_settings  # here: the worker has loaded Django's settings by now
-    from scheduler_app.queues import task_queue
+    from scheduler_app.queues import task_queue  # here: as above
 
     listed = queues._consume_from  # None: no -Q (Celery's own attribute: the property hides the difference)
     if listed is None:

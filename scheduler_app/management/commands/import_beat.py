@@ -8,12 +8,13 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from scheduler_app import services
+from scheduler_app import hints, services
 from scheduler_app.management.tables import OneLineErrors, format_table
 from scheduler_app.models import NodeKind, db_now
-from scheduler_app.observability.nodes import node_states, queue_consumers, unconsumed_warning
+from scheduler_app.observability.nodes import node_states, queue_consumers
 from scheduler_app.queues import queue_name
 from scheduler_app.services import beatfile, importbeat
+from scheduler_app.targets import task as task_target
 
 
 class Command(OneLineErrors, BaseCommand):
@@ -55,8 +56,9 @@ class Command(OneLineErrors, BaseCommand):
             if "django_celery_beat" not in str(exc):
                 raise
             raise CommandError("import_beat: the django-celery-beat tables are not in this database (run "
-                               "./manage.py migrate django_celery_beat, or set DATABASE_URL to the database that "
-                               "holds them)", returncode=2) from None
+                               "./manage.py migrate django_celery_beat, or point DATABASES['default'] in your Django "
+                               "settings at the database that holds them: DATABASE_URL in Cronfleet's own "
+                               "deployment)", returncode=2) from None
         sources = " and ".join(name for name, wanted in (("PeriodicTask rows", from_db),
                                                          ("the beat schedule", from_settings)) if wanted)
         self.stdout.write(f"Import into tenant {tenant} from {sources}"
@@ -105,8 +107,15 @@ class Command(OneLineErrors, BaseCommand):
                               f"{', '.join(report.still_enabled)}. Disable them with --disable-source (or stop "
                               "celery beat) before the beats fire them.")
         if allow := report.allow_line():
-            self.stdout.write(f"Tasks not allowed ({', '.join(report.missing_tasks())}): to import their jobs, set "
-                              "this (an environment variable; the workers must import the tasks) and run again:")
+            missing = report.missing_tasks()
+            pattern = task_target.suggested_pattern(missing[0])
+            self.stdout.write(f"Tasks not allowed ({', '.join(missing)}): to import their jobs, allow them in "
+                              f"{hints.setting_hint(task_target.SETTING)}"
+                              + (f", by name or by a pattern such as {pattern!r}" if pattern else "")
+                              + f"; the workers of your Celery app (celery -A {hints.celery_app_argument()}) must "
+                              "import the tasks. Then run again. In your settings:")
+            self.stdout.write(f"  {report.allow_setting()}")
+            self.stdout.write("In Cronfleet's own deployment, its environment:")
             self.stdout.write(f"  {allow}")
         self.print_queues(report)
         if report.differences:
@@ -139,5 +148,5 @@ class Command(OneLineErrors, BaseCommand):
         expire, there."""
         now = db_now()
         for queue in report.queues():
-            if warning := unconsumed_warning(queue, now):
+            if warning := hints.unconsumed_warning(queue, now):
                 self.stderr.write(f"import_beat: {warning}")

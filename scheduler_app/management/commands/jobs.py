@@ -14,7 +14,7 @@ from datetime import timedelta
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import JSONField, OuterRef, Subquery
 
-from scheduler_app import schedules, services
+from scheduler_app import hints, schedules, services
 from scheduler_app.conf import app_settings
 from scheduler_app.management.joboptions import (
     ISO_HELP,
@@ -36,7 +36,6 @@ from scheduler_app.management.tables import (
     utc_text,
 )
 from scheduler_app.models import Job, JobRun, RunState, Tenant, db_now
-from scheduler_app.observability.nodes import unconsumed_warning
 from scheduler_app.targets import sql as sqljobs
 
 MAX_LIMIT = 1000
@@ -140,7 +139,7 @@ class Command(OneLineErrors, BaseCommand):
         spec = services.JobSpec(**job_fields(options))
         job = services.job_create(services.tenant_by_slug(tenant), spec, actor="cli")
         self.stdout.write(f"Created job {job.id}: {job.tenant.slug}/{job.name}")
-        if warning := unconsumed_warning(job.queue, db_now()):
+        if warning := hints.unconsumed_warning(job.queue, db_now()):
             self.stderr.write(warning)
         self.stdout.write(f"schedule: {schedule_text(job)}")
         if job.flex_window:

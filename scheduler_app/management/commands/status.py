@@ -19,6 +19,8 @@ from datetime import timedelta
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
+import scheduler_app
+from scheduler_app import hints
 from scheduler_app.conf import app_settings
 from scheduler_app.ledger import stats
 from scheduler_app.management.tables import format_table, shorten, utc_text
@@ -37,6 +39,7 @@ def gather() -> dict:
     lags = stats.run_stats(None, window=LAG_WINDOW, now=found.now)
     runs = stats.run_stats(None, window=RUNS_WINDOW, now=found.now)
     return {
+        "version": scheduler_app.__version__,  # this process's Cronfleet; each node's own is in "nodes"
         "at": found.now.isoformat(),
         "nodes": [{"kind": n.node.kind, "name": n.node.name, "state": n.state, "last_seen_seconds": round(n.age, 1),
                    "activity": n.node.activity, "queues": n.node.queues, "host": n.node.host, "pid": n.node.pid,
@@ -84,7 +87,7 @@ def http_cells(http: dict | None) -> tuple:
 
 
 def render(status: dict) -> str:
-    lines = [f"Cronfleet at {status['at']} (the database's clock)", ""]
+    lines = [f"Cronfleet {status['version']} at {status['at']} (the database's clock)", ""]
     live = status["live"]
     lines.append(f"Beats: {live['beat']} live   Workers: {live['worker']} live"
                  + (f"   ({status['stopped_nodes']} stopped recently)" if status["stopped_nodes"] else ""))
@@ -111,7 +114,8 @@ def render(status: dict) -> str:
         expire = status["unconsumed_expire_seconds"]
         lines.append(f"NO LIVE WORKER for queue{'s' if len(status['unconsumed_queues']) > 1 else ''} "
                      f"{', '.join(status['unconsumed_queues'])}: runs wait there, are not published again"
-                     + (f", and are skipped (no_consumer) after {seconds(expire)}" if expire else ""))
+                     + (f", and are skipped (no_consumer) after {seconds(expire)}" if expire else "")
+                     + f"; {hints.worker_hint(status['unconsumed_queues'])}")
     lines += ["", f"Lags over the last {status['lags_window_seconds'] // 60} minutes (scheduled runs):",
               format_table(["lag", "runs", "p50", "p99"], [
                   (name, f"{lag['count']:,}", seconds(lag["p50"]), seconds(lag["p99"]))
