@@ -26,7 +26,7 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 
 # What a record may say about its subject; kept in this order at the front of each line.
-FIELDS = ("run_id", "job", "tenant", "attempt", "fire_key", "queue", "task_id")
+FIELDS = ("run_id", "job", "tenant", "attempt", "fire_key", "target", "queue", "task_id")
 _context: ContextVar[dict] = ContextVar("cronfleet_log_context", default={})  # noqa: B039 (never changed in place: set() replaces it)
 _node = ""
 
@@ -65,7 +65,7 @@ def bind_started(started) -> None:
     """Once a run has started: its job, tenant and fire key (an execution.Started)."""
     run = started.run
     bind(run_id=run.id, attempt=run.attempt, job=f"{started.tenant}/{started.job.name}", tenant=started.tenant,
-         fire_key=run.fire_key)
+         fire_key=run.fire_key, target=started.job.task_name or started.job.target_kind)
 
 
 class JsonFormatter(logging.Formatter):

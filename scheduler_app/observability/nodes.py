@@ -37,7 +37,6 @@ from django.db.models.functions import Now
 from prometheus_client import multiprocess
 
 from scheduler_app.models import Node, NodeKind
-from scheduler_app.queues import queue_name
 
 logger = logging.getLogger(__name__)
 
@@ -99,17 +98,6 @@ def last_consumed_at(states: Iterable[NodeState]) -> dict[str, datetime]:
                 if queue not in seen or seen[queue] < state.node.last_seen_at:
                     seen[queue] = state.node.last_seen_at
     return seen
-
-
-def unconsumed_warning(queue: str, now: datetime) -> str:
-    """A warning for `manage.py jobs add` and `import_beat`: empty when a live worker
-    consumes the job queue `queue` ('' is the default queue)."""
-    name = queue_name(queue)
-    if queue_consumers(node_states(now, kind=NodeKind.WORKER)).get(name):
-        return ""
-    return (f"warning: no live worker consumes queue {name!r}: its runs wait in the broker, are not "
-            f"published again, and are skipped (no_consumer) after CRONFLEET_UNCONSUMED_EXPIRE_SECONDS; "
-            f"start one with `celery -A project worker -Q {name}`")
 
 
 # A worker's HTTP attempts, summed over its pool processes, as its heartbeat's activity says
