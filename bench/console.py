@@ -131,8 +131,8 @@ def pages(tenant_ids: list[int]) -> list[tuple[str, str]]:
     deep = last_page(JobRun.objects.all(), 100)
     deep_failed = last_page(JobRun.objects.filter(state="failed"), 50)
     return [
-        ("dashboard", reverse("cronfleet_dashboard")),
-        ("tenant dashboard", f"{reverse('cronfleet_dashboard')}?tenant={tenant.slug}"),
+        ("dashboard", reverse("cronfleet:dashboard")),
+        ("tenant dashboard", f"{reverse('cronfleet:dashboard')}?tenant={tenant.slug}"),
         ("job list", reverse("admin:scheduler_app_job_changelist")),
         ("job page", reverse("admin:scheduler_app_job_change", args=[job.id])),
         ("run ledger", runs),

@@ -53,7 +53,7 @@ def login(client, *codenames: str) -> User:
 def test_the_dashboard_refuses_staff_without_its_view_permissions_and_says_which(client, failing, held):
     login(client, *held)
 
-    response = client.get(reverse("cronfleet_dashboard"))
+    response = client.get(reverse("cronfleet:dashboard"))
 
     html = response.content.decode()
     assert response.status_code == 403
@@ -64,7 +64,7 @@ def test_the_dashboard_refuses_staff_without_its_view_permissions_and_says_which
 def test_the_dashboard_shows_its_panels_to_staff_with_its_view_permissions(client, failing):
     login(client, *DASHBOARD_VIEWS)
 
-    response = client.get(reverse("cronfleet_dashboard"))
+    response = client.get(reverse("cronfleet:dashboard"))
 
     assert response.status_code == 200
     assert SECRET_ALERT in response.content.decode() and "acme/nightly" in response.content.decode()

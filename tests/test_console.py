@@ -332,7 +332,7 @@ def test_the_dashboard_charts_the_last_hour_and_day_and_the_next_hour(admin_clie
     assert dashboard.roll_up(now, max_minutes=1440) > 0
 
     index = admin_client.get("/admin/").content.decode()
-    html = admin_client.get(reverse("cronfleet_dashboard")).content.decode()
+    html = admin_client.get(reverse("cronfleet:dashboard")).content.decode()
 
     assert 'href="/admin/dashboard/"' in index
     runs_hour = html.split('id="cf-runs-hour"')[1].split("</section>")[0]
@@ -362,8 +362,8 @@ def test_a_tenant_s_dashboard_counts_that_tenant_only(admin_client, job):
         make_run(noisy, now - timedelta(minutes=minutes, seconds=6))
     dashboard.roll_up(now, max_minutes=1440)
 
-    html = admin_client.get(reverse("cronfleet_dashboard"), {"tenant": "demo"}).content.decode()
-    missing = admin_client.get(reverse("cronfleet_dashboard"), {"tenant": "nobody"})
+    html = admin_client.get(reverse("cronfleet:dashboard"), {"tenant": "demo"}).content.decode()
+    missing = admin_client.get(reverse("cronfleet:dashboard"), {"tenant": "nobody"})
 
     assert 'id="cf-tenant"' in html and "Dashboard of tenant demo" in html
     assert html.split('id="cf-runs-hour"')[1].split("</section>")[0].count('data-series="dead"') == 3
@@ -386,7 +386,7 @@ def test_the_dashboard_shows_each_queue_s_depth_and_the_beats_and_workers(admin_
         services.job_trigger(job)
     nodes.Registration(NodeKind.BEAT, "beat-under-test", stale_after=60, queues=[queue_name]).register("dispatching")
 
-    html = admin_client.get(reverse("cronfleet_dashboard")).content.decode()
+    html = admin_client.get(reverse("cronfleet:dashboard")).content.decode()
 
     queues = html.split('id="cf-queues"')[1].split("</section>")[0]
     assert f"<tr><td>{queue_name}</td><td>3</td>" in queues
@@ -407,8 +407,8 @@ def test_the_dashboard_lists_the_latest_alerts_of_the_day(admin_client, job):
                              message=f"{alerted.name} went {kind}", raised_at=now - timedelta(hours=hours),
                              delivered_at=now if kind == "dead" else None)
 
-    html = admin_client.get(reverse("cronfleet_dashboard")).content.decode()
-    mine = admin_client.get(reverse("cronfleet_dashboard"), {"tenant": "demo"}).content.decode()
+    html = admin_client.get(reverse("cronfleet:dashboard")).content.decode()
+    mine = admin_client.get(reverse("cronfleet:dashboard"), {"tenant": "demo"}).content.decode()
 
     panel = html.split('id="cf-alerts"')[1].split("</section>")[0]
     assert ">demo/flaky</a>" in panel and ">other/quiet</a>" in panel
@@ -419,14 +419,14 @@ def test_the_dashboard_lists_the_latest_alerts_of_the_day(admin_client, job):
 
 
 def test_the_dashboard_is_for_staff_only(client, job):
-    assert client.get(reverse("cronfleet_dashboard")).status_code == 302  # to the login page
+    assert client.get(reverse("cronfleet:dashboard")).status_code == 302  # to the login page
 
 
 def test_empty_charts_say_no_data(admin_client, job):
     """With nothing finished and nothing due, each chart says so instead of empty axes."""
     Job.objects.filter(pk=job.pk).update(enabled=False)
 
-    html = admin_client.get(reverse("cronfleet_dashboard")).content.decode()
+    html = admin_client.get(reverse("cronfleet:dashboard")).content.decode()
     page = admin_client.get(url("job", "change", job.pk)).content.decode()
 
     for chart in ("cf-runs-hour", "cf-lag-hour", "cf-runs-day", "cf-failure-day", "cf-forecast"):

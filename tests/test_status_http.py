@@ -95,7 +95,7 @@ def test_status_and_the_dashboard_show_a_workers_http_attempts_in_flight(receive
     (name, http), = found.items()
     text = StringIO()
     call_command("status", stdout=text)
-    html = admin_client.get(reverse("cronfleet_dashboard")).content.decode()
+    html = admin_client.get(reverse("cronfleet:dashboard")).content.decode()
 
     # A process with attempts waiting has its one host saturated.
     assert 0 < http["in_flight"] <= 2 * PER_HOST and http["hosts_saturated"] >= (1 if http["waiting"] else 0), http

@@ -98,7 +98,7 @@ def test_status_metrics_and_the_dashboard_name_a_queue_with_runs_and_no_live_wor
     json_out = StringIO()
     call_command("status", "--json", stdout=json_out)
     families = {family.name: family for family in cluster.ClusterCollector().collect()}
-    html = admin_client.get(reverse("cronfleet_dashboard")).content.decode()
+    html = admin_client.get(reverse("cronfleet:dashboard")).content.decode()
 
     # Other tests leave messages on the default queue, which no worker consumes here either.
     warning = next(line for line in out.getvalue().splitlines() if line.startswith("NO LIVE WORKER for queue"))

@@ -440,8 +440,8 @@ def test_the_dashboard_says_in_maintenance_until_the_end_for_the_tenants_open_wi
     window_create(tenant, name="later", starts_at=now + timedelta(hours=2), ends_at=now + timedelta(hours=3))
     other = services.tenant_create(slug="other", name="Other")
 
-    page = admin_client.get(reverse("cronfleet_dashboard") + f"?tenant={tenant.slug}").content.decode()
+    page = admin_client.get(reverse("cronfleet:dashboard") + f"?tenant={tenant.slug}").content.decode()
     assert "In maintenance until" in page and "db-upgrade" in page
     assert "later" not in page
-    elsewhere = admin_client.get(reverse("cronfleet_dashboard") + f"?tenant={other.slug}").content.decode()
+    elsewhere = admin_client.get(reverse("cronfleet:dashboard") + f"?tenant={other.slug}").content.decode()
     assert "In maintenance until" not in elsewhere

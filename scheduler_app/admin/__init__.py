@@ -22,6 +22,12 @@ facet counts, show foreign keys as raw ids, and the action filter lists known ac
 instead of asking the table for its distinct values.
 
 Datetimes show with seconds and their zone everywhere (scheduler_app/formats).
+
+The admin site itself is the project's: these modules register Cronfleet's models on it and
+change nothing else (its names, its index, other apps' models). The dashboard (dashboard.py)
+is a page of the app's URLs (scheduler_app/urls.py) served inside the site's chrome, linked
+from the app's section (templates/admin/scheduler_app/app_index.html). Cronfleet's own
+deployment names the site after itself in project/admin.py.
 """
 
-from scheduler_app.admin import alerts, apikeys, audit, calendars, jobs, login, nodes, runs, site, tenants, windows  # noqa: F401 (registers the models)
+from scheduler_app.admin import alerts, apikeys, audit, calendars, jobs, login, nodes, runs, tenants, windows  # noqa: F401 (registers the models)

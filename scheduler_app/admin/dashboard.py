@@ -1,5 +1,8 @@
-"""The staff dashboard at /admin/dashboard/ (linked from the admin's index; one tenant's at
-/admin/dashboard/?tenant=<slug>, linked from the tenant's page and the noisiest tenants): charts
+"""The staff dashboard at dashboard/ under the prefix a project includes Cronfleet's URLs at
+(scheduler_app/urls.py, name cronfleet:dashboard; /admin/dashboard/ in Cronfleet's own
+deployment), linked from the app's section of the admin; one tenant's at ?tenant=<slug>,
+linked from the tenant's page and the noisiest tenants. A staff page of the default admin
+site (its login, its header), rendered with the site's context. Charts
 of the last hour and day, the next hour's forecast, top failing jobs, noisiest tenants; numbers from
 scheduler_app/observability/dashboard.py, charts as server-rendered SVG (scheduler_app/admin/charts.py).
 
@@ -23,7 +26,7 @@ import time
 from django.contrib import admin
 from django.db import connection
 from django.template.response import TemplateResponse
-from django.urls import reverse
+from django.urls import NoReverseMatch, reverse
 
 from scheduler_app.admin import charts
 from scheduler_app.admin.alerts import dashboard_alerts
@@ -112,6 +115,15 @@ def dashboard_view(request):
         )
     context["render_ms"] = round((time.perf_counter() - began) * 1000)
     return TemplateResponse(request, "admin/cronfleet_dashboard.html", context)
+
+
+def dashboard_url() -> str | None:
+    """The dashboard's path; None in a project that did not include Cronfleet's URLs, whose
+    admin pages then just go without a link to it."""
+    try:
+        return reverse("cronfleet:dashboard")
+    except NoReverseMatch:
+        return None
 
 
 def series(counts: dict[str, list]) -> list[charts.Series]:

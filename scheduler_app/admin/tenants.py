@@ -17,6 +17,7 @@ from django.utils.text import slugify
 
 from scheduler_app import schedules, services
 from scheduler_app.admin.common import actor, adopt
+from scheduler_app.admin.dashboard import dashboard_url
 from scheduler_app.admin.retention import IN_FORCE, RETENTION_FIELDS, RETENTION_FIELDSET, RetentionAdminMixin
 from scheduler_app.models import Job, Tenant
 
@@ -85,11 +86,11 @@ class TenantAdmin(RetentionAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="see also")
     def links(self, tenant):
+        dashboard = dashboard_url()
         return format_html(
-            '<a href="{}?tenant={}">dashboard</a> · '
-            '<a href="{}?tenant__id__exact={}">jobs</a> · <a href="{}?tenant__id__exact={}">runs</a> · '
+            '{}<a href="{}?tenant__id__exact={}">jobs</a> · <a href="{}?tenant__id__exact={}">runs</a> · '
             '<a href="{}?tenant__id__exact={}">audit events</a>',
-            reverse("cronfleet_dashboard"), tenant.slug,
+            format_html('<a href="{}?tenant={}">dashboard</a> · ', dashboard, tenant.slug) if dashboard else "",
             reverse("admin:scheduler_app_job_changelist"), tenant.pk,
             reverse("admin:scheduler_app_jobrun_changelist"), tenant.pk,
             reverse("admin:scheduler_app_auditevent_changelist"), tenant.pk,

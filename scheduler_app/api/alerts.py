@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from drf_spectacular.utils import OpenApiExample, extend_schema
+from drf_spectacular.utils import OpenApiExample
 from rest_framework import serializers, status, viewsets
 from rest_framework.generics import GenericAPIView
 from rest_framework.response import Response
@@ -19,6 +19,7 @@ from scheduler_app.api import permissions as p
 from scheduler_app.api.auth import actor
 from scheduler_app.api.errors import ApiError
 from scheduler_app.api.pagination import KeysetPagination
+from scheduler_app.api.schema import extend_schema
 from scheduler_app.api.serializers import (
     INT64_MAX,
     ListQuerySerializer,

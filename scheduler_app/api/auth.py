@@ -4,6 +4,12 @@ A key is taken from the Authorization header only: never from the query string (
 up in logs) and never as Basic credentials. request.auth is the ApiKey; a key without a
 tenant is a staff key. Sessions count only for active staff users, with DRF's CSRF check,
 and do only what their Django permissions allow (permissions.py), as in the admin.
+
+These two are the API's only ways in (views.ApiViewMixin names them, whatever the host's
+REST_FRAMEWORK says). A caller is staff by a staff key, or by a session this module's
+StaffSessionAuthentication accepted, never for want of a key: a request that reached a view
+some other way (a host's SessionAuthentication or BasicAuthentication, a plain user, an
+anonymous one) is nobody here.
 """
 
 from __future__ import annotations
@@ -71,8 +77,12 @@ def api_key(request) -> ApiKey | None:
 
 
 def is_staff_session(request) -> bool:
-    return api_key(request) is None and bool(request.user and request.user.is_authenticated
-                                             and request.user.is_staff)
+    """An active staff user whose session StaffSessionAuthentication accepted (so the CSRF
+    check ran); a user let in by any other authenticator is not one."""
+    if api_key(request) is not None or not isinstance(request.successful_authenticator, StaffSessionAuthentication):
+        return False
+    user = request.user
+    return bool(user is not None and user.is_authenticated and user.is_active and user.is_staff)
 
 
 def is_staff_caller(request) -> bool:

@@ -4,7 +4,7 @@ only (TenantScopedMixin), written through services/calendars.py. A job names one
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiExample, extend_schema
+from drf_spectacular.utils import OpenApiExample
 from rest_framework import status, viewsets
 from rest_framework.response import Response
 
@@ -12,6 +12,7 @@ from scheduler_app import services
 from scheduler_app.api import permissions as p
 from scheduler_app.api.auth import actor
 from scheduler_app.api.pagination import KeysetPagination
+from scheduler_app.api.schema import extend_schema
 from scheduler_app.api.serializers import ListQuerySerializer, validated
 from scheduler_app.api.serializers.calendars import CalendarSerializer, CalendarWriteSerializer
 from scheduler_app.api.views import NO_CONTENT, TenantScopedMixin

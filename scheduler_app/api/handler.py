@@ -21,6 +21,7 @@ from rest_framework.views import exception_handler
 
 from scheduler_app import services
 from scheduler_app.api.errors import ApiError
+from scheduler_app.api.routing import API_VIEW, is_api
 
 # The field an exception without one is about.
 DEFAULT_FIELDS = {
@@ -82,24 +83,31 @@ def flatten(detail, path: tuple[str, ...] = ()):
 
 
 def not_found(request, exception):
-    """Django's 404 handler: API paths answer JSON in the API's error shape."""
-    if request.path.startswith("/api/"):
+    """A Django 404 handler (project/urls.py's handler404): the API's paths answer JSON in
+    the API's shape, wherever the API is mounted (routing.is_api); others get Django's page."""
+    if is_api(request):
         return no_route(request)
     return page_not_found(request, exception)
 
 
 @csrf_exempt  # nothing is done here; a POST must get this 404, not a CSRF page
 def no_route(request, *args, **kwargs):
-    """Every path under /api/ that no route takes (project/urls.py maps it last): a JSON 404
-    whatever DEBUG says (Django's debug 404 lists the URL patterns), and never APPEND_SLASH's
-    redirect, which cannot carry a POST (Django answers 500 to that under DEBUG). A path that
-    differs from a route by its trailing slash says which one it meant."""
+    """Every path under the API's mount that no route takes (the URLconf that mounts the API
+    maps it last, as `re_path(r"^api/", no_route)` beside `api/v1/`): a JSON 404 whatever
+    DEBUG says (Django's debug 404 lists the URL patterns), and never APPEND_SLASH's redirect,
+    which cannot carry a POST (Django answers 500 to that under DEBUG). A path that differs
+    from a route by its trailing slash says which one it meant. The path is the full one, the
+    host's prefix included: what the caller sent."""
     path = request.path_info
     message = f"no route {path!r}"
     other = path[:-1] if path.endswith("/") else f"{path}/"
     try:
-        if resolve(other).func is not no_route:
+        if resolve(other, getattr(request, "urlconf", None)).func is not no_route:
             message += f"; the route is {other!r}"
     except Resolver404:
         pass
     return JsonResponse({"errors": [{"field": "path", "message": message}]}, status=404)
+
+
+# The resolved route marks the request as the API's (routing.py), under any prefix.
+setattr(no_route, API_VIEW, True)

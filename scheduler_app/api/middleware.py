@@ -1,9 +1,27 @@
-"""Every error answered under /api/ is JSON in the API's shape, whatever DJANGO_DEBUG says.
+"""Every error the API answers is JSON in the API's shape, whatever DJANGO_DEBUG says.
 
-DRF's handler (handler.py) shapes the errors the API raises on purpose. This covers the rest:
-an exception no view caught (JSON 500 whose id is logged with the traceback, never the
-traceback itself) and any answer Django or a middleware made as an HTML page (a 400 for a bad
-Host header, a debug 404). Paths outside /api/ are left alone (the admin keeps its pages).
+DRF's handler (handler.py, which every API view names itself) shapes the errors the API
+raises on purpose. This covers the rest: an exception no view caught (JSON 500 whose id is
+logged with the traceback, never the traceback itself) and any answer Django or a middleware
+made as an HTML page (a 400 for a bad Host header, a debug 404). Which requests are the API's
+is told from their route (routing.is_api), so this works under whatever prefix a host mounts
+the API; the host's own pages are left alone (the admin keeps its pages).
+
+Cronfleet's own deployment installs it (project/settings.py). A host project that does not
+still gets JSON for everything an API view answers (authentication, permissions, validation,
+404 of an object, 405, 413, 415, 429: the views' own exception handler) and for unknown paths
+under the API (handler.no_route, mapped last by the URLconf that mounts the API). What it
+loses without it:
+
+- an uncaught exception (a bug, the database gone) answers the host's 500 page, HTML, or
+  under DEBUG Django's technical page with the traceback and settings, instead of a JSON 500
+  with an id (Django still logs the traceback under "django.request");
+- an answer made before any API view runs, by Django or the host's middleware (400 for a
+  Host header not in ALLOWED_HOSTS, a host middleware's redirect or refusal), stays as it was
+  made, HTML included.
+
+Adding "scheduler_app.api.middleware.ApiErrorMiddleware" to the host's MIDDLEWARE (first, to
+see the answers of every middleware after it) restores both; it changes nothing outside the API.
 """
 
 from __future__ import annotations
@@ -15,16 +33,13 @@ from http import HTTPStatus
 from django.core.signals import got_request_exception
 from django.http import JsonResponse
 
+from scheduler_app.api.routing import is_api
+
 logger = logging.getLogger("scheduler_app.api")
 
-API_PREFIX = "/api/"
 ERROR_ID_HEADER = "X-Cronfleet-Error-Id"
 # The field an error without one is about (handler.py's vocabulary).
 STATUS_FIELDS = {404: "path", 405: "method", 413: "body", 415: "Content-Type"}
-
-
-def is_api(request) -> bool:
-    return request.path_info.startswith(API_PREFIX)
 
 
 def record_server_error(sender, request=None, **kwargs) -> None:

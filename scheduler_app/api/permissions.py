@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from django.contrib.auth.models import AnonymousUser
 from rest_framework import status
 
 from scheduler_app.api.errors import ApiError
@@ -53,8 +54,11 @@ OPERATE_JOB = CHANGE_JOB
 
 
 def session_user(request):
-    """The staff user of a session, or None for a key (whose rights auth.py decides)."""
-    return None if isinstance(request.auth, ApiKey) else request.user
+    """The staff user of a session, or None for a key (whose rights auth.py decides). Any
+    other caller is judged as an anonymous user, who holds no permission."""
+    if isinstance(request.auth, ApiKey):
+        return None
+    return request.user if request.user is not None else AnonymousUser()
 
 
 def missing(user, needed: Iterable) -> list[str]:

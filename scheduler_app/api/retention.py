@@ -5,7 +5,7 @@ clearing one so that it is inherited again. scheduler_app.ledger.retention valid
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiExample, extend_schema
+from drf_spectacular.utils import OpenApiExample
 from rest_framework import serializers
 from rest_framework.generics import GenericAPIView
 from rest_framework.response import Response
@@ -13,6 +13,7 @@ from rest_framework.response import Response
 from scheduler_app import services
 from scheduler_app.api import permissions as p
 from scheduler_app.api.auth import IsStaffCaller, actor
+from scheduler_app.api.schema import extend_schema
 from scheduler_app.api.serializers import StrictIntegerField, StrictSerializer, validated
 from scheduler_app.api.views import ApiViewMixin, TenantScopedMixin
 from scheduler_app.ledger import policy as retention_policy

@@ -1,10 +1,12 @@
 """What drf-spectacular cannot see for itself: the tenant header, the errors every
-operation can answer, and that request bodies refuse unknown keys."""
+operation can answer, and that request bodies refuse unknown keys; and an extend_schema that
+builds on ApiSchema whatever the host's DEFAULT_SCHEMA_CLASS is."""
 
 from __future__ import annotations
 
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiParameter
+from drf_spectacular.utils import extend_schema as spectacular_extend_schema
 
 TENANT_HEADER_PARAMETER = OpenApiParameter(
     "X-Cronfleet-Tenant", str, OpenApiParameter.HEADER, required=False,
@@ -52,6 +54,25 @@ class ApiSchema(AutoSchema):
         if getattr(self.view, "acts_for_tenant", False):
             parameters = [*parameters, TENANT_HEADER_PARAMETER]
         return parameters
+
+
+def extend_schema(**kwargs):
+    """drf-spectacular's extend_schema for the API's view methods, built on ApiSchema.
+
+    Left alone, it builds each method's schema class on REST_FRAMEWORK's DEFAULT_SCHEMA_CLASS
+    as it is when the views are imported. A host that does not use drf-spectacular keeps DRF's
+    own AutoSchema there, which cannot describe an operation, and the API's schema would fail
+    to generate. A method that names its base schema (`kwargs["schema"]`, as an @action's
+    does) is built on that instead, so each one names ApiSchema before it is decorated.
+    """
+    decorate = spectacular_extend_schema(**kwargs)
+
+    def decorator(method):
+        if not getattr(method, "kwargs", {}).get("schema"):
+            method.kwargs = {**getattr(method, "kwargs", {}), "schema": ApiSchema}
+        return decorate(method)
+
+    return decorator
 
 
 def add_error_responses(result, generator, request, public):

@@ -1,4 +1,6 @@
-"""Routes of /api/v1/ (project/urls.py mounts them; the schema and docs live beside)."""
+"""Routes of the API, mounted as api/v1/ by the URLconf that includes them (the app's, under
+whatever prefix the host picks, or the standalone project's), with docs.SchemaView and
+docs.DocsView beside them and handler.no_route mapped last for unknown paths under api/."""
 
 from django.urls import path, re_path
 from rest_framework.routers import SimpleRouter

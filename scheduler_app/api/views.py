@@ -12,20 +12,34 @@ from datetime import timedelta
 
 from django.db import transaction
 from django.db.models import F
-from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import NotAuthenticated
 from rest_framework.generics import GenericAPIView
+from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.response import Response
 
 from scheduler_app import services
+from scheduler_app.api import handler
 from scheduler_app.api import permissions as p
 from scheduler_app.api import serializers as s
-from scheduler_app.api.auth import IsStaffCaller, actor, api_key, is_staff_caller
+from scheduler_app.api.auth import (
+    BearerKeyAuthentication,
+    IsApiCaller,
+    IsStaffCaller,
+    StaffSessionAuthentication,
+    actor,
+    api_key,
+    is_staff_caller,
+    is_staff_session,
+)
 from scheduler_app.api.errors import ApiError
 from scheduler_app.api.pagination import KeysetPagination, RunPagination
-from scheduler_app.api.parsers import check_body_headers
-from scheduler_app.api.throttling import limit_for, rate_limit_enabled, rate_limit_headers
+from scheduler_app.api.parsers import StrictJSONParser, check_body_headers
+from scheduler_app.api.renderers import JSONRenderer
+from scheduler_app.api.schema import ApiSchema, extend_schema
+from scheduler_app.api.throttling import KeyRateThrottle, limit_for, rate_limit_enabled, rate_limit_headers
 from scheduler_app.ledger import stats
 from scheduler_app.models import ApiKey, AuditEvent, Job, JobRun, Tenant, db_now
 
@@ -64,8 +78,29 @@ def warning_value(text: str) -> str:
 
 
 class ApiViewMixin:
-    """What every API view does first: refuse an oversized or untyped body unread; and last:
-    tell the caller where it stands with the rate limit."""
+    """What every API view is and does. It names its own policies, so that a host project's
+    REST_FRAMEWORK (AllowAny, SessionAuthentication, BasicAuthentication, other parsers,
+    renderers, throttles, filters, versioning, exception handler) changes nothing here: who
+    may call is decided by a key or an active staff session (auth.py) and nothing else. First
+    it refuses an oversized or untyped body unread; last it tells the caller where it stands
+    with the rate limit."""
+
+    authentication_classes = (BearerKeyAuthentication, StaffSessionAuthentication)
+    permission_classes = (IsApiCaller,)  # some views narrow it to IsStaffCaller
+    parser_classes = (StrictJSONParser,)
+    renderer_classes = (JSONRenderer,)
+    throttle_classes = (KeyRateThrottle,)
+    content_negotiation_class = DefaultContentNegotiation
+    metadata_class = None  # no OPTIONS metadata: nothing answers a method it does not document
+    versioning_class = None  # the version is in the path the host mounts: /api/v1/
+    filter_backends = ()  # get_object() would apply a host's default filters (?search=, ?ordering=)
+    pagination_class = None  # the views that list name theirs
+    schema = ApiSchema()
+    # routing.API_VIEW: marks the view's routes as the API's, so errors answer JSON under any prefix.
+    cronfleet_api = True
+
+    def get_exception_handler(self):
+        return handler.handle_exception
 
     def initial(self, request, *args, **kwargs):
         check_body_headers(request)
@@ -79,14 +114,18 @@ class ApiViewMixin:
 
 
 def caller_tenant(request) -> Tenant:
-    """The tenant a request acts inside: a tenant key's own, or for staff the one named by
-    the X-Cronfleet-Tenant header."""
+    """The tenant a request acts inside: a tenant key's own, or for staff (a staff key or a
+    staff session) the one named by the X-Cronfleet-Tenant header. Anyone else is refused
+    here too, not taken for staff for want of a key: the permission classes refuse them
+    first, and this does not depend on it."""
     key = api_key(request)
     named = request.headers.get(TENANT_HEADER)
     if key is not None and not key.is_staff:
         if named is not None and named != key.tenant.slug:
             raise ApiError(TENANT_HEADER, "a tenant key acts only for its own tenant", status.HTTP_403_FORBIDDEN)
         return key.tenant
+    if key is None and not is_staff_session(request):
+        raise NotAuthenticated("needs an API key or a staff session")
     if not named:
         raise ApiError(TENANT_HEADER, "staff callers name the tenant they act for (its slug) in this header")
     return services.tenant_by_slug(named, field=TENANT_HEADER)

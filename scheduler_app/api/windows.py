@@ -11,7 +11,7 @@ is simply not there (404)."""
 from __future__ import annotations
 
 from django.db.models import Q
-from drf_spectacular.utils import OpenApiExample, extend_schema
+from drf_spectacular.utils import OpenApiExample
 from rest_framework import status, viewsets
 from rest_framework.response import Response
 
@@ -19,6 +19,7 @@ from scheduler_app.api import permissions as p
 from scheduler_app.api.auth import actor, is_staff_caller
 from scheduler_app.api.errors import ApiError
 from scheduler_app.api.pagination import KeysetPagination
+from scheduler_app.api.schema import extend_schema
 from scheduler_app.api.serializers import ListQuerySerializer, validated
 from scheduler_app.api.serializers.windows import WindowSerializer, WindowWriteSerializer
 from scheduler_app.api.views import NO_CONTENT, TENANT_HEADER, ApiViewMixin, caller_tenant

@@ -25,6 +25,7 @@ from datetime import datetime
 from django.db import connection, models, transaction
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
+from django.urls import reverse
 
 from scheduler_app.conf import app_settings
 from scheduler_app.ledger import autopause
@@ -60,9 +61,14 @@ class Ping:
 
 def ping_url(monitor: Monitor, base: str | None = None) -> str:
     """The check-in URL of a monitor: /ping/<key>, or /ping/<cell>/<key> when its key was made
-    in a named cell; `base` is the site's address (default CRONFLEET_PING_BASE_URL)."""
-    cell = f"{monitor.cell}/" if monitor.cell else ""
-    return f"{(base or app_settings.PING_BASE_URL).rstrip('/')}/ping/{cell}{monitor.ping_key}"
+    in a named cell; `base` is the site's address (default CRONFLEET_PING_BASE_URL). The path is
+    reversed (scheduler_app/urls.py), so it has the prefix the project includes Cronfleet's URLs at."""
+    key = str(monitor.ping_key)
+    if monitor.cell:
+        path = reverse("cronfleet:ping-cell", kwargs={"cell": monitor.cell, "key": key})
+    else:
+        path = reverse("cronfleet:ping", kwargs={"key": key})
+    return f"{(base or app_settings.PING_BASE_URL).rstrip('/')}{path}"
 
 
 def ensure_monitor(job: Job) -> Monitor | None:
