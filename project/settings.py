@@ -255,7 +255,7 @@ CRONFLEET_QUEUE_MAX_PRIORITY = CELERY_TASK_QUEUE_MAX_PRIORITY
 CRONFLEET_RABBITMQ_CONFIRM_PUBLISH = env_bool("CRONFLEET_RABBITMQ_CONFIRM_PUBLISH", True)
 # django-celery-results' `django-db`, which logs a result it cannot write instead of raising:
 # the run's row in the ledger is the truth (worker/results.py).
-CELERY_RESULT_BACKEND = "scheduler_app.worker.results:LedgerFirstBackend"
+CELERY_RESULT_BACKEND = "scheduler_app.worker.resultbackend:LedgerFirstBackend"
 CELERY_RESULT_EXTENDED = True
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_SERIALIZER = "json"

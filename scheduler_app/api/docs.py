@@ -19,6 +19,7 @@ ours; it is drf-spectacular's way of serving more than one schema.
 
 from __future__ import annotations
 
+from django.apps import apps
 from django.urls import reverse
 from drf_spectacular import plumbing
 from drf_spectacular.generators import EndpointEnumerator, SchemaGenerator
@@ -95,8 +96,18 @@ class SchemaView(PublicDocsMixin, SpectacularAPIView):
             forget_enum_names()
 
 
+def docs_settings() -> dict:
+    """CUSTOM_SETTINGS, with Swagger UI's files from drf-spectacular-sidecar where the project
+    installed it (the `api-docs` extra; Cronfleet's own deployment does), else from
+    drf-spectacular's default CDN: a page whose scripts are missing would be blank."""
+    if apps.is_installed("drf_spectacular_sidecar"):
+        return CUSTOM_SETTINGS
+    return {**CUSTOM_SETTINGS, **{name: SPECTACULAR_DEFAULTS[name]
+                                  for name in ("SWAGGER_UI_DIST", "SWAGGER_UI_FAVICON_HREF")}}
+
+
 class DocsView(PublicDocsMixin, SpectacularSwaggerView):
-    """Swagger UI over the schema, its files from drf-spectacular-sidecar (no CDN)."""
+    """Swagger UI over the schema, its files from drf-spectacular-sidecar when installed."""
 
     url_name = "cronfleet:schema"
     title = SETTINGS["TITLE"]
@@ -107,5 +118,5 @@ class DocsView(PublicDocsMixin, SpectacularSwaggerView):
             # In the namespace this page was reached through, should the app be mounted twice.
             match = request.resolver_match
             self.url = reverse(self.url_name, current_app=match.namespace if match else None)
-        with patched_settings(CUSTOM_SETTINGS):
+        with patched_settings(docs_settings()):
             return super().get(request, *args, **kwargs)

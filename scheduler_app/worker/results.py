@@ -1,4 +1,5 @@
-"""Celery's result backend, and the task's own database work, when the database is gone.
+"""The run task's own database work when the database is gone (and Celery's result backend's,
+in resultbackend.py).
 
 The run row in the ledger is the truth; Celery's result (django-celery-results' table,
 `django-db`) only mirrors a failure for Flower. During a database outage or a failover both
@@ -23,7 +24,6 @@ import logging
 from collections.abc import Iterator
 
 from django.db import InterfaceError, OperationalError
-from django_celery_results.backends.database import DatabaseBackend
 
 logger = logging.getLogger(__name__)
 UNREACHABLE = (OperationalError, InterfaceError)
@@ -35,20 +35,6 @@ def first_line(exc: BaseException) -> str:
 
 class DatabaseUnreachable(Exception):
     """The ledger could not be reached: this delivery changed nothing it knows of."""
-
-
-class LedgerFirstBackend(DatabaseBackend):
-    """django-celery-results' backend, which logs a result it could not write instead of
-    raising: the ledger, not this table, says how a run ended."""
-
-    def _store_result(self, task_id, result, status, *args, **kwargs):
-        try:
-            return super()._store_result(task_id, result, status, *args, **kwargs)
-        except UNREACHABLE as exc:
-            logger.warning("task %s: its %s result not written (database unreachable: %s); the run's row in the "
-                           "ledger says how it ended, or its lease runs out and it is retried",
-                           task_id, status, first_line(exc))
-            return result
 
 
 @contextlib.contextmanager
