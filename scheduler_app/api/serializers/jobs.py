@@ -89,7 +89,7 @@ class ScheduleField(serializers.Field):
 
 class TaskTargetSerializer(StrictSerializer):
     kind = serializers.ChoiceField(choices=["task"])
-    task = StrictCharField(max_length=200, help_text="A task name from CRONFLEET_ALLOWED_TASKS")
+    task = StrictCharField(max_length=200, help_text="A task name that CRONFLEET_ALLOWED_TASKS allows (names or patterns)")
     args = serializers.ListField(required=False, default=list)
     kwargs = serializers.DictField(required=False, default=dict)
 
