@@ -16,7 +16,9 @@ QUEUE = "bench-floor"
 COUNTER = "bench-floor:done"
 LAGS = "bench-floor:lags"  # bench steady: seconds each timed task started after its due instant
 
-app = Celery("cronfleet-floor")
+# Not the current app: importing the bench must not make this the app the product reads its
+# broker settings from (scheduler_app/conf.py reads celery.current_app).
+app = Celery("cronfleet-floor", set_as_current=False)
 app.conf.update(
     broker_url=os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0"),
     # As project/settings.py sets them for Cronfleet's workers.

@@ -12,6 +12,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from project import databases
 from project.env import env_bool, env_float, env_int, env_json_object, env_list, env_str
+from scheduler_app.api.schema_settings import SETTINGS as _cronfleet_schema
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("CRONFLEET_VAR_DIR", BASE_DIR / "var"))
@@ -459,33 +460,14 @@ REST_FRAMEWORK = {
     "DEFAULT_METADATA_CLASS": None,
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }
+# Cronfleet's own (scheduler_app/api/schema_settings.py, which its schema and docs views use
+# whatever a project sets), for `manage.py spectacular`, with this deployment's paths.
 SPECTACULAR_SETTINGS = {
-    "TITLE": "Cronfleet API",
-    "DESCRIPTION": "Jobs, runs and tenants of a Cronfleet scheduler. Authenticate with "
-                   "`Authorization: Bearer cf_<prefix>_<secret>`. Errors are "
-                   '`{"errors": [{"field": "schedule.cron", "message": "..."}]}`.',
-    "VERSION": "1",
+    **_cronfleet_schema,
     "SCHEMA_PATH_PREFIX": r"/api/v1",
     "SERVE_INCLUDE_SCHEMA": False,
     # /api/schema/ and /api/docs/ are public: they describe the API, not anyone's data.
     "SERVE_AUTHENTICATION": [],
-    "COMPONENT_SPLIT_REQUEST": True,
-    "ENUM_NAME_OVERRIDES": {
-        "TaskKindEnum": ["task"],
-        "HttpKindEnum": ["http"],
-        "CommandKindEnum": ["command"],
-        "SqlKindEnum": ["sql"],
-        "RunStateEnum": "scheduler_app.models.RunState",
-        "TriggerEnum": "scheduler_app.models.Trigger",
-    },
-    "POSTPROCESSING_HOOKS": [
-        "drf_spectacular.hooks.postprocess_schema_enums",
-        "scheduler_app.api.schema.refuse_unknown_request_fields",
-        "scheduler_app.api.schema.add_error_responses",
-    ],
-    # Swagger UI's files come from drf-spectacular-sidecar (served as static files), not a CDN.
-    "SWAGGER_UI_DIST": "SIDECAR",
-    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
 }
 # Request bodies larger than this are refused with 413 before they are read.
 CRONFLEET_API_MAX_BODY_BYTES = env_int("CRONFLEET_API_MAX_BODY_BYTES", 256 * 1024, minimum=1024)

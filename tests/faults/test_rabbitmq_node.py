@@ -92,7 +92,7 @@ def test_a_queue_type_other_than_classic_or_quorum_stops_start_up(program):
 
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        f"{'manage.py' if program == 'runbeat' else 'celery'}: CRONFLEET_RABBITMQ_QUEUE_TYPE must be classic or "
+        f"{'manage.py' if program == 'runbeat' else 'celery'}: CRONFLEET_RABBITMQ_QUEUE_TYPE must be one of classic, "
         "quorum, got 'mirrored'"]
 
 
