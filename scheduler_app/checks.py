@@ -17,6 +17,19 @@ def check_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
 
 
 @checks.register("cronfleet")
+def check_apps(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
+    """The API's docs page (api/docs/) renders drf-spectacular's template, which Django finds
+    only in an installed app."""
+    from django.apps import apps  # here: beside its only use
+
+    if apps.is_installed("drf_spectacular"):
+        return []
+    return [checks.Warning("the API's docs page (api/docs/ under Cronfleet's URLs) needs drf-spectacular's "
+                           "templates; without them it answers 500",
+                           hint='add "drf_spectacular" to INSTALLED_APPS', id="cronfleet.W001")]
+
+
+@checks.register("cronfleet")
 def check_celery(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     """What a worker-wide Celery option of the host's app costs Cronfleet's runs. Its own tasks
     carry acks_late and reject_on_worker_lost themselves; prefetching is the worker's alone."""

@@ -98,7 +98,7 @@ REST_FRAMEWORK = {{"DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.Al
                                                      "rest_framework.authentication.BasicAuthentication"]}}
 
 # --- Cronfleet ---
-INSTALLED_APPS += ["django_celery_beat", "rest_framework", "billing", "scheduler_app"]
+INSTALLED_APPS += ["django_celery_beat", "rest_framework", "drf_spectacular", "billing", "scheduler_app"]
 CRONFLEET_ALLOWED_TASKS = ["billing.*"]
 '''
 
