@@ -11,7 +11,7 @@ import pytest
 
 from scheduler_app import alerts, services
 from scheduler_app.models import Alert, AlertKind, AlertRule, AuditEvent, Job, RunState, db_now
-from tests.test_api import client_for, errors_of, make_tenant
+from tests.integration.api.test_api import client_for, errors_of, make_tenant
 
 _keys = count()
 

@@ -20,7 +20,7 @@ from scheduler_app import services
 from scheduler_app.api.errors import PayloadTooLarge
 from scheduler_app.api.parsers import StrictJSONParser
 from scheduler_app.models import ApiKey, AuditEvent, Job, JobRun, Tenant, db_now
-from tests.test_api import client_for, errors_of, job_body, make_tenant
+from tests.integration.api.test_api import client_for, errors_of, job_body, make_tenant
 
 TASK = {"kind": "task", "task": "scheduler_app.echo"}
 HTTP = {"kind": "http", "url": "https://example.com/"}

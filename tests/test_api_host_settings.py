@@ -12,7 +12,7 @@ its tenant only; a superuser's session gets through.
 DRF's views read most policies once, when rest_framework.views is imported (a class attribute
 each); override_settings changes only api_settings. The `host` fixture sets those attributes
 as the host's settings would have, and test_a_host_project_... runs a real host (its settings
-in tests/host_api_settings.py) in a process of its own, where nothing of Cronfleet's
+in tests/support/host_api_settings.py) in a process of its own, where nothing of Cronfleet's
 deployment was ever loaded.
 """
 
@@ -63,11 +63,11 @@ from scheduler_app.models import (
     Tenant,
 )
 from tests.conftest import ROOT
-from tests.test_api import client_for
+from tests.integration.api.test_api import client_for
+from tests.integration.api.test_api_permissions import WRITES, alpha, session_for, staff_user  # noqa: F401 (alpha: a fixture)
 from tests.test_api_isolation import METHODS, PARAMETERS, allowed_methods, fill, template_of
 from tests.test_api_isolation import api_routes as project_api_routes
 from tests.test_api_isolation import state_of as state_of_tenant
-from tests.test_api_permissions import WRITES, alpha, session_for, staff_user  # noqa: F401 (alpha: a fixture)
 
 # --- the host's URLconf: Cronfleet under /cron/, beside the host's own pages and API --------------
 
@@ -475,7 +475,7 @@ def test_the_docs_page_points_at_the_schema_by_name_under_the_host_s_prefix(db, 
 
 
 def host_report() -> None:
-    """Run in the host's process (tests/host_api_settings.py): what its callers get, printed as JSON."""
+    """Run in the host's process (tests/support/host_api_settings.py): what its callers get, printed as JSON."""
     client = Client()
     basic = "Basic " + base64.b64encode(b"admin:admin").decode()
     filled = {(segment, name): "1" if name == "id" else "acme" for segment, name in PARAMETERS}
@@ -502,7 +502,7 @@ def test_a_host_project_with_drf_defaults_of_its_own_gets_the_same_safe_api():
         [sys.executable, "-c", "import django; django.setup(); "
                                "from tests.test_api_host_settings import host_report; host_report()"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
-        env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.host_api_settings"})
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.support.host_api_settings"})
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
 

@@ -30,7 +30,7 @@ from scheduler_app.models import (
     db_now,
 )
 from scheduler_app.services.windows import window_create
-from tests.test_api import client_for, errors_of, make_tenant
+from tests.integration.api.test_api import client_for, errors_of, make_tenant
 
 API_PREFIX = "api/v1/"
 METHODS = ("get", "head", "options", "post", "put", "patch", "delete")

@@ -23,7 +23,7 @@ from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from scheduler_app import services
 from scheduler_app.models import JobRun, RunState, Tenant, db_now
-from tests.test_api import make_tenant
+from tests.integration.api.test_api import make_tenant
 
 SCHEMA = json.loads(OpenApiJsonRenderer().render(SchemaGenerator().get_schema(request=None, public=True)))
 api_schema = schemathesis.openapi.from_dict(SCHEMA)

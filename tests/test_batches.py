@@ -174,7 +174,7 @@ def test_batch_needs_a_short_timeout_and_names_the_field(tenant):
 def test_the_api_and_the_cli_take_batch(tenant):
     from django.core.management import call_command
 
-    from tests.test_api import client_for, job_body
+    from tests.integration.api.test_api import client_for, job_body
 
     made = client_for(tenant).post("/api/v1/jobs/", job_body(batch=True, timeout_seconds=20), format="json")
     call_command("jobs", "add", "--tenant", tenant.slug, "--name", "cli", "--every", "60",

@@ -362,7 +362,7 @@ def test_jobs_add_monitor_prints_the_check_in_url_and_grace_is_for_monitored_job
 
 
 def test_the_api_shows_a_monitored_job_with_its_grace_and_ping_url_and_its_check_in_runs(tenant):
-    from rest_framework.test import APIClient  # the API's client, as tests/test_api.py uses it
+    from rest_framework.test import APIClient  # the API's client, as tests/integration/api/test_api.py uses it
 
     key = services.apikey_create(tenant=tenant, name="ci")[1]
     api = APIClient()

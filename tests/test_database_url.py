@@ -11,8 +11,8 @@ import pytest
 from django.db import connection
 
 from project.database_url import DatabaseURLError, parse
-from tests import servers
 from tests.conftest import ROOT, environment_with
+from tests.support import servers
 
 
 def fields(config: dict) -> tuple:

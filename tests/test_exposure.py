@@ -8,7 +8,7 @@ import ipaddress
 import pytest
 
 from scheduler_app.targets.http import guard
-from tests.test_api import client_for, errors_of, job_body
+from tests.integration.api.test_api import client_for, errors_of, job_body
 
 
 def test_metrics_refuses_a_wrong_token_of_any_shape_with_401(client, db, settings):

@@ -21,7 +21,7 @@ from bench import flexible
 from scheduler_app import schedules, services
 from scheduler_app.models import AuditEvent, Job, db_now
 from scheduler_app.schedules import placement
-from tests.test_api import client_for, errors_of, make_tenant
+from tests.integration.api.test_api import client_for, errors_of, make_tenant
 
 TASK = "scheduler_app.echo"
 NOW = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)

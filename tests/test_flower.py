@@ -21,7 +21,7 @@ from scheduler_app import dispatch, services
 from scheduler_app.dispatch.publish import RunMessage, publish_runs
 from scheduler_app.models import JobRun, RunState, celery_task_id
 from tests.conftest import NOW, take_broker_messages, utc, wait_for
-from tests.observing import free_ports, start_worker
+from tests.support.observing import free_ports, start_worker
 
 FLOWER_AUTH = "flower:test-password"
 

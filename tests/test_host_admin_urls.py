@@ -1,4 +1,4 @@
-"""Cronfleet installed in a host project (tests/host_urls.py: the host's admin at /admin/,
+"""Cronfleet installed in a host project (tests/support/host_urls.py: the host's admin at /admin/,
 Cronfleet's URLs under /cron/): the app registers its models and leaves the host's admin site
 as Django made it; its routes, their names and its links carry the prefix; nothing of it is
 served outside the prefix.
@@ -34,7 +34,7 @@ import json, sys
 import django
 from django.conf import settings
 
-settings.ROOT_URLCONF = "tests.host_urls"
+settings.ROOT_URLCONF = "tests.support.host_urls"
 django.setup()
 
 from django.contrib import admin
@@ -58,7 +58,7 @@ print(json.dumps({
 
 @pytest.fixture(autouse=True)
 def host(settings):
-    settings.ROOT_URLCONF = "tests.host_urls"  # pytest-django's settings fixture clears the URL caches
+    settings.ROOT_URLCONF = "tests.support.host_urls"  # pytest-django's settings fixture clears the URL caches
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from scheduler_app.targets.http import signing as webhooks
 from scheduler_app.targets.http.perform import failure_of, prepare
 from scheduler_app.worker import execution
 from tests.conftest import NOW, wait_for
-from tests.test_api import client_for, errors_of, job_body
+from tests.integration.api.test_api import client_for, errors_of, job_body
 
 
 class Receiver:

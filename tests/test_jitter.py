@@ -157,7 +157,7 @@ def test_the_beat_records_each_fire_at_its_jittered_time(make_job):
 
 
 def test_the_api_takes_jitter_and_names_it_when_it_is_too_large(db):
-    from tests.test_api import client_for, errors_of, job_body, make_tenant
+    from tests.integration.api.test_api import client_for, errors_of, job_body, make_tenant
 
     api = client_for(make_tenant())
     made = api.post("/api/v1/jobs/", job_body(schedule={"every": 600}, jitter_seconds=300), format="json")

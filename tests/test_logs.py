@@ -15,7 +15,7 @@ from scheduler_app import services
 from scheduler_app.models import JobRun, RunState, db_now
 from scheduler_app.observability import logformat
 from tests.conftest import ROOT, process_env, wait_for
-from tests.observing import free_ports, start_worker
+from tests.support.observing import free_ports, start_worker
 
 
 def json_lines(text: str) -> list[dict]:

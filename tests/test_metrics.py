@@ -21,7 +21,7 @@ from scheduler_app.observability import cluster, metrics
 from scheduler_app.observability.nodes import Registration
 from scheduler_app.worker import delivery, execution
 from tests.conftest import NOW, take_broker_messages, utc, wait_for
-from tests.observing import free_ports, scrape, scraped, start_worker, total
+from tests.support.observing import free_ports, scrape, scraped, start_worker, total
 
 
 def sample(name: str, **labels) -> float:

@@ -60,7 +60,7 @@ def test_an_edit_to_a_broker_name_is_refused_and_changes_nothing(tenant):
 
 
 def test_the_api_names_the_field(tenant):
-    from tests.test_api import client_for, errors_of, job_body
+    from tests.integration.api.test_api import client_for, errors_of, job_body
 
     response = client_for(tenant).post("/api/v1/jobs/", job_body(
         name="poison", schedule={"every": 1}, priority=9, queue="_kombu.binding.cronfleet"), format="json")

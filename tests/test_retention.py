@@ -23,7 +23,7 @@ from scheduler_app.ledger import policy as retention_policy
 from scheduler_app.ledger import retention
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Tenant, db_now
 from tests.conftest import wait_for
-from tests.test_api import client_for, errors_of, make_tenant
+from tests.integration.api.test_api import client_for, errors_of, make_tenant
 
 NOW = datetime(2024, 6, 1, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -580,7 +580,7 @@ def test_the_tenant_change_page_shows_a_bad_retention_on_its_field(fast_admin, a
 
 
 def test_the_job_change_page_sets_retention_without_a_new_version(fast_admin, admin_client):
-    from tests.test_admin import change_form
+    from tests.integration.admin.test_admin import change_form
 
     tenant = make_tenant()
     job = services.job_create(tenant, services.JobSpec(name="nightly", task_name="scheduler_app.echo",

@@ -15,8 +15,8 @@ from django.urls import reverse
 from scheduler_app import services
 from scheduler_app.models import Job
 from scheduler_app.targets import sql as sqljobs
-from tests.test_api import client_for, errors_of, job_body
-from tests.test_settings import check_settings
+from tests.integration.api.test_api import client_for, errors_of, job_body
+from tests.system.deploy.test_settings import check_settings
 
 DATABASES = {
     "default": {"ENGINE": "django.db.backends.postgresql", "NAME": "x"},

@@ -15,7 +15,7 @@ the server held, those still held after the burst, and p50/p99/max latency. Figu
 assertions: nothing here passes or fails.
 
 With --through-proxy the server is a named cell behind the routing proxy of a fleet of cells
-(deploy/nginx, run by nginx as tests/nginx.py writes it), and the valid-key burst runs twice
+(deploy/nginx, run by nginx as tests/support/nginx.py writes it), and the valid-key burst runs twice
 in the same run, straight to gunicorn and through nginx, so the hop's cost is the difference.
 
 Needs PostgreSQL and Redis (DATABASE_URL's server, --redis for the rate-limit counters;
@@ -160,7 +160,7 @@ def burst(name: str, port: int, keys, args: argparse.Namespace, database_url: st
 def through_proxy(port: int, key: str, args: argparse.Namespace, rate: redis.Redis) -> None:
     """The valid-key burst through nginx in front of the server, as the cell `bench`."""
     sys.path.insert(0, str(ROOT))
-    from tests import nginx  # the proxy as the routing test runs it
+    from tests.support import nginx  # the proxy as the routing test runs it
 
     if nginx.program() is None:
         sys.exit("--through-proxy needs nginx (Debian's nginx package)")

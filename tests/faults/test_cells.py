@@ -3,7 +3,7 @@ part 3): every-second jobs fire once a second throughout, the fires before the c
 cell and those from it on in the new one, no second missed and none run twice.
 
 The old cell is the test's own database and Redis; the new one a PostgreSQL cluster and a
-redis-server of this test's own on free ports (tests/servers/), each cell with its beat and
+redis-server of this test's own on free ports (tests/support/servers/), each cell with its beat and
 its worker. The tenant is exported from the old cell (services/tenantmove.py) with a cut a few
 seconds ahead and imported into the new one before it; the jobs post each fire to a loopback
 receiver at a path naming the job, so its log counts each job's fires whichever cell ran them.
@@ -21,10 +21,10 @@ from django.db import connection
 from scheduler_app import services
 from scheduler_app.models import Job, JobRun, RunState, db_now
 from scheduler_app.services import tenantmove
-from tests import servers
 from tests.conftest import wait_for
 from tests.faults.harness import CLUSTER_ENV, READY_LINE, START_TIMEOUT, STARTED_LINE, UNFINISHED
 from tests.faults.receiver import Receiver
+from tests.support import servers
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.faults]
 DATABASE = "cronfleet"

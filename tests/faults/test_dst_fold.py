@@ -24,7 +24,7 @@ from scheduler_app.schedules import zones
 from scheduler_app.services.jobspec import JobSpec
 from tests.conftest import wait_for
 from tests.faults.harness import CLUSTER_ENV, EARLY_TOLERANCE, FAULT_LAG_BOUND, START_TIMEOUT
-from tests.test_dst_reference import MINUTE, Expression, reference_fires
+from tests.unit.schedules.test_dst_reference import MINUTE, Expression, reference_fires
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.faults]
 

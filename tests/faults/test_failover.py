@@ -1,7 +1,7 @@
 """The database primary lost under load: its streaming standby promoted, and the beats, the
 workers and this process reconnecting through libpq's multi-host DATABASE_URL (issue 28).
 
-A primary and a standby of this test's own (tests/servers/: initdb, pg_basebackup -R) on
+A primary and a standby of this test's own (tests/support/servers/: initdb, pg_basebackup -R) on
 free ports; every process is given both hosts with target_session_attrs=read-write, so a
 connection made after the promotion finds the new primary. Mid-load the primary's processes
 are all SIGKILLed, and the standby is promoted PROMOTE_AFTER seconds later, as a failover
@@ -22,9 +22,9 @@ from datetime import UTC, datetime
 import pytest
 from django.db import connection
 
-from tests import servers
 from tests.faults.harness import RESTART_LAG_BOUND
 from tests.faults.test_faults import WINDOW, assert_clean
+from tests.support import servers
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.faults]
 DATABASE = "cronfleet"

@@ -5,7 +5,7 @@ tests/faults/test_failover.py kills the primary's processes: their kernel closes
 and every client hears of it at once. A machine that loses power, or its network, says
 nothing: a client in the middle of a statement waits on TCP's retransmissions (about 15
 minutes on Linux) unless it bounds them. Here the primary runs in a network namespace of its
-own (tests/netns.py), joined to this host by a veth pair, and its end of the link is taken
+own (tests/support/netns.py), joined to this host by a veth pair, and its end of the link is taken
 down mid-load; the standby (on the loopback, streaming from it synchronously) is promoted
 PROMOTE_AFTER seconds later. The processes run with the bounds of project/settings.py made
 short, as the fault suite makes its others: DB_TCP_USER_TIMEOUT_MS (unacknowledged data),
@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from tests import netns, servers
 from tests.conftest import wait_for
 from tests.faults.harness import RESTART_LAG_BOUND
 from tests.faults.test_failover import PROMOTE_AFTER, through_a_failover
 from tests.faults.test_faults import assert_clean
+from tests.support import netns, servers
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.faults]
 DATABASE = "cronfleet"

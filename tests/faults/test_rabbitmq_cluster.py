@@ -2,7 +2,7 @@
 that leads the task queue (a quorum queue) and holds clients' connections; the other two keep
 serving, the killed node is never restarted, and every fire still runs once (issue 28).
 
-The cluster is the test's own (tests/servers/: private_rabbitmq_cluster, three nodes on free
+The cluster is the test's own (tests/support/servers/: private_rabbitmq_cluster, three nodes on free
 ports, each with its data in a temporary directory, one Erlang cookie), never the machine's
 RabbitMQ. Beats and workers are given every node in CELERY_BROKER_URL (kombu's failover list)
 and CRONFLEET_RABBITMQ_QUEUE_TYPE=quorum: the queue is replicated on the three nodes, and two
@@ -23,11 +23,11 @@ from django.test import override_settings
 from kombu import Connection
 
 from scheduler_app.models import JobRun, RunState, db_now
-from tests import servers
 from tests.conftest import wait_for
 from tests.faults.harness import RESTART_LAG_BOUND
 from tests.faults.test_faults import WINDOW, assert_clean
 from tests.faults.test_rabbitmq_node import BROKER_ERROR_LINE, IN_FLIGHT, beat_logs, duplicate_deliveries, waiting
+from tests.support import servers
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.faults]
 

@@ -1,7 +1,7 @@
 """The broker's RabbitMQ node lost: kill -9 with messages in flight, then the node restarted on
 its own disk; every fire still runs once (issue 28).
 
-Each scenario runs a node of its own (tests/servers/: private_rabbitmq, on free ports, its
+Each scenario runs a node of its own (tests/support/servers/: private_rabbitmq, on free ports, its
 data in a temporary directory), never the machine's RabbitMQ: other test runs use that one.
 Once with classic queues (the default: durable queues, persistent messages) and once with
 quorum queues (CRONFLEET_RABBITMQ_QUEUE_TYPE=quorum).
@@ -28,10 +28,10 @@ from kombu import Connection, Queue
 
 from scheduler_app.models import Job, JobRun, RunState, db_now
 from scheduler_app.queues import EXECUTE_RUN, EXECUTE_RUNS
-from tests import servers
 from tests.conftest import ROOT, environment_with, wait_for
 from tests.faults.harness import RESTART_LAG_BOUND
 from tests.faults.test_faults import WINDOW, assert_clean
+from tests.support import servers
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.faults]
 

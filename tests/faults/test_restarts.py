@@ -1,7 +1,7 @@
 """Fault scenarios that restart the servers themselves: PostgreSQL (immediate mode) and
 Redis (without persistence).
 
-Each scenario restarts a server of its own (tests/servers/), started on a free loopback
+Each scenario restarts a server of its own (tests/support/servers/), started on a free loopback
 port for the test and removed after it, never the machine's shared PostgreSQL or Redis:
 other test runs on the machine use those at the same time. They need PostgreSQL's server
 programs (initdb, pg_ctl, postgres) and redis-server installed, and are skipped otherwise.
@@ -13,9 +13,9 @@ import pytest
 from django.db import connection
 from django.test import override_settings
 
-from tests import servers
 from tests.faults.harness import RESTART_LAG_BOUND
 from tests.faults.test_faults import WINDOW, assert_clean
+from tests.support import servers
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.faults]
 DATABASE = "cronfleet"

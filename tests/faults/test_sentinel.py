@@ -2,7 +2,7 @@
 queue-depth reads, the API rate limits and the admin login throttle follow it through
 CELERY_BROKER_URL=sentinel://... and CRONFLEET_SENTINEL_MASTER (issue 28).
 
-A master, a replica (--replicaof) and a Sentinel of this test's own (tests/servers/:
+A master, a replica (--replicaof) and a Sentinel of this test's own (tests/support/servers/:
 private_sentinel, quorum 1, down after 1 s) on free ports; the master is SIGKILLed and the
 clients must reach the promoted replica without a restart. A worker's part, kombu's close of the
 connection the loss broke, is tested here alone (scheduler_app/worker/redisacks.py) and in the
@@ -18,8 +18,8 @@ import pytest
 from django.test import override_settings
 
 from scheduler_app.queues import redis_list_keys
-from tests import servers
 from tests.conftest import ROOT, process_env, wait_for
+from tests.support import servers
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.faults]
 

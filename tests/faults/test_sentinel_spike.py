@@ -2,7 +2,7 @@
 the workers, the web's queue-depth reads, the API rate limits and the admin login throttle
 follow it through CELERY_BROKER_URL=sentinel://... and CRONFLEET_SENTINEL_MASTER (issue 28).
 
-A master, a replica (--replicaof) and a Sentinel of this test's own (tests/servers/:
+A master, a replica (--replicaof) and a Sentinel of this test's own (tests/support/servers/:
 private_sentinel, quorum 1, down after 1 s) on free ports. A spike of SPIKE jobs is made due at
 once on top of the fault suite's steady load, and once the broker holds at least
 SPIKE_QUEUED_AT_KILL of their messages the master is SIGKILLed. Replication is asynchronous:
