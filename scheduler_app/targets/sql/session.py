@@ -45,7 +45,7 @@ def _forget_prepared(raw) -> bool:
     only when it has not counted its text yet; a DISCARD ALL sent while nothing was prepared
     stays counted, so after the worker prepared again the next one would go unnoticed and
     the worker would name statements the server no longer has ('prepared statement "_pg3_2"
-    does not exist'; tests/test_sqljobs_bounds.py). psycopg has no public call for this;
+    does not exist'; tests/integration/targets/test_sql_bounds.py). psycopg has no public call for this;
     False when its private cache is not where this version keeps it (the caller then closes
     the connection)."""
     prepared = getattr(raw, "_prepared", None)
