@@ -2,6 +2,12 @@
 # Run Cronfleet's test suite against real PostgreSQL and Redis (and MariaDB for SQL jobs).
 #   ./test.sh                 everything
 #   ./test.sh -m "not slow"   skip the multi-process scenarios
+#   ./test.sh unit            the unit tier (tests/unit): no database, server or process needed
+#   ./test.sh integration     tests/integration: the real servers, one process
+#   ./test.sh system          tests/system: real beats, workers, browsers, builds
+#   ./test.sh faults          tests/faults: the fault suite
+#   (a tier's name first, then any pytest arguments; the tests not yet sorted into a tier run
+#   with the plain ./test.sh, which runs everything)
 #   ./test.sh --django 6.0 [pytest arguments]
 #                             the same in .venv-django6.0 with that Django release (Python 3.12
 #                             or newer: python3.12 on PATH, or pyenv's; PYTHON names another)
@@ -61,6 +67,15 @@ fi
 
 export DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/cronfleet}
 export CELERY_BROKER_URL=${CELERY_BROKER_URL:-redis://127.0.0.1:6379/15}
+tier=""
+case "${1:-}" in
+  unit|integration|system|faults) tier=$1; shift; set -- "tests/$tier" "$@" ;;
+esac
+# Outside CI the test database is kept between runs (pytest-django's --reuse-db); CI makes it anew.
+[ "${CI:-}" = "true" ] || set -- --reuse-db "$@"
+if [ "$tier" = "unit" ]; then  # the unit tier needs no server: nothing to check
+  exec "$venv/bin/python" -m pytest "$@"
+fi
 "$venv/bin/python" - <<'PY'
 import os, sys
 import psycopg, redis

@@ -19,8 +19,11 @@ os.environ.setdefault("CRONFLEET_SQL_DATABASES", json.dumps(
 
 from project.settings import *  # noqa: E402,F403
 
-# Each pytest process gets its own test database, so two runs on one machine (a developer
-# and CI, or parallel sessions) never drop each other's database.
-DATABASES["default"]["TEST"] = {"NAME": f"test_cronfleet_{os.getpid()}"}  # noqa: F405
+# The test database is named after DATABASE_URL's (test_cronfleet for .../cronfleet), so a
+# local run can keep it (./test.sh passes --reuse-db outside CI) and two runs are told apart by
+# their URLs; CRONFLEET_TEST_DB_SUFFIX sets runs side by side on one server apart (pytest-xdist
+# adds its own suffix per worker).
+_suffix = os.environ.get("CRONFLEET_TEST_DB_SUFFIX", "")
+DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}{_suffix}"}  # noqa: F405
 if "mariadb" in DATABASES:  # noqa: F405
-    DATABASES["mariadb"]["TEST"] = {"NAME": f"test_cronfleet_sql_{os.getpid()}"}  # noqa: F405
+    DATABASES["mariadb"]["TEST"] = {"NAME": f"test_cronfleet_sql{_suffix}"}  # noqa: F405
