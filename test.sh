@@ -6,8 +6,7 @@
 #   ./test.sh integration     tests/integration: the real servers, one process
 #   ./test.sh system          tests/system: real beats, workers, browsers, builds
 #   ./test.sh faults          tests/faults: the fault suite
-#   (a tier's name first, then any pytest arguments; the tests not yet sorted into a tier run
-#   with the plain ./test.sh, which runs everything)
+#   (a tier's name first, then any pytest arguments)
 #   ./test.sh --django 6.0 [pytest arguments]
 #                             the same in .venv-django6.0 with that Django release (Python 3.12
 #                             or newer: python3.12 on PATH, or pyenv's; PYTHON names another)

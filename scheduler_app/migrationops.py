@@ -41,7 +41,7 @@ class IndexSQL(migrations.operations.base.Operation):
     `sql` forwards, `reverse_sql` backwards, each with {concurrently} standing for
     "CONCURRENTLY " on PostgreSQL and nothing elsewhere; `postgres_only`: nothing elsewhere
     (an index kind SQLite lacks). Unlike RunPython's, sqlmigrate shows this SQL, and
-    tests/test_migrations.py reads it."""
+    tests/integration/models/test_migrations.py reads it."""
 
     reduces_to_sql = True
     reversible = True

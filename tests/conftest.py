@@ -29,6 +29,10 @@ from scheduler_app.models import Job, JobRun, RunState, Tenant
 from scheduler_app.queues import redis_list_keys
 from scheduler_app.redisclient import client_from_url
 
+# The helpers in tests/support/ assert too: pytest rewrites their asserts as it does the tests'
+# (before any test module imports them).
+pytest.register_assert_rewrite("tests.support")
+
 ROOT = Path(__file__).resolve().parent.parent
 # RabbitMQ, for the tests that run a beat and a worker on it (test.sh checks it answers).
 AMQP_URL = os.environ.get("CRONFLEET_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")

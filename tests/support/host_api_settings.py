@@ -1,6 +1,7 @@
-"""A host project that installs Cronfleet as an app (tests/test_api_host_settings.py runs it in a
-process of its own): Django REST Framework at its defaults but for a site-wide policy a host may
-well have, Cronfleet's API mounted under /cron/ by the URLconf in that test module, and none of
+"""A host project that installs Cronfleet as an app (tests/system/api/test_api_host_settings.py runs
+it in a process of its own): Django REST Framework at its defaults but for a site-wide policy a host
+may well have, Cronfleet's API mounted under /cron/ by the URLconf in
+tests/integration/api/test_api_host_settings.py, and none of
 Cronfleet's deployment (no ApiErrorMiddleware, no REST_FRAMEWORK or SPECTACULAR_SETTINGS of
 Cronfleet's). Nothing here connects to a database: the requests it serves are refused first.
 """
@@ -30,7 +31,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
 ]
-ROOT_URLCONF = "tests.test_api_host_settings"
+ROOT_URLCONF = "tests.integration.api.test_api_host_settings"
 TEMPLATES = [{
     "BACKEND": "django.template.backends.django.DjangoTemplates",
     "APP_DIRS": True,

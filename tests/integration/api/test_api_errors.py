@@ -45,7 +45,7 @@ def errors_of(response) -> list[dict]:
     ("post", "/api/v1/jobs", "no route '/api/v1/jobs'; the route is '/api/v1/jobs/'"),
     ("get", "/api/v1/jobs", "no route '/api/v1/jobs'; the route is '/api/v1/jobs/'"),
     ("get", "/api/v1/stats", "no route '/api/v1/stats'; the route is '/api/v1/stats/'"),
-    # /api/v1/me answers with the slash too (tests/test_console_words.py).
+    # /api/v1/me answers with the slash too (tests/integration/admin/test_console_words.py).
 ])
 def test_unknown_api_paths_answer_a_json_404_naming_the_route_meant(api, debug, method, path, message):
     response = getattr(api, method)(path, {}, format="json") if method == "post" else api.get(path)

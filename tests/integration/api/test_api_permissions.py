@@ -1,7 +1,7 @@
 """A staff session does through the API only what its Django permissions let it do in the
 admin (scheduler_app/api/permissions.py, docs/roles.md); keys keep their own rules.
 
-The walks go over every route registered under /api/v1/ (tests/test_api_isolation.py's
+The walks go over every route registered under /api/v1/ (tests/support/api_walk.py's
 api_routes, from the resolver): every method that writes is refused to a staff user holding
 every view permission and to one holding none, and WRITES must name each of them with the
 permissions that let it through, so a route added later fails here until someone says what
@@ -21,7 +21,7 @@ from scheduler_app import alerts, services
 from scheduler_app.models import Alert, ApiKey, AuditEvent, Job, JobRun, RunState, Tenant, db_now
 from scheduler_app.services.windows import window_create
 from tests.integration.api.test_api import errors_of, job_body, make_tenant
-from tests.test_api_isolation import API_PREFIX, allowed_methods, api_routes, fill
+from tests.support.api_walk import API_PREFIX, allowed_methods, api_routes, fill
 
 TAG = "nightly"
 # Writes' bodies and what a staff session needs for each (a frozenset: one of them).

@@ -3,7 +3,7 @@ far larger than max_rows is never held by the worker; nothing a run leaves in it
 (advisory and named locks, settings, temporary tables) reaches the next run on the same
 connection; a statement restricted to some tenants is refused to the others' jobs.
 
-The fixtures (one run per backend, the tables, the allow-list) are tests/test_sqljobs_run.py's.
+The fixtures (one run per backend, the tables, the allow-list) are tests/support/sql_jobs.py's.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from scheduler_app import services
 from scheduler_app.models import Job, Tenant
 from scheduler_app.targets import sql as sqljobs
 from tests.conftest import NOW
-from tests.test_sqljobs_run import (  # noqa: F401 - alias, tables: fixtures used by name
+from tests.support.sql_jobs import (  # noqa: F401 - alias, tables: fixtures used by name
     BACKENDS,
     alias,
     execute,

@@ -29,7 +29,7 @@ import pytest
 import redis
 
 from tests.conftest import ROOT, wait_for
-from tests.test_package import NOT_SOURCES
+from tests.support.package import NOT_SOURCES
 
 pytestmark = pytest.mark.slow
 
@@ -158,7 +158,7 @@ def find_python(minor: str) -> str | None:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    """The wheel, built from a copy of the checkout (tests/test_package.py says why)."""
+    """The wheel, built from a copy of the checkout (tests/system/deploy/test_package.py says why)."""
     out = tmp_path_factory.mktemp("wheel")
     shutil.copytree(ROOT, out / "source", ignore=NOT_SOURCES)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(out / "source")],

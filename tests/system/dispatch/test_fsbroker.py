@@ -13,8 +13,9 @@ import sys
 import time
 from queue import Empty
 
+from tests.conftest import ROOT
 from tests.support.fsbroker_writer import connection
-from tests.test_manage import ROOT, run_manage
+from tests.support.manage import run_manage
 
 MESSAGES = 300
 BODY = "x" * 2_000_000  # large enough that writing one takes a while

@@ -1,5 +1,5 @@
 """The SQLite demo's dashboard in headless Chromium: the embedded setup (no DATABASE_URL, a
-throwaway CRONFLEET_VAR_DIR), the runs of tests/test_dashboard_sqlite.py seeded, `manage.py
+throwaway CRONFLEET_VAR_DIR), the runs of tests/system/observability/test_dashboard_sqlite.py seeded, `manage.py
 runserver` serving it; a person logs in, the charts are drawn as SVG with marks, and a
 screenshot is saved under var/test-artifacts/console/ for a person to look at."""
 
@@ -15,8 +15,8 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.support import browser
-from tests.test_dashboard_sqlite import SCRIPT
-from tests.test_demo import embedded_env
+from tests.support.embedded import DASHBOARD_SCRIPT as SCRIPT
+from tests.support.embedded import embedded_env
 
 pytestmark = pytest.mark.skipif(not browser.available(), reason="chromium and chromedriver are not installed")
 ARTIFACTS = ROOT / "var" / "test-artifacts" / "console"

@@ -19,8 +19,8 @@ import yaml
 from tests.conftest import ROOT, wait_for
 from tests.support import servers
 from tests.support.observing import free_ports
+from tests.system.observability.test_monitoring import tool
 from tests.system.observability.test_prometheus import Prometheus
-from tests.test_monitoring import tool
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 FLEET = ROOT / "deploy" / "prometheus" / "fleet.yml"

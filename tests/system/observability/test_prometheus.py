@@ -19,8 +19,8 @@ from scheduler_app.models import JobRun, NodeKind, RunState, db_now
 from scheduler_app.observability.nodes import node_states
 from tests.conftest import ROOT, take_broker_messages, wait_for
 from tests.support.observing import free_ports, start_worker
-from tests.test_deploy import get_or_none
-from tests.test_monitoring import tool
+from tests.support.web import get_or_none
+from tests.system.observability.test_monitoring import tool
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

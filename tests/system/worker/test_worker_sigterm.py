@@ -19,8 +19,8 @@ from project.celery import app
 from scheduler_app import services
 from scheduler_app.models import JobRun, RunState
 from tests.conftest import take_broker_messages, wait_for
+from tests.support.http_receiver import Receiver
 from tests.support.servers import children_of
-from tests.test_http_jobs import Receiver
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
