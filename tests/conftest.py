@@ -7,6 +7,7 @@ test itself, so tests that use them must be transactional (data committed).
 from __future__ import annotations
 
 import base64
+import contextlib
 import itertools
 import json
 import os
@@ -56,6 +57,20 @@ def wait_for(predicate: Callable[[], object], *, timeout: float, interval: float
         time.sleep(interval)
 
 
+# --- the tiers' markers -------------------------------------------------------------------------
+# Every test of tests/system/ and tests/faults/ starts processes: they are `slow` (so that
+# -m "not slow" is the unit and integration tiers), whether or not their module says so.
+_SLOW_TIERS = ("system", "faults")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    tests = Path(__file__).resolve().parent
+    for item in items:
+        parts = item.path.relative_to(tests).parts if item.path.is_relative_to(tests) else ()
+        if parts and parts[0] in _SLOW_TIERS and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
+
+
 # --- in CI, a skipped test is a failed run ----------------------------------------------------
 # CI=true (.ci/run sets it) means every tool and server the suite uses is installed: a test
 # that skips there skips because something is missing, and the run fails, naming each one.
@@ -83,27 +98,41 @@ def pytest_terminal_summary(terminalreporter) -> None:
 @pytest.fixture(scope="session", autouse=True)
 def no_database_session_left_behind(django_db_setup, django_db_blocker):
     """At the end, name every other session still connected to the test database (a process
-    or a thread some test did not stop): it would keep the database from being dropped."""
+    or a thread some test did not stop): it would keep the database from being dropped. A
+    worker's daemon threads close theirs once idle (the HTTP flight's within half a second),
+    so the sessions get a few seconds to go."""
     yield
     if connection.vendor != "postgresql" or connection.settings_dict["NAME"] != settings.DATABASES["default"]["TEST"]["NAME"]:
         return  # no test database was made: the run's tests needed none
-    with django_db_blocker.unblock(), connection.cursor() as cursor:
-        cursor.execute("SELECT pid, application_name, state, backend_start, left(query, 200) FROM pg_stat_activity"
-                       " WHERE datname = current_database() AND pid <> pg_backend_pid()")
-        left = cursor.fetchall()
+
+    def others():
+        with django_db_blocker.unblock(), connection.cursor() as cursor:
+            cursor.execute("SELECT pid, application_name, state, backend_start, left(query, 200)"
+                           " FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
+            return cursor.fetchall()
+
+    try:
+        wait_for(lambda: not others(), timeout=5, interval=0.2, what="the other sessions to leave")
+    except AssertionError:
+        left = others()
+    else:
+        left = []
     if left:
         warnings.warn("sessions left connected to the test database: " + "; ".join(map(repr, left)),
                       stacklevel=1)
 
 
 @pytest.fixture(autouse=True)
-def fresh_backpressure():
-    """Each test claims for queues of its own: the beat's list of queues to watch starts empty."""
+def fresh_claim_state():
+    """Each test claims afresh: the beat's list of queues to watch starts empty, and so does
+    its memory of the tenants' fair order."""
     from scheduler_app import dispatch
 
     dispatch.backpressure.forget_backpressure()
+    dispatch.claim.forget_fair_order()
     yield
     dispatch.backpressure.forget_backpressure()
+    dispatch.claim.forget_fair_order()
 
 
 @pytest.fixture(autouse=True)
@@ -257,9 +286,20 @@ class Processes:
                 proc.wait(timeout=10)
         return proc.returncode
 
-    def stop_all(self) -> None:
-        for _, proc, _ in self.procs:
-            self.stop(proc)
+    def stop_all(self, timeout: float = 30) -> None:
+        """SIGTERM to every process group at once, then one shared wait: a process that takes
+        its time to stop does not hold up the others' stops. SIGKILL for what outlives it."""
+        running = [proc for _, proc, _ in self.procs if proc.poll() is None]
+        for proc in running:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for proc in running:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
 
 
 @pytest.fixture

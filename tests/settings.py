@@ -6,6 +6,18 @@ import os
 
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/cronfleet")
 os.environ.setdefault("CELERY_BROKER_URL", "redis://127.0.0.1:6379/15")
+# Under pytest-xdist each worker has a Redis database of its own below the URL's (gw0 keeps
+# it, gw1 takes the one below, ...), as pytest-django gives each its own test database: the
+# beats and workers one worker's tests start never meet another's.
+_xdist_worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _xdist_worker.startswith("gw") and _xdist_worker[2:].isdigit() and int(_xdist_worker[2:]):
+    from urllib.parse import urlsplit, urlunsplit
+
+    _broker = urlsplit(os.environ["CELERY_BROKER_URL"])
+    _db = int(_broker.path.strip("/") or 0) - int(_xdist_worker[2:])
+    if _broker.scheme not in ("redis", "rediss") or _db < 0:
+        raise RuntimeError(f"pytest-xdist worker {_xdist_worker} needs a Redis database below {_broker.path}")
+    os.environ["CELERY_BROKER_URL"] = urlunsplit(_broker._replace(path=f"/{_db}"))
 os.environ.setdefault("PGAPPNAME", "pytest")  # the suite's own sessions, apart from its processes'
 # Debug stays off, as in production, so a key is needed (the processes tests start inherit it).
 os.environ.setdefault("DJANGO_SECRET_KEY", "tests-only-secret-key-never-used-anywhere-else")
@@ -27,3 +39,7 @@ _suffix = os.environ.get("CRONFLEET_TEST_DB_SUFFIX", "")
 DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}{_suffix}"}  # noqa: F405
 if "mariadb" in DATABASES:  # noqa: F405
     DATABASES["mariadb"]["TEST"] = {"NAME": f"test_cronfleet_sql{_suffix}"}  # noqa: F405
+
+# The suite's users log in with passwords thousands of times: PBKDF2 would spend 0.4 s on each
+# (the processes tests start use project.settings and its hashers).
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -18,11 +18,6 @@ TASK = "scheduler_app.echo"
 BASE = datetime(2024, 1, 1, tzinfo=UTC)
 
 
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    """admin_client's superuser gets a password; PBKDF2 would spend 0.4 s per test on it."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
 
 def url(model: str, view: str, *args) -> str:
     return reverse(f"admin:scheduler_app_{model}_{view}", args=args)

@@ -16,10 +16,6 @@ TENANT_ADMIN = ("view_job", "add_job", "change_job", "view_jobrun", "view_tenant
                 "view_calendar", "view_auditevent")
 
 
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
 
 @pytest.fixture
 def acme(db) -> Tenant:

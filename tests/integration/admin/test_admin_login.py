@@ -29,7 +29,6 @@ def counting(request, settings):
 
 @pytest.fixture
 def staff(db, settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast guesses
     name = f"ops-{next(_names)}-{datetime.now().timestamp():.0f}"  # fresh counters in a shared Redis
     return get_user_model().objects.create_user(name, password="the-right-password-1", is_staff=True)
 

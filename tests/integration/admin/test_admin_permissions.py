@@ -21,10 +21,6 @@ SECRET_ERROR = "run-error-for-viewers-only"
 DASHBOARD_VIEWS = ("view_jobrun", "view_job", "view_alert", "view_tenant", "view_node")
 
 
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
 
 @pytest.fixture
 def failing(db):

@@ -21,12 +21,6 @@ GRACE = timedelta(seconds=60)
 T = utc(2024, 1, 1, 0, 0, 0)
 
 
-@pytest.fixture(autouse=True)
-def fresh_fair_order():
-    dispatch.claim.forget_fair_order()
-    yield
-    dispatch.claim.forget_fair_order()
-
 
 def make_tenant(slug, **fields) -> Tenant:
     return Tenant.objects.create(slug=slug, name=slug, **fields)

@@ -24,12 +24,6 @@ GRACE = timedelta(seconds=60)
 PRIORITIES = [0, 9, 3, 7, 5, 1, 8, 2, 6, 4]
 
 
-@pytest.fixture(autouse=True)
-def fresh_fair_order():
-    dispatch.claim.forget_fair_order()
-    yield
-    dispatch.claim.forget_fair_order()
-
 
 def seed(tenant, priorities, at=T, prefix="job", **fields) -> dict[int, int]:
     """One job due at `at` per priority (cron every minute unless `fields` say otherwise);

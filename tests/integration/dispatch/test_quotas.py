@@ -24,12 +24,6 @@ from tests.unit.dispatch.test_quotas import CONCURRENCY, FIRES, T
 GRACE = timedelta(seconds=60)
 
 
-@pytest.fixture(autouse=True)
-def fresh_fair_order():
-    dispatch.claim.forget_fair_order()
-    yield
-    dispatch.claim.forget_fair_order()
-
 
 @pytest.fixture
 def published(monkeypatch):

@@ -240,7 +240,6 @@ def test_the_api_shows_the_chain_on_the_job_and_the_parent_on_the_run(tenant):
 
 
 def test_the_job_page_shows_the_chain_and_a_run_page_its_parent(admin_client, settings, tenant):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     parent = job(tenant, "parent")
     child = job(tenant, "child", after_job="parent", after_states=["failed"])
     run = queued_run(parent)
@@ -260,7 +259,6 @@ def test_the_job_page_shows_the_chain_and_a_run_page_its_parent(admin_client, se
 
 
 def test_the_admin_forms_chain_a_job_within_its_tenant(admin_client, settings, tenant):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     parent = job(tenant, "parent")
     other = Tenant.objects.create(slug="other-admin", name="Other")
     foreign = job(other, "foreign")

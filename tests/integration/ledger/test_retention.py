@@ -476,16 +476,11 @@ def test_bad_retention_values_are_refused_naming_the_field(db, body, field, mess
 # --- setting the policy: admin ---------------------------------------------------------------------
 
 
-@pytest.fixture
-def fast_admin(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 TENANT_FORM = {"timezone": "UTC", "is_active": "on", "max_jobs": "", "min_interval_seconds": "0",
                "max_fires_per_minute": "", "max_concurrent_runs": "", "weight": "1", "api_requests_per_minute": ""}
 
 
-def test_the_tenant_change_page_sets_retention(fast_admin, admin_client):
+def test_the_tenant_change_page_sets_retention(admin_client):
     tenant = make_tenant()
     form = {**TENANT_FORM, "name": tenant.name, "retention_days": "7", "retention_failed_days": "",
             "retention_keep_last": "3"}
@@ -499,7 +494,7 @@ def test_the_tenant_change_page_sets_retention(fast_admin, admin_client):
     assert "finished runs 7 days (tenant), failed and dead 90 days (settings)" in page
 
 
-def test_the_tenant_change_page_shows_a_bad_retention_on_its_field(fast_admin, admin_client):
+def test_the_tenant_change_page_shows_a_bad_retention_on_its_field(admin_client):
     tenant = make_tenant()
     form = {**TENANT_FORM, "name": tenant.name, "retention_days": "30", "retention_failed_days": "7",
             "retention_keep_last": ""}
@@ -511,7 +506,7 @@ def test_the_tenant_change_page_shows_a_bad_retention_on_its_field(fast_admin, a
     assert Tenant.objects.get(id=tenant.id).retention_days is None
 
 
-def test_the_job_change_page_sets_retention_without_a_new_version(fast_admin, admin_client):
+def test_the_job_change_page_sets_retention_without_a_new_version(admin_client):
     from tests.integration.admin.test_admin import change_form
 
     tenant = make_tenant()

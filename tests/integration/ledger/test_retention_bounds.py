@@ -23,7 +23,6 @@ def policy(settings):
     settings.CRONFLEET_RETENTION_DAYS = 30
     settings.CRONFLEET_RETENTION_FAILED_DAYS = 90
     settings.CRONFLEET_RETENTION_KEEP_LAST = 0
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 def job_of(tenant: Tenant) -> Job:

@@ -35,10 +35,6 @@ TENANT_ADMIN = ("view_job", "add_job", "change_job", "view_jobrun", "view_tenant
                 "add_apikey", "mint_apikey", "view_apikey")
 
 
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
 
 @pytest.fixture
 def acme(db) -> Tenant:

@@ -29,7 +29,6 @@ def chromium():
 
 @pytest.fixture
 def seeded(django_user_model, settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     django_user_model.objects.create_superuser("ops", "ops@example.com", "a long passphrase 7")
     tenant = services.tenant_create(slug="demo", name="Demo", timezone="Europe/Berlin")
     job = services.job_create(tenant, services.JobSpec(name="flaky", task_name="scheduler_app.echo", cron="* * * * *"))

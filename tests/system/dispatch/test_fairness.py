@@ -6,17 +6,8 @@ import os
 import subprocess
 import sys
 
-import pytest
-
 from scheduler_app import dispatch
 from tests.conftest import ROOT
-
-
-@pytest.fixture(autouse=True)
-def fresh_fair_order():
-    dispatch.claim.forget_fair_order()
-    yield
-    dispatch.claim.forget_fair_order()
 
 
 def test_sqlite_claims_fairly_and_holds_fires_over_a_quota(tmp_path):

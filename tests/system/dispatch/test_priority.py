@@ -6,17 +6,9 @@ from datetime import timedelta
 
 import pytest
 
-from scheduler_app import dispatch
 from scheduler_app.models import JobRun, RunState, db_now
 from tests.conftest import AMQP_URL, take_broker_messages, wait_for
 from tests.integration.dispatch.test_priority import PRIORITIES, seed
-
-
-@pytest.fixture(autouse=True)
-def fresh_fair_order():
-    dispatch.claim.forget_fair_order()
-    yield
-    dispatch.claim.forget_fair_order()
 
 
 def ledger_start_order(jobs: dict[int, int]) -> list[int]:

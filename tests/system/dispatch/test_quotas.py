@@ -6,19 +6,11 @@ from datetime import timedelta
 
 import pytest
 
-from scheduler_app import dispatch
 from scheduler_app.dispatch.quotas import QUOTA_WINDOW
 from scheduler_app.models import AuditEvent, db_now
 from tests.conftest import wait_for
 from tests.integration.dispatch.test_quotas import make_tenant, one_offs, runs_of
 from tests.unit.dispatch.test_quotas import FIRES
-
-
-@pytest.fixture(autouse=True)
-def fresh_fair_order():
-    dispatch.claim.forget_fair_order()
-    yield
-    dispatch.claim.forget_fair_order()
 
 
 @pytest.mark.slow

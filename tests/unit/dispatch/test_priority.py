@@ -12,12 +12,6 @@ from tests.conftest import utc
 T = utc(2024, 1, 1, 0, 0, 0)
 
 
-@pytest.fixture(autouse=True)
-def fresh_fair_order():
-    dispatch.claim.forget_fair_order()
-    yield
-    dispatch.claim.forget_fair_order()
-
 
 # --- the quota ----------------------------------------------------------------------------
 

@@ -16,12 +16,6 @@ FIRES = "quota_fires_per_minute: waiting for room under the tenant's limit of {}
 CONCURRENCY = "quota_concurrency: waiting for room under the tenant's limit of {} concurrent runs"
 
 
-@pytest.fixture(autouse=True)
-def fresh_fair_order():
-    dispatch.claim.forget_fair_order()
-    yield
-    dispatch.claim.forget_fair_order()
-
 
 # --- the budget and the plan: pure ----------------------------------------------------------
 

@@ -3,14 +3,7 @@ tests/integration/observability/test_nodes.py, tests/system/observability/test_n
 
 from __future__ import annotations
 
-import pytest
-
 from scheduler_app.observability import nodes
-
-
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 def test_beat_stale_after_is_two_sleeps_and_a_margin():

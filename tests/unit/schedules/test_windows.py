@@ -6,17 +6,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import pytest
-
 from scheduler_app.schedules.windows import WindowTimes, next_opening, open_at
 from tests.conftest import utc
 
 LONDON = "Europe/London"
 
-
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 # --- times -------------------------------------------------------------------------------
