@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # Run Cronfleet's test suite against real PostgreSQL and Redis (and MariaDB for SQL jobs).
-#   ./test.sh                 everything
-#   ./test.sh -m "not slow"   skip the multi-process scenarios
+#   ./test.sh                 every tier in order (unit, integration, system, faults), stopping
+#                             at the first that fails
+#   ./test.sh -m "not slow"   the same without the tests that start processes (system, faults)
 #   ./test.sh unit            the unit tier (tests/unit): no database, server or process needed
-#   ./test.sh integration     tests/integration: the real servers, one process
+#   ./test.sh integration     tests/integration: the real servers, one process per xdist worker
 #   ./test.sh system          tests/system: real beats, workers, browsers, builds
 #   ./test.sh faults          tests/faults: the fault suite
-#   (a tier's name first, then any pytest arguments)
-#   ./test.sh --django 6.0 [pytest arguments]
+#   ./test.sh PATH...         those tests, in one pytest run (no xdist unless -n is given)
+#   (a tier's name or paths, then any pytest arguments: -x, --lf, -k, -n 4, -p no:xdist ...)
+#   ./test.sh --repeat N ...  any of the above N times in a row, stopping at the first failure
+#   ./test.sh --django 6.0 ...
 #                             the same in .venv-django6.0 with that Django release (Python 3.12
-#                             or newer: python3.12 on PATH, or pyenv's; PYTHON names another)
+#                             or newer: python3.12 on PATH, or pyenv's; PYTHON names another);
+#                             --django comes first, then --repeat
 # Defaults: postgres://postgres@127.0.0.1:5432, redis://127.0.0.1:6379/15 and RabbitMQ at
 # amqp://guest:guest@127.0.0.1:5672// (the priority tests run a worker on each broker); set
 # DATABASE_URL / CELERY_BROKER_URL / CRONFLEET_TEST_AMQP_URL to use others (pytest creates
@@ -66,33 +70,119 @@ fi
 
 export DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/cronfleet}
 export CELERY_BROKER_URL=${CELERY_BROKER_URL:-redis://127.0.0.1:6379/15}
-tier=""
-case "${1:-}" in
-  unit|integration|system|faults) tier=$1; shift; set -- "tests/$tier" "$@" ;;
-esac
-# Outside CI the test database is kept between runs (pytest-django's --reuse-db); CI makes it anew.
-[ "${CI:-}" = "true" ] || set -- --reuse-db "$@"
-if [ "$tier" = "unit" ]; then  # the unit tier needs no server: nothing to check
-  exec "$venv/bin/python" -m pytest "$@"
-fi
-"$venv/bin/python" - <<'PY'
+# The servers the integration, system and fault tiers use: each one missing is named with the
+# command that starts it (the unit tier needs none).
+check_servers() {
+  "$venv/bin/python" - <<'PY'
 import os, sys
 import psycopg, redis
+from kombu import Connection
+missing = []
 try:
     url = os.environ["DATABASE_URL"].rsplit("/", 1)[0] + "/postgres"
     psycopg.connect(url, connect_timeout=5).close()
 except Exception as exc:
-    sys.exit(f"test.sh: PostgreSQL is not reachable ({exc}); start it or set DATABASE_URL")
+    missing.append(f"PostgreSQL ({exc}): pg_ctlcluster <version> main start, or set DATABASE_URL")
 try:
     redis.Redis.from_url(os.environ["CELERY_BROKER_URL"], socket_connect_timeout=5).ping()
 except Exception as exc:
-    sys.exit(f"test.sh: Redis is not reachable ({exc}); start it or set CELERY_BROKER_URL")
-from kombu import Connection
+    missing.append(f"Redis ({exc}): redis-server --daemonize yes, or set CELERY_BROKER_URL")
 amqp = os.environ.get("CRONFLEET_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
 try:
     with Connection(amqp, connect_timeout=5) as conn:
         conn.ensure_connection(max_retries=1)
 except Exception as exc:
-    sys.exit(f"test.sh: RabbitMQ is not reachable at {amqp} ({exc}); start it or set CRONFLEET_TEST_AMQP_URL")
+    missing.append(f"RabbitMQ at {amqp} ({exc}): rabbitmq-server -detached, or set CRONFLEET_TEST_AMQP_URL")
+for line in missing:
+    print(f"test.sh: not reachable: {line}", file=sys.stderr)
+sys.exit(1 if missing else 0)
 PY
-exec "$venv/bin/python" -m pytest "$@"
+}
+
+# pytest-xdist workers per tier on two cores: the integration tier's tests wait on the
+# database, the system tier's on the processes they start; the fault scenarios measure lag
+# and run one at a time. An -n, -p no:xdist or --pdb of the caller's wins.
+workers_for() {
+  case $1 in
+    integration) echo "-n 2" ;;
+    system) echo "-n 3 --dist loadfile" ;;
+  esac
+}
+
+run_pytest() {  # run_pytest TIER [pytest arguments]: TIER "" for paths of the caller's
+  local tier=$1
+  shift
+  local -a extra=()
+  # Outside CI the test database is kept between runs (pytest-django's --reuse-db); CI makes it anew.
+  [ "${CI:-}" = "true" ] || extra+=(--reuse-db)
+  local own="" previous="" argument
+  for argument in "$@"; do
+    case $argument in
+      -n|-n*|--numprocesses*|--pdb|-pno:xdist) own=1 ;;
+      no:xdist) [ "$previous" = "-p" ] && own=1 ;;
+    esac
+    previous=$argument
+  done
+  if [ -n "$tier" ] && [ -z "$own" ]; then
+    # shellcheck disable=SC2207
+    extra+=($(workers_for "$tier"))
+  fi
+  "$venv/bin/python" -m pytest "${extra[@]}" "$@"
+}
+
+export DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/cronfleet}
+export CELERY_BROKER_URL=${CELERY_BROKER_URL:-redis://127.0.0.1:6379/15}
+tiers=(unit integration system faults)
+
+repeat=1
+if [ "${1:-}" = "--repeat" ]; then  # ./test.sh --repeat N [tier or paths] [pytest arguments]
+  repeat=${2:?"test.sh: --repeat needs a count, e.g. --repeat 10 tests/system/dispatch"}
+  shift 2
+fi
+
+case "${1:-}" in
+  unit|integration|system|faults)  # one tier
+    tier=$1
+    shift
+    [ "$tier" = "unit" ] || check_servers
+    for ((run = 1; run <= repeat; run++)); do
+      [ "$repeat" = 1 ] || echo "test.sh: run $run of $repeat"
+      run_pytest "$tier" "tests/$tier" "$@"
+    done
+    exit 0
+    ;;
+esac
+
+has_paths=""
+for argument in "$@"; do
+  case $argument in
+    tests|tests/*|*::*) has_paths=1 ;;
+  esac
+done
+if [ -n "$has_paths" ]; then  # paths of the caller's: one pytest run, as they asked
+  check_servers
+  for ((run = 1; run <= repeat; run++)); do
+    [ "$repeat" = 1 ] || echo "test.sh: run $run of $repeat"
+    run_pytest "" "$@"
+  done
+  exit 0
+fi
+
+# No paths: every tier in order, each with the caller's pytest arguments, stopping at the first
+# that fails (a tier whose tests the arguments all deselect is no failure).
+started=$SECONDS
+for tier in "${tiers[@]}"; do
+  [ "$tier" = "unit" ] || check_servers
+  echo "test.sh: the $tier tier (tests/$tier)"
+  tier_started=$SECONDS
+  for ((run = 1; run <= repeat; run++)); do
+    [ "$repeat" = 1 ] || echo "test.sh: run $run of $repeat"
+    status=0
+    run_pytest "$tier" "tests/$tier" "$@" || status=$?
+    if [ "$status" != 0 ] && [ "$status" != 5 ]; then
+      echo "test.sh: the $tier tier failed (pytest exit $status); the tiers after it were not run" >&2
+      exit "$status"
+    fi
+  done
+  echo "test.sh: the $tier tier passed in $((SECONDS - tier_started)) s ($((SECONDS - started)) s so far)"
+done

@@ -259,15 +259,18 @@ class Processes:
         return self.start(name, [*prefix, sys.executable, "manage.py", "runbeat", *args], **env)
 
     def worker(self, queue: str, name: str = "worker", concurrency: int = 2, include: str = "",
-               prefix: tuple[str, ...] = (), **env: str) -> subprocess.Popen:
+               prefix: tuple[str, ...] = (), wait: bool = True, **env: str) -> subprocess.Popen:
+        """A Celery worker on `queue`, ready when this returns (wait=False: started, and the
+        caller waits for "ready." in its log, e.g. for several starting side by side)."""
         argv = [
             *prefix, sys.executable, "-m", "celery", "-A", "project", "worker", "-Q", queue, "-c", str(concurrency),
             "-n", f"{name}-{uuid.uuid4().hex[:6]}@%h", "--without-mingle", "--without-gossip",
             "--without-heartbeat", "-l", "info", *(["--include", include] if include else []),
         ]
         proc = self.start(name, argv, **env)
-        wait_for(lambda: "ready." in self.log(name) or proc.poll() is not None, timeout=60, what=f"{name} ready")
-        assert proc.poll() is None, self.log(name)
+        if wait:
+            wait_for(lambda: "ready." in self.log(name) or proc.poll() is not None, timeout=60, what=f"{name} ready")
+            assert proc.poll() is None, self.log(name)
         return proc
 
     def log(self, name: str) -> str:
@@ -287,9 +290,12 @@ class Processes:
         return proc.returncode
 
     def stop_all(self, timeout: float = 30) -> None:
+        self.stop_together([proc for _, proc, _ in self.procs], timeout=timeout)
+
+    def stop_together(self, procs: list[subprocess.Popen], timeout: float = 30) -> None:
         """SIGTERM to every process group at once, then one shared wait: a process that takes
         its time to stop does not hold up the others' stops. SIGKILL for what outlives it."""
-        running = [proc for _, proc, _ in self.procs if proc.poll() is None]
+        running = [proc for proc in procs if proc.poll() is None]
         for proc in running:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)

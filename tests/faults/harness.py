@@ -102,15 +102,15 @@ class Cluster:
         self.beats[name] = proc
         return proc
 
-    def worker(self, name: str, *, prefix: tuple[str, ...] = (), **env: str):
+    def worker(self, name: str, *, prefix: tuple[str, ...] = (), wait: bool = True, **env: str):
         proc = self.processes.worker(self.queue, name=name, concurrency=2, include="tests.faults.tasks",
-                                     prefix=prefix, **{**CLUSTER_ENV, **env})
+                                     prefix=prefix, wait=wait, **{**CLUSTER_ENV, **env})
         self.workers[name] = proc
         return proc
 
     def start(self, *, beats: int = 3, workers: int = 2, **env: str) -> None:
-        for i in range(workers):
-            self.worker(f"worker{i}", **env)
+        for i in range(workers):  # side by side: go() waits until every one is ready
+            self.worker(f"worker{i}", wait=False, **env)
         for i in range(beats):
             self.beat(f"beat{i}", **env)
 
@@ -131,6 +131,8 @@ class Cluster:
         )
 
     def started(self) -> bool:
+        for name, proc in [*self.beats.items(), *self.workers.items()]:
+            assert proc.poll() is None, f"{name} exited while starting:\n{self.processes.log(name)}"
         return all(STARTED_LINE in self.processes.log(name) for name in self.beats) and \
             all(READY_LINE in self.processes.log(name) for name in self.workers)
 
@@ -152,8 +154,7 @@ class Cluster:
         Job.objects.filter(tenant=self.tenant).update(enabled=False)
         wait_for(lambda: not JobRun.objects.filter(tenant=self.tenant, state__in=UNFINISHED).exists(),
                  timeout=drain_timeout, interval=0.3, what="every recorded run to finish")
-        for proc in [*self.beats.values(), *self.workers.values()]:
-            self.processes.stop(proc)
+        self.processes.stop_together([*self.beats.values(), *self.workers.values()])
 
     # --- the checker -------------------------------------------------------------------
 
