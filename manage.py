@@ -8,6 +8,7 @@ runs again with the environment's interpreter, so the commands in the README wor
 `./manage.py bench ...` runs on bench.settings: the settings in effect otherwise (project.settings
 by default) with the benchmarks' app installed; the product's settings never install it.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,8 +32,10 @@ def venv_python() -> Path | None:
 def use_bench_settings() -> None:
     """For `bench` (and `help bench`): bench.settings, on the settings module otherwise in effect."""
     if not (ROOT / "bench" / "settings.py").exists():
-        sys.exit("manage.py: the benchmarks (bench/) are not installed in this image; run them from a "
-                 "checkout of the repository")
+        sys.exit(
+            "manage.py: the benchmarks (bench/) are not installed in this image; run them from a "
+            "checkout of the repository"
+        )
     base = os.environ.get("DJANGO_SETTINGS_MODULE", "project.settings")
     if base != "bench.settings":  # not already switched (before the venv re-exec, say)
         os.environ["CRONFLEET_BENCH_BASE_SETTINGS"] = base
@@ -49,8 +52,10 @@ def main() -> None:
         python = venv_python()
         if python is not None:
             os.execv(python, [str(python), str(Path(__file__).resolve()), *sys.argv[1:]])
-        sys.exit(f"manage.py: {exc} (using {sys.executable}). Create the virtual environment with ./demo.sh, "
-                 f"or: python3 -m venv .venv && .venv/bin/pip install -r requirements.txt")
+        sys.exit(
+            f"manage.py: {exc} (using {sys.executable}). Create the virtual environment with ./demo.sh, "
+            f"or: python3 -m venv .venv && .venv/bin/pip install -r requirements.txt"
+        )
 
     try:
         execute_from_command_line(sys.argv)

@@ -74,12 +74,30 @@ def seed(opts: Options) -> tuple[int, object]:
     tenant = Tenant.objects.create(slug=f"{common.PREFIX}autoscale-{uuid.uuid4().hex[:6]}", name="Bench autoscale")
     spike = db_now().replace(microsecond=0) + timedelta(seconds=opts.lead)
     jobs = Job.objects.bulk_create(
-        Job(tenant=tenant, name=f"spike-{i}", task_name=TASK, kwargs={"seconds": opts.duration}, queue=QUEUE,
-            run_at=spike, next_run_at=spike) for i in range(opts.jobs))
+        Job(
+            tenant=tenant,
+            name=f"spike-{i}",
+            task_name=TASK,
+            kwargs={"seconds": opts.duration},
+            queue=QUEUE,
+            run_at=spike,
+            next_run_at=spike,
+        )
+        for i in range(opts.jobs)
+    )
     before = spike - timedelta(days=1)
     JobRun.objects.bulk_create(
-        JobRun(job=job, tenant=tenant, scheduled_at=before, created_at=before, state=RunState.SUCCEEDED,
-               started_at=before, finished_at=before + timedelta(seconds=opts.duration)) for job in jobs)
+        JobRun(
+            job=job,
+            tenant=tenant,
+            scheduled_at=before,
+            created_at=before,
+            state=RunState.SUCCEEDED,
+            started_at=before,
+            finished_at=before + timedelta(seconds=opts.duration),
+        )
+        for job in jobs
+    )
     return tenant.id, spike
 
 
@@ -130,9 +148,11 @@ def measure(controller: str, opts: Options, note: Callable[[str], None]) -> Meas
         fleet.scale_to(1)
         note(f"autoscale {controller}: {opts.jobs} jobs due at {spike:%H:%M:%S}; one beat, one worker")
         deadline = time.monotonic() + opts.lead + opts.timeout
-        with override_settings(CRONFLEET_FORECAST_TARGET_LAG_SECONDS=opts.target_lag,
-                               CRONFLEET_FORECAST_WORKER_CONCURRENCY=opts.concurrency,
-                               CRONFLEET_FORECAST_CACHE_SECONDS=0):
+        with override_settings(
+            CRONFLEET_FORECAST_TARGET_LAG_SECONDS=opts.target_lag,
+            CRONFLEET_FORECAST_WORKER_CONCURRENCY=opts.concurrency,
+            CRONFLEET_FORECAST_CACHE_SECONDS=0,
+        ):
             while time.monotonic() < deadline:
                 step_started = time.monotonic()
                 wanted = target(controller, opts, tenant_id)
@@ -152,32 +172,47 @@ def measure(controller: str, opts: Options, note: Callable[[str], None]) -> Meas
 
 def ledger_figures(result: Measured, tenant_id: int, spike, opts: Options) -> Measured:
     with connection.cursor() as cursor:
-        cursor.execute(f"""
+        cursor.execute(
+            f"""
             SELECT count(*) FILTER (WHERE state = 'succeeded'), count(DISTINCT job_id),
                    percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - scheduled_at)),
                    percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - scheduled_at)),
                    max(extract(epoch FROM started_at - scheduled_at))
               FROM {JobRun._meta.db_table} WHERE tenant_id = %s AND scheduled_at = %s
-        """, [tenant_id, spike])
+        """,
+            [tenant_id, spike],
+        )
         succeeded, jobs, p50, p99, worst = cursor.fetchone()
     result.finished = succeeded
     result.lag = (float(p50 or 0), float(p99 or 0), float(worst or 0)) if succeeded else None
-    result.checks += [(f"{result.controller}: the spike's runs succeeded", f"{succeeded}/{opts.jobs}",
-                       succeeded == opts.jobs),
-                      (f"{result.controller}: one run per job", f"{jobs}", jobs == opts.jobs)]
+    result.checks += [
+        (f"{result.controller}: the spike's runs succeeded", f"{succeeded}/{opts.jobs}", succeeded == opts.jobs),
+        (f"{result.controller}: one run per job", f"{jobs}", jobs == opts.jobs),
+    ]
     return result
 
 
 def report(out: Callable[[str], None], opts: Options, results: list[Measured]) -> bool:
-    out(f"bench autoscale: {opts.jobs} runs of {opts.duration:g} s due at one instant; workers -P threads "
+    out(
+        f"bench autoscale: {opts.jobs} runs of {opts.duration:g} s due at one instant; workers -P threads "
         f"-c {opts.concurrency}, 1 to {opts.max_workers}; forecast target lag {opts.target_lag:g} s; "
-        f"a decision every {STEP:g} s")
+        f"a decision every {STEP:g} s"
+    )
     out(common.machine_line())
-    common.table(out, ["controller", "start lag p50", "p99", "max", "peak workers", "worker-seconds",
-                       "first scale-up (s from S)"],
-                 [[r.controller, *(common.num(v, 2) for v in (r.lag or (None, None, None))), str(r.peak_workers),
-                   common.num(r.worker_seconds), common.num(r.first_scale_up, 1) if r.first_scale_up is not None
-                   else "never"] for r in results])
+    common.table(
+        out,
+        ["controller", "start lag p50", "p99", "max", "peak workers", "worker-seconds", "first scale-up (s from S)"],
+        [
+            [
+                r.controller,
+                *(common.num(v, 2) for v in (r.lag or (None, None, None))),
+                str(r.peak_workers),
+                common.num(r.worker_seconds),
+                common.num(r.first_scale_up, 1) if r.first_scale_up is not None else "never",
+            ]
+            for r in results
+        ],
+    )
     return common.print_checks(out, [check for r in results for check in r.checks])
 
 

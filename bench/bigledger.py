@@ -16,8 +16,12 @@ from scheduler_app.models import Job, JobRun, RunHour, db_now
 HISTORY_DAYS = 60
 SEED_CHUNK_ROWS = 1_000_000
 # The ledger's indexes holding (nearly) every row: dropped while seeding, rebuilt after.
-BIG_INDEXES = ("jobrun_tenant_recent_idx", "jobrun_state_recent_idx", "jobrun_tenant_dispatched_idx",
-               "jobrun_tenant_state_idx")
+BIG_INDEXES = (
+    "jobrun_tenant_recent_idx",
+    "jobrun_state_recent_idx",
+    "jobrun_tenant_dispatched_idx",
+    "jobrun_tenant_state_idx",
+)
 
 SEED_RUNS = """
 INSERT INTO scheduler_app_jobrun
@@ -58,8 +62,10 @@ def seed_ledger(tenant_ids: list[int], rows: int, note) -> tuple[int, float]:
         for oldest in range(per_job - 1, -1, -slots):
             youngest = max(0, oldest - slots + 1)
             with connection.cursor() as cursor:
-                cursor.execute(SEED_RUNS, {"oldest": oldest, "newest": youngest, "tenants": tenant_ids,
-                                           "now": newest, "spacing": spacing})
+                cursor.execute(
+                    SEED_RUNS,
+                    {"oldest": oldest, "newest": youngest, "tenants": tenant_ids, "now": newest, "spacing": spacing},
+                )
                 done += cursor.rowcount
             note(f"seeded {done:,} of {per_job * jobs:,} runs ({time.monotonic() - started:.0f}s)")
     finally:
@@ -105,14 +111,18 @@ def restore_indexes(note) -> None:
 def empty_ledger(tenant_ids: list[int], note) -> None:
     """TRUNCATE the ledger when it holds bench runs only (`clean` then has little to delete)."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT EXISTS (SELECT FROM scheduler_app_tenant AS tenant WHERE NOT tenant.id = ANY(%s) "
-                       "AND EXISTS (SELECT FROM scheduler_app_jobrun AS run WHERE run.tenant_id = tenant.id))",
-                       [tenant_ids])
+        cursor.execute(
+            "SELECT EXISTS (SELECT FROM scheduler_app_tenant AS tenant WHERE NOT tenant.id = ANY(%s) "
+            "AND EXISTS (SELECT FROM scheduler_app_jobrun AS run WHERE run.tenant_id = tenant.id))",
+            [tenant_ids],
+        )
         if cursor.fetchone()[0]:
             note("the ledger holds other tenants' runs: leaving the bench runs to `clean`")
             return
-        cursor.execute("UPDATE scheduler_app_auditevent SET run_id = NULL WHERE run_id IS NOT NULL "
-                       "AND NOT tenant_id = ANY(%s)", [tenant_ids])
+        cursor.execute(
+            "UPDATE scheduler_app_auditevent SET run_id = NULL WHERE run_id IS NOT NULL AND NOT tenant_id = ANY(%s)",
+            [tenant_ids],
+        )
         cursor.execute(f"TRUNCATE {JobRun._meta.db_table}")
     # The rollup of the bench's hours (and the all-tenant rows that counted them): the beats
     # roll the last days up again from the ledger.

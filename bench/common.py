@@ -62,8 +62,11 @@ def _all_stats() -> dict[int, tuple[str, int, float]]:
         except OSError:
             continue
         fields = text.rsplit(")", 1)[1].split()
-        found[int(entry)] = (text[text.find("(") + 1:text.rfind(")")], int(fields[1]),
-                             (int(fields[11]) + int(fields[12])) / TICK)
+        found[int(entry)] = (
+            text[text.find("(") + 1 : text.rfind(")")],
+            int(fields[1]),
+            (int(fields[11]) + int(fields[12])) / TICK,
+        )
     return found
 
 
@@ -188,8 +191,15 @@ class Children:
         self.spawned[name] = time.monotonic()
         # In the checkout, wherever the bench was started from: `celery -A project` (or
         # bench.floor, bench.peer_app) imports its app from the working directory.
-        proc = subprocess.Popen(argv, cwd=settings.BASE_DIR, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            cwd=settings.BASE_DIR,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.procs.append((name, proc))
         return proc
 
@@ -257,8 +267,9 @@ def _copy_text(value) -> str:
     return text
 
 
-def copy_rows(model: type[models.Model], count: int, fixed: dict, varying: dict[str, Callable[[int], object]],
-              chunk: int = 20000) -> None:
+def copy_rows(
+    model: type[models.Model], count: int, fixed: dict, varying: dict[str, Callable[[int], object]], chunk: int = 20000
+) -> None:
     """Insert `count` rows of `model` with one COPY: every column from `fixed`, the field's
     default ("" for text), or (auto_now fields) the database's now; the columns in `varying` from their
     function of the row number 0..count-1. ~15x faster than bulk_create."""
@@ -280,19 +291,23 @@ def copy_rows(model: type[models.Model], count: int, fixed: dict, varying: dict[
             value = field.get_default()  # "" for a blank text field without a default
         parts.append(_copy_text(value))
     # One format string a row: the fixed columns' text in place, {} where a value varies.
-    template = "\t".join("{}" if part is None else part.replace("{", "{{").replace("}", "}}")
-                         for part in parts) + "\n"
+    template = "\t".join("{}" if part is None else part.replace("{", "{{").replace("}", "}}") for part in parts) + "\n"
     statement = f"COPY {model._meta.db_table} ({', '.join(columns)}) FROM STDIN"
     with connection.cursor() as cursor, cursor.cursor.copy(statement) as copy:
         for start in range(0, count, chunk):
-            copy.write("".join(template.format(*(_copy_text(f(i)) for f in functions))
-                               for i in range(start, min(start + chunk, count))))
+            copy.write(
+                "".join(
+                    template.format(*(_copy_text(f(i)) for f in functions))
+                    for i in range(start, min(start + chunk, count))
+                )
+            )
 
 
 def make_tenants(count: int, label: str) -> list[int]:
     """`count` bench tenants (slugs bench-<label>-<i>); their ids."""
     tenants = Tenant.objects.bulk_create(
-        Tenant(slug=f"{PREFIX}{label}-{i}", name=f"Bench tenant {label} {i}", timezone="UTC") for i in range(count))
+        Tenant(slug=f"{PREFIX}{label}-{i}", name=f"Bench tenant {label} {i}", timezone="UTC") for i in range(count)
+    )
     return [tenant.id for tenant in tenants]
 
 
@@ -310,8 +325,9 @@ def seed_jobs(tenant_ids: Sequence[int], count: int, *, varying: dict | None = N
     the COPY took (the VACUUM not counted). Call vacuum() first."""
     ids = list(tenant_ids)
     started = time.monotonic()
-    copy_rows(Job, count, fixed, {"tenant_id": lambda i: ids[i % len(ids)], "name": lambda i: f"job-{i}",
-                                  **(varying or {})})
+    copy_rows(
+        Job, count, fixed, {"tenant_id": lambda i: ids[i % len(ids)], "name": lambda i: f"job-{i}", **(varying or {})}
+    )
     seconds = time.monotonic() - started
     with connection.cursor() as cursor:
         cursor.execute(f"VACUUM ANALYZE {Job._meta.db_table}")
@@ -368,5 +384,6 @@ def print_checks(out: Callable[[str], None], checks: Sequence[tuple[str, str, bo
 
 def machine_line() -> str:
     db = settings.DATABASES["default"]
-    return (f"PostgreSQL {db['NAME']!r} at {db.get('HOST') or 'local'}; {os.cpu_count()} CPUs; load average "
-            + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    return f"PostgreSQL {db['NAME']!r} at {db.get('HOST') or 'local'}; {os.cpu_count()} CPUs; load average " + " ".join(
+        f"{x:.2f}" for x in os.getloadavg()
+    )

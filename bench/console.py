@@ -96,10 +96,19 @@ def prepare(opts: Options, note) -> tuple[list[int], int]:
             cursor.execute("DELETE FROM scheduler_app_job WHERE tenant_id = ANY(%s)", [tenants])
             cursor.execute("DELETE FROM scheduler_app_tenant WHERE id = ANY(%s)", [tenants])
     created = Tenant.objects.bulk_create(
-        Tenant(slug=f"{PREFIX}{i}", name=f"Console bench tenant {i}", timezone="UTC") for i in range(TENANTS))
+        Tenant(slug=f"{PREFIX}{i}", name=f"Console bench tenant {i}", timezone="UTC") for i in range(TENANTS)
+    )
     tenants = [t.id for t in created]
-    common.seed_jobs(tenants, opts.jobs, cron=CRON, timezone="UTC", task_name="scheduler_app.echo",
-                     queue="console", enabled=False, next_run_at=None)
+    common.seed_jobs(
+        tenants,
+        opts.jobs,
+        cron=CRON,
+        timezone="UTC",
+        task_name="scheduler_app.echo",
+        queue="console",
+        enabled=False,
+        next_run_at=None,
+    )
     rows, seconds = bigledger.seed_ledger(tenants, opts.rows, note)
     note(f"seeded {rows:,} runs in {seconds:.0f}s")
     return tenants, rows
@@ -111,9 +120,11 @@ def schedule_jobs(tenant_ids: list[int]) -> None:
     now = db_now()
     first = dashboard.truncate(now, timedelta(minutes=5)) + timedelta(minutes=5)
     with connection.cursor() as cursor:
-        cursor.execute("UPDATE scheduler_app_job SET enabled = true, "
-                       "next_run_at = %s + mod(id, 12) * interval '5 minutes' WHERE tenant_id = ANY(%s)",
-                       [first, tenant_ids])
+        cursor.execute(
+            "UPDATE scheduler_app_job SET enabled = true, "
+            "next_run_at = %s + mod(id, 12) * interval '5 minutes' WHERE tenant_id = ANY(%s)",
+            [first, tenant_ids],
+        )
 
 
 def pages(tenant_ids: list[int]) -> list[tuple[str, str]]:
@@ -124,8 +135,10 @@ def pages(tenant_ids: list[int]) -> list[tuple[str, str]]:
     failed = JobRun.objects.filter(job_id=job.id, state="failed").order_by("-scheduled_at").first() or run
     # The admin's date filter ("past 7 days") as DateFieldListFilter writes it.
     today = timezone.localtime(run.scheduled_at).date()
-    week = (f"scheduled_at__gte={today - timedelta(days=7)}+00:00:00%2B00:00"
-            f"&scheduled_at__lt={today + timedelta(days=1)}+00:00:00%2B00:00")
+    week = (
+        f"scheduled_at__gte={today - timedelta(days=7)}+00:00:00%2B00:00"
+        f"&scheduled_at__lt={today + timedelta(days=1)}+00:00:00%2B00:00"
+    )
     runs = reverse("admin:scheduler_app_jobrun_changelist")
     # The deepest page the capped count allows is 101 (100 rows a page); a small ledger has fewer.
     deep = last_page(JobRun.objects.all(), 100)
@@ -164,8 +177,7 @@ def last_page(runs, at_most: int) -> int:
 
 
 def staff_client() -> Client:
-    user, _ = get_user_model().objects.get_or_create(username=STAFF, defaults={"is_staff": True,
-                                                                               "is_superuser": True})
+    user, _ = get_user_model().objects.get_or_create(username=STAFF, defaults={"is_staff": True, "is_superuser": True})
     client = Client()
     client.force_login(user)
     return client
@@ -196,8 +208,10 @@ def p95(times: list[float]) -> float:
 
 
 def print_report(write, opts: Options, rows: int, results) -> bool:
-    write(f"\nbench console: {rows:,} runs of {opts.jobs:,} jobs, {opts.requests} requests a page "
-          "(Django test Client, logged-in superuser, DEBUG off)\n")
+    write(
+        f"\nbench console: {rows:,} runs of {opts.jobs:,} jobs, {opts.requests} requests a page "
+        "(Django test Client, logged-in superuser, DEBUG off)\n"
+    )
     write(f"{'page':32} {'median ms':>10} {'p95 ms':>10}  URL")
     ok = True
     for label, url, times in results:
@@ -228,8 +242,10 @@ def explain_pages(write, tenant_ids: list[int], rows: int) -> bool:
                 ms, indexes, seq = bigledger.explain(sql, None)
                 bad = ms > SLOW_MS or (JobRun._meta.db_table in seq and rows >= SEQ_CHECK_ROWS)
                 ok = ok and not bad
-                write(f"  {ms:8.1f} ms{' SLOW' if bad else ''}  {', '.join(indexes) or '-'}"
-                      f"{'  SEQ ' + ', '.join(seq) if seq else ''}\n      {' '.join(sql.split())[:300]}")
+                write(
+                    f"  {ms:8.1f} ms{' SLOW' if bad else ''}  {', '.join(indexes) or '-'}"
+                    f"{'  SEQ ' + ', '.join(seq) if seq else ''}\n      {' '.join(sql.split())[:300]}"
+                )
                 if bad:
                     with transaction.atomic(), connection.cursor() as cursor:
                         cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql)

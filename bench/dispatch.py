@@ -138,8 +138,19 @@ def common_env() -> dict[str, str]:
 def start_beats(children: common.Children, count: int, batch_size: int, env: dict[str, str]) -> None:
     for number in range(1, count + 1):
         alive = children.folder / f"beat{number}.alive"
-        children.start(f"beat{number}", [sys.executable, str(settings.BASE_DIR / "manage.py"), "runbeat",
-                                         "--batch-size", str(batch_size), "--alive-file", str(alive)], env)
+        children.start(
+            f"beat{number}",
+            [
+                sys.executable,
+                str(settings.BASE_DIR / "manage.py"),
+                "runbeat",
+                "--batch-size",
+                str(batch_size),
+                "--alive-file",
+                str(alive),
+            ],
+            env,
+        )
 
 
 def wait_ready(children: common.Children, count: int) -> list[BeatFigures]:
@@ -205,16 +216,21 @@ def queued_runs(tenant_ids: list[int]) -> int:
 def ledger(tenant_ids: list[int], spike: datetime, grace: timedelta) -> tuple:
     run = JobRun._meta.db_table
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT state, split_part(reason, ':', 1), count(*) FROM {run} "
-                       "WHERE tenant_id = ANY(%s) GROUP BY 1, 2 ORDER BY 3 DESC", [tenant_ids])
+        cursor.execute(
+            f"SELECT state, split_part(reason, ':', 1), count(*) FROM {run} "
+            "WHERE tenant_id = ANY(%s) GROUP BY 1, 2 ORDER BY 3 DESC",
+            [tenant_ids],
+        )
         states = {(state, reason): count for state, reason, count in cursor.fetchall()}
-        cursor.execute(f"""
+        cursor.execute(
+            f"""
             SELECT count(DISTINCT (job_id, scheduled_at)),
                    count(*) FILTER (WHERE scheduled_at <> %(spike)s),
                    count(*) FILTER (WHERE enqueued_at - scheduled_at > %(grace)s),
                    extract(epoch FROM max(enqueued_at) - %(spike)s)
               FROM {run} WHERE tenant_id = ANY(%(tenants)s)""",
-                       {"spike": spike, "grace": grace, "tenants": tenant_ids})
+            {"spike": spike, "grace": grace, "tenants": tenant_ids},
+        )
         distinct, off_spike, late, last = cursor.fetchone()
     return states, distinct, off_spike, late, float(last) if last is not None else None
 
@@ -227,19 +243,30 @@ def measure(opts: Options, note, client, label: str = "dispatch") -> Outcome:
     common.vacuum()  # before S is chosen: after a large clean-up it takes seconds
     spike = out.spike = spike_instant(opts.schedule, lead)
     tenant_ids = common.make_tenants(TENANTS, label)
-    out.seed_seconds = common.seed_jobs(tenant_ids, opts.jobs, task_name=TASK, queue=QUEUE, next_run_at=spike,
-                                        misfire_policy=opts.misfire_policy,
-                                        **schedule_fields(opts.schedule, spike))
-    note(f"seeded {opts.jobs} jobs ({opts.schedule}, next fire {spike.isoformat()}) with COPY in "
-         f"{out.seed_seconds:.1f}s ({opts.jobs / out.seed_seconds:,.0f} jobs/s)")
+    out.seed_seconds = common.seed_jobs(
+        tenant_ids,
+        opts.jobs,
+        task_name=TASK,
+        queue=QUEUE,
+        next_run_at=spike,
+        misfire_policy=opts.misfire_policy,
+        **schedule_fields(opts.schedule, spike),
+    )
+    note(
+        f"seeded {opts.jobs} jobs ({opts.schedule}, next fire {spike.isoformat()}) with COPY in "
+        f"{out.seed_seconds:.1f}s ({opts.jobs / out.seed_seconds:,.0f} jobs/s)"
+    )
 
     children = common.Children()
     try:
         start_beats(children, opts.beats, opts.batch_size, beat_env(opts.grace, opts.timeout))
         out.beats = wait_ready(children, opts.beats)
         early = (spike - db_now()).total_seconds()
-        note(f"{opts.beats} beat(s) ready: " + ", ".join(f"{b.ready:.2f}s" for b in out.beats)
-             + f"; the spike in {early:.1f}s")
+        note(
+            f"{opts.beats} beat(s) ready: "
+            + ", ".join(f"{b.ready:.2f}s" for b in out.beats)
+            + f"; the spike in {early:.1f}s"
+        )
         out.checks.append(("set-up done before the spike (--lead)", f"{early:.1f}s to spare", early > 0.2))
         if early <= 0.2:
             return out
@@ -268,10 +295,13 @@ def measure(opts: Options, note, client, label: str = "dispatch") -> Outcome:
                 # Done without N queued runs (fires recorded skipped, say): stop once no job
                 # is due any more and every queued run is published, instead of at the timeout.
                 next_check = now + 1.0
-                if not Job.objects.filter(tenant_id__in=tenant_ids, next_run_at__lte=spike).exists() \
-                        and messages >= queued_runs(tenant_ids):
-                    note(f"every job was dispatched after {now - at_spike:.1f}s, but only {messages} of "
-                         f"{opts.jobs} runs were enqueued")
+                if not Job.objects.filter(
+                    tenant_id__in=tenant_ids, next_run_at__lte=spike
+                ).exists() and messages >= queued_runs(tenant_ids):
+                    note(
+                        f"every job was dispatched after {now - at_spike:.1f}s, but only {messages} of "
+                        f"{opts.jobs} runs were enqueued"
+                    )
                     break
             meter.tick()
             time.sleep(POLL_SECONDS)
@@ -295,14 +325,20 @@ def measure(opts: Options, note, client, label: str = "dispatch") -> Outcome:
     not_queued = {key: count for key, count in out.states.items() if key != (RunState.QUEUED.value, "")}
     out.checks += [
         ("runs in ledger == N, all queued", f"{queued} of {total}", total == opts.jobs and queued == opts.jobs),
-        ("runs not queued (state: reason)",
-         ", ".join(f"{n} {s}{': ' + r if r else ''}" for (s, r), n in not_queued.items()) or "none", not not_queued),
+        (
+            "runs not queued (state: reason)",
+            ", ".join(f"{n} {s}{': ' + r if r else ''}" for (s, r), n in not_queued.items()) or "none",
+            not not_queued,
+        ),
         ("one run per fire: distinct (job, scheduled_at)", str(out.distinct), out.distinct == total),
         ("every run's fire time is the spike S", f"{out.off_spike} others", out.off_spike == 0),
         ("Redis messages == N", str(out.messages), out.messages == opts.jobs),
         ("all enqueued within --timeout", "yes" if out.seconds is not None else "no", out.seconds is not None),
-        ("beats exited cleanly", " ".join(str(b.exit_code) for b in out.beats),
-         all(b.exit_code == 0 for b in out.beats)),
+        (
+            "beats exited cleanly",
+            " ".join(str(b.exit_code) for b in out.beats),
+            all(b.exit_code == 0 for b in out.beats),
+        ),
     ]
     if opts.floor_jobs and out.messages:  # also after a timeout: what this machine did meanwhile
         out.floor = floor(tenant_ids, min(opts.jobs, opts.floor_jobs), opts.batch_size, spike, client)
@@ -324,12 +360,20 @@ def floor(tenant_ids: list[int], fires: int, batch_size: int, spike: datetime, c
     after = fire_at + timedelta(days=1)
     started = time.monotonic()
     for start in range(0, len(jobs), batch_size):
-        batch = jobs[start:start + batch_size]
+        batch = jobs[start : start + batch_size]
         n = len(batch)
         with transaction.atomic(), connection.cursor() as cursor:
             now = db_now()
-            cursor.execute(sql.INSERT_RUNS_PG, insert_params(
-                [RunRow(job_id, tenant_id, fire_at, RunState.QUEUED.value, "", 1, 5) for job_id, tenant_id in batch], now))
+            cursor.execute(
+                sql.INSERT_RUNS_PG,
+                insert_params(
+                    [
+                        RunRow(job_id, tenant_id, fire_at, RunState.QUEUED.value, "", 1, 5)
+                        for job_id, tenant_id in batch
+                    ],
+                    now,
+                ),
+            )
             cursor.fetchall()
             cursor.execute(sql.ADVANCE_JOBS_PG, advance_params([(job_id, after) for job_id, _ in batch]))
         with client.pipeline(transaction=False) as pipe:
@@ -344,9 +388,11 @@ def floor(tenant_ids: list[int], fires: int, batch_size: int, spike: datetime, c
 def report(out_write, opts: Options, out: Outcome, broker: str) -> bool:
     w = out_write
     grace = opts.grace if opts.grace is not None else app_settings.MISFIRE_GRACE_SECONDS
-    w(f"bench dispatch: {opts.jobs:,} jobs due at one instant ({opts.schedule} schedules, a real fire time), "
-      f"{opts.beats} beat(s), batch {opts.batch_size}, misfire grace {grace}s; broker {broker}, queue {QUEUE!r}; "
-      + common.machine_line())
+    w(
+        f"bench dispatch: {opts.jobs:,} jobs due at one instant ({opts.schedule} schedules, a real fire time), "
+        f"{opts.beats} beat(s), batch {opts.batch_size}, misfire grace {grace}s; broker {broker}, queue {QUEUE!r}; "
+        + common.machine_line()
+    )
     seconds = out.seconds
     fired = opts.jobs if out.seconds else max(out.queued, 1)
     per_fire = {name: cpu / fired * 1e6 for name, cpu in out.cpu.items()} if out.cpu else {}
@@ -355,38 +401,92 @@ def report(out_write, opts: Options, out: Outcome, broker: str) -> bool:
     peak = max(peaks) if peaks else None
     ready = max((b.ready or 0 for b in out.beats), default=0)
     rows = [
-        ("seed with COPY: seconds, jobs/s", f"{out.seed_seconds:.1f}",
-         f"{opts.jobs / out.seed_seconds:,.0f}" if out.seed_seconds else "-", ">= 50,000 jobs/s"),
-        ("seconds to enqueue all (S -> N queued + N in Redis)", common.num(seconds, 2), "",
-         f"<= {TARGET['seconds']:g} s at 1,000,000 with 2 beats"
-         + (f": {'met' if seconds is not None and seconds <= TARGET['seconds'] else 'MISSED'}" if target else "")),
+        (
+            "seed with COPY: seconds, jobs/s",
+            f"{out.seed_seconds:.1f}",
+            f"{opts.jobs / out.seed_seconds:,.0f}" if out.seed_seconds else "-",
+            ">= 50,000 jobs/s",
+        ),
+        (
+            "seconds to enqueue all (S -> N queued + N in Redis)",
+            common.num(seconds, 2),
+            "",
+            f"<= {TARGET['seconds']:g} s at 1,000,000 with 2 beats"
+            + (f": {'met' if seconds is not None and seconds <= TARGET['seconds'] else 'MISSED'}" if target else ""),
+        ),
         ("S -> last run recorded (ledger clock)", common.num(out.last_recorded, 2), "", ""),
         ("fires/s", common.num(out.rate), "", "" if out.seconds else f"{out.queued:,} queued in {out.window:.0f} s"),
-        ("beat start-up: spawn -> first turn done, worst", f"{ready:.2f}", "",
-         f"<= {TARGET['startup']:g} s: {'met' if ready <= TARGET['startup'] else 'MISSED'}"),
-        ("beat peak RSS MiB, largest", common.num(peak, 1), "",
-         f"<= {TARGET['rss_mib']:g} MiB" + ("" if peak is None else f": {'met' if peak <= TARGET['rss_mib'] else 'MISSED'}")),
-        (f"fires recorded later than the misfire grace ({grace}s)", f"{out.late:,}", "",
-         f"followed their misfire policy ({opts.misfire_policy})" if out.late else ""),
-        ("machine CPU busy (all cores)", common.num(out.machine_busy * 100 if out.machine_busy is not None else None)
-         + "%", "", ""),
+        (
+            "beat start-up: spawn -> first turn done, worst",
+            f"{ready:.2f}",
+            "",
+            f"<= {TARGET['startup']:g} s: {'met' if ready <= TARGET['startup'] else 'MISSED'}",
+        ),
+        (
+            "beat peak RSS MiB, largest",
+            common.num(peak, 1),
+            "",
+            f"<= {TARGET['rss_mib']:g} MiB"
+            + ("" if peak is None else f": {'met' if peak <= TARGET['rss_mib'] else 'MISSED'}"),
+        ),
+        (
+            f"fires recorded later than the misfire grace ({grace}s)",
+            f"{out.late:,}",
+            "",
+            f"followed their misfire policy ({opts.misfire_policy})" if out.late else "",
+        ),
+        (
+            "machine CPU busy (all cores)",
+            common.num(out.machine_busy * 100 if out.machine_busy is not None else None) + "%",
+            "",
+            "",
+        ),
     ]
     if out.floor:
         fires, secs = out.floor
         floor_rate = fires / secs
-        rows.append(("floor: essential writes, one process, fires/s", f"{floor_rate:,.0f}",
-                     f"{fires:,} fires", f"cronfleet = {out.rate / floor_rate:.0%} of it" if out.rate else ""))
+        rows.append(
+            (
+                "floor: essential writes, one process, fires/s",
+                f"{floor_rate:,.0f}",
+                f"{fires:,} fires",
+                f"cronfleet = {out.rate / floor_rate:.0%} of it" if out.rate else "",
+            )
+        )
     common.table(w, ["", "value", "", "target / note"], rows)
     w(f"  CPU per fire, microseconds (S -> all enqueued, or the timeout; over {fired:,} fires)")
-    common.table(w, ["", "µs/fire", "CPU s"],
-                 [(name, f"{per_fire[name]:.0f}", f"{cpu:.1f}") for name, cpu in out.cpu.items()]
-                 + [("beats + postgres + redis", f"{sum(per_fire.get(k, 0) for k in ('beats', 'postgres', 'redis')):.0f}",
-                     f"{sum(out.cpu.get(k, 0) for k in ('beats', 'postgres', 'redis')):.1f}")], indent="    ")
+    common.table(
+        w,
+        ["", "µs/fire", "CPU s"],
+        [(name, f"{per_fire[name]:.0f}", f"{cpu:.1f}") for name, cpu in out.cpu.items()]
+        + [
+            (
+                "beats + postgres + redis",
+                f"{sum(per_fire.get(k, 0) for k in ('beats', 'postgres', 'redis')):.0f}",
+                f"{sum(out.cpu.get(k, 0) for k in ('beats', 'postgres', 'redis')):.1f}",
+            )
+        ],
+        indent="    ",
+    )
     w("  (postgres: this database's backends; redis: the whole server, shared with other users of it)")
     w("  per beat")
-    common.table(w, ["beat", "started s", "first turn s", "RSS ready MiB", "peak RSS MiB", "turns", "runs published"],
-                 [(str(b.number), common.num(b.started, 2), common.num(b.ready, 2), common.mib(b.rss_ready_kb),
-                   common.mib(b.peak_rss_kb), str(b.turns), f"{b.published:,}") for b in out.beats], indent="    ")
+    common.table(
+        w,
+        ["beat", "started s", "first turn s", "RSS ready MiB", "peak RSS MiB", "turns", "runs published"],
+        [
+            (
+                str(b.number),
+                common.num(b.started, 2),
+                common.num(b.ready, 2),
+                common.mib(b.rss_ready_kb),
+                common.mib(b.peak_rss_kb),
+                str(b.turns),
+                f"{b.published:,}",
+            )
+            for b in out.beats
+        ],
+        indent="    ",
+    )
     return common.print_checks(w, out.checks)
 
 

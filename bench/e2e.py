@@ -93,11 +93,31 @@ def start_workers(children: Children, app: str, queue: str, opts: Options) -> li
 def start_worker(children: Children, app: str, queue: str, number: int, opts) -> str:
     """Worker `number` (the child f"{app}-worker{number}") with opts' -c and -P; its node name."""
     name = f"bench{number}-{uuid.uuid4().hex[:6]}@{socket.gethostname()}"
-    children.start(f"{app}-worker{number}", [
-        sys.executable, "-m", "celery", "-A", app, "worker", "-Q", queue, "-c", str(opts.concurrency),
-        "-P", opts.pool, "-n", name, "--without-mingle", "--without-gossip", "--without-heartbeat",
-        "-l", "warning",
-    ], child_env())
+    children.start(
+        f"{app}-worker{number}",
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            app,
+            "worker",
+            "-Q",
+            queue,
+            "-c",
+            str(opts.concurrency),
+            "-P",
+            opts.pool,
+            "-n",
+            name,
+            "--without-mingle",
+            "--without-gossip",
+            "--without-heartbeat",
+            "-l",
+            "warning",
+        ],
+        child_env(),
+    )
     return name
 
 
@@ -136,8 +156,13 @@ def measure_floor(opts: Options, note) -> Result:
         while int(client.get(floor.COUNTER) or 0) < opts.jobs and time.monotonic() < deadline:
             time.sleep(0.02)
         done, elapsed = int(client.get(floor.COUNTER) or 0), time.monotonic() - started
-        result = Result("plain Celery no-op (floor)", runs=done, seconds=elapsed,
-                        worker_cpu=children.cpu() - cpu_before, statements=0)
+        result = Result(
+            "plain Celery no-op (floor)",
+            runs=done,
+            seconds=elapsed,
+            worker_cpu=children.cpu() - cpu_before,
+            statements=0,
+        )
         result.checks.append(("floor: all messages run", f"{done}/{opts.jobs}", done == opts.jobs))
         return result
     finally:
@@ -148,15 +173,25 @@ def measure_floor(opts: Options, note) -> Result:
 
 def seed(jobs: int, queue: str, **fields) -> list[int]:
     tenants = Tenant.objects.bulk_create(
-        Tenant(slug=f"{PREFIX}{uuid.uuid4().hex[:8]}-{i}", name=f"Bench tenant {i}") for i in range(TENANTS))
+        Tenant(slug=f"{PREFIX}{uuid.uuid4().hex[:8]}-{i}", name=f"Bench tenant {i}") for i in range(TENANTS)
+    )
     ids = [tenant.id for tenant in tenants]
     far = db_now() + timedelta(days=365 * 100)
     for start in range(0, jobs, SEED_CHUNK):
-        Job.objects.bulk_create([
-            Job(tenant_id=ids[i % TENANTS], name=f"e2e-{i}", task_name="scheduler_app.echo", queue=queue,
-                run_at=far, next_run_at=far, **fields)
-            for i in range(start, min(start + SEED_CHUNK, jobs))
-        ])
+        Job.objects.bulk_create(
+            [
+                Job(
+                    tenant_id=ids[i % TENANTS],
+                    name=f"e2e-{i}",
+                    task_name="scheduler_app.echo",
+                    queue=queue,
+                    run_at=far,
+                    next_run_at=far,
+                    **fields,
+                )
+                for i in range(start, min(start + SEED_CHUNK, jobs))
+            ]
+        )
     with connection.cursor() as cursor:
         cursor.execute(f"VACUUM ANALYZE {Job._meta.db_table}")
         cursor.execute(f"VACUUM ANALYZE {JobRun._meta.db_table}")
@@ -172,9 +207,17 @@ def statements_per_run() -> float:
     job = Job.objects.get(tenant_id__in=tenant_ids)
     now = db_now()
     runs = JobRun.objects.bulk_create(
-        JobRun(job=job, tenant_id=job.tenant_id, scheduled_at=now - timedelta(seconds=i), state=RunState.QUEUED,
-               created_at=now, enqueued_at=now, dispatched_at=now)
-        for i in range(STATEMENT_SAMPLE))
+        JobRun(
+            job=job,
+            tenant_id=job.tenant_id,
+            scheduled_at=now - timedelta(seconds=i),
+            state=RunState.QUEUED,
+            created_at=now,
+            enqueued_at=now,
+            dispatched_at=now,
+        )
+        for i in range(STATEMENT_SAMPLE)
+    )
     execution.execute_run(runs[0].id, 1, worker="bench")  # warm: imports, the task registry
     sent_before = next(transitions.STATEMENTS)
     with CaptureQueriesContext(connection) as captured:
@@ -196,7 +239,9 @@ def measure_cronfleet(opts: Options, note, clean) -> Result:
     result = Result("cronfleet (beat + workers + ledger)")
     result.statements = statements_per_run()
     clean()
-    tenant_ids = seed(opts.jobs, QUEUE, **({"batch": True, "timeout_seconds": BATCHED_TIMEOUT_SECONDS} if opts.batch else {}))
+    tenant_ids = seed(
+        opts.jobs, QUEUE, **({"batch": True, "timeout_seconds": BATCHED_TIMEOUT_SECONDS} if opts.batch else {})
+    )
     note(f"cronfleet: seeded {opts.jobs} one-off jobs; {result.statements:.2f} statements per run")
     children = Children()
     try:
@@ -227,8 +272,9 @@ def measure_cronfleet(opts: Options, note, clean) -> Result:
                 if finished >= opts.jobs:
                     break
             time.sleep(POLL_SECONDS)
-        result.worker_cpu = sum(tree_cpu(proc.pid) for name, proc in children.procs
-                                if "worker" in name) - workers_cpu_before
+        result.worker_cpu = (
+            sum(tree_cpu(proc.pid) for name, proc in children.procs if "worker" in name) - workers_cpu_before
+        )
         note(f"cronfleet: {finished} runs finished; all processes used {children.cpu() - cpu_before:.1f} CPU s")
     finally:
         children.stop_all()
@@ -243,14 +289,17 @@ def work_left(tenant_ids: list[int], unfinished=UNFINISHED) -> bool:
     only). Counting the finished runs at every poll read them all: 30-120 ms of PostgreSQL
     four times a second, taken from the cores the beat and the workers share, where the
     floor's poll is a Redis GET."""
-    return (Job.objects.filter(tenant_id__in=tenant_ids, enabled=True, next_run_at__isnull=False).exists()
-            or JobRun.objects.filter(tenant_id__in=tenant_ids, state__in=unfinished).exists())
+    return (
+        Job.objects.filter(tenant_id__in=tenant_ids, enabled=True, next_run_at__isnull=False).exists()
+        or JobRun.objects.filter(tenant_id__in=tenant_ids, state__in=unfinished).exists()
+    )
 
 
 def ledger_figures(result: Result, tenant_ids: list[int], spike: datetime, jobs: int) -> Result:
     run = JobRun._meta.db_table
     with connection.cursor() as cursor:
-        cursor.execute(f"""
+        cursor.execute(
+            f"""
             SELECT count(*) FILTER (WHERE state = 'succeeded'),
                    count(DISTINCT (job_id, scheduled_at)),
                    coalesce(sum(duplicate_deliveries), 0),
@@ -261,7 +310,9 @@ def ledger_figures(result: Result, tenant_ids: list[int], spike: datetime, jobs:
                    max(extract(epoch FROM started_at - scheduled_at)),
                    percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM enqueued_at - scheduled_at))
               FROM {run} WHERE tenant_id = ANY(%(tenants)s)
-        """, {"spike": spike, "tenants": tenant_ids})
+        """,
+            {"spike": spike, "tenants": tenant_ids},
+        )
         succeeded, distinct, duplicates, most_attempts, seconds, p50, p99, worst, dispatch_p99 = cursor.fetchone()
     result.runs, result.seconds = succeeded, float(seconds) if seconds else None
     result.lag = (float(p50 or 0), float(p99 or 0), float(worst or 0))
@@ -280,34 +331,51 @@ def report(out, opts: Options, rounds: list[list[Result]]) -> bool:
     floor and the medians (a round's floor and Cronfleet ran within a minute of each other)."""
     db = settings.DATABASES["default"]
     batching = f"batches of {opts.batch}" if opts.batch else "one run per message"
-    out(f"bench e2e: {opts.jobs} runs due at one instant, {batching}; {opts.workers} worker(s) x -c {opts.concurrency} "
+    out(
+        f"bench e2e: {opts.jobs} runs due at one instant, {batching}; {opts.workers} worker(s) x -c {opts.concurrency} "
         f"-P {opts.pool}; {opts.beats} beat(s); PostgreSQL {db['NAME']!r}; {os.cpu_count()} CPUs; load average "
-        + " ".join(f"{x:.2f}" for x in os.getloadavg()))
-    out(f"  {'':<38}{'runs':>7}{'seconds':>9}{'runs/s':>9}{'start lag p50/p99/max s':>26}"
-        f"{'dispatch p99 s':>16}{'worker CPU ms/run':>19}{'statements/run':>16}")
+        + " ".join(f"{x:.2f}" for x in os.getloadavg())
+    )
+    out(
+        f"  {'':<38}{'runs':>7}{'seconds':>9}{'runs/s':>9}{'start lag p50/p99/max s':>26}"
+        f"{'dispatch p99 s':>16}{'worker CPU ms/run':>19}{'statements/run':>16}"
+    )
     for number, results in enumerate(rounds, 1):
         if len(rounds) > 1:
             out(f"  round {number} of {len(rounds)}")
         for r in results:
             lag = "-" if r.lag is None else "/".join(f"{x:.2f}" for x in r.lag)
-            out(f"  {r.label:<38}{r.runs:>7}{_num(r.seconds, 2):>9}{_num(r.rate, 0):>9}{lag:>26}"
+            out(
+                f"  {r.label:<38}{r.runs:>7}{_num(r.seconds, 2):>9}{_num(r.rate, 0):>9}{lag:>26}"
                 f"{_num(r.dispatch_p99, 2):>16}{_num(r.worker_cpu / r.runs * 1000 if r.runs else None, 2):>19}"
-                f"{_num(r.statements, 2):>16}")
-    shares = [results[1].rate / results[0].rate for results in rounds
-              if len(results) == 2 and results[0].rate and results[1].rate]
+                f"{_num(r.statements, 2):>16}"
+            )
+    shares = [
+        results[1].rate / results[0].rate
+        for results in rounds
+        if len(results) == 2 and results[0].rate and results[1].rate
+    ]
     if len(rounds) > 1:
         for label in dict.fromkeys(r.label for results in rounds for r in results):
             rates = [r.rate for results in rounds for r in results if r.label == label and r.rate]
             if rates:
-                out(f"  median runs/s, {label:<38}{statistics.median(rates):>9.0f}  "
-                    f"(rounds: {', '.join(f'{rate:.0f}' for rate in rates)})")
+                out(
+                    f"  median runs/s, {label:<38}{statistics.median(rates):>9.0f}  "
+                    f"(rounds: {', '.join(f'{rate:.0f}' for rate in rates)})"
+                )
     if len(shares) == 1:
         out(f"  cronfleet / floor: {shares[0]:.0%} of the floor's runs per second")
     elif shares:
-        out(f"  cronfleet / floor: {statistics.median(shares):.0%} of the floor's runs per second, the median of "
-            f"{len(shares)} rounds ({', '.join(f'{share:.0%}' for share in shares)})")
-    checks = [(f"round {number}: {label}" if len(rounds) > 1 else label, shown, passed)
-              for number, results in enumerate(rounds, 1) for r in results for label, shown, passed in r.checks]
+        out(
+            f"  cronfleet / floor: {statistics.median(shares):.0%} of the floor's runs per second, the median of "
+            f"{len(shares)} rounds ({', '.join(f'{share:.0%}' for share in shares)})"
+        )
+    checks = [
+        (f"round {number}: {label}" if len(rounds) > 1 else label, shown, passed)
+        for number, results in enumerate(rounds, 1)
+        for r in results
+        for label, shown, passed in r.checks
+    ]
     out("  checks")
     for label, shown, passed in checks:
         out(f"    {label:<48}{shown:>12}  {'ok' if passed else 'FAIL'}")

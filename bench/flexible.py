@@ -69,8 +69,18 @@ def fires_per_minute(label: str, window: schedules.Window, begin: datetime) -> C
     end = begin + timedelta(minutes=window.length)
     counts: Counter = Counter()
     for job in Job.objects.filter(tenant__slug=f"{common.PREFIX}flex-{label}").only(
-            "cron", "timezone", "every_seconds", "run_at", "anchor_at", "start_at", "end_at", "jitter_seconds",
-            "jitter_seed", "calendar_id", "calendar_policy"):
+        "cron",
+        "timezone",
+        "every_seconds",
+        "run_at",
+        "anchor_at",
+        "start_at",
+        "end_at",
+        "jitter_seconds",
+        "jitter_seed",
+        "calendar_id",
+        "calendar_policy",
+    ):
         fire = schedules.next_fire_after(job.schedule, begin - timedelta(microseconds=1))
         if fire is not None and fire < end:
             counts[int((fire - begin).total_seconds() // 60)] += 1
@@ -84,8 +94,9 @@ def run(command, opts: Options) -> bool:
     start_cron = window.cron_at(0)
     scenarios = {
         "flexible": lambda name: services.JobSpec(name=name, task_name=TASK, flex_window=window.text),
-        "jitter": lambda name: services.JobSpec(name=name, task_name=TASK, cron=start_cron,
-                                                jitter_seconds=window.length * 60),
+        "jitter": lambda name: services.JobSpec(
+            name=name, task_name=TASK, cron=start_cron, jitter_seconds=window.length * 60
+        ),
         "fixed": lambda name: services.JobSpec(name=name, task_name=TASK, cron=start_cron),
     }
     begin = window_start(window, db_now())
@@ -98,30 +109,60 @@ def run(command, opts: Options) -> bool:
 
 def report(out, opts: Options, window: schedules.Window, begin: datetime, results: list[Result]) -> bool:
     ideal = math.ceil(opts.jobs / window.length)
-    out(f"bench flexible: {opts.jobs:,} jobs a tenant, each added through services.job_create; window "
+    out(
+        f"bench flexible: {opts.jobs:,} jobs a tenant, each added through services.job_create; window "
         f"{window.text} UTC, its occurrence from {begin.astimezone(UTC):%Y-%m-%d %H:%M}Z ({window.length} minutes; "
-        f"flat would be {ideal} a minute)")
+        f"flat would be {ideal} a minute)"
+    )
     out(f"  {common.machine_line()}")
     rows = []
     for result in results:
         fires = sum(result.per_minute.values())
-        tail = result.add_seconds[-max(1, len(result.add_seconds) // 10):]
-        rows.append((result.label, common.num(fires), common.num(max(result.per_minute.values(), default=0)),
-                     common.num(fires / window.length, 1), common.num(len(result.per_minute)),
-                     common.num(statistics.fmean(result.add_seconds) * 1000, 1),
-                     common.num(quantile(result.add_seconds, 0.95) * 1000, 1),
-                     common.num(statistics.fmean(tail) * 1000, 1)))
-    common.table(out, ["schedule", "fires in window", "peak/min", "mean/min", "minutes used", "ms/add",
-                       "p95 ms/add", "last 10% ms/add"], rows)
+        tail = result.add_seconds[-max(1, len(result.add_seconds) // 10) :]
+        rows.append(
+            (
+                result.label,
+                common.num(fires),
+                common.num(max(result.per_minute.values(), default=0)),
+                common.num(fires / window.length, 1),
+                common.num(len(result.per_minute)),
+                common.num(statistics.fmean(result.add_seconds) * 1000, 1),
+                common.num(quantile(result.add_seconds, 0.95) * 1000, 1),
+                common.num(statistics.fmean(tail) * 1000, 1),
+            )
+        )
+    common.table(
+        out,
+        [
+            "schedule",
+            "fires in window",
+            "peak/min",
+            "mean/min",
+            "minutes used",
+            "ms/add",
+            "p95 ms/add",
+            "last 10% ms/add",
+        ],
+        rows,
+    )
     peaks = {result.label: max(result.per_minute.values(), default=0) for result in results}
     fires = {result.label: sum(result.per_minute.values()) for result in results}
-    return common.print_checks(out, [
-        ("every job fires once in the window", f"{min(fires.values()):,} of {opts.jobs:,}",
-         all(count == opts.jobs for count in fires.values())),
-        ("flexible peak <= ceil(N / minutes)", f"{peaks['flexible']} <= {ideal}", peaks["flexible"] <= ideal),
-        ("flexible peak <= jitter peak", f"{peaks['flexible']} <= {peaks['jitter']}",
-         peaks["flexible"] <= peaks["jitter"]),
-    ])
+    return common.print_checks(
+        out,
+        [
+            (
+                "every job fires once in the window",
+                f"{min(fires.values()):,} of {opts.jobs:,}",
+                all(count == opts.jobs for count in fires.values()),
+            ),
+            ("flexible peak <= ceil(N / minutes)", f"{peaks['flexible']} <= {ideal}", peaks["flexible"] <= ideal),
+            (
+                "flexible peak <= jitter peak",
+                f"{peaks['flexible']} <= {peaks['jitter']}",
+                peaks["flexible"] <= peaks["jitter"],
+            ),
+        ],
+    )
 
 
 def quantile(values: list[float], q: float) -> float:

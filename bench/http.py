@@ -85,9 +85,25 @@ def free_port() -> int:
 
 def start_receiver(children: Children, name: str, port: int, opts: Options, hang: bool) -> Path:
     out = children.folder / f"{name}.jsonl"
-    children.start(name, [sys.executable, "-m", "bench.receiver", "--port", str(port), "--hosts", str(opts.hosts),
-                          "--latency", str(opts.latency), "--hang-seconds", str(JOB_TIMEOUT + 5 if hang else 0),
-                          "--out", str(out)], child_env())
+    children.start(
+        name,
+        [
+            sys.executable,
+            "-m",
+            "bench.receiver",
+            "--port",
+            str(port),
+            "--hosts",
+            str(opts.hosts),
+            "--latency",
+            str(opts.latency),
+            "--hang-seconds",
+            str(JOB_TIMEOUT + 5 if hang else 0),
+            "--out",
+            str(out),
+        ],
+        child_env(),
+    )
     deadline = time.monotonic() + READY_TIMEOUT
     while "receiver: ready" not in children.log(name):
         if time.monotonic() > deadline or children.dead():
@@ -112,13 +128,31 @@ def measure_floor(opts: Options, note) -> Result:
         k = worker_processes(opts) * in_flight(opts)
         note(f"floor: asyncio client, {opts.jobs} POSTs, {k} in flight")
         cpu_before = children.cpu()
-        proc = children.start("floor-client", [sys.executable, "-m", "bench.httpfloor", "--requests", str(opts.jobs),
-                                               "--in-flight", str(k), "--port", str(port), "--hosts",
-                                               str(opts.hosts)], child_env())
+        proc = children.start(
+            "floor-client",
+            [
+                sys.executable,
+                "-m",
+                "bench.httpfloor",
+                "--requests",
+                str(opts.jobs),
+                "--in-flight",
+                str(k),
+                "--port",
+                str(port),
+                "--hosts",
+                str(opts.hosts),
+            ],
+            child_env(),
+        )
         proc.wait(timeout=opts.timeout)
         figures = json.loads(children.log("floor-client").strip().splitlines()[-1])
-        result = Result(f"asyncio client, {k} in flight (floor)", runs=figures["requests"] - figures["failed"],
-                        seconds=figures["seconds"], worker_cpu=children.cpu() - cpu_before)
+        result = Result(
+            f"asyncio client, {k} in flight (floor)",
+            runs=figures["requests"] - figures["failed"],
+            seconds=figures["seconds"],
+            worker_cpu=children.cpu() - cpu_before,
+        )
         result.checks.append(("floor: every POST answered 200", f"{figures['failed']} failed", figures["failed"] == 0))
         return result
     finally:
@@ -127,17 +161,30 @@ def measure_floor(opts: Options, note) -> Result:
 
 def seed(opts: Options, port: int) -> list[int]:
     tenants = Tenant.objects.bulk_create(
-        Tenant(slug=f"{PREFIX}{uuid.uuid4().hex[:8]}-{i}", name=f"Bench tenant {i}") for i in range(TENANTS))
+        Tenant(slug=f"{PREFIX}{uuid.uuid4().hex[:8]}-{i}", name=f"Bench tenant {i}") for i in range(TENANTS)
+    )
     ids = [tenant.id for tenant in tenants]
     far = db_now().replace(year=db_now().year + 100)
     for start in range(0, opts.jobs, SEED_CHUNK):
-        Job.objects.bulk_create([
-            Job(tenant_id=ids[i % TENANTS], name=f"hook-{i}", target_kind="http", timeout_seconds=JOB_TIMEOUT,
-                target_config={"method": "POST", "url": f"http://127.0.0.{i % opts.hosts + 1}:{port}/hook/{i}",
-                               "headers": {}, "body": json.dumps({"job": i})},
-                run_at=far, next_run_at=far)
-            for i in range(start, min(start + SEED_CHUNK, opts.jobs))
-        ])
+        Job.objects.bulk_create(
+            [
+                Job(
+                    tenant_id=ids[i % TENANTS],
+                    name=f"hook-{i}",
+                    target_kind="http",
+                    timeout_seconds=JOB_TIMEOUT,
+                    target_config={
+                        "method": "POST",
+                        "url": f"http://127.0.0.{i % opts.hosts + 1}:{port}/hook/{i}",
+                        "headers": {},
+                        "body": json.dumps({"job": i}),
+                    },
+                    run_at=far,
+                    next_run_at=far,
+                )
+                for i in range(start, min(start + SEED_CHUNK, opts.jobs))
+            ]
+        )
     with connection.cursor() as cursor:
         cursor.execute(f"VACUUM ANALYZE {Job._meta.db_table}")
         cursor.execute(f"VACUUM ANALYZE {JobRun._meta.db_table}")
@@ -225,8 +272,11 @@ def measure_cronfleet(opts: Options, note, clean, *, hang: bool) -> Result:
 
 
 def ledger_figures(result: Result, tenant_ids: list[int], spike, opts: Options, received: Path, hang: bool) -> Result:
-    runs = list(JobRun.objects.filter(tenant_id__in=tenant_ids).values_list(
-        "job_id", "tenant_id", "scheduled_at", "started_at", "finished_at", "state"))
+    runs = list(
+        JobRun.objects.filter(tenant_id__in=tenant_ids).values_list(
+            "job_id", "tenant_id", "scheduled_at", "started_at", "finished_at", "state"
+        )
+    )
     done = [r for r in runs if r[5] == RunState.SUCCEEDED]
     expected = opts.jobs if not hang else opts.jobs - opts.jobs // opts.hosts  # the hanging host's time out
     result.runs = len(done)
@@ -273,24 +323,32 @@ def percentiles(values: list[float]) -> tuple[float, float, float]:
 
 def report(out, opts: Options, results: list[Result]) -> bool:
     db = settings.DATABASES["default"]
-    out(f"bench http: {opts.jobs} webhooks due at one instant, receiver latency {opts.latency:g} s, {opts.hosts} "
+    out(
+        f"bench http: {opts.jobs} webhooks due at one instant, receiver latency {opts.latency:g} s, {opts.hosts} "
         f"host(s); 1 beat, 1 worker (`celery -A project worker`: {worker_processes(opts)} processes x "
         f"{in_flight(opts)} in flight); PostgreSQL {db['NAME']!r}; {os.cpu_count()} CPUs; load average "
-        + " ".join(f"{x:.2f}" for x in os.getloadavg()))
-    out(f"  {'':<38}{'runs':>7}{'seconds':>9}{'runs/s':>9}{'start lag p50/p99/max s':>26}"
-        f"{'arrival p50/p99/max s':>24}{'xacts/run':>11}{'RSS MiB':>9}{'PG conns':>10}{'CPU ms/run':>12}")
+        + " ".join(f"{x:.2f}" for x in os.getloadavg())
+    )
+    out(
+        f"  {'':<38}{'runs':>7}{'seconds':>9}{'runs/s':>9}{'start lag p50/p99/max s':>26}"
+        f"{'arrival p50/p99/max s':>24}{'xacts/run':>11}{'RSS MiB':>9}{'PG conns':>10}{'CPU ms/run':>12}"
+    )
     for r in results:
-        out(f"  {r.label:<38}{r.runs:>7}{num(r.seconds, 2):>9}{num(r.rate, 0):>9}{_triple(r.lag):>26}"
+        out(
+            f"  {r.label:<38}{r.runs:>7}{num(r.seconds, 2):>9}{num(r.rate, 0):>9}{_triple(r.lag):>26}"
             f"{_triple(r.arrival):>24}{num(r.transactions, 2):>11}{num(r.rss_mib, 0):>9}"
-            f"{num(r.connections, 0):>10}{num(r.worker_cpu / r.runs * 1000 if r.runs and r.worker_cpu else None, 2):>12}")
+            f"{num(r.connections, 0):>10}{num(r.worker_cpu / r.runs * 1000 if r.runs and r.worker_cpu else None, 2):>12}"
+        )
     floor = next((r for r in results if "floor" in r.label), None)
     ours = next((r for r in results if r.label.startswith("cronfleet (")), None)
     if floor and ours and floor.rate and ours.rate:
         out(f"  cronfleet / floor: {ours.rate / floor.rate:.0%} of the floor's webhooks per second")
     hung = next((r for r in results if "hanging" in r.label), None)
     if hung and ours and ours.others_p99 and hung.others_p99 is not None:
-        out(f"  the other hosts' arrival p99: {hung.others_p99:.2f} s with one host hanging, "
-            f"{ours.others_p99:.2f} s without ({hung.others_p99 / ours.others_p99:.1f}x)")
+        out(
+            f"  the other hosts' arrival p99: {hung.others_p99:.2f} s with one host hanging, "
+            f"{ours.others_p99:.2f} s without ({hung.others_p99 / ours.others_p99:.1f}x)"
+        )
     out("  checks")
     checks = [check for r in results for check in r.checks]
     for label, shown, passed in checks:

@@ -20,6 +20,7 @@ async def post_all(requests: int, in_flight: int, port: int, hosts: int) -> dict
     failed = 0
     connector = aiohttp.TCPConnector(limit=in_flight, limit_per_host=0)
     async with aiohttp.ClientSession(connector=connector) as session:
+
         async def post(number: int) -> None:
             nonlocal failed
             async with gate:

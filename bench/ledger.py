@@ -75,7 +75,6 @@ STATS_MS = 200.0
 PRUNE_RATE = 100_000
 
 
-
 @dataclass
 class Options:
     jobs: int
@@ -115,18 +114,28 @@ class BenchCommand:
         """N every-minute cron jobs over ten tenants, not due before the spikes move them."""
         started = time.monotonic()
         tenants = Tenant.objects.bulk_create(
-            Tenant(slug=f"{common.PREFIX}{i}", name=f"Bench tenant {i}", timezone="UTC") for i in range(10))
+            Tenant(slug=f"{common.PREFIX}{i}", name=f"Bench tenant {i}", timezone="UTC") for i in range(10)
+        )
         far = db_now() + timedelta(days=365 * 100)
-        common.seed_jobs([t.id for t in tenants], jobs, cron="* * * * *", timezone="UTC",
-                         task_name="scheduler_app.echo", queue=self.QUEUE, next_run_at=far)
+        common.seed_jobs(
+            [t.id for t in tenants],
+            jobs,
+            cron="* * * * *",
+            timezone="UTC",
+            task_name="scheduler_app.echo",
+            queue=self.QUEUE,
+            next_run_at=far,
+        )
         self.note(f"seeded {jobs} jobs in {time.monotonic() - started:.1f}s")
         return [t.id for t in tenants]
 
     def listeners(self) -> int:
         """Connections whose last statement was the beats' LISTEN (a beat ready for a NOTIFY)."""
         with connection.cursor() as cursor:
-            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                           "AND query = %s", [f"LISTEN {WAKE_CHANNEL}"])
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query = %s",
+                [f"LISTEN {WAKE_CHANNEL}"],
+            )
             return cursor.fetchone()[0]
 
     def redis_messages(self) -> int:
@@ -147,8 +156,11 @@ def run(command, opts: Options) -> bool:
     try:
         empty = spikes(command, tenant_ids, opts, "empty ledger")
         seeded, seconds = seed_ledger(tenant_ids, opts.rows, note)
-        report.add("ledger rows seeded", f"{seeded:,} in {seconds:.0f}s ({opts.jobs:,} jobs x {seeded // opts.jobs:,} "
-                                         f"runs over {HISTORY_DAYS} days)")
+        report.add(
+            "ledger rows seeded",
+            f"{seeded:,} in {seconds:.0f}s ({opts.jobs:,} jobs x {seeded // opts.jobs:,} "
+            f"runs over {HISTORY_DAYS} days)",
+        )
         report.add("stats rollup of the last 8 days", roll_up_all(note))
         tenant = Tenant.objects.get(id=tenant_ids[0])
         explain_all(report, tenant, tenant_ids, opts)
@@ -177,16 +189,26 @@ class Beats:
         self.children = Children()
 
     def __enter__(self) -> Beats:
-        env = {**child_env(), "CRONFLEET_QUEUE_HIGH_WATER": "0",  # no worker drains the queue
-               "CRONFLEET_RETENTION_IN_BEAT": "true" if self.prune else "false"}
+        env = {
+            **child_env(),
+            "CRONFLEET_QUEUE_HIGH_WATER": "0",  # no worker drains the queue
+            "CRONFLEET_RETENTION_IN_BEAT": "true" if self.prune else "false",
+        }
         baseline = self.command.listeners()
         for number in range(self.count):
-            self.children.start(f"beat{number}", [sys.executable, str(settings.BASE_DIR / "manage.py"), "runbeat",
-                                                  "--batch-size", str(self.batch_size)], env)
+            self.children.start(
+                f"beat{number}",
+                [sys.executable, str(settings.BASE_DIR / "manage.py"), "runbeat", "--batch-size", str(self.batch_size)],
+                env,
+            )
         # Every beat has started and (dispatch) LISTENs: it has run its first turn and sleeps.
         # A pruning beat need not sleep before it has pruned everything: its start is enough.
-        self.wait(lambda: all("runbeat: started" in self.children.log(f"beat{n}") for n in range(self.count))
-                  and (self.prune or self.command.listeners() >= baseline + self.count))
+        self.wait(
+            lambda: (
+                all("runbeat: started" in self.children.log(f"beat{n}") for n in range(self.count))
+                and (self.prune or self.command.listeners() >= baseline + self.count)
+            )
+        )
         return self
 
     def wait(self, ready) -> None:
@@ -252,13 +274,20 @@ def add_dispatch(report: Report, opts: Options, empty: list, big: list) -> None:
 
     empty_rate, big_rate = rate(empty), rate(big)
     change, cpu_change = big_rate / empty_rate - 1, cpu_ms(big) / cpu_ms(empty) - 1
-    report.add(f"dispatch, empty ledger (fires/s, median of {len(empty)}: before and after)",
-               f"{empty_rate:,.0f}  ({fmt_seconds(empty)})")
-    report.add(f"dispatch, {opts.rows:,}-row ledger (fires/s, median of {len(big)})",
-               f"{big_rate:,.0f}  ({fmt_seconds(big)}; {change:+.1%})", change >= -DISPATCH_TOLERANCE)
-    report.add("dispatch CPU per 1,000 fires (beats + their sessions)",
-               f"empty {cpu_ms(empty):.0f} ms, big {cpu_ms(big):.0f} ms ({cpu_change:+.1%})",
-               cpu_change <= DISPATCH_TOLERANCE)
+    report.add(
+        f"dispatch, empty ledger (fires/s, median of {len(empty)}: before and after)",
+        f"{empty_rate:,.0f}  ({fmt_seconds(empty)})",
+    )
+    report.add(
+        f"dispatch, {opts.rows:,}-row ledger (fires/s, median of {len(big)})",
+        f"{big_rate:,.0f}  ({fmt_seconds(big)}; {change:+.1%})",
+        change >= -DISPATCH_TOLERANCE,
+    )
+    report.add(
+        "dispatch CPU per 1,000 fires (beats + their sessions)",
+        f"empty {cpu_ms(empty):.0f} ms, big {cpu_ms(big):.0f} ms ({cpu_change:+.1%})",
+        cpu_change <= DISPATCH_TOLERANCE,
+    )
 
 
 # --- EXPLAIN ----------------------------------------------------------------------------------
@@ -274,49 +303,87 @@ def explain_all(report: Report, tenant: Tenant, tenant_ids: list[int], opts: Opt
     job = Job.objects.filter(tenant=tenant).order_by("id").first()
     runs = JobRun.objects.annotate(job_name=F("job__name")).filter(tenant=tenant).defer("result", "error")
     newest = ("-scheduled_at", "-id")
-    window = JobRun.objects.filter(tenant_id=tenant.id, scheduled_at__gt=now - timedelta(hours=1),
-                                   scheduled_at__lte=now).order_by().values_list("state").annotate(n=Count("id"))
+    window = (
+        JobRun.objects.filter(tenant_id=tenant.id, scheduled_at__gt=now - timedelta(hours=1), scheduled_at__lte=now)
+        .order_by()
+        .values_list("state")
+        .annotate(n=Count("id"))
+    )
     edge = now - timedelta(days=7)
     statements = [
         ("API run list, first page", *queryset_sql(runs.order_by(*newest)[:51])),
         ("API run list, ?job=", *queryset_sql(runs.filter(job_id=job.id).order_by(*newest)[:51])),
         ("API run list, ?state=failed", *queryset_sql(runs.filter(state=RunState.FAILED).order_by(*newest)[:51])),
         ("stats, 1 hour (exact): counts", *queryset_sql(window)),
-        ("stats, 1 hour (exact): lag percentiles", stats.LAGS_SQL.format(scope=lags.ONE_TENANT), {
-            "percentiles": list(stats.PERCENTILES), "tenant_id": tenant.id, "since": now - timedelta(hours=1),
-            "until": now, "trigger": Trigger.SCHEDULE.value}),
-        ("stats, 7 days: the rolled-up hours", rollup.ROLLED_SQL, {
-            "key": tenant.id, "start": rollup.floor_hour(edge) + rollup.HOUR, "end": rollup.floor_hour(now)}),
-        ("stats, 7 days: the oldest edge, live", rollup.pieces_sql(lags.ONE_TENANT, by_hour=False), {
-            "tenant_id": tenant.id, "start": edge, "end": rollup.floor_hour(edge) + rollup.HOUR}),
+        (
+            "stats, 1 hour (exact): lag percentiles",
+            stats.LAGS_SQL.format(scope=lags.ONE_TENANT),
+            {
+                "percentiles": list(stats.PERCENTILES),
+                "tenant_id": tenant.id,
+                "since": now - timedelta(hours=1),
+                "until": now,
+                "trigger": Trigger.SCHEDULE.value,
+            },
+        ),
+        (
+            "stats, 7 days: the rolled-up hours",
+            rollup.ROLLED_SQL,
+            {"key": tenant.id, "start": rollup.floor_hour(edge) + rollup.HOUR, "end": rollup.floor_hour(now)},
+        ),
+        (
+            "stats, 7 days: the oldest edge, live",
+            rollup.pieces_sql(lags.ONE_TENANT, by_hour=False),
+            {"tenant_id": tenant.id, "start": edge, "end": rollup.floor_hour(edge) + rollup.HOUR},
+        ),
     ]
     for label, statement, params in statements:
         add_plan(report, label, statement, params)
     # The claim and the insert of a batch of runs, with every bench job due (rolled back).
     with transaction.atomic():
         Job.objects.filter(tenant_id__in=tenant_ids).update(next_run_at=now)
-        add_plan(report, f"claim of {opts.batch_size} due jobs (FAIR_CLAIM)", dispatch.claim.fair_claim_sql(),
-                 {"now": now, "limit": opts.batch_size})
-        claimed = list(Job.objects.filter(tenant_id__in=tenant_ids).order_by("id")
-                       .values_list("id", "tenant_id")[:opts.batch_size])
+        add_plan(
+            report,
+            f"claim of {opts.batch_size} due jobs (FAIR_CLAIM)",
+            dispatch.claim.fair_claim_sql(),
+            {"now": now, "limit": opts.batch_size},
+        )
+        claimed = list(
+            Job.objects.filter(tenant_id__in=tenant_ids)
+            .order_by("id")
+            .values_list("id", "tenant_id")[: opts.batch_size]
+        )
         transaction.set_rollback(True)
-    rows = {"now": now, "job_id": [c[0] for c in claimed], "tenant_id": [c[1] for c in claimed],
-            "scheduled_at": [now] * len(claimed), "state": [RunState.QUEUED.value] * len(claimed),
-            "reason": [""] * len(claimed), "job_version": [1] * len(claimed), "priority": [5] * len(claimed)}
+    rows = {
+        "now": now,
+        "job_id": [c[0] for c in claimed],
+        "tenant_id": [c[1] for c in claimed],
+        "scheduled_at": [now] * len(claimed),
+        "state": [RunState.QUEUED.value] * len(claimed),
+        "reason": [""] * len(claimed),
+        "job_version": [1] * len(claimed),
+        "priority": [5] * len(claimed),
+    }
     add_plan(report, f"insert of {len(claimed)} runs (INSERT_RUNS_PG)", sql.INSERT_RUNS_PG, rows)
     pruner = retention.Pruner()
     pruner.refresh(pruner.clock())
     units = [unit for unit in pruner.units.values() if unit.kind == "tenant" and unit.key in tenant_ids]
     statement, params = retention.batch_statement(units, now, limit=app_settings.RETENTION_BATCH_SIZE)
-    add_plan(report, f"one pruning batch ({app_settings.RETENTION_BATCH_SIZE} runs looked at)", statement,
-             params, retention.PLANNER_SETTINGS)
+    add_plan(
+        report,
+        f"one pruning batch ({app_settings.RETENTION_BATCH_SIZE} runs looked at)",
+        statement,
+        params,
+        retention.PLANNER_SETTINGS,
+    )
 
 
 def add_plan(report: Report, label: str, statement: str, params, setup: str = "") -> None:
     took, indexes, seq = explain(statement, params, setup)
     ledger_seq = JobRun._meta.db_table in seq
-    report.plans.append((f"{label}: {took:.1f} ms", f"indexes: {', '.join(indexes) or 'none'}"
-                                                      f"; sequential: {', '.join(seq) or 'none'}"))
+    report.plans.append(
+        (f"{label}: {took:.1f} ms", f"indexes: {', '.join(indexes) or 'none'}; sequential: {', '.join(seq) or 'none'}")
+    )
     if ledger_seq:
         report.failed = True
         report.plans.append(("  FAIL", "reads the whole ledger"))
@@ -375,8 +442,9 @@ def session_cpu() -> float:
     """CPU seconds used so far by the PostgreSQL backends connected to this database, but
     this command's own (its polling is not the beats' work)."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-                       "AND pid <> pg_backend_pid()")
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
         pids = [row[0] for row in cursor.fetchall()]
     total = 0.0
     for pid in pids:
@@ -402,13 +470,20 @@ def prunable(tenant_ids: list[int]) -> int:
     now = db_now()
     failed_days = policy.kept_days(failed=True)
     with connection.cursor() as cursor:
-        cursor.execute("""
+        cursor.execute(
+            """
             SELECT count(*) FILTER (WHERE state = ANY(%(others)s) AND finished_at < %(cutoff)s)
                  + count(*) FILTER (WHERE state = ANY(%(failed)s) AND finished_at < %(failed_cutoff)s)
               FROM scheduler_app_jobrun WHERE tenant_id = ANY(%(tenants)s)
-        """, {"others": retention.OTHERS, "failed": retention.FAILED, "tenants": tenant_ids,
-              "cutoff": now - timedelta(days=policy.days) if policy.days else now - timedelta(days=10**5),
-              "failed_cutoff": now - timedelta(days=failed_days) if failed_days else now - timedelta(days=10**5)})
+        """,
+            {
+                "others": retention.OTHERS,
+                "failed": retention.FAILED,
+                "tenants": tenant_ids,
+                "cutoff": now - timedelta(days=policy.days) if policy.days else now - timedelta(days=10**5),
+                "failed_cutoff": now - timedelta(days=failed_days) if failed_days else now - timedelta(days=10**5),
+            },
+        )
         return cursor.fetchone()[0]
 
 
@@ -416,15 +491,17 @@ def measure_pruning(command, report: Report, tenant_ids: list[int], opts: Option
     expected = prunable(tenant_ids)
     policy = retention_policy.resolve()[0]
     note(f"pruning: {expected:,} runs to delete ({policy}); {opts.load} jobs firing every second meanwhile")
-    load_ids = list(Job.objects.filter(tenant_id__in=tenant_ids).order_by("id").values_list("id", flat=True)
-                    [:opts.load])
+    load_ids = list(
+        Job.objects.filter(tenant_id__in=tenant_ids).order_by("id").values_list("id", flat=True)[: opts.load]
+    )
     with connection.cursor() as cursor:
         cursor.execute("SELECT coalesce(max(id), 0) FROM scheduler_app_jobrun")
         watermark = cursor.fetchone()[0]
     before = deleted_so_far()
     anchor = db_now()
-    Job.objects.filter(id__in=load_ids).update(cron="", every_seconds=1, anchor_at=anchor, run_at=None,
-                                                end_at=None, next_run_at=anchor)
+    Job.objects.filter(id__in=load_ids).update(
+        cron="", every_seconds=1, anchor_at=anchor, run_at=None, end_at=None, next_run_at=anchor
+    )
     elapsed = None
     try:
         with Beats(command, opts.beats, opts.batch_size, prune=True) as beats:
@@ -439,41 +516,59 @@ def measure_pruning(command, report: Report, tenant_ids: list[int], opts: Option
             finished_at = db_now()
             cpu = beats.children.cpu() + session_cpu() - cpu_before
     finally:  # back to the spike's jobs
-        Job.objects.filter(id__in=load_ids).update(cron="* * * * *", every_seconds=None, anchor_at=None,
-                                                    next_run_at=None)
+        Job.objects.filter(id__in=load_ids).update(
+            cron="* * * * *", every_seconds=None, anchor_at=None, next_run_at=None
+        )
     deleted = deleted_so_far() - before
     if elapsed is None:
-        report.add(f"pruning while {opts.beats} beat(s) run", f"timeout after {opts.timeout:.0f}s: {deleted:,} of "
-                                                               f"{expected:,} deleted", False)
+        report.add(
+            f"pruning while {opts.beats} beat(s) run",
+            f"timeout after {opts.timeout:.0f}s: {deleted:,} of {expected:,} deleted",
+            False,
+        )
     else:
         rate = deleted / elapsed
-        report.add(f"pruning while {opts.beats} beat(s) run (rows/s)",
-                   f"{rate:,.0f}  ({deleted:,} runs in {elapsed:.1f}s; load average {os.getloadavg()[0]:.1f})",
-                   rate >= PRUNE_RATE)
-        report.add("  CPU of the beats and their database sessions", f"{cpu:.1f}s for the deletes and the load "
-                   f"together: {deleted / cpu:,.0f} rows deleted per CPU second")
+        report.add(
+            f"pruning while {opts.beats} beat(s) run (rows/s)",
+            f"{rate:,.0f}  ({deleted:,} runs in {elapsed:.1f}s; load average {os.getloadavg()[0]:.1f})",
+            rate >= PRUNE_RATE,
+        )
+        report.add(
+            "  CPU of the beats and their database sessions",
+            f"{cpu:.1f}s for the deletes and the load together: {deleted / cpu:,.0f} rows deleted per CPU second",
+        )
     load_report(report, load_ids, watermark, started_at, finished_at, opts)
     left = retention.prune_everything(retention.once_through(dry_run=True))
-    report.add("left that the policy lets go (dry-run walk after)", f"{left.doomed:,} of {left.examined:,} looked at",
-               left.doomed == 0)
+    report.add(
+        "left that the policy lets go (dry-run walk after)",
+        f"{left.doomed:,} of {left.examined:,} looked at",
+        left.doomed == 0,
+    )
     command.redis.delete(*command.queue_keys)
 
 
-def load_report(report: Report, load_ids: list[int], watermark: int, since: datetime, until: datetime,
-                opts: Options) -> None:
+def load_report(
+    report: Report, load_ids: list[int], watermark: int, since: datetime, until: datetime, opts: Options
+) -> None:
     with connection.cursor() as cursor:
-        cursor.execute("""
+        cursor.execute(
+            """
             SELECT count(*),
                    percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM dispatched_at - scheduled_at)),
                    percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM dispatched_at - scheduled_at))
               FROM scheduler_app_jobrun
              WHERE id > %(watermark)s AND job_id = ANY(%(jobs)s) AND scheduled_at >= %(since)s
                AND scheduled_at < %(until)s
-        """, {"watermark": watermark, "jobs": load_ids, "since": since, "until": until})
+        """,
+            {"watermark": watermark, "jobs": load_ids, "since": since, "until": until},
+        )
         fires, p50, p99 = cursor.fetchone()
     seconds = (until - since).total_seconds()
-    report.add(f"load meanwhile: {opts.load:,} jobs every second", f"{fires / seconds:,.0f} fires/s recorded, "
-               f"dispatch lag p50 {float(p50 or 0):.2f}s / p99 {float(p99 or 0):.2f}s")
+    report.add(
+        f"load meanwhile: {opts.load:,} jobs every second",
+        f"{fires / seconds:,.0f} fires/s recorded, "
+        f"dispatch lag p50 {float(p50 or 0):.2f}s / p99 {float(p99 or 0):.2f}s",
+    )
 
 
 # --- the table ---------------------------------------------------------------------------------
@@ -482,11 +577,13 @@ def load_report(report: Report, load_ids: list[int], watermark: int, since: date
 def print_report(out, opts: Options, report: Report) -> None:
     db = settings.DATABASES["default"]
     policy = retention_policy.resolve()[0]
-    out(f"bench ledger on PostgreSQL {db['NAME']!r}, {os.cpu_count()} CPUs, load average "
+    out(
+        f"bench ledger on PostgreSQL {db['NAME']!r}, {os.cpu_count()} CPUs, load average "
         + " ".join(f"{x:.2f}" for x in os.getloadavg())
         + f"; {opts.jobs:,} jobs, {opts.beats} beat(s), batch {opts.batch_size}; retention {policy.days} days, "
         f"failed {policy.kept_days(failed=True) or 0}, keep last {policy.keep_last}, "
-        f"batch {app_settings.RETENTION_BATCH_SIZE}")
+        f"batch {app_settings.RETENTION_BATCH_SIZE}"
+    )
     width = max(len(label) for label, _, _ in report.rows) + 2
     for label, value, check in report.rows:
         out(f"  {label:<{width}}{value}  {check}".rstrip())

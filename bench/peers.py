@@ -92,7 +92,7 @@ def clean(client) -> None:
     """Delete the peers' rows and keys (what clean() of bench.py does not know about)."""
     keys = list(client.scan_iter(match=REDBEAT_PREFIX + "*", count=10000))
     for start in range(0, len(keys), 10000):
-        client.delete(*keys[start:start + 10000])
+        client.delete(*keys[start : start + 10000])
     client.delete(*redis_list_keys(CANARY_QUEUE), f"_kombu.binding.{CANARY_QUEUE}")
     if DCB_TASK in connection.introspection.table_names():
         with connection.cursor() as cursor:
@@ -129,47 +129,78 @@ def floor(client, jobs: int) -> Row:
 
 
 def cronfleet(opts: Options, note, client) -> tuple[Row, list]:
-    outcome = dispatch.measure(dispatch.Options(jobs=opts.jobs, beats=opts.beats, batch_size=opts.batch_size,
-                                                timeout=opts.cap, grace=opts.grace, floor_jobs=0), note, client,
-                               label="peers")
-    row = Row(f"cronfleet: runbeat x {opts.beats}", sent=outcome.messages, seconds=outcome.seconds,
-              window=outcome.seconds if outcome.seconds is not None else opts.cap,
-              startup=max((b.ready or 0 for b in outcome.beats), default=None),
-              peak_rss_kb=max((b.peak_rss_kb or 0 for b in outcome.beats), default=None),
-              cpu=outcome.cpu.get("beats"), note="runs recorded in the ledger too")
+    outcome = dispatch.measure(
+        dispatch.Options(
+            jobs=opts.jobs,
+            beats=opts.beats,
+            batch_size=opts.batch_size,
+            timeout=opts.cap,
+            grace=opts.grace,
+            floor_jobs=0,
+        ),
+        note,
+        client,
+        label="peers",
+    )
+    row = Row(
+        f"cronfleet: runbeat x {opts.beats}",
+        sent=outcome.messages,
+        seconds=outcome.seconds,
+        window=outcome.seconds if outcome.seconds is not None else opts.cap,
+        startup=max((b.ready or 0 for b in outcome.beats), default=None),
+        peak_rss_kb=max((b.peak_rss_kb or 0 for b in outcome.beats), default=None),
+        cpu=outcome.cpu.get("beats"),
+        note="runs recorded in the ledger too",
+    )
     return row, [(f"cronfleet: {label}", shown, ok) for label, shown, ok in outcome.checks]
 
 
 def seed_dcb(jobs: int, spike: datetime) -> None:
     """N PeriodicTask rows due at S (every day, last run a day before S) and a canary due now."""
-    subprocess.run([sys.executable, str(settings.BASE_DIR / "manage.py"), "migrate", "django_celery_beat",
-                    "-v0"], env=peer_env(), check=True)
+    subprocess.run(
+        [sys.executable, str(settings.BASE_DIR / "manage.py"), "migrate", "django_celery_beat", "-v0"],
+        env=peer_env(),
+        check=True,
+    )
     with connection.cursor() as cursor:
         ids = {}
         for every in (86400, 3600):
-            cursor.execute(f"SELECT id FROM {DCB_INTERVAL} WHERE every = %s AND period = 'seconds' "
-                           "ORDER BY id LIMIT 1", [every])
+            cursor.execute(
+                f"SELECT id FROM {DCB_INTERVAL} WHERE every = %s AND period = 'seconds' ORDER BY id LIMIT 1", [every]
+            )
             row = cursor.fetchone()
             if row is None:
-                cursor.execute(f"INSERT INTO {DCB_INTERVAL} (every, period) VALUES (%s, 'seconds') RETURNING id",
-                               [every])
+                cursor.execute(
+                    f"INSERT INTO {DCB_INTERVAL} (every, period) VALUES (%s, 'seconds') RETURNING id", [every]
+                )
                 row = cursor.fetchone()
             ids[every] = row[0]
-        columns = ("name, task, args, kwargs, queue, enabled, last_run_at, total_run_count, date_changed, "
-                   "description, interval_id, one_off, headers")
-        cursor.execute(f"""
+        columns = (
+            "name, task, args, kwargs, queue, enabled, last_run_at, total_run_count, date_changed, "
+            "description, interval_id, one_off, headers"
+        )
+        cursor.execute(
+            f"""
             INSERT INTO {DCB_TASK} ({columns})
             SELECT %(prefix)s || n, %(task)s, '[]', '{{}}', %(queue)s, true, %(last)s, 0, now(), '',
                    %(interval)s, false, '{{}}'
               FROM generate_series(0, %(n)s - 1) AS n""",
-                       {"prefix": NAME_PREFIX, "task": TASK, "queue": QUEUE, "last": spike - timedelta(days=1),
-                        "interval": ids[86400], "n": jobs})
-        cursor.execute(f"""
+            {
+                "prefix": NAME_PREFIX,
+                "task": TASK,
+                "queue": QUEUE,
+                "last": spike - timedelta(days=1),
+                "interval": ids[86400],
+                "n": jobs,
+            },
+        )
+        cursor.execute(
+            f"""
             INSERT INTO {DCB_TASK} ({columns})
             VALUES (%(name)s, %(task)s, '[]', '{{}}', %(queue)s, true, now() - interval '2 hours', 0, now(), '',
                     %(interval)s, false, '{{}}')""",
-                       {"name": NAME_PREFIX + "canary", "task": TASK, "queue": CANARY_QUEUE,
-                        "interval": ids[3600]})
+            {"name": NAME_PREFIX + "canary", "task": TASK, "queue": CANARY_QUEUE, "interval": ids[3600]},
+        )
         cursor.execute(f"ANALYZE {DCB_TASK}")
 
 
@@ -180,8 +211,7 @@ def seed_redbeat(jobs: int, spike: datetime) -> None:
 
     from project.celery import app
 
-    app.conf.update(redbeat_redis_url=app.conf.broker_url, redbeat_redis_options={},
-                    redbeat_key_prefix=REDBEAT_PREFIX)
+    app.conf.update(redbeat_redis_url=app.conf.broker_url, redbeat_redis_options={}, redbeat_key_prefix=REDBEAT_PREFIX)
     daily, hourly = schedule(run_every=timedelta(days=1)), schedule(run_every=timedelta(hours=1))
     for n in range(jobs):
         entry = RedBeatSchedulerEntry(f"{NAME_PREFIX}{n}", TASK, daily, options={"queue": QUEUE}, app=app)
@@ -205,9 +235,26 @@ def peer(label: str, scheduler: str, opts: Options, note, client, spike: datetim
     client.delete(*redis_list_keys(QUEUE), *redis_list_keys(CANARY_QUEUE))
     children = common.Children()
     try:
-        proc = children.start("beat", [sys.executable, "-m", "celery", "-A", PEER_APP, "beat", "-S", scheduler,
-                                       "-l", "info", "-s", str(children.folder / "celerybeat-schedule"),
-                                       "--pidfile", str(children.folder / "beat.pid")], peer_env())
+        proc = children.start(
+            "beat",
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                PEER_APP,
+                "beat",
+                "-S",
+                scheduler,
+                "-l",
+                "info",
+                "-s",
+                str(children.folder / "celerybeat-schedule"),
+                "--pidfile",
+                str(children.folder / "beat.pid"),
+            ],
+            peer_env(),
+        )
         deadline = time.monotonic() + START_SECONDS + opts.jobs / 1000
         while messages(client, CANARY_QUEUE) < 1:
             if proc.poll() is not None or time.monotonic() > deadline:
@@ -265,8 +312,14 @@ def run(command, opts: Options) -> bool:
     spike = common.next_whole_second(db_now(), lead)
     seed_dcb(opts.jobs, spike)
     note(f"django-celery-beat: {opts.jobs} PeriodicTask rows due at {spike.isoformat()}")
-    row, checks = peer("django-celery-beat DatabaseScheduler", "django_celery_beat.schedulers:DatabaseScheduler",
-                       opts, note, client, spike)
+    row, checks = peer(
+        "django-celery-beat DatabaseScheduler",
+        "django_celery_beat.schedulers:DatabaseScheduler",
+        opts,
+        note,
+        client,
+        spike,
+    )
     result.rows.append(row)
     result.checks += checks
     clean(client)
@@ -283,20 +336,37 @@ def run(command, opts: Options) -> bool:
 
 
 def report(w, opts: Options, result: Result, broker: str) -> bool:
-    w(f"bench peers: {opts.jobs:,} fires due at one instant S, each scheduler alone on this machine; "
-      f"cap {opts.cap:g}s; broker {broker}; " + common.machine_line())
+    w(
+        f"bench peers: {opts.jobs:,} fires due at one instant S, each scheduler alone on this machine; "
+        f"cap {opts.cap:g}s; broker {broker}; " + common.machine_line()
+    )
     ours = next((r for r in result.rows if r.label.startswith("cronfleet")), None)
     rows = []
     for r in result.rows:
         ratio = "-"
         if ours is not None and ours.rate and r.rate and r is not ours:
             ratio = f"{ours.rate / r.rate:,.1f}x" if ours.rate >= r.rate else f"1/{r.rate / ours.rate:,.1f}"
-        rows.append((r.label, f"{r.sent:,}", common.num(r.seconds, 2) if r.seconds is not None else f"> {opts.cap:g}",
-                     common.num(r.rate), common.num(r.startup, 2), common.mib(r.peak_rss_kb),
-                     common.num(r.cpu / r.sent * 1e6 if r.cpu is not None and r.sent else None), ratio, r.note))
-    common.table(w, ["", "sent", "s to all", "fires/s", "start-up s", "peak RSS MiB", "CPU µs/fire",
-                     "cronfleet is", "note"], rows)
-    w("  (s to all: from S until N messages are in Redis; fires/s: sent / seconds measured, the cap for a "
-      "peer that did not finish; CPU: the scheduler process alone; cronfleet's figures include recording "
-      "every run in the ledger)")
+        rows.append(
+            (
+                r.label,
+                f"{r.sent:,}",
+                common.num(r.seconds, 2) if r.seconds is not None else f"> {opts.cap:g}",
+                common.num(r.rate),
+                common.num(r.startup, 2),
+                common.mib(r.peak_rss_kb),
+                common.num(r.cpu / r.sent * 1e6 if r.cpu is not None and r.sent else None),
+                ratio,
+                r.note,
+            )
+        )
+    common.table(
+        w,
+        ["", "sent", "s to all", "fires/s", "start-up s", "peak RSS MiB", "CPU µs/fire", "cronfleet is", "note"],
+        rows,
+    )
+    w(
+        "  (s to all: from S until N messages are in Redis; fires/s: sent / seconds measured, the cap for a "
+        "peer that did not finish; CPU: the scheduler process alone; cronfleet's figures include recording "
+        "every run in the ledger)"
+    )
     return common.print_checks(w, result.checks)

@@ -40,8 +40,16 @@ async def serve(args) -> None:
         body = await request.read()
         host = request.transport.get_extra_info("sockname")[0]
         headers = request.headers
-        seen.append((host, time.time(), headers.get("webhook-id"), headers.get("webhook-timestamp"),
-                     headers.get("webhook-signature"), body.decode("utf-8", "replace")))
+        seen.append(
+            (
+                host,
+                time.time(),
+                headers.get("webhook-id"),
+                headers.get("webhook-timestamp"),
+                headers.get("webhook-signature"),
+                body.decode("utf-8", "replace"),
+            )
+        )
         await asyncio.sleep(args.hang_seconds if host == hanging else args.latency)
         return web.Response(body=b'{"ok": true}', content_type="application/json")
 

@@ -119,8 +119,9 @@ def measure_floor(opts: Options, note, client) -> Measured:
         lags = [float(x) for x in client.lrange(floor.LAGS, 0, -1)]
         result.finished = len(lags)
         result.start_lag = percentiles(lags)
-        result.checks.append(("floor: messages run", f"{result.finished:,}/{result.expected:,}",
-                              result.finished == result.expected))
+        result.checks.append(
+            ("floor: messages run", f"{result.finished:,}/{result.expected:,}", result.finished == result.expected)
+        )
     finally:
         children.stop_all()
         client.delete(floor.LAGS, *redis_list_keys(floor.QUEUE))
@@ -130,8 +131,10 @@ def measure_floor(opts: Options, note, client) -> Measured:
 def measure_cronfleet(opts: Options, note, client) -> Measured:
     every = interval(opts)
     batching = f", batches of {opts.batch}" if opts.batch else ""
-    result = Measured(f"cronfleet: {opts.beats} beat(s), ledger, echo task{batching}",
-                      expected=expected_fires(opts.jobs, every, opts.seconds))
+    result = Measured(
+        f"cronfleet: {opts.beats} beat(s), ledger, echo task{batching}",
+        expected=expected_fires(opts.jobs, every, opts.seconds),
+    )
     tenant_ids: list[int] = []
     children = common.Children()
     try:
@@ -146,17 +149,29 @@ def measure_cronfleet(opts: Options, note, client) -> Measured:
         end = start + timedelta(seconds=opts.seconds)
         tenant_ids = common.make_tenants(TENANTS, "steady")
         seed_seconds = common.seed_jobs(
-            tenant_ids, opts.jobs, task_name=TASK, queue=QUEUE, every_seconds=every,
-            end_at=end - timedelta(milliseconds=1), **batched_fields(opts),
-            varying={"anchor_at": lambda i: start + timedelta(seconds=i % every),
-                     "next_run_at": lambda i: start + timedelta(seconds=i % every)})
-        note(f"seeded {opts.jobs} jobs every {every}s ({opts.jobs / every:g} fires/s) in {seed_seconds:.1f}s; "
-             f"first fires at {start.isoformat()}")
+            tenant_ids,
+            opts.jobs,
+            task_name=TASK,
+            queue=QUEUE,
+            every_seconds=every,
+            end_at=end - timedelta(milliseconds=1),
+            **batched_fields(opts),
+            varying={
+                "anchor_at": lambda i: start + timedelta(seconds=i % every),
+                "next_run_at": lambda i: start + timedelta(seconds=i % every),
+            },
+        )
+        note(
+            f"seeded {opts.jobs} jobs every {every}s ({opts.jobs / every:g} fires/s) in {seed_seconds:.1f}s; "
+            f"first fires at {start.isoformat()}"
+        )
         dispatch.start_beats(children, opts.beats, opts.batch_size, beat_env(opts))
         dispatch.wait_ready(children, opts.beats)
         early = (start - db_now()).total_seconds()
-        note(f"{opts.workers} worker(s) x -c {opts.concurrency} and {opts.beats} beat(s) ready; "
-             f"the first fires in {early:.1f}s")
+        note(
+            f"{opts.workers} worker(s) x -c {opts.concurrency} and {opts.beats} beat(s) ready; "
+            f"the first fires in {early:.1f}s"
+        )
         result.checks.append(("set-up done before the first fire", f"{early:.1f}s to spare", early > 0.2))
         if early <= 0.2:
             return result
@@ -174,11 +189,15 @@ def measure_cronfleet(opts: Options, note, client) -> Measured:
             if children.dead():
                 break
             time.sleep(0.5)
-        result.held_back = any("not claimed for: ['" in children.log(f"beat{n}")
-                               for n in range(1, opts.beats + 1))
+        result.held_back = any("not claimed for: ['" in children.log(f"beat{n}") for n in range(1, opts.beats + 1))
         dead = children.dead()
-        result.checks.append(("beats and workers still running at the end", ", ".join(f"{n} exited {c}" for n, c
-                                                                                      in dead) or "yes", not dead))
+        result.checks.append(
+            (
+                "beats and workers still running at the end",
+                ", ".join(f"{n} exited {c}" for n, c in dead) or "yes",
+                not dead,
+            )
+        )
     finally:
         children.stop_all()
         client.delete(*redis_list_keys(QUEUE))
@@ -203,27 +222,35 @@ def ledger_figures(result: Measured, tenant_ids: list[int], start: datetime, opt
     run = JobRun._meta.db_table
     width = opts.seconds / SLICES
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT state, split_part(reason, ':', 1), count(*) FROM {run} "
-                       "WHERE tenant_id = ANY(%s) GROUP BY 1, 2 ORDER BY 3 DESC", [tenant_ids])
+        cursor.execute(
+            f"SELECT state, split_part(reason, ':', 1), count(*) FROM {run} "
+            "WHERE tenant_id = ANY(%s) GROUP BY 1, 2 ORDER BY 3 DESC",
+            [tenant_ids],
+        )
         result.states = {(state, reason): count for state, reason, count in cursor.fetchall()}
         lag = "extract(epoch FROM started_at - scheduled_at)"
         dlag = "extract(epoch FROM enqueued_at - scheduled_at)"
-        cursor.execute(f"""
+        cursor.execute(
+            f"""
             SELECT count(*) FILTER (WHERE state = 'succeeded'),
                    count(DISTINCT (job_id, scheduled_at)), count(*),
                    percentile_cont(0.5) WITHIN GROUP (ORDER BY {lag}),
                    percentile_cont(0.99) WITHIN GROUP (ORDER BY {lag}), max({lag}),
                    percentile_cont(0.5) WITHIN GROUP (ORDER BY {dlag}),
                    percentile_cont(0.99) WITHIN GROUP (ORDER BY {dlag}), max({dlag})
-              FROM {run} WHERE tenant_id = ANY(%s)""", [tenant_ids])
+              FROM {run} WHERE tenant_id = ANY(%s)""",
+            [tenant_ids],
+        )
         succeeded, distinct, total, *lags = cursor.fetchone()
-        cursor.execute(f"""
+        cursor.execute(
+            f"""
             SELECT floor(extract(epoch FROM scheduled_at - %(start)s) / %(width)s)::int AS slice, count(*),
                    count(*) FILTER (WHERE finished_at IS NOT NULL),
                    percentile_cont(0.99) WITHIN GROUP (ORDER BY {dlag}),
                    percentile_cont(0.99) WITHIN GROUP (ORDER BY {lag})
               FROM {run} WHERE tenant_id = ANY(%(tenants)s) GROUP BY 1 ORDER BY 1""",
-                       {"start": start, "width": width, "tenants": tenant_ids})
+            {"start": start, "width": width, "tenants": tenant_ids},
+        )
         result.slices = [(n, done, d99, s99) for _, n, done, d99, s99 in cursor.fetchall()]
     result.finished = succeeded
     result.recorded = total
@@ -234,8 +261,11 @@ def ledger_figures(result: Measured, tenant_ids: list[int], start: datetime, opt
     others = {key: n for key, n in result.states.items() if key[0] != "succeeded"}
     result.checks += [
         ("runs succeeded == fires expected", f"{succeeded:,}/{result.expected:,}", succeeded == result.expected),
-        ("runs not succeeded (state: reason)",
-         ", ".join(f"{n} {s}{': ' + r if r else ''}" for (s, r), n in others.items()) or "none", not others),
+        (
+            "runs not succeeded (state: reason)",
+            ", ".join(f"{n} {s}{': ' + r if r else ''}" for (s, r), n in others.items()) or "none",
+            not others,
+        ),
         ("one run per fire", f"{distinct:,} of {total:,}", distinct == total),
     ]
 
@@ -244,42 +274,84 @@ def report(w, opts: Options, results: list[Measured], broker: str) -> bool:
     every = interval(opts)
     rate = opts.jobs / every
     batching = f"batches of {opts.batch}" if opts.batch else "one run per message"
-    w(f"bench steady: {opts.jobs:,} jobs every {every}s = {rate:,.0f} fires/s for {opts.seconds:g}s, {batching}; "
-      f"{opts.workers} worker(s) x -c {opts.concurrency} -P {opts.pool}; broker {broker}; " + common.machine_line())
+    w(
+        f"bench steady: {opts.jobs:,} jobs every {every}s = {rate:,.0f} fires/s for {opts.seconds:g}s, {batching}; "
+        f"{opts.workers} worker(s) x -c {opts.concurrency} -P {opts.pool}; broker {broker}; " + common.machine_line()
+    )
     rows = []
     for r in results:
-        rows.append((r.label, f"{r.expected:,}", f"{r.finished:,}",
-                     "/".join(f"{x:.2f}" for x in r.dispatch_lag) if r.dispatch_lag else "-",
-                     "/".join(f"{x:.2f}" for x in r.start_lag) if r.start_lag else "-",
-                     common.num(r.machine_busy * 100 if r.machine_busy is not None else None) + "%"))
-    common.table(w, ["", "fires expected", "runs finished", "dispatch lag p50/p99/max s", "start lag p50/p99/max s",
-                     "machine busy"], rows)
+        rows.append(
+            (
+                r.label,
+                f"{r.expected:,}",
+                f"{r.finished:,}",
+                "/".join(f"{x:.2f}" for x in r.dispatch_lag) if r.dispatch_lag else "-",
+                "/".join(f"{x:.2f}" for x in r.start_lag) if r.start_lag else "-",
+                common.num(r.machine_busy * 100 if r.machine_busy is not None else None) + "%",
+            )
+        )
+    common.table(
+        w,
+        [
+            "",
+            "fires expected",
+            "runs finished",
+            "dispatch lag p50/p99/max s",
+            "start lag p50/p99/max s",
+            "machine busy",
+        ],
+        rows,
+    )
     ours = results[-1]
     if ours.recorded is not None and ours.recorded < ours.expected:
-        w(f"  cronfleet: {ours.expected - ours.recorded:,} of the fires expected were still due in the database, not "
-          "claimed, when the beats stopped")
+        w(
+            f"  cronfleet: {ours.expected - ours.recorded:,} of the fires expected were still due in the database, not "
+            "claimed, when the beats stopped"
+        )
     if ours.held_back:
-        w(f"  cronfleet: backpressure engaged (a beat held the queue back at CRONFLEET_QUEUE_HIGH_WATER = "
-          f"{app_settings.QUEUE_HIGH_WATER} messages); fires claimed later than the misfire grace "
-          f"({app_settings.MISFIRE_GRACE_SECONDS} s) followed their misfire policy (run_once: coalesced)")
+        w(
+            f"  cronfleet: backpressure engaged (a beat held the queue back at CRONFLEET_QUEUE_HIGH_WATER = "
+            f"{app_settings.QUEUE_HIGH_WATER} messages); fires claimed later than the misfire grace "
+            f"({app_settings.MISFIRE_GRACE_SECONDS} s) followed their misfire policy (run_once: coalesced)"
+        )
     w("  CPU per run finished, microseconds (over the T seconds of load; CPU seconds in brackets)")
     names = []
     for r in results:
         names += [n for n in r.cpu if n not in names]
-    common.table(w, ["", *[r.label.split(":")[0] for r in results]],
-                 [(name, *(f"{r.cpu[name] / max(r.finished, 1) * 1e6:,.0f} ({r.cpu[name]:.1f})" if name in r.cpu
-                           else "-" for r in results)) for name in names], indent="    ")
+    common.table(
+        w,
+        ["", *[r.label.split(":")[0] for r in results]],
+        [
+            (
+                name,
+                *(
+                    f"{r.cpu[name] / max(r.finished, 1) * 1e6:,.0f} ({r.cpu[name]:.1f})" if name in r.cpu else "-"
+                    for r in results
+                ),
+            )
+            for name in names
+        ],
+        indent="    ",
+    )
     w("  (postgres: this database's backends; redis: the whole server, shared with other users of it)")
     if ours.slices:
         w(f"  cronfleet per tenth of T ({opts.seconds / SLICES:g}s each): a lag that grows is a rate not held")
-        common.table(w, ["slice", "fires", "finished", "dispatch p99 s", "start p99 s"],
-                     [(str(i + 1), f"{n:,}", f"{done:,}", common.num(d, 2), common.num(s, 2))
-                      for i, (n, done, d, s) in enumerate(ours.slices)], indent="    ")
+        common.table(
+            w,
+            ["slice", "fires", "finished", "dispatch p99 s", "start p99 s"],
+            [
+                (str(i + 1), f"{n:,}", f"{done:,}", common.num(d, 2), common.num(s, 2))
+                for i, (n, done, d, s) in enumerate(ours.slices)
+            ],
+            indent="    ",
+        )
     p99 = ours.start_lag[1] if ours.start_lag else None
     held = p99 is not None and p99 <= TARGET["p99"] and ours.finished == ours.expected
-    w(f"  target: {TARGET['rate']:,} fires/s for {TARGET['seconds']} s with p99 start lag <= {TARGET['p99']:g} s; "
-      f"this run: {rate:,.0f} fires/s for {opts.seconds:g} s, p99 {common.num(p99, 2)} s: "
-      + ("held" if held else "NOT held"))
+    w(
+        f"  target: {TARGET['rate']:,} fires/s for {TARGET['seconds']} s with p99 start lag <= {TARGET['p99']:g} s; "
+        f"this run: {rate:,.0f} fires/s for {opts.seconds:g} s, p99 {common.num(p99, 2)} s: "
+        + ("held" if held else "NOT held")
+    )
     return common.print_checks(w, [c for r in results for c in r.checks])
 
 
@@ -290,4 +362,3 @@ def run(command, opts: Options) -> bool:
         results.append(measure_floor(opts, note, client))
     results.append(measure_cronfleet(opts, note, client))
     return report(command.stdout.write, opts, results, command.broker_label())
-

@@ -87,6 +87,7 @@ def non_negative(kind):
         if value < 0:
             raise ValueError(text)
         return value
+
     parse.__name__ = f"non-negative {kind.__name__}"
     return parse
 
@@ -97,8 +98,11 @@ def parser() -> argparse.ArgumentParser:
     source.add_argument("--metrics-url", help="Cronfleet's /metrics, e.g. http://web:8000/metrics")
     source.add_argument("--prometheus", help="a Prometheus server, e.g. http://prometheus:9090")
     found.add_argument("--queue", default="cronfleet", help="the queue whose workers to scale (default: cronfleet)")
-    found.add_argument("--token", default=os.environ.get("CRONFLEET_METRICS_TOKEN", ""),
-                       help="bearer token for the URL (default: $CRONFLEET_METRICS_TOKEN)")
+    found.add_argument(
+        "--token",
+        default=os.environ.get("CRONFLEET_METRICS_TOKEN", ""),
+        help="bearer token for the URL (default: $CRONFLEET_METRICS_TOKEN)",
+    )
     found.add_argument("--min", type=non_negative(int), default=0, help="fewest workers (default 0)")
     found.add_argument("--max", type=non_negative(int), default=None, help="most workers (default: no bound)")
     found.add_argument("--run", help="command to run with {n} replaced by the count; without it, print the count")

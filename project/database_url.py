@@ -82,7 +82,8 @@ def _uri_hosts(text: str) -> tuple[list[str], list[str]]:
         bare = [host for host, port in zip(hosts, ports) if port is None]
         raise DatabaseURLError(
             f"in the host list {text!r} only {', '.join(with_port)} has a port; libpq would give "
-            f"{', '.join(bare)} the default port 5432: write every host with its port (or none)")
+            f"{', '.join(bare)} the default port 5432: write every host with its port (or none)"
+        )
     return hosts, [port for port in ports if port is not None]
 
 
@@ -95,8 +96,15 @@ def _keyword_form(text: str, conn_max_age: int) -> dict:
         values = psycopg.conninfo.conninfo_to_dict(text)
     except psycopg.ProgrammingError as exc:
         raise DatabaseURLError(f"not a libpq connection string: {exc}") from None
-    config = {"ENGINE": "django.db.backends.postgresql", "NAME": "", "USER": "", "PASSWORD": "", "HOST": "",
-              "PORT": "", "CONN_MAX_AGE": conn_max_age}
+    config = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": "",
+        "USER": "",
+        "PASSWORD": "",
+        "HOST": "",
+        "PORT": "",
+        "CONN_MAX_AGE": conn_max_age,
+    }
     options = {}
     for key, value in values.items():
         if key in _FIELDS:
@@ -131,5 +139,7 @@ def _check_counts(host: str, port: str) -> None:
     if any(not p.strip() or not _is_port(p.strip()) for p in ports):
         raise DatabaseURLError(f"not a port number in {port!r}")
     if len(ports) > 1 and len(ports) != max(len(hosts), 1):
-        raise DatabaseURLError(f"{len(ports)} ports ({port}) for {len(hosts) or 1} hosts ({host or 'the default'}): "
-                               "give one port for every host, or one per host")
+        raise DatabaseURLError(
+            f"{len(ports)} ports ({port}) for {len(hosts) or 1} hosts ({host or 'the default'}): "
+            "give one port for every host, or one per host"
+        )

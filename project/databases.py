@@ -56,11 +56,13 @@ def default_database(url: str, bounds: dict) -> dict:
         db.setdefault("OPTIONS", {})
         db["OPTIONS"].update(
             **bounds,
-            options=" ".join([
-                f"-c lock_timeout={env_int('DB_LOCK_TIMEOUT_MS', 5000, minimum=0)}",
-                f"-c statement_timeout={env_int('DB_STATEMENT_TIMEOUT_MS', 60000, minimum=0)}",
-                f"-c idle_in_transaction_session_timeout={env_int('DB_IDLE_IN_TRANSACTION_TIMEOUT_MS', 10000, minimum=0)}",
-            ]),
+            options=" ".join(
+                [
+                    f"-c lock_timeout={env_int('DB_LOCK_TIMEOUT_MS', 5000, minimum=0)}",
+                    f"-c statement_timeout={env_int('DB_STATEMENT_TIMEOUT_MS', 60000, minimum=0)}",
+                    f"-c idle_in_transaction_session_timeout={env_int('DB_IDLE_IN_TRANSACTION_TIMEOUT_MS', 10000, minimum=0)}",
+                ]
+            ),
         )
         db["CONN_HEALTH_CHECKS"] = True
         _pool(db)
@@ -99,8 +101,9 @@ def sql_databases(bounds: dict) -> dict[str, dict]:
     found = {}
     for alias, url in env_json_object("CRONFLEET_SQL_DATABASES", "alias -> database URL").items():
         if not alias.isidentifier() or alias == "default":
-            raise ImproperlyConfigured(f"CRONFLEET_SQL_DATABASES.{alias}: an alias must be an identifier other "
-                                       "than default")
+            raise ImproperlyConfigured(
+                f"CRONFLEET_SQL_DATABASES.{alias}: an alias must be an identifier other than default"
+            )
         try:
             db = database_url.parse(url, conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0))
         except (TypeError, ValueError) as exc:
@@ -111,8 +114,10 @@ def sql_databases(bounds: dict) -> dict[str, dict]:
             db.setdefault("OPTIONS", {})["connect_timeout"] = bounds["connect_timeout"]
             db["OPTIONS"].setdefault("charset", "utf8mb4")  # Django's default utf8 is utf8mb3
         else:
-            raise ImproperlyConfigured(f"CRONFLEET_SQL_DATABASES.{alias}: SQL jobs run on PostgreSQL "
-                                       f"(postgres://) or MariaDB (mysql://), not {db['ENGINE']}")
+            raise ImproperlyConfigured(
+                f"CRONFLEET_SQL_DATABASES.{alias}: SQL jobs run on PostgreSQL "
+                f"(postgres://) or MariaDB (mysql://), not {db['ENGINE']}"
+            )
         db["CONN_HEALTH_CHECKS"] = True
         found[alias] = db
     return found

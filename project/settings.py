@@ -27,12 +27,16 @@ PLACEHOLDER_SECRET_KEYS = {DEVELOPMENT_SECRET_KEY, "change-me"}
 SECRET_KEY = env_str("DJANGO_SECRET_KEY", "")
 if not SECRET_KEY:
     if not DEBUG:
-        raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set (DJANGO_DEBUG=true, for local development "
-                                   "only, uses a public development key)")
+        raise ImproperlyConfigured(
+            "DJANGO_SECRET_KEY must be set (DJANGO_DEBUG=true, for local development "
+            "only, uses a public development key)"
+        )
     SECRET_KEY = DEVELOPMENT_SECRET_KEY
 elif not DEBUG and (SECRET_KEY in PLACEHOLDER_SECRET_KEYS or len(SECRET_KEY) < 32):
-    raise ImproperlyConfigured("DJANGO_SECRET_KEY must be a random value of at least 32 characters, not a "
-                               "placeholder (python -c 'import secrets; print(secrets.token_urlsafe(50))')")
+    raise ImproperlyConfigured(
+        "DJANGO_SECRET_KEY must be a random value of at least 32 characters, not a "
+        "placeholder (python -c 'import secrets; print(secrets.token_urlsafe(50))')"
+    )
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 # The one public host name clients use (cron.example.com): answered besides DJANGO_ALLOWED_HOSTS,
 # and its https:// origin is trusted for admin forms (docker-compose.yml requires it; the
@@ -40,8 +44,10 @@ ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::
 CRONFLEET_HOST = env_str("CRONFLEET_HOST", "").strip()
 if CRONFLEET_HOST:
     if not re.fullmatch(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?", CRONFLEET_HOST):
-        raise ImproperlyConfigured(f"CRONFLEET_HOST must be a host name such as cron.example.com (no scheme, "
-                                   f"port or path), got {CRONFLEET_HOST!r}")
+        raise ImproperlyConfigured(
+            f"CRONFLEET_HOST must be a host name such as cron.example.com (no scheme, "
+            f"port or path), got {CRONFLEET_HOST!r}"
+        )
     if CRONFLEET_HOST not in ALLOWED_HOSTS:
         ALLOWED_HOSTS = [*ALLOWED_HOSTS, CRONFLEET_HOST]
 
@@ -54,8 +60,10 @@ if CRONFLEET_HOST and f"https://{CRONFLEET_HOST}" not in CSRF_TRUSTED_ORIGINS:
     CSRF_TRUSTED_ORIGINS = [*CSRF_TRUSTED_ORIGINS, f"https://{CRONFLEET_HOST}"]
 for _origin in CSRF_TRUSTED_ORIGINS:
     if not re.fullmatch(r"https?://[^/\s?#]+", _origin):
-        raise ImproperlyConfigured(f"DJANGO_CSRF_TRUSTED_ORIGINS: {_origin!r} must be an origin such as "
-                                   "https://cron.example.com (a scheme, a host, no path)")
+        raise ImproperlyConfigured(
+            f"DJANGO_CSRF_TRUSTED_ORIGINS: {_origin!r} must be an origin such as "
+            "https://cron.example.com (a scheme, a host, no path)"
+        )
 # Opt-in: the header the proxy sets to "https" on requests that came in over TLS, e.g.
 # "X-Forwarded-Proto" (or "X-Forwarded-Proto: https"). Only behind a proxy that always sets or
 # strips it: a client could otherwise claim HTTPS. Unset: request.is_secure() is TLS to gunicorn.
@@ -63,8 +71,10 @@ _proxy_header = env_str("DJANGO_SECURE_PROXY_SSL_HEADER", "")
 if _proxy_header:
     _header_match = re.fullmatch(r"\s*([A-Za-z0-9-]+)\s*(?::\s*(\S+)\s*)?", _proxy_header)
     if not _header_match:
-        raise ImproperlyConfigured("DJANGO_SECURE_PROXY_SSL_HEADER must be a header name, optionally with the "
-                                   f"value meaning HTTPS (X-Forwarded-Proto: https), got {_proxy_header!r}")
+        raise ImproperlyConfigured(
+            "DJANGO_SECURE_PROXY_SSL_HEADER must be a header name, optionally with the "
+            f"value meaning HTTPS (X-Forwarded-Proto: https), got {_proxy_header!r}"
+        )
     SECURE_PROXY_SSL_HEADER = ("HTTP_" + _header_match[1].upper().replace("-", "_"), _header_match[2] or "https")
 # Cookies the browser sends only over HTTPS (the session's and the CSRF token's). Off by
 # default so that the first run over http://localhost keeps its admin session.
@@ -221,14 +231,18 @@ def _check_sentinel_url(name: str, url: str) -> None:
     except BadSentinelUrl as exc:
         raise ImproperlyConfigured(f"{name}: {exc}") from None
     if not CRONFLEET_SENTINEL_MASTER:
-        raise ImproperlyConfigured(f"{name} is a sentinel:// URL: set CRONFLEET_SENTINEL_MASTER to the name of the "
-                                   "master the Sentinels monitor (their `sentinel monitor <name> ...`)")
+        raise ImproperlyConfigured(
+            f"{name} is a sentinel:// URL: set CRONFLEET_SENTINEL_MASTER to the name of the "
+            "master the Sentinels monitor (their `sentinel monitor <name> ...`)"
+        )
 
 
 _check_sentinel_url("CELERY_BROKER_URL", CELERY_BROKER_URL)
 if CELERY_BROKER_URL.startswith("sentinel://"):
-    _sentinel_timeouts = {"socket_timeout": CRONFLEET_SENTINEL_TIMEOUT_SECONDS,
-                          "socket_connect_timeout": CRONFLEET_SENTINEL_TIMEOUT_SECONDS}
+    _sentinel_timeouts = {
+        "socket_timeout": CRONFLEET_SENTINEL_TIMEOUT_SECONDS,
+        "socket_connect_timeout": CRONFLEET_SENTINEL_TIMEOUT_SECONDS,
+    }
     CELERY_BROKER_TRANSPORT_OPTIONS.update(
         master_name=CRONFLEET_SENTINEL_MASTER,
         sentinel_kwargs=_sentinel_timeouts,  # asking a Sentinel for the master
@@ -383,8 +397,9 @@ CRONFLEET_HTTP_MAX_RESPONSE_BYTES = env_int("CRONFLEET_HTTP_MAX_RESPONSE_BYTES",
 # this many to one host (a freed slot goes to the waiting host with the fewest in flight).
 # 0: each HTTP run is called in turn by its pool process, as any other target.
 CRONFLEET_HTTP_IN_FLIGHT = env_int("CRONFLEET_HTTP_IN_FLIGHT", 1000, minimum=0)
-CRONFLEET_HTTP_IN_FLIGHT_PER_HOST = env_int("CRONFLEET_HTTP_IN_FLIGHT_PER_HOST", max(1, CRONFLEET_HTTP_IN_FLIGHT // 2),
-                                            minimum=1)
+CRONFLEET_HTTP_IN_FLIGHT_PER_HOST = env_int(
+    "CRONFLEET_HTTP_IN_FLIGHT_PER_HOST", max(1, CRONFLEET_HTTP_IN_FLIGHT // 2), minimum=1
+)
 # Fernet keys that encrypt tenants' webhook secrets at rest, newest first (see crypto.py);
 # empty: one key derived from DJANGO_SECRET_KEY.
 CRONFLEET_ENCRYPTION_KEYS = env_list("CRONFLEET_ENCRYPTION_KEYS", [])

@@ -10,6 +10,8 @@ CELL_NAME = r"[a-z][a-z0-9]{0,15}"
 def check_cell(name: str) -> str | None:
     """What is wrong with `name` as a cell's name, or None."""
     if name and not re.fullmatch(CELL_NAME, name):
-        return (f"must be a lowercase letter then up to 15 lowercase letters or digits (it is part of API keys "
-                f"and ping URLs), got {name!r}")
+        return (
+            f"must be a lowercase letter then up to 15 lowercase letters or digits (it is part of API keys "
+            f"and ping URLs), got {name!r}"
+        )
     return None

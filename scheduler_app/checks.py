@@ -11,9 +11,15 @@ from scheduler_app.conf import setting_errors
 
 @checks.register("cronfleet")
 def check_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
-    return [checks.Error(f"{name} {message}", hint="docs/settings.md lists every setting and its default",
-                         id="cronfleet.E001", obj=name)
-            for name, message in setting_errors()]
+    return [
+        checks.Error(
+            f"{name} {message}",
+            hint="docs/settings.md lists every setting and its default",
+            id="cronfleet.E001",
+            obj=name,
+        )
+        for name, message in setting_errors()
+    ]
 
 
 @checks.register("cronfleet")
@@ -24,9 +30,14 @@ def check_apps(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
 
     if apps.is_installed("drf_spectacular"):
         return []
-    return [checks.Warning("the API's docs page (api/docs/ under Cronfleet's URLs) needs drf-spectacular's "
-                           "templates; without them it answers 500",
-                           hint='add "drf_spectacular" to INSTALLED_APPS', id="cronfleet.W001")]
+    return [
+        checks.Warning(
+            "the API's docs page (api/docs/ under Cronfleet's URLs) needs drf-spectacular's "
+            "templates; without them it answers 500",
+            hint='add "drf_spectacular" to INSTALLED_APPS',
+            id="cronfleet.W001",
+        )
+    ]
 
 
 @checks.register("cronfleet")
@@ -37,10 +48,13 @@ def check_celery(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
 
     prefetch = current_app.conf.worker_prefetch_multiplier
     if prefetch and prefetch > 1:
-        return [checks.Info(
-            f"Celery's worker_prefetch_multiplier is {prefetch}: each worker process holds up to {prefetch} "
-            "messages, so a run can wait behind a long one in the same process while other workers are idle",
-            hint="set worker_prefetch_multiplier = 1 (CELERY_WORKER_PREFETCH_MULTIPLIER) on the workers that "
-                 "consume Cronfleet's queue, or give them a Celery app of their own",
-            id="cronfleet.I001")]
+        return [
+            checks.Info(
+                f"Celery's worker_prefetch_multiplier is {prefetch}: each worker process holds up to {prefetch} "
+                "messages, so a run can wait behind a long one in the same process while other workers are idle",
+                hint="set worker_prefetch_multiplier = 1 (CELERY_WORKER_PREFETCH_MULTIPLIER) on the workers that "
+                "consume Cronfleet's queue, or give them a Celery app of their own",
+                id="cronfleet.I001",
+            )
+        ]
     return []

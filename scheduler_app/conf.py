@@ -53,14 +53,18 @@ DEFAULTS: dict[str, Any] = {
     "HTTP_IN_FLIGHT_PER_HOST": Derived(lambda conf: max(1, conf.HTTP_IN_FLIGHT // 2), int, "HTTP_IN_FLIGHT // 2"),
     "ENCRYPTION_KEYS": [],
     "RESULT_MAX_BYTES": 8192,
-    "MAX_JOB_TIMEOUT_SECONDS": Derived(lambda conf: _max_job_timeout(), int,
-                                       "3600, or less where a Redis broker's visibility timeout needs it"),
+    "MAX_JOB_TIMEOUT_SECONDS": Derived(
+        lambda conf: _max_job_timeout(), int, "3600, or less where a Redis broker's visibility timeout needs it"
+    ),
     # --- queues and the broker ---------------------------------------------------------
     "QUEUE": "cronfleet",
     "QUEUES": [],
     "RABBITMQ_QUEUE_TYPE": "classic",
-    "QUEUE_MAX_PRIORITY": Derived(lambda conf: 9 if conf.RABBITMQ_QUEUE_TYPE == "classic" else None,
-                                  (int, type(None)), "9 for classic queues, None for quorum ones"),
+    "QUEUE_MAX_PRIORITY": Derived(
+        lambda conf: 9 if conf.RABBITMQ_QUEUE_TYPE == "classic" else None,
+        (int, type(None)),
+        "9 for classic queues, None for quorum ones",
+    ),
     "RABBITMQ_CONFIRM_PUBLISH": True,
     "SENTINEL_MASTER": "",
     "SENTINEL_TIMEOUT_SECONDS": 2.0,
@@ -194,18 +198,31 @@ def problems(values: Mapping[str, Any]) -> list[tuple[str, str]]:
         if values[name] not in choices:
             found.append((PREFIX + name, f"must be one of {', '.join(choices)}, got {values[name]!r}"))
     if values["HEARTBEAT_SECONDS"] * 2 > values["LEASE_SECONDS"]:
-        found.append((PREFIX + "HEARTBEAT_SECONDS", f"must be at most half of {PREFIX}LEASE_SECONDS "
-                      f"({values['HEARTBEAT_SECONDS']} and {values['LEASE_SECONDS']})"))
+        found.append(
+            (
+                PREFIX + "HEARTBEAT_SECONDS",
+                f"must be at most half of {PREFIX}LEASE_SECONDS "
+                f"({values['HEARTBEAT_SECONDS']} and {values['LEASE_SECONDS']})",
+            )
+        )
     if 0 < values["RETENTION_FAILED_DAYS"] < values["RETENTION_DAYS"]:
-        found.append((PREFIX + "RETENTION_FAILED_DAYS", f"must be at least {PREFIX}RETENTION_DAYS "
-                      "(or 0: failed and dead runs kept forever)"))
+        found.append(
+            (
+                PREFIX + "RETENTION_FAILED_DAYS",
+                f"must be at least {PREFIX}RETENTION_DAYS (or 0: failed and dead runs kept forever)",
+            )
+        )
     visibility = values.get("VISIBILITY_TIMEOUT")
     if visibility is not None and values["MAX_JOB_TIMEOUT_SECONDS"] + 30 >= visibility:
-        found.append((PREFIX + "MAX_JOB_TIMEOUT_SECONDS",
-                      f"+ 30 ({values['MAX_JOB_TIMEOUT_SECONDS'] + 30}) must stay below the broker's visibility "
-                      f"timeout ({visibility}), or Redis hands a run's message to a second worker: lower it, or "
-                      "raise visibility_timeout in the Celery app's broker_transport_options "
-                      "(CELERY_VISIBILITY_TIMEOUT in Cronfleet's own deployment)"))
+        found.append(
+            (
+                PREFIX + "MAX_JOB_TIMEOUT_SECONDS",
+                f"+ 30 ({values['MAX_JOB_TIMEOUT_SECONDS'] + 30}) must stay below the broker's visibility "
+                f"timeout ({visibility}), or Redis hands a run's message to a second worker: lower it, or "
+                "raise visibility_timeout in the Celery app's broker_transport_options "
+                "(CELERY_VISIBILITY_TIMEOUT in Cronfleet's own deployment)",
+            )
+        )
     url = values["RATE_LIMIT_REDIS_URL"]
     if url and not url.startswith(("redis://", "rediss://", "unix://", "sentinel://")):
         found.append((PREFIX + "RATE_LIMIT_REDIS_URL", "must be a redis://, rediss://, unix:// or sentinel:// URL"))

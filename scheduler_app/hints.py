@@ -59,8 +59,10 @@ def worker_hint(queues: Iterable[str]) -> str:
     queues = list(queues)
     name = celery_app_name()
     which = f"queue {queues[0]!r}" if len(queues) == 1 else "queues " + ", ".join(map(repr, queues))
-    return (f"start a worker of your Celery app{f' ({name})' if name else ''} that consumes {which} "
-            f"({worker_command(queues)})")
+    return (
+        f"start a worker of your Celery app{f' ({name})' if name else ''} that consumes {which} "
+        f"({worker_command(queues)})"
+    )
 
 
 def setting_hint(name: str) -> str:
@@ -79,6 +81,8 @@ def unconsumed_warning(queue: str, now: datetime) -> str:
     name = queue_name(queue)
     if queue_consumers(node_states(now, kind=NodeKind.WORKER)).get(name):
         return ""
-    return (f"warning: no live worker consumes queue {name!r}: its runs wait in the broker, are not "
-            f"published again, and are skipped (no_consumer) after CRONFLEET_UNCONSUMED_EXPIRE_SECONDS; "
-            f"{worker_hint([name])}")
+    return (
+        f"warning: no live worker consumes queue {name!r}: its runs wait in the broker, are not "
+        f"published again, and are skipped (no_consumer) after CRONFLEET_UNCONSUMED_EXPIRE_SECONDS; "
+        f"{worker_hint([name])}"
+    )

@@ -50,8 +50,11 @@ class IndexSQL(migrations.operations.base.Operation):
         self.sql, self.reverse_sql, self.postgres_only = sql, reverse_sql, postgres_only
 
     def deconstruct(self):
-        return self.__class__.__qualname__, [], {"sql": self.sql, "reverse_sql": self.reverse_sql,
-                                                 "postgres_only": self.postgres_only}
+        return (
+            self.__class__.__qualname__,
+            [],
+            {"sql": self.sql, "reverse_sql": self.reverse_sql, "postgres_only": self.postgres_only},
+        )
 
     def state_forwards(self, app_label, state):
         pass
@@ -79,5 +82,7 @@ def drop_column_index(table: str, column: str, name: str) -> IndexSQL:
     AlterField(db_index=False) in SeparateDatabaseAndState, whose own database side would
     also drop and add back the foreign key's constraint, which checks every row of the table
     while writes wait."""
-    return IndexSQL(f"DROP INDEX {{concurrently}}IF EXISTS {name}",
-                    f"CREATE INDEX {{concurrently}}IF NOT EXISTS {name} ON {table} ({column})")
+    return IndexSQL(
+        f"DROP INDEX {{concurrently}}IF EXISTS {name}",
+        f"CREATE INDEX {{concurrently}}IF NOT EXISTS {name} ON {table} ({column})",
+    )

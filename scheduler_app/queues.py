@@ -44,8 +44,11 @@ def check_queue(name: str) -> str:
         return name
     if not isinstance(name, str) or not PATTERN.fullmatch(name):
         raise InvalidQueue("must be 1-64 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit")
-    if name.startswith(RESERVED_PREFIXES) or name.endswith(RESERVED_SUFFIXES) or any(
-            part in name for part in RESERVED_PARTS):
+    if (
+        name.startswith(RESERVED_PREFIXES)
+        or name.endswith(RESERVED_SUFFIXES)
+        or any(part in name for part in RESERVED_PARTS)
+    ):
         raise InvalidQueue(f"{name!r} is a name the broker or Celery keeps for itself")
     allowed = app_settings.QUEUES
     if allowed and name not in allowed and name != app_settings.QUEUE:
@@ -69,8 +72,15 @@ def task_queue(name: str) -> Queue:
         arguments["x-queue-type"] = "quorum"
     if app_settings.QUEUE_MAX_PRIORITY is not None:
         arguments["x-max-priority"] = app_settings.QUEUE_MAX_PRIORITY
-    return Queue(name, Exchange(name), routing_key=name, durable=True, exclusive=False, auto_delete=False,
-                 queue_arguments=arguments or None)
+    return Queue(
+        name,
+        Exchange(name),
+        routing_key=name,
+        durable=True,
+        exclusive=False,
+        auto_delete=False,
+        queue_arguments=arguments or None,
+    )
 
 
 def broker_errors() -> tuple[type[BaseException], ...]:
@@ -119,8 +129,7 @@ def _redis_depths(channel, queues: list[str]) -> dict[str, int]:
             for step in steps:
                 pipe.llen(channel._q_for_pri(queue_name(queue), step))
         sizes = iter(pipe.execute(raise_on_error=False))
-    return {queue: sum(size for size in (next(sizes) for _ in steps) if isinstance(size, int))
-            for queue in queues}
+    return {queue: sum(size for size in (next(sizes) for _ in steps) if isinstance(size, int)) for queue in queues}
 
 
 def redis_list_keys(queue: str) -> list[str]:
@@ -132,5 +141,7 @@ def redis_list_keys(queue: str) -> list[str]:
     options = broker_transport_options()
     prefix = options.get("global_keyprefix", "")
     name = queue_name(queue)
-    return [prefix + (f"{name}{Channel.sep}{step}" if step else name)
-            for step in options.get("priority_steps", PRIORITY_STEPS)]
+    return [
+        prefix + (f"{name}{Channel.sep}{step}" if step else name)
+        for step in options.get("priority_steps", PRIORITY_STEPS)
+    ]

@@ -61,11 +61,17 @@ def parse_sentinel_url(url: str) -> SentinelUrl:
     named = {db for db in dbs if db is not None}
     if named and (len(named) > 1 or dbs[0] is None):
         # kombu reads the database (and the credentials) from the first address only.
-        raise BadSentinelUrl(f"give the database number on the first address (kombu reads it from there), "
-                             f"and the same on every other one; got {dbs}")
+        raise BadSentinelUrl(
+            f"give the database number on the first address (kombu reads it from there), "
+            f"and the same on every other one; got {dbs}"
+        )
     first = urlsplit(parts[0])
-    return SentinelUrl(sentinels, dbs[0] or 0, unquote(first.username) if first.username else None,
-                       unquote(first.password) if first.password else None)
+    return SentinelUrl(
+        sentinels,
+        dbs[0] or 0,
+        unquote(first.username) if first.username else None,
+        unquote(first.password) if first.password else None,
+    )
 
 
 def client_from_url(url: str, *, socket_timeout: float, socket_connect_timeout: float, **kwargs):
@@ -74,8 +80,9 @@ def client_from_url(url: str, *, socket_timeout: float, socket_connect_timeout: 
     import redis  # here: the settings import this module, and need no Redis client to load
 
     if not is_sentinel(url):
-        return redis.Redis.from_url(url, socket_timeout=socket_timeout, socket_connect_timeout=socket_connect_timeout,
-                                    **kwargs)
+        return redis.Redis.from_url(
+            url, socket_timeout=socket_timeout, socket_connect_timeout=socket_connect_timeout, **kwargs
+        )
     # Here, not at the top: the settings import this module's parser while they load.
     from redis.sentinel import Sentinel
 
@@ -84,6 +91,12 @@ def client_from_url(url: str, *, socket_timeout: float, socket_connect_timeout: 
     parsed = parse_sentinel_url(url)
     ask = min(socket_timeout, socket_connect_timeout, app_settings.SENTINEL_TIMEOUT_SECONDS)
     sentinel = Sentinel(parsed.sentinels, sentinel_kwargs={"socket_timeout": ask, "socket_connect_timeout": ask})
-    return sentinel.master_for(app_settings.SENTINEL_MASTER, db=parsed.db, username=parsed.username,
-                               password=parsed.password, socket_timeout=socket_timeout,
-                               socket_connect_timeout=socket_connect_timeout, **kwargs)
+    return sentinel.master_for(
+        app_settings.SENTINEL_MASTER,
+        db=parsed.db,
+        username=parsed.username,
+        password=parsed.password,
+        socket_timeout=socket_timeout,
+        socket_connect_timeout=socket_connect_timeout,
+        **kwargs,
+    )

@@ -20,9 +20,15 @@ EXPECTED = (delivery.RunFailed, DatabaseUnreachable)  # logged by Celery in one 
 # a message is acknowledged after its run (acks_late), handed back when its worker process dies
 # (reject_on_worker_lost: the run row decides whether it runs again), and acknowledged when a
 # run failed (the beat retries from the run row, never a redelivery).
-RUN_TASK_OPTIONS = {"acks_late": True, "reject_on_worker_lost": True, "acks_on_failure_or_timeout": True,
-                    "ignore_result": True, "throws": EXPECTED, "store_errors_even_if_ignored": True,
-                    "serializer": "json"}
+RUN_TASK_OPTIONS = {
+    "acks_late": True,
+    "reject_on_worker_lost": True,
+    "acks_on_failure_or_timeout": True,
+    "ignore_result": True,
+    "throws": EXPECTED,
+    "store_errors_even_if_ignored": True,
+    "serializer": "json",
+}
 
 
 # A failed attempt raises delivery.RunFailed (expected: logged without a traceback) so that
@@ -53,7 +59,8 @@ def execute_runs(self, runs: list[list[int]]) -> list[str]:
     """A batch of short runs, [[run id, attempt], ...], run in turn by this process."""
     with ledger_reachable(f"a batch of {len(runs)} runs"):
         outcomes = execution.execute_runs(
-            [(run_id, attempt) for run_id, attempt in runs], worker=self.request.hostname or "unknown",
+            [(run_id, attempt) for run_id, attempt in runs],
+            worker=self.request.hostname or "unknown",
             task_id=self.request.id or "",
         )
     return delivery.report_batch(self, outcomes)
@@ -68,8 +75,9 @@ def execute_http_runs(self, runs: list[list[int]]) -> list[str] | str:
     with ledger_reachable(f"{len(runs)} HTTP runs"):
         if not flight.Flight.enabled():
             return delivery.report_batch(self, execution.execute_runs(pairs, worker=worker, task_id=task_id))
-        handed = flight.FLIGHT.submit(pairs, worker=worker, task_id=task_id,
-                                      queue=delivery.delivery_queue(self.request))
+        handed = flight.FLIGHT.submit(
+            pairs, worker=worker, task_id=task_id, queue=delivery.delivery_queue(self.request)
+        )
         others = execution.run_in_turn(handed.others, since=time.monotonic()) if handed.others else {}
     return delivery.report_handed(self, handed.in_flight, handed.duplicates, list(others.values()))
 
@@ -85,8 +93,11 @@ def echo(*args, **kwargs) -> dict:
         "attempt": fire.attempt if fire else None,
         "scheduled_at": fire.scheduled_at.isoformat() if fire else None,
         # a chained run (docs/chains.md): the fire of the run whose end started it
-        **({"parent_fire_key": fire.parent_fire_key, "parent_run_id": fire.parent_run_id}
-           if fire and fire.parent_run_id else {}),
+        **(
+            {"parent_fire_key": fire.parent_fire_key, "parent_run_id": fire.parent_run_id}
+            if fire and fire.parent_run_id
+            else {}
+        ),
     }
 
 

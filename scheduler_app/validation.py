@@ -101,8 +101,9 @@ def check_tags(tags) -> list[str]:
 # RFC 9110 section 5.6.2: a header name is a token.
 HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 # Set by the HTTP client (httpclient.RESERVED_HEADERS) or by the signature (webhook-*).
-RESERVED_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection", "user-agent",
-                              "accept-encoding"})
+RESERVED_HEADERS = frozenset(
+    {"host", "content-length", "transfer-encoding", "connection", "user-agent", "accept-encoding"}
+)
 SIGNED_PREFIX = "webhook-"
 
 
@@ -120,8 +121,11 @@ def check_headers(field: str, headers) -> dict[str, str]:
         if not isinstance(name, str) or not name:
             raise InvalidInput(field, "a header name must not be empty")
         if not HEADER_NAME.fullmatch(name):
-            raise InvalidInput(f"{field}.{name}", "is not a header name: use letters, digits and "
-                                                  "! # $ % & ' * + - . ^ _ ` | ~ (no spaces, colons or line breaks)")
+            raise InvalidInput(
+                f"{field}.{name}",
+                "is not a header name: use letters, digits and "
+                "! # $ % & ' * + - . ^ _ ` | ~ (no spaces, colons or line breaks)",
+            )
         if name.lower() in RESERVED_HEADERS or name.lower().startswith(SIGNED_PREFIX):
             raise InvalidInput(f"{field}.{name}", "is set by Cronfleet and cannot be overridden")
         if not isinstance(value, str):
@@ -130,8 +134,10 @@ def check_headers(field: str, headers) -> dict[str, str]:
         if bad in ("\r", "\n"):
             raise InvalidInput(f"{field}.{name}", "must not contain CR or LF")
         if bad is not None:
-            raise InvalidInput(f"{field}.{name}", "must be printable Latin-1 (tab, space, ASCII, U+00A0-U+00FF); "
-                                                  f"{describe(bad)} is not")
+            raise InvalidInput(
+                f"{field}.{name}",
+                f"must be printable Latin-1 (tab, space, ASCII, U+00A0-U+00FF); {describe(bad)} is not",
+            )
     return dict(headers)
 
 
@@ -145,10 +151,16 @@ def check_url_path(field: str, url: str) -> str:
     parts = urlsplit(url)
     tail = urlunsplit(("", "", parts.path, parts.query, parts.fragment))
     if not tail.isascii():
-        encoded = urlunsplit((parts.scheme, parts.netloc, *(quote(part, safe="/?:@!$&'()*+,;=%~")
-                                                            for part in (parts.path, parts.query, parts.fragment))))
-        raise InvalidInput(field, f"the path and query must be percent-encoded ASCII (they are sent as written); "
-                                  f"write {encoded}")
+        encoded = urlunsplit(
+            (
+                parts.scheme,
+                parts.netloc,
+                *(quote(part, safe="/?:@!$&'()*+,;=%~") for part in (parts.path, parts.query, parts.fragment)),
+            )
+        )
+        raise InvalidInput(
+            field, f"the path and query must be percent-encoded ASCII (they are sent as written); write {encoded}"
+        )
     if _BAD_PERCENT.search(tail):
         raise InvalidInput(field, "a '%' must start a percent-encoded byte such as %20 (write %25 for '%' itself)")
     return url
@@ -172,5 +184,6 @@ def check_end_at(field: str, end_at: datetime | None, now: datetime) -> None:
     """A job's end must not have passed: nothing would ever fire. (Naive values are left to
     schedules.validate, which refuses them.)"""
     if end_at is not None and end_at.tzinfo is not None and end_at < now:
-        raise InvalidInput(field, f"is in the past ({end_at.astimezone(UTC):%Y-%m-%d %H:%M:%S}Z); "
-                                  "a job that has ended never fires")
+        raise InvalidInput(
+            field, f"is in the past ({end_at.astimezone(UTC):%Y-%m-%d %H:%M:%S}Z); a job that has ended never fires"
+        )

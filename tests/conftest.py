@@ -102,13 +102,18 @@ def no_database_session_left_behind(django_db_setup, django_db_blocker):
     worker's daemon threads close theirs once idle (the HTTP flight's within half a second),
     so the sessions get a few seconds to go."""
     yield
-    if connection.vendor != "postgresql" or connection.settings_dict["NAME"] != settings.DATABASES["default"]["TEST"]["NAME"]:
+    if (
+        connection.vendor != "postgresql"
+        or connection.settings_dict["NAME"] != settings.DATABASES["default"]["TEST"]["NAME"]
+    ):
         return  # no test database was made: the run's tests needed none
 
     def others():
         with django_db_blocker.unblock(), connection.cursor() as cursor:
-            cursor.execute("SELECT pid, application_name, state, backend_start, left(query, 200)"
-                           " FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
+            cursor.execute(
+                "SELECT pid, application_name, state, backend_start, left(query, 200)"
+                " FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
             return cursor.fetchall()
 
     try:
@@ -118,8 +123,7 @@ def no_database_session_left_behind(django_db_setup, django_db_blocker):
     else:
         left = []
     if left:
-        warnings.warn("sessions left connected to the test database: " + "; ".join(map(repr, left)),
-                      stacklevel=1)
+        warnings.warn("sessions left connected to the test database: " + "; ".join(map(repr, left)), stacklevel=1)
 
 
 @pytest.fixture(autouse=True)
@@ -249,7 +253,11 @@ class Processes:
         test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0].rsplit("::", 1)[-1]
         env.setdefault("PGAPPNAME", f"{name} of {test}"[:63])  # names a session left behind
         proc = subprocess.Popen(
-            argv, cwd=ROOT, env=process_env(**env), stdout=log.open("wb"), stderr=subprocess.STDOUT,
+            argv,
+            cwd=ROOT,
+            env=process_env(**env),
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         self.procs.append((name, proc, log))
@@ -258,14 +266,38 @@ class Processes:
     def beat(self, name: str = "beat", *args: str, prefix: tuple[str, ...] = (), **env: str) -> subprocess.Popen:
         return self.start(name, [*prefix, sys.executable, "manage.py", "runbeat", *args], **env)
 
-    def worker(self, queue: str, name: str = "worker", concurrency: int = 2, include: str = "",
-               prefix: tuple[str, ...] = (), wait: bool = True, **env: str) -> subprocess.Popen:
+    def worker(
+        self,
+        queue: str,
+        name: str = "worker",
+        concurrency: int = 2,
+        include: str = "",
+        prefix: tuple[str, ...] = (),
+        wait: bool = True,
+        **env: str,
+    ) -> subprocess.Popen:
         """A Celery worker on `queue`, ready when this returns (wait=False: started, and the
         caller waits for "ready." in its log, e.g. for several starting side by side)."""
         argv = [
-            *prefix, sys.executable, "-m", "celery", "-A", "project", "worker", "-Q", queue, "-c", str(concurrency),
-            "-n", f"{name}-{uuid.uuid4().hex[:6]}@%h", "--without-mingle", "--without-gossip",
-            "--without-heartbeat", "-l", "info", *(["--include", include] if include else []),
+            *prefix,
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "project",
+            "worker",
+            "-Q",
+            queue,
+            "-c",
+            str(concurrency),
+            "-n",
+            f"{name}-{uuid.uuid4().hex[:6]}@%h",
+            "--without-mingle",
+            "--without-gossip",
+            "--without-heartbeat",
+            "-l",
+            "info",
+            *(["--include", include] if include else []),
         ]
         proc = self.start(name, argv, **env)
         if wait:

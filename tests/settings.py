@@ -26,8 +26,10 @@ os.environ.setdefault("DJANGO_SECRET_KEY", "tests-only-secret-key-never-used-any
 os.environ.setdefault("CRONFLEET_API_FAILED_AUTH_PER_MINUTE", "1000000")
 # SQL jobs' tests run statements on MariaDB too, through this second alias (CRONFLEET_TEST_MARIADB_URL
 # points it elsewhere). Only the tests that ask for the alias create its test database.
-os.environ.setdefault("CRONFLEET_SQL_DATABASES", json.dumps(
-    {"mariadb": os.environ.get("CRONFLEET_TEST_MARIADB_URL", "mysql://root@127.0.0.1:3306/test")}))
+os.environ.setdefault(
+    "CRONFLEET_SQL_DATABASES",
+    json.dumps({"mariadb": os.environ.get("CRONFLEET_TEST_MARIADB_URL", "mysql://root@127.0.0.1:3306/test")}),
+)
 
 from project.settings import *  # noqa: E402,F403
 

@@ -80,9 +80,15 @@ def main() -> None:
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="a setting for the beat")
     args = parser.parse_args()
 
-    root = floodsetup.set_up(args, script="alert-flood", env={
-        "CRONFLEET_HTTP_ALLOWED_NETWORKS": "127.0.0.0/8",  # the receivers are local
-        "CRONFLEET_ALERT_CHECK_SECONDS": "1", **dict(item.split("=", 1) for item in args.env)})
+    root = floodsetup.set_up(
+        args,
+        script="alert-flood",
+        env={
+            "CRONFLEET_HTTP_ALLOWED_NETWORKS": "127.0.0.0/8",  # the receivers are local
+            "CRONFLEET_ALERT_CHECK_SECONDS": "1",
+            **dict(item.split("=", 1) for item in args.env),
+        },
+    )
     beat = start_beat(root)
     try:
         flood(args)
@@ -90,13 +96,16 @@ def main() -> None:
         floodsetup.stop(beat)
 
 
-
-
 def start_beat(root: Path) -> subprocess.Popen:
     log = Path("/tmp") / f"alert_flood-beat-{os.getpid()}.log"
-    proc = subprocess.Popen([sys.executable, "manage.py", "runbeat", "--max-sleep", "1"], cwd=root,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=log.open("wb"),
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "runbeat", "--max-sleep", "1"],
+        cwd=root,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     print(f"beat log: {log}", flush=True)
     time.sleep(5)  # the beat's start
     return proc
@@ -111,8 +120,17 @@ def flood(args) -> None:
 
     def jobs_of(slug: str, count: int, url: str) -> list[Job]:
         tenant = services.tenant_create(slug=slug, name=slug)
-        made = [Job.objects.create(tenant=tenant, name=f"{slug}-{i}", every_seconds=60, anchor_at=anchor,
-                                   next_run_at=far, task_name="scheduler_app.echo") for i in range(count)]
+        made = [
+            Job.objects.create(
+                tenant=tenant,
+                name=f"{slug}-{i}",
+                every_seconds=60,
+                anchor_at=anchor,
+                next_run_at=far,
+                task_name="scheduler_app.echo",
+            )
+            for i in range(count)
+        ]
         for job in made:
             alerts.rule_set(job, {"on_failure": True, "webhook_url": url})
         return made
@@ -124,9 +142,16 @@ def flood(args) -> None:
 
     def fail(job: Job) -> JobRun:
         now = db_now()
-        return JobRun.objects.create(job=job, tenant_id=job.tenant_id, scheduled_at=now - timedelta(seconds=1),
-                                     state=RunState.FAILED, created_at=now, started_at=now - timedelta(seconds=0.5),
-                                     finished_at=now, error="RuntimeError: down")
+        return JobRun.objects.create(
+            job=job,
+            tenant_id=job.tenant_id,
+            scheduled_at=now - timedelta(seconds=1),
+            state=RunState.FAILED,
+            created_at=now,
+            started_at=now - timedelta(seconds=0.5),
+            finished_at=now,
+            error="RuntimeError: down",
+        )
 
     quiet_runs: list[JobRun] = []
     began, flooded = time.monotonic(), 0
@@ -152,18 +177,22 @@ def flood(args) -> None:
     everything = sorted(delays + waiting)
     flood_alerts = Alert.objects.filter(tenant=flooders[0].tenant)
     print(f"code: {args.root}  settings: {' '.join(args.env) or '(defaults)'}")
-    print(f"flood: {flooded} failed runs in {args.seconds} s, webhook answering after {args.slow:g} s; "
-          f"{flood_alerts.count()} alerts recorded, {len(slow.arrived)} reached its receiver, "
-          f"{sum(alerts.delivery_status(a) == 'suppressed' for a in flood_alerts)} suppressed over budget")
-    print(f"quiet: {len(quiet_runs)} failed runs, {len(delays)} alerts delivered, {len(waiting)} undelivered "
-          f"after the {args.drain} s drain")
+    print(
+        f"flood: {flooded} failed runs in {args.seconds} s, webhook answering after {args.slow:g} s; "
+        f"{flood_alerts.count()} alerts recorded, {len(slow.arrived)} reached its receiver, "
+        f"{sum(alerts.delivery_status(a) == 'suppressed' for a in flood_alerts)} suppressed over budget"
+    )
+    print(
+        f"quiet: {len(quiet_runs)} failed runs, {len(delays)} alerts delivered, {len(waiting)} undelivered "
+        f"after the {args.drain} s drain"
+    )
     if everything:
-        print(f"quiet delivery delay (run end to receiver; undelivered counted by their age): "
-              f"p50 {statistics.median(everything):.2f} s, max {everything[-1]:.2f} s")
+        print(
+            f"quiet delivery delay (run end to receiver; undelivered counted by their age): "
+            f"p50 {statistics.median(everything):.2f} s, max {everything[-1]:.2f} s"
+        )
     slow.shutdown()
     fast.shutdown()
-
-
 
 
 if __name__ == "__main__":

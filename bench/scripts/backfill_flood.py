@@ -52,18 +52,41 @@ def main() -> None:
         drop_queue(queue)
 
 
-
-
 def start_processes(root: Path, queue: str) -> list[subprocess.Popen]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     logs = Path("/tmp") / f"backfill_flood-{queue}"
     logs.mkdir(exist_ok=True)
-    worker = [sys.executable, "-m", "celery", "-A", "project", "worker", "-Q", queue, "-c", "4", "-n",
-              f"flood-{queue}@%h", "--without-mingle", "--without-gossip", "--without-heartbeat", "-l", "warning"]
+    worker = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "project",
+        "worker",
+        "-Q",
+        queue,
+        "-c",
+        "4",
+        "-n",
+        f"flood-{queue}@%h",
+        "--without-mingle",
+        "--without-gossip",
+        "--without-heartbeat",
+        "-l",
+        "warning",
+    ]
     beat = [sys.executable, "manage.py", "runbeat", "--max-sleep", "1"]
-    procs = [subprocess.Popen(argv, cwd=root, env=env, stdout=(logs / f"{name}.log").open("wb"),
-                              stderr=subprocess.STDOUT, start_new_session=True)
-             for name, argv in (("worker", worker), ("beat", beat))]
+    procs = [
+        subprocess.Popen(
+            argv,
+            cwd=root,
+            env=env,
+            stdout=(logs / f"{name}.log").open("wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        for name, argv in (("worker", worker), ("beat", beat))
+    ]
     print(f"logs in {logs}", flush=True)
     time.sleep(8)  # the worker's and the beat's start
     return procs
@@ -76,11 +99,28 @@ def flood(args, queue: str) -> None:
     flooder = Tenant.objects.create(slug="flood", name="flood")
     quiet = Tenant.objects.create(slug="quiet", name="quiet")
     far, anchor = db_now() + timedelta(days=3650), datetime(2024, 1, 1, tzinfo=UTC)  # flood's jobs never fire
-    jobs = [Job.objects.create(tenant=flooder, name=f"flood-{i}", every_seconds=1, anchor_at=anchor, next_run_at=far,
-                               task_name="scheduler_app.echo", queue=queue) for i in range(args.backfills)]
+    jobs = [
+        Job.objects.create(
+            tenant=flooder,
+            name=f"flood-{i}",
+            every_seconds=1,
+            anchor_at=anchor,
+            next_run_at=far,
+            task_name="scheduler_app.echo",
+            queue=queue,
+        )
+        for i in range(args.backfills)
+    ]
     start = db_now().replace(microsecond=0) + timedelta(seconds=2)
-    quiet_job = Job.objects.create(tenant=quiet, name="every-second", every_seconds=1, anchor_at=start,
-                                   next_run_at=start, task_name="scheduler_app.echo", queue=queue)
+    quiet_job = Job.objects.create(
+        tenant=quiet,
+        name="every-second",
+        every_seconds=1,
+        anchor_at=start,
+        next_run_at=start,
+        task_name="scheduler_app.echo",
+        queue=queue,
+    )
     time.sleep(2)
     began, backfilled, triggered = time.monotonic(), 0, 0
     while (elapsed := time.monotonic() - began) < args.seconds:
@@ -99,8 +139,10 @@ def flood(args, queue: str) -> None:
     window = JobRun.objects.filter(job=quiet_job, scheduled_at__gte=start, scheduled_at__lte=window_end)
     deadline = time.monotonic() + args.drain
     while time.monotonic() < deadline:
-        if db_now() > window_end + timedelta(seconds=2) and not window.filter(
-                state__in=[RunState.PENDING, RunState.QUEUED]).exists():
+        if (
+            db_now() > window_end + timedelta(seconds=2)
+            and not window.filter(state__in=[RunState.PENDING, RunState.QUEUED]).exists()
+        ):
             break
         time.sleep(1)
     started = [run for run in window if run.started_at is not None]
@@ -108,16 +150,18 @@ def flood(args, queue: str) -> None:
     flood_runs = JobRun.objects.filter(tenant=flooder)
     done = flood_runs.filter(state=RunState.SUCCEEDED).count()
     print(f"code: {Path(services.__file__).parents[2]}")
-    print(f"flood: {backfilled} backfills, {triggered} triggers, {flood_runs.count():,} runs, "
-          f"{done:,} succeeded by the end")
+    print(
+        f"flood: {backfilled} backfills, {triggered} triggers, {flood_runs.count():,} runs, "
+        f"{done:,} succeeded by the end"
+    )
     if lags:
         p99 = lags[min(len(lags) - 1, round(0.99 * (len(lags) - 1)))]
-        print(f"quiet: {len(started)} of {expected} fires started; start lag p50 {statistics.median(lags):.2f} s, "
-              f"p99 {p99:.2f} s, max {lags[-1]:.2f} s; coalesced or skipped {expected - len(started)}")
+        print(
+            f"quiet: {len(started)} of {expected} fires started; start lag p50 {statistics.median(lags):.2f} s, "
+            f"p99 {p99:.2f} s, max {lags[-1]:.2f} s; coalesced or skipped {expected - len(started)}"
+        )
     else:
         print(f"quiet: none of {expected} fires started")
-
-
 
 
 def drop_queue(queue: str) -> None:

@@ -62,6 +62,7 @@ def main() -> int:
             with override_settings(CRONFLEET_RABBITMQ_CONFIRM_PUBLISH=confirm):
                 sent = publish_runs(list(messages))
             assert sent == len(messages), f"published {sent} of {len(messages)}"
+
         return publish
 
     def loop(**transport_options):
@@ -69,8 +70,16 @@ def main() -> int:
             with Connection(opts.broker, transport_options=transport_options) as conn:
                 producer = Producer(conn.default_channel)
                 for body, headers, properties in bodies:
-                    producer.publish(body, exchange="", routing_key=queue, headers=headers, serializer="json",
-                                     delivery_mode=2, **properties)
+                    producer.publish(
+                        body,
+                        exchange="",
+                        routing_key=queue,
+                        headers=headers,
+                        serializer="json",
+                        delivery_mode=2,
+                        **properties,
+                    )
+
         return publish
 
     ways = {
@@ -91,16 +100,21 @@ def main() -> int:
                     seconds = time.perf_counter() - started
                     count = channel.queue_declare(queue=queue, passive=True).message_count
                     rates[name].append(opts.messages / seconds)
-                    print(f"round {round_}: {name}: {opts.messages / seconds:,.0f} messages/s"
-                          f" ({seconds:.2f} s, {count} in the queue after)", flush=True)
+                    print(
+                        f"round {round_}: {name}: {opts.messages / seconds:,.0f} messages/s"
+                        f" ({seconds:.2f} s, {count} in the queue after)",
+                        flush=True,
+                    )
         finally:
             channel.queue_delete(queue)
     print(f"\n{opts.messages:,} messages to {opts.broker.split('@')[-1]}, median of {opts.rounds} rounds:")
     floor = statistics.median(rates[FLOOR])
     for name, values in rates.items():
         median = statistics.median(values)
-        print(f"  {name}: {median:,.0f} messages/s ({median / floor:.0%} of the floor);"
-              f" rounds {', '.join(f'{v:,.0f}' for v in values)}")
+        print(
+            f"  {name}: {median:,.0f} messages/s ({median / floor:.0%} of the floor);"
+            f" rounds {', '.join(f'{v:,.0f}' for v in values)}"
+        )
     return 0
 
 

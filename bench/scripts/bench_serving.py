@@ -50,16 +50,25 @@ DEFAULT_DATABASE = "postgres://postgres@127.0.0.1:5432/cronfleet_bench_serving"
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_DATABASE),
-                        help="PostgreSQL database to use (made if missing; default %(default)s)")
-    parser.add_argument("--redis", default=os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/13"),
-                        help="Redis for the rate-limit counters (default %(default)s)")
+    parser.add_argument(
+        "--database-url",
+        default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_DATABASE),
+        help="PostgreSQL database to use (made if missing; default %(default)s)",
+    )
+    parser.add_argument(
+        "--redis",
+        default=os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/13"),
+        help="Redis for the rate-limit counters (default %(default)s)",
+    )
     parser.add_argument("--requests", type=int, default=700, help="Requests per burst (default %(default)s)")
     parser.add_argument("--clients", type=int, default=50, help="Client threads (default %(default)s)")
     parser.add_argument("--workers", type=int, default=2, help="Gunicorn processes (default %(default)s)")
     parser.add_argument("--threads", type=int, default=4, help="Threads per process (default %(default)s)")
-    parser.add_argument("--through-proxy", action="store_true",
-                        help="Also through the cells' routing proxy (nginx, deploy/nginx), side by side")
+    parser.add_argument(
+        "--through-proxy",
+        action="store_true",
+        help="Also through the cells' routing proxy (nginx, deploy/nginx), side by side",
+    )
     return parser.parse_args()
 
 
@@ -71,8 +80,9 @@ def ensure_database(url: str) -> None:
 
 
 def manage(env: dict[str, str], *argv: str) -> str:
-    done = subprocess.run([sys.executable, "manage.py", *argv], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run(
+        [sys.executable, "manage.py", *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
     if done.returncode != 0:
         sys.exit(f"manage.py {argv[0]} failed:\n{done.stdout}{done.stderr}")
     return done.stdout
@@ -118,8 +128,9 @@ class ConnectionSampler:
         self.thread = threading.Thread(target=self.run, daemon=True)
 
     def count(self) -> int:
-        return self.conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                                 "AND pid <> pg_backend_pid()").fetchone()[0]
+        return self.conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchone()[0]
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -174,8 +185,7 @@ def through_proxy(port: int, key: str, args: argparse.Namespace, rate: redis.Red
                 if server.poll() is not None or time.monotonic() > deadline:
                     sys.exit(f"nginx did not start: {(Path(directory) / 'error.log').read_text()}")
                 time.sleep(0.2)
-            burst("valid key, through the routing proxy", proxy, [key] * args.requests, args,
-                  args.database_url, rate)
+            burst("valid key, through the routing proxy", proxy, [key] * args.requests, args, args.database_url, rate)
             burst("valid key, straight again", port, [key] * args.requests, args, args.database_url, rate)
         finally:
             server.terminate()
@@ -190,18 +200,32 @@ def main() -> None:
     port = free_port()
     if args.through_proxy:
         env["CRONFLEET_CELL"], env["CRONFLEET_TRUSTED_PROXIES"] = "bench", "1"
-    env.update(DJANGO_SETTINGS_MODULE="project.settings", DATABASE_URL=args.database_url,
-               CELERY_BROKER_URL=args.redis, DJANGO_SECRET_KEY=secrets.token_urlsafe(50),
-               CRONFLEET_WEB_BIND=f"127.0.0.1:{port}", CRONFLEET_WEB_WORKERS=str(args.workers),
-               CRONFLEET_WEB_THREADS=str(args.threads), PYTHONUNBUFFERED="1")
+    env.update(
+        DJANGO_SETTINGS_MODULE="project.settings",
+        DATABASE_URL=args.database_url,
+        CELERY_BROKER_URL=args.redis,
+        DJANGO_SECRET_KEY=secrets.token_urlsafe(50),
+        CRONFLEET_WEB_BIND=f"127.0.0.1:{port}",
+        CRONFLEET_WEB_WORKERS=str(args.workers),
+        CRONFLEET_WEB_THREADS=str(args.threads),
+        PYTHONUNBUFFERED="1",
+    )
     manage(env, "migrate", "--noinput", "-v", "0")
     key = manage(env, "shell", "-c", MAKE_KEY).strip().splitlines()[-1]
     rate = redis.Redis.from_url(args.redis)
-    print(f"gunicorn: {args.workers} processes x {args.threads} threads "
-          f"(at most {args.workers * args.threads} database connections)")
+    print(
+        f"gunicorn: {args.workers} processes x {args.threads} threads "
+        f"(at most {args.workers * args.threads} database connections)"
+    )
     log = open(ROOT / "var" / "bench_serving.log", "wb") if (ROOT / "var").is_dir() else subprocess.DEVNULL
-    server = subprocess.Popen([sys.executable, "-m", "gunicorn", "-c", "project/gunicorn.conf.py"], cwd=ROOT,
-                              env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "-c", "project/gunicorn.conf.py"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while request(port, key)[0] != 200:

@@ -124,12 +124,21 @@ def seed(args) -> None:
         cursor.execute("TRUNCATE scheduler_app_jobrun, scheduler_app_job, scheduler_app_tenant CASCADE")
         cursor.execute(SEED_TENANTS, {"tenants": args.tenants})
         for first in range(1, args.jobs + 1, CHUNK):
-            cursor.execute(SEED_JOBS, {"tenants": args.tenants, "first": first,
-                                       "last": min(first + CHUNK - 1, args.jobs)})
+            cursor.execute(
+                SEED_JOBS, {"tenants": args.tenants, "first": first, "last": min(first + CHUNK - 1, args.jobs)}
+            )
         print(f"jobs: {args.jobs:,} in {time.monotonic() - began:.0f} s", flush=True)
         for first in range(0, args.runs, CHUNK):
-            cursor.execute(SEED_RUNS, {"tenants": args.tenants, "jobs": args.jobs, "first": first, "from": 0,
-                                       "last": min(first + CHUNK, args.runs) - 1})
+            cursor.execute(
+                SEED_RUNS,
+                {
+                    "tenants": args.tenants,
+                    "jobs": args.jobs,
+                    "first": first,
+                    "from": 0,
+                    "last": min(first + CHUNK, args.runs) - 1,
+                },
+            )
             print(f"runs: {min(first + CHUNK, args.runs):,} after {time.monotonic() - began:.0f} s", flush=True)
         for table in ("scheduler_app_tenant", "scheduler_app_job", "scheduler_app_jobrun"):
             cursor.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), (SELECT max(id) FROM {table}))")
@@ -163,8 +172,16 @@ def top_up(args) -> None:
             return
         cursor.execute("SELECT count(*) FROM scheduler_app_jobrun")
         count = cursor.fetchone()[0]
-        cursor.execute(SEED_RUNS, {"tenants": args.tenants, "jobs": args.jobs, "first": count, "from": count,
-                                   "last": count + HOUR_OF_RUNS - 1})
+        cursor.execute(
+            SEED_RUNS,
+            {
+                "tenants": args.tenants,
+                "jobs": args.jobs,
+                "first": count,
+                "from": count,
+                "last": count + HOUR_OF_RUNS - 1,
+            },
+        )
     print(f"topped up: {HOUR_OF_RUNS:,} runs over the hour before now")
 
 
@@ -181,8 +198,10 @@ def measure(args) -> None:
     from scheduler_app.observability.nodes import Registration
 
     with connection.cursor() as cursor:
-        cursor.execute("SELECT (SELECT count(*) FROM scheduler_app_job), (SELECT count(*) FROM scheduler_app_jobrun),"
-                       " pg_size_pretty(pg_database_size(current_database()))")
+        cursor.execute(
+            "SELECT (SELECT count(*) FROM scheduler_app_job), (SELECT count(*) FROM scheduler_app_jobrun),"
+            " pg_size_pretty(pg_database_size(current_database()))"
+        )
         jobs, runs, size = cursor.fetchone()
     print(f"database {args.database}: {jobs:,} jobs, {runs:,} runs, {size}")
     Registration(NodeKind.BEAT, "beat@scale:1", stale_after=15).register()
@@ -190,9 +209,12 @@ def measure(args) -> None:
 
     timed("cluster.snapshot(depths=False): the database", args.repeat, lambda: cluster.snapshot(depths=False))
     snap = timed("cluster.snapshot(): and the broker's depths", args.repeat, cluster.snapshot)
-    print(f"  due {snap.due_jobs:,}, oldest due {snap.oldest_due_seconds:.0f} s, in flight {snap.in_flight}, "
-          f"waiting {snap.waiting}, queues {snap.queue_depths}")
+    print(
+        f"  due {snap.due_jobs:,}, oldest due {snap.oldest_due_seconds:.0f} s, in flight {snap.in_flight}, "
+        f"waiting {snap.waiting}, queues {snap.queue_depths}"
+    )
     with connection.cursor() as cursor:  # the worst case: every enabled job due at once
+
         def count_all_due():
             cursor.execute(cluster.DUE_SQL, {"now": snap.now + timedelta(days=36500), "cap": cluster.DUE_COUNT_CAP})
             return cursor.fetchone()
@@ -203,12 +225,19 @@ def measure(args) -> None:
     timed("GET /metrics (whole answer)", args.repeat, lambda: client.get("/metrics", HTTP_HOST="localhost"))
     timed("manage.py status --json", args.repeat, lambda: call_command("status", "--json", stdout=StringIO()))
     _, key = services.apikey_create(tenant=None, name="scale")
-    answer = timed("GET /api/v1/stats/?all_tenants=true (staff)", args.repeat, lambda: client.get(
-        "/api/v1/stats/?all_tenants=true", HTTP_AUTHORIZATION=f"Bearer {key}", HTTP_HOST="localhost"))
+    answer = timed(
+        "GET /api/v1/stats/?all_tenants=true (staff)",
+        args.repeat,
+        lambda: client.get(
+            "/api/v1/stats/?all_tenants=true", HTTP_AUTHORIZATION=f"Bearer {key}", HTTP_HOST="localhost"
+        ),
+    )
     print(f"  {answer.status_code} {json.dumps(answer.json())[:400]}")
     with connection.cursor() as cursor:
-        for name, statement, params in (("DUE_SQL", cluster.DUE_SQL, {"now": snap.now, "cap": cluster.DUE_COUNT_CAP}),
-                                        ("IN_FLIGHT_SQL", cluster.IN_FLIGHT_SQL, None)):
+        for name, statement, params in (
+            ("DUE_SQL", cluster.DUE_SQL, {"now": snap.now, "cap": cluster.DUE_COUNT_CAP}),
+            ("IN_FLIGHT_SQL", cluster.IN_FLIGHT_SQL, None),
+        ):
             cursor.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + statement, params)
             print(f"\n{name}:\n" + "\n".join(row[0] for row in cursor.fetchall()))
 

@@ -101,7 +101,9 @@ def main() -> None:
             "INSERT INTO scheduler_app_tenant (slug, name, timezone, is_active, webhook_secret_encrypted,"
             " webhook_secret_previous_encrypted, min_interval_seconds, weight, created_at)"
             " SELECT 'seed-' || n, 'Seed tenant ' || n, 'UTC', true, '', '', 0, 1, now()"
-            " FROM generate_series(0, %s - 1) AS n ON CONFLICT (slug) DO NOTHING", [options.tenants])
+            " FROM generate_series(0, %s - 1) AS n ON CONFLICT (slug) DO NOTHING",
+            [options.tenants],
+        )
         cursor.execute("SELECT count(*) FROM scheduler_app_job WHERE name LIKE 'job-%%'")
         if not cursor.fetchone()[0]:
             cursor.execute(JOBS_SQL, {"jobs": options.jobs, "tenants": options.tenants})
@@ -118,8 +120,7 @@ def main() -> None:
         began = time.monotonic()
         with connection.cursor() as cursor:
             cursor.execute("SET statement_timeout = 0")
-            cursor.execute(RUNS_SQL, {"first": first, "last": last, "start": start, "step": step,
-                                      "jobs": options.jobs})
+            cursor.execute(RUNS_SQL, {"first": first, "last": last, "start": start, "step": step, "jobs": options.jobs})
         print(f"runs {first:,}-{last:,}: {time.monotonic() - began:.1f} s", flush=True)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE scheduler_app_jobrun")

@@ -18,8 +18,11 @@ from scheduler_app.validation import InvalidInput
 
 
 class AlertRuleForm(forms.ModelForm):
-    emails = forms.CharField(required=False, help_text="Comma-separated addresses mailed each alert",
-                             widget=forms.TextInput(attrs={"size": 60}))
+    emails = forms.CharField(
+        required=False,
+        help_text="Comma-separated addresses mailed each alert",
+        widget=forms.TextInput(attrs={"size": 60}),
+    )
 
     class Meta:
         model = AlertRule
@@ -51,9 +54,20 @@ class AlertRuleAdmin(admin.ModelAdmin):
     show_facets = admin.ShowFacets.NEVER
     fieldsets = (
         (None, {"fields": ("job", "enabled")}),
-        ("When", {"fields": ("no_success_seconds", "grace_seconds", "on_failure", "max_start_lag_seconds",
-                             "max_duration_seconds", "min_duration_seconds"),
-                  "description": "Seconds. Leave a box empty to not watch that condition."}),
+        (
+            "When",
+            {
+                "fields": (
+                    "no_success_seconds",
+                    "grace_seconds",
+                    "on_failure",
+                    "max_start_lag_seconds",
+                    "max_duration_seconds",
+                    "min_duration_seconds",
+                ),
+                "description": "Seconds. Leave a box empty to not watch that condition.",
+            },
+        ),
         ("Where", {"fields": ("webhook_url", "emails", "cooldown_seconds")}),
     )
 
@@ -85,8 +99,10 @@ class AlertRuleAdmin(admin.ModelAdmin):
 def describe_rule(rule: AlertRule) -> str:
     parts = []
     if rule.no_success_seconds is not None:
-        parts.append(f"a success every {alerts.describe_seconds(rule.no_success_seconds)}"
-                     f" + {alerts.describe_seconds(rule.grace_seconds)} grace")
+        parts.append(
+            f"a success every {alerts.describe_seconds(rule.no_success_seconds)}"
+            f" + {alerts.describe_seconds(rule.grace_seconds)} grace"
+        )
     if rule.on_failure:
         parts.append("failed or dead runs")
     if rule.max_start_lag_seconds is not None:
@@ -107,8 +123,9 @@ class AlertAdmin(ReadOnlyAdmin):
 
     @admin.display(description="job")
     def job_link(self, alert):
-        return format_html('<a href="{}">{}</a>', reverse("admin:scheduler_app_job_change", args=[alert.job_id]),
-                           alert.job)
+        return format_html(
+            '<a href="{}">{}</a>', reverse("admin:scheduler_app_job_change", args=[alert.job_id]), alert.job
+        )
 
     @admin.display(description="kind", ordering="kind")
     def kind_label(self, alert):
@@ -139,11 +156,20 @@ def panel_context(job, now) -> dict:
     return {
         "cf_alert_rule": rule,
         "cf_alert_rule_text": describe_rule(rule) if rule else "",
-        "cf_alert_rule_url": (reverse("admin:scheduler_app_alertrule_change", args=[rule.pk]) if rule
-                              else reverse("admin:scheduler_app_alertrule_add") + f"?job={job.pk}"),
-        "cf_alerts": [{"alert": alert, "raised": when(alert.raised_at), "kind": kind_text(alert),
-                       "delivery": delivery_text(alert)}
-                      for alert in found],
+        "cf_alert_rule_url": (
+            reverse("admin:scheduler_app_alertrule_change", args=[rule.pk])
+            if rule
+            else reverse("admin:scheduler_app_alertrule_add") + f"?job={job.pk}"
+        ),
+        "cf_alerts": [
+            {
+                "alert": alert,
+                "raised": when(alert.raised_at),
+                "kind": kind_text(alert),
+                "delivery": delivery_text(alert),
+            }
+            for alert in found
+        ],
     }
 
 
@@ -157,6 +183,13 @@ def dashboard_alerts(now, tenant_id: int | None) -> list[dict]:
     found = Alert.objects.filter(raised_at__gte=now - DASHBOARD_ALERTS_SINCE).select_related("job__tenant")
     if tenant_id is not None:
         found = found.filter(tenant_id=tenant_id)
-    return [{"alert": alert, "raised": when(alert.raised_at), "delivery": delivery_text(alert),
-             "job": str(alert.job), "href": reverse("admin:scheduler_app_job_change", args=[alert.job_id])}
-            for alert in found.order_by("-raised_at", "-id")[:DASHBOARD_ALERTS]]
+    return [
+        {
+            "alert": alert,
+            "raised": when(alert.raised_at),
+            "delivery": delivery_text(alert),
+            "job": str(alert.job),
+            "href": reverse("admin:scheduler_app_job_change", args=[alert.job_id]),
+        }
+        for alert in found.order_by("-raised_at", "-id")[:DASHBOARD_ALERTS]
+    ]

@@ -32,8 +32,9 @@ class ApiKeyForm(forms.ModelForm):
     def clean(self):
         data = super().clean()
         if "tenant" in data and data["tenant"] is None and not self.may_make_staff_keys:
-            self.add_error("tenant", "Only a superuser makes a staff key (it administers every tenant); "
-                                     "choose a tenant.")
+            self.add_error(
+                "tenant", "Only a superuser makes a staff key (it administers every tenant); choose a tenant."
+            )
         if data.get("tenant") is not None:
             try:
                 services.check_key_quota(data["tenant"])
@@ -54,8 +55,11 @@ class ApiKeyAdmin(admin.ModelAdmin):
     actions = ("revoke_keys",)
 
     def get_fields(self, request, obj=None):
-        return ("tenant", "name") if obj is None else ("prefix", "cell", "tenant", "name", "created_at",
-                                                       "last_used_at", "revoked_at")
+        return (
+            ("tenant", "name")
+            if obj is None
+            else ("prefix", "cell", "tenant", "name", "created_at", "last_used_at", "revoked_at")
+        )
 
     def get_readonly_fields(self, request, obj=None):
         return () if obj is None else self.get_fields(request, obj)
@@ -65,8 +69,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
         return type(form.__name__, (form,), {"may_make_staff_keys": request.user.is_superuser})
 
     def has_add_permission(self, request):
-        return super().has_add_permission(request) and request.user.has_perm(
-            f"{ApiKey._meta.app_label}.mint_apikey")
+        return super().has_add_permission(request) and request.user.has_perm(f"{ApiKey._meta.app_label}.mint_apikey")
 
     def save_model(self, request, obj, form, change):
         if change:  # every field of a saved key is read-only
@@ -84,4 +87,3 @@ class ApiKeyAdmin(admin.ModelAdmin):
         for key in keys:
             services.apikey_revoke(key, actor=actor(request))
         self.message_user(request, f"Revoked {len(keys)} key(s).")
-

@@ -18,9 +18,22 @@ class ActionFilter(admin.SimpleListFilter):
 
     title = "action"
     parameter_name = "action"
-    KNOWN = ("job.created", "job.paused", "job.resumed", "job.triggered", "job.deleted", "run.started",
-             "run.succeeded", "run.failed", "run.retrying", "run.dead", "run.lost", "run.requeued",
-             "run.duplicate_delivery", "run.stale_write_rejected")
+    KNOWN = (
+        "job.created",
+        "job.paused",
+        "job.resumed",
+        "job.triggered",
+        "job.deleted",
+        "run.started",
+        "run.succeeded",
+        "run.failed",
+        "run.retrying",
+        "run.dead",
+        "run.lost",
+        "run.requeued",
+        "run.duplicate_delivery",
+        "run.stale_write_rejected",
+    )
 
     def lookups(self, request, model_admin):
         return [("job.*", "any job.* action"), ("run.*", "any run.* action"), *((a, a) for a in self.KNOWN)]
@@ -56,8 +69,9 @@ class AuditEventAdmin(ReadOnlyAdmin):
     def run_link(self, event):
         if event.run_id is None:
             return "-"
-        return format_html('<a href="{}">{}</a>', reverse("admin:scheduler_app_jobrun_change", args=[event.run_id]),
-                           event.run_id)
+        return format_html(
+            '<a href="{}">{}</a>', reverse("admin:scheduler_app_jobrun_change", args=[event.run_id]), event.run_id
+        )
 
     @admin.display(description="detail")
     def short_detail(self, event):

@@ -20,10 +20,14 @@ def lines(text: str) -> list[str]:
 
 class CalendarForm(forms.ModelForm):
     weekdays = forms.CharField(initial="mon-fri", help_text="Business weekdays: mon-fri, mon,wed,fri or 01234")
-    extra_holidays = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 4}),
-                                     help_text="One a line: YYYY-MM-DD or YYYY-MM-DD=name")
-    extra_business_days = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
-                                          help_text="One a line: YYYY-MM-DD (over weekdays and holidays)")
+    extra_holidays = forms.CharField(
+        required=False, widget=forms.Textarea(attrs={"rows": 4}), help_text="One a line: YYYY-MM-DD or YYYY-MM-DD=name"
+    )
+    extra_business_days = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="One a line: YYYY-MM-DD (over weekdays and holidays)",
+    )
 
     class Meta:
         model = Calendar
@@ -34,16 +38,21 @@ class CalendarForm(forms.ModelForm):
         saved = self.instance
         if saved.pk:
             self.initial["extra_holidays"] = "\n".join(
-                f"{day}={name}" if name else day for day, name in saved.extra_holidays.items())
+                f"{day}={name}" if name else day for day, name in saved.extra_holidays.items()
+            )
             self.initial["extra_business_days"] = "\n".join(saved.extra_business_days)
 
     def clean(self):
         data = super().clean()
         holidays = dict(line.partition("=")[::2] for line in lines(data.get("extra_holidays", "")))
-        given = {"description": data.get("description") or "", "country": data.get("country") or "",
-                 "subdivision": data.get("subdivision") or "", "weekdays": data.get("weekdays") or "",
-                 "extra_holidays": {day.strip(): name.strip() for day, name in holidays.items()},
-                 "extra_business_days": lines(data.get("extra_business_days", ""))}
+        given = {
+            "description": data.get("description") or "",
+            "country": data.get("country") or "",
+            "subdivision": data.get("subdivision") or "",
+            "weekdays": data.get("weekdays") or "",
+            "extra_holidays": {day.strip(): name.strip() for day, name in holidays.items()},
+            "extra_business_days": lines(data.get("extra_business_days", "")),
+        }
         try:
             data.update(services.check_calendar_fields(given))
         except services.InvalidInput as exc:
@@ -72,8 +81,9 @@ class CalendarAdmin(admin.ModelAdmin):
         if change:
             services.calendar_update(obj, actor=actor(request), **fields)
             return
-        created = services.calendar_create(form.cleaned_data["tenant"], name=form.cleaned_data["name"],
-                                           actor=actor(request), **fields)
+        created = services.calendar_create(
+            form.cleaned_data["tenant"], name=form.cleaned_data["name"], actor=actor(request), **fields
+        )
         adopt(obj, created)
 
     def has_delete_permission(self, request, obj=None):

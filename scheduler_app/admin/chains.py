@@ -8,10 +8,14 @@ from django.utils.html import format_html, format_html_join
 
 from scheduler_app.models import Job, JobRun
 
-CHAIN_FIELDSET = ("Chain", {
-    "fields": ("after_job", "after_states"),
-    "description": "Run when a run of another job of the tenant ends in one of these states (a JSON list of "
-                   "succeeded, failed, dead; blank: succeeded), instead of a schedule: leave the schedule blank."})
+CHAIN_FIELDSET = (
+    "Chain",
+    {
+        "fields": ("after_job", "after_states"),
+        "description": "Run when a run of another job of the tenant ends in one of these states (a JSON list of "
+        "succeeded, failed, dead; blank: succeeded), instead of a schedule: leave the schedule blank.",
+    },
+)
 
 
 def limit_parents(form, tenant_id: int | None, job_id: int | None = None) -> None:
@@ -48,9 +52,11 @@ def chain_context(job: Job) -> dict:
     children = list(Job.objects.filter(after_job_id=job.id).order_by("name").values("id", "name", "after_states"))
     return {
         "cf_chain_parent": {**parent, "href": job_href(parent["id"]), "states": ", ".join(job.after_states)}
-        if parent else None,
-        "cf_chain_children": [{**child, "href": job_href(child["id"]), "states": ", ".join(child["after_states"])}
-                              for child in children],
+        if parent
+        else None,
+        "cf_chain_children": [
+            {**child, "href": job_href(child["id"]), "states": ", ".join(child["after_states"])} for child in children
+        ],
     }
 
 
@@ -61,8 +67,13 @@ def parent_run_html(run: JobRun) -> str:
     parent = JobRun.objects.filter(id=run.parent_run_id).values("job__name", "state").first()
     if parent is None:
         return format_html("run {} (pruned)", run.parent_run_id)
-    return format_html('<a href="{}">run {}</a> of {} ({})', run_href(run.parent_run_id), run.parent_run_id,
-                       parent["job__name"], parent["state"])
+    return format_html(
+        '<a href="{}">run {}</a> of {} ({})',
+        run_href(run.parent_run_id),
+        run.parent_run_id,
+        parent["job__name"],
+        parent["state"],
+    )
 
 
 def child_runs_html(run: JobRun) -> str:
@@ -70,5 +81,6 @@ def child_runs_html(run: JobRun) -> str:
     child_runs = list(JobRun.objects.filter(parent_run_id=run.id).values_list("id", "job__name"))
     if not child_runs:
         return "-"
-    return format_html_join(", ", '<a href="{}">run {}</a> of {}',
-                            ((run_href(run_id), run_id, name) for run_id, name in child_runs))
+    return format_html_join(
+        ", ", '<a href="{}">run {}</a> of {}', ((run_href(run_id), run_id, name) for run_id, name in child_runs)
+    )

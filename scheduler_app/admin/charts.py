@@ -46,7 +46,9 @@ def _number(value: float) -> str:
     return f"{value:.0f}" if value >= 10 or value == int(value) else f"{value:.2g}"
 
 
-def _frame(title: str, top: float, start: datetime, end: datetime, unit: str, body: str, legend: Sequence[str]) -> SafeString:
+def _frame(
+    title: str, top: float, start: datetime, end: datetime, unit: str, body: str, legend: Sequence[str]
+) -> SafeString:
     inner_h = HEIGHT - PAD_TOP - PAD_BOTTOM
     grid = "".join(
         f'<line class="cf-grid" x1="{PAD_LEFT}" x2="{WIDTH - PAD_RIGHT}" y1="{PAD_TOP + inner_h * (1 - f):.1f}" '
@@ -59,7 +61,7 @@ def _frame(title: str, top: float, start: datetime, end: datetime, unit: str, bo
     x_labels = (
         f'<text class="cf-axis" x="{PAD_LEFT}" y="{HEIGHT - 5}">{escape(start.strftime(clock))}</text>'
         f'<text class="cf-axis" x="{WIDTH - PAD_RIGHT}" y="{HEIGHT - 5}" text-anchor="end">'
-        f'{escape(end.strftime(clock + " %Z"))}</text>'
+        f"{escape(end.strftime(clock + ' %Z'))}</text>"
     )
     keys = "".join(f'<span class="cf-key cf-series-{escape(name)}">{escape(name)}</span>' for name in legend)
     if not body:  # empty axes alone read as "broken" or "still loading"
@@ -67,12 +69,23 @@ def _frame(title: str, top: float, start: datetime, end: datetime, unit: str, bo
     return format_html(
         '<figure class="cf-chart"><figcaption>{} <small>{}</small> {}</figcaption>'
         '<svg viewBox="0 0 {} {}" width="{}" height="{}" role="img" aria-label="{}">{}{}{}</svg></figure>',
-        title, unit, mark_safe(keys), WIDTH, HEIGHT, WIDTH, HEIGHT, title, mark_safe(grid), mark_safe(body),
-        mark_safe(x_labels))
+        title,
+        unit,
+        mark_safe(keys),
+        WIDTH,
+        HEIGHT,
+        WIDTH,
+        HEIGHT,
+        title,
+        mark_safe(grid),
+        mark_safe(body),
+        mark_safe(x_labels),
+    )
 
 
-def stacked_bars(title: str, buckets: Sequence[datetime], series: Sequence[Series], *, step: timedelta,
-                 unit: str = "") -> SafeString:
+def stacked_bars(
+    title: str, buckets: Sequence[datetime], series: Sequence[Series], *, step: timedelta, unit: str = ""
+) -> SafeString:
     """One bar per bucket, its series stacked (counts per minute by outcome, say)."""
     totals = [sum(s.values[i] or 0 for s in series) for i in range(len(buckets))]
     top = _scale(max(totals, default=0))
@@ -91,14 +104,16 @@ def stacked_bars(title: str, buckets: Sequence[datetime], series: Sequence[Serie
                 f'<rect class="cf-point cf-series-{escape(s.name)}" data-series="{escape(s.name)}" '
                 f'data-at="{at.isoformat()}" data-value="{value:g}" x="{PAD_LEFT + i * width:.2f}" y="{y:.2f}" '
                 f'width="{max(width - 0.5, 0.5):.2f}" height="{h:.2f}"><title>{escape(at.strftime("%H:%M"))} '
-                f'{escape(s.name)}: {value:g}</title></rect>')
+                f"{escape(s.name)}: {value:g}</title></rect>"
+            )
             base += value
     end = buckets[-1] + step if buckets else step
     return _frame(title, top, buckets[0] if buckets else end, end, unit, "".join(parts), [s.name for s in series])
 
 
-def lines(title: str, buckets: Sequence[datetime], series: Sequence[Series], *, step: timedelta,
-          unit: str = "") -> SafeString:
+def lines(
+    title: str, buckets: Sequence[datetime], series: Sequence[Series], *, step: timedelta, unit: str = ""
+) -> SafeString:
     """One polyline per series, a dot per bucket that has a value (lag percentiles, say)."""
     values = [v for s in series for v in s.values if v is not None]
     top = _scale(max(values, default=0))
@@ -116,7 +131,8 @@ def lines(title: str, buckets: Sequence[datetime], series: Sequence[Series], *, 
             parts.append(
                 f'<circle class="cf-point cf-series-{escape(s.name)}" data-series="{escape(s.name)}" '
                 f'data-at="{at.isoformat()}" data-value="{value:g}" cx="{x:.2f}" cy="{y:.2f}" r="1.8">'
-                f'<title>{escape(at.strftime("%H:%M"))} {escape(s.name)}: {value:.3g}</title></circle>')
+                f"<title>{escape(at.strftime('%H:%M'))} {escape(s.name)}: {value:.3g}</title></circle>"
+            )
         if len(points) > 1:
             path = " ".join(f"{x:.2f},{y:.2f}" for x, y in points)
             parts.insert(0, f'<polyline class="cf-line cf-series-{escape(s.name)}" points="{path}"/>')
@@ -140,9 +156,11 @@ def timeline(title: str, start: datetime, end: datetime, marks: Sequence[Mark]) 
     parts = []
     for mark in marks:
         x = PAD_LEFT + inner_w * min(max((mark.at - start).total_seconds() / span, 0), 1)
-        tick = (f'<rect class="cf-point cf-state-fill cf-{escape(mark.state)}" data-series="{escape(mark.state)}" '
-                f'data-at="{mark.at.isoformat()}" x="{x - 1:.2f}" y="8" width="2.5" height="22">'
-                f"<title>{escape(mark.label)}</title></rect>")
+        tick = (
+            f'<rect class="cf-point cf-state-fill cf-{escape(mark.state)}" data-series="{escape(mark.state)}" '
+            f'data-at="{mark.at.isoformat()}" x="{x - 1:.2f}" y="8" width="2.5" height="22">'
+            f"<title>{escape(mark.label)}</title></rect>"
+        )
         parts.append(f'<a href="{escape(mark.href)}">{tick}</a>' if mark.href else tick)
     hours = []
     for n in range(0, 25, 6):
@@ -151,13 +169,22 @@ def timeline(title: str, start: datetime, end: datetime, marks: Sequence[Mark]) 
         # The last label ends at the axis' end (centred there, half of it fell outside the chart).
         clock = "%a %H:%M" if n in (0, 24) else "%H:%M"  # the ends say which day (the same clock time)
         anchor, label = ("end", at.strftime(clock + " %Z")) if n == 24 else ("middle", at.strftime(clock))
-        hours.append(f'<line class="cf-grid" x1="{x:.1f}" x2="{x:.1f}" y1="6" y2="32"/>'
-                     f'<text class="cf-axis" x="{x:.1f}" y="43" text-anchor="{anchor}">{escape(label)}</text>')
+        hours.append(
+            f'<line class="cf-grid" x1="{x:.1f}" x2="{x:.1f}" y1="6" y2="32"/>'
+            f'<text class="cf-axis" x="{x:.1f}" y="43" text-anchor="{anchor}">{escape(label)}</text>'
+        )
     return format_html(
         '<figure class="cf-chart cf-timeline"><figcaption>{}</figcaption>'
         '<svg viewBox="0 0 {} {}" width="{}" height="{}" role="img" aria-label="{}">{}{}</svg></figure>',
-        title, WIDTH, height, WIDTH, height, title, mark_safe("".join(hours)),
-        mark_safe("".join(parts) or _no_data(22)))
+        title,
+        WIDTH,
+        height,
+        WIDTH,
+        height,
+        title,
+        mark_safe("".join(hours)),
+        mark_safe("".join(parts) or _no_data(22)),
+    )
 
 
 NO_DATA = "no data"

@@ -42,39 +42,62 @@ def fleet_panel() -> dict:
     found = cluster.snapshot()
     depths = found.queue_depths or {}
     return {
-        "nodes": [{"kind": s.node.kind, "name": s.node.name, "state": s.state, "age": f"{s.age:.0f} s",
-                   "activity": s.node.activity, "http": flight_of(s.node.activity)} for s in found.nodes],
-        "queues": [{"name": queue, "depth": depths.get(queue), "workers": workers}
-                   for queue, workers in sorted(found.queue_workers.items())],
+        "nodes": [
+            {
+                "kind": s.node.kind,
+                "name": s.node.name,
+                "state": s.state,
+                "age": f"{s.age:.0f} s",
+                "activity": s.node.activity,
+                "http": flight_of(s.node.activity),
+            }
+            for s in found.nodes
+        ],
+        "queues": [
+            {"name": queue, "depth": depths.get(queue), "workers": workers}
+            for queue, workers in sorted(found.queue_workers.items())
+        ],
         "unconsumed": found.unconsumed,
         "broker_error": found.broker_error,
         "due": f"{found.due_jobs:,}{'+' if found.due_capped else ''}",
         "oldest_due": f"{found.oldest_due_seconds:.1f} s",
-        "in_flight": found.in_flight, "waiting": found.waiting,
+        "in_flight": found.in_flight,
+        "waiting": found.waiting,
     }
 
 
 # What the page shows, by the models whose admin lists would show the same.
-DASHBOARD_PERMISSIONS = tuple(f"{Tenant._meta.app_label}.view_{model._meta.model_name}"
-                              for model in (JobRun, Job, Alert, Tenant, Node))
+DASHBOARD_PERMISSIONS = tuple(
+    f"{Tenant._meta.app_label}.view_{model._meta.model_name}" for model in (JobRun, Job, Alert, Tenant, Node)
+)
 
 
-SQLITE_NOTE = ("Embedded SQLite demo: these figures are computed in Python from the runs that finished in the "
-               "last 24 hours (read live, no per-minute rollup), for a demo-sized ledger; on PostgreSQL the "
-               "database computes them and the day comes from the beats' rollup.")
+SQLITE_NOTE = (
+    "Embedded SQLite demo: these figures are computed in Python from the runs that finished in the "
+    "last 24 hours (read live, no per-minute rollup), for a demo-sized ledger; on PostgreSQL the "
+    "database computes them and the day comes from the beats' rollup."
+)
 
 
 def dashboard_view(request):
     """The fleet's dashboard, or one tenant's (?tenant=<slug>)."""
     began = time.perf_counter()
     now = db_now()
-    context = {**admin.site.each_context(request), "title": "Dashboard", "now": when(now),
-               "supported": True, "tenant": None,
-               "engine_note": SQLITE_NOTE if connection.vendor != "postgresql" else ""}
+    context = {
+        **admin.site.each_context(request),
+        "title": "Dashboard",
+        "now": when(now),
+        "supported": True,
+        "tenant": None,
+        "engine_note": SQLITE_NOTE if connection.vendor != "postgresql" else "",
+    }
     lacking = [name for name in DASHBOARD_PERMISSIONS if not request.user.has_perm(name)]
     if lacking:
-        context.update(supported=False, error=f"The dashboard shows runs, failing jobs, alerts, tenants and nodes: "
-                                              f"it needs the permissions {', '.join(lacking)}.")
+        context.update(
+            supported=False,
+            error=f"The dashboard shows runs, failing jobs, alerts, tenants and nodes: "
+            f"it needs the permissions {', '.join(lacking)}.",
+        )
         return TemplateResponse(request, "admin/cronfleet_dashboard.html", context, status=403)
     slug = request.GET.get("tenant", "").strip()
     if slug:
@@ -88,26 +111,57 @@ def dashboard_view(request):
         step = dashboard.MINUTE
         context.update(
             found=found,
-            runs_hour=charts.stacked_bars("Runs finished per minute, last hour", found.hour_minutes,
-                                          series(found.hour_counts), step=step, unit="runs by outcome"),
-            lag_hour=charts.lines("Start lag per minute, last hour", found.hour_minutes,
-                                  [charts.Series("p50", found.hour_p50), charts.Series("p99", found.hour_p99)],
-                                  step=step, unit="seconds, fire time to a worker's start"),
-            dispatch_hour=charts.lines("Dispatch lag per minute, last hour", found.hour_minutes,
-                                       [charts.Series("p50", found.hour_dispatch_p50),
-                                        charts.Series("p99", found.hour_dispatch_p99)],
-                                       step=step, unit="seconds, fire time to the broker"),
-            runs_day=charts.stacked_bars("Runs finished per minute, last 24 hours", found.day_buckets,
-                                         series(found.day_counts), step=dashboard.DAY_BUCKET,
-                                         unit="per 15 min, averaged"),
-            failure_day=charts.lines("Failure rate, last 24 hours", found.day_buckets,
-                                     [charts.Series("rate", found.day_failure_rate)], step=dashboard.DAY_BUCKET,
-                                     unit="% of finished runs (failed + dead)"),
-            forecast=charts.stacked_bars("Fires due per minute, next 60 minutes", found.forecast_minutes,
-                                         [charts.Series("fires", found.forecast)], step=step, unit="from the schedules"),
-            failing=[{"job": f"{slug}/{name}", "href": reverse("admin:scheduler_app_job_change", args=[job_id]),
-                      "failures": failures, "last": when(last)} for job_id, slug, name, failures, last in
-                     found.failing_jobs],
+            runs_hour=charts.stacked_bars(
+                "Runs finished per minute, last hour",
+                found.hour_minutes,
+                series(found.hour_counts),
+                step=step,
+                unit="runs by outcome",
+            ),
+            lag_hour=charts.lines(
+                "Start lag per minute, last hour",
+                found.hour_minutes,
+                [charts.Series("p50", found.hour_p50), charts.Series("p99", found.hour_p99)],
+                step=step,
+                unit="seconds, fire time to a worker's start",
+            ),
+            dispatch_hour=charts.lines(
+                "Dispatch lag per minute, last hour",
+                found.hour_minutes,
+                [charts.Series("p50", found.hour_dispatch_p50), charts.Series("p99", found.hour_dispatch_p99)],
+                step=step,
+                unit="seconds, fire time to the broker",
+            ),
+            runs_day=charts.stacked_bars(
+                "Runs finished per minute, last 24 hours",
+                found.day_buckets,
+                series(found.day_counts),
+                step=dashboard.DAY_BUCKET,
+                unit="per 15 min, averaged",
+            ),
+            failure_day=charts.lines(
+                "Failure rate, last 24 hours",
+                found.day_buckets,
+                [charts.Series("rate", found.day_failure_rate)],
+                step=dashboard.DAY_BUCKET,
+                unit="% of finished runs (failed + dead)",
+            ),
+            forecast=charts.stacked_bars(
+                "Fires due per minute, next 60 minutes",
+                found.forecast_minutes,
+                [charts.Series("fires", found.forecast)],
+                step=step,
+                unit="from the schedules",
+            ),
+            failing=[
+                {
+                    "job": f"{slug}/{name}",
+                    "href": reverse("admin:scheduler_app_job_change", args=[job_id]),
+                    "failures": failures,
+                    "last": when(last),
+                }
+                for job_id, slug, name, failures, last in found.failing_jobs
+            ],
             day_covered=round(found.day_covered * 100),
             fleet=fleet_panel(),
             alerts=dashboard_alerts(now, context["tenant"].pk if context["tenant"] else None),

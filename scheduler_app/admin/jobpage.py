@@ -31,8 +31,9 @@ RECENT_RUNS = 20
 TIMELINE = timedelta(hours=24)
 TIMELINE_MIN = timedelta(minutes=10)  # the shortest axis of a young job's timeline
 TIMELINE_LIMIT = 3000  # fires drawn; a job firing every few seconds shows its latest this many
-CONSOLE_PERMISSIONS = tuple(f"{Job._meta.app_label}.view_{model._meta.model_name}"
-                            for model in (JobRun, AlertRule, Alert))
+CONSOLE_PERMISSIONS = tuple(
+    f"{Job._meta.app_label}.view_{model._meta.model_name}" for model in (JobRun, AlertRule, Alert)
+)
 
 
 def may_see_console(user) -> bool:
@@ -67,20 +68,45 @@ class RecentRun:
 
 
 def recent_runs(job: Job) -> list[RecentRun]:
-    runs = (JobRun.objects.filter(job=job).order_by("-scheduled_at")
-            .only("id", "job_id", "scheduled_at", "trigger", "state", "attempt", "enqueued_at", "started_at",
-                  "finished_at", "error", "reason", "worker")[:RECENT_RUNS])
-    return [RecentRun(run, run_start_lag(run),
-                      (run.finished_at - run.started_at).total_seconds() if run.started_at and run.finished_at
-                      else None) for run in runs]
+    runs = (
+        JobRun.objects.filter(job=job)
+        .order_by("-scheduled_at")
+        .only(
+            "id",
+            "job_id",
+            "scheduled_at",
+            "trigger",
+            "state",
+            "attempt",
+            "enqueued_at",
+            "started_at",
+            "finished_at",
+            "error",
+            "reason",
+            "worker",
+        )[:RECENT_RUNS]
+    )
+    return [
+        RecentRun(
+            run,
+            run_start_lag(run),
+            (run.finished_at - run.started_at).total_seconds() if run.started_at and run.finished_at else None,
+        )
+        for run in runs
+    ]
 
 
 def fire_timeline(job: Job, now: datetime):
     since = now - TIMELINE
-    rows = list(JobRun.objects.filter(job=job, scheduled_at__gt=since, scheduled_at__lte=now)
-                .order_by("-scheduled_at").values_list("id", "scheduled_at", "state")[:TIMELINE_LIMIT])
-    marks = [charts.Mark(at, state, f"{when(at)} {state}", reverse("admin:scheduler_app_jobrun_change", args=[pk]))
-             for pk, at, state in rows]
+    rows = list(
+        JobRun.objects.filter(job=job, scheduled_at__gt=since, scheduled_at__lte=now)
+        .order_by("-scheduled_at")
+        .values_list("id", "scheduled_at", "state")[:TIMELINE_LIMIT]
+    )
+    marks = [
+        charts.Mark(at, state, f"{when(at)} {state}", reverse("admin:scheduler_app_jobrun_change", args=[pk]))
+        for pk, at, state in rows
+    ]
     shown = f"{len(rows)}{'+' if len(rows) == TIMELINE_LIMIT else ''}"
     if job.created_at and job.created_at > since:
         # A job younger than the window: its lifetime is the axis (a day would squash its fires
@@ -95,8 +121,12 @@ def fire_timeline(job: Job, now: datetime):
 def last_failed_run(job: Job) -> JobRun | None:
     """The newest failed or dead run of the job among its last RECENT_RUNS * 5 fires."""
     recent = JobRun.objects.filter(job=job).order_by("-scheduled_at").values("id")[: RECENT_RUNS * 5]
-    return (JobRun.objects.filter(id__in=recent, state__in=services.REPLAYABLE).order_by("-scheduled_at")
-            .only("id", "attempt", "state", "scheduled_at").first())
+    return (
+        JobRun.objects.filter(id__in=recent, state__in=services.REPLAYABLE)
+        .order_by("-scheduled_at")
+        .only("id", "attempt", "state", "scheduled_at")
+        .first()
+    )
 
 
 def console_context(job: Job, *, can_operate: bool) -> dict:
@@ -149,8 +179,7 @@ def do_resume(job: Job, request):
 def do_trigger(job: Job, request):
     run, error = services.job_trigger_reporting(job, actor=actor(request))
     if error is not None:
-        return (f"Run {run.pk} is recorded but was not sent to the broker: {shorten(str(error), 200)}",
-                messages.ERROR)
+        return (f"Run {run.pk} is recorded but was not sent to the broker: {shorten(str(error), 200)}", messages.ERROR)
     return f"Triggered {job}: run {run.pk}.", messages.SUCCESS
 
 
@@ -166,15 +195,22 @@ def instant(request, name: str) -> datetime:
 
 def do_backfill(job: Job, request):
     dry_run = request.POST.get("dry_run") == "1"
-    found = services.job_backfill(job, start=instant(request, "start"), end=instant(request, "end"),
-                                  dry_run=dry_run, actor=actor(request))
+    found = services.job_backfill(
+        job, start=instant(request, "start"), end=instant(request, "end"), dry_run=dry_run, actor=actor(request)
+    )
     missing = found["missing"]
     listed = ", ".join(when(at) for at in missing[:10]) + (" ..." if len(missing) > 10 else "")
     if dry_run:
-        return (f"Dry run: {len(found['fires'])} fire(s) in the range, {found['existing']} already recorded, "
-                f"{len(missing)} would be backfilled{': ' + listed if missing else ''}.", messages.INFO)
-    return (f"Backfilled {found['created']} run(s) ({found['held']} held for the tenant's quota); "
-            f"{found['existing']} fire(s) were already recorded.", messages.SUCCESS)
+        return (
+            f"Dry run: {len(found['fires'])} fire(s) in the range, {found['existing']} already recorded, "
+            f"{len(missing)} would be backfilled{': ' + listed if missing else ''}.",
+            messages.INFO,
+        )
+    return (
+        f"Backfilled {found['created']} run(s) ({found['held']} held for the tenant's quota); "
+        f"{found['existing']} fire(s) were already recorded.",
+        messages.SUCCESS,
+    )
 
 
 def do_replay_last_failed(job: Job, request):
@@ -185,5 +221,10 @@ def do_replay_last_failed(job: Job, request):
     return f"Run {run.pk} ({when(run.scheduled_at)}) is queued again as attempt {run.attempt}.", messages.SUCCESS
 
 
-ACTIONS = {"pause": do_pause, "resume": do_resume, "trigger": do_trigger, "backfill": do_backfill,
-           "replay": do_replay_last_failed}
+ACTIONS = {
+    "pause": do_pause,
+    "resume": do_resume,
+    "trigger": do_trigger,
+    "backfill": do_backfill,
+    "replay": do_replay_last_failed,
+}

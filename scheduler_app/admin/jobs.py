@@ -37,8 +37,10 @@ from scheduler_app.targets import task as task_target
 
 NEXT_FIRES = 5
 
-TASK_HELP = (f"Any task your Celery app registers (staff only: the API and the command line may name only what "
-             f"{task_target.SETTING} allows)")
+TASK_HELP = (
+    f"Any task your Celery app registers (staff only: the API and the command line may name only what "
+    f"{task_target.SETTING} allows)"
+)
 ALLOWED_GROUP = f"Allowed ({task_target.SETTING}: the API and the command line may name these too)"
 OTHERS_GROUP = f"Registered with your Celery app, beyond {task_target.SETTING} (staff only)"
 
@@ -76,8 +78,7 @@ def may_choose_any_task(request, obj=None) -> bool:
 
 
 # services.InvalidInput.field -> the add form's field (None: a non-field error).
-SPEC_FIELD_TO_FORM = {"task": "task_name", "every": "every_seconds", "at": "run_at", "schedule": None,
-                      "anchor": None}
+SPEC_FIELD_TO_FORM = {"task": "task_name", "every": "every_seconds", "at": "run_at", "schedule": None, "anchor": None}
 
 
 def add_service_error(form: forms.Form, exc: services.InvalidInput) -> None:
@@ -106,34 +107,78 @@ def limit_calendars(form: forms.ModelForm, tenant_id: int | None) -> None:
     field.label_from_instance = lambda calendar: f"{calendar.tenant.slug}/{calendar.name}"
 
 
-FLEX_SCOPE_HELP = ("Whose planned fires the window's placement avoids: the tenant's (blank) or every job's on "
-                   "the same queue (docs/flexible-windows.md)")
+FLEX_SCOPE_HELP = (
+    "Whose planned fires the window's placement avoids: the tenant's (blank) or every job's on "
+    "the same queue (docs/flexible-windows.md)"
+)
 
 
 class JobAddForm(forms.ModelForm):
     """Creates a job through services.job_create; validated by services.validate_spec."""
 
-    task_name = forms.ChoiceField(choices=(), label="Task", required=False,
-                                  help_text=f"What Cronfleet runs; blank for a check-in job. {TASK_HELP}")
-    check_in = forms.BooleanField(required=False, label="Check-in job",
-                                  help_text="Runs elsewhere and pings its check-in URL (docs/check-ins.md); "
-                                            "Cronfleet runs nothing")
-    grace_seconds = forms.IntegerField(required=False, min_value=1, max_value=monitor.MAX_GRACE_SECONDS,
-                                       help_text=f"A check-in job's grace after each fire; blank: "
-                                                 f"{monitor.DEFAULT_GRACE_SECONDS}")
+    task_name = forms.ChoiceField(
+        choices=(),
+        label="Task",
+        required=False,
+        help_text=f"What Cronfleet runs; blank for a check-in job. {TASK_HELP}",
+    )
+    check_in = forms.BooleanField(
+        required=False,
+        label="Check-in job",
+        help_text="Runs elsewhere and pings its check-in URL (docs/check-ins.md); Cronfleet runs nothing",
+    )
+    grace_seconds = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=monitor.MAX_GRACE_SECONDS,
+        help_text=f"A check-in job's grace after each fire; blank: {monitor.DEFAULT_GRACE_SECONDS}",
+    )
     tags = TagsField()
-    timezone = forms.CharField(required=False, max_length=64,
-                               help_text="IANA zone the cron expression is read in; blank: the tenant's zone")
+    timezone = forms.CharField(
+        required=False, max_length=64, help_text="IANA zone the cron expression is read in; blank: the tenant's zone"
+    )
 
     class Meta:
         model = Job
-        fields = ("tenant", "name", "description", "tags", "cron", "timezone", "every_seconds", "run_at",
-                  "flex_window", "flex_scope", "start_at", "end_at", "jitter_seconds", "task_name", "args", "kwargs", "queue", "priority",
-                  "timeout_seconds", "max_attempts", "retry_backoff_seconds", "retry_backoff_max_seconds",
-                  "misfire_policy", "catchup_window_seconds", "run_all_cap", "overlap_policy", "batch",
-                  "pause_after_failures", "calendar", "calendar_policy", "after_job", "after_states")
-        help_texts = {"cron": "5 fields or a nickname such as @daily", "every_seconds": "Counted from now",
-                      "flex_scope": FLEX_SCOPE_HELP}
+        fields = (
+            "tenant",
+            "name",
+            "description",
+            "tags",
+            "cron",
+            "timezone",
+            "every_seconds",
+            "run_at",
+            "flex_window",
+            "flex_scope",
+            "start_at",
+            "end_at",
+            "jitter_seconds",
+            "task_name",
+            "args",
+            "kwargs",
+            "queue",
+            "priority",
+            "timeout_seconds",
+            "max_attempts",
+            "retry_backoff_seconds",
+            "retry_backoff_max_seconds",
+            "misfire_policy",
+            "catchup_window_seconds",
+            "run_all_cap",
+            "overlap_policy",
+            "batch",
+            "pause_after_failures",
+            "calendar",
+            "calendar_policy",
+            "after_job",
+            "after_states",
+        )
+        help_texts = {
+            "cron": "5 fields or a nickname such as @daily",
+            "every_seconds": "Counted from now",
+            "flex_scope": FLEX_SCOPE_HELP,
+        }
 
     spec: services.JobSpec | None = None
     any_registered = False  # set by JobAdmin.get_form (may_choose_any_task)
@@ -172,21 +217,37 @@ class JobAddForm(forms.ModelForm):
         if not target_chosen(self, data):
             return data
         spec = services.JobSpec(
-            name=data["name"], task_name=data.get("task_name") or "", cron=data.get("cron") or "",
-            timezone=data["timezone"], every=data.get("every_seconds"), at=data.get("run_at"),
-            start_at=data.get("start_at"), end_at=data.get("end_at"), args=data.get("args"),
-            kwargs=data.get("kwargs"), queue=data.get("queue") or "", priority=data["priority"],
-            timeout_seconds=data["timeout_seconds"], max_attempts=data["max_attempts"],
+            name=data["name"],
+            task_name=data.get("task_name") or "",
+            cron=data.get("cron") or "",
+            timezone=data["timezone"],
+            every=data.get("every_seconds"),
+            at=data.get("run_at"),
+            start_at=data.get("start_at"),
+            end_at=data.get("end_at"),
+            args=data.get("args"),
+            kwargs=data.get("kwargs"),
+            queue=data.get("queue") or "",
+            priority=data["priority"],
+            timeout_seconds=data["timeout_seconds"],
+            max_attempts=data["max_attempts"],
             retry_backoff_seconds=data["retry_backoff_seconds"],
-            retry_backoff_max_seconds=data["retry_backoff_max_seconds"], misfire_policy=data["misfire_policy"],
-            catchup_window_seconds=data["catchup_window_seconds"], run_all_cap=data["run_all_cap"],
-            overlap_policy=data["overlap_policy"], jitter_seconds=data["jitter_seconds"],
-            description=data.get("description") or "", tags=data.get("tags"), batch=bool(data.get("batch")),
+            retry_backoff_max_seconds=data["retry_backoff_max_seconds"],
+            misfire_policy=data["misfire_policy"],
+            catchup_window_seconds=data["catchup_window_seconds"],
+            run_all_cap=data["run_all_cap"],
+            overlap_policy=data["overlap_policy"],
+            jitter_seconds=data["jitter_seconds"],
+            description=data.get("description") or "",
+            tags=data.get("tags"),
+            batch=bool(data.get("batch")),
             pause_after_failures=data.get("pause_after_failures"),
             calendar=data["calendar"].name if data.get("calendar") else "",
             calendar_policy=data.get("calendar_policy") or "skip",
-            after_job=data["after_job"].name if data.get("after_job") else "", after_states=data.get("after_states"),
-            flex_window=data.get("flex_window") or "", flex_scope=data.get("flex_scope") or "",
+            after_job=data["after_job"].name if data.get("after_job") else "",
+            after_states=data.get("after_states"),
+            flex_window=data.get("flex_window") or "",
+            flex_scope=data.get("flex_scope") or "",
         )
         if data.get("check_in"):
             grace = data.get("grace_seconds")
@@ -218,13 +279,39 @@ def target_chosen(form: JobAddForm, data: dict) -> bool:
 
 # The change form's fields -> JobSpec names (the others have the same name in both).
 FORM_TO_SPEC = {"every_seconds": "every", "run_at": "at"}
-JOB_EDITABLE = ("name", "description", "tags", "cron", "timezone", "every_seconds", "run_at", "flex_window",
-                "flex_scope", "start_at", "end_at",
-                "task_name", "args", "kwargs", "queue", "priority", "timeout_seconds", "max_attempts",
-                "retry_backoff_seconds",
-                "retry_backoff_max_seconds", "misfire_policy", "catchup_window_seconds", "run_all_cap",
-                "overlap_policy", "jitter_seconds", "batch", "pause_after_failures", "calendar", "calendar_policy",
-                "after_job", "after_states")
+JOB_EDITABLE = (
+    "name",
+    "description",
+    "tags",
+    "cron",
+    "timezone",
+    "every_seconds",
+    "run_at",
+    "flex_window",
+    "flex_scope",
+    "start_at",
+    "end_at",
+    "task_name",
+    "args",
+    "kwargs",
+    "queue",
+    "priority",
+    "timeout_seconds",
+    "max_attempts",
+    "retry_backoff_seconds",
+    "retry_backoff_max_seconds",
+    "misfire_policy",
+    "catchup_window_seconds",
+    "run_all_cap",
+    "overlap_policy",
+    "jitter_seconds",
+    "batch",
+    "pause_after_failures",
+    "calendar",
+    "calendar_policy",
+    "after_job",
+    "after_states",
+)
 
 
 class JobChangeForm(forms.ModelForm):
@@ -236,17 +323,20 @@ class JobChangeForm(forms.ModelForm):
     class Meta:
         model = Job
         fields = JOB_EDITABLE
-        help_texts = {"cron": "5 fields or a nickname such as @daily. For a job with a window, the minute placed "
-                              "in it: a cron given here replaces the window",
-                      "flex_scope": FLEX_SCOPE_HELP}
+        help_texts = {
+            "cron": "5 fields or a nickname such as @daily. For a job with a window, the minute placed "
+            "in it: a cron given here replaces the window",
+            "flex_scope": FLEX_SCOPE_HELP,
+        }
 
     changes: dict | None = None
     any_registered = False  # set by JobAdmin.get_form (may_choose_any_task)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["task_name"].choices = task_choices(any_registered=self.any_registered,
-                                                        current=self.instance.task_name)
+        self.fields["task_name"].choices = task_choices(
+            any_registered=self.any_registered, current=self.instance.task_name
+        )
         limit_calendars(self, self.instance.tenant_id)
         chains.limit_parents(self, self.instance.tenant_id, self.instance.id)
 
@@ -267,8 +357,9 @@ class JobChangeForm(forms.ModelForm):
         if self.errors:
             return data
         # Retention fields are saved apart (admin/retention.py), not through job_update.
-        changes = {FORM_TO_SPEC.get(name, name): data.get(name) for name in self.changed_data
-                   if name not in RETENTION_FIELDS}
+        changes = {
+            FORM_TO_SPEC.get(name, name): data.get(name) for name in self.changed_data if name not in RETENTION_FIELDS
+        }
         for text_field in ("cron", "description", "queue", "task_name", "timezone"):
             if text_field in changes and changes[text_field] is None:
                 changes[text_field] = ""
@@ -308,8 +399,10 @@ class PriorityFilter(admin.SimpleListFilter):
 
 
 PAUSE_TITLE = "Pause after repeated failure"
-PAUSE_DESCRIPTION = ("The job pauses itself once this many of its runs in a row ended failed or dead (blank: never); "
-                     "resuming it starts the count again.")
+PAUSE_DESCRIPTION = (
+    "The job pauses itself once this many of its runs in a row ended failed or dead (blank: never); "
+    "resuming it starts the count again."
+)
 
 
 class PausedFilter(admin.SimpleListFilter):
@@ -361,38 +454,163 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
     formfield_overrides = {models.DateTimeField: {"form_class": AsciiSplitDateTimeField}}
     add_fieldsets = (
         (None, {"fields": ("tenant", "name", "description", "tags")}),
-        ("Schedule", {"fields": ("cron", "timezone", "every_seconds", "run_at", "flex_window", "flex_scope",
-                                 "start_at", "end_at", "jitter_seconds", "calendar", "calendar_policy"),
-                      "description": "Give exactly one of cron, every seconds, run at or flex window. "
-                                     f"Datetimes are in the site's zone ({settings.TIME_ZONE})."}),
-        ("Target", {"fields": ("task_name", "args", "kwargs", "queue", "priority", "timeout_seconds", "batch",
-                               "check_in", "grace_seconds")}),
-        ("Retries, misfires and overlap", {"fields": ("max_attempts", "retry_backoff_seconds",
-                                                      "retry_backoff_max_seconds", "misfire_policy",
-                                                      "catchup_window_seconds", "run_all_cap", "overlap_policy")}),
+        (
+            "Schedule",
+            {
+                "fields": (
+                    "cron",
+                    "timezone",
+                    "every_seconds",
+                    "run_at",
+                    "flex_window",
+                    "flex_scope",
+                    "start_at",
+                    "end_at",
+                    "jitter_seconds",
+                    "calendar",
+                    "calendar_policy",
+                ),
+                "description": "Give exactly one of cron, every seconds, run at or flex window. "
+                f"Datetimes are in the site's zone ({settings.TIME_ZONE}).",
+            },
+        ),
+        (
+            "Target",
+            {
+                "fields": (
+                    "task_name",
+                    "args",
+                    "kwargs",
+                    "queue",
+                    "priority",
+                    "timeout_seconds",
+                    "batch",
+                    "check_in",
+                    "grace_seconds",
+                )
+            },
+        ),
+        (
+            "Retries, misfires and overlap",
+            {
+                "fields": (
+                    "max_attempts",
+                    "retry_backoff_seconds",
+                    "retry_backoff_max_seconds",
+                    "misfire_policy",
+                    "catchup_window_seconds",
+                    "run_all_cap",
+                    "overlap_policy",
+                )
+            },
+        ),
         (PAUSE_TITLE, {"fields": ("pause_after_failures",), "description": PAUSE_DESCRIPTION}),
         chains.CHAIN_FIELDSET,
     )
     fieldsets = (
-        (None, {"fields": ("tenant", "name", "description", "tags", "enabled", "paused_note", "version",
-                           "created_at", "updated_at")}),
-        ("Schedule", {"fields": ("schedule", "cron", "timezone", "every_seconds", "run_at", "anchor_at",
-                                 "flex_window", "flex_scope", "placement", "start_at", "end_at", "jitter_seconds",
-                                 "calendar", "calendar_policy", "next_run_at", "next_fires")}),
-        ("Target", {"fields": ("target_kind", "target_config", "sql_statement", "check_in_url", "task_name", "args",
-                               "kwargs", "queue", "priority", "timeout_seconds", "batch")}),
-        ("Retries, misfires and overlap", {"fields": ("max_attempts", "retry_backoff_seconds",
-                                                      "retry_backoff_max_seconds", "misfire_policy",
-                                                      "catchup_window_seconds", "run_all_cap", "overlap_policy")}),
-        (PAUSE_TITLE, {"fields": ("pause_after_failures", "consecutive_failures", "auto_paused_at"),
-                       "description": PAUSE_DESCRIPTION}),
+        (
+            None,
+            {
+                "fields": (
+                    "tenant",
+                    "name",
+                    "description",
+                    "tags",
+                    "enabled",
+                    "paused_note",
+                    "version",
+                    "created_at",
+                    "updated_at",
+                )
+            },
+        ),
+        (
+            "Schedule",
+            {
+                "fields": (
+                    "schedule",
+                    "cron",
+                    "timezone",
+                    "every_seconds",
+                    "run_at",
+                    "anchor_at",
+                    "flex_window",
+                    "flex_scope",
+                    "placement",
+                    "start_at",
+                    "end_at",
+                    "jitter_seconds",
+                    "calendar",
+                    "calendar_policy",
+                    "next_run_at",
+                    "next_fires",
+                )
+            },
+        ),
+        (
+            "Target",
+            {
+                "fields": (
+                    "target_kind",
+                    "target_config",
+                    "sql_statement",
+                    "check_in_url",
+                    "task_name",
+                    "args",
+                    "kwargs",
+                    "queue",
+                    "priority",
+                    "timeout_seconds",
+                    "batch",
+                )
+            },
+        ),
+        (
+            "Retries, misfires and overlap",
+            {
+                "fields": (
+                    "max_attempts",
+                    "retry_backoff_seconds",
+                    "retry_backoff_max_seconds",
+                    "misfire_policy",
+                    "catchup_window_seconds",
+                    "run_all_cap",
+                    "overlap_policy",
+                )
+            },
+        ),
+        (
+            PAUSE_TITLE,
+            {
+                "fields": ("pause_after_failures", "consecutive_failures", "auto_paused_at"),
+                "description": PAUSE_DESCRIPTION,
+            },
+        ),
         RETENTION_FIELDSET,
         chains.CHAIN_FIELDSET,
         ("History", {"fields": ("links",)}),
     )
-    readonly_fields = ("tenant", "enabled", "paused_note", "anchor_at", "target_kind", "target_config", "next_run_at",
-                       "version", "created_at", "updated_at", "schedule", "next_fires", "links", "sql_statement",
-                       "consecutive_failures", "auto_paused_at", IN_FORCE, "check_in_url", "placement")
+    readonly_fields = (
+        "tenant",
+        "enabled",
+        "paused_note",
+        "anchor_at",
+        "target_kind",
+        "target_config",
+        "next_run_at",
+        "version",
+        "created_at",
+        "updated_at",
+        "schedule",
+        "next_fires",
+        "links",
+        "sql_statement",
+        "consecutive_failures",
+        "auto_paused_at",
+        IN_FORCE,
+        "check_in_url",
+        "placement",
+    )
 
     class Media:
         css = {"all": ("scheduler_app/console.css",)}
@@ -401,8 +619,14 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
         return super().get_queryset(request).annotate(last_run_state=last_run_state())
 
     def get_urls(self):
-        return [path("<path:object_id>/console/<str:action>/", self.admin_site.admin_view(self.console_view),
-                     name="scheduler_app_job_console"), *super().get_urls()]
+        return [
+            path(
+                "<path:object_id>/console/<str:action>/",
+                self.admin_site.admin_view(self.console_view),
+                name="scheduler_app_job_console",
+            ),
+            *super().get_urls(),
+        ]
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         job = self.get_object(request, object_id)
@@ -410,8 +634,16 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
         extra = jobpage.console_context(job, can_operate=self.has_operate_permission(request)) if shown else {}
         if job is not None and job.managed_by and request.method == "GET":
             read_only = app_settings.MANAGED_JOBS_READ_ONLY
-            self.message_user(request, managed_notice(job) + ("; edits here are refused" if read_only else
-                              "; an edit here is drift, which the next apply sets back"), messages.WARNING)
+            self.message_user(
+                request,
+                managed_notice(job)
+                + (
+                    "; edits here are refused"
+                    if read_only
+                    else "; an edit here is drift, which the next apply sets back"
+                ),
+                messages.WARNING,
+            )
         return super().change_view(request, object_id, form_url, {**extra, **(extra_context or {})})
 
     def console_view(self, request, object_id, action):
@@ -484,10 +716,19 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
         if not fires:
             return "none left"
         schedule = job.schedule
-        rows = format_html_join("", "<li>{} &nbsp; ({}) <b class='cf-dst'>{}</b> <i class='cf-calendar'>{}</i></li>",
-                                ((local_text(fire, job.timezone), utc_text(fire),
-                                  schedules.fire_anomaly(schedule, fire) or "",
-                                  schedules.calendar_note(schedule, fire) or "") for fire in fires))
+        rows = format_html_join(
+            "",
+            "<li>{} &nbsp; ({}) <b class='cf-dst'>{}</b> <i class='cf-calendar'>{}</i></li>",
+            (
+                (
+                    local_text(fire, job.timezone),
+                    utc_text(fire),
+                    schedules.fire_anomaly(schedule, fire) or "",
+                    schedules.calendar_note(schedule, fire) or "",
+                )
+                for fire in fires
+            ),
+        )
         note = "" if job.enabled else "Paused: these fire only if the job is resumed before them."
         return format_html("<ol style='margin:0'>{}</ol>{}", rows, note)
 
@@ -495,8 +736,10 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
     def links(self, job):
         return format_html(
             '<a href="{}?job__id__exact={}">runs</a> · <a href="{}?job__id__exact={}">audit events</a>',
-            reverse("admin:scheduler_app_jobrun_changelist"), job.pk,
-            reverse("admin:scheduler_app_auditevent_changelist"), job.pk,
+            reverse("admin:scheduler_app_jobrun_changelist"),
+            job.pk,
+            reverse("admin:scheduler_app_auditevent_changelist"),
+            job.pk,
         )
 
     # -- writes: all through services --
@@ -507,14 +750,24 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         if change:
             job = Job.objects.select_related("tenant").get(pk=obj.pk)
-            adopt(obj, services.job_update(job, form.changes or {}, actor=actor(request),
-                                           allow_any_registered=form.any_registered))
+            adopt(
+                obj,
+                services.job_update(
+                    job, form.changes or {}, actor=actor(request), allow_any_registered=form.any_registered
+                ),
+            )
             if job.managed_by and form.changes:
-                self.message_user(request, managed_notice(job) + "; this edit shows as drift in the next plan, "
-                                  "and the next apply sets it back", messages.WARNING)
+                self.message_user(
+                    request,
+                    managed_notice(job) + "; this edit shows as drift in the next plan, "
+                    "and the next apply sets it back",
+                    messages.WARNING,
+                )
             return
-        adopt(obj, services.job_create(obj.tenant, form.spec, actor=actor(request),
-                                       allow_any_registered=form.any_registered))
+        adopt(
+            obj,
+            services.job_create(obj.tenant, form.spec, actor=actor(request), allow_any_registered=form.any_registered),
+        )
 
     def delete_model(self, request, obj):
         services.job_delete(obj, actor=actor(request))
@@ -537,8 +790,7 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
     def _selected(self, request, queryset):
         jobs = list(queryset.select_related("tenant").order_by("id")[: ACTION_LIMIT + 1])
         if len(jobs) > ACTION_LIMIT:
-            self.message_user(request, f"Select at most {ACTION_LIMIT} jobs at a time (filter first).",
-                              messages.ERROR)
+            self.message_user(request, f"Select at most {ACTION_LIMIT} jobs at a time (filter first).", messages.ERROR)
             return []
         return jobs
 
@@ -567,11 +819,14 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
             run, error = services.job_trigger_reporting(job, actor=actor(request))
             runs.append(run.pk)
             if error is not None:
-                self.message_user(request, f"Run {run.pk} of {job.tenant.slug}/{job.name} is recorded but was not "
-                                           f"sent to the broker: {shorten(str(error), 200)}", messages.ERROR)
+                self.message_user(
+                    request,
+                    f"Run {run.pk} of {job.tenant.slug}/{job.name} is recorded but was not "
+                    f"sent to the broker: {shorten(str(error), 200)}",
+                    messages.ERROR,
+                )
         if runs:
             self.message_user(request, f"Triggered {len(runs)} job(s): run(s) {', '.join(map(str, runs))}.")
-
 
 
 def last_run_state() -> Subquery:
@@ -579,5 +834,3 @@ def last_run_state() -> Subquery:
     unique index per listed job."""
     latest = JobRun.objects.filter(job=OuterRef("pk")).order_by("-scheduled_at").values("state")[:1]
     return Subquery(latest)
-
-

@@ -71,8 +71,9 @@ class RedisFailures:
     """Failure times per key in a Redis sorted set (score and member: the time)."""
 
     def __init__(self, url: str) -> None:
-        self.client = client_from_url(url, socket_timeout=REDIS_TIMEOUT_SECONDS,
-                                      socket_connect_timeout=REDIS_TIMEOUT_SECONDS)
+        self.client = client_from_url(
+            url, socket_timeout=REDIS_TIMEOUT_SECONDS, socket_connect_timeout=REDIS_TIMEOUT_SECONDS
+        )
         self.members = itertools.count()
 
     def recent(self, key: str, now: float, window: int) -> list[float]:
@@ -125,8 +126,7 @@ class ThrottledAdminAuthenticationForm(AdminAuthenticationForm):
 
     error_messages = {
         **AdminAuthenticationForm.error_messages,
-        "throttled": "Too many failed logins for this username from your address: try again in "
-                     "%(minutes)s minute(s).",
+        "throttled": "Too many failed logins for this username from your address: try again in %(minutes)s minute(s).",
     }
 
     def clean(self):
@@ -136,8 +136,9 @@ class ThrottledAdminAuthenticationForm(AdminAuthenticationForm):
         wait = refused_for(key, now)
         if wait is not None:
             logger.warning("admin login for %r from %s refused: too many failures", username, address)
-            raise ValidationError(self.error_messages["throttled"], code="throttled",
-                                  params={"minutes": math.ceil(wait / 60)})
+            raise ValidationError(
+                self.error_messages["throttled"], code="throttled", params={"minutes": math.ceil(wait / 60)}
+            )
         try:
             return super().clean()
         except ValidationError:

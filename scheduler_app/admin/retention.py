@@ -19,9 +19,11 @@ from scheduler_app.validation import InvalidInput
 
 RETENTION_FIELDS = retention_policy.FIELDS
 IN_FORCE = "retention_in_force"
-SECTION_HELP = ("Finished runs are deleted this many days after they finished (failed and dead ones after "
-                "the failed days), except each job's newest runs (keep last). Blank: inherited. 0 days: kept "
-                "forever; keep last 0: no such floor. Runs still going are never deleted.")
+SECTION_HELP = (
+    "Finished runs are deleted this many days after they finished (failed and dead ones after "
+    "the failed days), except each job's newest runs (keep last). Blank: inherited. 0 days: kept "
+    "forever; keep last 0: no such floor. Runs still going are never deleted."
+)
 
 
 class RetentionAdminMixin:
@@ -38,7 +40,9 @@ class RetentionAdminMixin:
             def clean(self):
                 data = super().clean()
                 changes = {name: data.get(name) for name in RETENTION_FIELDS if name in self.changed_data}
-                check = services.check_job_retention if isinstance(self.instance, Job) else retention_policy.check_retention
+                check = (
+                    services.check_job_retention if isinstance(self.instance, Job) else retention_policy.check_retention
+                )
                 try:
                     self.retention_changes = check(self.instance, changes)
                 except InvalidInput as exc:
@@ -54,8 +58,9 @@ class RetentionAdminMixin:
             return
         actor = f"admin:{request.user}"
         if isinstance(form.instance, Job):
-            services.job_set_retention(Job.objects.select_related("tenant").get(pk=form.instance.pk), changes,
-                                        actor=actor)
+            services.job_set_retention(
+                Job.objects.select_related("tenant").get(pk=form.instance.pk), changes, actor=actor
+            )
         else:
             services.tenant_set_retention(type(form.instance).objects.get(pk=form.instance.pk), changes, actor=actor)
 
@@ -70,9 +75,14 @@ class RetentionAdminMixin:
         def days(n: int) -> str:
             return "forever" if n == 0 else f"{n} days"
 
-        return (f"finished runs {days(effective['days'])} ({sources['days']}), failed and dead "
-                f"{days(effective['failed_days'])} ({sources['failed_days']}), each job's newest "
-                f"{effective['keep_last']} whatever their age ({sources['keep_last']})")
+        return (
+            f"finished runs {days(effective['days'])} ({sources['days']}), failed and dead "
+            f"{days(effective['failed_days'])} ({sources['failed_days']}), each job's newest "
+            f"{effective['keep_last']} whatever their age ({sources['keep_last']})"
+        )
 
 
-RETENTION_FIELDSET = ("Retention of finished runs", {"fields": (*RETENTION_FIELDS, IN_FORCE), "description": SECTION_HELP})
+RETENTION_FIELDSET = (
+    "Retention of finished runs",
+    {"fields": (*RETENTION_FIELDS, IN_FORCE), "description": SECTION_HELP},
+)

@@ -59,7 +59,7 @@ class CappedPaginator(Paginator):
     def page(self, number):
         number = self.validate_number(number)
         bottom = (number - 1) * self.per_page
-        ids = list(self.object_list.values_list("pk", flat=True)[bottom: bottom + self.per_page])
+        ids = list(self.object_list.values_list("pk", flat=True)[bottom : bottom + self.per_page])
         return self._get_page(list(self.object_list.filter(pk__in=ids)), number, self)
 
     @property
@@ -87,15 +87,28 @@ def attempt_history(run: JobRun) -> list[dict]:
     """Every attempt of `run`, oldest first: the finished ones from `attempts`, then the
     current one from the row itself unless its record is already there."""
     history = [
-        {"attempt": record.get("attempt"), "worker": record.get("worker") or "",
-         "started_at": parse_instant(record.get("started_at")), "finished_at": parse_instant(record.get("finished_at")),
-         "outcome": record.get("outcome") or "", "error": record.get("error") or ""}
+        {
+            "attempt": record.get("attempt"),
+            "worker": record.get("worker") or "",
+            "started_at": parse_instant(record.get("started_at")),
+            "finished_at": parse_instant(record.get("finished_at")),
+            "outcome": record.get("outcome") or "",
+            "error": record.get("error") or "",
+        }
         for record in run.attempts or []
     ]
     if not history or history[-1]["attempt"] != run.attempt:
-        history.append({"attempt": run.attempt, "worker": run.worker, "started_at": run.started_at,
-                        "finished_at": run.finished_at if run.state not in ("queued", "running") else None,
-                        "outcome": run.state, "error": run.error, "current": True})
+        history.append(
+            {
+                "attempt": run.attempt,
+                "worker": run.worker,
+                "started_at": run.started_at,
+                "finished_at": run.finished_at if run.state not in ("queued", "running") else None,
+                "outcome": run.state,
+                "error": run.error,
+                "current": True,
+            }
+        )
     for record in history:
         start, end = record["started_at"], record["finished_at"]
         record["took"] = (end - start).total_seconds() if start and end else None
@@ -114,14 +127,24 @@ def search_runs(queryset, term: str):
         return queryset.filter(id=int(term))
     slug, slash, name = term.partition("/")
     jobs = Job.objects.filter(tenant__slug=slug, name=name) if slash else Job.objects.filter(name__icontains=term)
-    ids = list(jobs.order_by("id").values_list("id", flat=True)[: SEARCH_JOB_LIMIT])
+    ids = list(jobs.order_by("id").values_list("id", flat=True)[:SEARCH_JOB_LIMIT])
     return queryset.filter(job_id__in=ids)
 
 
 @admin.register(JobRun)
 class JobRunAdmin(ReadOnlyAdmin):
-    list_display = ("id", "job_link", "fire_time", "trigger_text", "state_label", "attempt_no", "started", "finished",
-                    "took", "short_reason")
+    list_display = (
+        "id",
+        "job_link",
+        "fire_time",
+        "trigger_text",
+        "state_label",
+        "attempt_no",
+        "started",
+        "finished",
+        "took",
+        "short_reason",
+    )
     list_display_links = ("id",)
     list_filter = ("state", "trigger", "tenant", ("scheduled_at", FireDateFilter))
     list_select_related = ("job__tenant",)
@@ -130,17 +153,60 @@ class JobRunAdmin(ReadOnlyAdmin):
     search_help_text = "A job (tenant/job, or part of its name), a fire key (job12@20240101T090000.000000Z) or a run id"
     paginator = CappedPaginator
     fieldsets = (
-        (None, {"fields": ("job_link", "tenant", "scheduled_at", "fire_key", "trigger", "state_label", "attempt",
-                           "reason", "job_version", "priority", "duplicate_deliveries", "parent_run_link",
-                           "child_runs_links")}),
-        ("Times", {"fields": ("created_at", "first_dispatched", "last_queued", "started_at", "heartbeat_at",
-                              "finished_at", "next_attempt_at", "lease_expires_at", "lags")}),
+        (
+            None,
+            {
+                "fields": (
+                    "job_link",
+                    "tenant",
+                    "scheduled_at",
+                    "fire_key",
+                    "trigger",
+                    "state_label",
+                    "attempt",
+                    "reason",
+                    "job_version",
+                    "priority",
+                    "duplicate_deliveries",
+                    "parent_run_link",
+                    "child_runs_links",
+                )
+            },
+        ),
+        (
+            "Times",
+            {
+                "fields": (
+                    "created_at",
+                    "first_dispatched",
+                    "last_queued",
+                    "started_at",
+                    "heartbeat_at",
+                    "finished_at",
+                    "next_attempt_at",
+                    "lease_expires_at",
+                    "lags",
+                )
+            },
+        ),
         ("Attempts", {"fields": ("attempt_table",)}),
         ("Outcome", {"fields": ("worker", "celery_task_id", "error_text", "result_text")}),
         ("Audit trail", {"fields": ("events",)}),
     )
-    readonly_fields = ("job_link", "fire_key", "state_label", "first_dispatched", "last_queued", "lags",
-                       "attempt_table", "error_text", "result_text", "events", "parent_run_link", "child_runs_links")
+    readonly_fields = (
+        "job_link",
+        "fire_key",
+        "state_label",
+        "first_dispatched",
+        "last_queued",
+        "lags",
+        "attempt_table",
+        "error_text",
+        "result_text",
+        "events",
+        "parent_run_link",
+        "child_runs_links",
+    )
 
     class Media:
         css = {"all": ("scheduler_app/console.css",)}
@@ -229,7 +295,9 @@ class JobRunAdmin(ReadOnlyAdmin):
     def lags(self, run):
         parts = []
         if run.dispatched_at or run.enqueued_at:
-            parts.append(f"dispatch {duration_text(dispatch_lag(run.scheduled_at, run.dispatched_at or run.enqueued_at))}")
+            parts.append(
+                f"dispatch {duration_text(dispatch_lag(run.scheduled_at, run.dispatched_at or run.enqueued_at))}"
+            )
         if run.started_at:
             parts.append(f"start {duration_text(run_start_lag(run))}")
         if run.started_at and run.finished_at:
@@ -239,14 +307,27 @@ class JobRunAdmin(ReadOnlyAdmin):
     @admin.display(description="attempts")
     def attempt_table(self, run):
         rows = format_html_join(
-            "", "<tr{}><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class='cf-error'>{}</td></tr>",
-            ((" class='cf-current'" if record.get("current") else "", record["attempt"], when(record["started_at"]),
-              when(record["finished_at"]), duration_text(record["took"]), record["worker"] or "-",
-              state_badge(record["outcome"]), record["error"] or "-")
-             for record in attempt_history(run)))
+            "",
+            "<tr{}><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class='cf-error'>{}</td></tr>",
+            (
+                (
+                    " class='cf-current'" if record.get("current") else "",
+                    record["attempt"],
+                    when(record["started_at"]),
+                    when(record["finished_at"]),
+                    duration_text(record["took"]),
+                    record["worker"] or "-",
+                    state_badge(record["outcome"]),
+                    record["error"] or "-",
+                )
+                for record in attempt_history(run)
+            ),
+        )
         return format_html(
             "<table class='cf-attempts'><thead><tr><th>#</th><th>started</th><th>finished</th><th>took</th>"
-            "<th>worker</th><th>outcome</th><th>error</th></tr></thead><tbody>{}</tbody></table>", rows)
+            "<th>worker</th><th>outcome</th><th>error</th></tr></thead><tbody>{}</tbody></table>",
+            rows,
+        )
 
     @admin.display(description="error")
     def error_text(self, run):
@@ -261,27 +342,39 @@ class JobRunAdmin(ReadOnlyAdmin):
         found = AuditEvent.objects.filter(tenant_id=run.tenant_id, run_id=run.pk).order_by("id")[:RUN_EVENTS]
         if not found:
             return "none (normal transitions are in the attempts above)"
-        rows = format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                                ((when(event.created_at), event.action, event.actor or "-",
-                                  shorten(str(event.detail), 200)) for event in found))
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            (
+                (when(event.created_at), event.action, event.actor or "-", shorten(str(event.detail), 200))
+                for event in found
+            ),
+        )
         return format_html("<table class='cf-attempts'><tbody>{}</tbody></table>", rows)
 
     # -- replay --
 
     def get_urls(self):
-        return [path("<path:object_id>/replay/", self.admin_site.admin_view(self.replay_view),
-                     name="scheduler_app_jobrun_replay"), *super().get_urls()]
+        return [
+            path(
+                "<path:object_id>/replay/",
+                self.admin_site.admin_view(self.replay_view),
+                name="scheduler_app_jobrun_replay",
+            ),
+            *super().get_urls(),
+        ]
 
     def has_operate_permission(self, request) -> bool:
         return request.user.has_perm("scheduler_app.change_job")
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         run = self.get_object(request, object_id)
-        extra = {"can_replay": run is not None and run.state in services.REPLAYABLE
-                 and self.has_operate_permission(request),
-                 "subtitle": f"Run {run.pk} of {run.job} at {when(run.scheduled_at)}" if run else None,
-                 # The breadcrumb after the job's tenant/job link (str(run) says "job 12").
-                 "cf_run_label": f"run {run.pk} at {when(run.scheduled_at)}" if run else ""}
+        extra = {
+            "can_replay": run is not None and run.state in services.REPLAYABLE and self.has_operate_permission(request),
+            "subtitle": f"Run {run.pk} of {run.job} at {when(run.scheduled_at)}" if run else None,
+            # The breadcrumb after the job's tenant/job link (str(run) says "job 12").
+            "cf_run_label": f"run {run.pk} at {when(run.scheduled_at)}" if run else "",
+        }
         return super().change_view(request, object_id, form_url, {**extra, **(extra_context or {})})
 
     def replay_view(self, request, object_id):
@@ -315,4 +408,3 @@ def short_time(value: datetime | None, scheduled_at: datetime) -> str:
     # "2024-01-01 18:33:05 UTC": the same date and the same zone as the fire time
     same = fired[:10] == full[:10] and fired[19:] == full[19:]
     return format_html('<span title="{}">{}</span>', full, full[11:19] if same else full)
-

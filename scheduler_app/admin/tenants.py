@@ -75,10 +75,10 @@ class TenantAdmin(RetentionAdminMixin, admin.ModelAdmin):
 
     def get_queryset(self, request):
         # A correlated count per listed tenant: only the page's tenants are counted.
-        jobs = (Job.objects.filter(tenant=OuterRef("pk")).order_by().values("tenant")
-                .annotate(n=Count("id")).values("n"))
-        return super().get_queryset(request).annotate(
-            job_count=Coalesce(Subquery(jobs, output_field=IntegerField()), 0))
+        jobs = Job.objects.filter(tenant=OuterRef("pk")).order_by().values("tenant").annotate(n=Count("id")).values("n")
+        return (
+            super().get_queryset(request).annotate(job_count=Coalesce(Subquery(jobs, output_field=IntegerField()), 0))
+        )
 
     @admin.display(description="jobs")
     def job_count(self, tenant):
@@ -91,9 +91,12 @@ class TenantAdmin(RetentionAdminMixin, admin.ModelAdmin):
             '{}<a href="{}?tenant__id__exact={}">jobs</a> · <a href="{}?tenant__id__exact={}">runs</a> · '
             '<a href="{}?tenant__id__exact={}">audit events</a>',
             format_html('<a href="{}?tenant={}">dashboard</a> · ', dashboard, tenant.slug) if dashboard else "",
-            reverse("admin:scheduler_app_job_changelist"), tenant.pk,
-            reverse("admin:scheduler_app_jobrun_changelist"), tenant.pk,
-            reverse("admin:scheduler_app_auditevent_changelist"), tenant.pk,
+            reverse("admin:scheduler_app_job_changelist"),
+            tenant.pk,
+            reverse("admin:scheduler_app_jobrun_changelist"),
+            tenant.pk,
+            reverse("admin:scheduler_app_auditevent_changelist"),
+            tenant.pk,
         )
 
     def save_model(self, request, obj, form, change):
@@ -107,4 +110,3 @@ class TenantAdmin(RetentionAdminMixin, admin.ModelAdmin):
         # Deleting a tenant would cascade to all its jobs, runs and audit events; there is
         # no service for it and it should not be two clicks away.
         return False
-

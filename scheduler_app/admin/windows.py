@@ -29,9 +29,12 @@ class WindowForm(forms.ModelForm):
     starts_at = forms.CharField(required=False, help_text="A one-off window's start, ISO 8601 (no offset: in the zone)")
     ends_at = forms.CharField(required=False, help_text="A one-off window's end")
     tags = TagsField(help_text="Jobs with any of these tags, separated by commas (empty: every job)")
-    target_kinds = forms.MultipleChoiceField(choices=TargetKind.choices, required=False,
-                                             widget=forms.CheckboxSelectMultiple,
-                                             help_text="Jobs of these target kinds (none ticked: every kind)")
+    target_kinds = forms.MultipleChoiceField(
+        choices=TargetKind.choices,
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="Jobs of these target kinds (none ticked: every kind)",
+    )
 
     class Meta:
         model = MaintenanceWindow
@@ -82,8 +85,9 @@ class WindowAdmin(admin.ModelAdmin):
         if change:
             window_update(obj, actor=actor(request), **fields)
             return
-        created = window_create(form.cleaned_data.get("tenant"), name=form.cleaned_data["name"],
-                                actor=actor(request), **fields)
+        created = window_create(
+            form.cleaned_data.get("tenant"), name=form.cleaned_data["name"], actor=actor(request), **fields
+        )
         adopt(obj, created)
 
     def delete_model(self, request, obj):
@@ -104,8 +108,14 @@ def open_windows(now: datetime, tenant_id: int | None) -> list[dict]:
     for window in windows.filter(~Q(cron="") | Q(starts_at__lte=now, ends_at__gt=now)):
         interval = open_at(window.times, now)
         if interval is not None:
-            found.append({"name": window.name, "tenant": window.tenant.slug if window.tenant_id else "",
-                          "until": when(interval[1]),
-                          "effect": "its jobs' fires deferred to its end" if window.action == "defer"
-                          else "its jobs' fires skipped"})
+            found.append(
+                {
+                    "name": window.name,
+                    "tenant": window.tenant.slug if window.tenant_id else "",
+                    "until": when(interval[1]),
+                    "effect": "its jobs' fires deferred to its end"
+                    if window.action == "defer"
+                    else "its jobs' fires skipped",
+                }
+            )
     return found

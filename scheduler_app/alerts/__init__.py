@@ -44,9 +44,28 @@ from scheduler_app.models import db_now
 from scheduler_app.observability import dashboard
 
 __all__ = [
-    "AUTO_PAUSED", "DELIVERY_ATTEMPTS", "KINDS", "RULE_DEFAULTS", "RULE_FIELDS", "check_every", "claim_due_rules", "deliver",
-    "deliver_pending", "delivery_status", "describe", "describe_seconds", "evaluate_due_rules", "evaluate_rule",
-    "on_beat_turn", "payload", "recent_alerts", "roll_ups", "rule_delete", "rule_set", "start_deliverer", "stop_deliverer",
+    "AUTO_PAUSED",
+    "DELIVERY_ATTEMPTS",
+    "KINDS",
+    "RULE_DEFAULTS",
+    "RULE_FIELDS",
+    "check_every",
+    "claim_due_rules",
+    "deliver",
+    "deliver_pending",
+    "delivery_status",
+    "describe",
+    "describe_seconds",
+    "evaluate_due_rules",
+    "evaluate_rule",
+    "on_beat_turn",
+    "payload",
+    "recent_alerts",
+    "roll_ups",
+    "rule_delete",
+    "rule_set",
+    "start_deliverer",
+    "stop_deliverer",
     "validate_rule",
 ]
 logger = logging.getLogger(__name__)

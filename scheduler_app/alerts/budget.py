@@ -47,8 +47,11 @@ def alert_budget_exceeded(tenant_id: int, now: datetime) -> str | None:
     if json_in_sql():
         recorded = hour.exclude(delivery_log__contains=[{"channel": BUDGET_CHANNEL}]).count()
     else:
-        recorded = sum(1 for log in hour.values_list("delivery_log", flat=True)
-                       if not any(entry.get("channel") == BUDGET_CHANNEL for entry in log or []))
+        recorded = sum(
+            1
+            for log in hour.values_list("delivery_log", flat=True)
+            if not any(entry.get("channel") == BUDGET_CHANNEL for entry in log or [])
+        )
     if recorded < budget:
         return None
     return f"the tenant's budget of {budget} alerts per hour is spent (CRONFLEET_ALERT_TENANT_ALERTS_PER_HOUR)"
@@ -66,8 +69,10 @@ def email_budget_exceeded(tenant_id: int, now: datetime, addresses: int) -> str 
         sent = emails_sent_in_python(tenant_id, now)
     if sent + addresses <= budget:
         return None
-    return (f"the tenant's budget of {budget} e-mails per hour is spent ({sent} sent; "
-            f"CRONFLEET_ALERT_TENANT_EMAILS_PER_HOUR)")
+    return (
+        f"the tenant's budget of {budget} e-mails per hour is spent ({sent} sent; "
+        f"CRONFLEET_ALERT_TENANT_EMAILS_PER_HOUR)"
+    )
 
 
 # The e-mails sent since %(since)s: the `recipients` of the e-mail entries without an error
@@ -85,7 +90,15 @@ WHERE alert.tenant_id = %(tenant)s AND alert.raised_at > %(oldest)s
 
 def emails_sent_in_python(tenant_id: int, now: datetime) -> int:
     """EMAILS_SENT for the embedded SQLite demo (no jsonb functions there), over its few alerts."""
-    logs = Alert.objects.filter(tenant_id=tenant_id, raised_at__gt=now - 2 * HOUR).values_list("delivery_log", flat=True)
-    return sum(int(entry["recipients"]) for log in logs for entry in log or []
-               if entry.get("channel") == "email" and entry.get("error") is None and "recipients" in entry
-               and datetime.fromisoformat(entry["at"]) > now - HOUR)
+    logs = Alert.objects.filter(tenant_id=tenant_id, raised_at__gt=now - 2 * HOUR).values_list(
+        "delivery_log", flat=True
+    )
+    return sum(
+        int(entry["recipients"])
+        for log in logs
+        for entry in log or []
+        if entry.get("channel") == "email"
+        and entry.get("error") is None
+        and "recipients" in entry
+        and datetime.fromisoformat(entry["at"]) > now - HOUR
+    )

@@ -154,8 +154,9 @@ def delivery_status(alert: Alert) -> str:
     return "failed" if alert.delivery_attempts >= DELIVERY_ATTEMPTS else "pending"
 
 
-def fair_pending(now: datetime, *, limit: int, per_tenant: int, busy: Counter | None = None,
-                 skip: set[int] | None = None) -> list[tuple[int, int]]:
+def fair_pending(
+    now: datetime, *, limit: int, per_tenant: int, busy: Counter | None = None, skip: set[int] | None = None
+) -> list[tuple[int, int]]:
     """(alert id, tenant id) of up to `limit` alerts due at `now`, tenants in turn (every
     tenant's oldest first, then every tenant's second...), at most `per_tenant` of a tenant
     less the `busy` ones it has in flight; alerts in `skip` or claimed by a beat are left."""
@@ -165,8 +166,11 @@ def fair_pending(now: datetime, *, limit: int, per_tenant: int, busy: Counter | 
         rows = cursor.fetchall()
     # `skip` (handed to a sending thread, not claimed yet: a few) is left out here, in SQL that
     # SQLite runs too; a skipped alert keeps its place, so its tenant gets no more than its share.
-    picked = [(alert_id, tenant_id) for alert_id, tenant_id, place in rows
-              if alert_id not in skip and place + busy[tenant_id] <= per_tenant]
+    picked = [
+        (alert_id, tenant_id)
+        for alert_id, tenant_id, place in rows
+        if alert_id not in skip and place + busy[tenant_id] <= per_tenant
+    ]
     return picked[:limit]
 
 
@@ -185,8 +189,13 @@ ORDER BY place, next_delivery_at, id
 """
 
 
-def deliver_pending(now: datetime, *, limit: int = DELIVERIES_PER_CHECK, stop: threading.Event | None = None,
-                    clock: Callable[[], datetime] | None = None) -> int:
+def deliver_pending(
+    now: datetime,
+    *,
+    limit: int = DELIVERIES_PER_CHECK,
+    stop: threading.Event | None = None,
+    clock: Callable[[], datetime] | None = None,
+) -> int:
     """Send, one after another, up to `limit` undelivered alerts whose turn has come at
     `now`, tenants in turn (fair_pending); return how many were delivered. For a beat without
     a Deliverer (`runbeat --once`, tests). Each is sent at `now`, or with `clock`, at the time
@@ -204,9 +213,11 @@ def deliver(alert_id: int, now: datetime) -> bool:
     rule, and record the outcome. False: another beat has it, or a channel failed. An e-mail
     over the tenant's hourly budget is not sent (logged as suppressed); an alert whose only
     channel that was is recorded as suppressed (no next attempt)."""
-    claimed = (Alert.objects.filter(id=alert_id, delivered_at__isnull=True, next_delivery_at__isnull=False)
-               .filter(Q(delivering_until__isnull=True) | Q(delivering_until__lt=now))
-               .update(delivering_until=now + lease()))
+    claimed = (
+        Alert.objects.filter(id=alert_id, delivered_at__isnull=True, next_delivery_at__isnull=False)
+        .filter(Q(delivering_until__isnull=True) | Q(delivering_until__lt=now))
+        .update(delivering_until=now + lease())
+    )
     if not claimed:
         return False
     alert = Alert.objects.select_related("job__tenant", "rule").get(id=alert_id)
@@ -230,30 +241,55 @@ def deliver(alert_id: int, now: datetime) -> bool:
     backoff = timedelta(seconds=30 * 2 ** (attempts - 1))
     suppressed = ok and not sent and bool(log)  # every channel it has was over budget
     Alert.objects.filter(id=alert_id).update(
-        delivered_at=now if ok and not suppressed else None, delivery_attempts=attempts, delivering_until=None,
-        next_delivery_at=None if ok else now + backoff, delivery_log=[*alert.delivery_log, *log][-20:])
+        delivered_at=now if ok and not suppressed else None,
+        delivery_attempts=attempts,
+        delivering_until=None,
+        next_delivery_at=None if ok else now + backoff,
+        delivery_log=[*alert.delivery_log, *log][-20:],
+    )
     return ok and not suppressed
 
 
 def payload(alert: Alert) -> dict:
     job = alert.job
-    return {"type": "cronfleet.alert", "id": alert.dedup_key, "kind": alert.kind, "message": alert.message,
-            "tenant": job.tenant.slug, "job": job.name, "job_id": job.id, "run_id": alert.run_id,
-            "raised_at": alert.raised_at.isoformat(), "detail": alert.detail}
+    return {
+        "type": "cronfleet.alert",
+        "id": alert.dedup_key,
+        "kind": alert.kind,
+        "message": alert.message,
+        "tenant": job.tenant.slug,
+        "job": job.name,
+        "job_id": job.id,
+        "run_id": alert.run_id,
+        "raised_at": alert.raised_at.isoformat(),
+        "detail": alert.detail,
+    }
 
 
 def send_webhook(alert: Alert, url: str, now: datetime) -> str | None:
     """POST the alert as JSON, signed with the tenant's secrets; None when it answered 2xx."""
     body = json.dumps(payload(alert), separators=(",", ":")).encode()
     secrets = [signing.parse_secret(s) for s in tenant_signing_secrets(alert.job.tenant, now)]
-    signed = signing.headers(secrets, f"alert-{alert.id}", int(now.timestamp()), body,
-                              attempt=alert.delivery_attempts + 1, scheduled_at=alert.raised_at.isoformat())
+    signed = signing.headers(
+        secrets,
+        f"alert-{alert.id}",
+        int(now.timestamp()),
+        body,
+        attempt=alert.delivery_attempts + 1,
+        scheduled_at=alert.raised_at.isoformat(),
+    )
     try:
         response = httpclient.request(
-            "POST", url, headers={"Content-Type": "application/json"}, signed_headers=signed, body=body,
-            timeout=float(app_settings.ALERT_DELIVERY_TIMEOUT_SECONDS), max_response_bytes=4096,
+            "POST",
+            url,
+            headers={"Content-Type": "application/json"},
+            signed_headers=signed,
+            body=body,
+            timeout=float(app_settings.ALERT_DELIVERY_TIMEOUT_SECONDS),
+            max_response_bytes=4096,
             allowed_networks=[ipaddress.ip_network(net) for net in app_settings.HTTP_ALLOWED_NETWORKS],
-            user_agent="Cronfleet-Alert/1")
+            user_agent="Cronfleet-Alert/1",
+        )
     except (netguard.BlockedTarget, httpclient.HttpTimeout, httpclient.HttpConnectionError, OSError, ValueError) as exc:
         if uncallable(exc):  # the tenant reads this: not which internal names exist
             logger.warning("alert %s: webhook %r cannot be called: %s", alert.id, url, exc)
@@ -266,8 +302,13 @@ def send_webhook(alert: Alert, url: str, now: datetime) -> str | None:
 
 def send_email(alert: Alert, addresses: list[str]) -> str | None:
     try:
-        send_mail(f"[Cronfleet] {alert.kind}: {alert.job}", f"{alert.message}\n\n{json.dumps(payload(alert), indent=2)}",
-                  settings.DEFAULT_FROM_EMAIL, addresses, fail_silently=False)
+        send_mail(
+            f"[Cronfleet] {alert.kind}: {alert.job}",
+            f"{alert.message}\n\n{json.dumps(payload(alert), indent=2)}",
+            settings.DEFAULT_FROM_EMAIL,
+            addresses,
+            fail_silently=False,
+        )
     except Exception as exc:  # noqa: BLE001 - any backend's failure is a failed delivery, retried later
         return f"{type(exc).__name__}: {exc}"
     return None

@@ -71,32 +71,43 @@ def evaluate_rule(rule: AlertRule, now: datetime) -> int:
         JobRun.objects.filter(job=job, scheduled_at__gt=since - LOOKBACK, scheduled_at__lte=now)
         .filter(Q(finished_at__gt=since, finished_at__lte=now) | Q(started_at__gt=since, started_at__lte=now))
         .order_by("scheduled_at")
-        .only("id", "scheduled_at", "trigger", "state", "attempt", "enqueued_at", "started_at", "finished_at",
-              "error")[:RUNS_PER_RULE]
+        .only("id", "scheduled_at", "trigger", "state", "attempt", "enqueued_at", "started_at", "finished_at", "error")[
+            :RUNS_PER_RULE
+        ]
     )
     until = now if len(runs) < RUNS_PER_RULE else max(max(r.started_at or since, r.finished_at or since) for r in runs)
     found = []
     for run in runs:
         found.extend(run_findings(rule, run, since, until))
-    successes = [run.finished_at for run in runs if run.state == RunState.SUCCEEDED and run.finished_at
-                 and run.finished_at <= until]
+    successes = [
+        run.finished_at
+        for run in runs
+        if run.state == RunState.SUCCEEDED and run.finished_at and run.finished_at <= until
+    ]
     if successes:
         rule.last_success_at = max([*successes, rule.last_success_at or successes[0]])
     if rule.no_success_seconds is not None:
         silent_since = rule.last_success_at or rule.created_at
         limit = timedelta(seconds=rule.no_success_seconds + rule.grace_seconds)
         if now - silent_since > limit:
-            found.append((AlertKind.NO_SUCCESS, f"since:{silent_since.isoformat()}", None,
-                          f"{job}: no successful run for {describe(now - silent_since)} "
-                          f"(expected one every {describe(timedelta(seconds=rule.no_success_seconds))} "
-                          f"+ {describe(timedelta(seconds=rule.grace_seconds))} grace)",
-                          {"last_success_at": rule.last_success_at.isoformat() if rule.last_success_at else None}))
+            found.append(
+                (
+                    AlertKind.NO_SUCCESS,
+                    f"since:{silent_since.isoformat()}",
+                    None,
+                    f"{job}: no successful run for {describe(now - silent_since)} "
+                    f"(expected one every {describe(timedelta(seconds=rule.no_success_seconds))} "
+                    f"+ {describe(timedelta(seconds=rule.grace_seconds))} grace)",
+                    {"last_success_at": rule.last_success_at.isoformat() if rule.last_success_at else None},
+                )
+            )
     found.extend(auto_pause_findings(rule))
     raised = sum(record_alert(rule, now, *finding) for finding in found[:ALERTS_PER_RULE])
     rule.checked_until = until
     rule.next_check_at = now + timedelta(seconds=check_every())
-    AlertRule.objects.filter(id=rule.id).update(checked_until=until, next_check_at=rule.next_check_at,
-                                                last_success_at=rule.last_success_at)
+    AlertRule.objects.filter(id=rule.id).update(
+        checked_until=until, next_check_at=rule.next_check_at, last_success_at=rule.last_success_at
+    )
     return raised
 
 
@@ -108,30 +119,57 @@ def run_findings(rule: AlertRule, run: JobRun, since: datetime, until: datetime)
     started = run.started_at is not None and since < run.started_at <= until
     subject = f"run{run.id}:a{run.attempt}"
     if rule.on_failure and ended and run.state in FAILED_STATES:
-        found.append((AlertKind.FAILED, subject, run.id,
-                      f"{job}: run {run.id} ({run.scheduled_at:%Y-%m-%d %H:%M:%S}Z) ended {run.state} on attempt "
-                      f"{run.attempt}: {run.error[:300]}", {"state": run.state, "error": run.error[:2000]}))
-    if (rule.max_start_lag_seconds is not None and started and run.trigger == Trigger.SCHEDULE
-            and run.attempt == 1):
+        found.append(
+            (
+                AlertKind.FAILED,
+                subject,
+                run.id,
+                f"{job}: run {run.id} ({run.scheduled_at:%Y-%m-%d %H:%M:%S}Z) ended {run.state} on attempt "
+                f"{run.attempt}: {run.error[:300]}",
+                {"state": run.state, "error": run.error[:2000]},
+            )
+        )
+    if rule.max_start_lag_seconds is not None and started and run.trigger == Trigger.SCHEDULE and run.attempt == 1:
         lag = run_start_lag(run)
         if lag > rule.max_start_lag_seconds:
             shown, limit = seconds_pair(lag, rule.max_start_lag_seconds)
-            found.append((AlertKind.START_LAG, subject, run.id,
-                          f"{job}: run {run.id} started {shown} after its fire time "
-                          f"(more than {limit})", {"start_lag_seconds": lag}))
+            found.append(
+                (
+                    AlertKind.START_LAG,
+                    subject,
+                    run.id,
+                    f"{job}: run {run.id} started {shown} after its fire time (more than {limit})",
+                    {"start_lag_seconds": lag},
+                )
+            )
     if ended and run.started_at is not None and run.state not in (RunState.SKIPPED, RunState.CANCELLED):
         took = (run.finished_at - run.started_at).total_seconds()
         if rule.max_duration_seconds is not None and took > rule.max_duration_seconds:
             shown, limit = seconds_pair(took, rule.max_duration_seconds)
-            found.append((AlertKind.TOO_LONG, subject, run.id,
-                          f"{job}: run {run.id} took {shown} (more than {limit})",
-                          {"duration_seconds": took}))
-        if (rule.min_duration_seconds is not None and took < rule.min_duration_seconds
-                and run.state == RunState.SUCCEEDED):
+            found.append(
+                (
+                    AlertKind.TOO_LONG,
+                    subject,
+                    run.id,
+                    f"{job}: run {run.id} took {shown} (more than {limit})",
+                    {"duration_seconds": took},
+                )
+            )
+        if (
+            rule.min_duration_seconds is not None
+            and took < rule.min_duration_seconds
+            and run.state == RunState.SUCCEEDED
+        ):
             shown, limit = seconds_pair(took, rule.min_duration_seconds)
-            found.append((AlertKind.TOO_SHORT, subject, run.id,
-                          f"{job}: run {run.id} took only {shown} (less than {limit})",
-                          {"duration_seconds": took}))
+            found.append(
+                (
+                    AlertKind.TOO_SHORT,
+                    subject,
+                    run.id,
+                    f"{job}: run {run.id} took only {shown} (less than {limit})",
+                    {"duration_seconds": took},
+                )
+            )
     return found
 
 
@@ -143,16 +181,32 @@ def auto_pause_findings(rule: AlertRule) -> list[tuple]:
     job = rule.job
     if job.enabled or job.auto_paused_at is None or job.auto_paused_at < rule.created_at:
         return []
-    return [(AUTO_PAUSED, f"at:{job.auto_paused_at.isoformat()}", None, f"{job}: {job.paused_note}",
-             {"auto_paused_at": job.auto_paused_at.isoformat(), "consecutive_failures": job.consecutive_failures,
-              "pause_after_failures": job.pause_after_failures, "note": job.paused_note})]
+    return [
+        (
+            AUTO_PAUSED,
+            f"at:{job.auto_paused_at.isoformat()}",
+            None,
+            f"{job}: {job.paused_note}",
+            {
+                "auto_paused_at": job.auto_paused_at.isoformat(),
+                "consecutive_failures": job.consecutive_failures,
+                "pause_after_failures": job.pause_after_failures,
+                "note": job.paused_note,
+            },
+        )
+    ]
 
 
-def record_alert(rule: AlertRule, now: datetime, kind: str, subject: str, run_id: int | None, message: str,
-                 detail: dict) -> int:
+def record_alert(
+    rule: AlertRule, now: datetime, kind: str, subject: str, run_id: int | None, message: str, detail: dict
+) -> int:
     """Record one alert unless its dedup_key exists (1) or the cool-down holds it back (0)."""
-    last = (Alert.objects.filter(job_id=rule.job_id, kind=kind).order_by("-raised_at")
-            .values("id", "raised_at", "dedup_key").first())
+    last = (
+        Alert.objects.filter(job_id=rule.job_id, kind=kind)
+        .order_by("-raised_at")
+        .values("id", "raised_at", "dedup_key")
+        .first()
+    )
     key = f"job{rule.job_id}:{kind}:{subject}"
     if last is not None and last["dedup_key"] == key:
         return 0
@@ -164,10 +218,22 @@ def record_alert(rule: AlertRule, now: datetime, kind: str, subject: str, run_id
     over = alert_budget_exceeded(rule.job.tenant_id, now)
     log = [suppressed_entry(BUDGET_CHANNEL, now, over)] if over else []
     with connection.cursor() as cursor:  # the unique key decides; a second beat's insert does nothing
-        cursor.execute(INSERT_ALERT, {
-            "rule": rule.id, "job": rule.job_id, "tenant": rule.job.tenant_id, "kind": kind, "key": key[:200],
-            "run": run_id, "message": message[:1000], "detail": json.dumps(detail), "now": now,
-            "next_delivery": None if over else now, "log": json.dumps(log)})
+        cursor.execute(
+            INSERT_ALERT,
+            {
+                "rule": rule.id,
+                "job": rule.job_id,
+                "tenant": rule.job.tenant_id,
+                "kind": kind,
+                "key": key[:200],
+                "run": run_id,
+                "message": message[:1000],
+                "detail": json.dumps(detail),
+                "now": now,
+                "next_delivery": None if over else now,
+                "log": json.dumps(log),
+            },
+        )
         return cursor.rowcount
 
 

@@ -13,12 +13,31 @@ from scheduler_app.models import AlertRule, AuditEvent, Job, JobRun, RunState, d
 from scheduler_app.targets.http import guard
 from scheduler_app.validation import InvalidInput, check_url_path
 
-RULE_FIELDS = ("enabled", "no_success_seconds", "grace_seconds", "on_failure", "max_start_lag_seconds",
-               "max_duration_seconds", "min_duration_seconds", "webhook_url", "emails", "cooldown_seconds")
+RULE_FIELDS = (
+    "enabled",
+    "no_success_seconds",
+    "grace_seconds",
+    "on_failure",
+    "max_start_lag_seconds",
+    "max_duration_seconds",
+    "min_duration_seconds",
+    "webhook_url",
+    "emails",
+    "cooldown_seconds",
+)
 # What a rule holds for a field not given when it is created or replaced as a whole (PUT).
-RULE_DEFAULTS = {"enabled": True, "no_success_seconds": None, "grace_seconds": 0, "on_failure": False,
-                 "max_start_lag_seconds": None, "max_duration_seconds": None, "min_duration_seconds": None,
-                 "webhook_url": "", "emails": [], "cooldown_seconds": 3600}
+RULE_DEFAULTS = {
+    "enabled": True,
+    "no_success_seconds": None,
+    "grace_seconds": 0,
+    "on_failure": False,
+    "max_start_lag_seconds": None,
+    "max_duration_seconds": None,
+    "min_duration_seconds": None,
+    "webhook_url": "",
+    "emails": [],
+    "cooldown_seconds": 3600,
+}
 MAX_SECONDS = 366 * 86400
 
 
@@ -34,19 +53,29 @@ def rule_set(job: Job, changes: dict, *, actor: str = "") -> AlertRule:
         before = {name: getattr(rule, name) for name in values}
         for name, value in values.items():
             setattr(rule, name, value)
-        if rule.no_success_seconds is not None and (before.get("no_success_seconds") is None
-                                                    or rule.last_success_at is None):
+        if rule.no_success_seconds is not None and (
+            before.get("no_success_seconds") is None or rule.last_success_at is None
+        ):
             # The switch counts from the job's last success; armed on a job that never
             # succeeded (or not lately), from when it is armed.
             rule.last_success_at = rule.last_success_at or last_success(job) or now
-        if (rule.min_duration_seconds is not None and rule.max_duration_seconds is not None
-                and rule.min_duration_seconds >= rule.max_duration_seconds):  # one given, the other kept
+        if (
+            rule.min_duration_seconds is not None
+            and rule.max_duration_seconds is not None
+            and rule.min_duration_seconds >= rule.max_duration_seconds
+        ):  # one given, the other kept
             raise InvalidInput("min_duration_seconds", "must be below max_duration_seconds")
         rule.save()
         diff = {name: [before[name], value] for name, value in values.items() if before[name] != value}
         if diff or created:
-            AuditEvent.objects.create(tenant_id=job.tenant_id, job=job, job_name=job.name, action="job.alerts_set",
-                                      actor=actor, detail={"changes": diff})
+            AuditEvent.objects.create(
+                tenant_id=job.tenant_id,
+                job=job,
+                job_name=job.name,
+                action="job.alerts_set",
+                actor=actor,
+                detail={"changes": diff},
+            )
     return rule
 
 
@@ -58,16 +87,21 @@ LAST_SUCCESS_LOOKBACK = 1000
 def last_success(job: Job):
     """When the job's newest succeeded run (among its last LAST_SUCCESS_LOOKBACK fires) ended."""
     recent = JobRun.objects.filter(job=job).order_by("-scheduled_at").values("id")[:LAST_SUCCESS_LOOKBACK]
-    return (JobRun.objects.filter(id__in=recent, state=RunState.SUCCEEDED, finished_at__isnull=False)
-            .order_by("-finished_at").values_list("finished_at", flat=True).first())
+    return (
+        JobRun.objects.filter(id__in=recent, state=RunState.SUCCEEDED, finished_at__isnull=False)
+        .order_by("-finished_at")
+        .values_list("finished_at", flat=True)
+        .first()
+    )
 
 
 def rule_delete(job: Job, *, actor: str = "") -> bool:
     with transaction.atomic():
         deleted, _ = AlertRule.objects.filter(job=job).delete()
         if deleted:
-            AuditEvent.objects.create(tenant_id=job.tenant_id, job=job, job_name=job.name,
-                                      action="job.alerts_deleted", actor=actor)
+            AuditEvent.objects.create(
+                tenant_id=job.tenant_id, job=job, job_name=job.name, action="job.alerts_deleted", actor=actor
+            )
     return bool(deleted)
 
 
@@ -79,10 +113,10 @@ def validate_rule(changes: dict) -> dict:
         if name in ("enabled", "on_failure"):
             if not isinstance(value, bool):
                 raise InvalidInput(name, "must be true or false")
-        elif name in ("no_success_seconds", "max_start_lag_seconds", "max_duration_seconds",
-                      "min_duration_seconds"):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                      or not 0 < value <= MAX_SECONDS):
+        elif name in ("no_success_seconds", "max_start_lag_seconds", "max_duration_seconds", "min_duration_seconds"):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_SECONDS
+            ):
                 raise InvalidInput(name, "must be a number of seconds between 0 and 366 days, or null")
             if name == "no_success_seconds" and value is not None:
                 value = int(value)
@@ -90,8 +124,7 @@ def validate_rule(changes: dict) -> dict:
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SECONDS:
                 raise InvalidInput(name, "must be a whole number of seconds, 0 to 366 days")
             if name == "cooldown_seconds" and value < min_cooldown():
-                raise InvalidInput(name, f"must be at least {min_cooldown()} s "
-                                         "(CRONFLEET_ALERT_MIN_COOLDOWN_SECONDS)")
+                raise InvalidInput(name, f"must be at least {min_cooldown()} s (CRONFLEET_ALERT_MIN_COOLDOWN_SECONDS)")
         elif name == "webhook_url":
             value = check_webhook_url(value)
         elif name == "emails":
@@ -127,8 +160,7 @@ def check_emails(value) -> list[str]:
         value = [part.strip() for part in value.split(",") if part.strip()]
     cap = app_settings.ALERT_MAX_EMAILS_PER_RULE
     if not isinstance(value, list) or len(value) > cap:
-        raise InvalidInput("emails", f"must be a list of at most {cap} addresses "
-                                     "(CRONFLEET_ALERT_MAX_EMAILS_PER_RULE)")
+        raise InvalidInput("emails", f"must be a list of at most {cap} addresses (CRONFLEET_ALERT_MAX_EMAILS_PER_RULE)")
     for index, address in enumerate(value):
         try:
             validate_email(address)

@@ -49,38 +49,67 @@ class StrictSecondsField(serializers.FloatField):
 class AlertRuleWriteSerializer(StrictSerializer):
     read_only_names = ("job", "job_name", "last_success_at", "created_at", "updated_at")
 
-    enabled = StrictBooleanField(required=False, help_text="false: the rule is kept but nothing is checked "
-                                                           "(PUT default: true)")
+    enabled = StrictBooleanField(
+        required=False, help_text="false: the rule is kept but nothing is checked (PUT default: true)"
+    )
     no_success_seconds = StrictIntegerField(
-        required=False, allow_null=True, min_value=1, max_value=MAX_SECONDS,
+        required=False,
+        allow_null=True,
+        min_value=1,
+        max_value=MAX_SECONDS,
         help_text=f"The dead-man's switch: expect a successful run at least this often, 1 s to {DAYS_366}; "
-                  "null: not watched (PUT default)")
-    grace_seconds = StrictIntegerField(required=False, max_value=MAX_SECONDS,
-                                       help_text="... plus this much slack (PUT default: 0)")
-    on_failure = StrictBooleanField(required=False, help_text="Alert when a run ends failed or dead "
-                                                              "(PUT default: false)")
+        "null: not watched (PUT default)",
+    )
+    grace_seconds = StrictIntegerField(
+        required=False, max_value=MAX_SECONDS, help_text="... plus this much slack (PUT default: 0)"
+    )
+    on_failure = StrictBooleanField(
+        required=False, help_text="Alert when a run ends failed or dead (PUT default: false)"
+    )
     max_start_lag_seconds = StrictSecondsField(
-        required=False, allow_null=True, min_value=0, max_value=MAX_SECONDS,
-        help_text="Alert when a run starts later than this after its fire time (above 0); null: not watched")
+        required=False,
+        allow_null=True,
+        min_value=0,
+        max_value=MAX_SECONDS,
+        help_text="Alert when a run starts later than this after its fire time (above 0); null: not watched",
+    )
     max_duration_seconds = StrictSecondsField(
-        required=False, allow_null=True, min_value=0, max_value=MAX_SECONDS,
-        help_text="Alert when a run takes longer (above 0); null: not watched")
+        required=False,
+        allow_null=True,
+        min_value=0,
+        max_value=MAX_SECONDS,
+        help_text="Alert when a run takes longer (above 0); null: not watched",
+    )
     min_duration_seconds = StrictSecondsField(
-        required=False, allow_null=True, min_value=0, max_value=MAX_SECONDS,
-        help_text="Alert when a run succeeds faster (above 0, below max_duration_seconds); null: not watched")
+        required=False,
+        allow_null=True,
+        min_value=0,
+        max_value=MAX_SECONDS,
+        help_text="Alert when a run succeeds faster (above 0, below max_duration_seconds); null: not watched",
+    )
     webhook_url = StrictCharField(
-        required=False, allow_blank=True, max_length=2000, trim_whitespace=False,
+        required=False,
+        allow_blank=True,
+        max_length=2000,
+        trim_whitespace=False,
         help_text="POSTed each alert as signed JSON (the tenant's webhook secrets, as HTTP jobs); the same "
-                  "network guard as HTTP jobs; empty: none (PUT default)")
-    emails = serializers.ListField(child=StrictCharField(max_length=254), required=False, max_length=20,
-                                   help_text="Addresses mailed each alert, at most CRONFLEET_ALERT_MAX_EMAILS_PER_RULE "
-                                             "(10 unless the deployment says otherwise; never above 20) "
-                                             "(PUT default: none)")
+        "network guard as HTTP jobs; empty: none (PUT default)",
+    )
+    emails = serializers.ListField(
+        child=StrictCharField(max_length=254),
+        required=False,
+        max_length=20,
+        help_text="Addresses mailed each alert, at most CRONFLEET_ALERT_MAX_EMAILS_PER_RULE "
+        "(10 unless the deployment says otherwise; never above 20) "
+        "(PUT default: none)",
+    )
     cooldown_seconds = StrictIntegerField(
-        required=False, max_value=MAX_SECONDS,
+        required=False,
+        max_value=MAX_SECONDS,
         help_text="After an alert of one kind, further ones of that kind are counted, not sent, for this long; "
-                  "at least CRONFLEET_ALERT_MIN_COOLDOWN_SECONDS (60 unless the deployment says otherwise) "
-                  "(PUT default: 3600)")
+        "at least CRONFLEET_ALERT_MIN_COOLDOWN_SECONDS (60 unless the deployment says otherwise) "
+        "(PUT default: 3600)",
+    )
 
 
 class AlertRuleSerializer(serializers.ModelSerializer):
@@ -93,10 +122,20 @@ class AlertRuleSerializer(serializers.ModelSerializer):
 
 
 RULE_EXAMPLES = [
-    OpenApiExample("A daily job that must succeed, failures mailed", request_only=True, value={
-        "no_success_seconds": 93600, "grace_seconds": 3600, "on_failure": True, "emails": ["ops@example.com"]}),
-    OpenApiExample("Too slow or suspiciously fast, to a webhook", request_only=True, value={
-        "max_duration_seconds": 600, "min_duration_seconds": 0.5, "webhook_url": "https://hooks.example.com/cron"}),
+    OpenApiExample(
+        "A daily job that must succeed, failures mailed",
+        request_only=True,
+        value={"no_success_seconds": 93600, "grace_seconds": 3600, "on_failure": True, "emails": ["ops@example.com"]},
+    ),
+    OpenApiExample(
+        "Too slow or suspiciously fast, to a webhook",
+        request_only=True,
+        value={
+            "max_duration_seconds": 600,
+            "min_duration_seconds": 0.5,
+            "webhook_url": "https://hooks.example.com/cron",
+        },
+    ),
 ]
 
 
@@ -105,9 +144,12 @@ class JobAlertRuleView(TenantScopedMixin, GenericAPIView):
     serializer_class = AlertRuleSerializer
     lookup_url_kwarg = "id"
     # PUT and PATCH make a rule (add_alertrule) or change one (change_alertrule): saved() asks which.
-    required_permissions = {"get": (p.VIEW_ALERTRULE,), "put": (frozenset({p.ADD_ALERTRULE, p.CHANGE_ALERTRULE}),),
-                            "patch": (frozenset({p.ADD_ALERTRULE, p.CHANGE_ALERTRULE}),),
-                            "delete": (p.DELETE_ALERTRULE,)}
+    required_permissions = {
+        "get": (p.VIEW_ALERTRULE,),
+        "put": (frozenset({p.ADD_ALERTRULE, p.CHANGE_ALERTRULE}),),
+        "patch": (frozenset({p.ADD_ALERTRULE, p.CHANGE_ALERTRULE}),),
+        "delete": (p.DELETE_ALERTRULE,),
+    }
 
     def rule_of(self, job: Job) -> AlertRule:
         rule = AlertRule.objects.select_related("job").filter(job=job).first()
@@ -119,17 +161,23 @@ class JobAlertRuleView(TenantScopedMixin, GenericAPIView):
     def get(self, request, id=None):
         return Response(AlertRuleSerializer(self.rule_of(self.get_object())).data)
 
-    @extend_schema(summary="Set a job's alert rule as a whole: fields left out take their defaults",
-                   request=AlertRuleWriteSerializer, responses={200: AlertRuleSerializer, 201: AlertRuleSerializer},
-                   examples=RULE_EXAMPLES)
+    @extend_schema(
+        summary="Set a job's alert rule as a whole: fields left out take their defaults",
+        request=AlertRuleWriteSerializer,
+        responses={200: AlertRuleSerializer, 201: AlertRuleSerializer},
+        examples=RULE_EXAMPLES,
+    )
     def put(self, request, id=None):
         job = self.get_object()  # first: another tenant's job is a 404 whatever the body
         values = validated(AlertRuleWriteSerializer, request.data)
         return self.saved(job, {**alerts.RULE_DEFAULTS, **values})
 
-    @extend_schema(summary="Change the given fields of a job's alert rule (made with the defaults if it has none)",
-                   request=AlertRuleWriteSerializer, responses={200: AlertRuleSerializer, 201: AlertRuleSerializer},
-                   examples=RULE_EXAMPLES)
+    @extend_schema(
+        summary="Change the given fields of a job's alert rule (made with the defaults if it has none)",
+        request=AlertRuleWriteSerializer,
+        responses={200: AlertRuleSerializer, 201: AlertRuleSerializer},
+        examples=RULE_EXAMPLES,
+    )
     def patch(self, request, id=None):
         job = self.get_object()
         values = validated(AlertRuleWriteSerializer, request.data)
@@ -147,22 +195,28 @@ class JobAlertRuleView(TenantScopedMixin, GenericAPIView):
         p.require(self.request, p.CHANGE_ALERTRULE if existed else p.ADD_ALERTRULE)
         rule = alerts.rule_set(job, values, actor=actor(self.request))
         rule.job = job
-        return Response(AlertRuleSerializer(rule).data, status=status.HTTP_200_OK if existed else status.HTTP_201_CREATED)
+        return Response(
+            AlertRuleSerializer(rule).data, status=status.HTTP_200_OK if existed else status.HTTP_201_CREATED
+        )
 
 
 # --- alerts raised ------------------------------------------------------------------------
 
 
 class DeliverySerializer(serializers.Serializer):
-    status = serializers.ChoiceField(choices=["delivered", "pending", "failed", "suppressed"],
-                                     help_text="pending: to be tried again; failed: gave up after "
-                                               f"{alerts.DELIVERY_ATTEMPTS} attempts; suppressed: not sent, over "
-                                               "the tenant's hourly alert or e-mail budget (the reason in "
-                                               "last_error)")
+    status = serializers.ChoiceField(
+        choices=["delivered", "pending", "failed", "suppressed"],
+        help_text="pending: to be tried again; failed: gave up after "
+        f"{alerts.DELIVERY_ATTEMPTS} attempts; suppressed: not sent, over "
+        "the tenant's hourly alert or e-mail budget (the reason in "
+        "last_error)",
+    )
     delivered_at = serializers.DateTimeField(allow_null=True)
     attempts = serializers.IntegerField()
     next_attempt_at = serializers.DateTimeField(allow_null=True)
-    last_error = serializers.CharField(allow_null=True, help_text="The last attempt's error, if it failed, or why it was suppressed")
+    last_error = serializers.CharField(
+        allow_null=True, help_text="The last attempt's error, if it failed, or why it was suppressed"
+    )
 
 
 class AlertSerializer(serializers.ModelSerializer):
@@ -171,16 +225,19 @@ class AlertSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Alert
-        fields = ("id", "kind", "message", "raised_at", "job", "job_ref", "run_id", "suppressed", "detail",
-                  "delivery")
+        fields = ("id", "kind", "message", "raised_at", "job", "job_ref", "run_id", "suppressed", "detail", "delivery")
         read_only_fields = fields
 
 
 class AlertFilterSerializer(ListQuerySerializer):
     job = serializers.IntegerField(required=False, min_value=1, max_value=INT64_MAX, help_text="Alerts of this job")
     kind = serializers.ChoiceField(choices=AlertKind.choices, required=False)
-    delivered = serializers.BooleanField(required=False, allow_null=True, default=None,
-                                         help_text="true: delivered ones; false: pending, given up or suppressed")
+    delivered = serializers.BooleanField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="true: delivered ones; false: pending, given up or suppressed",
+    )
 
 
 class AlertPagination(KeysetPagination):
@@ -213,6 +270,10 @@ class AlertViewSet(TenantScopedMixin, viewsets.GenericViewSet):
 
 def delivery_of(alert: Alert) -> dict:
     last = (alert.delivery_log or [{}])[-1].get("error")
-    return {"status": alerts.delivery_status(alert), "delivered_at": alert.delivered_at,
-            "attempts": alert.delivery_attempts, "next_attempt_at": alert.next_delivery_at,
-            "last_error": None if alert.delivered_at else last}
+    return {
+        "status": alerts.delivery_status(alert),
+        "delivered_at": alert.delivered_at,
+        "attempts": alert.delivery_attempts,
+        "next_attempt_at": alert.next_delivery_at,
+        "last_error": None if alert.delivered_at else last,
+    }

@@ -19,14 +19,25 @@ from scheduler_app.api.views import NO_CONTENT, TenantScopedMixin
 from scheduler_app.models import Calendar
 
 VIEW_CALENDAR, ADD_CALENDAR, CHANGE_CALENDAR, DELETE_CALENDAR = (
-    p.perm(Calendar, action) for action in ("view", "add", "change", "delete"))
+    p.perm(Calendar, action) for action in ("view", "add", "change", "delete")
+)
 
 EXAMPLES = [
-    OpenApiExample("England's bank holidays, Monday to Friday", request_only=True, value={
-        "name": "uk-bank", "country": "GB", "subdivision": "ENG",
-        "extra_holidays": {"2026-12-24": "Office closed"}}),
-    OpenApiExample("A six-day week", request_only=True, value={
-        "name": "shop", "country": "DE", "weekdays": ["mon", "tue", "wed", "thu", "fri", "sat"]}),
+    OpenApiExample(
+        "England's bank holidays, Monday to Friday",
+        request_only=True,
+        value={
+            "name": "uk-bank",
+            "country": "GB",
+            "subdivision": "ENG",
+            "extra_holidays": {"2026-12-24": "Office closed"},
+        },
+    ),
+    OpenApiExample(
+        "A six-day week",
+        request_only=True,
+        value={"name": "shop", "country": "DE", "weekdays": ["mon", "tue", "wed", "thu", "fri", "sat"]},
+    ),
 ]
 
 
@@ -35,8 +46,13 @@ class CalendarViewSet(TenantScopedMixin, viewsets.GenericViewSet):
     serializer_class = CalendarSerializer
     pagination_class = KeysetPagination
     lookup_url_kwarg = "id"
-    required_permissions = {"list": (VIEW_CALENDAR,), "retrieve": (VIEW_CALENDAR,), "create": (ADD_CALENDAR,),
-                            "partial_update": (CHANGE_CALENDAR,), "destroy": (DELETE_CALENDAR,)}
+    required_permissions = {
+        "list": (VIEW_CALENDAR,),
+        "retrieve": (VIEW_CALENDAR,),
+        "create": (ADD_CALENDAR,),
+        "partial_update": (CHANGE_CALENDAR,),
+        "destroy": (DELETE_CALENDAR,),
+    }
 
     @extend_schema(summary="The tenant's business-day calendars")
     def list(self, request):
@@ -48,15 +64,22 @@ class CalendarViewSet(TenantScopedMixin, viewsets.GenericViewSet):
     def retrieve(self, request, id=None):
         return Response(CalendarSerializer(self.get_object()).data)
 
-    @extend_schema(summary="Make a calendar", request=CalendarWriteSerializer,
-                   responses={201: CalendarSerializer}, examples=EXAMPLES)
+    @extend_schema(
+        summary="Make a calendar",
+        request=CalendarWriteSerializer,
+        responses={201: CalendarSerializer},
+        examples=EXAMPLES,
+    )
     def create(self, request):
         data = dict(validated(CalendarWriteSerializer, request.data))
         calendar = services.calendar_create(self.tenant, name=data.pop("name"), actor=actor(request), **data)
         return Response(CalendarSerializer(calendar).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(summary="Change a calendar (its jobs' next fires move with it)",
-                   request=CalendarWriteSerializer, responses=CalendarSerializer)
+    @extend_schema(
+        summary="Change a calendar (its jobs' next fires move with it)",
+        request=CalendarWriteSerializer,
+        responses=CalendarSerializer,
+    )
     def partial_update(self, request, id=None):
         calendar = self.get_object()
         data = dict(validated(CalendarWriteSerializer, request.data, partial=True))
@@ -64,8 +87,7 @@ class CalendarViewSet(TenantScopedMixin, viewsets.GenericViewSet):
             raise services.InvalidInput("name", "a calendar keeps its name; make a new one instead")
         return Response(CalendarSerializer(services.calendar_update(calendar, actor=actor(request), **data)).data)
 
-    @extend_schema(summary="Delete a calendar no job uses (400 naming the jobs that do)",
-                   responses={204: NO_CONTENT})
+    @extend_schema(summary="Delete a calendar no job uses (400 naming the jobs that do)", responses={204: NO_CONTENT})
     def destroy(self, request, id=None):
         services.calendar_delete(self.get_object(), actor=actor(request))
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -37,8 +37,11 @@ from scheduler_app.api.views import ApiViewMixin
 _VIEW_ATTRIBUTES = ("DEFAULT_GENERATOR_CLASS",)
 # Every setting at drf-spectacular's default but ours, so nothing of the host's leaks in.
 CUSTOM_SETTINGS = {
-    **{name: value for name, value in SPECTACULAR_DEFAULTS.items()
-       if not name.startswith("SERVE_") and name not in _VIEW_ATTRIBUTES},
+    **{
+        name: value
+        for name, value in SPECTACULAR_DEFAULTS.items()
+        if not name.startswith("SERVE_") and name not in _VIEW_ATTRIBUTES
+    },
     **SETTINGS,
 }
 
@@ -48,8 +51,11 @@ class ApiEndpoints(EndpointEnumerator):
 
     def should_include_endpoint(self, path, callback) -> bool:
         view = getattr(callback, "cls", None)
-        return isinstance(view, type) and issubclass(view, ApiViewMixin) and super().should_include_endpoint(
-            path, callback)
+        return (
+            isinstance(view, type)
+            and issubclass(view, ApiViewMixin)
+            and super().should_include_endpoint(path, callback)
+        )
 
 
 class ApiSchemaGenerator(SchemaGenerator):
@@ -102,8 +108,10 @@ def docs_settings() -> dict:
     drf-spectacular's default CDN: a page whose scripts are missing would be blank."""
     if apps.is_installed("drf_spectacular_sidecar"):
         return CUSTOM_SETTINGS
-    return {**CUSTOM_SETTINGS, **{name: SPECTACULAR_DEFAULTS[name]
-                                  for name in ("SWAGGER_UI_DIST", "SWAGGER_UI_FAVICON_HREF")}}
+    return {
+        **CUSTOM_SETTINGS,
+        **{name: SPECTACULAR_DEFAULTS[name] for name in ("SWAGGER_UI_DIST", "SWAGGER_UI_FAVICON_HREF")},
+    }
 
 
 class DocsView(PublicDocsMixin, SpectacularSwaggerView):

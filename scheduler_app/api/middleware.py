@@ -48,8 +48,7 @@ def record_server_error(sender, request=None, **kwargs) -> None:
     if request is None or not is_api(request):
         return
     request.cronfleet_error_id = uuid.uuid4().hex[:16]
-    logger.error("server error %s: %s %s", request.cronfleet_error_id, request.method, request.path_info,
-                 exc_info=True)
+    logger.error("server error %s: %s %s", request.cronfleet_error_id, request.method, request.path_info, exc_info=True)
 
 
 got_request_exception.connect(record_server_error, dispatch_uid="cronfleet-api-server-error")
@@ -80,8 +79,9 @@ class ApiErrorMiddleware:
             if response.get("Content-Type", "").startswith("application/json"):
                 return response  # a view's own JSON 5xx (none today): it already says what happened
             error_id = uuid.uuid4().hex[:16]
-            logger.error("server error %s: %s %s answered %s", error_id, request.method, request.path_info,
-                         response.status_code)
+            logger.error(
+                "server error %s: %s %s answered %s", error_id, request.method, request.path_info, response.status_code
+            )
         answer = error_response(response.status_code, "server", f"internal error; it is logged as {error_id}")
         answer[ERROR_ID_HEADER] = error_id
         return answer

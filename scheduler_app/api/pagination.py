@@ -99,18 +99,31 @@ class KeysetPagination(BasePagination):
             "required": ["results", "next"],
             "properties": {
                 "results": schema,
-                "next": {"type": "string", "format": "uri", "nullable": True,
-                         "description": "The next page, or null on the last page"},
+                "next": {
+                    "type": "string",
+                    "format": "uri",
+                    "nullable": True,
+                    "description": "The next page, or null on the last page",
+                },
             },
         }
 
     def get_schema_operation_parameters(self, view):
         return [
-            {"name": "cursor", "in": "query", "required": False, "schema": {"type": "string"},
-             "description": "Where to continue: the cursor in the previous page's `next` link"},
-            {"name": "limit", "in": "query", "required": False,
-             "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT},
-             "description": f"Rows per page (1-{MAX_LIMIT})"},
+            {
+                "name": "cursor",
+                "in": "query",
+                "required": False,
+                "schema": {"type": "string"},
+                "description": "Where to continue: the cursor in the previous page's `next` link",
+            },
+            {
+                "name": "limit",
+                "in": "query",
+                "required": False,
+                "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT},
+                "description": f"Rows per page (1-{MAX_LIMIT})",
+            },
         ]
 
 

@@ -44,7 +44,8 @@ MINT_APIKEY = f"{ApiKey._meta.app_label}.mint_apikey"
 VIEW_JOB, ADD_JOB, CHANGE_JOB, DELETE_JOB = (perm(Job, action) for action in ("view", "add", "change", "delete"))
 VIEW_JOBRUN = perm(JobRun, "view")
 VIEW_ALERTRULE, ADD_ALERTRULE, CHANGE_ALERTRULE, DELETE_ALERTRULE = (
-    perm(AlertRule, action) for action in ("view", "add", "change", "delete"))
+    perm(AlertRule, action) for action in ("view", "add", "change", "delete")
+)
 VIEW_ALERT = perm(Alert, "view")
 
 # Making a key, wherever it is made (the admin's add form asks the same).
@@ -82,8 +83,11 @@ def require(request, *needed) -> None:
         return
     lacking = missing(user, needed)
     if lacking:
-        raise ApiError(FIELD, f"staff user {user.get_username()!r} lacks the permission {', '.join(lacking)}",
-                       status.HTTP_403_FORBIDDEN)
+        raise ApiError(
+            FIELD,
+            f"staff user {user.get_username()!r} lacks the permission {', '.join(lacking)}",
+            status.HTTP_403_FORBIDDEN,
+        )
 
 
 def route_requirements(view, request) -> tuple | None:
@@ -104,6 +108,9 @@ def check_route(request, view) -> None:
         return  # nothing of the view runs: DRF answers 405 (no OPTIONS metadata either)
     needed = route_requirements(view, request)
     if needed is None:
-        raise ApiError(FIELD, f"{type(view).__name__} names no permission for this action: no staff session may "
-                              "call it", status.HTTP_403_FORBIDDEN)
+        raise ApiError(
+            FIELD,
+            f"{type(view).__name__} names no permission for this action: no staff session may call it",
+            status.HTTP_403_FORBIDDEN,
+        )
     require(request, *needed)

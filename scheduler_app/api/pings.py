@@ -56,8 +56,11 @@ def ping(request, key: str, action: str = "", cell: str = ""):
     key = key.lower()
     wait = _over_limit(key)
     if wait is not None:
-        return _text(f"rate limited: more than {app_settings.PING_REQUESTS_PER_MINUTE} pings a minute "
-                     "with this key\n", 429, Retry_After=str(wait))
+        return _text(
+            f"rate limited: more than {app_settings.PING_REQUESTS_PER_MINUTE} pings a minute with this key\n",
+            429,
+            Retry_After=str(wait),
+        )
     body = request.read(BODY_LIMIT + 1) if request.method == "POST" else b""
     try:
         services.record_ping(key, action, body)

@@ -26,8 +26,10 @@ class EffectiveRetentionSerializer(serializers.Serializer):
     days = serializers.IntegerField(help_text="Days a finished run is kept (0: forever)")
     failed_days = serializers.IntegerField(help_text="Days a failed or dead run is kept (0: forever)")
     keep_last = serializers.IntegerField(help_text="A job's newest runs kept whatever their age (0: none)")
-    sources = serializers.DictField(child=serializers.ChoiceField(choices=["job", "tenant", "settings"]),
-                                    help_text="Where each value comes from: job, tenant or settings")
+    sources = serializers.DictField(
+        child=serializers.ChoiceField(choices=["job", "tenant", "settings"]),
+        help_text="Where each value comes from: job, tenant or settings",
+    )
 
 
 class RetentionSerializer(serializers.Serializer):
@@ -40,17 +42,23 @@ class RetentionSerializer(serializers.Serializer):
 def change_serializer(name: str, inherited_from: str) -> type[StrictSerializer]:
     fields = {
         "retention_days": StrictIntegerField(
-            allow_null=True, required=False,
+            allow_null=True,
+            required=False,
             help_text=f"Days a finished run is kept after it finished, 0-{retention_policy.LIMITS['retention_days']} "
-                      f"(0: forever); {INHERIT.format(inherited_from)}"),
+            f"(0: forever); {INHERIT.format(inherited_from)}",
+        ),
         "retention_failed_days": StrictIntegerField(
-            allow_null=True, required=False,
+            allow_null=True,
+            required=False,
             help_text=f"Days a failed or dead run is kept, at least retention_days, "
-                      f"0-{retention_policy.LIMITS['retention_failed_days']} (0: forever); {INHERIT.format(inherited_from)}"),
+            f"0-{retention_policy.LIMITS['retention_failed_days']} (0: forever); {INHERIT.format(inherited_from)}",
+        ),
         "retention_keep_last": StrictIntegerField(
-            allow_null=True, required=False,
+            allow_null=True,
+            required=False,
             help_text=f"A job's newest runs kept whatever their age, 0-{retention_policy.LIMITS['retention_keep_last']} "
-                      f"(0: none); {INHERIT.format(inherited_from)}"),
+            f"(0: none); {INHERIT.format(inherited_from)}",
+        ),
     }
     return type(name, (StrictSerializer,), fields)
 
@@ -58,8 +66,9 @@ def change_serializer(name: str, inherited_from: str) -> type[StrictSerializer]:
 TenantRetentionChangeSerializer = change_serializer("TenantRetentionChangeSerializer", "CRONFLEET_RETENTION_*")
 JobRetentionChangeSerializer = change_serializer("JobRetentionChangeSerializer", "the tenant's")
 EXAMPLES = [
-    OpenApiExample("Keep a week, failures a month", request_only=True,
-                   value={"retention_days": 7, "retention_failed_days": 30}),
+    OpenApiExample(
+        "Keep a week, failures a month", request_only=True, value={"retention_days": 7, "retention_failed_days": 30}
+    ),
     OpenApiExample("Always keep the last 100 runs", request_only=True, value={"retention_keep_last": 100}),
     OpenApiExample("Inherit the days again", request_only=True, value={"retention_days": None}),
 ]
@@ -76,8 +85,12 @@ class TenantRetentionView(ApiViewMixin, GenericAPIView):
     def get(self, request, slug=None):
         return Response(RetentionSerializer(retention_policy.describe(self.get_object())).data)
 
-    @extend_schema(summary="Set a tenant's retention of finished runs; null inherits the setting (staff)",
-                   request=TenantRetentionChangeSerializer, responses=RetentionSerializer, examples=EXAMPLES)
+    @extend_schema(
+        summary="Set a tenant's retention of finished runs; null inherits the setting (staff)",
+        request=TenantRetentionChangeSerializer,
+        responses=RetentionSerializer,
+        examples=EXAMPLES,
+    )
     def patch(self, request, slug=None):
         tenant = self.get_object()  # first: someone else's object is a 404 whatever the body
         changes = validated(TenantRetentionChangeSerializer, request.data)
@@ -95,8 +108,12 @@ class JobRetentionView(TenantScopedMixin, GenericAPIView):
     def get(self, request, id=None):
         return Response(RetentionSerializer(retention_policy.describe(self.get_object())).data)
 
-    @extend_schema(summary="Set a job's retention of finished runs; null inherits the tenant's",
-                   request=JobRetentionChangeSerializer, responses=RetentionSerializer, examples=EXAMPLES)
+    @extend_schema(
+        summary="Set a job's retention of finished runs; null inherits the tenant's",
+        request=JobRetentionChangeSerializer,
+        responses=RetentionSerializer,
+        examples=EXAMPLES,
+    )
     def patch(self, request, id=None):
         job = self.get_object()  # first: another tenant's job is a 404 whatever the body
         changes = validated(JobRetentionChangeSerializer, request.data)

@@ -46,5 +46,6 @@ def under_api_urlconf(resolver: URLResolver, path: str) -> bool:
     if getattr(resolver.urlconf_module, "__name__", None) == API_URLCONF:
         return True
     rest = matched[0]
-    return any(under_api_urlconf(pattern, rest) for pattern in resolver.url_patterns
-               if isinstance(pattern, URLResolver))
+    return any(
+        under_api_urlconf(pattern, rest) for pattern in resolver.url_patterns if isinstance(pattern, URLResolver)
+    )

@@ -9,7 +9,10 @@ from drf_spectacular.utils import OpenApiParameter
 from drf_spectacular.utils import extend_schema as spectacular_extend_schema
 
 TENANT_HEADER_PARAMETER = OpenApiParameter(
-    "X-Cronfleet-Tenant", str, OpenApiParameter.HEADER, required=False,
+    "X-Cronfleet-Tenant",
+    str,
+    OpenApiParameter.HEADER,
+    required=False,
     description="Staff callers only, and required for them: the slug of the tenant to act for",
 )
 
@@ -24,8 +27,11 @@ ERROR_SCHEMA = {
                 "type": "object",
                 "required": ["field", "message"],
                 "properties": {
-                    "field": {"type": "string", "description": 'A dotted path into the body ("schedule.cron"), '
-                                                               'a query parameter, a header, or "body"'},
+                    "field": {
+                        "type": "string",
+                        "description": 'A dotted path into the body ("schedule.cron"), '
+                        'a query parameter, a header, or "body"',
+                    },
                     "message": {"type": "string"},
                 },
             },

@@ -9,8 +9,8 @@ it is where the host mounts the API, which docs.ApiSchemaGenerator finds from th
 SETTINGS = {
     "TITLE": "Cronfleet API",
     "DESCRIPTION": "Jobs, runs and tenants of a Cronfleet scheduler. Authenticate with "
-                   "`Authorization: Bearer cf_<prefix>_<secret>`. Errors are "
-                   '`{"errors": [{"field": "schedule.cron", "message": "..."}]}`.',
+    "`Authorization: Bearer cf_<prefix>_<secret>`. Errors are "
+    '`{"errors": [{"field": "schedule.cron", "message": "..."}]}`.',
     "VERSION": "1",
     # None: drf-spectacular takes the common prefix of the API's own paths (docs.py generates
     # only those), so tags and operation ids are "jobs", "jobs_list" under any mount.

@@ -62,8 +62,10 @@ def limits_for(request) -> list[Limit]:
     if key is not None and key.tenant is not None:
         per_key = key.tenant.api_requests_per_minute or default
         per_tenant = max(app_settings.API_TENANT_REQUESTS_PER_MINUTE, per_key)
-        return [Limit(f"key:{key.prefix}", per_key, "with this key"),
-                Limit(f"tenant:{key.tenant.slug}", per_tenant, "for this tenant's keys together")]
+        return [
+            Limit(f"key:{key.prefix}", per_key, "with this key"),
+            Limit(f"tenant:{key.tenant.slug}", per_tenant, "for this tenant's keys together"),
+        ]
     if key is not None:
         return [Limit(f"key:{key.prefix}", default, "with this key")]
     if request.user is not None and request.user.is_authenticated:
@@ -97,8 +99,11 @@ class Counter:
             if self.client is None or self.url != url:
                 self.url, self.closed_at, self.probing = url, 0.0, False
                 self.client = client_from_url(
-                    url, socket_timeout=REDIS_TIMEOUT_SECONDS, socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
-                    retry=Retry(NoBackoff(), 0))  # one try: a retry doubles the wait on a hung Redis
+                    url,
+                    socket_timeout=REDIS_TIMEOUT_SECONDS,
+                    socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
+                    retry=Retry(NoBackoff(), 0),
+                )  # one try: a retry doubles the wait on a hung Redis
             if not self.closed_at:
                 return self.client
             if time.monotonic() >= self.closed_at and not self.probing:
@@ -115,8 +120,11 @@ class Counter:
             first = not self.closed_at
             self.closed_at = time.monotonic() + retry
         if first:
-            logger.warning("API rate limiting is off for %ss: Redis did not answer (%s); then a background "
-                           "probe asks it again", retry, exc)
+            logger.warning(
+                "API rate limiting is off for %ss: Redis did not answer (%s); then a background probe asks it again",
+                retry,
+                exc,
+            )
 
     def probe(self, client: redis.Redis) -> None:
         try:
@@ -223,8 +231,9 @@ refused = RefusedAddresses()
 
 
 def too_many_failures(per_minute: int, reset: int) -> exceptions.Throttled:
-    return exceptions.Throttled(wait=reset, detail=f"more than {per_minute} failed authentications a minute "
-                                                   "from this address.")
+    return exceptions.Throttled(
+        wait=reset, detail=f"more than {per_minute} failed authentications a minute from this address."
+    )
 
 
 def check_address(request) -> None:

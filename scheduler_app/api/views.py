@@ -48,18 +48,43 @@ MAX_RUN_EVENTS = 500
 
 NO_CONTENT = OpenApiResponse(description="Done; no body")
 JOB_EXAMPLES = [
-    OpenApiExample("A nightly task", request_only=True, value={
-        "name": "nightly-report", "tags": ["reports"],
-        "schedule": {"cron": "0 3 * * *", "timezone": "Europe/Paris"},
-        "target": {"kind": "task", "task": "scheduler_app.echo", "args": [], "kwargs": {"day": "yesterday"}},
-        "max_attempts": 5, "misfire_policy": "run_once", "overlap_policy": "skip"}),
-    OpenApiExample("A webhook every five minutes", request_only=True, value={
-        "name": "ping", "schedule": {"every": 300},
-        "target": {"kind": "http", "method": "POST", "url": "https://hooks.example.com/cron",
-                   "headers": {"X-Team": "ops"}, "body": "{}"}}),
-    OpenApiExample("Once, at an instant", request_only=True, value={
-        "name": "launch", "schedule": {"at": "2030-01-01T09:00:00+01:00"},
-        "target": {"kind": "task", "task": "scheduler_app.echo"}}),
+    OpenApiExample(
+        "A nightly task",
+        request_only=True,
+        value={
+            "name": "nightly-report",
+            "tags": ["reports"],
+            "schedule": {"cron": "0 3 * * *", "timezone": "Europe/Paris"},
+            "target": {"kind": "task", "task": "scheduler_app.echo", "args": [], "kwargs": {"day": "yesterday"}},
+            "max_attempts": 5,
+            "misfire_policy": "run_once",
+            "overlap_policy": "skip",
+        },
+    ),
+    OpenApiExample(
+        "A webhook every five minutes",
+        request_only=True,
+        value={
+            "name": "ping",
+            "schedule": {"every": 300},
+            "target": {
+                "kind": "http",
+                "method": "POST",
+                "url": "https://hooks.example.com/cron",
+                "headers": {"X-Team": "ops"},
+                "body": "{}",
+            },
+        },
+    ),
+    OpenApiExample(
+        "Once, at an instant",
+        request_only=True,
+        value={
+            "name": "launch",
+            "schedule": {"at": "2030-01-01T09:00:00+01:00"},
+            "target": {"kind": "task", "task": "scheduler_app.echo"},
+        },
+    ),
 ]
 CHANGE_EXAMPLES = [
     OpenApiExample("Move to 04:30 in the job's zone", request_only=True, value={"schedule": {"cron": "30 4 * * *"}}),
@@ -168,12 +193,19 @@ class MeView(ApiViewMixin, GenericAPIView):
     def get(self, request):
         key = api_key(request)
         limit = limit_for(request)
-        return Response(s.MeSerializer({
-            "key": {"prefix": key.prefix, "name": key.name, "staff": key.is_staff} if key else None,
-            "user": None if key else request.user.get_username(),
-            "tenant": key.tenant if key else None,
-            "rate_limit": {"enabled": rate_limit_enabled(), "requests_per_minute": limit.per_minute if limit else None},
-        }).data)
+        return Response(
+            s.MeSerializer(
+                {
+                    "key": {"prefix": key.prefix, "name": key.name, "staff": key.is_staff} if key else None,
+                    "user": None if key else request.user.get_username(),
+                    "tenant": key.tenant if key else None,
+                    "rate_limit": {
+                        "enabled": rate_limit_enabled(),
+                        "requests_per_minute": limit.per_minute if limit else None,
+                    },
+                }
+            ).data
+        )
 
 
 # --- tenants (staff) --------------------------------------------------------------------
@@ -191,8 +223,13 @@ class TenantViewSet(ApiViewMixin, viewsets.GenericViewSet):
     serializer_class = s.TenantSerializer
     pagination_class = KeysetPagination
     lookup_field = "slug"
-    required_permissions = {"list": (p.VIEW_TENANT,), "retrieve": (p.VIEW_TENANT,), "create": (p.ADD_TENANT,),
-                            "partial_update": (p.CHANGE_TENANT,), "keys": p.MINT}
+    required_permissions = {
+        "list": (p.VIEW_TENANT,),
+        "retrieve": (p.VIEW_TENANT,),
+        "create": (p.ADD_TENANT,),
+        "partial_update": (p.CHANGE_TENANT,),
+        "keys": p.MINT,
+    }
 
     @extend_schema(summary="List tenants (staff)")
     def list(self, request):
@@ -203,8 +240,9 @@ class TenantViewSet(ApiViewMixin, viewsets.GenericViewSet):
     def retrieve(self, request, slug=None):
         return Response(s.TenantSerializer(self.get_object()).data)
 
-    @extend_schema(summary="Create a tenant (staff)", request=s.TenantCreateSerializer,
-                   responses={201: s.TenantSerializer})
+    @extend_schema(
+        summary="Create a tenant (staff)", request=s.TenantCreateSerializer, responses={201: s.TenantSerializer}
+    )
     def create(self, request):
         data = dict(s.validated(s.TenantCreateSerializer, request.data))
         fields = {key: data.pop(key) for key in ("slug", "name", "timezone") if key in data}
@@ -215,16 +253,22 @@ class TenantViewSet(ApiViewMixin, viewsets.GenericViewSet):
                 tenant = services.tenant_update(tenant, data, actor=actor(request))
         return Response(s.TenantSerializer(tenant).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(summary="Change a tenant's name, zone, active flag, quotas or weight (staff)",
-                   request=s.TenantChangeSerializer, responses=s.TenantSerializer)
+    @extend_schema(
+        summary="Change a tenant's name, zone, active flag, quotas or weight (staff)",
+        request=s.TenantChangeSerializer,
+        responses=s.TenantSerializer,
+    )
     def partial_update(self, request, slug=None):
         tenant = self.get_object()
         changes = s.validated(s.TenantChangeSerializer, request.data, partial=True)
         require_quota_permission(request, changes)
         return Response(s.TenantSerializer(services.tenant_update(tenant, dict(changes), actor=actor(request))).data)
 
-    @extend_schema(summary="Make an API key for the tenant (staff); the key is in this response only",
-                   request=s.ApiKeyCreateSerializer, responses={201: s.ApiKeyCreatedSerializer})
+    @extend_schema(
+        summary="Make an API key for the tenant (staff); the key is in this response only",
+        request=s.ApiKeyCreateSerializer,
+        responses={201: s.ApiKeyCreatedSerializer},
+    )
     @action(detail=True, methods=["post"])
     def keys(self, request, slug=None):
         tenant = self.get_object()
@@ -246,8 +290,12 @@ class ApiKeyViewSet(TenantScopedMixin, viewsets.GenericViewSet):
     serializer_class = s.ApiKeySerializer
     pagination_class = KeysetPagination
     lookup_url_kwarg = "id"
-    required_permissions = {"list": (p.VIEW_APIKEY,), "retrieve": (p.VIEW_APIKEY,), "create": p.MINT,
-                            "destroy": (p.CHANGE_APIKEY,)}  # revoking: the admin's revoke action
+    required_permissions = {
+        "list": (p.VIEW_APIKEY,),
+        "retrieve": (p.VIEW_APIKEY,),
+        "create": p.MINT,
+        "destroy": (p.CHANGE_APIKEY,),
+    }  # revoking: the admin's revoke action
 
     @extend_schema(summary="The tenant's API keys, revoked ones included")
     def list(self, request):
@@ -258,13 +306,15 @@ class ApiKeyViewSet(TenantScopedMixin, viewsets.GenericViewSet):
     def retrieve(self, request, id=None):
         return Response(s.ApiKeySerializer(self.get_object()).data)
 
-    @extend_schema(summary="Make an API key for the tenant; the key is in this response only",
-                   request=s.ApiKeyCreateSerializer, responses={201: s.ApiKeyCreatedSerializer})
+    @extend_schema(
+        summary="Make an API key for the tenant; the key is in this response only",
+        request=s.ApiKeyCreateSerializer,
+        responses={201: s.ApiKeyCreatedSerializer},
+    )
     def create(self, request):
         return created_key(request, self.tenant)
 
-    @extend_schema(summary="Revoke an API key (at once; the key stays listed as revoked)",
-                   responses={204: NO_CONTENT})
+    @extend_schema(summary="Revoke an API key (at once; the key stays listed as revoked)", responses={204: NO_CONTENT})
     def destroy(self, request, id=None):
         services.apikey_revoke(self.get_object(), actor=actor(request))
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -289,10 +339,16 @@ class JobViewSet(JobScopedMixin, viewsets.GenericViewSet):
     pagination_class = KeysetPagination
     lookup_url_kwarg = "id"
     required_permissions = {
-        "list": (p.VIEW_JOB,), "retrieve": (p.VIEW_JOB,), "preview": (p.VIEW_JOB,),
+        "list": (p.VIEW_JOB,),
+        "retrieve": (p.VIEW_JOB,),
+        "preview": (p.VIEW_JOB,),
         "impact": (p.VIEW_JOB,),  # a POST that saves nothing
-        "create": (p.ADD_JOB,), "partial_update": (p.CHANGE_JOB,), "destroy": (p.DELETE_JOB,),
-        "pause": (p.OPERATE_JOB,), "resume": (p.OPERATE_JOB,), "trigger": (p.OPERATE_JOB,),
+        "create": (p.ADD_JOB,),
+        "partial_update": (p.CHANGE_JOB,),
+        "destroy": (p.DELETE_JOB,),
+        "pause": (p.OPERATE_JOB,),
+        "resume": (p.OPERATE_JOB,),
+        "trigger": (p.OPERATE_JOB,),
         "backfill": (p.OPERATE_JOB,),  # a dry run too, as on the admin's job page
         "bulk": (frozenset(BULK_PERMISSIONS.values()),),
     }
@@ -313,16 +369,21 @@ class JobViewSet(JobScopedMixin, viewsets.GenericViewSet):
     def retrieve(self, request, id=None):
         return Response(s.JobSerializer(self.get_object()).data)
 
-    @extend_schema(summary="Create a job", request=s.JobWriteSerializer, responses={201: s.JobSerializer},
-                   examples=JOB_EXAMPLES)
+    @extend_schema(
+        summary="Create a job", request=s.JobWriteSerializer, responses={201: s.JobSerializer}, examples=JOB_EXAMPLES
+    )
     def create(self, request):
         data = s.validated(s.JobWriteSerializer, request.data)
         job = services.job_create(self.tenant, services.JobSpec(**s.spec_fields(data)), actor=actor(request))
         return Response(s.JobSerializer(job).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(summary="Change a job (validated as a whole; the version is bumped, and next_run_at "
-                           "recomputed when the schedule changes)",
-                   request=s.JobWriteSerializer, responses=s.JobSerializer, examples=CHANGE_EXAMPLES)
+    @extend_schema(
+        summary="Change a job (validated as a whole; the version is bumped, and next_run_at "
+        "recomputed when the schedule changes)",
+        request=s.JobWriteSerializer,
+        responses=s.JobSerializer,
+        examples=CHANGE_EXAMPLES,
+    )
     def partial_update(self, request, id=None):
         job = self.get_object()
         changes = s.spec_fields(s.validated(s.JobWriteSerializer, request.data, partial=True))
@@ -338,8 +399,11 @@ class JobViewSet(JobScopedMixin, viewsets.GenericViewSet):
         services.job_delete(self.get_object(), actor=actor(request))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
-    @extend_schema(summary="Pause a job (it stops firing; missed fires are recorded once on resume)",
-                   request=s.PauseSerializer, responses=s.JobSerializer)
+    @extend_schema(
+        summary="Pause a job (it stops firing; missed fires are recorded once on resume)",
+        request=s.PauseSerializer,
+        responses=s.JobSerializer,
+    )
     @action(detail=True, methods=["post"])
     def pause(self, request, id=None):
         job = self.get_object()
@@ -351,8 +415,11 @@ class JobViewSet(JobScopedMixin, viewsets.GenericViewSet):
     def resume(self, request, id=None):
         return Response(s.JobSerializer(services.job_resume(self.get_object(), actor=actor(request))).data)
 
-    @extend_schema(summary="Run the job now: a manual run, recorded and queued",
-                   request=None, responses={201: s.TriggeredRunSerializer})
+    @extend_schema(
+        summary="Run the job now: a manual run, recorded and queued",
+        request=None,
+        responses={201: s.TriggeredRunSerializer},
+    )
     @action(detail=True, methods=["post"])
     def trigger(self, request, id=None):
         job = self.get_object()
@@ -361,47 +428,71 @@ class JobViewSet(JobScopedMixin, viewsets.GenericViewSet):
         run.publish_error = None if publish_error is None else str(publish_error)
         return Response(s.TriggeredRunSerializer(run).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(summary="The job's next fires, in UTC and in its zone, DST anomalies flagged",
-                   parameters=[s.PreviewQuerySerializer], responses=s.PreviewSerializer)
+    @extend_schema(
+        summary="The job's next fires, in UTC and in its zone, DST anomalies flagged",
+        parameters=[s.PreviewQuerySerializer],
+        responses=s.PreviewSerializer,
+    )
     @action(detail=True, methods=["get"])
     def preview(self, request, id=None):
         job = self.get_object()
         count = s.validated(s.PreviewQuerySerializer, request.query_params)["count"]
         fires = services.schedule_preview(job.schedule, count=count)
-        return Response(s.PreviewSerializer({"timezone": job.timezone, "fires": fires,
-                                             "placement": job.flex_note or None}).data)
+        return Response(
+            s.PreviewSerializer({"timezone": job.timezone, "fires": fires, "placement": job.flex_note or None}).data
+        )
 
-    @extend_schema(summary="What a PATCH with this body would do to the job's fires (nothing is saved)",
-                   request=s.JobWriteSerializer, responses=s.ImpactSerializer, examples=CHANGE_EXAMPLES)
+    @extend_schema(
+        summary="What a PATCH with this body would do to the job's fires (nothing is saved)",
+        request=s.JobWriteSerializer,
+        responses=s.ImpactSerializer,
+        examples=CHANGE_EXAMPLES,
+    )
     @action(detail=True, methods=["post"])
     def impact(self, request, id=None):
         job = self.get_object()
         changes = s.spec_fields(s.validated(s.JobWriteSerializer, request.data, partial=True))
         return Response(s.ImpactSerializer(services.job_update_impact(job, changes)).data)
 
-    @extend_schema(summary="Record runs for the job's past fires in [start, end] that have none "
-                           "(dry_run, the default, only lists them)",
-                   request=s.BackfillSerializer, responses=s.BackfillResultSerializer,
-                   examples=[OpenApiExample("Yesterday, as a dry run", request_only=True, value={
-                       "start": "2024-01-01T00:00:00Z", "end": "2024-01-02T00:00:00Z", "dry_run": True})])
+    @extend_schema(
+        summary="Record runs for the job's past fires in [start, end] that have none "
+        "(dry_run, the default, only lists them)",
+        request=s.BackfillSerializer,
+        responses=s.BackfillResultSerializer,
+        examples=[
+            OpenApiExample(
+                "Yesterday, as a dry run",
+                request_only=True,
+                value={"start": "2024-01-01T00:00:00Z", "end": "2024-01-02T00:00:00Z", "dry_run": True},
+            )
+        ],
+    )
     @action(detail=True, methods=["post"])
     def backfill(self, request, id=None):
         job = self.get_object()
         data = s.validated(s.BackfillSerializer, request.data)
-        result = services.job_backfill(job, start=data["start"], end=data["end"], dry_run=data["dry_run"],
-                                       actor=actor(request))
+        result = services.job_backfill(
+            job, start=data["start"], end=data["end"], dry_run=data["dry_run"], actor=actor(request)
+        )
         return Response(s.BackfillResultSerializer(result).data)
 
-    @extend_schema(summary="Pause, resume or delete every job carrying a tag",
-                   request=s.BulkSerializer, responses=s.BulkResultSerializer,
-                   examples=[OpenApiExample("Pause a batch", request_only=True,
-                                            value={"tag": "reports", "action": "pause", "note": "maintenance"})])
+    @extend_schema(
+        summary="Pause, resume or delete every job carrying a tag",
+        request=s.BulkSerializer,
+        responses=s.BulkResultSerializer,
+        examples=[
+            OpenApiExample(
+                "Pause a batch", request_only=True, value={"tag": "reports", "action": "pause", "note": "maintenance"}
+            )
+        ],
+    )
     @action(detail=False, methods=["post"])
     def bulk(self, request):
         data = s.validated(s.BulkSerializer, request.data)
         p.require(request, BULK_PERMISSIONS[data["action"]])
-        count = services.jobs_bulk(self.tenant, tag=data["tag"], action=data["action"], note=data.get("note", ""),
-                                   actor=actor(request))
+        count = services.jobs_bulk(
+            self.tenant, tag=data["tag"], action=data["action"], note=data.get("note", ""), actor=actor(request)
+        )
         return Response(s.BulkResultSerializer({"tag": data["tag"], "action": data["action"], "count": count}).data)
 
 
@@ -409,25 +500,44 @@ class SchedulePreviewView(JobScopedMixin, GenericAPIView):
     serializer_class = s.SchedulePreviewSerializer
     required_permissions = {"post": (p.VIEW_JOB,)}  # saves nothing
 
-    @extend_schema(summary="The next fires of a schedule not saved yet (cron read in the tenant's zone by default)",
-                   request=s.SchedulePreviewSerializer, responses=s.PreviewSerializer,
-                   examples=[OpenApiExample("Across a DST change", request_only=True, value={
-                       "schedule": {"cron": "30 2 * * *", "timezone": "Europe/Berlin"}, "count": 3,
-                       "start_at": "2030-03-29T00:00:00Z"})])
+    @extend_schema(
+        summary="The next fires of a schedule not saved yet (cron read in the tenant's zone by default)",
+        request=s.SchedulePreviewSerializer,
+        responses=s.PreviewSerializer,
+        examples=[
+            OpenApiExample(
+                "Across a DST change",
+                request_only=True,
+                value={
+                    "schedule": {"cron": "30 2 * * *", "timezone": "Europe/Berlin"},
+                    "count": 3,
+                    "start_at": "2030-03-29T00:00:00Z",
+                },
+            )
+        ],
+    )
     def post(self, request):
         data = s.validated(s.SchedulePreviewSerializer, request.data)
         fields = s.spec_fields(data)
-        spec = services.JobSpec(name="", start_at=data.get("start_at"), end_at=data.get("end_at"),
-                                **{key: fields[key] for key in ("cron", "timezone", "every", "at", "flex_window",
-                                                                "flex_scope") if key in fields})
+        spec = services.JobSpec(
+            name="",
+            start_at=data.get("start_at"),
+            end_at=data.get("end_at"),
+            **{
+                key: fields[key]
+                for key in ("cron", "timezone", "every", "at", "flex_window", "flex_scope")
+                if key in fields
+            },
+        )
         placement = None
         if spec.flex_window:  # where a job with this window would be placed now (nothing is saved)
             spec, flex = services.spec_placed(self.tenant, spec, db_now())
             placement = flex["flex_note"]
         schedule = services.spec_schedule(self.tenant, spec)
         fires = services.schedule_preview(schedule, count=data["count"])
-        return Response(s.PreviewSerializer({"timezone": schedule.timezone, "fires": fires,
-                                             "placement": placement}).data)
+        return Response(
+            s.PreviewSerializer({"timezone": schedule.timezone, "fires": fires, "placement": placement}).data
+        )
 
 
 # --- runs -------------------------------------------------------------------------------
@@ -438,8 +548,11 @@ class RunViewSet(TenantScopedMixin, viewsets.GenericViewSet):
     serializer_class = s.RunSerializer
     pagination_class = RunPagination
     lookup_url_kwarg = "id"
-    required_permissions = {"list": (p.VIEW_JOBRUN,), "retrieve": (p.VIEW_JOBRUN,),
-                            "replay": (p.OPERATE_JOB,)}  # the admin's replay button asks change_job
+    required_permissions = {
+        "list": (p.VIEW_JOBRUN,),
+        "retrieve": (p.VIEW_JOBRUN,),
+        "replay": (p.OPERATE_JOB,),
+    }  # the admin's replay button asks change_job
 
     @extend_schema(summary="The tenant's runs, newest fire time first", parameters=[s.RunFilterSerializer])
     def list(self, request):
@@ -463,8 +576,9 @@ class RunViewSet(TenantScopedMixin, viewsets.GenericViewSet):
         run.events = AuditEvent.objects.filter(tenant=self.tenant, run_id=run.id).order_by("id")[:MAX_RUN_EVENTS]
         return Response(s.RunDetailSerializer(run).data)
 
-    @extend_schema(summary="Queue a failed or dead run again as its next attempt", request=None,
-                   responses=s.RunSerializer)
+    @extend_schema(
+        summary="Queue a failed or dead run again as its next attempt", request=None, responses=s.RunSerializer
+    )
     @action(detail=True, methods=["post"])
     def replay(self, request, id=None):
         run = services.run_replay(self.get_object(), actor=actor(request))  # keeps the job_name annotation
@@ -489,11 +603,13 @@ class StatsView(TenantScopedMixin, GenericAPIView):
         else:
             raise ApiError("all_tenants", "only staff callers see every tenant's runs", status.HTTP_403_FORBIDDEN)
 
-    @extend_schema(summary="Runs by state, dispatch and start lag percentiles, failure rate over a recent window",
-                   parameters=[s.StatsQuerySerializer], responses=s.StatsSerializer)
+    @extend_schema(
+        summary="Runs by state, dispatch and start lag percentiles, failure rate over a recent window",
+        parameters=[s.StatsQuerySerializer],
+        responses=s.StatsSerializer,
+    )
     def get(self, request):
         window = self.query["window"]
         found = stats.run_stats(self.tenant and self.tenant.id, window=timedelta(seconds=window), now=db_now())
         tenant = self.tenant and self.tenant.slug
         return Response(s.StatsSerializer({"window_seconds": window, "tenant": tenant, **found}).data)
-

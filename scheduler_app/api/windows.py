@@ -28,16 +28,35 @@ from scheduler_app.services.windows import window_create, window_delete, window_
 from scheduler_app.validation import InvalidInput
 
 VIEW_WINDOW, ADD_WINDOW, CHANGE_WINDOW, DELETE_WINDOW = (
-    p.perm(MaintenanceWindow, action) for action in ("view", "add", "change", "delete"))
+    p.perm(MaintenanceWindow, action) for action in ("view", "add", "change", "delete")
+)
 STAFF_ONLY = "only staff callers make or change the deployment's windows"
 
 EXAMPLES = [
-    OpenApiExample("Tonight's database upgrade: the db jobs' fires skipped", request_only=True, value={
-        "name": "db-upgrade", "starts_at": "2026-12-02T22:00:00+01:00", "ends_at": "2026-12-02T23:30:00+01:00",
-        "action": "skip", "running_policy": "cancel", "tags": ["db"]}),
-    OpenApiExample("Every Sunday 02:00-04:00 in Paris, webhooks deferred", request_only=True, value={
-        "name": "sunday-freeze", "cron": "0 2 * * 0", "zone": "Europe/Paris", "duration_minutes": 120,
-        "action": "defer", "target_kinds": ["http"]}),
+    OpenApiExample(
+        "Tonight's database upgrade: the db jobs' fires skipped",
+        request_only=True,
+        value={
+            "name": "db-upgrade",
+            "starts_at": "2026-12-02T22:00:00+01:00",
+            "ends_at": "2026-12-02T23:30:00+01:00",
+            "action": "skip",
+            "running_policy": "cancel",
+            "tags": ["db"],
+        },
+    ),
+    OpenApiExample(
+        "Every Sunday 02:00-04:00 in Paris, webhooks deferred",
+        request_only=True,
+        value={
+            "name": "sunday-freeze",
+            "cron": "0 2 * * 0",
+            "zone": "Europe/Paris",
+            "duration_minutes": 120,
+            "action": "defer",
+            "target_kinds": ["http"],
+        },
+    ),
 ]
 
 
@@ -47,8 +66,13 @@ class WindowViewSet(ApiViewMixin, viewsets.GenericViewSet):
     pagination_class = KeysetPagination
     lookup_url_kwarg = "id"
     acts_for_tenant = True  # schema.ApiSchema documents the X-Cronfleet-Tenant header
-    required_permissions = {"list": (VIEW_WINDOW,), "retrieve": (VIEW_WINDOW,), "create": (ADD_WINDOW,),
-                            "partial_update": (CHANGE_WINDOW,), "destroy": (DELETE_WINDOW,)}
+    required_permissions = {
+        "list": (VIEW_WINDOW,),
+        "retrieve": (VIEW_WINDOW,),
+        "create": (ADD_WINDOW,),
+        "partial_update": (CHANGE_WINDOW,),
+        "destroy": (DELETE_WINDOW,),
+    }
 
     def initial(self, request, *args, **kwargs):
         super().initial(request, *args, **kwargs)
@@ -83,18 +107,24 @@ class WindowViewSet(ApiViewMixin, viewsets.GenericViewSet):
     def retrieve(self, request, id=None):
         return Response(self.shown(self.get_object()))
 
-    @extend_schema(summary="Make a maintenance window", request=WindowWriteSerializer,
-                   responses={201: WindowSerializer}, examples=EXAMPLES)
+    @extend_schema(
+        summary="Make a maintenance window",
+        request=WindowWriteSerializer,
+        responses={201: WindowSerializer},
+        examples=EXAMPLES,
+    )
     def create(self, request):
         data = dict(validated(WindowWriteSerializer, request.data))
         deployment = data.pop("deployment", False)
         if deployment and not self.staff:
             raise ApiError("deployment", STAFF_ONLY, status.HTTP_403_FORBIDDEN)
         if not deployment and self.tenant is None:
-            raise ApiError(TENANT_HEADER, "name the tenant the window is for (its slug) in this header, or give "
-                                          '"deployment": true for a window of the whole deployment')
-        window = window_create(None if deployment else self.tenant, name=data.pop("name"), actor=actor(request),
-                               **data)
+            raise ApiError(
+                TENANT_HEADER,
+                "name the tenant the window is for (its slug) in this header, or give "
+                '"deployment": true for a window of the whole deployment',
+            )
+        window = window_create(None if deployment else self.tenant, name=data.pop("name"), actor=actor(request), **data)
         return Response(self.shown(window), status=status.HTTP_201_CREATED)
 
     @extend_schema(summary="Change a maintenance window", request=WindowWriteSerializer, responses=WindowSerializer)

@@ -14,5 +14,12 @@ from scheduler_app.dispatch.plan import run_times
 from scheduler_app.dispatch.quotas import tenant_budget
 from scheduler_app.dispatch.turn import TurnResult, beat_settings, dispatch_due_jobs, run_turn, seconds_until_due
 
-__all__ = ["TurnResult", "beat_settings", "dispatch_due_jobs", "run_turn", "run_times", "seconds_until_due",
-           "tenant_budget"]
+__all__ = [
+    "TurnResult",
+    "beat_settings",
+    "dispatch_due_jobs",
+    "run_turn",
+    "run_times",
+    "seconds_until_due",
+    "tenant_budget",
+]

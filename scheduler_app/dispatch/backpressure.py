@@ -35,7 +35,7 @@ class Backpressure:
         self.quiet_turns = 0  # turns in a row that held queues back and claimed nothing
 
     def poll_seconds(self) -> float:
-        return min(BACKPRESSURE_POLL_SECONDS * 2 ** self.quiet_turns, BACKPRESSURE_POLL_MAX_SECONDS)
+        return min(BACKPRESSURE_POLL_SECONDS * 2**self.quiet_turns, BACKPRESSURE_POLL_MAX_SECONDS)
 
     def note(self, jobs: list[dict]) -> None:
         self.queues.update(job["queue"] for job in jobs)
@@ -51,8 +51,11 @@ class Backpressure:
             return []
         full = sorted(queue for queue, depth in depths.items() if depth >= high_water)
         if full != self.last_full:  # said when it changes, not every turn
-            logger.info("backpressure: queues holding %s messages or more, not claimed for: %s", high_water,
-                        [queue_name(queue) for queue in full] or "none")
+            logger.info(
+                "backpressure: queues holding %s messages or more, not claimed for: %s",
+                high_water,
+                [queue_name(queue) for queue in full] or "none",
+            )
             self.last_full = full
         return full
 

@@ -33,8 +33,12 @@ def await_checkins(rows: list[RunRow], jobs: list[dict]) -> list[RunRow]:
     monitored = {job["id"] for job in jobs if job["target_kind"] == TargetKind.MONITOR}
     if not monitored:
         return rows
-    return [row._replace(state=RunState.PENDING.value, reason=WAITING_REASON)
-            if row.job_id in monitored and row.state == RunState.QUEUED else row for row in rows]
+    return [
+        row._replace(state=RunState.PENDING.value, reason=WAITING_REASON)
+        if row.job_id in monitored and row.state == RunState.QUEUED
+        else row
+        for row in rows
+    ]
 
 
 def missed_reason(grace_seconds: int, started: bool) -> str:
@@ -51,10 +55,14 @@ def missed_reason(grace_seconds: int, started: bool) -> str:
 # predicate, state and reason prefix, is repeated word for word so the planner can use it);
 # locked rows are skipped (a ping closing the run holds it), and a row a ping closed after
 # the snapshot is re-checked and left alone.
-_GRACE = (f"(SELECT coalesce(CAST(job.target_config ->> 'grace_seconds' AS integer), {DEFAULT_GRACE_SECONDS}) "
-          "FROM scheduler_app_job AS job WHERE job.id = scheduler_app_jobrun.job_id)")
-_MESSAGE = (f"CASE WHEN started_at IS NULL THEN 'missed: no check-in within ' || {_GRACE} || ' s' "
-            f"ELSE 'missed: no success within ' || {_GRACE} || ' s of its start' END")
+_GRACE = (
+    f"(SELECT coalesce(CAST(job.target_config ->> 'grace_seconds' AS integer), {DEFAULT_GRACE_SECONDS}) "
+    "FROM scheduler_app_job AS job WHERE job.id = scheduler_app_jobrun.job_id)"
+)
+_MESSAGE = (
+    f"CASE WHEN started_at IS NULL THEN 'missed: no check-in within ' || {_GRACE} || ' s' "
+    f"ELSE 'missed: no success within ' || {_GRACE} || ' s of its start' END"
+)
 MISS_CHECKINS_PG = f"""
 UPDATE scheduler_app_jobrun
    SET state = 'failed',
@@ -97,16 +105,19 @@ def miss_checkins(now: datetime, *, limit: int) -> int:
 def _miss_checkins_orm(now: datetime, limit: int) -> list[tuple[int, int, int]]:
     """MISS_CHECKINS_PG on SQLite (one beat at a time: the database serialises writers)."""
     missed = []
-    open_runs = (JobRun.objects.filter(state__in=[RunState.PENDING, RunState.RUNNING],
-                                       reason__startswith=CHECKIN_PREFIX)
-                 .select_related("job").order_by("scheduled_at"))
+    open_runs = (
+        JobRun.objects.filter(state__in=[RunState.PENDING, RunState.RUNNING], reason__startswith=CHECKIN_PREFIX)
+        .select_related("job")
+        .order_by("scheduled_at")
+    )
     for run in open_runs:
         grace = int(run.job.target_config.get("grace_seconds", DEFAULT_GRACE_SECONDS))
         if (run.started_at or run.scheduled_at) + timedelta(seconds=grace) >= now:
             continue
         reason = missed_reason(grace, run.started_at is not None)
         if JobRun.objects.filter(id=run.id, state=run.state).update(
-                state=RunState.FAILED, finished_at=now, reason=reason, error=reason):
+            state=RunState.FAILED, finished_at=now, reason=reason, error=reason
+        ):
             missed.append((run.id, run.job_id, run.tenant_id))
         if len(missed) >= limit:
             break

@@ -15,10 +15,31 @@ from scheduler_app.dispatch.common import _local
 
 # The columns a beat needs to plan and publish a job's fires; nothing else is read.
 CLAIM_FIELDS = (
-    "id", "tenant_id", "version", "cron", "timezone", "every_seconds", "run_at", "anchor_at",
-    "start_at", "end_at", "next_run_at", "misfire_policy", "catchup_window_seconds",
-    "run_all_cap", "queue", "timeout_seconds", "priority", "overlap_policy", "jitter_seconds", "jitter_seed",
-    "batch", "target_kind", "name", "calendar_id", "calendar_policy",
+    "id",
+    "tenant_id",
+    "version",
+    "cron",
+    "timezone",
+    "every_seconds",
+    "run_at",
+    "anchor_at",
+    "start_at",
+    "end_at",
+    "next_run_at",
+    "misfire_policy",
+    "catchup_window_seconds",
+    "run_all_cap",
+    "queue",
+    "timeout_seconds",
+    "priority",
+    "overlap_policy",
+    "jitter_seconds",
+    "jitter_seed",
+    "batch",
+    "target_kind",
+    "name",
+    "calendar_id",
+    "calendar_policy",
 )
 
 
@@ -58,8 +79,9 @@ def claim_due_jobs(now: datetime, *, limit: int, held_back: Sequence[str] = ()) 
 def fair_claim_sql(held_back: str = "") -> str:
     """sql.FAIR_CLAIM for this database, leaving out what the hold_back_clause says."""
     statement = sql.FAIR_CLAIM_PG if connection.vendor == "postgresql" else sql.FAIR_CLAIM_SQLITE
-    return statement.format(columns=CLAIM_COLUMNS, job=claim_job_clause(), lock=claim_lock_clause(),
-                            held_back=held_back)
+    return statement.format(
+        columns=CLAIM_COLUMNS, job=claim_job_clause(), lock=claim_lock_clause(), held_back=held_back
+    )
 
 
 def claim_listed_sql(held_back: str = "") -> str:
@@ -154,9 +176,10 @@ class FairOrder:
         clause, params = hold_back_clause("job", held_back)
         with connection.cursor() as cursor:
             while len(jobs) < limit and self.ids:
-                window = self.ids[:2 * limit].tolist()  # room to skip what other beats took meanwhile
-                cursor.execute(claim_listed_sql(clause),
-                               {"ids": window, "now": now, "limit": limit - len(jobs), **params})
+                window = self.ids[: 2 * limit].tolist()  # room to skip what other beats took meanwhile
+                cursor.execute(
+                    claim_listed_sql(clause), {"ids": window, "now": now, "limit": limit - len(jobs), **params}
+                )
                 rows = cursor.fetchall()
                 got = len(rows)
                 passed = rows[-1][0] if got == limit - len(jobs) else len(window)

@@ -24,8 +24,9 @@ logger = logging.getLogger("scheduler_app.beat")
 
 class BeatObserver:
     def __init__(self, *, max_sleep: float, metrics_port: int | None = None, metrics_address: str = "") -> None:
-        self.node = nodes.Registration(NodeKind.BEAT, f"beat@{socket.gethostname()}:{os.getpid()}",
-                                       stale_after=nodes.beat_stale_after(max_sleep))
+        self.node = nodes.Registration(
+            NodeKind.BEAT, f"beat@{socket.gethostname()}:{os.getpid()}", stale_after=nodes.beat_stale_after(max_sleep)
+        )
         logformat.set_node(self.node.name)
         self.queues: set[str] = set()
         self.queues_changed = False
@@ -65,11 +66,20 @@ class BeatObserver:
 
 def activity(turn: TurnResult) -> str:
     """The beat's last turn in a few words, for the node's activity column."""
-    done = [f"{count} {what}" for count, what in (
-        (turn.claimed, "claimed"), (turn.published, "published"), (turn.skipped, "skipped"), (turn.held, "held"),
-        (turn.released, "released"), (turn.requeued, "retries requeued"), (turn.lost, "lost"),
-        (turn.republished, "republished"),
-    ) if count]
+    done = [
+        f"{count} {what}"
+        for count, what in (
+            (turn.claimed, "claimed"),
+            (turn.published, "published"),
+            (turn.skipped, "skipped"),
+            (turn.held, "held"),
+            (turn.released, "released"),
+            (turn.requeued, "retries requeued"),
+            (turn.lost, "lost"),
+            (turn.republished, "republished"),
+        )
+        if count
+    ]
     if turn.held_back:
         done.append(f"holding back {', '.join(turn.held_back)}")
     text = "turn: " + (", ".join(done) if done else "nothing due")

@@ -36,6 +36,8 @@ logger = logging.getLogger(__name__)
 # Seconds between the soft time limit (the task is told to stop) and the hard one (killed).
 HARD_LIMIT_MARGIN = 30
 PUBLISH_BATCH = 1000
+
+
 @dataclass(frozen=True)
 class RunMessage:
     run_id: int
@@ -101,8 +103,13 @@ def publish_runs(messages: Iterable[RunMessage]) -> int:
         except refused as exc:
             if _unreachable(exc):
                 raise
-            logger.error("publish to queue %r refused (%s: %s); its %s runs stay queued for the republish sweep",
-                         name, type(exc).__name__, exc, len(batch))
+            logger.error(
+                "publish to queue %r refused (%s: %s); its %s runs stay queued for the republish sweep",
+                name,
+                type(exc).__name__,
+                exc,
+                len(batch),
+            )
     return sent
 
 
@@ -124,9 +131,16 @@ def _publish_queue(name: str, messages: list[RunMessage], templates: MessageTemp
             producer.maybe_declare(task_queue(name))
             with producer.batch(max_size=PUBLISH_BATCH):
                 for body, headers, properties, priority in _bodies(alone, batches, templates):
-                    producer.publish(body, exchange="", routing_key=name, headers=headers, serializer="json",
-                                     delivery_mode=2, priority=broker_priority(priority, driver_type),
-                                     **properties)
+                    producer.publish(
+                        body,
+                        exchange="",
+                        routing_key=name,
+                        headers=headers,
+                        serializer="json",
+                        delivery_mode=2,
+                        priority=broker_priority(priority, driver_type),
+                        **properties,
+                    )
                     if confirms is not None:
                         confirms.sent()
             if confirms is not None:
@@ -155,7 +169,7 @@ def batched(messages: list[RunMessage], size: int) -> tuple[list[RunMessage], li
     for message in messages:
         if message.batched:
             by_kind.setdefault(message.target_kind, []).append(message)
-    batches = [runs[start:start + size] for runs in by_kind.values() for start in range(0, len(runs), size)]
+    batches = [runs[start : start + size] for runs in by_kind.values() for start in range(0, len(runs), size)]
     return alone, batches
 
 
@@ -178,8 +192,13 @@ class MessageTemplates:
 
     def build(self, message: RunMessage) -> tuple[tuple, dict, dict]:
         task_id = celery_task_id(message.run_id, message.attempt)
-        return self._fill(EXECUTE_RUN, message.timeout_seconds, task_id, [message.run_id, message.attempt],
-                          shadow.shadow_name(message.tenant_id, message.name) or None)
+        return self._fill(
+            EXECUTE_RUN,
+            message.timeout_seconds,
+            task_id,
+            [message.run_id, message.attempt],
+            shadow.shadow_name(message.tenant_id, message.name) or None,
+        )
 
     def build_batch(self, batch: list[RunMessage]) -> tuple[tuple, dict, dict]:
         """One execute_runs message for `batch`. Its time limit is the sum of its runs'
@@ -192,8 +211,9 @@ class MessageTemplates:
         task = EXECUTE_HTTP_RUNS if batch[0].in_flight else EXECUTE_RUNS  # batched(): one kind a batch
         return self._fill(task, timeout, task_id, [[[m.run_id, m.attempt] for m in batch]], name or None)
 
-    def _fill(self, task: str, timeout: int, task_id: str, args: list,
-              shadow_name: str | None) -> tuple[tuple, dict, dict]:
+    def _fill(
+        self, task: str, timeout: int, task_id: str, args: list, shadow_name: str | None
+    ) -> tuple[tuple, dict, dict]:
         headers, properties, rest = self._template(task, timeout)
         return (
             (args, *rest),
@@ -204,8 +224,12 @@ class MessageTemplates:
     def _template(self, task: str, timeout: int) -> tuple[dict, dict, tuple]:
         if (task, timeout) not in self._by_timeout:
             headers, properties, body, _ = app.amqp.as_task_v2(
-                "template", task, args=[0, 0], soft_time_limit=timeout,
-                time_limit=timeout + HARD_LIMIT_MARGIN, ignore_result=True,
+                "template",
+                task,
+                args=[0, 0],
+                soft_time_limit=timeout,
+                time_limit=timeout + HARD_LIMIT_MARGIN,
+                ignore_result=True,
             )
             self._by_timeout[task, timeout] = (headers, properties, tuple(body[1:]))  # body: (args, kwargs, embed)
         return self._by_timeout[task, timeout]

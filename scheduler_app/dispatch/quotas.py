@@ -51,8 +51,14 @@ class Budget:
         return 0 if self.holding else self.available
 
 
-def budget_of(max_fires_per_minute: int | None, max_concurrent_runs: int | None, *, fired: int,
-              in_flight: int, holding: bool = False) -> Budget | None:
+def budget_of(
+    max_fires_per_minute: int | None,
+    max_concurrent_runs: int | None,
+    *,
+    fired: int,
+    in_flight: int,
+    holding: bool = False,
+) -> Budget | None:
     """The budget left by a tenant's limits and what it used: `fired` runs first dispatched in
     the last minute, `in_flight` runs queued or running. None: no limit. Pure."""
     limits = []
@@ -110,15 +116,20 @@ def tenant_budget(tenant_id: int, now: datetime) -> Budget | None:
 def lock_tenants(tenant_ids: Iterable[int]) -> None:
     """Lock tenant rows in id order (FOR NO KEY UPDATE: runs referencing them can still be
     inserted) until the caller's transaction ends; a no-op on SQLite."""
-    list(Tenant.objects.select_for_update(no_key=True).filter(id__in=set(tenant_ids)).order_by("id")
-         .values_list("id", flat=True))
+    list(
+        Tenant.objects.select_for_update(no_key=True)
+        .filter(id__in=set(tenant_ids))
+        .order_by("id")
+        .values_list("id", flat=True)
+    )
 
 
 def manual_in_flight_room(tenant_id: int) -> int:
     """How many more of the tenant's manual runs may be queued or running now
     (jobrun_tenant_in_flight_idx, then each such run's trigger). Call it under the tenant's row lock."""
-    in_flight = JobRun.objects.filter(tenant_id=tenant_id, state__in=(RunState.QUEUED, RunState.RUNNING),
-                                      trigger__in=MANUAL_TRIGGERS).count()
+    in_flight = JobRun.objects.filter(
+        tenant_id=tenant_id, state__in=(RunState.QUEUED, RunState.RUNNING), trigger__in=MANUAL_TRIGGERS
+    ).count()
     return max(0, app_settings.MANUAL_RUNS_IN_FLIGHT - in_flight)
 
 
@@ -158,7 +169,7 @@ def hold_over_budget(rows: list[RunRow], budgets: dict[int, Budget]) -> list[Run
     for tenant_id, indexes in queued.items():
         budget = budgets[tenant_id]
         indexes.sort(key=lambda i: (-rows[i].priority, rows[i].scheduled_at, rows[i].job_id))
-        for i in indexes[budget.for_new_runs:]:
+        for i in indexes[budget.for_new_runs :]:
             rows[i] = rows[i]._replace(state=RunState.PENDING.value, reason=budget.reason)
     return rows
 
@@ -180,7 +191,7 @@ def release_quota_held_runs(now: datetime, *, limit: int, held_back: Iterable[st
         tenants = [row[0] for row in cursor.fetchall()]
     released: list[tuple[int, int, int]] = []
     for start in range(0, len(tenants), TENANT_CHUNK):
-        chunk = tenants[start:start + TENANT_CHUNK]
+        chunk = tenants[start : start + TENANT_CHUNK]
         with transaction.atomic(durable=True):
             lock_tenants(chunk)  # every tenant: its manual room is counted under the lock
             budgets = tenant_budgets(chunk, now)
@@ -200,18 +211,37 @@ def release_quota_held_runs(now: datetime, *, limit: int, held_back: Iterable[st
     return messages_for(released)
 
 
-def release_held(now: datetime, tenant_id: int, limit: int, *, manual: bool,
-                 held_back: list[str] | None = None) -> list[tuple[int, int, int]]:
+def release_held(
+    now: datetime, tenant_id: int, limit: int, *, manual: bool, held_back: list[str] | None = None
+) -> list[tuple[int, int, int]]:
     """Queue up to `limit` of one tenant's held runs, its manual ones or the others waiting
     for its quota, in one statement (sql.RELEASE_QUOTA_HELD_RUNS); the (run id, attempt,
     job id) of each. The caller holds the tenant's row lock."""
     queues = {f"held_back_{number}": queue for number, queue in enumerate(held_back or ())}
-    held_back_clause = "" if not queues else (
-        "AND held.job_id NOT IN (SELECT job.id FROM scheduler_app_job AS job WHERE job.tenant_id = %(tenant)s "
-        f"AND job.queue IN ({', '.join(f'%({name})s' for name in queues)}))")
-    statement = sql.RELEASE_QUOTA_HELD_RUNS.format(lock=lock_clause(), **one_pass(), manual="=" if manual else "<>",
-                                                   manual_length=len(MANUAL_PREFIX), held_back=held_back_clause)
+    held_back_clause = (
+        ""
+        if not queues
+        else (
+            "AND held.job_id NOT IN (SELECT job.id FROM scheduler_app_job AS job WHERE job.tenant_id = %(tenant)s "
+            f"AND job.queue IN ({', '.join(f'%({name})s' for name in queues)}))"
+        )
+    )
+    statement = sql.RELEASE_QUOTA_HELD_RUNS.format(
+        lock=lock_clause(),
+        **one_pass(),
+        manual="=" if manual else "<>",
+        manual_length=len(MANUAL_PREFIX),
+        held_back=held_back_clause,
+    )
     with connection.cursor() as cursor:
-        cursor.execute(statement, {"now": connection.ops.adapt_datetimefield_value(now), "tenant": tenant_id,
-                                   "limit": limit, "manual_prefix": MANUAL_PREFIX, **queues})
+        cursor.execute(
+            statement,
+            {
+                "now": connection.ops.adapt_datetimefield_value(now),
+                "tenant": tenant_id,
+                "limit": limit,
+                "manual_prefix": MANUAL_PREFIX,
+                **queues,
+            },
+        )
         return cursor.fetchall()

@@ -24,8 +24,9 @@ from scheduler_app.queues import queue_depths, queue_name
 logger = logging.getLogger("scheduler_app.dispatch")
 
 STALE_SAMPLE_BATCHES = 10  # a sweep looks for stale queues among this many batches of the oldest stale runs
-NO_CONSUMER_REASON = ("no_consumer: no live worker consumed queue {queue!r} for {seconds} s "
-                      "(CRONFLEET_UNCONSUMED_EXPIRE_SECONDS)")
+NO_CONSUMER_REASON = (
+    "no_consumer: no live worker consumed queue {queue!r} for {seconds} s (CRONFLEET_UNCONSUMED_EXPIRE_SECONDS)"
+)
 
 # expire_unconsumed_runs. Kept beside its one caller: dispatch/sql.py belongs to another change
 # in flight. Skip up to %(limit)s queued runs of one queue first published before %(before)s:
@@ -59,12 +60,20 @@ def release_buffered_runs(now: datetime, *, limit: int) -> list[RunMessage]:
     fires_head, fires_tail = FIRES_REASON.split("{}")
     concurrency_head, concurrency_tail = CONCURRENCY_REASON.split("{}")
     with transaction.atomic(durable=True), connection.cursor() as cursor:
-        cursor.execute(sql.HAND_OVER_BUFFERED_RUNS.format(ready=ready_buffered_runs(quota=True)), {
-            "limit": limit, "fires_head": fires_head, "fires_tail": fires_tail,
-            "concurrency_head": concurrency_head, "concurrency_tail": concurrency_tail,
-        })
-        cursor.execute(sql.RELEASE_BUFFERED_RUNS.format(ready=ready_buffered_runs(quota=False)),
-                       {"now": adapt(now), "limit": limit})
+        cursor.execute(
+            sql.HAND_OVER_BUFFERED_RUNS.format(ready=ready_buffered_runs(quota=True)),
+            {
+                "limit": limit,
+                "fires_head": fires_head,
+                "fires_tail": fires_tail,
+                "concurrency_head": concurrency_head,
+                "concurrency_tail": concurrency_tail,
+            },
+        )
+        cursor.execute(
+            sql.RELEASE_BUFFERED_RUNS.format(ready=ready_buffered_runs(quota=False)),
+            {"now": adapt(now), "limit": limit},
+        )
         rows = cursor.fetchall()
     return messages_for(rows)
 
@@ -91,8 +100,6 @@ def requeue_due_retries(now: datetime, *, limit: int) -> list[RunMessage]:
     return messages_for([(run_id, attempt, job_id) for run_id, attempt, job_id, _ in requeued])
 
 
-
-
 def mark_lost_runs(now: datetime, *, limit: int) -> int:
     """Take runs whose lease ran out away from their worker: retrying (attempt + 1 follows at
     once) or dead. A dead run counts towards its job's pause after repeated failure and
@@ -102,19 +109,29 @@ def mark_lost_runs(now: datetime, *, limit: int) -> int:
     with transaction.atomic(durable=True):
         with connection.cursor() as cursor:
             statement = sql.MARK_LOST_RUNS.format(
-                lock=lock_clause(), **one_pass(), error=sql.LOST_ERROR,
-                append=append_attempt("%(now)s", "'lost'", sql.LOST_ERROR))
+                lock=lock_clause(),
+                **one_pass(),
+                error=sql.LOST_ERROR,
+                append=append_attempt("%(now)s", "'lost'", sql.LOST_ERROR),
+            )
             cursor.execute(statement, {"now": adapt(now), "limit": limit})
             lost = cursor.fetchall()
         if lost:
             logger.warning("marked %s runs lost (lease expired): %s", len(lost), [row[0] for row in lost][:20])
             AuditEvent.objects.bulk_create(
-                AuditEvent(tenant_id=tenant_id, job_id=job_id, run_id=run_id, action="run.lost", actor="beat",
-                           detail={"attempt": attempt, "worker": worker, "then": state})
+                AuditEvent(
+                    tenant_id=tenant_id,
+                    job_id=job_id,
+                    run_id=run_id,
+                    action="run.lost",
+                    actor="beat",
+                    detail={"attempt": attempt, "worker": worker, "then": state},
+                )
                 for run_id, state, attempt, job_id, tenant_id, worker in lost
             )
-            autopause.count_ends([(job_id, state) for _, state, _, job_id, _, _ in lost if state == "dead"],
-                                 actor="beat")
+            autopause.count_ends(
+                [(job_id, state) for _, state, _, job_id, _, _ in lost if state == "dead"], actor="beat"
+            )
             chains.start_children_of([run_id for run_id, state, *_ in lost if state == "dead"])
     return len(lost)
 
@@ -136,8 +153,9 @@ def republish_stale_runs(now: datetime, *, limit: int) -> list[RunMessage]:
     busy_before = now - timedelta(seconds=app_settings.DISPATCH_TIMEOUT_SECONDS)
     with connection.cursor() as cursor:
         statement = sql.STALE_QUEUES_PG if connection.vendor == "postgresql" else sql.STALE_QUEUES
-        cursor.execute(statement, {"before": adapt(max(idle_before, busy_before)),
-                                          "sample": STALE_SAMPLE_BATCHES * limit})
+        cursor.execute(
+            statement, {"before": adapt(max(idle_before, busy_before)), "sample": STALE_SAMPLE_BATCHES * limit}
+        )
         queues = [row[0] for row in cursor.fetchall()]
     if not queues:
         return []
@@ -175,12 +193,13 @@ def passed_over(queue: str, now: datetime, before: datetime, *, limit: int) -> N
     them behind the other queues' runs in the sweep's sample of the oldest."""
     adapt = connection.ops.adapt_datetimefield_value
     with transaction.atomic(durable=True), connection.cursor() as cursor:
-        cursor.execute(sql.REPUBLISH_STALE_RUNS.format(lock_run=lock_clause(of="run"), **one_pass()),
-                       {"now": adapt(now), "before": adapt(before), "queue": queue, "limit": limit})
+        cursor.execute(
+            sql.REPUBLISH_STALE_RUNS.format(lock_run=lock_clause(of="run"), **one_pass()),
+            {"now": adapt(now), "before": adapt(before), "queue": queue, "limit": limit},
+        )
         count = cursor.rowcount
     if count:
-        logger.warning("queue %r has no live worker: %s runs wait there, not published again", queue_name(queue),
-                       count)
+        logger.warning("queue %r has no live worker: %s runs wait there, not published again", queue_name(queue), count)
 
 
 def expire_unconsumed_runs(queue: str, now: datetime, consumed_at: datetime | None, *, limit: int) -> int:
@@ -196,15 +215,24 @@ def expire_unconsumed_runs(queue: str, now: datetime, consumed_at: datetime | No
     reason = NO_CONSUMER_REASON.format(queue=queue_name(queue), seconds=expire)
     with transaction.atomic(durable=True):
         with connection.cursor() as cursor:
-            cursor.execute(EXPIRE_UNCONSUMED_RUNS.format(lock_run=lock_clause(of="run"), **one_pass()), {
-                "now": adapt(now), "before": adapt(before), "queue": queue, "limit": limit, "reason": reason[:500]})
+            cursor.execute(
+                EXPIRE_UNCONSUMED_RUNS.format(lock_run=lock_clause(of="run"), **one_pass()),
+                {"now": adapt(now), "before": adapt(before), "queue": queue, "limit": limit, "reason": reason[:500]},
+            )
             expired = cursor.fetchall()
         if expired:
-            logger.warning("skipped %s runs of queue %r: no live worker for %s s", len(expired), queue_name(queue),
-                           expire)
+            logger.warning(
+                "skipped %s runs of queue %r: no live worker for %s s", len(expired), queue_name(queue), expire
+            )
             AuditEvent.objects.bulk_create(
-                AuditEvent(tenant_id=tenant_id, job_id=job_id, run_id=run_id, action="run.no_consumer", actor="beat",
-                           detail={"attempt": attempt, "queue": queue_name(queue)})
+                AuditEvent(
+                    tenant_id=tenant_id,
+                    job_id=job_id,
+                    run_id=run_id,
+                    action="run.no_consumer",
+                    actor="beat",
+                    detail={"attempt": attempt, "queue": queue_name(queue)},
+                )
                 for run_id, job_id, tenant_id, attempt in expired
             )
     return len(expired)

@@ -111,8 +111,14 @@ def run_turn(now: datetime, *, batch_size: int, grace: timedelta, sweep: bool = 
     )
 
 
-def dispatch_due_jobs(now: datetime, *, limit: int, grace: timedelta, held_back: Sequence[str] = (),
-                      windows: list[BeatWindow] | None = None) -> Dispatched:
+def dispatch_due_jobs(
+    now: datetime,
+    *,
+    limit: int,
+    grace: timedelta,
+    held_back: Sequence[str] = (),
+    windows: list[BeatWindow] | None = None,
+) -> Dispatched:
     """Claim up to `limit` due jobs, record their runs and advance their next fire times.
     `windows`: the turn's maintenance windows (dispatch/windows.py; read here when not given).
 
@@ -138,14 +144,17 @@ def dispatch_due_jobs(now: datetime, *, limit: int, grace: timedelta, held_back:
     revoke_running(cancelled)
     by_id = {job["id"]: job for job in jobs}
     messages = [
-        RunMessage.of(run_id, 1, by_id[job_id])
-        for run_id, job_id, state in inserted
-        if state == RunState.QUEUED
+        RunMessage.of(run_id, 1, by_id[job_id]) for run_id, job_id, state in inserted if state == RunState.QUEUED
     ]
     skipped = sum(1 for _, _, state in inserted if state == RunState.SKIPPED)
     held = sum(1 for row in rows if row.reason.startswith(QUOTA_PREFIX))
-    return Dispatched(claimed=len(jobs), messages=messages, skipped=skipped, held=held,
-                      recorded=recorded_fires(rows, inserted, by_id, now))
+    return Dispatched(
+        claimed=len(jobs),
+        messages=messages,
+        skipped=skipped,
+        held=held,
+        recorded=recorded_fires(rows, inserted, by_id, now),
+    )
 
 
 def seconds_until_due(now: datetime, *, cap: float, held_back: Sequence[str] = ()) -> float:
@@ -164,8 +173,11 @@ def seconds_until_due(now: datetime, *, cap: float, held_back: Sequence[str] = (
     if held_back:
         cap = min(cap, _backpressure().poll_seconds())
     earliest_job = (
-        Job.objects.filter(enabled=True, next_run_at__isnull=False).exclude(queue__in=held_back)
-        .order_by("next_run_at").values_list("next_run_at", flat=True).first()
+        Job.objects.filter(enabled=True, next_run_at__isnull=False)
+        .exclude(queue__in=held_back)
+        .order_by("next_run_at")
+        .values_list("next_run_at", flat=True)
+        .first()
     )
     earliest_retry = JobRun.objects.filter(state=RunState.RETRYING).aggregate(at=Min("next_attempt_at"))["at"]
     candidates = [at for at in (earliest_job, earliest_retry) if at is not None]

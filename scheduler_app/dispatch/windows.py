@@ -30,8 +30,21 @@ from scheduler_app.schedules.windows import WindowTimes, open_at
 # reach back this far at most (the default catch-up window).
 LOOKBACK = timedelta(days=1)
 PREFIX = "maintenance: "
-WINDOW_FIELDS = ("id", "updated_at", "tenant_id", "name", "zone", "starts_at", "ends_at", "cron",
-                 "duration_minutes", "action", "running_policy", "tags", "target_kinds")
+WINDOW_FIELDS = (
+    "id",
+    "updated_at",
+    "tenant_id",
+    "name",
+    "zone",
+    "starts_at",
+    "ends_at",
+    "cron",
+    "duration_minutes",
+    "action",
+    "running_policy",
+    "tags",
+    "target_kinds",
+)
 
 
 @dataclass(frozen=True)
@@ -62,20 +75,36 @@ class BeatWindow:
 
 
 @lru_cache(maxsize=1024)
-def beat_window_of(window_id: int, updated_at: datetime | None, tenant_id: int | None, name: str, zone: str,
-                   starts_at: datetime | None, ends_at: datetime | None, cron: str, duration_minutes: int | None,
-                   action: str, running_policy: str, tags: tuple[str, ...], kinds: tuple[str, ...]) -> BeatWindow:
-    times = WindowTimes(zone=zone, starts_at=starts_at, ends_at=ends_at, cron=cron,
-                        duration=timedelta(minutes=duration_minutes or 0))
+def beat_window_of(
+    window_id: int,
+    updated_at: datetime | None,
+    tenant_id: int | None,
+    name: str,
+    zone: str,
+    starts_at: datetime | None,
+    ends_at: datetime | None,
+    cron: str,
+    duration_minutes: int | None,
+    action: str,
+    running_policy: str,
+    tags: tuple[str, ...],
+    kinds: tuple[str, ...],
+) -> BeatWindow:
+    times = WindowTimes(
+        zone=zone, starts_at=starts_at, ends_at=ends_at, cron=cron, duration=timedelta(minutes=duration_minutes or 0)
+    )
     return BeatWindow(window_id, tenant_id, name, times, action, running_policy, frozenset(tags), frozenset(kinds))
 
 
 def turn_windows(now: datetime) -> list[BeatWindow]:
     """The enabled windows that may hold a fire of this turn: every recurring one, and the
     one-offs begun and not ended longer than LOOKBACK ago. One query."""
-    rows = (MaintenanceWindow.objects.filter(enabled=True)
-            .filter(~Q(cron="") | Q(starts_at__lte=now, ends_at__gt=now - LOOKBACK))
-            .order_by("id").values_list(*WINDOW_FIELDS))
+    rows = (
+        MaintenanceWindow.objects.filter(enabled=True)
+        .filter(~Q(cron="") | Q(starts_at__lte=now, ends_at__gt=now - LOOKBACK))
+        .order_by("id")
+        .values_list(*WINDOW_FIELDS)
+    )
     return [beat_window_of(*row[:11], tuple(row[11] or ()), tuple(row[12] or ())) for row in rows]
 
 
@@ -150,7 +179,9 @@ def cancel_in_windows(windows: list[BeatWindow], now: datetime) -> int:
                 tagged |= Q(id__in=Job.objects.tagged(tag).values("id"))
             jobs = jobs.filter(tagged)
         reason = f"{PREFIX}{window.name}: cancelled, the window is open until {interval[1].isoformat()}"
-        for run_id in JobRun.objects.filter(state=RunState.RUNNING, job__in=jobs.values("id")).values_list("id", flat=True):
+        for run_id in JobRun.objects.filter(state=RunState.RUNNING, job__in=jobs.values("id")).values_list(
+            "id", flat=True
+        ):
             cancel.setdefault(run_id, reason)
     if not cancel:
         return 0

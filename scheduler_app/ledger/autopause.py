@@ -70,8 +70,14 @@ def count_ends(ends: Iterable[tuple[int, str]], *, actor: str) -> list[int]:
         return []
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute(COUNT_ENDS_PG, {"jobs": list(counted), "resets": [r for r, _ in counted.values()],
-                                           "failures": [f for _, f in counted.values()]})
+            cursor.execute(
+                COUNT_ENDS_PG,
+                {
+                    "jobs": list(counted),
+                    "resets": [r for r, _ in counted.values()],
+                    "failures": [f for _, f in counted.values()],
+                },
+            )
             rows = cursor.fetchall()
     else:
         rows = [row for job_id, tally in counted.items() if (row := _count_one(job_id, *tally)) is not None]
@@ -87,8 +93,11 @@ def _count_one(job_id: int, reset: bool, failures: int) -> tuple | None:
     base = 0 if reset else F("consecutive_failures")
     if not jobs.update(consecutive_failures=base + failures):
         return None
-    return Job.objects.filter(id=job_id).values_list("id", "consecutive_failures", "pause_after_failures",
-                                                     "enabled").first()
+    return (
+        Job.objects.filter(id=job_id)
+        .values_list("id", "consecutive_failures", "pause_after_failures", "enabled")
+        .first()
+    )
 
 
 def auto_pause(job_id: int, *, actor: str, now: datetime | None = None) -> bool:
@@ -103,10 +112,18 @@ def auto_pause(job_id: int, *, actor: str, now: datetime | None = None) -> bool:
         note = pause_note(job.consecutive_failures, runs)
         now = now or db_now()
         skip_due_fires([job.id])
-        Job.objects.filter(id=job.id).update(enabled=False, auto_paused_at=now, paused_note=note,
-                                             version=F("version") + 1)
-        audit_job(job, "job.auto_paused", actor, note=note, runs=[run["id"] for run in runs],
-                  consecutive_failures=job.consecutive_failures, pause_after_failures=job.pause_after_failures)
+        Job.objects.filter(id=job.id).update(
+            enabled=False, auto_paused_at=now, paused_note=note, version=F("version") + 1
+        )
+        audit_job(
+            job,
+            "job.auto_paused",
+            actor,
+            note=note,
+            runs=[run["id"] for run in runs],
+            consecutive_failures=job.consecutive_failures,
+            pause_after_failures=job.pause_after_failures,
+        )
     return True
 
 
@@ -116,10 +133,13 @@ def failed_in_a_row(job: Job) -> list[dict]:
     are picked by when they ended (a retried fire ends after later fires) among the newest
     fires' CANDIDATES, which the (job, scheduled_at) index finds without a sort of the job's
     whole history."""
-    candidates = (JobRun.objects.filter(job_id=job.id, state__in=FAILED).order_by("-scheduled_at", "-id")
-                  .values("id", "state", "error", "finished_at")[:CANDIDATES])
+    candidates = (
+        JobRun.objects.filter(job_id=job.id, state__in=FAILED)
+        .order_by("-scheduled_at", "-id")
+        .values("id", "state", "error", "finished_at")[:CANDIDATES]
+    )
     ended = sorted(candidates, key=ended_order)
-    return sorted(ended[-min(job.consecutive_failures, RUNS_NAMED):], key=lambda run: run["id"])
+    return sorted(ended[-min(job.consecutive_failures, RUNS_NAMED) :], key=lambda run: run["id"])
 
 
 def ended_order(run: dict) -> tuple:

@@ -59,10 +59,15 @@ def start_children(ended: Iterable[Ended]) -> int:
         return 0
     by_parent: dict[int, list[dict]] = {}
     for child in Job.objects.filter(after_job_id__in={end.job_id for end in ends}).values(
-            "id", "tenant_id", "after_job_id", "after_states", "enabled", "overlap_policy", "version", "priority"):
+        "id", "tenant_id", "after_job_id", "after_states", "enabled", "overlap_policy", "version", "priority"
+    ):
         by_parent.setdefault(child["after_job_id"], []).append(child)
-    wanted = [(end, child) for end in ends for child in by_parent.get(end.job_id, ())
-              if end.state in child["after_states"] and child["tenant_id"] == end.tenant_id]
+    wanted = [
+        (end, child)
+        for end in ends
+        for child in by_parent.get(end.job_id, ())
+        if end.state in child["after_states"] and child["tenant_id"] == end.tenant_id
+    ]
     if not wanted:
         return 0
     now = db_now()
@@ -82,17 +87,30 @@ def child_run(end: Ended, child: dict, now: datetime, busy: set[int]) -> JobRun:
         state, reason, finished = RunState.SKIPPED, PAUSED_REASON.format(**names), now
     elif child["id"] in busy:
         state, reason, finished = RunState.SKIPPED, OVERLAP_REASON.format(**names), now
-    return JobRun(job_id=child["id"], tenant_id=child["tenant_id"], scheduled_at=end.scheduled_at,
-                  trigger=Trigger.CHAIN, state=state, reason=reason[:500], created_at=now, finished_at=finished,
-                  job_version=child["version"], priority=child["priority"], parent_run_id=end.run_id)
+    return JobRun(
+        job_id=child["id"],
+        tenant_id=child["tenant_id"],
+        scheduled_at=end.scheduled_at,
+        trigger=Trigger.CHAIN,
+        state=state,
+        reason=reason[:500],
+        created_at=now,
+        finished_at=finished,
+        job_version=child["version"],
+        priority=child["priority"],
+        parent_run_id=end.run_id,
+    )
 
 
 def going(job_ids: set[int]) -> set[int]:
     """Which of these jobs have a run still going or waiting (jobrun_active_idx)."""
     if not job_ids:
         return set()
-    return set(JobRun.objects.filter(job_id__in=job_ids, state__in=(RunState.PENDING, *ACTIVE_STATES))
-               .values_list("job_id", flat=True))
+    return set(
+        JobRun.objects.filter(job_id__in=job_ids, state__in=(RunState.PENDING, *ACTIVE_STATES)).values_list(
+            "job_id", flat=True
+        )
+    )
 
 
 def start_children_of(run_ids: list[int]) -> int:
@@ -101,7 +119,8 @@ def start_children_of(run_ids: list[int]) -> int:
     if not run_ids:
         return 0
     rows = JobRun.objects.filter(id__in=run_ids, job__has_children=True).values_list(
-        "id", "job_id", "tenant_id", "scheduled_at", "state")
+        "id", "job_id", "tenant_id", "scheduled_at", "state"
+    )
     return start_children(Ended(*row) for row in rows)
 
 

@@ -12,8 +12,10 @@ from scheduler_app.models import RunState, Trigger
 DISPATCH_LAG_SQL = "extract(epoch FROM coalesce(dispatched_at, enqueued_at) - scheduled_at)"
 # A retry (or a replay, a manual run, a backfill) starts counting when it was queued, so its
 # backoff (or its age) is not lag; only a scheduled fire's first attempt counts from its fire time.
-START_LAG_SQL = ("extract(epoch FROM started_at - CASE WHEN attempt = 1 AND trigger = 'schedule' "
-                 "THEN scheduled_at ELSE coalesce(enqueued_at, scheduled_at) END)")
+START_LAG_SQL = (
+    "extract(epoch FROM started_at - CASE WHEN attempt = 1 AND trigger = 'schedule' "
+    "THEN scheduled_at ELSE coalesce(enqueued_at, scheduled_at) END)"
+)
 
 
 def dispatch_lag(scheduled_at: datetime, dispatched_at: datetime) -> float:
@@ -21,8 +23,9 @@ def dispatch_lag(scheduled_at: datetime, dispatched_at: datetime) -> float:
     return (dispatched_at - scheduled_at).total_seconds()
 
 
-def start_lag(*, attempt: int, trigger: str, scheduled_at: datetime, enqueued_at: datetime | None,
-              started_at: datetime) -> float:
+def start_lag(
+    *, attempt: int, trigger: str, scheduled_at: datetime, enqueued_at: datetime | None, started_at: datetime
+) -> float:
     """Seconds a run waited for a worker (START_LAG_SQL): from its fire time for a scheduled
     fire's first attempt, else from when it was queued."""
     since = scheduled_at if attempt == 1 and trigger == Trigger.SCHEDULE else (enqueued_at or scheduled_at)
@@ -33,8 +36,13 @@ def run_start_lag(run) -> float | None:
     """start_lag of a run row (the admin's job and run pages), None until it started."""
     if run.started_at is None:
         return None
-    return start_lag(attempt=run.attempt, trigger=run.trigger, scheduled_at=run.scheduled_at,
-                     enqueued_at=run.enqueued_at, started_at=run.started_at)
+    return start_lag(
+        attempt=run.attempt,
+        trigger=run.trigger,
+        scheduled_at=run.scheduled_at,
+        enqueued_at=run.enqueued_at,
+        started_at=run.started_at,
+    )
 
 
 ONE_TENANT = "tenant_id = %(tenant_id)s"

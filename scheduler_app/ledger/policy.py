@@ -15,8 +15,11 @@ from scheduler_app.validation import InvalidInput
 
 FIELDS = ("retention_days", "retention_failed_days", "retention_keep_last")
 LIMITS = {"retention_days": 36500, "retention_failed_days": 36500, "retention_keep_last": 100_000}
-SETTINGS = {"retention_days": "CRONFLEET_RETENTION_DAYS", "retention_failed_days": "CRONFLEET_RETENTION_FAILED_DAYS",
-            "retention_keep_last": "CRONFLEET_RETENTION_KEEP_LAST"}
+SETTINGS = {
+    "retention_days": "CRONFLEET_RETENTION_DAYS",
+    "retention_failed_days": "CRONFLEET_RETENTION_FAILED_DAYS",
+    "retention_keep_last": "CRONFLEET_RETENTION_KEEP_LAST",
+}
 
 
 # --- the policy ---------------------------------------------------------------------------
@@ -57,12 +60,21 @@ def own_fields(obj: Tenant | Job) -> dict[str, int | None]:
 def describe(obj: Tenant | Job) -> dict:
     """What the API, the CLI and the admin show: the values set on `obj` (None: inherited)
     and the policy in force, with where each value comes from."""
-    levels = [("job", own_fields(obj)), ("tenant", own_fields(obj.tenant))] if isinstance(obj, Job) \
+    levels = (
+        [("job", own_fields(obj)), ("tenant", own_fields(obj.tenant))]
+        if isinstance(obj, Job)
         else [("tenant", own_fields(obj))]
+    )
     policy, sources = resolve(*levels)
-    return {**own_fields(obj), "effective": {
-        "days": policy.days, "failed_days": policy.kept_days(failed=True) or 0, "keep_last": policy.keep_last,
-        "sources": {name.removeprefix("retention_"): source for name, source in sources.items()}}}
+    return {
+        **own_fields(obj),
+        "effective": {
+            "days": policy.days,
+            "failed_days": policy.kept_days(failed=True) or 0,
+            "keep_last": policy.keep_last,
+            "sources": {name.removeprefix("retention_"): source for name, source in sources.items()},
+        },
+    }
 
 
 def check_retention(obj: Tenant | Job, changes: Mapping) -> dict[str, int | None]:
@@ -81,8 +93,13 @@ def check_retention(obj: Tenant | Job, changes: Mapping) -> dict[str, int | None
     days, failed_days = after["retention_days"], after["retention_failed_days"]
     if days and failed_days and failed_days < days:
         if "retention_failed_days" in values:
-            raise InvalidInput("retention_failed_days", f"must be at least retention_days ({days}), or 0 to keep "
-                                                        "failed and dead runs forever")
-        raise InvalidInput("retention_days", f"must be at most retention_failed_days ({failed_days}): failed and "
-                                             "dead runs are kept at least as long as the others")
+            raise InvalidInput(
+                "retention_failed_days",
+                f"must be at least retention_days ({days}), or 0 to keep failed and dead runs forever",
+            )
+        raise InvalidInput(
+            "retention_days",
+            f"must be at most retention_failed_days ({failed_days}): failed and "
+            "dead runs are kept at least as long as the others",
+        )
     return values

@@ -167,7 +167,9 @@ SELECT examined.position, count(*), count(*) FILTER (WHERE examined.doomed),
 # it is now (a failed run replayed meanwhile is queued): it stays. The runs kept are never
 # locked, so a walk over them writes nothing. One row per unit looked into: how many runs,
 # how many doomed, the last one looked at, and (the same on every row) how many were deleted.
-PRUNE_RUNS = _EXAMINE + """,
+PRUNE_RUNS = (
+    _EXAMINE
+    + """,
 locked AS MATERIALIZED (
     SELECT run.ctid
       FROM examined
@@ -185,7 +187,9 @@ gone AS (
      USING locked
      WHERE run.ctid = locked.ctid
     RETURNING run.id
-)""" + _WALKED.replace("{deleted}", "(SELECT count(*) FROM gone)")
+)"""
+    + _WALKED.replace("{deleted}", "(SELECT count(*) FROM gone)")
+)
 
 # prune_runs --dry-run: the same walk, nothing locked or deleted.
 COUNT_RUNS = _EXAMINE + _WALKED.replace("{deleted}", "0")
@@ -265,7 +269,8 @@ def share_of(units: list, limit: int) -> int:
 
 def batch_statement(units: list[Unit], now: datetime, *, limit: int, dry_run: bool = False) -> tuple[str, dict]:
     """PRUNE_RUNS (COUNT_RUNS for a dry run) and its parameters for `units`, all of one kind."""
-    params = {"share": share_of(units, limit),
+    params = {
+        "share": share_of(units, limit),
         "key": [u.key for u in units],
         "cutoff": [now - timedelta(days=u.days) for u in units],
         "failed": [u.failed for u in units],
@@ -273,7 +278,8 @@ def batch_statement(units: list[Unit], now: datetime, *, limit: int, dry_run: bo
         "own_rules": [u.own_rules for u in units],
         "after_at": [u.after[0] if u.after else None for u in units],
         "after_id": [u.after[1] if u.after else None for u in units],
-        "failed_states": FAILED, "other_states": OTHERS,
+        "failed_states": FAILED,
+        "other_states": OTHERS,
     }
     column = "tenant_id" if units[0].kind == "tenant" else "job_id"
     return (COUNT_RUNS if dry_run else PRUNE_RUNS).format(column=column), params
@@ -289,20 +295,28 @@ def walk_portable(units: list[Unit], now: datetime, *, limit: int, dry_run: bool
         runs = JobRun.objects.filter(**{f"{unit.kind}_id": unit.key}, scheduled_at__lt=cutoff)
         if unit.after is not None:
             runs = runs.filter(Q(scheduled_at__gt=unit.after[0]) | Q(scheduled_at=unit.after[0], id__gt=unit.after[1]))
-        seen = list(runs.order_by("scheduled_at", "id")
-                    .values_list("id", "job_id", "scheduled_at", "finished_at", "state")[:share])
+        seen = list(
+            runs.order_by("scheduled_at", "id").values_list("id", "job_id", "scheduled_at", "finished_at", "state")[
+                :share
+            ]
+        )
         if not seen:
             continue
         states = FAILED if unit.failed else OTHERS
         doomed = [row for row in seen if row[3] is not None and row[3] < cutoff and row[4] in states]
         if unit.own_rules and doomed:
-            own = set(Job.objects.filter(JOB_RETENTION_SET, id__in={row[1] for row in doomed})
-                      .values_list("id", flat=True))
+            own = set(
+                Job.objects.filter(JOB_RETENTION_SET, id__in={row[1] for row in doomed}).values_list("id", flat=True)
+            )
             doomed = [row for row in doomed if row[1] not in own]
         if unit.keep_last and doomed:
-            floors = {job_id: JobRun.objects.filter(job_id=job_id).order_by("-scheduled_at")
-                      .values_list("scheduled_at", flat=True)[unit.keep_last - 1:unit.keep_last].first()
-                      for job_id in {row[1] for row in doomed}}
+            floors = {
+                job_id: JobRun.objects.filter(job_id=job_id)
+                .order_by("-scheduled_at")
+                .values_list("scheduled_at", flat=True)[unit.keep_last - 1 : unit.keep_last]
+                .first()
+                for job_id in {row[1] for row in doomed}
+            }
             doomed = [row for row in doomed if floors[row[1]] is not None and row[2] < floors[row[1]]]
         doomed_ids += [row[0] for row in doomed]
         results.append((position, len(seen), len(doomed), seen[-1][2], seen[-1][0]))
@@ -312,8 +326,9 @@ def walk_portable(units: list[Unit], now: datetime, *, limit: int, dry_run: bool
     return [(*row, deleted) for row in results]
 
 
-def units_for(tenants: Iterable[tuple[int, dict]], own_jobs: Iterable[tuple[int, int, dict]],
-              tenant_fields: Mapping[int, dict]) -> list[Unit]:
+def units_for(
+    tenants: Iterable[tuple[int, dict]], own_jobs: Iterable[tuple[int, int, dict]], tenant_fields: Mapping[int, dict]
+) -> list[Unit]:
     """The walks the policy asks for. `tenants`: (id, fields); `own_jobs`: (id, tenant id,
     fields) of jobs with a retention of their own; `tenant_fields`: every tenant's fields by
     id (a job's blanks come from its tenant). Pure."""
@@ -329,9 +344,11 @@ def units_for(tenants: Iterable[tuple[int, dict]], own_jobs: Iterable[tuple[int,
 
 
 def _units(kind: str, key: int, policy: Policy, *, own_rules: bool = False) -> list[Unit]:
-    return [Unit(kind, key, failed, days, policy.keep_last, own_rules)
-            for failed in (False, True)
-            if (days := policy.kept_days(failed=failed)) is not None]
+    return [
+        Unit(kind, key, failed, days, policy.keep_last, own_rules)
+        for failed in (False, True)
+        if (days := policy.kept_days(failed=failed)) is not None
+    ]
 
 
 class Pruner:
@@ -342,15 +359,22 @@ class Pruner:
     they share the rows through SKIP LOCKED, as they share due jobs.
     """
 
-    def __init__(self, *, batch_size: int | None = None, tenant_id: int | None = None, dry_run: bool = False,
-                 check_seconds: float | None = None, rescan_seconds: float | None = None,
-                 busy_seconds: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        *,
+        batch_size: int | None = None,
+        tenant_id: int | None = None,
+        dry_run: bool = False,
+        check_seconds: float | None = None,
+        rescan_seconds: float | None = None,
+        busy_seconds: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.batch_size = batch_size or app_settings.RETENTION_BATCH_SIZE
         self.tenant_id = tenant_id
         self.dry_run = dry_run
         self.check_seconds = check_seconds if check_seconds is not None else app_settings.RETENTION_CHECK_SECONDS
-        self.rescan_seconds = (rescan_seconds if rescan_seconds is not None
-                               else app_settings.RETENTION_RESCAN_SECONDS)
+        self.rescan_seconds = rescan_seconds if rescan_seconds is not None else app_settings.RETENTION_RESCAN_SECONDS
         self.busy_seconds = busy_seconds if busy_seconds is not None else app_settings.RETENTION_BUSY_SECONDS
         self.clock = clock
         self.units: dict[tuple[str, int, bool], Unit] = {}
@@ -389,8 +413,9 @@ class Pruner:
             self.log_progress(force=not more)
             return more
         except DatabaseError as exc:
-            logger.warning("retention: pruning failed (%s: %s); trying again in %ss", type(exc).__name__, exc,
-                           self.check_seconds)
+            logger.warning(
+                "retention: pruning failed (%s: %s); trying again in %ss", type(exc).__name__, exc, self.check_seconds
+            )
             for unit in self.units.values():
                 unit.visit_at = max(unit.visit_at, now + self.check_seconds)
             self.audit_at = now + self.check_seconds
@@ -405,9 +430,14 @@ class Pruner:
             return
         pruned, audit = self.progress.pruned - then.pruned, self.progress.audit_pruned - then.audit_pruned
         if pruned or audit:
-            logger.info("retention: deleted %s runs and %s audit events in %.0fs (%s runs looked at, %.1fs in "
-                        "statements)", pruned, audit, now - at, self.progress.examined - then.examined,
-                        self.progress.seconds - then.seconds)
+            logger.info(
+                "retention: deleted %s runs and %s audit events in %.0fs (%s runs looked at, %.1fs in statements)",
+                pruned,
+                audit,
+                now - at,
+                self.progress.examined - then.examined,
+                self.progress.seconds - then.seconds,
+            )
         self.logged = (now, replace(self.progress))
 
     def has_work(self, now: float) -> bool:
@@ -425,8 +455,10 @@ class Pruner:
         audit events. `now` is the database's clock. Returns True when more may be due now."""
         clock = self.clock()
         self.refresh(clock)
-        due = sorted((unit for unit in self.units.values() if unit.visit_at <= clock),
-                     key=lambda u: (u.visit_at, hash((u.ident, self.order))))
+        due = sorted(
+            (unit for unit in self.units.values() if unit.visit_at <= clock),
+            key=lambda u: (u.visit_at, hash((u.ident, self.order))),
+        )
         if due:
             kind = due[0].kind
             self.prune_units([unit for unit in due if unit.kind == kind][:MAX_UNITS], now)
@@ -516,13 +548,19 @@ class Pruner:
         if self.tenant_id is not None:
             tenants, jobs = tenants.filter(id=self.tenant_id), jobs.filter(tenant_id=self.tenant_id)
         tenant_rows = [(row[0], dict(zip(FIELDS, row[1:]))) for row in tenants.values_list("id", *FIELDS)]
-        job_rows = [(row[0], row[1], dict(zip(FIELDS, row[2:])))
-                    for row in jobs.values_list("id", "tenant_id", *FIELDS)]
+        job_rows = [
+            (row[0], row[1], dict(zip(FIELDS, row[2:]))) for row in jobs.values_list("id", "tenant_id", *FIELDS)
+        ]
         return units_for(tenant_rows, job_rows, dict(tenant_rows))
 
 
-def prune_everything(pruner: Pruner, *, report: Callable[[Progress], None] | None = None, every: float = 1.0,
-                     now: Callable[[], datetime] = db_now) -> Progress:
+def prune_everything(
+    pruner: Pruner,
+    *,
+    report: Callable[[Progress], None] | None = None,
+    every: float = 1.0,
+    now: Callable[[], datetime] = db_now,
+) -> Progress:
     """Prune batch after batch until nothing is due (with once_through(): every walk once
     to its end, then the audit trail). `report` is called about every `every` seconds and
     at the end; `now` is the clock the cutoffs count from (the database's)."""
@@ -543,4 +581,3 @@ def once_through(**options) -> Pruner:
     """A Pruner for one pass: a walk that reached its end is not looked at again, nor are
     the policies read again, nor the walks started over."""
     return Pruner(check_seconds=float("inf"), rescan_seconds=float("inf"), **options)
-

@@ -51,8 +51,10 @@ PRECISION = math.sqrt(RATIO) - 1
 
 def bucket_sql(lag: str) -> str:
     """The bucket of the lag expression `lag` (seconds), in SQL; NULL when it is NULL."""
-    return (f"CASE WHEN ({lag}) IS NULL THEN NULL WHEN ({lag}) < {MIN_LAG} THEN 0 ELSE least({LAST_BUCKET}, "
-            f"floor(ln(({lag}) / {MIN_LAG}) * {STEPS_PER_DOUBLING / math.log(2)!r})::int + 1) END")
+    return (
+        f"CASE WHEN ({lag}) IS NULL THEN NULL WHEN ({lag}) < {MIN_LAG} THEN 0 ELSE least({LAST_BUCKET}, "
+        f"floor(ln(({lag}) / {MIN_LAG}) * {STEPS_PER_DOUBLING / math.log(2)!r})::int + 1) END"
+    )
 
 
 def bucket_of(lag: float) -> int:
@@ -105,6 +107,7 @@ def trimmed(hist: list[int]) -> list[int]:
 
 # --- one piece of the ledger, live -------------------------------------------------------------
 
+
 # Runs by state and per lag bucket, scheduled in [start, end), of one tenant or all
 # (lags.scope(): jobrun_tenant_recent_idx or jobrun_state_recent_idx). Lags count scheduled
 # runs only (lags.py's definitions). {hour} is date_trunc of the hour (rolling up) or NULL.
@@ -114,7 +117,7 @@ def pieces_sql(scope: str, *, by_hour: bool) -> str:
     hour = "date_trunc('hour', scheduled_at)" if by_hour else "NULL::timestamptz"
     keys = "hour, tenant_id" if by_hour else "hour"
     return f"""
-SELECT hour, {'tenant_id' if by_hour else 'NULL::bigint'}, GROUPING(state), GROUPING(dispatch), state, dispatch, start,
+SELECT hour, {"tenant_id" if by_hour else "NULL::bigint"}, GROUPING(state), GROUPING(dispatch), state, dispatch, start,
        count(*)
   FROM (SELECT {hour} AS hour, tenant_id, state, {dispatch} AS dispatch, {start} AS start
           FROM scheduler_app_jobrun
@@ -178,8 +181,9 @@ def roll_up(now: datetime, *, max_hours: int = ROLL_UP_HOURS) -> int:
     tallies: dict[tuple[datetime, int], Tally] = {}
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL jit = off")  # a big GROUPING SETS plan compiles longer than it runs
-        cursor.execute(pieces_sql(ALL_TENANTS, by_hour=True),
-                       {"states": list(RunState.values), "start": start, "end": end})
+        cursor.execute(
+            pieces_sql(ALL_TENANTS, by_hour=True), {"states": list(RunState.values), "start": start, "end": end}
+        )
         for hour, tenant_id, no_state, no_dispatch, state, dispatch, begin, count in cursor.fetchall():
             for key in ((hour, tenant_id), (hour, 0)):
                 tallies.setdefault(key, Tally()).add_row(no_state, no_dispatch, state, dispatch, begin, count)
@@ -189,10 +193,19 @@ def roll_up(now: datetime, *, max_hours: int = ROLL_UP_HOURS) -> int:
             hour += HOUR
         rolled_at = now
         RunHour.objects.bulk_create(
-            [RunHour(hour=hour, tenant_id=tenant_id, counts=tally.counts, dispatch_lags=trimmed(tally.dispatch),
-                     start_lags=trimmed(tally.start), rolled_at=rolled_at)
-             for (hour, tenant_id), tally in sorted(tallies.items())],
-            ignore_conflicts=True)
+            [
+                RunHour(
+                    hour=hour,
+                    tenant_id=tenant_id,
+                    counts=tally.counts,
+                    dispatch_lags=trimmed(tally.dispatch),
+                    start_lags=trimmed(tally.start),
+                    rolled_at=rolled_at,
+                )
+                for (hour, tenant_id), tally in sorted(tallies.items())
+            ],
+            ignore_conflicts=True,
+        )
     return int((end - start) / HOUR)
 
 

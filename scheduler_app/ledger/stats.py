@@ -126,23 +126,40 @@ def runs_between(tenant_id: int | None, since: datetime, until: datetime):
 def lags_from_database(tenant_id: int | None, since: datetime, until: datetime) -> tuple[dict, dict]:
     clause, params = scope(tenant_id)
     with connection.cursor() as cursor:
-        cursor.execute(LAGS_SQL.format(scope=clause), {
-            "percentiles": list(PERCENTILES), "since": since, "until": until, "trigger": Trigger.SCHEDULE.value,
-            **params})
+        cursor.execute(
+            LAGS_SQL.format(scope=clause),
+            {
+                "percentiles": list(PERCENTILES),
+                "since": since,
+                "until": until,
+                "trigger": Trigger.SCHEDULE.value,
+                **params,
+            },
+        )
         dispatch, dispatch_count, start, start_count = cursor.fetchone()
     return summary(dispatch, dispatch_count), summary(start, start_count)
 
 
 def lags_from_sample(runs) -> tuple[dict, dict]:
-    rows = runs.filter(trigger=Trigger.SCHEDULE).order_by("-scheduled_at").values_list(
-        "scheduled_at", "dispatched_at", "enqueued_at", "started_at", "attempt", "trigger")[:SAMPLE_SIZE]
+    rows = (
+        runs.filter(trigger=Trigger.SCHEDULE)
+        .order_by("-scheduled_at")
+        .values_list("scheduled_at", "dispatched_at", "enqueued_at", "started_at", "attempt", "trigger")[:SAMPLE_SIZE]
+    )
     dispatch, start = [], []
     for scheduled_at, dispatched_at, enqueued_at, started_at, attempt, trigger in rows:
         if (reached := dispatched_at or enqueued_at) is not None:
             dispatch.append(dispatch_lag(scheduled_at, reached))
         if started_at is not None:
-            start.append(start_lag(attempt=attempt, trigger=trigger, scheduled_at=scheduled_at,
-                                   enqueued_at=enqueued_at, started_at=started_at))
+            start.append(
+                start_lag(
+                    attempt=attempt,
+                    trigger=trigger,
+                    scheduled_at=scheduled_at,
+                    enqueued_at=enqueued_at,
+                    started_at=started_at,
+                )
+            )
     return summary(percentiles(dispatch), len(dispatch)), summary(percentiles(start), len(start))
 
 
@@ -154,14 +171,18 @@ def failing_jobs(tenant_id: int | None, *, window: timedelta, now: datetime, lim
         clause, params = (clause, params) if tenant_id is not None else ("1 = 1", {})
     adapt = connection.ops.adapt_datetimefield_value
     with connection.cursor() as cursor:
-        cursor.execute(FAILING_JOBS_SQL.format(scope=clause),
-                       {"since": adapt(now - window), "until": adapt(now), "limit": limit, **params})
+        cursor.execute(
+            FAILING_JOBS_SQL.format(scope=clause),
+            {"since": adapt(now - window), "until": adapt(now), "limit": limit, **params},
+        )
         rows = cursor.fetchall()
     if connection.vendor == "sqlite":  # datetimes come back as text there
         convert = connection.ops.convert_datetimefield_value
         rows = [(*row[:4], convert(row[4], None, connection), row[5]) for row in rows]
-    return [{"job": f"{slug}/{name}", "failed": failed, "dead": dead, "last_at": last_at, "last_error": error or ""}
-            for slug, name, failed, dead, last_at, error in rows]
+    return [
+        {"job": f"{slug}/{name}", "failed": failed, "dead": dead, "last_at": last_at, "last_error": error or ""}
+        for slug, name, failed, dead, last_at, error in rows
+    ]
 
 
 def percentiles(values: list[float]) -> list[float] | None:

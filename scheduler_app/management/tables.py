@@ -69,8 +69,9 @@ def fires_table(fires: Sequence[datetime], zone_name: str, *, notes: Sequence[st
     `notes` (one per fire, e.g. a DST anomaly) is set."""
     rows = [(index, local_text(fire, zone_name), utc_text(fire)) for index, fire in enumerate(fires, 1)]
     if any(notes):
-        return format_table(["#", f"local ({zone_name})", "UTC", "note"],
-                            [(*row, note) for row, note in zip(rows, notes, strict=True)])
+        return format_table(
+            ["#", f"local ({zone_name})", "UTC", "note"], [(*row, note) for row, note in zip(rows, notes, strict=True)]
+        )
     return format_table(["#", f"local ({zone_name})", "UTC"], rows)
 
 
@@ -124,8 +125,11 @@ class OneLineErrors:
         try:
             return super().execute(*args, **options)
         except CommandError as exc:
-            if (not getattr(self, "_called_from_command_line", False) or options.get("traceback")
-                    or isinstance(exc, SystemCheckError)):
+            if (
+                not getattr(self, "_called_from_command_line", False)
+                or options.get("traceback")
+                or isinstance(exc, SystemCheckError)
+            ):
                 raise
             self.stderr.write(str(exc))
             sys.exit(exc.returncode)

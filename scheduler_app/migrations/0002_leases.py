@@ -4,18 +4,21 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('scheduler_app', '0001_initial'),
+        ("scheduler_app", "0001_initial"),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='jobrun',
-            index=models.Index(condition=models.Q(('state', 'running')), fields=['lease_expires_at'], name='jobrun_lease_idx'),
+            model_name="jobrun",
+            index=models.Index(
+                condition=models.Q(("state", "running")), fields=["lease_expires_at"], name="jobrun_lease_idx"
+            ),
         ),
         migrations.AddIndex(
-            model_name='jobrun',
-            index=models.Index(condition=models.Q(('state', 'queued')), fields=['enqueued_at'], name='jobrun_queued_idx'),
+            model_name="jobrun",
+            index=models.Index(
+                condition=models.Q(("state", "queued")), fields=["enqueued_at"], name="jobrun_queued_idx"
+            ),
         ),
     ]

@@ -4,19 +4,27 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('scheduler_app', '0002_leases'),
+        ("scheduler_app", "0002_leases"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='job',
-            name='overlap_policy',
-            field=models.CharField(choices=[('allow', 'Allow'), ('skip', 'Skip'), ('buffer_one', 'Buffer One'), ('replace', 'Replace')], default='allow', help_text='A fire while an earlier run is still active: allow it, skip it, hold one, or cancel the old', max_length=16),
+            model_name="job",
+            name="overlap_policy",
+            field=models.CharField(
+                choices=[("allow", "Allow"), ("skip", "Skip"), ("buffer_one", "Buffer One"), ("replace", "Replace")],
+                default="allow",
+                help_text="A fire while an earlier run is still active: allow it, skip it, hold one, or cancel the old",
+                max_length=16,
+            ),
         ),
         migrations.AddIndex(
-            model_name='jobrun',
-            index=models.Index(condition=models.Q(('state__in', ['pending', 'queued', 'running', 'retrying'])), fields=['job'], name='jobrun_active_idx'),
+            model_name="jobrun",
+            index=models.Index(
+                condition=models.Q(("state__in", ["pending", "queued", "running", "retrying"])),
+                fields=["job"],
+                name="jobrun_active_idx",
+            ),
         ),
     ]

@@ -4,35 +4,36 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('scheduler_app', '0003_overlap'),
+        ("scheduler_app", "0003_overlap"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='job',
-            name='target_config',
-            field=models.JSONField(blank=True, default=dict, help_text='For http and command targets'),
+            model_name="job",
+            name="target_config",
+            field=models.JSONField(blank=True, default=dict, help_text="For http and command targets"),
         ),
         migrations.AddField(
-            model_name='tenant',
-            name='webhook_secret_encrypted',
+            model_name="tenant",
+            name="webhook_secret_encrypted",
             field=models.TextField(blank=True, editable=False),
         ),
         migrations.AddField(
-            model_name='tenant',
-            name='webhook_secret_previous_encrypted',
+            model_name="tenant",
+            name="webhook_secret_previous_encrypted",
             field=models.TextField(blank=True, editable=False),
         ),
         migrations.AddField(
-            model_name='tenant',
-            name='webhook_secret_previous_until',
+            model_name="tenant",
+            name="webhook_secret_previous_until",
             field=models.DateTimeField(blank=True, editable=False, null=True),
         ),
         migrations.AlterField(
-            model_name='job',
-            name='target_kind',
-            field=models.CharField(choices=[('task', 'Task'), ('http', 'Http'), ('command', 'Command')], default='task', max_length=16),
+            model_name="job",
+            name="target_kind",
+            field=models.CharField(
+                choices=[("task", "Task"), ("http", "Http"), ("command", "Command")], default="task", max_length=16
+            ),
         ),
     ]

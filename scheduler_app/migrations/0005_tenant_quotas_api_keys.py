@@ -5,82 +5,101 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('scheduler_app', '0004_http_and_command_targets'),
+        ("scheduler_app", "0004_http_and_command_targets"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ApiKey',
+            name="ApiKey",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200)),
-                ('prefix', models.CharField(editable=False, max_length=16, unique=True)),
-                ('key_hash', models.CharField(editable=False, max_length=64)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('last_used_at', models.DateTimeField(blank=True, editable=False, null=True)),
-                ('revoked_at', models.DateTimeField(blank=True, null=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=200)),
+                ("prefix", models.CharField(editable=False, max_length=16, unique=True)),
+                ("key_hash", models.CharField(editable=False, max_length=64)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("last_used_at", models.DateTimeField(blank=True, editable=False, null=True)),
+                ("revoked_at", models.DateTimeField(blank=True, null=True)),
             ],
             options={
-                'verbose_name': 'API key',
-                'ordering': ['-created_at', '-id'],
+                "verbose_name": "API key",
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.AddField(
-            model_name='jobrun',
-            name='dispatched_at',
+            model_name="jobrun",
+            name="dispatched_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='tenant',
-            name='api_requests_per_minute',
+            model_name="tenant",
+            name="api_requests_per_minute",
             field=models.PositiveIntegerField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='tenant',
-            name='max_concurrent_runs',
+            model_name="tenant",
+            name="max_concurrent_runs",
             field=models.PositiveIntegerField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='tenant',
-            name='max_fires_per_minute',
+            model_name="tenant",
+            name="max_fires_per_minute",
             field=models.PositiveIntegerField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='tenant',
-            name='max_jobs',
+            model_name="tenant",
+            name="max_jobs",
             field=models.PositiveIntegerField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='tenant',
-            name='min_interval_seconds',
-            field=models.PositiveIntegerField(default=0, help_text='The shortest interval between two fires a job may ask for (0: any)'),
+            model_name="tenant",
+            name="min_interval_seconds",
+            field=models.PositiveIntegerField(
+                default=0, help_text="The shortest interval between two fires a job may ask for (0: any)"
+            ),
         ),
         migrations.AddField(
-            model_name='tenant',
-            name='weight',
+            model_name="tenant",
+            name="weight",
             field=models.PositiveSmallIntegerField(default=1),
         ),
         migrations.AddIndex(
-            model_name='jobrun',
-            index=models.Index(condition=models.Q(('dispatched_at__isnull', False)), fields=['tenant', 'dispatched_at'], name='jobrun_tenant_dispatched_idx'),
+            model_name="jobrun",
+            index=models.Index(
+                condition=models.Q(("dispatched_at__isnull", False)),
+                fields=["tenant", "dispatched_at"],
+                name="jobrun_tenant_dispatched_idx",
+            ),
         ),
         migrations.AddIndex(
-            model_name='jobrun',
-            index=models.Index(condition=models.Q(('state__in', ['queued', 'running'])), fields=['tenant'], name='jobrun_tenant_in_flight_idx'),
+            model_name="jobrun",
+            index=models.Index(
+                condition=models.Q(("state__in", ["queued", "running"])),
+                fields=["tenant"],
+                name="jobrun_tenant_in_flight_idx",
+            ),
         ),
         migrations.AddIndex(
-            model_name='jobrun',
-            index=models.Index(condition=models.Q(('state', 'pending')), fields=['tenant', 'scheduled_at'], name='jobrun_tenant_held_idx'),
+            model_name="jobrun",
+            index=models.Index(
+                condition=models.Q(("state", "pending")),
+                fields=["tenant", "scheduled_at"],
+                name="jobrun_tenant_held_idx",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='tenant',
-            constraint=models.CheckConstraint(condition=models.Q(('weight__gte', 1)), name='tenant_weight_positive'),
+            model_name="tenant",
+            constraint=models.CheckConstraint(condition=models.Q(("weight__gte", 1)), name="tenant_weight_positive"),
         ),
         migrations.AddField(
-            model_name='apikey',
-            name='tenant',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='api_keys', to='scheduler_app.tenant'),
+            model_name="apikey",
+            name="tenant",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="api_keys",
+                to="scheduler_app.tenant",
+            ),
         ),
     ]

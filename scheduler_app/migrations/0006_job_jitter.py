@@ -4,20 +4,22 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('scheduler_app', '0005_tenant_quotas_api_keys'),
+        ("scheduler_app", "0005_tenant_quotas_api_keys"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='job',
-            name='jitter_seconds',
-            field=models.PositiveIntegerField(default=0, help_text='Each fire moves later by a stable random 0..N-1 seconds (spreads many jobs on one expression)'),
+            model_name="job",
+            name="jitter_seconds",
+            field=models.PositiveIntegerField(
+                default=0,
+                help_text="Each fire moves later by a stable random 0..N-1 seconds (spreads many jobs on one expression)",
+            ),
         ),
         migrations.AddField(
-            model_name='job',
-            name='jitter_seed',
+            model_name="job",
+            name="jitter_seed",
             field=models.PositiveIntegerField(default=0, editable=False),
         ),
     ]

@@ -4,32 +4,38 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('scheduler_app', '0006_job_jitter'),
+        ("scheduler_app", "0006_job_jitter"),
     ]
 
     operations = [
         migrations.RemoveIndex(
-            model_name='jobrun',
-            name='jobrun_tenant_held_idx',
+            model_name="jobrun",
+            name="jobrun_tenant_held_idx",
         ),
         migrations.AddField(
-            model_name='job',
-            name='priority',
-            field=models.PositiveSmallIntegerField(default=5, help_text="0-9; higher goes first: claimed first among its tenant's due jobs, released first from a quota wait, and taken first from the broker queue"),
+            model_name="job",
+            name="priority",
+            field=models.PositiveSmallIntegerField(
+                default=5,
+                help_text="0-9; higher goes first: claimed first among its tenant's due jobs, released first from a quota wait, and taken first from the broker queue",
+            ),
         ),
         migrations.AddField(
-            model_name='jobrun',
-            name='priority',
+            model_name="jobrun",
+            name="priority",
             field=models.PositiveSmallIntegerField(db_default=5, default=5),
         ),
         migrations.AddIndex(
-            model_name='jobrun',
-            index=models.Index(condition=models.Q(('state', 'pending')), fields=['tenant', '-priority', 'scheduled_at', 'id'], name='jobrun_tenant_held_idx'),
+            model_name="jobrun",
+            index=models.Index(
+                condition=models.Q(("state", "pending")),
+                fields=["tenant", "-priority", "scheduled_at", "id"],
+                name="jobrun_tenant_held_idx",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='job',
-            constraint=models.CheckConstraint(condition=models.Q(('priority__lte', 9)), name='job_priority_in_range'),
+            model_name="job",
+            constraint=models.CheckConstraint(condition=models.Q(("priority__lte", 9)), name="job_priority_in_range"),
         ),
     ]

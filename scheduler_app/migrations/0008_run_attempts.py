@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('scheduler_app', '0007_job_priority'),
+        ("scheduler_app", "0007_job_priority"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='jobrun',
-            name='attempts',
+            model_name="jobrun",
+            name="attempts",
             field=models.JSONField(blank=True, db_default=models.Value([], models.JSONField()), default=list),
         ),
     ]

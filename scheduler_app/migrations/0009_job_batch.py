@@ -4,15 +4,18 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('scheduler_app', '0008_run_attempts'),
+        ("scheduler_app", "0008_run_attempts"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='job',
-            name='batch',
-            field=models.BooleanField(db_default=False, default=False, help_text='Run in batches with other short runs of the same queue (for short, idempotent targets: a worker that dies costs the batch one lease)'),
+            model_name="job",
+            name="batch",
+            field=models.BooleanField(
+                db_default=False,
+                default=False,
+                help_text="Run in batches with other short runs of the same queue (for short, idempotent targets: a worker that dies costs the batch one lease)",
+            ),
         ),
     ]

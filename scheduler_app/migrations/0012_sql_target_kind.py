@@ -4,20 +4,23 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('scheduler_app', '0011_console'),
+        ("scheduler_app", "0011_console"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='job',
-            name='target_config',
-            field=models.JSONField(blank=True, default=dict, help_text='For http, command and sql targets'),
+            model_name="job",
+            name="target_config",
+            field=models.JSONField(blank=True, default=dict, help_text="For http, command and sql targets"),
         ),
         migrations.AlterField(
-            model_name='job',
-            name='target_kind',
-            field=models.CharField(choices=[('task', 'Task'), ('http', 'Http'), ('command', 'Command'), ('sql', 'Sql')], default='task', max_length=16),
+            model_name="job",
+            name="target_kind",
+            field=models.CharField(
+                choices=[("task", "Task"), ("http", "Http"), ("command", "Command"), ("sql", "Sql")],
+                default="task",
+                max_length=16,
+            ),
         ),
     ]

@@ -4,30 +4,32 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('scheduler_app', '0012_sql_target_kind'),
+        ("scheduler_app", "0012_sql_target_kind"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Node',
+            name="Node",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('beat', 'Beat'), ('worker', 'Worker')], max_length=16)),
-                ('name', models.CharField(max_length=255)),
-                ('host', models.CharField(max_length=255)),
-                ('pid', models.PositiveIntegerField()),
-                ('version', models.CharField(blank=True, max_length=64)),
-                ('queues', models.JSONField(blank=True, default=list)),
-                ('activity', models.CharField(blank=True, help_text='What it was doing when last seen', max_length=500)),
-                ('started_at', models.DateTimeField()),
-                ('last_seen_at', models.DateTimeField()),
-                ('stale_after_seconds', models.FloatField(help_text='Stale when not seen for this long')),
-                ('stopped_at', models.DateTimeField(blank=True, null=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("kind", models.CharField(choices=[("beat", "Beat"), ("worker", "Worker")], max_length=16)),
+                ("name", models.CharField(max_length=255)),
+                ("host", models.CharField(max_length=255)),
+                ("pid", models.PositiveIntegerField()),
+                ("version", models.CharField(blank=True, max_length=64)),
+                ("queues", models.JSONField(blank=True, default=list)),
+                (
+                    "activity",
+                    models.CharField(blank=True, help_text="What it was doing when last seen", max_length=500),
+                ),
+                ("started_at", models.DateTimeField()),
+                ("last_seen_at", models.DateTimeField()),
+                ("stale_after_seconds", models.FloatField(help_text="Stale when not seen for this long")),
+                ("stopped_at", models.DateTimeField(blank=True, null=True)),
             ],
             options={
-                'ordering': ['kind', 'name', '-started_at'],
+                "ordering": ["kind", "name", "-started_at"],
             },
         ),
     ]

@@ -26,13 +26,20 @@ class Migration(migrations.Migration):
             index=models.Index(fields=["tenant", "state"], name="jobrun_tenant_state_idx"),
         ),
         migrations.SeparateDatabaseAndState(
-            state_operations=[migrations.AlterField(
-                model_name="jobrun",
-                name="tenant",
-                field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE,
-                                        related_name="runs", to="scheduler_app.tenant"),
-            )],
-            database_operations=[drop_column_index("scheduler_app_jobrun", "tenant_id",
-                                                   "scheduler_app_jobrun_tenant_id_1bb4eedc")],
+            state_operations=[
+                migrations.AlterField(
+                    model_name="jobrun",
+                    name="tenant",
+                    field=models.ForeignKey(
+                        db_index=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="runs",
+                        to="scheduler_app.tenant",
+                    ),
+                )
+            ],
+            database_operations=[
+                drop_column_index("scheduler_app_jobrun", "tenant_id", "scheduler_app_jobrun_tenant_id_1bb4eedc")
+            ],
         ),
     ]

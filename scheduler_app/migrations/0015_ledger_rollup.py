@@ -4,25 +4,24 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('scheduler_app', '0014_ledger_tenant_state'),
+        ("scheduler_app", "0014_ledger_tenant_state"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='RunHour',
+            name="RunHour",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('hour', models.DateTimeField()),
-                ('tenant_id', models.BigIntegerField()),
-                ('counts', models.JSONField(default=dict)),
-                ('dispatch_lags', models.JSONField(default=list)),
-                ('start_lags', models.JSONField(default=list)),
-                ('rolled_at', models.DateTimeField()),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("hour", models.DateTimeField()),
+                ("tenant_id", models.BigIntegerField()),
+                ("counts", models.JSONField(default=dict)),
+                ("dispatch_lags", models.JSONField(default=list)),
+                ("start_lags", models.JSONField(default=list)),
+                ("rolled_at", models.DateTimeField()),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('tenant_id', 'hour'), name='runhour_unique')],
+                "constraints": [models.UniqueConstraint(fields=("tenant_id", "hour"), name="runhour_unique")],
             },
         ),
     ]

@@ -10,12 +10,16 @@ class Migration(migrations.Migration):
     atomic = False  # CREATE INDEX CONCURRENTLY
 
     dependencies = [
-        ('scheduler_app', '0015_ledger_rollup'),
+        ("scheduler_app", "0015_ledger_rollup"),
     ]
 
     operations = [
         AddIndexConcurrentlyOnPostgres(
-            model_name='job',
-            index=models.Index(condition=models.Q(('enabled', True), ('next_run_at__isnull', False)), fields=['tenant', 'priority', 'next_run_at', 'id'], name='job_tenant_due_idx'),
+            model_name="job",
+            index=models.Index(
+                condition=models.Q(("enabled", True), ("next_run_at__isnull", False)),
+                fields=["tenant", "priority", "next_run_at", "id"],
+                name="job_tenant_due_idx",
+            ),
         ),
     ]

@@ -10,12 +10,12 @@ class Migration(migrations.Migration):
     atomic = False  # CREATE INDEX CONCURRENTLY
 
     dependencies = [
-        ('scheduler_app', '0016_job_tenant_due_idx'),
+        ("scheduler_app", "0016_job_tenant_due_idx"),
     ]
 
     operations = [
         AddIndexConcurrentlyOnPostgres(
-            model_name='alert',
-            index=models.Index(fields=['tenant', '-raised_at', '-id'], name='alert_tenant_recent_idx'),
+            model_name="alert",
+            index=models.Index(fields=["tenant", "-raised_at", "-id"], name="alert_tenant_recent_idx"),
         ),
     ]

@@ -6,21 +6,24 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('scheduler_app', '0018_alert_tenant_index'),
+        ("scheduler_app", "0018_alert_tenant_index"),
     ]
 
     operations = [
         migrations.AlterModelOptions(
-            name='apikey',
-            options={'ordering': ['-created_at', '-id'],
-                     'permissions': [('mint_apikey', 'Can make an API key (shown once) for a tenant')],
-                     'verbose_name': 'API key'},
+            name="apikey",
+            options={
+                "ordering": ["-created_at", "-id"],
+                "permissions": [("mint_apikey", "Can make an API key (shown once) for a tenant")],
+                "verbose_name": "API key",
+            },
         ),
         migrations.AlterModelOptions(
-            name='tenant',
-            options={'ordering': ['slug'],
-                     'permissions': [('change_tenant_quotas', "Can change a tenant's quotas, weight and retention")]},
+            name="tenant",
+            options={
+                "ordering": ["slug"],
+                "permissions": [("change_tenant_quotas", "Can change a tenant's quotas, weight and retention")],
+            },
         ),
     ]

@@ -4,15 +4,24 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('scheduler_app', '0021_calendars'),
+        ("scheduler_app", "0021_calendars"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='alert',
-            name='kind',
-            field=models.CharField(choices=[('no_success', 'No Success'), ('failed', 'Failed'), ('start_lag', 'Start Lag'), ('too_long', 'Too Long'), ('too_short', 'Too Short'), ('auto_paused', 'Auto Paused')], max_length=16),
+            model_name="alert",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("no_success", "No Success"),
+                    ("failed", "Failed"),
+                    ("start_lag", "Start Lag"),
+                    ("too_long", "Too Long"),
+                    ("too_short", "Too Short"),
+                    ("auto_paused", "Auto Paused"),
+                ],
+                max_length=16,
+            ),
         ),
     ]

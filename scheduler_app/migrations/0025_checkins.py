@@ -19,23 +19,43 @@ class Migration(migrations.Migration):
     atomic = False  # CREATE INDEX CONCURRENTLY
 
     dependencies = [
-        ('scheduler_app', '0024_job_chains'),
+        ("scheduler_app", "0024_job_chains"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='job',
-            name='target_kind',
-            field=models.CharField(choices=[('task', 'Task'), ('http', 'Http'), ('command', 'Command'), ('sql', 'Sql'), ('monitor', 'Monitor')], default='task', max_length=16),
+            model_name="job",
+            name="target_kind",
+            field=models.CharField(
+                choices=[
+                    ("task", "Task"),
+                    ("http", "Http"),
+                    ("command", "Command"),
+                    ("sql", "Sql"),
+                    ("monitor", "Monitor"),
+                ],
+                default="task",
+                max_length=16,
+            ),
         ),
         migrations.CreateModel(
-            name='Monitor',
+            name="Monitor",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('ping_key', models.UUIDField(default=uuid.uuid4, editable=False, unique=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('job', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='monitor', to='scheduler_app.job')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='scheduler_app.tenant')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("ping_key", models.UUIDField(default=uuid.uuid4, editable=False, unique=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "job",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="monitor", to="scheduler_app.job"
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="scheduler_app.tenant"
+                    ),
+                ),
             ],
         ),
         IndexSQL(

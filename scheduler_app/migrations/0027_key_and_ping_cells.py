@@ -6,20 +6,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('scheduler_app', '0026_job_flexible_windows'),
+        ("scheduler_app", "0026_job_flexible_windows"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='apikey',
-            name='cell',
-            field=models.CharField(blank=True, db_default='', default='', editable=False, max_length=16),
+            model_name="apikey",
+            name="cell",
+            field=models.CharField(blank=True, db_default="", default="", editable=False, max_length=16),
         ),
         migrations.AddField(
-            model_name='monitor',
-            name='cell',
-            field=models.CharField(blank=True, db_default='', default='', editable=False, max_length=16),
+            model_name="monitor",
+            name="cell",
+            field=models.CharField(blank=True, db_default="", default="", editable=False, max_length=16),
         ),
     ]

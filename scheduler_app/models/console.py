@@ -26,19 +26,24 @@ class AlertRule(models.Model):
     job = models.OneToOneField("scheduler_app.Job", on_delete=models.CASCADE, related_name="alert_rule")
     enabled = models.BooleanField(default=True)
     no_success_seconds = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Expect a successful run at least this often (the dead-man's switch)")
+        null=True, blank=True, help_text="Expect a successful run at least this often (the dead-man's switch)"
+    )
     grace_seconds = models.PositiveIntegerField(default=0, help_text="... plus this much slack")
     on_failure = models.BooleanField(default=False, help_text="Alert when a run ends failed or dead")
-    max_start_lag_seconds = models.FloatField(null=True, blank=True,
-                                              help_text="Alert when a run starts later than this after its fire time")
+    max_start_lag_seconds = models.FloatField(
+        null=True, blank=True, help_text="Alert when a run starts later than this after its fire time"
+    )
     max_duration_seconds = models.FloatField(null=True, blank=True, help_text="Alert when a run takes longer")
-    min_duration_seconds = models.FloatField(null=True, blank=True,
-                                             help_text="Alert when a run finishes faster (it probably did nothing)")
-    webhook_url = models.CharField(max_length=2000, blank=True,
-                                   help_text="POSTed a signed JSON alert (the tenant's webhook secret, as HTTP jobs)")
+    min_duration_seconds = models.FloatField(
+        null=True, blank=True, help_text="Alert when a run finishes faster (it probably did nothing)"
+    )
+    webhook_url = models.CharField(
+        max_length=2000, blank=True, help_text="POSTed a signed JSON alert (the tenant's webhook secret, as HTTP jobs)"
+    )
     emails = models.JSONField(default=list, blank=True, help_text="Addresses mailed each alert")
     cooldown_seconds = models.PositiveIntegerField(
-        default=3600, help_text="After an alert of one kind, further ones of that kind wait this long")
+        default=3600, help_text="After an alert of one kind, further ones of that kind wait this long"
+    )
 
     # Evaluation state, written by the beat that holds the rule's row lock.
     checked_until = models.DateTimeField(help_text="Runs that started or ended before this are evaluated")
@@ -70,7 +75,9 @@ class Alert(models.Model):
     message = models.CharField(max_length=1000)
     detail = models.JSONField(default=dict, blank=True)
     raised_at = models.DateTimeField()
-    suppressed = models.PositiveIntegerField(default=0, help_text="Alerts of this kind held back by the cool-down since")
+    suppressed = models.PositiveIntegerField(
+        default=0, help_text="Alerts of this kind held back by the cool-down since"
+    )
 
     # Delivery: claimed by a compare-and-set on delivering_until, so two beats never both send.
     delivered_at = models.DateTimeField(null=True, blank=True)
@@ -86,8 +93,9 @@ class Alert(models.Model):
             # GET /api/v1/alerts/ and `alerts list`: a tenant's alerts, newest first.
             models.Index(fields=["tenant", "-raised_at", "-id"], name="alert_tenant_recent_idx"),
             # alerts.deliver_pending(): undelivered alerts by next attempt.
-            models.Index(fields=["next_delivery_at"], name="alert_undelivered_idx",
-                         condition=Q(delivered_at__isnull=True)),
+            models.Index(
+                fields=["next_delivery_at"], name="alert_undelivered_idx", condition=Q(delivered_at__isnull=True)
+            ),
         ]
 
     def __str__(self) -> str:

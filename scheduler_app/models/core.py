@@ -44,7 +44,8 @@ class Tenant(models.Model):
     # per minute and concurrent runs at dispatch, where runs over the limit wait as pending.
     max_jobs = models.PositiveIntegerField(null=True, blank=True)
     min_interval_seconds = models.PositiveIntegerField(
-        default=0, help_text="The shortest interval between two fires a job may ask for (0: any)")
+        default=0, help_text="The shortest interval between two fires a job may ask for (0: any)"
+    )
     max_fires_per_minute = models.PositiveIntegerField(null=True, blank=True)
     max_concurrent_runs = models.PositiveIntegerField(null=True, blank=True)
     # Fair share at dispatch: a tenant of weight 2 gets twice the claims of weight 1 when
@@ -54,13 +55,19 @@ class Tenant(models.Model):
     api_requests_per_minute = models.PositiveIntegerField(null=True, blank=True)
     # Retention of the tenant's finished runs (scheduler_app.ledger.retention); NULL: the setting.
     retention_days = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Days finished runs are kept (0: forever); blank: CRONFLEET_RETENTION_DAYS")
+        null=True, blank=True, help_text="Days finished runs are kept (0: forever); blank: CRONFLEET_RETENTION_DAYS"
+    )
     retention_failed_days = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Days failed and dead runs are kept, at least as long as the others "
-                                         "(0: forever); blank: CRONFLEET_RETENTION_FAILED_DAYS")
+        null=True,
+        blank=True,
+        help_text="Days failed and dead runs are kept, at least as long as the others "
+        "(0: forever); blank: CRONFLEET_RETENTION_FAILED_DAYS",
+    )
     retention_keep_last = models.PositiveIntegerField(
-        null=True, blank=True, help_text="A job's newest runs kept whatever their age (0: none); "
-                                         "blank: CRONFLEET_RETENTION_KEEP_LAST")
+        null=True,
+        blank=True,
+        help_text="A job's newest runs kept whatever their age (0: none); blank: CRONFLEET_RETENTION_KEEP_LAST",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -101,13 +108,17 @@ class JobQuerySet(models.QuerySet):
         if connection.features.supports_json_field_contains:
             return self.filter(tags__contains=[tag])
         # SQLite has no JSON containment; json_each finds the element exactly.
-        return self.filter(id__in=RawSQL(
-            "SELECT job.id FROM scheduler_app_job job, json_each(job.tags) tag WHERE tag.value = %s", [tag]))
+        return self.filter(
+            id__in=RawSQL(
+                "SELECT job.id FROM scheduler_app_job job, json_each(job.tags) tag WHERE tag.value = %s", [tag]
+            )
+        )
 
 
 # Jobs whose runs follow a retention of their own rather than their tenant's.
-JOB_RETENTION_SET = (Q(retention_days__isnull=False) | Q(retention_failed_days__isnull=False)
-                     | Q(retention_keep_last__isnull=False))
+JOB_RETENTION_SET = (
+    Q(retention_days__isnull=False) | Q(retention_failed_days__isnull=False) | Q(retention_keep_last__isnull=False)
+)
 
 
 class Job(models.Model):
@@ -125,7 +136,9 @@ class Job(models.Model):
     start_at = models.DateTimeField(null=True, blank=True)
     end_at = models.DateTimeField(null=True, blank=True)
     jitter_seconds = models.PositiveIntegerField(
-        default=0, help_text="Each fire moves later by a stable random 0..N-1 seconds (spreads many jobs on one expression)")
+        default=0,
+        help_text="Each fire moves later by a stable random 0..N-1 seconds (spreads many jobs on one expression)",
+    )
     # Drawn once when the job is made: its fires' jitter offsets derive from it (schedules.jitter_offset).
     jitter_seed = models.PositiveIntegerField(default=0, editable=False)
     # A business-day calendar of the tenant (models/calendars.py) and what a fire on another
@@ -133,12 +146,23 @@ class Job(models.Model):
     # would make a payroll job fire on a holiday. No database constraint (adding one to the
     # live job table checks every row while writes wait); the ORM's PROTECT and the
     # services' checks hold it, job_calendar_idx finds a calendar's jobs.
-    calendar = models.ForeignKey("scheduler_app.Calendar", on_delete=models.PROTECT, null=True, blank=True,
-                                 related_name="jobs", db_index=False, db_constraint=False)
+    calendar = models.ForeignKey(
+        "scheduler_app.Calendar",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="jobs",
+        db_index=False,
+        db_constraint=False,
+    )
     calendar_policy = models.CharField(
-        max_length=24, blank=True, choices=[(p.value, p.value) for p in schedules.CalendarPolicy],
-        default=schedules.CalendarPolicy.SKIP.value, db_default=schedules.CalendarPolicy.SKIP.value,
-        help_text="A fire on a non-business day of the calendar: skip it, or run it on the next or previous business day")
+        max_length=24,
+        blank=True,
+        choices=[(p.value, p.value) for p in schedules.CalendarPolicy],
+        default=schedules.CalendarPolicy.SKIP.value,
+        db_default=schedules.CalendarPolicy.SKIP.value,
+        help_text="A fire on a non-business day of the calendar: skip it, or run it on the next or previous business day",
+    )
 
     # Chains (docs/chains.md): a job that runs when a run of `after_job` ends in one of
     # `after_states`, once per parent run, and has no schedule of its own. RESTRICT: deleting
@@ -147,11 +171,22 @@ class Job(models.Model):
     # (adding one to the live job table checks every row while writes wait); job_after_idx
     # finds a job's children. has_children, kept by services/chains.py at every save, lets
     # a run's end statement know without a query whether it has children to start.
-    after_job = models.ForeignKey("self", on_delete=models.RESTRICT, null=True, blank=True, related_name="children",
-                                  db_index=False, db_constraint=False,
-                                  help_text="Run when a run of this job ends (a chained job has no schedule)")
-    after_states = models.JSONField(default=list, blank=True, db_default=models.Value([], models.JSONField()),
-                                    help_text="The parent's end states that start this job: succeeded, failed, dead")
+    after_job = models.ForeignKey(
+        "self",
+        on_delete=models.RESTRICT,
+        null=True,
+        blank=True,
+        related_name="children",
+        db_index=False,
+        db_constraint=False,
+        help_text="Run when a run of this job ends (a chained job has no schedule)",
+    )
+    after_states = models.JSONField(
+        default=list,
+        blank=True,
+        db_default=models.Value([], models.JSONField()),
+        help_text="The parent's end states that start this job: succeeded, failed, dead",
+    )
     has_children = models.BooleanField(default=False, db_default=False, editable=False)
 
     # A flexible window (docs/flexible-windows.md): "daily 01:00-03:00" or "hourly" in the job's
@@ -159,11 +194,17 @@ class Job(models.Model):
     # treats the job as any cron job) and moves only when the window itself is edited or on
     # `jobs rebalance`; flex_note says why that minute. flex_scope: whose planned fires the
     # placement avoided, the tenant's or the queue's ("" for jobs without a window).
-    flex_window = models.CharField(max_length=40, blank=True, default="", db_default="",
-                                   help_text="Fire once in this window at its least loaded minute: "
-                                             "'daily HH:MM-HH:MM' or 'hourly'; blank: a fixed schedule")
-    flex_scope = models.CharField(max_length=8, blank=True, default="", db_default="",
-                                  choices=[("tenant", "tenant"), ("queue", "queue")])
+    flex_window = models.CharField(
+        max_length=40,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="Fire once in this window at its least loaded minute: "
+        "'daily HH:MM-HH:MM' or 'hourly'; blank: a fixed schedule",
+    )
+    flex_scope = models.CharField(
+        max_length=8, blank=True, default="", db_default="", choices=[("tenant", "tenant"), ("queue", "queue")]
+    )
     flex_note = models.CharField(max_length=300, blank=True, default="", db_default="", editable=False)
 
     enabled = models.BooleanField(default=True, help_text="Paused jobs do not fire")
@@ -180,13 +221,17 @@ class Job(models.Model):
     priority = models.PositiveSmallIntegerField(
         default=PRIORITY_DEFAULT,
         help_text=f"{PRIORITY_MIN}-{PRIORITY_MAX}; higher goes first: claimed first among its tenant's due jobs, "
-                  "released first from a quota wait, and taken first from the broker queue")
+        "released first from a quota wait, and taken first from the broker queue",
+    )
     timeout_seconds = models.PositiveIntegerField(default=300)
     # Short, idempotent targets: the beat sends up to CRONFLEET_RUN_BATCH_SIZE runs of the
     # same queue and target kind in one message, started and finished one statement each.
     batch = models.BooleanField(
-        default=False, db_default=False, help_text="Run in batches with other short runs of the same queue (for short, idempotent "
-                                 "targets: a worker that dies costs the batch one lease)")
+        default=False,
+        db_default=False,
+        help_text="Run in batches with other short runs of the same queue (for short, idempotent "
+        "targets: a worker that dies costs the batch one lease)",
+    )
 
     # Retries: attempt n+1 waits backoff * 2**(n-1) seconds (capped), with up to 10% jitter.
     max_attempts = models.PositiveSmallIntegerField(default=3)
@@ -202,23 +247,31 @@ class Job(models.Model):
     run_all_cap = models.PositiveIntegerField(default=100)
 
     overlap_policy = models.CharField(
-        max_length=16, choices=OverlapPolicy.choices, default=OverlapPolicy.ALLOW,
+        max_length=16,
+        choices=OverlapPolicy.choices,
+        default=OverlapPolicy.ALLOW,
         help_text="A fire while an earlier run is still active: allow it, skip it, hold one, or cancel the old",
     )
 
     # Retention of the job's finished runs, over its tenant's (scheduler_app.ledger.retention); NULL: the tenant's.
     retention_days = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Days finished runs are kept (0: forever); blank: the tenant's")
+        null=True, blank=True, help_text="Days finished runs are kept (0: forever); blank: the tenant's"
+    )
     retention_failed_days = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Days failed and dead runs are kept, at least as long as the others "
-                                         "(0: forever); blank: the tenant's")
+        null=True,
+        blank=True,
+        help_text="Days failed and dead runs are kept, at least as long as the others "
+        "(0: forever); blank: the tenant's",
+    )
     retention_keep_last = models.PositiveIntegerField(
-        null=True, blank=True, help_text="The job's newest runs kept whatever their age (0: none); blank: the tenant's")
+        null=True, blank=True, help_text="The job's newest runs kept whatever their age (0: none); blank: the tenant's"
+    )
 
     # Pause after repeated failure: the job pauses itself (auto_paused_at set, the note saying
     # which runs) once this many of its runs in a row ended failed or dead; NULL: never.
     pause_after_failures = models.PositiveSmallIntegerField(
-        null=True, blank=True, help_text="Pause the job after this many failed or dead runs in a row; blank: never")
+        null=True, blank=True, help_text="Pause the job after this many failed or dead runs in a row; blank: never"
+    )
     consecutive_failures = models.PositiveIntegerField(default=0, db_default=0, editable=False)
     auto_paused_at = models.DateTimeField(null=True, blank=True, editable=False)
 
@@ -274,19 +327,38 @@ class Job(models.Model):
     def schedule(self) -> schedules.Schedule:
         """The job's Schedule, with its calendar's dates (one query for the calendar)."""
         calendar = self.calendar.business_calendar(timezone.now().year) if self.calendar_id else None
-        return schedule_of(self.cron, self.timezone, self.every_seconds, self.run_at,
-                           self.anchor_at, self.start_at, self.end_at, self.jitter_seconds, self.jitter_seed,
-                           calendar, self.calendar_policy)
+        return schedule_of(
+            self.cron,
+            self.timezone,
+            self.every_seconds,
+            self.run_at,
+            self.anchor_at,
+            self.start_at,
+            self.end_at,
+            self.jitter_seconds,
+            self.jitter_seed,
+            calendar,
+            self.calendar_policy,
+        )
 
 
-def schedule_of(cron, tz, every, run_at, anchor_at, start_at, end_at, jitter=0, jitter_seed=0,
-                calendar=None, calendar_policy="skip") -> schedules.Schedule:
+def schedule_of(
+    cron, tz, every, run_at, anchor_at, start_at, end_at, jitter=0, jitter_seed=0, calendar=None, calendar_policy="skip"
+) -> schedules.Schedule:
     """The pure Schedule for a job's columns (also used on rows read by raw SQL); `calendar`
     is the BusinessCalendar of its calendar, if any."""
     return schedules.Schedule(
-        cron=cron or "", timezone=tz or "UTC", every=every, at=run_at,
-        anchor=anchor_at, start_at=start_at, end_at=end_at, jitter=jitter or 0, jitter_seed=jitter_seed or 0,
-        calendar=calendar, calendar_policy=calendar_policy or "skip",
+        cron=cron or "",
+        timezone=tz or "UTC",
+        every=every,
+        at=run_at,
+        anchor=anchor_at,
+        start_at=start_at,
+        end_at=end_at,
+        jitter=jitter or 0,
+        jitter_seed=jitter_seed or 0,
+        calendar=calendar,
+        calendar_policy=calendar_policy or "skip",
     )
 
 
@@ -337,15 +409,23 @@ class JobRun(models.Model):
     # jobrun_tenant_recent_idx (tenant_id, scheduled_at) lead with it.
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="runs", db_index=False)
     scheduled_at = models.DateTimeField()  # the fire time, UTC
-    trigger = models.CharField(max_length=16, choices=Trigger.choices, default=Trigger.SCHEDULE,
-                               db_default=Trigger.SCHEDULE)
+    trigger = models.CharField(
+        max_length=16, choices=Trigger.choices, default=Trigger.SCHEDULE, db_default=Trigger.SCHEDULE
+    )
     state = models.CharField(max_length=16, choices=RunState.choices, default=RunState.QUEUED)
     attempt = models.PositiveIntegerField(default=1, db_default=1)
     # A chained run's parent: the run whose end started it. DO_NOTHING and no database
     # constraint, like AuditEvent.run_id: deleting runs stays one statement, and a parent
     # pruned before its child leaves the id behind (shown as pruned).
-    parent_run = models.ForeignKey("self", on_delete=models.DO_NOTHING, null=True, blank=True,
-                                   related_name="child_runs", db_index=False, db_constraint=False)
+    parent_run = models.ForeignKey(
+        "self",
+        on_delete=models.DO_NOTHING,
+        null=True,
+        blank=True,
+        related_name="child_runs",
+        db_index=False,
+        db_constraint=False,
+    )
     reason = models.CharField(max_length=500, blank=True, default="", db_default="")
     job_version = models.PositiveIntegerField(default=1, db_default=1)
     # The job's priority when the run was recorded: quota-held runs are released by it.
@@ -381,25 +461,32 @@ class JobRun(models.Model):
         ]
         indexes = [
             # dispatch.requeue_due_retries() reads retrying runs by next attempt time.
-            models.Index(fields=["next_attempt_at"], name="jobrun_retry_idx",
-                         condition=Q(state="retrying")),
+            models.Index(fields=["next_attempt_at"], name="jobrun_retry_idx", condition=Q(state="retrying")),
             # Overlap checks (dispatch.plan_overlap, release_buffered_runs) look up a job's
             # active runs; the partial index stays as small as the work in flight.
-            models.Index(fields=["job"], name="jobrun_active_idx",
-                         condition=Q(state__in=["pending", "queued", "running", "retrying"])),
+            models.Index(
+                fields=["job"],
+                name="jobrun_active_idx",
+                condition=Q(state__in=["pending", "queued", "running", "retrying"]),
+            ),
             # dispatch.mark_lost_runs() reads running runs by lease expiry.
-            models.Index(fields=["lease_expires_at"], name="jobrun_lease_idx",
-                         condition=Q(state="running")),
+            models.Index(fields=["lease_expires_at"], name="jobrun_lease_idx", condition=Q(state="running")),
             # dispatch.republish_stale_runs() reads queued runs by publish time.
-            models.Index(fields=["enqueued_at"], name="jobrun_queued_idx",
-                         condition=Q(state="queued")),
+            models.Index(fields=["enqueued_at"], name="jobrun_queued_idx", condition=Q(state="queued")),
             # Quotas: a tenant's fires in the last minute, its runs in flight, its held runs.
-            models.Index(fields=["tenant", "dispatched_at"], name="jobrun_tenant_dispatched_idx",
-                         condition=Q(dispatched_at__isnull=False)),
-            models.Index(fields=["tenant"], name="jobrun_tenant_in_flight_idx",
-                         condition=Q(state__in=["queued", "running"])),
-            models.Index(fields=["tenant", "-priority", "scheduled_at", "id"], name="jobrun_tenant_held_idx",
-                         condition=Q(state="pending")),
+            models.Index(
+                fields=["tenant", "dispatched_at"],
+                name="jobrun_tenant_dispatched_idx",
+                condition=Q(dispatched_at__isnull=False),
+            ),
+            models.Index(
+                fields=["tenant"], name="jobrun_tenant_in_flight_idx", condition=Q(state__in=["queued", "running"])
+            ),
+            models.Index(
+                fields=["tenant", "-priority", "scheduled_at", "id"],
+                name="jobrun_tenant_held_idx",
+                condition=Q(state="pending"),
+            ),
             # Admin, `jobs runs` and per-tenant views list runs newest first; retention walks
             # a tenant's history oldest first (a run finishes after its fire time, so runs
             # finished before a cutoff lie below it here: no index of finished_at is needed).
@@ -429,13 +516,16 @@ class JobRun(models.Model):
 ERROR_IN_HISTORY = 500  # characters of an attempt's error kept in its record
 
 
-def append_attempt(now: str, outcome: str, error: str, *, vendor: str | None = None,
-                   started: str = "started_at") -> str:
+def append_attempt(
+    now: str, outcome: str, error: str, *, vendor: str | None = None, started: str = "started_at"
+) -> str:
     """SQL for `attempts` with this attempt's record appended (the row's attempt and worker;
     the SQL expressions `started` (default: the row's started_at), `now`, `outcome` and
     `error`), in the dialect of `vendor` (default: the connection's)."""
-    fields = (f"'attempt', attempt, 'worker', worker, 'started_at', {started}, 'finished_at', {now}, "
-              f"'outcome', CAST({outcome} AS TEXT), 'error', substr(CAST({error} AS TEXT), 1, {ERROR_IN_HISTORY})")
+    fields = (
+        f"'attempt', attempt, 'worker', worker, 'started_at', {started}, 'finished_at', {now}, "
+        f"'outcome', CAST({outcome} AS TEXT), 'error', substr(CAST({error} AS TEXT), 1, {ERROR_IN_HISTORY})"
+    )
     if (vendor or connection.vendor) == "postgresql":
         return f"attempts || jsonb_build_array(jsonb_build_object({fields}))"
     return f"json_insert(attempts, '$[#]', json_object({fields}))"

@@ -45,19 +45,28 @@ def skip_due_fires(job_ids: list[int]) -> None:
     """Record the due, unclaimed fire of each of these (locked) jobs as skipped ("paused")."""
     now = db_now()
     for due in Job.objects.filter(id__in=job_ids, next_run_at__lte=now, run_at__isnull=True):
-        record_skipped(due, due.next_run_at, now,
-                       f"paused: due at {due.next_run_at.isoformat()}, paused at {now.isoformat()}")
+        record_skipped(
+            due, due.next_run_at, now, f"paused: due at {due.next_run_at.isoformat()}, paused at {now.isoformat()}"
+        )
 
 
 def record_skipped(job: Job, scheduled_at: datetime, now: datetime, reason: str) -> None:
     """A skipped run for the fire at `scheduled_at`, unless that fire has a run already."""
     JobRun.objects.get_or_create(
-        job=job, scheduled_at=scheduled_at,
-        defaults=dict(tenant_id=job.tenant_id, state=RunState.SKIPPED, created_at=now, finished_at=now,
-                      job_version=job.version, reason=reason),
+        job=job,
+        scheduled_at=scheduled_at,
+        defaults=dict(
+            tenant_id=job.tenant_id,
+            state=RunState.SKIPPED,
+            created_at=now,
+            finished_at=now,
+            job_version=job.version,
+            reason=reason,
+        ),
     )
 
 
 def audit_job(job: Job, action: str, actor: str, **detail) -> None:
-    AuditEvent.objects.create(tenant_id=job.tenant_id, job=job, job_name=job.name, action=action,
-                              actor=actor, detail=detail)
+    AuditEvent.objects.create(
+        tenant_id=job.tenant_id, job=job, job_name=job.name, action=action, actor=actor, detail=detail
+    )

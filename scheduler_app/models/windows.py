@@ -26,26 +26,53 @@ class MaintenanceWindow(models.Model):
     """One-off (starts_at, ends_at) or recurring (cron in `zone`, duration_minutes); the
     selector is `tags` (any of them) and `target_kinds`; both empty select every job."""
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, null=True, blank=True,
-                               related_name="maintenance_windows",
-                               help_text="Empty: the whole deployment's window (staff only)")
+    tenant = models.ForeignKey(
+        Tenant,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="maintenance_windows",
+        help_text="Empty: the whole deployment's window (staff only)",
+    )
     name = models.CharField(max_length=64)
     description = models.CharField(max_length=500, blank=True, default="", db_default="")
-    zone = models.CharField(max_length=64, default="UTC", db_default="UTC",
-                            help_text="IANA zone the recurring window's cron expression is read in")
+    zone = models.CharField(
+        max_length=64,
+        default="UTC",
+        db_default="UTC",
+        help_text="IANA zone the recurring window's cron expression is read in",
+    )
     starts_at = models.DateTimeField(null=True, blank=True)
     ends_at = models.DateTimeField(null=True, blank=True)
-    cron = models.CharField(max_length=200, blank=True, default="", db_default="",
-                            help_text="A recurring window opens at each fire of this expression")
+    cron = models.CharField(
+        max_length=200,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="A recurring window opens at each fire of this expression",
+    )
     duration_minutes = models.PositiveIntegerField(null=True, blank=True)
-    action = models.CharField(max_length=8, choices=WindowAction.choices, default=WindowAction.SKIP,
-                              db_default=WindowAction.SKIP)
-    running_policy = models.CharField(max_length=12, choices=RunningPolicy.choices,
-                                      default=RunningPolicy.LET_FINISH, db_default=RunningPolicy.LET_FINISH)
-    tags = models.JSONField(default=list, blank=True, db_default=models.Value([], models.JSONField()),
-                            help_text="Jobs with any of these tags (empty: any job)")
-    target_kinds = models.JSONField(default=list, blank=True, db_default=models.Value([], models.JSONField()),
-                                    help_text="Jobs of these target kinds: task, http, command, sql (empty: any)")
+    action = models.CharField(
+        max_length=8, choices=WindowAction.choices, default=WindowAction.SKIP, db_default=WindowAction.SKIP
+    )
+    running_policy = models.CharField(
+        max_length=12,
+        choices=RunningPolicy.choices,
+        default=RunningPolicy.LET_FINISH,
+        db_default=RunningPolicy.LET_FINISH,
+    )
+    tags = models.JSONField(
+        default=list,
+        blank=True,
+        db_default=models.Value([], models.JSONField()),
+        help_text="Jobs with any of these tags (empty: any job)",
+    )
+    target_kinds = models.JSONField(
+        default=list,
+        blank=True,
+        db_default=models.Value([], models.JSONField()),
+        help_text="Jobs of these target kinds: task, http, command, sql (empty: any)",
+    )
     enabled = models.BooleanField(default=True, db_default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -53,8 +80,9 @@ class MaintenanceWindow(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["tenant", "name"], name="window_name_unique_per_tenant"),
-            models.UniqueConstraint(fields=["name"], condition=models.Q(tenant__isnull=True),
-                                    name="window_name_unique_deployment_wide"),
+            models.UniqueConstraint(
+                fields=["name"], condition=models.Q(tenant__isnull=True), name="window_name_unique_deployment_wide"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -62,5 +90,10 @@ class MaintenanceWindow(models.Model):
 
     @property
     def times(self) -> WindowTimes:
-        return WindowTimes(zone=self.zone, starts_at=self.starts_at, ends_at=self.ends_at, cron=self.cron,
-                           duration=timedelta(minutes=self.duration_minutes or 0))
+        return WindowTimes(
+            zone=self.zone,
+            starts_at=self.starts_at,
+            ends_at=self.ends_at,
+            cron=self.cron,
+            duration=timedelta(minutes=self.duration_minutes or 0),
+        )

@@ -122,8 +122,15 @@ def snapshot(*, depths: bool = True) -> Snapshot:
             in_flight[state] = count
     nodes = node_states(now)
     oldest_age = max(0.0, (now - oldest).total_seconds()) if oldest else 0.0
-    found = Snapshot(now=now, due_jobs=due, oldest_due_seconds=oldest_age, in_flight=in_flight, waiting=waiting,
-                     nodes=nodes, queue_depths=None)
+    found = Snapshot(
+        now=now,
+        due_jobs=due,
+        oldest_due_seconds=oldest_age,
+        in_flight=in_flight,
+        waiting=waiting,
+        nodes=nodes,
+        queue_depths=None,
+    )
     queues = known_queues(nodes, queued)
     workers = queue_consumers(nodes)
     found.queue_workers = {queue: workers.get(queue, 0) for queue in queues}
@@ -133,7 +140,8 @@ def snapshot(*, depths: bool = True) -> Snapshot:
         except broker_errors() as exc:
             found.broker_error = f"{type(exc).__name__}: {exc}"
     waiting_in = {queue_name(queue) for queue in queued} | {
-        queue for queue, depth in (found.queue_depths or {}).items() if depth}
+        queue for queue, depth in (found.queue_depths or {}).items() if depth
+    }
     found.unconsumed = sorted(queue for queue in waiting_in if not found.queue_workers.get(queue))
     found.seconds = time.monotonic() - began
     return found
@@ -150,33 +158,53 @@ class ClusterCollector:
             yield gauge("cronfleet_database_up", "1 when the database answered this scrape", 0)
             return
         yield gauge("cronfleet_database_up", "1 when the database answered this scrape", 1)
-        yield gauge("cronfleet_broker_up", "1 when the broker answered this scrape",
-                    0 if found.queue_depths is None else 1)
-        yield gauge("cronfleet_due_jobs", f"Enabled jobs whose next fire time has passed (counted up to "
-                    f"{DUE_COUNT_CAP})", found.due_jobs)
-        yield gauge("cronfleet_oldest_due_seconds", "Age of the oldest due fire not yet claimed (0: none due)",
-                    found.oldest_due_seconds)
-        yield labelled("cronfleet_runs_in_flight", "Runs queued, running or waiting to retry", "state",
-                       found.in_flight)
-        yield labelled("cronfleet_runs_waiting", "Runs recorded as pending, by why: their tenant's quota or their "
-                       "job's overlap policy", "reason", found.waiting)
+        yield gauge(
+            "cronfleet_broker_up", "1 when the broker answered this scrape", 0 if found.queue_depths is None else 1
+        )
+        yield gauge(
+            "cronfleet_due_jobs",
+            f"Enabled jobs whose next fire time has passed (counted up to {DUE_COUNT_CAP})",
+            found.due_jobs,
+        )
+        yield gauge(
+            "cronfleet_oldest_due_seconds",
+            "Age of the oldest due fire not yet claimed (0: none due)",
+            found.oldest_due_seconds,
+        )
+        yield labelled("cronfleet_runs_in_flight", "Runs queued, running or waiting to retry", "state", found.in_flight)
+        yield labelled(
+            "cronfleet_runs_waiting",
+            "Runs recorded as pending, by why: their tenant's quota or their job's overlap policy",
+            "reason",
+            found.waiting,
+        )
         if found.queue_depths is not None:
-            yield labelled("cronfleet_queue_depth", "Messages waiting in each broker queue", "queue",
-                           found.queue_depths)
-        yield labelled("cronfleet_queue_workers", "Live workers consuming each known queue", "queue",
-                       found.queue_workers)
-        yield labelled("cronfleet_queue_unconsumed", "1 for each queue with runs or messages waiting and no live "
-                       "worker consuming it: its runs are not published again and expire (no_consumer)", "queue",
-                       dict.fromkeys(found.unconsumed, 1))
+            yield labelled(
+                "cronfleet_queue_depth", "Messages waiting in each broker queue", "queue", found.queue_depths
+            )
+        yield labelled(
+            "cronfleet_queue_workers", "Live workers consuming each known queue", "queue", found.queue_workers
+        )
+        yield labelled(
+            "cronfleet_queue_unconsumed",
+            "1 for each queue with runs or messages waiting and no live "
+            "worker consuming it: its runs are not published again and expire (no_consumer)",
+            "queue",
+            dict.fromkeys(found.unconsumed, 1),
+        )
         states = Counter((node.node.kind, node.state) for node in found.nodes)
-        nodes = GaugeMetricFamily("cronfleet_nodes", "Beats and workers by state (live, stale, stopped)",
-                                  labels=["kind", "state"])
+        nodes = GaugeMetricFamily(
+            "cronfleet_nodes", "Beats and workers by state (live, stale, stopped)", labels=["kind", "state"]
+        )
         for kind in NodeKind.values:
             for state in ("live", "stale", "stopped"):
                 nodes.add_metric([kind, state], states.get((kind, state), 0))
         yield nodes
-        seen = GaugeMetricFamily("cronfleet_node_last_seen_seconds", "Seconds since each beat or worker that has "
-                                 "not stopped was last seen", labels=["kind", "node"])
+        seen = GaugeMetricFamily(
+            "cronfleet_node_last_seen_seconds",
+            "Seconds since each beat or worker that has not stopped was last seen",
+            labels=["kind", "node"],
+        )
         for node in found.nodes:
             if node.state != "stopped":
                 seen.add_metric([node.node.kind, node.node.name], node.age)
@@ -198,9 +226,19 @@ def labelled(name: str, documentation: str, label: str, values: dict[str, float]
 # Every name ClusterCollector and its sibling forecast.ForecastCollector expose (the
 # dashboard's and the alerts' queries are checked against these and metrics.names()).
 NAMES = {
-    "cronfleet_database_up", "cronfleet_broker_up", "cronfleet_due_jobs", "cronfleet_oldest_due_seconds",
-    "cronfleet_runs_in_flight", "cronfleet_runs_waiting", "cronfleet_queue_depth", "cronfleet_queue_workers",
+    "cronfleet_database_up",
+    "cronfleet_broker_up",
+    "cronfleet_due_jobs",
+    "cronfleet_oldest_due_seconds",
+    "cronfleet_runs_in_flight",
+    "cronfleet_runs_waiting",
+    "cronfleet_queue_depth",
+    "cronfleet_queue_workers",
     "cronfleet_queue_unconsumed",
-    "cronfleet_nodes", "cronfleet_node_last_seen_seconds", "cronfleet_cluster_scrape_seconds",
-    "cronfleet_forecast_fires", "cronfleet_forecast_work_seconds", "cronfleet_forecast_workers",
+    "cronfleet_nodes",
+    "cronfleet_node_last_seen_seconds",
+    "cronfleet_cluster_scrape_seconds",
+    "cronfleet_forecast_fires",
+    "cronfleet_forecast_work_seconds",
+    "cronfleet_forecast_workers",
 }

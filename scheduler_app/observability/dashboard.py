@@ -111,8 +111,11 @@ SELECT date_trunc('minute', finished_at) AS minute, state, count(*),
   FROM scheduler_app_jobrun
  WHERE finished_at >= %(start)s AND finished_at < %(end)s {{hour_tenant}}
  GROUP BY GROUPING SETS ((1, 2), (1))
-""".format(dispatch_lag=lags.DISPATCH_LAG_SQL, start_lag="extract(epoch FROM started_at - scheduled_at)",
-           first_fire="trigger = 'schedule' AND attempt = 1")
+""".format(
+    dispatch_lag=lags.DISPATCH_LAG_SQL,
+    start_lag="extract(epoch FROM started_at - scheduled_at)",
+    first_fire="trigger = 'schedule' AND attempt = 1",
+)
 
 DAY_SQL = """
 SELECT date_bin(%(bucket)s, minute, %(origin)s) AS bucket, tenant_id = 0 AS marker,
@@ -183,13 +186,15 @@ class Overview:
 def scoped(sql: str, tenant_id: int | None) -> str:
     """`sql` for every tenant, or with its {tenant} placeholders limiting it to one."""
     one = tenant_id is not None
-    return sql.format(tenant="AND tenant_id = %(tenant)s" if one else "",
-                      # "+ 0": no index on tenant_id applies. The hour's runs are a few BRIN
-                      # ranges; ANDed with jobrun_tenant_state_idx, PostgreSQL read all of the
-                      # tenant's entries first (1,000,000: 99 of 129 ms at 10,000,000 runs).
-                      hour_tenant="AND tenant_id + 0 = %(tenant)s" if one else "",
-                      or_tenant="OR tenant_id = %(tenant)s" if one else "OR true",
-                      m_tenant="AND m.tenant_id = %(tenant)s" if one else "")
+    return sql.format(
+        tenant="AND tenant_id = %(tenant)s" if one else "",
+        # "+ 0": no index on tenant_id applies. The hour's runs are a few BRIN
+        # ranges; ANDed with jobrun_tenant_state_idx, PostgreSQL read all of the
+        # tenant's entries first (1,000,000: 99 of 129 ms at 10,000,000 runs).
+        hour_tenant="AND tenant_id + 0 = %(tenant)s" if one else "",
+        or_tenant="OR tenant_id = %(tenant)s" if one else "OR true",
+        m_tenant="AND m.tenant_id = %(tenant)s" if one else "",
+    )
 
 
 def overview(now: datetime, tenant_id: int | None = None) -> Overview:
@@ -217,8 +222,11 @@ def auto_paused(found: Overview, tenant_id: int | None) -> None:
     jobs = Job.objects.filter(enabled=False, auto_paused_at__isnull=False)
     if tenant_id is not None:
         jobs = jobs.filter(tenant_id=tenant_id)
-    found.auto_paused = list(jobs.order_by("-auto_paused_at", "-id").values_list(
-        "id", "tenant__slug", "name", "auto_paused_at", "paused_note")[:TOP])
+    found.auto_paused = list(
+        jobs.order_by("-auto_paused_at", "-id").values_list(
+            "id", "tenant__slug", "name", "auto_paused_at", "paused_note"
+        )[:TOP]
+    )
     found.auto_paused_count = len(found.auto_paused) if len(found.auto_paused) < TOP else jobs.count()
 
 
@@ -249,8 +257,10 @@ def last_day(cursor, found: Overview, now: datetime, tenant_id: int | None = Non
     sums = {state: [0] * len(buckets) for state in OUTCOMES}
     covered = [0] * len(buckets)
     live = found.hour_minutes[0]  # the last hour's minutes are read live (last_hour), not from RunMinute
-    cursor.execute(scoped(DAY_SQL, tenant_id), {"bucket": DAY_BUCKET, "origin": buckets[0], "start": buckets[0],
-                                                "end": live, "tenant": tenant_id})
+    cursor.execute(
+        scoped(DAY_SQL, tenant_id),
+        {"bucket": DAY_BUCKET, "origin": buckets[0], "start": buckets[0], "end": live, "tenant": tenant_id},
+    )
     for bucket, marker, *values in cursor.fetchall():
         i = index.get(bucket)
         if i is None:
@@ -259,9 +269,11 @@ def last_day(cursor, found: Overview, now: datetime, tenant_id: int | None = Non
             continue
         for state, value in zip(OUTCOMES, values, strict=True):
             sums[state][i] += value
-    cursor.execute("SELECT date_bin(%s, minute, %s), count(*) FROM scheduler_app_runminute "
-                   "WHERE tenant_id = 0 AND minute >= %s AND minute < %s GROUP BY 1",
-                   [DAY_BUCKET, buckets[0], buckets[0], live])
+    cursor.execute(
+        "SELECT date_bin(%s, minute, %s), count(*) FROM scheduler_app_runminute "
+        "WHERE tenant_id = 0 AND minute >= %s AND minute < %s GROUP BY 1",
+        [DAY_BUCKET, buckets[0], buckets[0], live],
+    )
     for bucket, minutes in cursor.fetchall():
         if bucket in index:
             covered[index[bucket]] = minutes
@@ -285,9 +297,11 @@ def finish_day(found: Overview, buckets: list[datetime], sums: dict[str, list], 
     found.day_buckets = buckets
     found.day_counts = {state: [value / per_minute for value in values] for state, values in sums.items()}
     found.day_failure_rate = [
-        100 * (sums["failed"][i] + sums["dead"][i]) / finished if (finished := sums["succeeded"][i]
-                                                                  + sums["failed"][i] + sums["dead"][i]) else None
-        for i in range(len(buckets))]
+        100 * (sums["failed"][i] + sums["dead"][i]) / finished
+        if (finished := sums["succeeded"][i] + sums["failed"][i] + sums["dead"][i])
+        else None
+        for i in range(len(buckets))
+    ]
     found.day_covered = min(1.0, sum(covered) / (DAY / MINUTE))
     found.totals["day"] = totals_of({state: sum(values) for state, values in sums.items()})
 
@@ -297,8 +311,12 @@ def totals_of(counts: dict[str, int]) -> dict:
     them failed or are dead, that share in %, and the other outcomes apart."""
     finished = counts["succeeded"] + counts["failed"] + counts["dead"]
     failures = counts["failed"] + counts["dead"]
-    return {"runs": finished, "failures": failures, "other": sum(counts.values()) - finished,
-            "failure_rate": 100 * failures / finished if finished else None}
+    return {
+        "runs": finished,
+        "failures": failures,
+        "other": sum(counts.values()) - finished,
+        "failure_rate": 100 * failures / finished if finished else None,
+    }
 
 
 # --- the embedded SQLite demo: the same figures, computed in Python --------------------------
@@ -335,8 +353,20 @@ def overview_in_python(now: datetime, tenant_id: int | None = None) -> Overview:
         runs = runs.filter(tenant_id=tenant_id)
     tenants: dict[int, list[int]] = defaultdict(lambda: [0, 0])
     for finished_at, state, tenant, trigger, attempt, scheduled_at, dispatched_at, enqueued_at, started_at in (
-            runs.order_by().values_list("finished_at", "state", "tenant_id", "trigger", "attempt", "scheduled_at",
-                                        "dispatched_at", "enqueued_at", "started_at").iterator()):
+        runs.order_by()
+        .values_list(
+            "finished_at",
+            "state",
+            "tenant_id",
+            "trigger",
+            "attempt",
+            "scheduled_at",
+            "dispatched_at",
+            "enqueued_at",
+            "started_at",
+        )
+        .iterator()
+    ):
         if state not in sums:
             continue
         minute = truncate(finished_at)
@@ -364,15 +394,18 @@ def overview_in_python(now: datetime, tenant_id: int | None = None) -> Overview:
     finish_day(found, buckets, sums, covered)
     found.day_covered = 1.0
     slugs = dict(Tenant.objects.filter(id__in=list(tenants)).values_list("id", "slug"))
-    found.noisy_tenants = sorted(((slugs.get(t, str(t)), runs_, failures) for t, (runs_, failures) in tenants.items()),
-                                 key=lambda row: (-row[1], row[0]))[:TOP]
+    found.noisy_tenants = sorted(
+        ((slugs.get(t, str(t)), runs_, failures) for t, (runs_, failures) in tenants.items()),
+        key=lambda row: (-row[1], row[0]),
+    )[:TOP]
     found.failing_jobs = failing_in_python(now, tenant_id)
     due = Job.objects.filter(enabled=True, next_run_at__isnull=False, next_run_at__lt=now + HOUR)
     if tenant_id is not None:
         due = due.filter(tenant_id=tenant_id)
     groups: dict[tuple, int] = defaultdict(int)
-    for *key, next_run_at in due.values_list("cron", "timezone", "every_seconds", "run_at", "calendar_id",
-                                             "calendar_policy", "next_run_at"):
+    for *key, next_run_at in due.values_list(
+        "cron", "timezone", "every_seconds", "run_at", "calendar_id", "calendar_policy", "next_run_at"
+    ):
         groups[(*key, truncate(next_run_at))] += 1
     rows = [(*key, jobs) for key, jobs in groups.items()]
     found.forecast_minutes, found.forecast = forecast(rows, now, group_calendars(rows, now))
@@ -382,18 +415,23 @@ def overview_in_python(now: datetime, tenant_id: int | None = None) -> Overview:
 
 def failing_in_python(now: datetime, tenant_id: int | None) -> list[tuple]:
     """FAILING_SQL through the ORM: the jobs with the most failed and dead runs scheduled in the last day."""
-    failing = JobRun.objects.filter(state__in=(RunState.FAILED, RunState.DEAD), scheduled_at__gt=now - DAY,
-                                    scheduled_at__lte=now)
+    failing = JobRun.objects.filter(
+        state__in=(RunState.FAILED, RunState.DEAD), scheduled_at__gt=now - DAY, scheduled_at__lte=now
+    )
     if tenant_id is not None:
         failing = failing.filter(tenant_id=tenant_id)
-    rows = list(failing.order_by().values("job_id").annotate(failures=models.Count("id"),
-                                                             last_at=models.Max("scheduled_at"))
-                .order_by("-failures", "job_id")[:TOP])
+    rows = list(
+        failing.order_by()
+        .values("job_id")
+        .annotate(failures=models.Count("id"), last_at=models.Max("scheduled_at"))
+        .order_by("-failures", "job_id")[:TOP]
+    )
     jobs = {job.pk: job for job in Job.objects.filter(id__in=[row["job_id"] for row in rows]).select_related("tenant")}
-    return [(row["job_id"], jobs[row["job_id"]].tenant.slug, jobs[row["job_id"]].name, row["failures"],
-             row["last_at"]) for row in rows if row["job_id"] in jobs]
-
-
+    return [
+        (row["job_id"], jobs[row["job_id"]].tenant.slug, jobs[row["job_id"]].name, row["failures"], row["last_at"])
+        for row in rows
+        if row["job_id"] in jobs
+    ]
 
 
 def group_calendars(groups: list[tuple], now: datetime) -> dict[int, schedules.BusinessCalendar]:
@@ -401,8 +439,9 @@ def group_calendars(groups: list[tuple], now: datetime) -> dict[int, schedules.B
     return business_calendars((group[4] for group in groups), now.year)
 
 
-def forecast(groups: list[tuple], now: datetime,
-             calendars: dict[int, schedules.BusinessCalendar] | None = None) -> tuple[list[datetime], list[int]]:
+def forecast(
+    groups: list[tuple], now: datetime, calendars: dict[int, schedules.BusinessCalendar] | None = None
+) -> tuple[list[datetime], list[int]]:
     """Fires due per minute for the next 60 minutes, from the jobs' schedules with their
     calendars (group_fires). Overdue jobs count in the first minute."""
     start = truncate(now)
@@ -414,8 +453,9 @@ def forecast(groups: list[tuple], now: datetime,
     return minutes, [counts.get(minute, 0) for minute in minutes]
 
 
-def group_fires(group: tuple, start: datetime, end: datetime,
-                calendars: dict[int, schedules.BusinessCalendar] | None = None) -> list[datetime]:
+def group_fires(
+    group: tuple, start: datetime, end: datetime, calendars: dict[int, schedules.BusinessCalendar] | None = None
+) -> list[datetime]:
     """The fires before `end` of one group of jobs sharing a schedule, calendar and first
     minute, (cron, timezone, every_seconds, run_at, calendar_id, calendar_policy,
     first_minute), as the beat plans them (jitter can move a fire into the next minute;
@@ -427,8 +467,17 @@ def group_fires(group: tuple, start: datetime, end: datetime,
     calendar = (calendars or {}).get(calendar_id) if calendar_id is not None else None
     first = max(first_minute, truncate(start))  # the fires after the minute of an overdue one
     try:
-        schedule = schedule_of(cron, zone, every, run_at, first_minute if every else None, None, None,
-                               calendar=calendar, calendar_policy=policy)
+        schedule = schedule_of(
+            cron,
+            zone,
+            every,
+            run_at,
+            first_minute if every else None,
+            None,
+            None,
+            calendar=calendar,
+            calendar_policy=policy,
+        )
         # A span holds at most one cron fire a minute (minute resolution), or span / every.
         span = int((end - first).total_seconds())
         count = 0 if run_at and not cron and not every else (span // 60 + 1 if cron else span // every + 1)

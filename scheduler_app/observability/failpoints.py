@@ -21,13 +21,15 @@ import time
 from django.core.exceptions import ImproperlyConfigured
 
 ENV = "CRONFLEET_FAILPOINTS"
-NAMES = frozenset({
-    "beat.after_claim",  # jobs locked and planned, runs not yet inserted (inside the transaction)
-    "beat.after_commit",  # runs committed, not yet published
-    "beat.after_publish",  # runs published
-    "worker.before_target",  # run started (CAS won), target not yet called
-    "worker.after_target",  # target returned, outcome not yet recorded
-})
+NAMES = frozenset(
+    {
+        "beat.after_claim",  # jobs locked and planned, runs not yet inserted (inside the transaction)
+        "beat.after_commit",  # runs committed, not yet published
+        "beat.after_publish",  # runs published
+        "worker.before_target",  # run started (CAS won), target not yet called
+        "worker.after_target",  # target returned, outcome not yet recorded
+    }
+)
 
 
 class FailpointError(RuntimeError):

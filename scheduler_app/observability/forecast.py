@@ -103,9 +103,12 @@ def compute(now: datetime, read: Callable[[datetime], tuple[list[tuple], dict[st
     rows, in_flight = read(now + timedelta(seconds=max(HORIZONS.values())))
     found = Forecast(now=now, in_flight=in_flight)
     add_fires(found, rows, group_calendars([row[1:] for row in rows], now))
-    found.workers = {queue: recommended_workers(found.work.get(queue, {}), found.in_flight.get(queue, 0),
-                                                found.burst.get(queue, 0.0))
-                     for queue in sorted({*found.fires, *found.in_flight})}
+    found.workers = {
+        queue: recommended_workers(
+            found.work.get(queue, {}), found.in_flight.get(queue, 0), found.burst.get(queue, 0.0)
+        )
+        for queue in sorted({*found.fires, *found.in_flight})
+    }
     return found
 
 
@@ -125,8 +128,9 @@ def read_in_python(end: datetime) -> tuple[list[tuple], dict[str, int]]:
     due = Job.objects.filter(enabled=True, next_run_at__isnull=False, next_run_at__lt=end).order_by("next_run_at", "id")
     timed = set(due.values_list("id", flat=True)[:DURATION_SAMPLE])
     groups: dict[tuple, list] = defaultdict(lambda: [0, 0.0, 0])
-    for job_id, *key, next_run_at in due.values_list("id", "queue", "cron", "timezone", "every_seconds", "run_at",
-                                                     "calendar_id", "calendar_policy", "next_run_at"):
+    for job_id, *key, next_run_at in due.values_list(
+        "id", "queue", "cron", "timezone", "every_seconds", "run_at", "calendar_id", "calendar_policy", "next_run_at"
+    ):
         group = groups[(*key, truncate(next_run_at))]
         group[0] += 1
         if job_id in timed and (median := median_duration(job_id)) is not None:
@@ -134,7 +138,8 @@ def read_in_python(end: datetime) -> tuple[list[tuple], dict[str, int]]:
             group[2] += 1
     in_flight = defaultdict(int)
     for queue in JobRun.objects.filter(state__in=(RunState.QUEUED, RunState.RUNNING)).values_list(
-            "job__queue", flat=True)[:IN_FLIGHT_CAP]:
+        "job__queue", flat=True
+    )[:IN_FLIGHT_CAP]:
         in_flight[queue_name(queue)] += 1
     return [(*key, *group) for key, group in groups.items()], dict(in_flight)
 
@@ -142,9 +147,14 @@ def read_in_python(end: datetime) -> tuple[list[tuple], dict[str, int]]:
 def median_duration(job_id: int) -> float | None:
     """The median run time of the job's last RECENT_RUNS runs that finished, as FORECAST_SQL's."""
     last = JobRun.objects.filter(job_id=job_id).order_by("-scheduled_at")[:RECENT_RUNS]
-    return percentile_cont([(finished - started).total_seconds() for state, started, finished
-                            in last.values_list("state", "started_at", "finished_at")
-                            if state in FINISHED_STATES and started and finished], 0.5)
+    return percentile_cont(
+        [
+            (finished - started).total_seconds()
+            for state, started, finished in last.values_list("state", "started_at", "finished_at")
+            if state in FINISHED_STATES and started and finished
+        ],
+        0.5,
+    )
 
 
 def add_fires(found: Forecast, rows: list[tuple], calendars: dict) -> None:
@@ -155,7 +165,9 @@ def add_fires(found: Forecast, rows: list[tuple], calendars: dict) -> None:
     for queue, *schedule, first_minute, jobs, known_sum, known in rows:
         queue = queue_name(queue)
         per_fire = known_sum + (jobs - known) * fallback.get(queue, app_settings.FORECAST_DEFAULT_SECONDS)
-        fires = group_fires((*schedule, first_minute), found.now, found.now + timedelta(seconds=max(HORIZONS.values())), calendars)
+        fires = group_fires(
+            (*schedule, first_minute), found.now, found.now + timedelta(seconds=max(HORIZONS.values())), calendars
+        )
         fires_in = found.fires.setdefault(queue, dict.fromkeys(HORIZONS, 0))
         work_in = found.work.setdefault(queue, dict.fromkeys(HORIZONS, 0.0))
         for horizon, seconds in HORIZONS.items():
@@ -200,7 +212,9 @@ def recommended_workers(work: dict[str, float], in_flight: int, burst: float = 0
     concurrency = app_settings.FORECAST_WORKER_CONCURRENCY
     lag = app_settings.FORECAST_TARGET_LAG_SECONDS
     needed = [math.ceil(in_flight / concurrency), math.ceil(burst / (lag_window() * concurrency))]
-    needed += [math.ceil(work.get(horizon, 0.0) / ((seconds + lag) * concurrency)) for horizon, seconds in HORIZONS.items()]
+    needed += [
+        math.ceil(work.get(horizon, 0.0) / ((seconds + lag) * concurrency)) for horizon, seconds in HORIZONS.items()
+    ]
     return max(0, *needed)
 
 
@@ -227,13 +241,20 @@ class ForecastCollector:
         except DatabaseError as exc:  # ClusterCollector says cronfleet_database_up 0
             logger.warning("metrics: the forecast's database did not answer: %s", exc)
             return
-        yield by_horizon("cronfleet_forecast_fires", "Fires due per queue within each horizon (overdue: due now)",
-                         found.fires)
-        yield by_horizon("cronfleet_forecast_work_seconds", "Expected run time due per queue within each horizon: "
-                         "fires x each job's recent median duration", found.work)
-        workers = GaugeMetricFamily("cronfleet_forecast_workers", "Workers recommended per queue so that the "
-                                    "forecast work starts within CRONFLEET_FORECAST_TARGET_LAG_SECONDS",
-                                    labels=["queue"])
+        yield by_horizon(
+            "cronfleet_forecast_fires", "Fires due per queue within each horizon (overdue: due now)", found.fires
+        )
+        yield by_horizon(
+            "cronfleet_forecast_work_seconds",
+            "Expected run time due per queue within each horizon: fires x each job's recent median duration",
+            found.work,
+        )
+        workers = GaugeMetricFamily(
+            "cronfleet_forecast_workers",
+            "Workers recommended per queue so that the "
+            "forecast work starts within CRONFLEET_FORECAST_TARGET_LAG_SECONDS",
+            labels=["queue"],
+        )
         for queue, count in sorted(found.workers.items()):
             workers.add_metric([queue], count)
         yield workers
@@ -245,4 +266,3 @@ def by_horizon(name: str, documentation: str, values: dict[str, dict[str, float]
         for horizon, value in horizons.items():
             family.add_metric([queue, horizon], value)
     return family
-

@@ -112,8 +112,9 @@ def metrics_authorized(request) -> bool:
 
 def metrics_view(request):
     if not metrics_authorized(request):
-        response = HttpResponse("metrics need Authorization: Bearer <CRONFLEET_METRICS_TOKEN>\n", status=401,
-                                content_type="text/plain")
+        response = HttpResponse(
+            "metrics need Authorization: Bearer <CRONFLEET_METRICS_TOKEN>\n", status=401, content_type="text/plain"
+        )
         response["WWW-Authenticate"] = 'Bearer realm="cronfleet-metrics"'
         return response
     registry = CollectorRegistry()

@@ -55,8 +55,14 @@ def bind_delivery(request) -> None:
     """At the start of an execute_run delivery: what its message says (run, attempt, queue)."""
     args = list(getattr(request, "args", None) or ()) + [None, None]
     info = getattr(request, "delivery_info", None) or {}
-    _context.set({"run_id": args[0], "attempt": args[1], "queue": info.get("routing_key") or None,
-                  "task_id": getattr(request, "id", None)})
+    _context.set(
+        {
+            "run_id": args[0],
+            "attempt": args[1],
+            "queue": info.get("routing_key") or None,
+            "task_id": getattr(request, "id", None),
+        }
+    )
     if getattr(request, "hostname", None):
         set_node(request.hostname)
 
@@ -64,8 +70,14 @@ def bind_delivery(request) -> None:
 def bind_started(started) -> None:
     """Once a run has started: its job, tenant and fire key (an execution.Started)."""
     run = started.run
-    bind(run_id=run.id, attempt=run.attempt, job=f"{started.tenant}/{started.job.name}", tenant=started.tenant,
-         fire_key=run.fire_key, target=started.job.task_name or started.job.target_kind)
+    bind(
+        run_id=run.id,
+        attempt=run.attempt,
+        job=f"{started.tenant}/{started.job.name}",
+        tenant=started.tenant,
+        fire_key=run.fire_key,
+        target=started.job.task_name or started.job.target_kind,
+    )
 
 
 class JsonFormatter(logging.Formatter):
@@ -112,8 +124,14 @@ def use_json_in_celery(logger=None, **kwargs) -> None:
 def json_say(msg: str, f=sys.__stderr__) -> None:
     """celery.apps.worker.safe_say in JSON: what the worker's signal handlers print (warm
     shutdown, ...), written as safe_say does, with one os.write and no lock."""
-    line = {"time": datetime.now(UTC).isoformat(timespec="milliseconds"), "level": "WARNING",
-            "logger": "celery.apps.worker", "message": str(msg), "node": node(), "pid": os.getpid()}
+    line = {
+        "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
+        "level": "WARNING",
+        "logger": "celery.apps.worker",
+        "message": str(msg),
+        "node": node(),
+        "pid": os.getpid(),
+    }
     os.write(f.fileno(), (json.dumps(line, ensure_ascii=False) + "\n").encode())
 
 

@@ -58,46 +58,86 @@ TURN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
 
 # --- beat ---------------------------------------------------------------------------------
 BEAT_TURNS = Counter("cronfleet_beat_turns", "Beat turns completed")
-BEAT_TURN_SECONDS = Histogram("cronfleet_beat_turn_duration_seconds", "How long a beat turn took",
-                              buckets=TURN_BUCKETS)
-FIRES = Counter("cronfleet_fires", "Fires the beat recorded as runs: queued, skipped (reason: why) or held "
-                "(reason: quota or overlap)", ["queue", "outcome", "reason"])
-DISPATCH_LAG = Histogram("cronfleet_dispatch_lag_seconds", "Enqueued minus scheduled, of fires queued when "
-                         "claimed", ["queue"], buckets=LAG_BUCKETS)
-PUBLISHED = Counter("cronfleet_runs_published", "Run messages the beat published (new fires, retries, releases, "
-                    "republished)")
+BEAT_TURN_SECONDS = Histogram("cronfleet_beat_turn_duration_seconds", "How long a beat turn took", buckets=TURN_BUCKETS)
+FIRES = Counter(
+    "cronfleet_fires",
+    "Fires the beat recorded as runs: queued, skipped (reason: why) or held (reason: quota or overlap)",
+    ["queue", "outcome", "reason"],
+)
+DISPATCH_LAG = Histogram(
+    "cronfleet_dispatch_lag_seconds",
+    "Enqueued minus scheduled, of fires queued when claimed",
+    ["queue"],
+    buckets=LAG_BUCKETS,
+)
+PUBLISHED = Counter(
+    "cronfleet_runs_published", "Run messages the beat published (new fires, retries, releases, republished)"
+)
 REPUBLISHED = Counter("cronfleet_runs_republished", "Queued runs published again: not started in time")
 LOST = Counter("cronfleet_runs_lost", "Running runs whose lease ran out (their worker died or froze)")
 RETRIES_REQUEUED = Counter("cronfleet_retries_requeued", "Retrying runs queued again after their backoff")
 RELEASED = Counter("cronfleet_runs_released", "Runs held for their tenant's quota, queued as it freed")
-BACKPRESSURE_HOLDS = Counter("cronfleet_backpressure_holds", "Beat turns that claimed nothing for a queue "
-                             "over CRONFLEET_QUEUE_HIGH_WATER", ["queue"])
+BACKPRESSURE_HOLDS = Counter(
+    "cronfleet_backpressure_holds",
+    "Beat turns that claimed nothing for a queue over CRONFLEET_QUEUE_HIGH_WATER",
+    ["queue"],
+)
 
 # --- worker -------------------------------------------------------------------------------
-RUNS_FINISHED = Counter("cronfleet_runs_finished", "Attempts a worker ended, by the state it left the run in "
-                        "(succeeded, failed, retrying, dead)", ["queue", "target", "state"])
-TENANT_RUNS_FINISHED = Counter("cronfleet_tenant_runs_finished", "cronfleet_runs_finished_total by tenant "
-                               "(only with CRONFLEET_METRICS_TENANT_LABELS)", ["tenant", "state"])
-RUN_DURATION = Histogram("cronfleet_run_duration_seconds", "From a run's start to its outcome, in the worker",
-                         ["queue", "target"], buckets=DURATION_BUCKETS)
-START_LAG = Histogram("cronfleet_start_lag_seconds", "Started minus scheduled (a scheduled fire's first attempt) "
-                      "or minus enqueued (retries and the rest): the wait for a worker", ["queue"],
-                      buckets=LAG_BUCKETS)
-DUPLICATES = Counter("cronfleet_duplicate_deliveries", "Deliveries that did not start their run (already "
-                     "started, finished or superseded), acknowledged without executing", ["queue"])
-STALE_WRITES = Counter("cronfleet_stale_writes_refused", "Outcomes refused because the attempt no longer owned "
-                       "its run (it was taken as lost)", ["queue"])
-IN_PROGRESS = Gauge("cronfleet_runs_in_progress", "execute_run deliveries being handled now", ["queue"],
-                    multiprocess_mode="livesum")
+RUNS_FINISHED = Counter(
+    "cronfleet_runs_finished",
+    "Attempts a worker ended, by the state it left the run in (succeeded, failed, retrying, dead)",
+    ["queue", "target", "state"],
+)
+TENANT_RUNS_FINISHED = Counter(
+    "cronfleet_tenant_runs_finished",
+    "cronfleet_runs_finished_total by tenant (only with CRONFLEET_METRICS_TENANT_LABELS)",
+    ["tenant", "state"],
+)
+RUN_DURATION = Histogram(
+    "cronfleet_run_duration_seconds",
+    "From a run's start to its outcome, in the worker",
+    ["queue", "target"],
+    buckets=DURATION_BUCKETS,
+)
+START_LAG = Histogram(
+    "cronfleet_start_lag_seconds",
+    "Started minus scheduled (a scheduled fire's first attempt) "
+    "or minus enqueued (retries and the rest): the wait for a worker",
+    ["queue"],
+    buckets=LAG_BUCKETS,
+)
+DUPLICATES = Counter(
+    "cronfleet_duplicate_deliveries",
+    "Deliveries that did not start their run (already started, finished or superseded), acknowledged without executing",
+    ["queue"],
+)
+STALE_WRITES = Counter(
+    "cronfleet_stale_writes_refused",
+    "Outcomes refused because the attempt no longer owned its run (it was taken as lost)",
+    ["queue"],
+)
+IN_PROGRESS = Gauge(
+    "cronfleet_runs_in_progress", "execute_run deliveries being handled now", ["queue"], multiprocess_mode="livesum"
+)
 
-HTTP_IN_FLIGHT = Gauge("cronfleet_http_in_flight", "HTTP attempts being sent or answered now", [],
-                       multiprocess_mode="livesum")
-HTTP_WAITING = Gauge("cronfleet_http_waiting", "HTTP attempts waiting for a slot (their host's share or the "
-                     "process's in-flight cap taken)", [], multiprocess_mode="livesum")
-HTTP_HOSTS_SATURATED = Gauge("cronfleet_http_hosts_saturated", "Target hosts with attempts waiting for a slot",
-                             [], multiprocess_mode="livesum")
-HTTP_RESPONSES = Counter("cronfleet_http_responses", "HTTP attempts by how they ended: the status class (2xx "
-                         "to 5xx), timeout, connection_error, blocked, not_called", ["outcome"])
+HTTP_IN_FLIGHT = Gauge(
+    "cronfleet_http_in_flight", "HTTP attempts being sent or answered now", [], multiprocess_mode="livesum"
+)
+HTTP_WAITING = Gauge(
+    "cronfleet_http_waiting",
+    "HTTP attempts waiting for a slot (their host's share or the process's in-flight cap taken)",
+    [],
+    multiprocess_mode="livesum",
+)
+HTTP_HOSTS_SATURATED = Gauge(
+    "cronfleet_http_hosts_saturated", "Target hosts with attempts waiting for a slot", [], multiprocess_mode="livesum"
+)
+HTTP_RESPONSES = Counter(
+    "cronfleet_http_responses",
+    "HTTP attempts by how they ended: the status class (2xx to 5xx), timeout, connection_error, blocked, not_called",
+    ["outcome"],
+)
 FINISHED_STATES = ("succeeded", "failed", "retrying", "dead")
 _REASON_CLASS = re.compile(r"[a-z_]{1,40}")
 
@@ -146,8 +186,13 @@ def observe_turn(turn, seconds: float) -> None:
             DISPATCH_LAG.labels(queue).observe(lag)
     for labels, count in tally.items():  # one increment per label set, not per fire
         FIRES.labels(*labels).inc(count)
-    for counter, count in ((PUBLISHED, turn.published), (REPUBLISHED, turn.republished), (LOST, turn.lost),
-                           (RETRIES_REQUEUED, turn.requeued), (RELEASED, turn.released)):
+    for counter, count in (
+        (PUBLISHED, turn.published),
+        (REPUBLISHED, turn.republished),
+        (LOST, turn.lost),
+        (RETRIES_REQUEUED, turn.requeued),
+        (RELEASED, turn.released),
+    ):
         if count:
             counter.inc(count)
     for queue in turn.held_back:
@@ -159,9 +204,15 @@ def observe_delivery(outcome, queue: str, *, tenant_labels: bool = False) -> Non
     started = outcome.started
     if started is not None:
         run = started.run
-        START_LAG.labels(queue).observe(start_lag(attempt=run.attempt, trigger=run.trigger,
-                                                  scheduled_at=run.scheduled_at, enqueued_at=run.enqueued_at,
-                                                  started_at=run.started_at))
+        START_LAG.labels(queue).observe(
+            start_lag(
+                attempt=run.attempt,
+                trigger=run.trigger,
+                scheduled_at=run.scheduled_at,
+                enqueued_at=run.enqueued_at,
+                started_at=run.started_at,
+            )
+        )
     if outcome.state == "duplicate":
         DUPLICATES.labels(queue).inc()
     elif outcome.state == "stale":
@@ -210,15 +261,17 @@ def process_registry(*, forked: bool) -> CollectorRegistry:
     if forked:
         raise MissingMultiprocDir(
             "a prefork pool runs tasks in child processes: set PROMETHEUS_MULTIPROC_DIR to a directory of this "
-            "host (empty at first start) so that the exporter can add up their metrics")
+            "host (empty at first start) so that the exporter can add up their metrics"
+        )
     return REGISTRY
 
 
 def serve(port: int, address: str, *, forked: bool = False) -> None:
     """Serve the process's metrics (process_registry) on address:port from a daemon thread."""
     start_http_server(port, addr=address, registry=process_registry(forked=forked))
-    logger.info("metrics on http://%s:%s/metrics%s", address, port,
-                f" (processes of {MULTIPROC_DIR})" if MULTIPROC_DIR else "")
+    logger.info(
+        "metrics on http://%s:%s/metrics%s", address, port, f" (processes of {MULTIPROC_DIR})" if MULTIPROC_DIR else ""
+    )
 
 
 class LiveProcessesCollector(multiprocess.MultiProcessCollector):

@@ -102,11 +102,16 @@ def last_consumed_at(states: Iterable[NodeState]) -> dict[str, datetime]:
 
 # A worker's HTTP attempts, summed over its pool processes, as its heartbeat's activity says
 # them (the node row has no column for them; the text is what status and the admin show).
-FLIGHT_GAUGES = {"cronfleet_http_in_flight": "in_flight", "cronfleet_http_waiting": "waiting",
-                 "cronfleet_http_hosts_saturated": "hosts_saturated"}
+FLIGHT_GAUGES = {
+    "cronfleet_http_in_flight": "in_flight",
+    "cronfleet_http_waiting": "waiting",
+    "cronfleet_http_hosts_saturated": "hosts_saturated",
+}
 FLIGHT_TEXT = "http {in_flight} in flight, {waiting} waiting, {hosts_saturated} hosts saturated"
-FLIGHT_PATTERN = re.compile(r"http (?P<in_flight>\d+) in flight, (?P<waiting>\d+) waiting, "
-                            r"(?P<hosts_saturated>\d+) hosts saturated")
+FLIGHT_PATTERN = re.compile(
+    r"http (?P<in_flight>\d+) in flight, (?P<waiting>\d+) waiting, "
+    r"(?P<hosts_saturated>\d+) hosts saturated"
+)
 
 
 def http_flight(directory: str, pids: Iterable[int]) -> dict[str, int]:
@@ -114,8 +119,11 @@ def http_flight(directory: str, pids: Iterable[int]) -> dict[str, int]:
     `pids`, summed from their live gauges in the prometheus multiprocess `directory`: the
     worker's pool processes keep the attempts (worker/flight.py) and their gauges there."""
     wanted = {str(pid) for pid in pids}
-    files = [name for name in glob.glob(os.path.join(directory, "gauge_livesum_*.db"))
-             if name.removesuffix(".db").rsplit("_", 1)[-1] in wanted]
+    files = [
+        name
+        for name in glob.glob(os.path.join(directory, "gauge_livesum_*.db"))
+        if name.removesuffix(".db").rsplit("_", 1)[-1] in wanted
+    ]
     counts = dict.fromkeys(FLIGHT_GAUGES.values(), 0)
     for metric in multiprocess.MultiProcessCollector._read_metrics(files).values():
         if metric.name in FLIGHT_GAUGES:
@@ -141,8 +149,15 @@ class Registration:
     def register(self, activity: str = "starting") -> None:
         Node.objects.filter(last_seen_at__lt=Now() - NODE_RETENTION).delete()
         node = Node.objects.create(
-            kind=self.kind, name=self.name[:255], host=socket.gethostname()[:255], pid=os.getpid(), version=VERSION,
-            queues=self.queues, activity=activity[:500], started_at=Now(), last_seen_at=Now(),
+            kind=self.kind,
+            name=self.name[:255],
+            host=socket.gethostname()[:255],
+            pid=os.getpid(),
+            version=VERSION,
+            queues=self.queues,
+            activity=activity[:500],
+            started_at=Now(),
+            last_seen_at=Now(),
             stale_after_seconds=self.stale_after,
         )
         self.id = node.id
@@ -175,8 +190,9 @@ class HeartbeatThread:
     processes could inherit).
     """
 
-    def __init__(self, registration: Registration, activity: Callable[[], str], *,
-                 interval: float = WORKER_HEARTBEAT_SECONDS) -> None:
+    def __init__(
+        self, registration: Registration, activity: Callable[[], str], *, interval: float = WORKER_HEARTBEAT_SECONDS
+    ) -> None:
         self.registration, self.activity, self.interval = registration, activity, interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cronfleet-node", daemon=True)

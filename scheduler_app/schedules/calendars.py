@@ -117,8 +117,11 @@ def shift_fire(calendar: BusinessCalendar, policy: str, zone_name: str, fire: da
         return fire
     if policy == CalendarPolicy.SKIP:
         return None
-    target = (calendar.next_business_day(day) if policy == CalendarPolicy.NEXT_BUSINESS_DAY
-              else calendar.previous_business_day(day))
+    target = (
+        calendar.next_business_day(day)
+        if policy == CalendarPolicy.NEXT_BUSINESS_DAY
+        else calendar.previous_business_day(day)
+    )
     return None if target is None else at_wall_time(target, local.time(), zone_name)
 
 
@@ -145,8 +148,13 @@ def _day_start(day: date, tz: ZoneInfo) -> datetime:
     return datetime.combine(day, time(0), tzinfo=tz).astimezone(UTC)
 
 
-def shifted_next_after(calendar: BusinessCalendar, policy: str, zone_name: str,
-                       step: Callable[[datetime], datetime | None], after: datetime) -> datetime | None:
+def shifted_next_after(
+    calendar: BusinessCalendar,
+    policy: str,
+    zone_name: str,
+    step: Callable[[datetime], datetime | None],
+    after: datetime,
+) -> datetime | None:
     """The first moved fire strictly after `after` (next/previous_business_day), where
     `step(t)` is the plain schedule's first fire after t.
 
@@ -176,8 +184,9 @@ def shifted_next_after(calendar: BusinessCalendar, policy: str, zone_name: str,
     return None
 
 
-def _earliest_moved(first: date, last: date, owner: date, after: datetime, zone_name: str,
-                    step: Callable[[datetime], datetime | None]) -> datetime | None:
+def _earliest_moved(
+    first: date, last: date, owner: date, after: datetime, zone_name: str, step: Callable[[datetime], datetime | None]
+) -> datetime | None:
     tz = tzinfo_of(zone_name)
     after_local = after.astimezone(tz)
     best: datetime | None = None
@@ -198,8 +207,9 @@ def _earliest_moved(first: date, last: date, owner: date, after: datetime, zone_
     return best
 
 
-def moved_from(calendar: BusinessCalendar, policy: str, zone_name: str,
-               step: Callable[[datetime], datetime | None], fire: datetime) -> list[date]:
+def moved_from(
+    calendar: BusinessCalendar, policy: str, zone_name: str, step: Callable[[datetime], datetime | None], fire: datetime
+) -> list[date]:
     """The non-business days whose fires moved to `fire` (for previews): each day of the
     business day's domain with a plain fire at the same wall time."""
     tz = tzinfo_of(zone_name)

@@ -83,8 +83,11 @@ def _check_jitter(schedule: Schedule) -> None:
     if gap is not None and (near_change := shortest_gap_at_offset_changes(nominal, probe, under=gap)) is not None:
         gap, where = near_change, " next to a DST change"
     if gap is not None and schedule.jitter > gap:
-        raise InvalidSchedule("jitter", f"must not exceed the shortest gap between two fires ({gap:g} s{where}), "
-                                        "or fires would overtake each other")
+        raise InvalidSchedule(
+            "jitter",
+            f"must not exceed the shortest gap between two fires ({gap:g} s{where}), "
+            "or fires would overtake each other",
+        )
 
 
 # How many upcoming fires of a cron schedule are looked at to find its shortest gap.

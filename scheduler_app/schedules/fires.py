@@ -146,8 +146,9 @@ def next_fire_after(schedule: Schedule, after: datetime) -> datetime | None:
 
 def _moved_next_after(schedule: Schedule, after: datetime) -> datetime | None:
     plain = replace(schedule, calendar=None)
-    return shifted_next_after(schedule.calendar, schedule.calendar_policy, schedule.timezone,
-                              lambda t: next_fire_after(plain, t), after)
+    return shifted_next_after(
+        schedule.calendar, schedule.calendar_policy, schedule.timezone, lambda t: next_fire_after(plain, t), after
+    )
 
 
 def _moved_last_at_or_before(schedule: Schedule, at: datetime) -> datetime | None:
@@ -177,8 +178,7 @@ def calendar_note(schedule: Schedule, fire: datetime) -> str | None:
     if schedule.calendar_policy == CalendarPolicy.SKIP:
         return skip_reason(calendar, schedule.timezone, fire)
     plain = replace(schedule, calendar=None)
-    days = moved_from(calendar, schedule.calendar_policy, schedule.timezone,
-                      lambda t: next_fire_after(plain, t), fire)
+    days = moved_from(calendar, schedule.calendar_policy, schedule.timezone, lambda t: next_fire_after(plain, t), fire)
     if not days:
         return None
     moved = ", ".join(f"{day.isoformat()} ({calendar.why_not(day)})" for day in days)
@@ -258,8 +258,10 @@ def fire_anomaly(schedule: Schedule, fire: datetime) -> str | None:
     wall = local.replace(tzinfo=None)
     nominal = next(CronSim(schedule.cron, wall - timedelta(seconds=1)), None)
     if nominal != wall:
-        return (f"dst_gap: the expression's local time falls in a DST gap that day; "
-                f"fires at {wall:%H:%M}, right after the gap")
+        return (
+            f"dst_gap: the expression's local time falls in a DST gap that day; "
+            f"fires at {wall:%H:%M}, right after the gap"
+        )
     if local.replace(fold=1 - local.fold).utcoffset() != local.utcoffset():
         return f"dst_repeated: {wall:%H:%M} occurs twice that day (clocks go back); this is the {('first', 'second')[local.fold]}"
     return None
@@ -272,8 +274,9 @@ def _unmoved(schedule: Schedule, fire: datetime) -> tuple[Schedule, datetime]:
     plain = replace(schedule, calendar=None)
     if next_fire_after(plain, fire - MICROSECOND) == fire:
         return plain, fire
-    days = moved_from(schedule.calendar, schedule.calendar_policy, schedule.timezone,
-                      lambda t: next_fire_after(plain, t), fire)
+    days = moved_from(
+        schedule.calendar, schedule.calendar_policy, schedule.timezone, lambda t: next_fire_after(plain, t), fire
+    )
     if not days:
         return plain, fire
     return plain, at_wall_time(days[0], fire.astimezone(tzinfo_of(schedule.timezone)).time(), schedule.timezone)

@@ -111,7 +111,9 @@ def _minute_of(field: str, text: str, *, end: bool) -> int:
     if (hour, minute) == (24, 0) and end:
         return MINUTES_A_DAY
     if not (0 <= hour <= 23 and 0 <= minute <= 59):
-        raise InvalidSchedule(field, f"{text!r} is not a time of day (HH:MM, 00:00 to 23:59{', or 24:00' if end else ''})")
+        raise InvalidSchedule(
+            field, f"{text!r} is not a time of day (HH:MM, 00:00 to 23:59{', or 24:00' if end else ''})"
+        )
     return hour * 60 + minute
 
 
@@ -125,8 +127,11 @@ def parse_window(text, field: str = "flex_window") -> Window:
         return Window(kind="hourly")
     match = _DAILY.match(words)
     if match is None:
-        raise InvalidSchedule(field, f"{text.strip()!r} is not a window: write 'hourly', 'daily' or "
-                                     "'daily HH:MM-HH:MM' (e.g. 'daily 01:00-03:00')")
+        raise InvalidSchedule(
+            field,
+            f"{text.strip()!r} is not a window: write 'hourly', 'daily' or "
+            "'daily HH:MM-HH:MM' (e.g. 'daily 01:00-03:00')",
+        )
     if match.group(1) is None:
         return Window(kind="daily", start=0, length=MINUTES_A_DAY)
     start = _minute_of(field, match.group(1), end=False)
@@ -137,9 +142,12 @@ def parse_window(text, field: str = "flex_window") -> Window:
         return Window(kind="daily", start=start, length=end - start)
     length = end + MINUTES_A_DAY - start
     if length > MAX_OVERNIGHT_MINUTES:
-        raise InvalidSchedule(field, f"ends at {_clock(end)}, before it starts at {_clock(start)}: a window across "
-                                     f"midnight (such as 23:00-01:00) may last at most {MAX_OVERNIGHT_MINUTES // 60} "
-                                     f"hours; did you mean {_clock(end)}-{_clock(start)}?")
+        raise InvalidSchedule(
+            field,
+            f"ends at {_clock(end)}, before it starts at {_clock(start)}: a window across "
+            f"midnight (such as 23:00-01:00) may last at most {MAX_OVERNIGHT_MINUTES // 60} "
+            f"hours; did you mean {_clock(end)}-{_clock(start)}?",
+        )
     return Window(kind="daily", start=start, length=length)
 
 

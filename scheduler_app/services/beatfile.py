@@ -22,11 +22,17 @@ def declaration_file(tenant: Tenant, owner: str, *, from_db: bool, from_settings
             outcome.missing_task = translation.missing_task
             skipped.append(f"{outcome.origin} {outcome.name}: {translation.refusal}")
             continue
-        outcome.result, outcome.schedule, outcome.queue = "declared", schedule_text(translation.spec), \
-            translation.spec.queue
+        outcome.result, outcome.schedule, outcome.queue = (
+            "declared",
+            schedule_text(translation.spec),
+            translation.spec.queue,
+        )
         if translation.paused:
-            outcome.notes = [*outcome.notes, "disabled in django-celery-beat: declared all the same (a declared "
-                                              "job is enabled; leave it out to keep it off)"]
+            outcome.notes = [
+                *outcome.notes,
+                "disabled in django-celery-beat: declared all the same (a declared "
+                "job is enabled; leave it out to keep it off)",
+            ]
         table = declared.spec_table(translation.spec)
         try:
             declared.toml_value(table)
@@ -35,11 +41,18 @@ def declaration_file(tenant: Tenant, owner: str, *, from_db: bool, from_settings
             skipped.append(f"{outcome.origin} {outcome.name}: not writable as TOML: {exc}")
             continue
         jobs.append(table)
-    header = ["Declared from django-celery-beat's schedules by `manage.py import_beat --to-file`.",
-              "Apply with `manage.py schedules apply --file <this file>` (docs/schedules-as-code.md).",
-              *(f"Not declared: {line}" for line in skipped)]
+    header = [
+        "Declared from django-celery-beat's schedules by `manage.py import_beat --to-file`.",
+        "Apply with `manage.py schedules apply --file <this file>` (docs/schedules-as-code.md).",
+        *(f"Not declared: {line}" for line in skipped),
+    ]
     text = declared.to_toml({"owner": owner, "tenant": tenant.slug, "jobs": jobs}, comments=header)
-    report = Report(outcomes=[outcome for outcome, _ in sources], differences=differences(sources), disabled=[],
-                    still_enabled=[], dry_run=True, read=(["PeriodicTask rows"] if from_db else [])
-                    + (list(SCHEDULE_SOURCES) if from_settings else []))
+    report = Report(
+        outcomes=[outcome for outcome, _ in sources],
+        differences=differences(sources),
+        disabled=[],
+        still_enabled=[],
+        dry_run=True,
+        read=(["PeriodicTask rows"] if from_db else []) + (list(SCHEDULE_SOURCES) if from_settings else []),
+    )
     return text, report

@@ -34,8 +34,11 @@ def check_country(country, subdivision) -> tuple[str, str]:
         return "", ""
     known = supported_countries()
     if country not in known:
-        raise InvalidInput("country", f"unknown country code {country!r} (ISO 3166 alpha-2, as the holidays "
-                                      f"package lists them: {', '.join(sorted(known)[:12])}, ...)")
+        raise InvalidInput(
+            "country",
+            f"unknown country code {country!r} (ISO 3166 alpha-2, as the holidays "
+            f"package lists them: {', '.join(sorted(known)[:12])}, ...)",
+        )
     if subdivision:
         subdivisions = {code.upper(): code for code in known[country]}
         if subdivision not in subdivisions:
@@ -198,8 +201,9 @@ def calendar_delete(calendar: Calendar, *, actor: str = "") -> None:
         users = list(Job.objects.filter(calendar=calendar).order_by("name").values_list("name", flat=True)[:6])
         if users:
             shown = ", ".join(users[:5]) + (", ..." if len(users) > 5 else "")
-            raise InvalidInput("calendar", f"calendar {calendar.name!r} is used by jobs {shown}; "
-                                           "move them to another calendar first")
+            raise InvalidInput(
+                "calendar", f"calendar {calendar.name!r} is used by jobs {shown}; move them to another calendar first"
+            )
         _audit(calendar, "calendar.deleted", actor, {})
         calendar.delete()
 
@@ -217,5 +221,6 @@ def job_calendar(tenant: Tenant, name, policy) -> tuple[Calendar | None, str]:
 
 
 def _audit(calendar: Calendar, action: str, actor: str, detail: dict) -> None:
-    AuditEvent.objects.create(tenant_id=calendar.tenant_id, action=action, actor=actor,
-                              detail={"calendar": calendar.name, **detail})
+    AuditEvent.objects.create(
+        tenant_id=calendar.tenant_id, action=action, actor=actor, detail={"calendar": calendar.name, **detail}
+    )

@@ -44,10 +44,18 @@ def this_cell() -> str:
 def route_overrides() -> Routes:
     """What the proxy must send here although the request names another cell (or none)."""
     cell = this_cell()
-    keys = (ApiKey.objects.filter(tenant__is_active=True, revoked_at__isnull=True).exclude(cell=cell)
-            .order_by("prefix").values_list("prefix", flat=True))
-    pings = (Monitor.objects.filter(tenant__is_active=True).exclude(cell=cell)
-             .order_by("ping_key").values_list("ping_key", flat=True))
+    keys = (
+        ApiKey.objects.filter(tenant__is_active=True, revoked_at__isnull=True)
+        .exclude(cell=cell)
+        .order_by("prefix")
+        .values_list("prefix", flat=True)
+    )
+    pings = (
+        Monitor.objects.filter(tenant__is_active=True)
+        .exclude(cell=cell)
+        .order_by("ping_key")
+        .values_list("ping_key", flat=True)
+    )
     return Routes(list(keys), [str(key) for key in pings])
 
 

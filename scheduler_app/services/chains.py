@@ -54,8 +54,9 @@ def check_no_schedule(spec) -> None:
     """Refuse a schedule on a chained job, naming its field."""
     for field in OWN_SCHEDULE:
         if getattr(spec, field) not in (None, "", 0):
-            raise InvalidInput(field, "a chained job (after_job) has no schedule of its own: leave it blank, "
-                                      "or clear after_job")
+            raise InvalidInput(
+                field, "a chained job (after_job) has no schedule of its own: leave it blank, or clear after_job"
+            )
 
 
 def chained_schedule(spec, timezone: str) -> schedules.Schedule:
@@ -94,8 +95,7 @@ def refresh_has_children(parent_ids: Iterable[int | None]) -> None:
     """Set each of these jobs' has_children to whether any job follows it now."""
     ids = {parent_id for parent_id in parent_ids if parent_id is not None}
     if ids:
-        Job.objects.filter(id__in=ids).update(
-            has_children=Exists(Job.objects.filter(after_job_id=OuterRef("id"))))
+        Job.objects.filter(id__in=ids).update(has_children=Exists(Job.objects.filter(after_job_id=OuterRef("id"))))
 
 
 @contextlib.contextmanager
@@ -106,8 +106,9 @@ def refusing_orphans() -> Iterator[None]:
         yield
     except RestrictedError as exc:
         names = sorted({f"{job.name}" for job in exc.restricted_objects})
-        raise InvalidInput("job", f"jobs run after it ({', '.join(names)}): delete them too, "
-                                  "or clear their after_job first") from None
+        raise InvalidInput(
+            "job", f"jobs run after it ({', '.join(names)}): delete them too, or clear their after_job first"
+        ) from None
 
 
 def describe(job: Job, schedule: schedules.Schedule) -> str:

@@ -76,8 +76,9 @@ def ensure_monitor(job: Job) -> Monitor | None:
     Call in the transaction that writes the job."""
     if job.target_kind != TargetKind.MONITOR:
         return None
-    monitor, _ = Monitor.objects.get_or_create(job=job, defaults={"tenant_id": job.tenant_id,
-                                                                  "cell": app_settings.CELL})
+    monitor, _ = Monitor.objects.get_or_create(
+        job=job, defaults={"tenant_id": job.tenant_id, "cell": app_settings.CELL}
+    )
     return monitor
 
 
@@ -120,8 +121,12 @@ def record_ping(key: str, action: str = SUCCESS, body: bytes = b"") -> Ping:
     text, cut = excerpt(body)
     with transaction.atomic():
         for _ in range(CAS_TRIES):
-            current = (JobRun.objects.filter(job_id=job.id, state__in=OPEN_STATES, reason__startswith=CHECKIN_PREFIX)
-                       .order_by("-scheduled_at").values("id", "state").first())
+            current = (
+                JobRun.objects.filter(job_id=job.id, state__in=OPEN_STATES, reason__startswith=CHECKIN_PREFIX)
+                .order_by("-scheduled_at")
+                .values("id", "state")
+                .first()
+            )
             if current is None:
                 break
             changes = _changes(signal, status, text, cut, statement_clock())
@@ -157,8 +162,16 @@ def _record_own(job: Job, signal: str, status: int | None, text: str, cut: bool,
     """A run at the ping's time for a ping that found no open run."""
     changes = _changes(signal, status, text, cut, now)
     changes["started_at"] = now
-    run = JobRun.objects.create(job=job, tenant_id=job.tenant_id, scheduled_at=now, trigger=Trigger.SCHEDULE,
-                                created_at=now, job_version=job.version, priority=job.priority, **changes)
+    run = JobRun.objects.create(
+        job=job,
+        tenant_id=job.tenant_id,
+        scheduled_at=now,
+        trigger=Trigger.SCHEDULE,
+        created_at=now,
+        job_version=job.version,
+        priority=job.priority,
+        **changes,
+    )
     _count_end(job, changes["state"])
     return Ping(run.id, changes["state"], True)
 

@@ -57,5 +57,3 @@ def admission_fields(go: bool, reason: str, now: datetime) -> dict:
 
 def jsonable(value):
     return value.isoformat() if isinstance(value, datetime) else value
-
-

@@ -101,8 +101,9 @@ def name_of(command: str) -> str:
     return name[:NAME_MAX].rstrip("-") or "cron-job"
 
 
-def import_crontab(tenant: Tenant, text: str, *, grace_seconds: int = 300, tags: list[str] | None = None,
-                   actor: str = "") -> tuple[list[Job], list[str]]:
+def import_crontab(
+    tenant: Tenant, text: str, *, grace_seconds: int = 300, tags: list[str] | None = None, actor: str = ""
+) -> tuple[list[Job], list[str]]:
     """Create one monitored job per schedule line of `text`, all or none; return the jobs
     (in line order) and the notes on lines skipped."""
     parsed = parse_crontab(text)
@@ -113,9 +114,15 @@ def import_crontab(tenant: Tenant, text: str, *, grace_seconds: int = 300, tags:
     with transaction.atomic():
         for line in parsed.lines:
             name = _unique(name_of(line.command), taken)
-            spec = JobSpec(name=name, target_kind="monitor", monitor={"grace_seconds": grace_seconds},
-                           cron=line.cron, timezone=line.timezone, description=line.command,
-                           tags=list(tags or []))
+            spec = JobSpec(
+                name=name,
+                target_kind="monitor",
+                monitor={"grace_seconds": grace_seconds},
+                cron=line.cron,
+                timezone=line.timezone,
+                description=line.command,
+                tags=list(tags or []),
+            )
             try:
                 jobs.append(job_create(tenant, spec, actor=actor))
             except InvalidInput as exc:
@@ -127,6 +134,6 @@ def _unique(name: str, taken: set[str]) -> str:
     candidate, n = name, 1
     while candidate in taken:
         n += 1
-        candidate = f"{name[:NAME_MAX - 4]}-{n}"
+        candidate = f"{name[: NAME_MAX - 4]}-{n}"
     taken.add(candidate)
     return candidate

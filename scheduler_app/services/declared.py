@@ -115,8 +115,10 @@ def read_all(path: str | Path | None = None) -> list[Declared]:
     seen: dict[tuple[str, str], Declared] = {}
     for item in declared:
         if item.key in seen:
-            problems.append(f"{item.source}: job {item.label}: declared twice (also in {seen[item.key].source}, "
-                            f"owner {seen[item.key].owner})")
+            problems.append(
+                f"{item.source}: job {item.label}: declared twice (also in {seen[item.key].source}, "
+                f"owner {seen[item.key].owner})"
+            )
         seen.setdefault(item.key, item)
     if problems:
         raise DeclarationError(problems)
@@ -180,8 +182,9 @@ def read_job(source: str, index: int, raw, owner: str, tenant: str) -> Declared:
         if values.get(kind) is not None:
             values.setdefault("target_kind", kind)
     values = {key: to_utc(value) for key, value in values.items()}
-    return Declared(source=source, owner=owner, tenant=tenant, spec=JobSpec(**values),
-                    raw={"owner": owner, "tenant": tenant, **raw})
+    return Declared(
+        source=source, owner=owner, tenant=tenant, spec=JobSpec(**values), raw={"owner": owner, "tenant": tenant, **raw}
+    )
 
 
 def to_utc(value):
@@ -204,8 +207,9 @@ def job_digest(job: Job) -> str:
     change the digests of the jobs applied before it (which would read as drift)."""
     spec = job_spec_of(job)
     values = {f.name: getattr(spec, f.name) for f in fields(spec)}
-    return hashlib.sha256(canonical({name: value for name, value in values.items()
-                                     if value != getattr(DEFAULTS, name)}).encode()).hexdigest()
+    return hashlib.sha256(
+        canonical({name: value for name, value in values.items() if value != getattr(DEFAULTS, name)}).encode()
+    ).hexdigest()
 
 
 def drifted_fields(job: Job) -> list[str]:
@@ -275,14 +279,21 @@ def make_plan(declared: list[Declared], *, owner: str | None = None, prune: str 
     if problems:
         raise DeclarationError(problems)
     keys = {item.key for item in declared}
-    leftover = (Job.objects.filter(managed_by__in=owners).select_related("tenant").order_by("tenant__slug", "name"))
+    leftover = Job.objects.filter(managed_by__in=owners).select_related("tenant").order_by("tenant__slug", "name")
     for job in leftover:
         if (job.tenant.slug, job.name) in keys:
             continue
         if prune == "pause" and not job.enabled and job.paused_note == PRUNE_NOTE.format(owner=job.managed_by):
             continue  # removed and paused by an earlier apply
-        steps.append(Step("remove", job.managed_by, f"{job.tenant.slug}/{job.name}", job=job,
-                          drift=drifted_fields(job) if job_digest(job) != job.managed_digest else []))
+        steps.append(
+            Step(
+                "remove",
+                job.managed_by,
+                f"{job.tenant.slug}/{job.name}",
+                job=job,
+                drift=drifted_fields(job) if job_digest(job) != job.managed_digest else [],
+            )
+        )
     return Plan(owners=owners, steps=steps, fingerprint=fingerprint(owners, declared, steps, prune))
 
 
@@ -295,8 +306,11 @@ def plan_declared(item: Declared, tenants: dict[str, Tenant], now: datetime) -> 
         validate_spec(tenant, item.spec, now)
         return Step("create", item.owner, item.label, declared=item)
     if job.managed_by and job.managed_by != item.owner:
-        raise InvalidInput("owner", f"the job is managed by owner {job.managed_by!r}: declare it under that owner, "
-                                    "or remove it from that owner's declarations (apply --prune delete) first")
+        raise InvalidInput(
+            "owner",
+            f"the job is managed by owner {job.managed_by!r}: declare it under that owner, "
+            "or remove it from that owner's declarations (apply --prune delete) first",
+        )
     changes = spec_changes(item.spec)
     edit = plan_edit(job, changes, now)
     step = Step("change", item.owner, item.label, declared=item, job=job, diff=edit.diff)
@@ -327,9 +341,12 @@ def fingerprint(owners: list[str], declared: list[Declared], steps: list[Step], 
     whether it is enabled and its managed columns): any change to either changes it."""
     rows = sorted(
         [step.job.id, step.job.version, step.job.enabled, step.job.managed_by, step.job.managed_digest]
-        for step in steps if step.job is not None)
-    text = canonical({"owners": owners, "prune": prune, "rows": rows,
-                      "declared": sorted(canonical(item.raw) for item in declared)})
+        for step in steps
+        if step.job is not None
+    )
+    text = canonical(
+        {"owners": owners, "prune": prune, "rows": rows, "declared": sorted(canonical(item.raw) for item in declared)}
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -346,8 +363,9 @@ class Applied:
     overwritten: list[str] = field(default_factory=list)  # labels of drifted jobs set back
 
 
-def apply_plan(declared: list[Declared], *, owner: str | None = None, prune: str = "pause",
-               expected: str | None = None) -> Applied:
+def apply_plan(
+    declared: list[Declared], *, owner: str | None = None, prune: str = "pause", expected: str | None = None
+) -> Applied:
     """Do what make_plan says, in one transaction, through the services (validated, audited,
     the beats woken); refuse, writing nothing, when `expected` is not the plan's fingerprint."""
     if prune not in ("pause", "delete"):
@@ -358,8 +376,11 @@ def apply_plan(declared: list[Declared], *, owner: str | None = None, prune: str
         list(Job.objects.select_for_update().filter(managed_by__in=scope).values_list("id", flat=True))
         plan = make_plan(declared, owner=owner, prune=prune)
         if expected is not None and expected != plan.fingerprint:
-            raise PlanMoved("fingerprint", f"the plan was {expected} but is now {plan.fingerprint}: the database or "
-                                           "the declarations changed since; nothing applied, run plan again")
+            raise PlanMoved(
+                "fingerprint",
+                f"the plan was {expected} but is now {plan.fingerprint}: the database or "
+                "the declarations changed since; nothing applied, run plan again",
+            )
         done = Applied(plan=plan)
         for step in plan.to_do:
             apply_step(step, prune, done)

@@ -35,31 +35,58 @@ SCHEDULE_FIELDS = ("cron", "every", "at", "flex_window")
 
 SPEC_FIELDS = frozenset(JobSpec.__dataclass_fields__)
 # What an edit that chains a job clears when not given (a chained job has no schedule).
-CHAINED_BLANKS = (("cron", ""), ("every", None), ("at", None), ("start_at", None), ("end_at", None),
-                  ("jitter_seconds", 0), ("calendar", ""), ("flex_window", ""))
+CHAINED_BLANKS = (
+    ("cron", ""),
+    ("every", None),
+    ("at", None),
+    ("start_at", None),
+    ("end_at", None),
+    ("jitter_seconds", 0),
+    ("calendar", ""),
+    ("flex_window", ""),
+)
 
 
 def job_spec_of(job: Job) -> JobSpec:
     """The JobSpec that describes `job` as it is saved (the base an edit is merged onto)."""
     return JobSpec(
-        name=job.name, task_name=job.task_name, target_kind=job.target_kind,
+        name=job.name,
+        task_name=job.task_name,
+        target_kind=job.target_kind,
         http=dict(job.target_config) if job.target_kind == TargetKind.HTTP else None,
         command=dict(job.target_config) if job.target_kind == TargetKind.COMMAND else None,
         sql=dict(job.target_config) if job.target_kind == TargetKind.SQL else None,
         monitor=dict(job.target_config) if job.target_kind == TargetKind.MONITOR else None,
         # A flexible job is stated by its window; its placed cron is kept by plan_edit.
-        cron="" if job.flex_window else job.cron, timezone=job.timezone, every=job.every_seconds, at=job.run_at,
-        start_at=job.start_at, end_at=job.end_at, args=job.args, kwargs=job.kwargs, queue=job.queue,
+        cron="" if job.flex_window else job.cron,
+        timezone=job.timezone,
+        every=job.every_seconds,
+        at=job.run_at,
+        start_at=job.start_at,
+        end_at=job.end_at,
+        args=job.args,
+        kwargs=job.kwargs,
+        queue=job.queue,
         priority=job.priority,
-        timeout_seconds=job.timeout_seconds, max_attempts=job.max_attempts,
-        retry_backoff_seconds=job.retry_backoff_seconds, retry_backoff_max_seconds=job.retry_backoff_max_seconds,
-        misfire_policy=job.misfire_policy, catchup_window_seconds=job.catchup_window_seconds,
-        run_all_cap=job.run_all_cap, overlap_policy=job.overlap_policy, description=job.description,
-        tags=list(job.tags), jitter_seconds=job.jitter_seconds, batch=job.batch,
+        timeout_seconds=job.timeout_seconds,
+        max_attempts=job.max_attempts,
+        retry_backoff_seconds=job.retry_backoff_seconds,
+        retry_backoff_max_seconds=job.retry_backoff_max_seconds,
+        misfire_policy=job.misfire_policy,
+        catchup_window_seconds=job.catchup_window_seconds,
+        run_all_cap=job.run_all_cap,
+        overlap_policy=job.overlap_policy,
+        description=job.description,
+        tags=list(job.tags),
+        jitter_seconds=job.jitter_seconds,
+        batch=job.batch,
         pause_after_failures=job.pause_after_failures,
-        calendar=job.calendar.name if job.calendar_id else "", calendar_policy=job.calendar_policy,
-        after_job=job.after_job.name if job.after_job_id else "", after_states=list(job.after_states or []) or None,
-        flex_window=job.flex_window, flex_scope=job.flex_scope,
+        calendar=job.calendar.name if job.calendar_id else "",
+        calendar_policy=job.calendar_policy,
+        after_job=job.after_job.name if job.after_job_id else "",
+        after_states=list(job.after_states or []) or None,
+        flex_window=job.flex_window,
+        flex_scope=job.flex_scope,
     )
 
 
@@ -97,16 +124,33 @@ def plan_edit(job: Job, changes: dict, now: datetime, *, allow_any_registered: b
     spec = replace(before, **changes)
     if not spec.flex_window and "flex_scope" not in changes:  # the window's scope goes with it
         spec = replace(spec, flex_scope="")
-    schedule_keys = (*SCHEDULE_FIELDS, "timezone", "start_at", "end_at", "jitter_seconds", "calendar",
-                     "calendar_policy", "after_job", "flex_scope")
+    schedule_keys = (
+        *SCHEDULE_FIELDS,
+        "timezone",
+        "start_at",
+        "end_at",
+        "jitter_seconds",
+        "calendar",
+        "calendar_policy",
+        "after_job",
+        "flex_scope",
+    )
     schedule_changed = any(getattr(spec, key) != getattr(before, key) for key in schedule_keys)
     # An interval keeps its anchor unless the interval itself changes.
     anchor = job.anchor_at if spec.every is not None and spec.every == job.every_seconds else None
-    schedule, fields = validate_spec(job.tenant, spec, now, anchor=anchor, jitter_seed=job.jitter_seed,
-                                     check_schedule_quota=schedule_changed, check_end=spec.end_at != before.end_at,
-                                     flex_kept=flexible.kept_placement(job, spec), job_id=job.id,
-                                     allow_any_registered=allow_any_registered,
-                                     kept_task=job.task_name if task_target.chosen_in_admin(job) else "")
+    schedule, fields = validate_spec(
+        job.tenant,
+        spec,
+        now,
+        anchor=anchor,
+        jitter_seed=job.jitter_seed,
+        check_schedule_quota=schedule_changed,
+        check_end=spec.end_at != before.end_at,
+        flex_kept=flexible.kept_placement(job, spec),
+        job_id=job.id,
+        allow_any_registered=allow_any_registered,
+        kept_task=job.task_name if task_target.chosen_in_admin(job) else "",
+    )
     if fields["after_job_id"] != job.after_job_id:
         chains.check_no_loop(job, Job.objects.filter(id=fields["after_job_id"]).first())
     diff = {
@@ -174,8 +218,10 @@ def managed_notice(job: Job) -> str:
     """What a person editing a job managed by schedules as code is told ('' for other jobs)."""
     if not job.managed_by:
         return ""
-    return (f"job {job.tenant.slug}/{job.name} is managed by schedules as code (owner {job.managed_by!r}): "
-            "change its declaration and run `manage.py schedules apply`")
+    return (
+        f"job {job.tenant.slug}/{job.name} is managed by schedules as code (owner {job.managed_by!r}): "
+        "change its declaration and run `manage.py schedules apply`"
+    )
 
 
 def check_managed(job: Job, actor: str) -> str:
@@ -189,8 +235,7 @@ def check_managed(job: Job, actor: str) -> str:
         return ""
     if app_settings.MANAGED_JOBS_READ_ONLY:
         raise InvalidInput("managed_by", f"{notice}; edits elsewhere are refused (CRONFLEET_MANAGED_JOBS_READ_ONLY)")
-    logger.debug("%s; this edit (by %s) is drift until then, and the next apply sets it back", notice,
-                   actor or "?")
+    logger.debug("%s; this edit (by %s) is drift until then, and the next apply sets it back", notice, actor or "?")
     return drift_warning(job, actor)
 
 
@@ -199,8 +244,10 @@ def drift_warning(job: Job, actor: str) -> str:
     was saved as drift ('' when the job is not managed, or the editor is its apply)."""
     if not job.managed_by or actor == managed_actor(job.managed_by):
         return ""
-    return (f"job {job.tenant.slug}/{job.name} is managed by {job.managed_by!r} (schedules as code): this edit is "
-            "drift until the next `manage.py schedules apply`, which sets it back; change its declaration instead")
+    return (
+        f"job {job.tenant.slug}/{job.name} is managed by {job.managed_by!r} (schedules as code): this edit is "
+        "drift until the next `manage.py schedules apply`, which sets it back; change its declaration instead"
+    )
 
 
 def job_update_impact(job: Job, changes: dict, *, count: int = 5) -> dict:
@@ -211,19 +258,35 @@ def job_update_impact(job: Job, changes: dict, *, count: int = 5) -> dict:
     edit = plan_edit(job, changes, now)
     before = upcoming_fires(job.schedule, job.next_run_at, count)
     if not edit.schedule_changed:
-        return {"fires_now": [], "skipped": [], "next_before": before, "next_after": before,
-                "changes": edit.diff, "paused": not job.enabled}
+        return {
+            "fires_now": [],
+            "skipped": [],
+            "next_before": before,
+            "next_after": before,
+            "changes": edit.diff,
+            "paused": not job.enabled,
+        }
     first = first_fire(edit.schedule, now)
     after = upcoming_fires(edit.schedule, first, count)
     horizon = after[-1] if after else None
     skipped = [
-        {"at": at, "reason": "due and not yet dispatched; the edit drops it" if at <= now
-         else "no longer a fire time after the edit"}
+        {
+            "at": at,
+            "reason": "due and not yet dispatched; the edit drops it"
+            if at <= now
+            else "no longer a fire time after the edit",
+        }
         for at in before
         if at not in after and (horizon is None or at <= horizon)
     ]
-    return {"fires_now": [at for at in after if at <= now], "skipped": skipped,
-            "next_before": before, "next_after": after, "changes": edit.diff, "paused": not job.enabled}
+    return {
+        "fires_now": [at for at in after if at <= now],
+        "skipped": skipped,
+        "next_before": before,
+        "next_after": after,
+        "changes": edit.diff,
+        "paused": not job.enabled,
+    }
 
 
 def upcoming_fires(schedule: schedules.Schedule, first: datetime | None, count: int) -> list[datetime]:
@@ -246,7 +309,11 @@ def schedule_preview(schedule: schedules.Schedule, *, count: int, after: datetim
     check_count(count)
     tz = schedules.zone(schedule.timezone)
     return [
-        {"utc": at, "local": at.astimezone(tz), "anomaly": schedules.fire_anomaly(schedule, at),
-         "calendar": schedules.calendar_note(schedule, at)}
+        {
+            "utc": at,
+            "local": at.astimezone(tz),
+            "anomaly": schedules.fire_anomaly(schedule, at),
+            "calendar": schedules.calendar_note(schedule, at),
+        }
         for at in schedules.preview(schedule, after or db_now(), count)
     ]

@@ -75,11 +75,18 @@ def neighbours_of(jobs: QuerySet, ranges: list[tuple[datetime, datetime]]) -> sc
     # One pass over the scope's rows: each kind of schedule in columns of its own, the others
     # NULL, so a group is one distinct schedule (and what counts for nothing is one group).
     counted = Q(every_seconds__gte=60)
-    rows = (jobs.exclude(end_at__lt=begin).exclude(start_at__gte=end).order_by()
-            .annotate(every=Case(When(counted, then=F("every_seconds"))),
-                      first=Case(When(counted, then=Coalesce("start_at", "anchor_at"))),
-                      once=Case(When(Q(run_at__gte=begin, run_at__lt=end), then=F("run_at"))))
-            .values("cron", "timezone", "jitter_seconds", "every", "first", "once").annotate(count=Count("id")))
+    rows = (
+        jobs.exclude(end_at__lt=begin)
+        .exclude(start_at__gte=end)
+        .order_by()
+        .annotate(
+            every=Case(When(counted, then=F("every_seconds"))),
+            first=Case(When(counted, then=Coalesce("start_at", "anchor_at"))),
+            once=Case(When(Q(run_at__gte=begin, run_at__lt=end), then=F("run_at"))),
+        )
+        .values("cron", "timezone", "jitter_seconds", "every", "first", "once")
+        .annotate(count=Count("id"))
+    )
     crons, intervals, once = [], [], []
     for row in rows:
         if row["cron"]:
@@ -103,8 +110,10 @@ def lock_placements(tenant_ids: Iterable[int], queues: Iterable[str] = ()) -> No
     """
     if connection.vendor != "postgresql":
         return
-    keys = [*(f"cronfleet.flex.tenant:{tenant_id}" for tenant_id in sorted(set(tenant_ids))),
-            *(f"cronfleet.flex.queue:{queue}" for queue in sorted(set(queues)))]
+    keys = [
+        *(f"cronfleet.flex.tenant:{tenant_id}" for tenant_id in sorted(set(tenant_ids))),
+        *(f"cronfleet.flex.queue:{queue}" for queue in sorted(set(queues))),
+    ]
     with connection.cursor() as cursor:
         for key in keys:
             cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [key])
@@ -116,44 +125,60 @@ def scope_label(tenant: Tenant, queue: str, scope: str) -> str:
     return f"tenant {tenant.slug}"
 
 
-def profile_for(tenant: Tenant, *, window: schedules.Window, zone_name: str, scope: str, queue: str,
-                now: datetime, exclude_ids=()) -> list[float]:
+def profile_for(
+    tenant: Tenant, *, window: schedules.Window, zone_name: str, scope: str, queue: str, now: datetime, exclude_ids=()
+) -> list[float]:
     """The planned fires per minute of `window` of the scope's jobs but `exclude_ids`."""
     jobs = scope_jobs(tenant.id, queue, scope).exclude(id__in=list(exclude_ids))
     neighbours = neighbours_of(jobs, window.occurrences(zone_name, now))
     return schedules.load_profile(window, zone_name, now, neighbours)
 
 
-def placed(window: schedules.Window, zone_name: str, profile: list[float], *, key: str, label: str,
-           now: datetime) -> Placement:
+def placed(
+    window: schedules.Window, zone_name: str, profile: list[float], *, key: str, label: str, now: datetime
+) -> Placement:
     """The least loaded minute of `profile` as a Placement, with the sentence that explains it."""
     bucket = schedules.choose_minute(profile, key)
     days = window.horizon_days
-    note = (f"{window.time_text(bucket)} {zone_name}, chosen in {window.text} on {now:%Y-%m-%d}: "
-            f"{schedules.load_text(profile[bucket])} planned fires in that minute over the next "
-            f"{days} day{'s' if days > 1 else ''}, the fewest of the window's {window.length} minutes "
-            f"(busiest: {schedules.load_text(max(profile))}; {label})")
+    note = (
+        f"{window.time_text(bucket)} {zone_name}, chosen in {window.text} on {now:%Y-%m-%d}: "
+        f"{schedules.load_text(profile[bucket])} planned fires in that minute over the next "
+        f"{days} day{'s' if days > 1 else ''}, the fewest of the window's {window.length} minutes "
+        f"(busiest: {schedules.load_text(max(profile))}; {label})"
+    )
     return Placement(cron=window.cron_at(bucket), note=note[:MAX_NOTE])
 
 
-def place(tenant: Tenant, *, window: schedules.Window, zone_name: str, scope: str, queue: str, name: str,
-          now: datetime, exclude_ids=()) -> Placement:
+def place(
+    tenant: Tenant,
+    *,
+    window: schedules.Window,
+    zone_name: str,
+    scope: str,
+    queue: str,
+    name: str,
+    now: datetime,
+    exclude_ids=(),
+) -> Placement:
     """Place a job named `name` of `tenant` in `window`: its scope's least loaded minute."""
-    profile = profile_for(tenant, window=window, zone_name=zone_name, scope=scope, queue=queue, now=now,
-                          exclude_ids=exclude_ids)
-    return placed(window, zone_name, profile, key=f"{tenant.slug}/{name}", label=scope_label(tenant, queue, scope),
-                  now=now)
+    profile = profile_for(
+        tenant, window=window, zone_name=zone_name, scope=scope, queue=queue, now=now, exclude_ids=exclude_ids
+    )
+    return placed(
+        window, zone_name, profile, key=f"{tenant.slug}/{name}", label=scope_label(tenant, queue, scope), now=now
+    )
 
 
-def spec_placed(tenant: Tenant, spec, now: datetime, *, kept: Placement | None = None,
-                exclude_id: int | None = None):
+def spec_placed(tenant: Tenant, spec, now: datetime, *, kept: Placement | None = None, exclude_id: int | None = None):
     """(spec with its window placed as its cron, the job's flex_* fields) for a JobSpec with a
     flex_window. `kept` is the job's stored placement, kept when an edit leaves the window,
     its zone and its scope alone; else the job is placed now (without `exclude_id`, itself)."""
     given = [field for field in ("cron", "every", "at") if getattr(spec, field) not in (None, "")]
     if given:
-        raise InvalidInput("flex_window", f"give a window or a schedule ({given[0]}), not both: "
-                                          "the window places the job's fire itself")
+        raise InvalidInput(
+            "flex_window",
+            f"give a window or a schedule ({given[0]}), not both: the window places the job's fire itself",
+        )
     if spec.jitter_seconds:
         raise InvalidInput("jitter_seconds", "must be 0 with a flex_window: the window places the fire itself")
     window, scope = check_window(spec.flex_window), check_scope(spec.flex_scope)
@@ -162,8 +187,16 @@ def spec_placed(tenant: Tenant, spec, now: datetime, *, kept: Placement | None =
         schedules.zone(zone_name)
     except schedules.InvalidSchedule as exc:
         raise InvalidInput(exc.field, exc.message) from None
-    chosen = kept or place(tenant, window=window, zone_name=zone_name, scope=scope, queue=spec.queue or "",
-                           name=spec.name, now=now, exclude_ids=[exclude_id] if exclude_id else ())
+    chosen = kept or place(
+        tenant,
+        window=window,
+        zone_name=zone_name,
+        scope=scope,
+        queue=spec.queue or "",
+        name=spec.name,
+        now=now,
+        exclude_ids=[exclude_id] if exclude_id else (),
+    )
     fields = {"flex_window": window.text, "flex_scope": scope, "flex_note": chosen.note}
     return replace(spec, cron=chosen.cron, timezone=zone_name), fields
 
@@ -196,8 +229,9 @@ class Move:
         return self.before != self.after
 
 
-def jobs_rebalance(*, tenant: Tenant | None = None, queue: str | None = None, dry_run: bool = False,
-                   actor: str = "") -> list[Move]:
+def jobs_rebalance(
+    *, tenant: Tenant | None = None, queue: str | None = None, dry_run: bool = False, actor: str = ""
+) -> list[Move]:
     """Place the enabled flexible jobs (of `tenant`, of `queue`, or all) again, as if added one by
     one in the order they were made, against their scopes' other jobs; save the moves unless
     `dry_run`. Returns every job looked at, moved or not.
@@ -237,10 +271,23 @@ def _rebalance_scope(members: list[Job], now: datetime) -> list[Move]:
         window = schedules.parse_window(job.flex_window)
         place_key = (window.text, job.timezone)
         if place_key not in profiles:
-            profiles[place_key] = profile_for(job.tenant, window=window, zone_name=job.timezone, scope=job.flex_scope,
-                                              queue=job.queue, now=now, exclude_ids=ids)
-        chosen = placed(window, job.timezone, profiles[place_key], key=f"{job.tenant.slug}/{job.name}",
-                        label=scope_label(job.tenant, job.queue, job.flex_scope), now=now)
+            profiles[place_key] = profile_for(
+                job.tenant,
+                window=window,
+                zone_name=job.timezone,
+                scope=job.flex_scope,
+                queue=job.queue,
+                now=now,
+                exclude_ids=ids,
+            )
+        chosen = placed(
+            window,
+            job.timezone,
+            profiles[place_key],
+            key=f"{job.tenant.slug}/{job.name}",
+            label=scope_label(job.tenant, job.queue, job.flex_scope),
+            now=now,
+        )
         moves.append(Move(job=job, before=job.cron, after=chosen.cron, note=chosen.note))
         added = schedules.Neighbours(crons=[(chosen.cron, job.timezone, 0, 1)])
         for (text, zone_name), profile in profiles.items():
@@ -255,9 +302,9 @@ def _save_moves(moves: list[Move], now: datetime, actor: str) -> None:
             job = move.job
             schedule = replace(job.schedule, cron=move.after)
             next_run_at = schedules.next_fire_after(schedule, now - timedelta(microseconds=1))
-            saved = (Job.objects.filter(id=job.id, version=job.version, flex_window=job.flex_window)
-                     .update(cron=move.after, flex_note=move.note, next_run_at=next_run_at, updated_at=now,
-                             version=F("version") + 1))
+            saved = Job.objects.filter(id=job.id, version=job.version, flex_window=job.flex_window).update(
+                cron=move.after, flex_note=move.note, next_run_at=next_run_at, updated_at=now, version=F("version") + 1
+            )
             if not saved:
                 logger.info("job %s changed while it was rebalanced; its edit stands", job.id)
                 continue

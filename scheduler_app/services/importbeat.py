@@ -37,13 +37,31 @@ from scheduler_app.targets import task as task_target
 
 TAG = "celery-beat"
 # Celery's crontab field ranges: (attribute, lowest, highest).
-CRON_FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day_of_month", 1, 31), ("month_of_year", 1, 12),
-               ("day_of_week", 0, 6))
+CRON_FIELDS = (
+    ("minute", 0, 59),
+    ("hour", 0, 23),
+    ("day_of_month", 1, 31),
+    ("month_of_year", 1, 12),
+    ("day_of_week", 0, 6),
+)
 # Days of the month that make "the n-th <weekday>" when Celery requires both fields to match.
 NTH_WEEK = {tuple(range(7 * n - 6, 7 * n + 1)): n for n in range(1, 5)}
 # The fields an import sets from its source: the ones compared when the job exists already.
-SOURCE_FIELDS = ("name", "target_kind", "task_name", "args", "kwargs", "queue", "priority", "cron", "timezone",
-                 "every", "at", "start_at", "end_at")
+SOURCE_FIELDS = (
+    "name",
+    "target_kind",
+    "task_name",
+    "args",
+    "kwargs",
+    "queue",
+    "priority",
+    "cron",
+    "timezone",
+    "every",
+    "at",
+    "start_at",
+    "end_at",
+)
 ONE_MICROSECOND = timedelta(microseconds=1)
 # Where a beat schedule may be written, in the order they are read: the settings under their
 # current and their old (Celery 3) name, then the Celery app's own configuration.
@@ -154,8 +172,10 @@ def field_text(values, low: int, high: int) -> str:
             runs[-1].append(value)
         else:
             runs.append([value])
-    return ",".join(str(run[0]) if len(run) == 1 else f"{run[0]},{run[1]}" if len(run) == 2
-                    else f"{run[0]}-{run[-1]}" for run in runs)
+    return ",".join(
+        str(run[0]) if len(run) == 1 else f"{run[0]},{run[1]}" if len(run) == 2 else f"{run[0]}-{run[-1]}"
+        for run in runs
+    )
 
 
 def cron_of(crontab: celery_schedules.crontab) -> str:
@@ -166,14 +186,14 @@ def cron_of(crontab: celery_schedules.crontab) -> str:
     written as "the n-th weekday" (day_of_month 1-7 with Monday: 1#1) when it is one, or
     with a "*/k" field, or refused.
     """
-    minute, hour, dom, month, dow = (field_text(getattr(crontab, name), low, high)
-                                     for name, low, high in CRON_FIELDS)
+    minute, hour, dom, month, dow = (field_text(getattr(crontab, name), low, high) for name, low, high in CRON_FIELDS)
     if not dom.startswith("*") and not dow.startswith("*"):
         week = NTH_WEEK.get(tuple(sorted(crontab.day_of_month)))
         if week is None:
             raise Untranslatable(
                 f"day_of_month {dom} and day_of_week {dow} are both set: Celery fires on days matching both, "
-                "a cron expression on days matching either, and no cron expression says this one")
+                "a cron expression on days matching either, and no cron expression says this one"
+            )
         dom, dow = "*", ",".join(f"{day}#{week}" for day in sorted(crontab.day_of_week))
     return f"{minute} {hour} {dom} {month} {dow}"
 
@@ -223,9 +243,16 @@ def base_spec(name: str, task: str, args, kwargs, description: str) -> services.
         raise Untranslatable("task: must be a task name")
     if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict):
         raise Untranslatable("args must be a list and kwargs an object")
-    return services.JobSpec(name=name, task_name=task, args=list(args), kwargs=dict(kwargs), tags=[TAG],
-                            description=description, max_attempts=1,
-                            timeout_seconds=app_settings.MAX_JOB_TIMEOUT_SECONDS)
+    return services.JobSpec(
+        name=name,
+        task_name=task,
+        args=list(args),
+        kwargs=dict(kwargs),
+        tags=[TAG],
+        description=description,
+        max_attempts=1,
+        timeout_seconds=app_settings.MAX_JOB_TIMEOUT_SECONDS,
+    )
 
 
 def check_task(result: Translation) -> Translation:
@@ -245,9 +272,16 @@ def translate_row(row: PeriodicTask, now: datetime) -> Translation:
     except ValueError as exc:
         return Translation(refusal=f"args or kwargs are not JSON ({exc}); django-celery-beat disables such a row")
     try:
-        spec = base_spec(row.name, row.task, args, kwargs, description=(
-            f"Imported from django-celery-beat PeriodicTask {row.id}." + (f"\n\n{row.description}"
-                                                                        if row.description else "")))
+        spec = base_spec(
+            row.name,
+            row.task,
+            args,
+            kwargs,
+            description=(
+                f"Imported from django-celery-beat PeriodicTask {row.id}."
+                + (f"\n\n{row.description}" if row.description else "")
+            ),
+        )
         spec.queue = row.queue or ""
         spec.priority = broker_priority(row.priority, result.notes)
         row_schedule(row, spec, result, now)
@@ -276,14 +310,17 @@ def row_schedule(row: PeriodicTask, spec: services.JobSpec, result: Translation,
             raise Untranslatable(f"expired at {row.expires.isoformat()}: django-celery-beat no longer runs it")
         # expires is exclusive (Celery stops at now >= expires), end_at inclusive.
         spec.end_at = row.expires - ONE_MICROSECOND
-        result.notes.append(f"expires {row.expires.isoformat()} becomes end_at 1 µs earlier (expires excludes its "
-                            "instant, end_at includes it)")
+        result.notes.append(
+            f"expires {row.expires.isoformat()} becomes end_at 1 µs earlier (expires excludes its "
+            "instant, end_at includes it)"
+        )
     if row.solar_id is not None:
         solar = row.solar
         raise Untranslatable(
             f"solar schedule ({solar.event} at {solar.latitude}, {solar.longitude}): the event's time of day "
             "changes every day (even solar noon drifts by about 16 minutes over a year), so no cron expression "
-            "follows it; add a cron job at a fixed local time instead")
+            "follows it; add a cron job at a fixed local time instead"
+        )
     if row.crontab_id is not None:
         spec.timezone = row_zone(row, notes)
         try:
@@ -306,8 +343,10 @@ def row_schedule(row: PeriodicTask, spec: services.JobSpec, result: Translation,
                 result.refusal = f"a one-off whose time ({spec.at.isoformat()}) has passed: nothing left to run"
                 result.lapsed = result.decided_at = True
                 return
-            notes.append(f"clocked time {spec.at.isoformat()} has passed and it never ran: django-celery-beat "
-                         "would send it at its next tick; imported to fire at once")
+            notes.append(
+                f"clocked time {spec.at.isoformat()} has passed and it never ran: django-celery-beat "
+                "would send it at its next tick; imported to fire at once"
+            )
             spec.at, result.decided_at = now, True
         if spec.end_at is not None and spec.at > spec.end_at:
             raise Untranslatable(f"clocked time {spec.at.isoformat()} is after expires: it never runs")
@@ -325,11 +364,15 @@ def interval_start(row: PeriodicTask, spec: services.JobSpec, notes: list[str], 
     (else the first fire would be one interval later)."""
     if spec.start_at.microsecond:
         spec.start_at = spec.start_at.replace(microsecond=0) + timedelta(seconds=1)
-        notes.append(f"start_time {row.start_time.isoformat()} becomes start_at {spec.start_at.isoformat()} (whole "
-                     "seconds): the first fire")
+        notes.append(
+            f"start_time {row.start_time.isoformat()} becomes start_at {spec.start_at.isoformat()} (whole "
+            "seconds): the first fire"
+        )
     if spec.start_at < now and row.last_run_at is None and row.enabled:
-        notes.append(f"start_time {spec.start_at.isoformat()} has passed and it never ran: django-celery-beat would "
-                     "send it at once, then every interval from then; the job fires at start_time + k x interval")
+        notes.append(
+            f"start_time {spec.start_at.isoformat()} has passed and it never ran: django-celery-beat would "
+            "send it at once, then every interval from then; the job fires at start_time + k x interval"
+        )
 
 
 def row_zone(row: PeriodicTask, notes: list[str]) -> str:
@@ -339,8 +382,9 @@ def row_zone(row: PeriodicTask, notes: list[str]) -> str:
         return str(zone)
     name, decided_by = project_zone()
     why = "DJANGO_CELERY_BEAT_TZ_AWARE is off" if zone else "the crontab has no zone"
-    notes.append(f"{why}: django-celery-beat reads it in the project's zone, {name} ({decided_by}); "
-                 f"the job says {name}")
+    notes.append(
+        f"{why}: django-celery-beat reads it in the project's zone, {name} ({decided_by}); the job says {name}"
+    )
     return name
 
 
@@ -370,8 +414,13 @@ def translate_entry(name: str, entry: dict, now: datetime, origin: str = "CELERY
         return Translation(refusal="options: must be a dict")
     options = dict(options)
     try:
-        spec = base_spec(name, entry.get("task", ""), entry.get("args") or [], entry.get("kwargs") or {},
-                         description=f"Imported from {origin}.")
+        spec = base_spec(
+            name,
+            entry.get("task", ""),
+            entry.get("args") or [],
+            entry.get("kwargs") or {},
+            description=f"Imported from {origin}.",
+        )
         spec.queue = options.pop("queue", None) or ""
         spec.priority = broker_priority(options.pop("priority", None), result.notes)
         entry_schedule(entry.get("schedule"), spec, result.notes)
@@ -393,16 +442,19 @@ def entry_schedule(value, spec: services.JobSpec, notes: list[str]) -> None:
         spec.cron = crontab_schedule(value, spec.timezone)
     elif isinstance(value, celery_schedules.crontab):
         spec.timezone, decided_by = project_zone()
-        notes.append(f"a crontab in settings has no zone: Celery reads it in {spec.timezone} ({decided_by}); "
-                     f"the job says {spec.timezone}")
+        notes.append(
+            f"a crontab in settings has no zone: Celery reads it in {spec.timezone} ({decided_by}); "
+            f"the job says {spec.timezone}"
+        )
         spec.cron = crontab_schedule(value, spec.timezone)
     elif isinstance(value, celery_schedules.schedule):
         spec.every = interval_seconds(value.run_every)
     elif isinstance(value, clocked):
         spec.at = value.clocked_time
     elif isinstance(value, celery_schedules.solar):
-        raise Untranslatable(f"solar schedule ({value.event}): its time of day changes every day; no cron "
-                             "expression follows it")
+        raise Untranslatable(
+            f"solar schedule ({value.event}): its time of day changes every day; no cron expression follows it"
+        )
     else:
         raise Untranslatable(f"schedule {value!r} is not a crontab, an interval or a number of seconds")
 
@@ -410,8 +462,15 @@ def entry_schedule(value, spec: services.JobSpec, notes: list[str]) -> None:
 # --- the import ----------------------------------------------------------------------------
 
 
-def import_schedules(tenant: Tenant, *, from_db: bool, from_settings: bool, dry_run: bool,
-                     disable_source: bool, actor: str = "import_beat") -> Report:
+def import_schedules(
+    tenant: Tenant,
+    *,
+    from_db: bool,
+    from_settings: bool,
+    dry_run: bool,
+    disable_source: bool,
+    actor: str = "import_beat",
+) -> Report:
     """Import the sources into `tenant`'s jobs; with `dry_run`, only say what would happen.
 
     Everything is written in one transaction, with the PeriodicTask rows of imported (and
@@ -424,15 +483,30 @@ def import_schedules(tenant: Tenant, *, from_db: bool, from_settings: bool, dry_
         planned = 0
         for outcome, translation in sources:
             planned += apply(tenant, outcome, translation, now, dry_run=dry_run, planned=planned, actor=actor)
-        rows = [outcome for outcome, _ in sources if outcome.result in ("imported", "would import", "unchanged")
-                and outcome.row_id is not None]
+        rows = [
+            outcome
+            for outcome, _ in sources
+            if outcome.result in ("imported", "would import", "unchanged") and outcome.row_id is not None
+        ]
         disabled = disable_rows(rows, dry_run=dry_run) if disable_source else []
-        still_enabled = [] if disable_source else list(
-            PeriodicTask.objects.filter(id__in=[outcome.row_id for outcome in rows], enabled=True)
-            .order_by("id").values_list("name", flat=True))
+        still_enabled = (
+            []
+            if disable_source
+            else list(
+                PeriodicTask.objects.filter(id__in=[outcome.row_id for outcome in rows], enabled=True)
+                .order_by("id")
+                .values_list("name", flat=True)
+            )
+        )
     read = (["PeriodicTask rows"] if from_db else []) + (list(SCHEDULE_SOURCES) if from_settings else [])
-    return Report(outcomes=[outcome for outcome, _ in sources], differences=differences(sources),
-                  disabled=disabled, still_enabled=still_enabled, dry_run=dry_run, read=read)
+    return Report(
+        outcomes=[outcome for outcome, _ in sources],
+        differences=differences(sources),
+        disabled=disabled,
+        still_enabled=still_enabled,
+        dry_run=dry_run,
+        read=read,
+    )
 
 
 def read_sources(*, from_db: bool, from_settings: bool, now: datetime) -> list[tuple[Outcome, Translation]]:
@@ -451,9 +525,11 @@ def read_sources(*, from_db: bool, from_settings: bool, now: datetime) -> list[t
 def beat_schedules() -> list[tuple[str, object]]:
     """(origin, schedule) for each place of SCHEDULE_SOURCES. The Celery app reads
     CELERY_BEAT_SCHEDULE as its beat_schedule, so both usually hold the same entries."""
-    return [("CELERY_BEAT_SCHEDULE", getattr(settings, "CELERY_BEAT_SCHEDULE", None)),
-            ("CELERYBEAT_SCHEDULE", getattr(settings, "CELERYBEAT_SCHEDULE", None)),
-            ("app.conf.beat_schedule", current_app.conf.beat_schedule)]
+    return [
+        ("CELERY_BEAT_SCHEDULE", getattr(settings, "CELERY_BEAT_SCHEDULE", None)),
+        ("CELERYBEAT_SCHEDULE", getattr(settings, "CELERYBEAT_SCHEDULE", None)),
+        ("app.conf.beat_schedule", current_app.conf.beat_schedule),
+    ]
 
 
 def settings_sources(row_names: set[str], now: datetime) -> list[tuple[Outcome, Translation]]:
@@ -481,16 +557,26 @@ def settings_sources(row_names: set[str], now: datetime) -> list[tuple[Outcome, 
                 continue
             seen[name] = (origin, entry)
             if name in row_names:
-                refusal = ("also a PeriodicTask of that name (django-celery-beat copies the beat schedule into "
-                           "rows at start-up): imported from the row")
+                refusal = (
+                    "also a PeriodicTask of that name (django-celery-beat copies the beat schedule into "
+                    "rows at start-up): imported from the row"
+                )
                 sources.append((outcome, Translation(refusal=refusal)))
             else:
                 sources.append((outcome, translate_entry(str(name), entry, now, origin)))
     return sources
 
 
-def apply(tenant: Tenant, outcome: Outcome, translation: Translation, now: datetime, *, dry_run: bool,
-          planned: int, actor: str) -> int:
+def apply(
+    tenant: Tenant,
+    outcome: Outcome,
+    translation: Translation,
+    now: datetime,
+    *,
+    dry_run: bool,
+    planned: int,
+    actor: str,
+) -> int:
     """Fill in `outcome` for one source, creating its job unless `dry_run`; return 1 when a
     job was (or would be) created."""
     outcome.notes = translation.notes
@@ -509,10 +595,14 @@ def apply(tenant: Tenant, outcome: Outcome, translation: Translation, now: datet
             compare(existing, spec, translation, now, outcome)
             return 0
         services.validate_spec(tenant, spec, now)
-        if dry_run and tenant.max_jobs is not None and (
-                Job.objects.filter(tenant=tenant).count() + planned >= tenant.max_jobs):
-            raise services.QuotaExceeded("name", f"tenant {tenant.slug!r} has reached its quota of "
-                                                 f"{tenant.max_jobs} jobs (max_jobs)")
+        if (
+            dry_run
+            and tenant.max_jobs is not None
+            and (Job.objects.filter(tenant=tenant).count() + planned >= tenant.max_jobs)
+        ):
+            raise services.QuotaExceeded(
+                "name", f"tenant {tenant.slug!r} has reached its quota of {tenant.max_jobs} jobs (max_jobs)"
+            )
         if not dry_run:  # job_create checks max_jobs itself, under the tenant's row lock
             with transaction.atomic():
                 job = services.job_create(tenant, spec, actor=actor)
@@ -538,8 +628,10 @@ def compare(job: Job, spec: services.JobSpec, translation: Translation, now: dat
     edit = services.plan_edit(job, changes, now)
     if edit.diff:
         outcome.result = "skipped"
-        outcome.notes = [f"a job named {job.name!r} exists and differs ({', '.join(sorted(edit.diff))}); "
-                         "not overwritten: change it with jobs edit, or delete it and import again"]
+        outcome.notes = [
+            f"a job named {job.name!r} exists and differs ({', '.join(sorted(edit.diff))}); "
+            "not overwritten: change it with jobs edit, or delete it and import again"
+        ]
     else:
         outcome.result = "unchanged"
 
@@ -581,11 +673,15 @@ def differences(sources: list[tuple[Outcome, Translation]]) -> list[str]:
         "enabled is carried when a job is created; after that, pause and resume the job in Cronfleet",
     ]
     if any(spec.cron for spec in specs):
-        found.append("crontabs are read in the job's explicit zone with Debian cron's DST rules (a time skipped "
-                     "in spring fires right after the gap, a repeated autumn hour fires once); Celery's crontab "
-                     "differs around DST changes")
+        found.append(
+            "crontabs are read in the job's explicit zone with Debian cron's DST rules (a time skipped "
+            "in spring fires right after the gap, a repeated autumn hour fires once); Celery's crontab "
+            "differs around DST changes"
+        )
     if any(spec.every is not None for spec in specs):
-        found.append("intervals are anchored: fires at import + k x interval (with a start_time in the future: at "
-                     "start_time, then every interval, as django-celery-beat), never drifting; "
-                     "django-celery-beat counts each interval from the last run, so its fires drift later")
+        found.append(
+            "intervals are anchored: fires at import + k x interval (with a start_time in the future: at "
+            "start_time, then every interval, as django-celery-beat), never drifting; "
+            "django-celery-beat counts each interval from the last run, so its fires drift later"
+        )
     return found

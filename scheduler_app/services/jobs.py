@@ -38,16 +38,23 @@ def job_create(tenant: Tenant, spec: JobSpec, *, actor: str = "", allow_any_regi
             if spec.flex_window:  # placed and saved under the scope's lock: no two on one minute
                 flexible.lock_placements([tenant.id], [spec.queue or ""] if spec.flex_scope == "queue" else [])
             now = db_now()
-            schedule, fields = validate_spec(tenant, spec, now, jitter_seed=seed,
-                                             allow_any_registered=allow_any_registered)
+            schedule, fields = validate_spec(
+                tenant, spec, now, jitter_seed=seed, allow_any_registered=allow_any_registered
+            )
             fields["jitter_seed"] = seed
             name = fields["name"]
             check_job_quota(tenant)
             job = Job.objects.create(tenant=tenant, next_run_at=first_fire(schedule, now), **fields)
             ensure_monitor(job)  # a monitored job's ping key
             chains.refresh_has_children([job.after_job_id])
-            audit_job(job, "job.created", actor, schedule=chains.describe(job, schedule), task=job.task_name,
-                      **({"placement": job.flex_note} if job.flex_window else {}))
+            audit_job(
+                job,
+                "job.created",
+                actor,
+                schedule=chains.describe(job, schedule),
+                task=job.task_name,
+                **({"placement": job.flex_note} if job.flex_window else {}),
+            )
             wake_beats()
     except IntegrityError:
         raise InvalidInput("name", f"tenant {tenant.slug!r} already has a job named {name!r}") from None
@@ -65,14 +72,26 @@ def job_resume(job: Job, *, actor: str = "") -> Job:
         missed_from = job.next_run_at
         next_run_at = first_fire(job.schedule, now) if job.schedule.at is None else job.next_run_at
         if missed_from is not None and missed_from < now and job.schedule.at is None:
-            record_skipped(job, missed_from, now,
-                           f"paused: missed fires from {missed_from.isoformat()} until {now.isoformat()}")
+            record_skipped(
+                job, missed_from, now, f"paused: missed fires from {missed_from.isoformat()} until {now.isoformat()}"
+            )
             next_run_at = schedules.next_fire_after(job.schedule, now - timedelta(microseconds=1))
         # A job that paused itself (ledger.autopause) counts its failures in a row afresh.
-        Job.objects.filter(id=job.id).update(enabled=True, paused_note="", next_run_at=next_run_at,
-                                             version=job.version + 1, consecutive_failures=0, auto_paused_at=None)
-        audit_job(job, "job.resumed", actor, next_run_at=next_run_at.isoformat() if next_run_at else None,
-                  **({"auto_paused_at": job.auto_paused_at.isoformat()} if job.auto_paused_at else {}))
+        Job.objects.filter(id=job.id).update(
+            enabled=True,
+            paused_note="",
+            next_run_at=next_run_at,
+            version=job.version + 1,
+            consecutive_failures=0,
+            auto_paused_at=None,
+        )
+        audit_job(
+            job,
+            "job.resumed",
+            actor,
+            next_run_at=next_run_at.isoformat() if next_run_at else None,
+            **({"auto_paused_at": job.auto_paused_at.isoformat()} if job.auto_paused_at else {}),
+        )
         wake_beats()
     job.refresh_from_db()
     return job
@@ -85,9 +104,16 @@ def job_trigger(job: Job, *, actor: str = "") -> JobRun:
     now = db_now()
     with transaction.atomic():
         go, reason = admitted_manual(job.tenant_id, now, 1)
-        run = JobRun.objects.create(job=job, tenant_id=job.tenant_id, scheduled_at=now, trigger=Trigger.MANUAL,
-                                    created_at=now, job_version=job.version, priority=job.priority,
-                                    **admission_fields(go, reason, now))
+        run = JobRun.objects.create(
+            job=job,
+            tenant_id=job.tenant_id,
+            scheduled_at=now,
+            trigger=Trigger.MANUAL,
+            created_at=now,
+            job_version=job.version,
+            priority=job.priority,
+            **admission_fields(go, reason, now),
+        )
         audit_job(job, "job.triggered", actor, run_id=run.id, state=run.state)
         if go:
             message = RunMessage.of(run.id, 1, job)
@@ -137,16 +163,22 @@ def jobs_bulk(tenant: Tenant, *, tag: str, action: str, note: str = "", actor: s
             targets = targets.filter(enabled=True)
         changed = list(targets.select_for_update().values_list("id", "name"))
         AuditEvent.objects.bulk_create(
-            AuditEvent(tenant=tenant, job_id=None if action == "delete" else job_id, job_name=name,
-                       action=f"job.{'paused' if action == 'pause' else 'deleted'}", actor=actor,
-                       detail={"tag": tag, "note": note[:500]} if action == "pause" else {"tag": tag})
+            AuditEvent(
+                tenant=tenant,
+                job_id=None if action == "delete" else job_id,
+                job_name=name,
+                action=f"job.{'paused' if action == 'pause' else 'deleted'}",
+                actor=actor,
+                detail={"tag": tag, "note": note[:500]} if action == "pause" else {"tag": tag},
+            )
             for job_id, name in changed
         )
         changed_ids = [job_id for job_id, _ in changed]
         if action == "pause":
             skip_due_fires(changed_ids)
-            Job.objects.filter(id__in=changed_ids).update(enabled=False, paused_note=note[:500],
-                                                         version=F("version") + 1)
+            Job.objects.filter(id__in=changed_ids).update(
+                enabled=False, paused_note=note[:500], version=F("version") + 1
+            )
         else:
             parents = set(Job.objects.filter(id__in=changed_ids).values_list("after_job_id", flat=True))
             with chains.refusing_orphans():

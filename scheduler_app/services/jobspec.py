@@ -98,8 +98,11 @@ def check_batch(spec: JobSpec) -> bool:
         raise InvalidInput("batch", "must be true or false")
     cap = app_settings.BATCH_MAX_TIMEOUT_SECONDS
     if spec.batch and isinstance(spec.timeout_seconds, int) and spec.timeout_seconds > cap:
-        raise InvalidInput("batch", f"a batched job's timeout_seconds may be at most {cap} "
-                                    "(CRONFLEET_BATCH_MAX_TIMEOUT_SECONDS); batch short targets only")
+        raise InvalidInput(
+            "batch",
+            f"a batched job's timeout_seconds may be at most {cap} "
+            "(CRONFLEET_BATCH_MAX_TIMEOUT_SECONDS); batch short targets only",
+        )
     return spec.batch
 
 
@@ -111,16 +114,27 @@ def check_pause_after_failures(value) -> int | None:
     if value is None or value == "":
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_PAUSE_AFTER_FAILURES:
-        raise InvalidInput("pause_after_failures", f"must be a whole number from 1 to {MAX_PAUSE_AFTER_FAILURES}, "
-                                                   "or blank (never pause)")
+        raise InvalidInput(
+            "pause_after_failures",
+            f"must be a whole number from 1 to {MAX_PAUSE_AFTER_FAILURES}, or blank (never pause)",
+        )
     return value
 
 
-def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime, *, anchor: datetime | None = None,
-                  jitter_seed: int = 0, check_schedule_quota: bool = True,
-                  check_end: bool = True, flex_kept: flexible.Placement | None = None,
-                  job_id: int | None = None, allow_any_registered: bool = False,
-                  kept_task: str = "") -> tuple[schedules.Schedule, dict]:
+def validate_spec(
+    tenant: Tenant,
+    spec: JobSpec,
+    now: datetime,
+    *,
+    anchor: datetime | None = None,
+    jitter_seed: int = 0,
+    check_schedule_quota: bool = True,
+    check_end: bool = True,
+    flex_kept: flexible.Placement | None = None,
+    job_id: int | None = None,
+    allow_any_registered: bool = False,
+    kept_task: str = "",
+) -> tuple[schedules.Schedule, dict]:
     """Check every field of `spec`; return the normalised schedule and the model fields.
 
     An interval counts from `anchor` (an edit keeps the job's), else from now. An edit
@@ -155,8 +169,10 @@ def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime, *, anchor: datet
     if spec.target_kind == TargetKind.MONITOR and spec.overlap_policy != OverlapPolicy.ALLOW:
         # The runs of a monitored job happen elsewhere: skipping, holding or replacing one here
         # would only end its record early, and its missed check-in would go unreported.
-        raise InvalidInput("overlap_policy", "must be allow for a monitored job (it runs elsewhere; "
-                                             "Cronfleet cannot skip, hold or replace its runs)")
+        raise InvalidInput(
+            "overlap_policy",
+            "must be allow for a monitored job (it runs elsewhere; Cronfleet cannot skip, hold or replace its runs)",
+        )
     if check_schedule_quota and spec.at is not None and spec.at.tzinfo is not None and spec.at < now - PAST_GRACE:
         raise InvalidInput("at", "is in the past")
     parent = chains.after_job_of(tenant, spec.after_job)
@@ -177,12 +193,15 @@ def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime, *, anchor: datet
         if check_schedule_quota:
             check_min_interval(tenant, schedule, now)
     fields = dict(
-        name=name, task_name=spec.task_name if spec.target_kind == TargetKind.TASK else "", args=args, kwargs=kwargs,
-        target_kind=spec.target_kind, target_config=target_config,
+        name=name,
+        task_name=spec.task_name if spec.target_kind == TargetKind.TASK else "",
+        args=args,
+        kwargs=kwargs,
+        target_kind=spec.target_kind,
+        target_config=target_config,
         queue=check_queue(spec.queue),
         priority=check_int("priority", spec.priority, PRIORITY_MIN, PRIORITY_MAX),
-        timeout_seconds=check_int("timeout_seconds", spec.timeout_seconds, 1,
-                                   app_settings.MAX_JOB_TIMEOUT_SECONDS),
+        timeout_seconds=check_int("timeout_seconds", spec.timeout_seconds, 1, app_settings.MAX_JOB_TIMEOUT_SECONDS),
         max_attempts=check_int("max_attempts", spec.max_attempts, 1, MAX_ATTEMPTS),
         retry_backoff_seconds=check_int("retry_backoff_seconds", spec.retry_backoff_seconds, 0, 86400),
         retry_backoff_max_seconds=check_int("retry_backoff_max_seconds", spec.retry_backoff_max_seconds, 0, 7 * 86400),
@@ -192,12 +211,18 @@ def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime, *, anchor: datet
         overlap_policy=spec.overlap_policy,
         description=check_text("description", spec.description or ""),
         tags=check_tags(spec.tags),
-        cron=schedule.cron, timezone=schedule.timezone, every_seconds=schedule.every,
-        run_at=schedule.at, anchor_at=schedule.anchor, start_at=schedule.start_at, end_at=schedule.end_at,
+        cron=schedule.cron,
+        timezone=schedule.timezone,
+        every_seconds=schedule.every,
+        run_at=schedule.at,
+        anchor_at=schedule.anchor,
+        start_at=schedule.start_at,
+        end_at=schedule.end_at,
         jitter_seconds=schedule.jitter,
         batch=check_batch(spec),
         pause_after_failures=check_pause_after_failures(spec.pause_after_failures),
-        after_job_id=parent.id if parent is not None else None, after_states=after_states,
+        after_job_id=parent.id if parent is not None else None,
+        after_states=after_states,
         **flex,
     )
     calendar, fields["calendar_policy"] = job_calendar(tenant, spec.calendar, spec.calendar_policy)
@@ -205,16 +230,25 @@ def validate_spec(tenant: Tenant, spec: JobSpec, now: datetime, *, anchor: datet
     return schedule, fields
 
 
-def spec_schedule(tenant: Tenant, spec: JobSpec, *, anchor: datetime | None = None,
-                  jitter_seed: int = 0) -> schedules.Schedule:
+def spec_schedule(
+    tenant: Tenant, spec: JobSpec, *, anchor: datetime | None = None, jitter_seed: int = 0
+) -> schedules.Schedule:
     """The validated schedule of `spec` alone (previewing a schedule not saved yet), with
     the dates of its calendar."""
     try:
-        schedule = schedules.validate(schedules.Schedule(
-            cron=spec.cron, timezone=spec.timezone or tenant.timezone, every=spec.every, at=spec.at,
-            anchor=(anchor or db_now().replace(microsecond=0)) if spec.every is not None else None,
-            start_at=spec.start_at, end_at=spec.end_at, jitter=spec.jitter_seconds, jitter_seed=jitter_seed,
-        ))
+        schedule = schedules.validate(
+            schedules.Schedule(
+                cron=spec.cron,
+                timezone=spec.timezone or tenant.timezone,
+                every=spec.every,
+                at=spec.at,
+                anchor=(anchor or db_now().replace(microsecond=0)) if spec.every is not None else None,
+                start_at=spec.start_at,
+                end_at=spec.end_at,
+                jitter=spec.jitter_seconds,
+                jitter_seed=jitter_seed,
+            )
+        )
     except schedules.InvalidSchedule as exc:
         raise InvalidInput("jitter_seconds" if exc.field == "jitter" else exc.field, exc.message) from None
     calendar, policy = job_calendar(tenant, spec.calendar, spec.calendar_policy)
@@ -232,8 +266,11 @@ def check_min_interval(tenant: Tenant, schedule: schedules.Schedule, now: dateti
         return
     field = "every" if schedule.every is not None else "cron"
     if shortest < least:
-        raise QuotaExceeded(field, f"fires every {shortest:g} s; tenant {tenant.slug!r} allows at least "
-                                   f"{least} s between fires (min_interval_seconds)")
+        raise QuotaExceeded(
+            field,
+            f"fires every {shortest:g} s; tenant {tenant.slug!r} allows at least "
+            f"{least} s between fires (min_interval_seconds)",
+        )
 
 
 def check_job_quota(tenant: Tenant) -> None:
@@ -243,11 +280,12 @@ def check_job_quota(tenant: Tenant) -> None:
         return
     Tenant.objects.select_for_update().filter(id=tenant.id).first()
     if Job.objects.filter(tenant=tenant).count() >= tenant.max_jobs:
-        raise QuotaExceeded("name", f"tenant {tenant.slug!r} has reached its quota of {tenant.max_jobs} jobs (max_jobs)")
+        raise QuotaExceeded(
+            "name", f"tenant {tenant.slug!r} has reached its quota of {tenant.max_jobs} jobs (max_jobs)"
+        )
 
 
-def validate_target(spec: JobSpec, tenant: Tenant, *, allow_any_registered: bool = False,
-                    kept_task: str = "") -> dict:
+def validate_target(spec: JobSpec, tenant: Tenant, *, allow_any_registered: bool = False, kept_task: str = "") -> dict:
     """Check the job's target for `tenant`; return its target_config (for a task job, empty, or
     its mark as chosen by staff beyond the allow-list: see validate_spec)."""
     kind = targets.KINDS.get(spec.target_kind)

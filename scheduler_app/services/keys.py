@@ -40,8 +40,11 @@ def check_key_quota(tenant: Tenant) -> None:
         Tenant.objects.select_for_update().filter(id=tenant.id).first()
         active = ApiKey.objects.filter(tenant=tenant, revoked_at__isnull=True).count()
     if active >= limit:
-        raise QuotaExceeded("tenant", f"tenant {tenant.slug!r} already has the most unrevoked API keys allowed "
-                                      f"({limit}, CRONFLEET_MAX_API_KEYS_PER_TENANT); revoke one first")
+        raise QuotaExceeded(
+            "tenant",
+            f"tenant {tenant.slug!r} already has the most unrevoked API keys allowed "
+            f"({limit}, CRONFLEET_MAX_API_KEYS_PER_TENANT); revoke one first",
+        )
 
 
 def apikey_create(*, tenant: Tenant | None, name: str, actor: str = "") -> tuple[ApiKey, str]:
@@ -56,16 +59,21 @@ def apikey_create(*, tenant: Tenant | None, name: str, actor: str = "") -> tuple
             check_key_quota(tenant)
         key = ApiKey.objects.create(tenant=tenant, name=name, prefix=prefix, cell=cell, key_hash=_key_hash(raw))
         if tenant is not None:
-            AuditEvent.objects.create(tenant=tenant, action="apikey.created", actor=actor,
-                                      detail={"prefix": prefix, "name": name})
+            AuditEvent.objects.create(
+                tenant=tenant, action="apikey.created", actor=actor, detail={"prefix": prefix, "name": name}
+            )
     return key, raw
 
 
 def apikey_revoke(key: ApiKey, *, actor: str = "") -> ApiKey:
     with transaction.atomic():
         if ApiKey.objects.filter(id=key.id, revoked_at__isnull=True).update(revoked_at=db_now()) and key.tenant_id:
-            AuditEvent.objects.create(tenant_id=key.tenant_id, action="apikey.revoked", actor=actor,
-                                      detail={"prefix": key.prefix, "name": key.name})
+            AuditEvent.objects.create(
+                tenant_id=key.tenant_id,
+                action="apikey.revoked",
+                actor=actor,
+                detail={"prefix": key.prefix, "name": key.name},
+            )
     key.refresh_from_db()
     return key
 

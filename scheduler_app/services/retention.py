@@ -25,8 +25,11 @@ def retention_bounds(tenant: Tenant, fields: Mapping | None = None) -> tuple[dic
     where each bound comes from ("tenant" or the setting's name). `fields`: the tenant's
     retention fields as they are about to be (default: as saved)."""
     policy, sources = resolve(("tenant", own_fields(tenant) if fields is None else fields))
-    bounds = {"retention_days": policy.kept_days(failed=False), "retention_failed_days": policy.kept_days(failed=True),
-              "retention_keep_last": policy.keep_last}
+    bounds = {
+        "retention_days": policy.kept_days(failed=False),
+        "retention_failed_days": policy.kept_days(failed=True),
+        "retention_keep_last": policy.keep_last,
+    }
     return bounds, {name: SETTINGS[name] if source == "settings" else "tenant" for name, source in sources.items()}
 
 
@@ -52,8 +55,10 @@ def bound_message(name: str, tenant: Tenant, bound: int, source: str) -> str:
     where = f"tenant {tenant.slug!r}'s retention" if source == "tenant" else f"the deployment's {source}"
     if name == "retention_keep_last":
         return f"must be at most {bound} ({where}, which staff set): a job keeps no more runs than its tenant"
-    return (f"must be between 1 and {bound} days ({where}, which staff set): a job keeps its runs no longer than "
-            "its tenant, and 0 (forever) is refused")
+    return (
+        f"must be between 1 and {bound} days ({where}, which staff set): a job keeps its runs no longer than "
+        "its tenant, and 0 (forever) is refused"
+    )
 
 
 def tenant_set_retention(tenant: Tenant, changes: Mapping, *, actor: str = "") -> Tenant:
@@ -85,8 +90,11 @@ def clamp_jobs(tenant: Tenant, *, actor: str = "") -> int:
     bounds, _ = retention_bounds(tenant)
     changed = 0
     for job in Job.objects.filter(JOB_RETENTION_SET, tenant=tenant).select_for_update(no_key=True).order_by("id"):
-        values = {name: bounds[name] for name in FIELDS
-                  if over_bound(getattr(job, name), bounds[name], days=name != "retention_keep_last")}
+        values = {
+            name: bounds[name]
+            for name in FIELDS
+            if over_bound(getattr(job, name), bounds[name], days=name != "retention_keep_last")
+        }
         days = values.get("retention_days", job.retention_days)
         failed = values.get("retention_failed_days", job.retention_failed_days)
         if days and failed and failed < days:  # keep the job's own pair valid (check_retention's rule)
@@ -110,7 +118,8 @@ def write_job_retention(job: Job, values: Mapping, *, actor: str = "", reason: s
         detail = {"changes": diff, **({"reason": reason} if reason else {})}
         with transaction.atomic():
             Job.objects.filter(id=job.id).update(updated_at=db_now(), **values)
-            AuditEvent.objects.create(tenant_id=job.tenant_id, job=job, job_name=job.name, action="job.updated",
-                                      actor=actor, detail=detail)
+            AuditEvent.objects.create(
+                tenant_id=job.tenant_id, job=job, job_name=job.name, action="job.updated", actor=actor, detail=detail
+            )
         job.refresh_from_db()
     return job

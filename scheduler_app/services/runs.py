@@ -49,18 +49,38 @@ def job_backfill(job: Job, *, start: datetime, end: datetime, dry_run: bool, act
         if not dry_run and missing:
             go, reason = admitted_manual(job.tenant_id, now, len(missing))
             created = JobRun.objects.bulk_create(
-                JobRun(job=job, tenant_id=job.tenant_id, scheduled_at=at, trigger=Trigger.BACKFILL, created_at=now,
-                       job_version=locked.version, priority=locked.priority,
-                       **admission_fields(index < go, reason, now))
+                JobRun(
+                    job=job,
+                    tenant_id=job.tenant_id,
+                    scheduled_at=at,
+                    trigger=Trigger.BACKFILL,
+                    created_at=now,
+                    job_version=locked.version,
+                    priority=locked.priority,
+                    **admission_fields(index < go, reason, now),
+                )
                 for index, at in enumerate(missing)
             )
             held = len(created) - go
-            audit_job(job, "job.backfilled", actor, start=start.isoformat(), end=end.isoformat(), created=len(created),
-                   held=held)
+            audit_job(
+                job,
+                "job.backfilled",
+                actor,
+                start=start.isoformat(),
+                end=end.isoformat(),
+                created=len(created),
+                held=held,
+            )
             messages = [RunMessage.of(run.id, 1, locked) for run in created[:go]]
             transaction.on_commit(lambda: publish_runs(messages))
-    return {"fires": fires, "missing": missing, "created": len(created), "held": held, "existing": len(existing),
-            "dry_run": dry_run}
+    return {
+        "fires": fires,
+        "missing": missing,
+        "created": len(created),
+        "held": held,
+        "existing": len(existing),
+        "dry_run": dry_run,
+    }
 
 
 REPLAYABLE = (RunState.FAILED, RunState.DEAD)
@@ -79,13 +99,27 @@ def run_replay(run: JobRun, *, actor: str = "") -> JobRun:
         attempt = locked.attempt + 1
         go, reason = admitted(locked.tenant_id, now, 1)
         JobRun.objects.filter(id=run.id).update(
-            started_at=None, finished_at=None, heartbeat_at=None, lease_expires_at=None, next_attempt_at=None,
-            worker="", celery_task_id="", result="", error="", attempt=attempt,
+            started_at=None,
+            finished_at=None,
+            heartbeat_at=None,
+            lease_expires_at=None,
+            next_attempt_at=None,
+            worker="",
+            celery_task_id="",
+            result="",
+            error="",
+            attempt=attempt,
             **{"reason": f"replayed by {actor or 'someone'}", **admission_fields(go, reason, now)},
         )
-        AuditEvent.objects.create(tenant_id=locked.tenant_id, job_id=locked.job_id, job_name=locked.job.name,
-                                  run_id=run.id, action="run.replayed", actor=actor,
-                                  detail={"attempt": attempt, "was": locked.state, "error": locked.error[:2000]})
+        AuditEvent.objects.create(
+            tenant_id=locked.tenant_id,
+            job_id=locked.job_id,
+            job_name=locked.job.name,
+            run_id=run.id,
+            action="run.replayed",
+            actor=actor,
+            detail={"attempt": attempt, "was": locked.state, "error": locked.error[:2000]},
+        )
         if go:
             message = RunMessage.of(run.id, attempt, locked.job)
             transaction.on_commit(lambda: publish_runs([message]))

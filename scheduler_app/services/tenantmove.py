@@ -84,8 +84,11 @@ def dumps(document: dict) -> str:
 
 def row_of(obj: models.Model) -> dict:
     """The columns of `obj` but its id and its relations (which the document names instead)."""
-    return {field.attname: field.value_from_object(obj) for field in obj._meta.concrete_fields
-            if not field.primary_key and not field.is_relation and field.attname not in SECRETS}
+    return {
+        field.attname: field.value_from_object(obj)
+        for field in obj._meta.concrete_fields
+        if not field.primary_key and not field.is_relation and field.attname not in SECRETS
+    }
 
 
 def columns_of(model: type[models.Model], row, where: str) -> dict:
@@ -93,8 +96,9 @@ def columns_of(model: type[models.Model], row, where: str) -> dict:
     naming it (a document from a newer Cronfleet), one it has but the row lacks takes its default."""
     if not isinstance(row, dict):
         raise InvalidInput(where, "must be an object")
-    known = {field.attname: field for field in model._meta.concrete_fields
-             if not field.primary_key and not field.is_relation}
+    known = {
+        field.attname: field for field in model._meta.concrete_fields if not field.primary_key and not field.is_relation
+    }
     unknown = sorted(set(row) - set(known))
     if unknown:
         raise InvalidInput(f"{where}.{unknown[0]}", f"is not a column of {model.__name__} in this cell")
@@ -150,8 +154,9 @@ def straddles(job: Job, cut: datetime) -> bool:
 # --- export --------------------------------------------------------------------------------
 
 
-def tenant_export(tenant: Tenant, cut: datetime, *, write: Callable[[dict], None], with_runs: bool = False,
-                  actor: str = "") -> dict:
+def tenant_export(
+    tenant: Tenant, cut: datetime, *, write: Callable[[dict], None], with_runs: bool = False, actor: str = ""
+) -> dict:
     """Write the tenant's document with `write` and fence its jobs at `cut`, in one transaction
     (a write that fails fences nothing). Returns the document."""
     if cut.tzinfo is None:
@@ -160,15 +165,24 @@ def tenant_export(tenant: Tenant, cut: datetime, *, write: Callable[[dict], None
         Tenant.objects.select_for_update().get(id=tenant.id)
         earlier = AuditEvent.objects.filter(tenant=tenant, action=EXPORTED).order_by("-id").first()
         if earlier is not None:
-            raise InvalidInput("tenant", f"tenant {tenant.slug!r} was exported already, for the cut "
-                                         f"{earlier.detail.get('cut')} (audit event {earlier.id}): import that "
-                                         "document in the new cell")
+            raise InvalidInput(
+                "tenant",
+                f"tenant {tenant.slug!r} was exported already, for the cut "
+                f"{earlier.detail.get('cut')} (audit event {earlier.id}): import that "
+                "document in the new cell",
+            )
         now = db_now()
         if cut <= now:
-            raise InvalidInput("cut", f"must be after this cell's now ({now.isoformat()}): fires up to now may be "
-                                      "recorded here already")
-        jobs = list(Job.objects.select_for_update(no_key=True, of=("self",)).filter(tenant=tenant)
-                    .select_related("calendar", "after_job").order_by("id"))
+            raise InvalidInput(
+                "cut",
+                f"must be after this cell's now ({now.isoformat()}): fires up to now may be recorded here already",
+            )
+        jobs = list(
+            Job.objects.select_for_update(no_key=True, of=("self",))
+            .filter(tenant=tenant)
+            .select_related("calendar", "after_job")
+            .order_by("id")
+        )
         document = export_document(tenant, jobs, cut, with_runs=with_runs)
         for job in jobs:
             job.end_at, job.next_run_at = fenced(job, cut)
@@ -177,11 +191,18 @@ def tenant_export(tenant: Tenant, cut: datetime, *, write: Callable[[dict], None
         # out their fires before the cut, and nothing can unfence them (services refuse an
         # inactive tenant's job writes).
         Tenant.objects.filter(id=tenant.id).update(is_active=False)
-        AuditEvent.objects.create(tenant=tenant, action=EXPORTED, actor=actor, detail={
-            "cut": cut.isoformat(), "jobs": len(jobs), "runs": len(document["runs"]),
-            # The bounds the fence replaced, so that no end_at is lost with the document.
-            "end_at_before": {row["name"]: row["end_at"].isoformat() for row in document["jobs"] if row["end_at"]},
-        })
+        AuditEvent.objects.create(
+            tenant=tenant,
+            action=EXPORTED,
+            actor=actor,
+            detail={
+                "cut": cut.isoformat(),
+                "jobs": len(jobs),
+                "runs": len(document["runs"]),
+                # The bounds the fence replaced, so that no end_at is lost with the document.
+                "end_at_before": {row["name"]: row["end_at"].isoformat() for row in document["jobs"] if row["end_at"]},
+            },
+        )
         write(document)
         if db_now() >= cut:
             raise InvalidInput("cut", "passed while the export ran: nothing was fenced; choose a later cut")
@@ -202,9 +223,14 @@ def save_fences(jobs: list[Job]) -> None:
     """Save each job's fenced end_at and next_run_at, and a new version."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute(FENCE_JOBS_PG, [pgarrays.integers(job.id for job in jobs),
-                                           pgarrays.times(job.end_at for job in jobs),
-                                           pgarrays.times(job.next_run_at for job in jobs)])
+            cursor.execute(
+                FENCE_JOBS_PG,
+                [
+                    pgarrays.integers(job.id for job in jobs),
+                    pgarrays.times(job.end_at for job in jobs),
+                    pgarrays.times(job.next_run_at for job in jobs),
+                ],
+            )
         return
     for job in jobs:
         job.version += 1
@@ -217,8 +243,11 @@ def export_document(tenant: Tenant, jobs: list[Job], cut: datetime, *, with_runs
     rules = {rule.job_id: row_of(rule) for rule in AlertRule.objects.filter(job__tenant=tenant)}
     job_rows = []
     for job in jobs:
-        row = {**row_of(job), "calendar": job.calendar.name if job.calendar_id else "",
-               "after_job": job.after_job.name if job.after_job_id else ""}
+        row = {
+            **row_of(job),
+            "calendar": job.calendar.name if job.calendar_id else "",
+            "after_job": job.after_job.name if job.after_job_id else "",
+        }
         if job.id in monitors:
             row["ping_key"], row["ping_cell"] = str(monitors[job.id].ping_key), monitors[job.id].cell
         if job.id in rules:
@@ -226,23 +255,29 @@ def export_document(tenant: Tenant, jobs: list[Job], cut: datetime, *, with_runs
         job_rows.append(row)
     runs = []
     if with_runs:
-        finished = (JobRun.objects.filter(tenant=tenant, state__in=TERMINAL_STATES, scheduled_at__lt=cut)
-                    .order_by("scheduled_at", "id"))
+        finished = JobRun.objects.filter(tenant=tenant, state__in=TERMINAL_STATES, scheduled_at__lt=cut).order_by(
+            "scheduled_at", "id"
+        )
         runs = [{**row_of(run), "job": names[run.job_id]} for run in finished.iterator(chunk_size=RUNS_BATCH)]
     return {
         "format": FORMAT,
         "cut": cut.isoformat(),
         "exported_at": db_now().isoformat(),
         "tenant": row_of(tenant),
-        **{key: crypto.decrypt(getattr(tenant, column)) if getattr(tenant, column) else ""
-           for column, key in SECRETS.items()},
+        **{
+            key: crypto.decrypt(getattr(tenant, column)) if getattr(tenant, column) else ""
+            for column, key in SECRETS.items()
+        },
         "calendars": [row_of(calendar) for calendar in Calendar.objects.filter(tenant=tenant).order_by("id")],
         "windows": [row_of(window) for window in MaintenanceWindow.objects.filter(tenant=tenant).order_by("id")],
         "jobs": job_rows,
-        "warnings": [f"job {job.name!r}: its calendar ({job.calendar.name}, {job.calendar_policy}) moves fires over "
-                     "non-business days next to the cut, so a fire moved onto one instant from both sides runs in "
-                     "both cells; a cut on a business day between two business days avoids it"
-                     for job in jobs if straddles(job, cut)],
+        "warnings": [
+            f"job {job.name!r}: its calendar ({job.calendar.name}, {job.calendar_policy}) moves fires over "
+            "non-business days next to the cut, so a fire moved onto one instant from both sides runs in "
+            "both cells; a cut on a business day between two business days avoids it"
+            for job in jobs
+            if straddles(job, cut)
+        ],
         "api_keys": [row_of(key) for key in ApiKey.objects.filter(tenant=tenant).order_by("id")],
         "runs": runs,
     }
@@ -263,22 +298,36 @@ def tenant_import(document, *, late: bool = False, actor: str = "") -> Tenant:
         with transaction.atomic():
             now = db_now()
             if cut <= now and not late:
-                raise InvalidInput("cut", f"has passed in this cell ({now.isoformat()}): its fires from the cut until "
-                                          "now would be missed; import with --late to fire them by each job's misfire "
-                                          "policy, as after an outage")
+                raise InvalidInput(
+                    "cut",
+                    f"has passed in this cell ({now.isoformat()}): its fires from the cut until "
+                    "now would be missed; import with --late to fire them by each job's misfire "
+                    "policy, as after an outage",
+                )
             tenant = create_tenant(tenant_row, document)
-            calendars = {calendar.name: calendar for calendar in Calendar.objects.bulk_create(
-                Calendar(tenant=tenant, **columns_of(Calendar, row, f"calendars[{i}]"))
-                for i, row in enumerate(rows(document, "calendars")))}
+            calendars = {
+                calendar.name: calendar
+                for calendar in Calendar.objects.bulk_create(
+                    Calendar(tenant=tenant, **columns_of(Calendar, row, f"calendars[{i}]"))
+                    for i, row in enumerate(rows(document, "calendars"))
+                )
+            }
             MaintenanceWindow.objects.bulk_create(
                 MaintenanceWindow(tenant=tenant, **columns_of(MaintenanceWindow, row, f"windows[{i}]"))
-                for i, row in enumerate(rows(document, "windows")))
+                for i, row in enumerate(rows(document, "windows"))
+            )
             jobs = create_jobs(tenant, rows(document, "jobs"), calendars, cut)
-            ApiKey.objects.bulk_create(ApiKey(tenant=tenant, **columns_of(ApiKey, row, f"api_keys[{i}]"))
-                                       for i, row in enumerate(rows(document, "api_keys")))
+            ApiKey.objects.bulk_create(
+                ApiKey(tenant=tenant, **columns_of(ApiKey, row, f"api_keys[{i}]"))
+                for i, row in enumerate(rows(document, "api_keys"))
+            )
             copied = create_runs(tenant, rows(document, "runs"), jobs)
-            AuditEvent.objects.create(tenant=tenant, action=IMPORTED, actor=actor, detail={
-                "cut": cut.isoformat(), "jobs": len(jobs), "runs": copied, "late": cut <= now})
+            AuditEvent.objects.create(
+                tenant=tenant,
+                action=IMPORTED,
+                actor=actor,
+                detail={"cut": cut.isoformat(), "jobs": len(jobs), "runs": copied, "late": cut <= now},
+            )
             wake_beats()
     except IntegrityError as exc:
         raise InvalidInput("tenant", f"this cell already holds part of it: {str(exc).splitlines()[0]}") from None

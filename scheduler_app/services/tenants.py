@@ -26,8 +26,9 @@ def tenant_create(*, slug: str, name: str = "", timezone: str = "UTC", actor: st
     name = check_name("name", name or slug)
     try:
         with transaction.atomic():
-            return Tenant.objects.create(slug=slug, name=name, timezone=timezone,
-                                         webhook_secret_encrypted=crypto.encrypt(webhooks.new_secret()))
+            return Tenant.objects.create(
+                slug=slug, name=name, timezone=timezone, webhook_secret_encrypted=crypto.encrypt(webhooks.new_secret())
+            )
     except IntegrityError:
         raise InvalidInput("slug", f"tenant {slug!r} already exists") from None
 
@@ -48,10 +49,19 @@ def tenant_rotate_webhook_secret(tenant: Tenant, *, overlap: timedelta = timedel
         locked.webhook_secret_previous_encrypted = locked.webhook_secret_encrypted
         locked.webhook_secret_previous_until = db_now() + overlap if locked.webhook_secret_encrypted else None
         locked.webhook_secret_encrypted = crypto.encrypt(secret)
-        locked.save(update_fields=["webhook_secret_encrypted", "webhook_secret_previous_encrypted",
-                                   "webhook_secret_previous_until"])
-        AuditEvent.objects.create(tenant=tenant, action="tenant.secret_rotated", actor=actor,
-                                  detail={"overlap_seconds": int(overlap.total_seconds())})
+        locked.save(
+            update_fields=[
+                "webhook_secret_encrypted",
+                "webhook_secret_previous_encrypted",
+                "webhook_secret_previous_until",
+            ]
+        )
+        AuditEvent.objects.create(
+            tenant=tenant,
+            action="tenant.secret_rotated",
+            actor=actor,
+            detail={"overlap_seconds": int(overlap.total_seconds())},
+        )
     tenant.refresh_from_db()
     return secret
 

@@ -20,8 +20,19 @@ from scheduler_app.validation import InvalidInput, check_line, check_name, check
 
 audit_log = logging.getLogger("scheduler_app.audit")
 
-WINDOW_FIELDS = ("description", "zone", "starts_at", "ends_at", "cron", "duration_minutes", "action",
-                 "running_policy", "tags", "target_kinds", "enabled")
+WINDOW_FIELDS = (
+    "description",
+    "zone",
+    "starts_at",
+    "ends_at",
+    "cron",
+    "duration_minutes",
+    "action",
+    "running_policy",
+    "tags",
+    "target_kinds",
+    "enabled",
+)
 MAX_DURATION_MINUTES = 31 * 24 * 60  # a recurring window open longer than a month is a unit mistake
 
 
@@ -70,11 +81,16 @@ def check_window_fields(fields: dict) -> dict:
     if unknown:
         raise InvalidInput(sorted(unknown)[0], "is not a maintenance window field")
     zone = check_zone(fields.get("zone") or "UTC")
-    checked = {"zone": zone, "description": check_line("description", fields.get("description") or "")[:500],
-               "action": _choice("action", fields.get("action") or WindowAction.SKIP, WindowAction),
-               "running_policy": _choice("running_policy", fields.get("running_policy") or RunningPolicy.LET_FINISH,
-                                         RunningPolicy),
-               "tags": check_tags(fields.get("tags")), "target_kinds": check_kinds(fields.get("target_kinds"))}
+    checked = {
+        "zone": zone,
+        "description": check_line("description", fields.get("description") or "")[:500],
+        "action": _choice("action", fields.get("action") or WindowAction.SKIP, WindowAction),
+        "running_policy": _choice(
+            "running_policy", fields.get("running_policy") or RunningPolicy.LET_FINISH, RunningPolicy
+        ),
+        "tags": check_tags(fields.get("tags")),
+        "target_kinds": check_kinds(fields.get("target_kinds")),
+    }
     enabled = fields.get("enabled", True)
     if not isinstance(enabled, bool):
         raise InvalidInput("enabled", "must be true or false")
@@ -89,16 +105,21 @@ def check_window_fields(fields: dict) -> dict:
         except schedules.InvalidSchedule as exc:
             raise InvalidInput("cron", exc.message) from None
         if starts_at is not None or ends_at is not None:
-            raise InvalidInput("starts_at", "a recurring window (cron) has no starts_at or ends_at; give one or the other")
+            raise InvalidInput(
+                "starts_at", "a recurring window (cron) has no starts_at or ends_at; give one or the other"
+            )
         if isinstance(duration, bool) or not isinstance(duration, int) or not 1 <= duration <= MAX_DURATION_MINUTES:
-            raise InvalidInput("duration_minutes", f"a recurring window needs a whole number of minutes, "
-                                                   f"1 to {MAX_DURATION_MINUTES}")
+            raise InvalidInput(
+                "duration_minutes", f"a recurring window needs a whole number of minutes, 1 to {MAX_DURATION_MINUTES}"
+            )
         checked.update(starts_at=None, ends_at=None, duration_minutes=duration)
         return checked
     if duration is not None:
         raise InvalidInput("duration_minutes", "only a recurring window (cron) has a duration; a one-off has ends_at")
     if starts_at is None:
-        raise InvalidInput("starts_at", "a one-off window needs starts_at and ends_at (or give cron and duration_minutes)")
+        raise InvalidInput(
+            "starts_at", "a one-off window needs starts_at and ends_at (or give cron and duration_minutes)"
+        )
     if ends_at is None:
         raise InvalidInput("ends_at", "a one-off window needs ends_at")
     if ends_at <= starts_at:
@@ -124,8 +145,7 @@ def merged_fields(window: MaintenanceWindow, changes: dict) -> dict:
 
 def window_get(tenant: Tenant | None, name: str) -> MaintenanceWindow:
     """The window called `name` of `tenant` (None: the deployment's); InvalidInput("window")."""
-    found = (MaintenanceWindow.objects.filter(tenant=tenant, name=name).first()
-             if isinstance(name, str) else None)
+    found = MaintenanceWindow.objects.filter(tenant=tenant, name=name).first() if isinstance(name, str) else None
     if found is None:
         owner = f"tenant {tenant.slug!r}" if tenant is not None else "the deployment"
         raise InvalidInput("window", f"{owner} has no maintenance window {name!r}")
@@ -173,5 +193,6 @@ def _audit(window: MaintenanceWindow, action: str, actor: str, detail: dict) -> 
     if window.tenant_id is None:
         audit_log.info("%s %s by %s: %s", action, window.name, actor or "-", shown)
         return
-    AuditEvent.objects.create(tenant_id=window.tenant_id, action=action, actor=actor,
-                              detail={"window": window.name, **shown})
+    AuditEvent.objects.create(
+        tenant_id=window.tenant_id, action=action, actor=actor, detail={"window": window.name, **shown}
+    )

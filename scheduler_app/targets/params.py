@@ -62,8 +62,9 @@ def is_finite(value: object) -> bool:
     return is_int(value) or (is_number(value) and math.isfinite(value))
 
 
-def check_declaration(field: str, spec: object, type_keys: Mapping[str, frozenset],
-                      error: Callable[[str, str], Exception]) -> str:
+def check_declaration(
+    field: str, spec: object, type_keys: Mapping[str, frozenset], error: Callable[[str, str], Exception]
+) -> str:
     """Check one parameter's declaration `spec` against the types `type_keys` allows;
     return its type. `error(field, message)` makes the exception to raise."""
     if not isinstance(spec, Mapping):
@@ -106,8 +107,9 @@ def check_declaration(field: str, spec: object, type_keys: Mapping[str, frozense
 # --- values -------------------------------------------------------------------------------
 
 
-def check_int(field: str, spec: Mapping, value: object, error: Callable[[str, str], Exception], *,
-              bits: int | None = None) -> int:
+def check_int(
+    field: str, spec: Mapping, value: object, error: Callable[[str, str], Exception], *, bits: int | None = None
+) -> int:
     """An integer within the declaration's bounds (and, with `bits`, that many signed bits)."""
     if not is_int(value):
         raise error(field, "must be an integer")
@@ -117,8 +119,13 @@ def check_int(field: str, spec: Mapping, value: object, error: Callable[[str, st
     return value
 
 
-def check_str(field: str, spec: Mapping, value: object, error: Callable[[str, str], Exception],
-              problem: Callable[[str], str | None]) -> str:
+def check_str(
+    field: str,
+    spec: Mapping,
+    value: object,
+    error: Callable[[str, str], Exception],
+    problem: Callable[[str], str | None],
+) -> str:
     """A text no longer than max_length that matches the pattern; `problem(value)` names a
     character the allow-list refuses (or None)."""
     if not isinstance(value, str):
@@ -182,8 +189,9 @@ def check_datetime(field: str, value: object, error: Callable[[str, str], Except
         raise error(field, f"{value!r} is out of range: in UTC it falls outside the years 1-9999") from None
 
 
-def check_items(field: str, spec: Mapping, value: object, error: Callable[[str, str], Exception], *,
-                what: str = "must be a list") -> list:
+def check_items(
+    field: str, spec: Mapping, value: object, error: Callable[[str, str], Exception], *, what: str = "must be a list"
+) -> list:
     """A list (or tuple) of at most max_items items, as a list."""
     if not isinstance(value, list | tuple):
         raise error(field, what)

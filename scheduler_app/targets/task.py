@@ -116,8 +116,11 @@ def check(spec, tenant: str | None = None, *, any_registered: bool = False, kept
     if any_registered:
         if isinstance(name, str) and not is_internal(name) and name in registered_tasks():
             return {CHOSEN_IN_ADMIN: True}
-        raise InvalidInput("task", f"{name!r} is neither allowed by {SETTING} nor a task your Celery app "
-                                   f"registers (staff may choose any of those)")
+        raise InvalidInput(
+            "task",
+            f"{name!r} is neither allowed by {SETTING} nor a task your Celery app "
+            f"registers (staff may choose any of those)",
+        )
     raise InvalidInput("task", refusal(name))
 
 
@@ -125,18 +128,27 @@ def perform(started):
     """Run the job's task in this worker process and return its result."""
     run, job = started.run, started.job
     if not (task_allowed(job.task_name) or chosen_in_admin(job)):
-        raise PermanentFailure(f"task {job.task_name!r} is not in {SETTING} (taken off it since the job was saved?): "
-                               "allow it in the settings, or have staff choose it in the admin")
+        raise PermanentFailure(
+            f"task {job.task_name!r} is not in {SETTING} (taken off it since the job was saved?): "
+            "allow it in the settings, or have staff choose it in the admin"
+        )
     if job.task_name not in app.tasks:
         app.loader.import_default_modules()  # tasks.py of every installed app
     try:
         task = app.tasks[job.task_name]
     except KeyError:
-        raise PermanentFailure(f"task {job.task_name!r} is not registered in this worker: its Celery app "
-                               f"({hints.celery_app_argument()}) does not import the task's module") from None
+        raise PermanentFailure(
+            f"task {job.task_name!r} is not registered in this worker: its Celery app "
+            f"({hints.celery_app_argument()}) does not import the task's module"
+        ) from None
     context = FireContext(
-        fire_key=run.fire_key, attempt=run.attempt, scheduled_at=run.scheduled_at,
-        run_id=run.id, job_id=job.id, job_name=job.name, tenant=started.tenant,
+        fire_key=run.fire_key,
+        attempt=run.attempt,
+        scheduled_at=run.scheduled_at,
+        run_id=run.id,
+        job_id=job.id,
+        job_name=job.name,
+        tenant=started.tenant,
     )
     if run.parent_run_id is not None:  # a chained run: its parent's fire (one query)
         parent_key, parent_id = parent_fire(run)

@@ -50,8 +50,7 @@ def delivery_queue(request) -> str:
 
 def report(task, outcome: Outcome) -> str:
     """Count the delivery; return what the task returns, or raise what Celery should see."""
-    metrics.observe_delivery(outcome, delivery_queue(task.request),
-                             tenant_labels=app_settings.METRICS_TENANT_LABELS)
+    metrics.observe_delivery(outcome, delivery_queue(task.request), tenant_labels=app_settings.METRICS_TENANT_LABELS)
     run_id, attempt = (list(task.request.args or ()) + [None, None])[:2]
     if outcome.state == "duplicate":
         announce_duplicate(task, run_id, attempt, outcome.detail)
@@ -59,7 +58,7 @@ def report(task, outcome: Outcome) -> str:
     if outcome.state in FAILURES:
         detail = outcome.detail or (STALE if outcome.state == "stale" else "")
         called = called_task(outcome)
-        raise RunFailed(f"run {run_id} attempt {attempt} {outcome.state}: {detail}"[:1000 - len(called)] + called)
+        raise RunFailed(f"run {run_id} attempt {attempt} {outcome.state}: {detail}"[: 1000 - len(called)] + called)
     return outcome.state
 
 
@@ -126,8 +125,12 @@ def announce_duplicate(task, run_id, attempt, detail: str) -> None:
     try:
         with task.app.events.default_dispatcher(hostname=request.hostname) as dispatcher:
             # Flower shows a task's known fields only: what happened goes in `result`.
-            dispatcher.send("task-duplicate", uuid=f"{request.id}.duplicate.{uuid.uuid4().hex[:8]}",
-                            name=getattr(request, "shadow", None) or task.name, args=repr([run_id, attempt]),
-                            result=f"duplicate delivery of {request.id}, not executed: {detail}")
+            dispatcher.send(
+                "task-duplicate",
+                uuid=f"{request.id}.duplicate.{uuid.uuid4().hex[:8]}",
+                name=getattr(request, "shadow", None) or task.name,
+                args=repr([run_id, attempt]),
+                result=f"duplicate delivery of {request.id}, not executed: {detail}",
+            )
     except (KombuError, OSError) as exc:  # a monitoring event: never worth failing the delivery for
         logger.warning("could not announce the duplicate delivery of run %s: %s", run_id, exc)

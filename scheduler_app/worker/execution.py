@@ -74,14 +74,13 @@ def run_in_turn(started: list[Started], *, since: float) -> dict[int, Outcome]:
             endings.append(replace(attempt_target(run), waited=began - first))
             seconds[run.run.id] = time.monotonic() - began
             if isinstance(endings[-1].cause, SoftTimeLimitExceeded):  # the batch's time is up
-                endings += [time_up(rest) for rest in started[number + 1:]]
+                endings += [time_up(rest) for rest in started[number + 1 :]]
                 break
             if time.monotonic() - flushed_at >= FLUSH_SECONDS:
                 outcomes.update(write_endings(endings))
                 endings, flushed_at = [], time.monotonic()
         outcomes.update(write_endings(endings))
-    return {run.run.id: replace(outcomes[run.run.id], started=run, seconds=seconds.get(run.run.id))
-            for run in started}
+    return {run.run.id: replace(outcomes[run.run.id], started=run, seconds=seconds.get(run.run.id)) for run in started}
 
 
 def start_run(run_id: int, attempt: int, *, worker: str, task_id: str = "") -> Started | None:
@@ -115,8 +114,9 @@ def _record_duplicates(pairs: list[tuple[int, int]], *, worker: str) -> dict[int
             outcomes[run_id] = Outcome("duplicate", "no such run")
             continue
         job_id, tenant_id, state, current = found[run_id]
-        logger.info("run %s attempt %s is %s (attempt %s); duplicate delivery not executed",
-                    run_id, attempt, state, current)
+        logger.info(
+            "run %s attempt %s is %s (attempt %s); duplicate delivery not executed", run_id, attempt, state, current
+        )
         transitions.audit(run_id, job_id, tenant_id, "run.duplicate_delivery", worker, attempt=attempt, state=state)
         outcomes[run_id] = Outcome("duplicate", f"run is {state} at attempt {current}")
     return outcomes
@@ -145,8 +145,9 @@ class LeaseUnconfirmed(RetryableFailure):
     failed or hangs). Retried, if the lease is still this attempt's to end."""
 
     def __init__(self) -> None:
-        super().__init__("lease_unconfirmed: the database did not confirm this attempt's lease; "
-                         "its target was not called")
+        super().__init__(
+            "lease_unconfirmed: the database did not confirm this attempt's lease; its target was not called"
+        )
 
 
 def not_called(started: Started) -> Ending:
@@ -221,5 +222,3 @@ def truncate(text: str, limit: int | None = None) -> str:
     if len(data) <= limit:
         return text
     return data[: limit - 20].decode("utf-8", "ignore") + f"... [{len(data)} bytes]"
-
-

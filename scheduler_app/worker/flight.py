@@ -281,15 +281,19 @@ class Flight:
             _drop_broken_connection()
             return False
         except Exception:  # noqa: BLE001 - a bug must not stop every later outcome: these are dropped, retried by lease
-            logger.exception("writing %s HTTP runs' outcomes failed; they are retried when their lease runs out",
-                             len(finished))
+            logger.exception(
+                "writing %s HTTP runs' outcomes failed; they are retried when their lease runs out", len(finished)
+            )
             LEASES.release([f.attempt.started.run.id for f in finished])
             self._release(len(finished))
             return True
         for f in finished:
             run = f.attempt.started
-            metrics.observe_delivery(replace(outcomes[run.run.id], started=run, seconds=f.seconds), f.attempt.queue,
-                                     tenant_labels=app_settings.METRICS_TENANT_LABELS)
+            metrics.observe_delivery(
+                replace(outcomes[run.run.id], started=run, seconds=f.seconds),
+                f.attempt.queue,
+                tenant_labels=app_settings.METRICS_TENANT_LABELS,
+            )
         self._release(len(finished))
         return True
 
@@ -331,7 +335,8 @@ class Flight:
         except TimeoutError:
             raise NoSlot(
                 f"timeout: no slot for {call.host[1]} within {call.timeout:g}s "
-                f"({slots.in_flight.get(call.host, 0)} attempts in flight to it)") from None
+                f"({slots.in_flight.get(call.host, 0)} attempts in flight to it)"
+            ) from None
         finally:
             metrics.HTTP_WAITING.dec()
 
@@ -342,8 +347,9 @@ class Flight:
             raise execution.LeaseUnconfirmed()
         metrics.HTTP_IN_FLIGHT.inc()
         try:
-            return await aclient.request(self._session, call, signed_headers=call.signed_headers(time.time()),
-                                         deadline=attempt.deadline)
+            return await aclient.request(
+                self._session, call, signed_headers=call.signed_headers(time.time()), deadline=attempt.deadline
+            )
         finally:
             metrics.HTTP_IN_FLIGHT.dec()
 

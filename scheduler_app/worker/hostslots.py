@@ -75,8 +75,9 @@ class FairSlots:
 
     def _grant(self) -> None:
         while self.busy < self.total:
-            candidates = [host for host, queue in self._waiting.items()
-                          if queue and self.in_flight.get(host, 0) < self.per_host]
+            candidates = [
+                host for host, queue in self._waiting.items() if queue and self.in_flight.get(host, 0) < self.per_host
+            ]
             if not candidates:
                 return
             host = min(candidates, key=lambda h: self.in_flight.get(h, 0))

@@ -43,8 +43,10 @@ from kombu.transport.virtual import base as virtual
 logger = logging.getLogger("scheduler_app.worker")
 
 # What comes of a message not put back, or not acknowledged: the end of each such line.
-COMES_BACK = ("a copy the broker still holds comes back after the visibility timeout (the claim refuses an "
-              "attempt already run), and a beat's sweep publishes again a run still queued")
+COMES_BACK = (
+    "a copy the broker still holds comes back after the visibility timeout (the claim refuses an "
+    "attempt already run), and a beat's sweep publishes again a run still queued"
+)
 _original: dict = {}
 
 
@@ -68,15 +70,19 @@ def restore_unacked(self, client=None):
     count = len(self._delivered)
     if client is None and transport_closed(self.channel):
         self._delivered.clear()
-        logger.warning("broker connection closed: %d unacknowledged message(s) not put back; %s",
-                       count, COMES_BACK)
+        logger.warning("broker connection closed: %d unacknowledged message(s) not put back; %s", count, COMES_BACK)
         return None
     try:
         return _original["restore_unacked"](self, client)
     except self.channel.connection_errors as exc:
         self._delivered.clear()
-        logger.warning("broker connection lost (%s: %s): %d unacknowledged message(s) not put back; %s",
-                       type(exc).__name__, exc, count, COMES_BACK)
+        logger.warning(
+            "broker connection lost (%s: %s): %d unacknowledged message(s) not put back; %s",
+            type(exc).__name__,
+            exc,
+            count,
+            COMES_BACK,
+        )
         return None
 
 
@@ -85,8 +91,12 @@ def ack(self, delivery_tag):
 
 
 def reject(self, delivery_tag, requeue=False):
-    _send_or_forget(self, delivery_tag, "requeue" if requeue else "reject",
-                    lambda: _original["reject"](self, delivery_tag, requeue=requeue))
+    _send_or_forget(
+        self,
+        delivery_tag,
+        "requeue" if requeue else "reject",
+        lambda: _original["reject"](self, delivery_tag, requeue=requeue),
+    )
 
 
 def _send_or_forget(qos, delivery_tag, what: str, send) -> None:
@@ -96,7 +106,13 @@ def _send_or_forget(qos, delivery_tag, what: str, send) -> None:
         try:
             return send()
         except qos.channel.connection_errors as exc:
-            logger.warning("broker connection lost (%s: %s): %s of message %s not sent; %s",
-                           type(exc).__name__, exc, what, delivery_tag, COMES_BACK)
+            logger.warning(
+                "broker connection lost (%s: %s): %s of message %s not sent; %s",
+                type(exc).__name__,
+                exc,
+                what,
+                delivery_tag,
+                COMES_BACK,
+            )
     virtual.QoS.ack(qos, delivery_tag)  # this channel forgets it, as kombu's own ack does last
     return None

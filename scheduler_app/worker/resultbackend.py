@@ -23,7 +23,11 @@ class LedgerFirstBackend(DatabaseBackend):
         try:
             return super()._store_result(task_id, result, status, *args, **kwargs)
         except UNREACHABLE as exc:
-            logger.warning("task %s: its %s result not written (database unreachable: %s); the run's row in the "
-                           "ledger says how it ended, or its lease runs out and it is retried",
-                           task_id, status, first_line(exc))
+            logger.warning(
+                "task %s: its %s result not written (database unreachable: %s); the run's row in the "
+                "ledger says how it ended, or its lease runs out and it is retried",
+                task_id,
+                status,
+                first_line(exc),
+            )
             return result

@@ -45,4 +45,5 @@ def ledger_reachable(what: str) -> Iterator[None]:
     except UNREACHABLE as exc:
         raise DatabaseUnreachable(
             f"{what}: database unreachable ({first_line(exc)}); a run not started stays queued and a beat "
-            "publishes it again, a run started is retried after its lease") from None
+            "publishes it again, a run started is retried after its lease"
+        ) from None

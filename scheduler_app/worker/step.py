@@ -36,12 +36,21 @@ logger = logging.getLogger("scheduler_app.worker")
 
 
 def install_worker_step(app) -> None:
-    app.user_options["worker"].add(click.Option(
-        ["--metrics-port"], type=int, default=None, callback=_metrics_directory,
-        help="Serve the metrics of the worker and its pool processes on this port (added up in "
-             "PROMETHEUS_MULTIPROC_DIR, or a directory of the worker's own)."))
-    app.user_options["worker"].add(click.Option(
-        ["--metrics-address"], default=None, help="Address of --metrics-port (default CRONFLEET_METRICS_ADDRESS)."))
+    app.user_options["worker"].add(
+        click.Option(
+            ["--metrics-port"],
+            type=int,
+            default=None,
+            callback=_metrics_directory,
+            help="Serve the metrics of the worker and its pool processes on this port (added up in "
+            "PROMETHEUS_MULTIPROC_DIR, or a directory of the worker's own).",
+        )
+    )
+    app.user_options["worker"].add(
+        click.Option(
+            ["--metrics-address"], default=None, help="Address of --metrics-port (default CRONFLEET_METRICS_ADDRESS)."
+        )
+    )
     app.steps["worker"].add(ObserveWorker)
     shutdown.install(app)
     worker_init.connect(redisacks.install, weak=False)  # a lost Redis master must not stop the worker
@@ -79,8 +88,7 @@ class ObserveWorker(bootsteps.StartStopStep):
 
     label = "cronfleet-observe"
 
-    def __init__(self, parent, metrics_port: int | None = None, metrics_address: str | None = None,
-                 **options) -> None:
+    def __init__(self, parent, metrics_port: int | None = None, metrics_address: str | None = None, **options) -> None:
         super().__init__(parent, **options)
         self.heartbeat = None
         logformat.set_node(parent.hostname)
@@ -106,10 +114,10 @@ class ObserveWorker(bootsteps.StartStopStep):
                 metrics.forget_dead_processes(metrics.MULTIPROC_DIR, counters=True)
             forked = "prefork" in getattr(parent.pool_cls, "__module__", "")
             metrics.initialise_worker(queues)  # a solo or threads pool counts in this process
-            metrics.serve(self.metrics_port, self.metrics_address or app_settings.METRICS_ADDRESS,
-                          forked=forked)
-        registration = nodes.Registration(NodeKind.WORKER, parent.hostname,
-                                          stale_after=nodes.WORKER_STALE_AFTER_SECONDS, queues=queues)
+            metrics.serve(self.metrics_port, self.metrics_address or app_settings.METRICS_ADDRESS, forked=forked)
+        registration = nodes.Registration(
+            NodeKind.WORKER, parent.hostname, stale_after=nodes.WORKER_STALE_AFTER_SECONDS, queues=queues
+        )
         self.heartbeat = nodes.HeartbeatThread(registration, lambda: worker_activity(parent))
         self.heartbeat.start()
 

@@ -72,8 +72,18 @@ SELECT started.id, started.attempt, started.job_id, started.tenant_id, started.s
 # pause_after_failures: whether the run's end counts towards the job's pause (end_runs);
 # has_children: whether its end may start runs of jobs chained after it (ledger.chains).
 JOB_COLUMNS = (
-    "name", "target_kind", "task_name", "args", "kwargs", "target_config", "timeout_seconds",
-    "max_attempts", "retry_backoff_seconds", "retry_backoff_max_seconds", "queue", "pause_after_failures",
+    "name",
+    "target_kind",
+    "task_name",
+    "args",
+    "kwargs",
+    "target_config",
+    "timeout_seconds",
+    "max_attempts",
+    "retry_backoff_seconds",
+    "retry_backoff_max_seconds",
+    "queue",
+    "pause_after_failures",
     "has_children",
 )
 JSON_COLUMNS = {"args", "kwargs", "target_config"}
@@ -110,8 +120,10 @@ RETURNING scheduler_app_jobrun.id
 # slot), so that started_at, the start lag and the attempt's record tell when it started.
 ENDINGS_MANY = """unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(states)b::text[], %(results)b::text[],
               %(errors)b::text[], %(delays)s::float8[], %(waiteds)s::float8[])"""
-ENDING_ONE = ("(VALUES (%(id)s::bigint, %(attempt)s::integer, %(state)s::text, %(result)s::text, %(error)s::text, "
-              "%(delay)s::float8, %(waited)s::float8))")
+ENDING_ONE = (
+    "(VALUES (%(id)s::bigint, %(attempt)s::integer, %(state)s::text, %(result)s::text, %(error)s::text, "
+    "%(delay)s::float8, %(waited)s::float8))"
+)
 OWN_START = "scheduler_app_jobrun.started_at + make_interval(secs => ending.waited)"
 # end_run (SQLite): the same for one run, with Python's clock, which there is the database's.
 END_RUN_SQLITE = """
@@ -165,8 +177,9 @@ def execute(statement: str, params: dict, *, many: bool = False):
         return cursor.fetchall() if many else cursor.fetchone()
 
 
-_APPEND_ENDING = append_attempt("statement_timestamp()", "ending.new_state", "ending.new_error", vendor="postgresql",
-                                started=OWN_START)
+_APPEND_ENDING = append_attempt(
+    "statement_timestamp()", "ending.new_state", "ending.new_error", vendor="postgresql", started=OWN_START
+)
 END_RUNS = END_RUNS_PG.format(endings=ENDINGS_MANY, append=_APPEND_ENDING, own_start=OWN_START)
 END_RUN = END_RUNS_PG.format(endings=ENDING_ONE, append=_APPEND_ENDING, own_start=OWN_START)
 
@@ -200,8 +213,12 @@ class Ending:
 def start_runs(pairs: list[tuple[int, int]], *, worker: str, task_id: str = "") -> list[Started]:
     """Move each (run id, attempt) from queued to running, in one statement on PostgreSQL;
     the runs this delivery won, in the order given."""
-    params = {"worker": worker[:200], "task_id": task_id[:100], "lease": app_settings.LEASE_SECONDS,
-              "queued": RunState.QUEUED.value}
+    params = {
+        "worker": worker[:200],
+        "task_id": task_id[:100],
+        "lease": app_settings.LEASE_SECONDS,
+        "queued": RunState.QUEUED.value,
+    }
     if connection.vendor != "postgresql":
         return [started for pair in pairs if (started := _start_run_orm(*pair, params)) is not None]
     params.update(_one_or_many({"id": [run_id for run_id, _ in pairs], "attempt": [attempt for _, attempt in pairs]}))
@@ -218,13 +235,35 @@ def start_run(run_id: int, attempt: int, *, worker: str, task_id: str = "") -> S
 
 def _started(row: tuple, worker: str, alias: str) -> Started:
     run_id, attempt, job_id, tenant_id, scheduled_at, enqueued_at, started_at, trigger, parent, slug, *job_values = row
-    job = loaded(Job, alias, {"id": job_id, "tenant_id": tenant_id, **{
-        column: json.loads(value) if column in JSON_COLUMNS and isinstance(value, str) else value
-        for column, value in zip(JOB_COLUMNS, job_values, strict=True)
-    }})
-    run = loaded(JobRun, alias, {"id": run_id, "job_id": job_id, "tenant_id": tenant_id, "scheduled_at": scheduled_at,
-                          "enqueued_at": enqueued_at, "state": RunState.RUNNING.value, "attempt": attempt,
-                          "started_at": started_at, "worker": worker, "trigger": trigger, "parent_run_id": parent})
+    job = loaded(
+        Job,
+        alias,
+        {
+            "id": job_id,
+            "tenant_id": tenant_id,
+            **{
+                column: json.loads(value) if column in JSON_COLUMNS and isinstance(value, str) else value
+                for column, value in zip(JOB_COLUMNS, job_values, strict=True)
+            },
+        },
+    )
+    run = loaded(
+        JobRun,
+        alias,
+        {
+            "id": run_id,
+            "job_id": job_id,
+            "tenant_id": tenant_id,
+            "scheduled_at": scheduled_at,
+            "enqueued_at": enqueued_at,
+            "state": RunState.RUNNING.value,
+            "attempt": attempt,
+            "started_at": started_at,
+            "worker": worker,
+            "trigger": trigger,
+            "parent_run_id": parent,
+        },
+    )
     run._state.fields_cache["job"] = job
     return Started(run, slug, started_at)
 
@@ -243,8 +282,11 @@ def loaded(model: type[Model], alias: str, values: dict) -> Model:
 def _start_run_orm(run_id: int, attempt: int, params: dict) -> Started | None:
     now = timezone.now()
     won = JobRun.objects.filter(id=run_id, attempt=attempt, state=RunState.QUEUED).update(
-        state=RunState.RUNNING, started_at=now, heartbeat_at=now,
-        lease_expires_at=now + timedelta(seconds=params["lease"]), worker=params["worker"],
+        state=RunState.RUNNING,
+        started_at=now,
+        heartbeat_at=now,
+        lease_expires_at=now + timedelta(seconds=params["lease"]),
+        worker=params["worker"],
         celery_task_id=params["task_id"],
     )
     if not won:
@@ -265,21 +307,39 @@ def end_runs(endings: list[Ending]) -> set[int]:
         return _end_runs(endings)
     with transaction.atomic():
         written = _end_runs(endings)
-        autopause.count_ends(((e.started.run.job_id, str(e.state)) for e in endings
-                              if e.started.run.id in written and e.started.job.pause_after_failures),
-                             actor=_actor(endings[0].started.run.worker))
-        chains.start_children(chains.Ended(e.started.run.id, e.started.run.job_id, e.started.run.tenant_id,
-                                           e.started.run.scheduled_at, str(e.state)) for e in endings
-                              if e.started.run.id in written and e.started.job.has_children)
+        autopause.count_ends(
+            (
+                (e.started.run.job_id, str(e.state))
+                for e in endings
+                if e.started.run.id in written and e.started.job.pause_after_failures
+            ),
+            actor=_actor(endings[0].started.run.worker),
+        )
+        chains.start_children(
+            chains.Ended(
+                e.started.run.id,
+                e.started.run.job_id,
+                e.started.run.tenant_id,
+                e.started.run.scheduled_at,
+                str(e.state),
+            )
+            for e in endings
+            if e.started.run.id in written and e.started.job.has_children
+        )
     return written
 
 
 def _end_runs(endings: list[Ending]) -> set[int]:
     if connection.vendor == "postgresql":
-        rows = execute(END_RUN if len(endings) == 1 else END_RUNS, {
-            **_ending_params(endings), "running": RunState.RUNNING.value,
-            "commit": app_settings.END_SYNCHRONOUS_COMMIT,
-        }, many=True)
+        rows = execute(
+            END_RUN if len(endings) == 1 else END_RUNS,
+            {
+                **_ending_params(endings),
+                "running": RunState.RUNNING.value,
+                "commit": app_settings.END_SYNCHRONOUS_COMMIT,
+            },
+            many=True,
+        )
         written = {row[0] for row in rows}
     else:
         written = {e.started.run.id for e in endings if _end_run_sqlite(e)}
@@ -292,13 +352,17 @@ def _end_runs(endings: list[Ending]) -> set[int]:
 
 def _ending_params(endings: list[Ending]) -> dict:
     """END_RUN's scalars for one ending, END_RUNS's arrays for several."""
-    return _one_or_many({
-        "id": [e.started.run.id for e in endings], "attempt": [e.started.run.attempt for e in endings],
-        "state": [str(e.state) for e in endings], "result": [e.result for e in endings],
-        "error": [e.error for e in endings],
-        "delay": [None if e.delay is None else e.delay.total_seconds() for e in endings],
-        "waited": [e.waited for e in endings],
-    })
+    return _one_or_many(
+        {
+            "id": [e.started.run.id for e in endings],
+            "attempt": [e.started.run.attempt for e in endings],
+            "state": [str(e.state) for e in endings],
+            "result": [e.result for e in endings],
+            "error": [e.error for e in endings],
+            "delay": [None if e.delay is None else e.delay.total_seconds() for e in endings],
+            "waited": [e.waited for e in endings],
+        }
+    )
 
 
 def _one_or_many(columns: dict[str, list]) -> dict:
@@ -310,8 +374,7 @@ def _one_or_many(columns: dict[str, list]) -> dict:
     return {f"{name}s": values for name, values in columns.items()}
 
 
-def end_run(started: Started, state: str, *, result: str = "", error: str = "",
-            delay: timedelta | None = None) -> bool:
+def end_run(started: Started, state: str, *, result: str = "", error: str = "", delay: timedelta | None = None) -> bool:
     """end_runs for one run: False when the attempt no longer owns the run."""
     return bool(end_runs([Ending(started, state, result, error, delay)]))
 
@@ -321,13 +384,19 @@ def _end_run_sqlite(ending: Ending) -> bool:
     now = timezone.now()
     run = ending.started.run
     with connection.cursor() as cursor:
-        cursor.execute(END_RUN_SQLITE.format(append=append_attempt("%(now)s", "%(state)s", "%(error)s",
-                                                                   started="%(started_at)s")), {
-            "id": run.id, "attempt": run.attempt, "state": str(ending.state), "result": ending.result,
-            "error": ending.error, "now": adapt(now),
-            "started_at": adapt(run.started_at + timedelta(seconds=ending.waited)),
-            "next_attempt_at": None if ending.delay is None else adapt(now + ending.delay),
-        })
+        cursor.execute(
+            END_RUN_SQLITE.format(append=append_attempt("%(now)s", "%(state)s", "%(error)s", started="%(started_at)s")),
+            {
+                "id": run.id,
+                "attempt": run.attempt,
+                "state": str(ending.state),
+                "result": ending.result,
+                "error": ending.error,
+                "now": adapt(now),
+                "started_at": adapt(run.started_at + timedelta(seconds=ending.waited)),
+                "next_attempt_at": None if ending.delay is None else adapt(now + ending.delay),
+            },
+        )
         return cursor.fetchone() is not None
 
 
@@ -338,13 +407,20 @@ def renew_leases(owned: dict[int, int]) -> set[int]:
         return set()
     lease = app_settings.LEASE_SECONDS
     if connection.vendor == "postgresql":
-        rows = execute(RENEW_LEASES_PG, {"lease": lease, "ids": list(owned), "attempts": list(owned.values()),
-                                         "running": RunState.RUNNING.value}, many=True)
+        rows = execute(
+            RENEW_LEASES_PG,
+            {"lease": lease, "ids": list(owned), "attempts": list(owned.values()), "running": RunState.RUNNING.value},
+            many=True,
+        )
         return {row[0] for row in rows}
     now = timezone.now()
-    return {run_id for run_id, attempt in owned.items()
-            if JobRun.objects.filter(id=run_id, attempt=attempt, state=RunState.RUNNING)
-            .update(heartbeat_at=now, lease_expires_at=now + timedelta(seconds=lease))}
+    return {
+        run_id
+        for run_id, attempt in owned.items()
+        if JobRun.objects.filter(id=run_id, attempt=attempt, state=RunState.RUNNING).update(
+            heartbeat_at=now, lease_expires_at=now + timedelta(seconds=lease)
+        )
+    }
 
 
 def count_duplicates(run_ids: list[int]) -> dict[int, tuple[int, int, str, int]]:
@@ -364,8 +440,9 @@ def count_duplicates(run_ids: list[int]) -> dict[int, tuple[int, int, str, int]]
 
 
 def audit(run_id: int, job_id: int, tenant_id: int, action: str, worker: str, **detail) -> None:
-    AuditEvent.objects.create(tenant_id=tenant_id, job_id=job_id, run_id=run_id, action=action,
-                              actor=_actor(worker), detail=detail)
+    AuditEvent.objects.create(
+        tenant_id=tenant_id, job_id=job_id, run_id=run_id, action=action, actor=_actor(worker), detail=detail
+    )
 
 
 def _actor(worker: str) -> str:

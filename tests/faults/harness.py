@@ -81,8 +81,10 @@ class Report:
 
     def row(self) -> str:
         skipped = ", ".join(f"{reason} {n}" for reason, n in sorted(self.skipped.items())) or "0"
-        return (f"| {self.scenario} | {self.expected} | {self.delivered} | {skipped} | {self.raw_duplicates} | "
-                f"{self.percentile(0.5):.2f} | {self.percentile(0.99):.2f} | {max(self.lags, default=0):.2f} |")
+        return (
+            f"| {self.scenario} | {self.expected} | {self.delivered} | {skipped} | {self.raw_duplicates} | "
+            f"{self.percentile(0.5):.2f} | {self.percentile(0.99):.2f} | {max(self.lags, default=0):.2f} |"
+        )
 
 
 class Cluster:
@@ -103,8 +105,15 @@ class Cluster:
         return proc
 
     def worker(self, name: str, *, prefix: tuple[str, ...] = (), wait: bool = True, **env: str):
-        proc = self.processes.worker(self.queue, name=name, concurrency=2, include="tests.faults.tasks",
-                                     prefix=prefix, wait=wait, **{**CLUSTER_ENV, **env})
+        proc = self.processes.worker(
+            self.queue,
+            name=name,
+            concurrency=2,
+            include="tests.faults.tasks",
+            prefix=prefix,
+            wait=wait,
+            **{**CLUSTER_ENV, **env},
+        )
         self.workers[name] = proc
         return proc
 
@@ -124,17 +133,28 @@ class Cluster:
         process is up, so the lag the checker bounds is the scheduler's, not the time a
         loaded machine takes to start five Python processes."""
         Job.objects.bulk_create(
-            Job(tenant=self.tenant, name=f"fault-{i}", task_name="faults.deliver", every_seconds=1 + i % 5,
-                anchor_at=NOT_YET, next_run_at=NOT_YET, queue=self.queue,
-                kwargs={"url": self.receiver.url, "hold": hold}, max_attempts=5, retry_backoff_seconds=1, **fields)
+            Job(
+                tenant=self.tenant,
+                name=f"fault-{i}",
+                task_name="faults.deliver",
+                every_seconds=1 + i % 5,
+                anchor_at=NOT_YET,
+                next_run_at=NOT_YET,
+                queue=self.queue,
+                kwargs={"url": self.receiver.url, "hold": hold},
+                max_attempts=5,
+                retry_backoff_seconds=1,
+                **fields,
+            )
             for i in range(count)
         )
 
     def started(self) -> bool:
         for name, proc in [*self.beats.items(), *self.workers.items()]:
             assert proc.poll() is None, f"{name} exited while starting:\n{self.processes.log(name)}"
-        return all(STARTED_LINE in self.processes.log(name) for name in self.beats) and \
-            all(READY_LINE in self.processes.log(name) for name in self.workers)
+        return all(STARTED_LINE in self.processes.log(name) for name in self.beats) and all(
+            READY_LINE in self.processes.log(name) for name in self.workers
+        )
 
     def go(self) -> None:
         """Once every beat and worker has started, make the jobs due 1-2 s from now."""
@@ -145,27 +165,40 @@ class Cluster:
     def run_until(self, seconds_after_start: float) -> None:
         if self.start_at is None:
             self.go()
-        wait_for(lambda: db_now() >= self.start_at + timedelta(seconds=seconds_after_start),
-                 timeout=seconds_after_start + 60, interval=0.2, what=f"t+{seconds_after_start}s")
+        wait_for(
+            lambda: db_now() >= self.start_at + timedelta(seconds=seconds_after_start),
+            timeout=seconds_after_start + 60,
+            interval=0.2,
+            what=f"t+{seconds_after_start}s",
+        )
 
     def finish(self, *, drain_timeout: float = 90) -> None:
         """Pause every job, let what was recorded finish, then stop the cluster."""
         connection.close()  # a fresh connection, in case the scenario restarted the database
         Job.objects.filter(tenant=self.tenant).update(enabled=False)
-        wait_for(lambda: not JobRun.objects.filter(tenant=self.tenant, state__in=UNFINISHED).exists(),
-                 timeout=drain_timeout, interval=0.3, what="every recorded run to finish")
+        wait_for(
+            lambda: not JobRun.objects.filter(tenant=self.tenant, state__in=UNFINISHED).exists(),
+            timeout=drain_timeout,
+            interval=0.3,
+            what="every recorded run to finish",
+        )
         self.processes.stop_together([*self.beats.values(), *self.workers.values()])
 
     # --- the checker -------------------------------------------------------------------
 
-    def check(self, scenario: str, *, raw_duplicates_allowed: bool = False, lag_bound: float = CLEAN_LAG_BOUND) -> Report:
+    def check(
+        self, scenario: str, *, raw_duplicates_allowed: bool = False, lag_bound: float = CLEAN_LAG_BOUND
+    ) -> Report:
         report = Report(scenario)
         deliveries = self.receiver.snapshot()
         by_key = defaultdict(list)
         for delivery in deliveries:
             by_key[delivery.fire_key].append(delivery)
-        runs = list(JobRun.objects.filter(tenant=self.tenant).values(
-            "job_id", "scheduled_at", "state", "reason", "attempt", "attempts", "dispatched_at", "enqueued_at"))
+        runs = list(
+            JobRun.objects.filter(tenant=self.tenant).values(
+                "job_id", "scheduled_at", "state", "reason", "attempt", "attempts", "dispatched_at", "enqueued_at"
+            )
+        )
         self.gather_evidence(report, runs)
         jobs = {job.id: job for job in Job.objects.filter(tenant=self.tenant)}
         ledger = defaultdict(dict)
@@ -223,12 +256,15 @@ class Cluster:
             print("\n".join(report.problems[:20]))
         return report
 
-
     def gather_evidence(self, report: Report, runs: list[dict]) -> None:
         report.reattempted = sum(run["attempt"] > 1 for run in runs)
         report.lost = sum(any(a.get("outcome") == "lost" for a in run["attempts"] or []) for run in runs)
-        report.republished = sum(run["attempt"] == 1 and run["dispatched_at"] is not None  # not a retry's requeue
-                                 and run["enqueued_at"] > run["dispatched_at"] for run in runs)
+        report.republished = sum(
+            run["attempt"] == 1
+            and run["dispatched_at"] is not None  # not a retry's requeue
+            and run["enqueued_at"] > run["dispatched_at"]
+            for run in runs
+        )
         report.stale_writes = AuditEvent.objects.filter(tenant=self.tenant, action="run.stale_write_rejected").count()
 
 

@@ -31,10 +31,17 @@ class Receiver:
                 arrived = datetime.now(UTC)
                 data = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with receiver.lock:
-                    receiver.deliveries.append(Delivery(
-                        data["fire_key"], data["attempt"], datetime.fromisoformat(data["scheduled_at"]),
-                        data["run_id"], data["job_id"], arrived, self.path,
-                    ))
+                    receiver.deliveries.append(
+                        Delivery(
+                            data["fire_key"],
+                            data["attempt"],
+                            datetime.fromisoformat(data["scheduled_at"]),
+                            data["run_id"],
+                            data["job_id"],
+                            arrived,
+                            self.path,
+                        )
+                    )
                 self.send_response(204)
                 self.end_headers()
 

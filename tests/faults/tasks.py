@@ -19,10 +19,15 @@ def deliver(url: str, hold: float = 0.0) -> int:
     half after), so a fault can land in the middle of the target call."""
     fire = current_fire()
     time.sleep(hold / 2)
-    body = json.dumps({
-        "fire_key": fire.fire_key, "attempt": fire.attempt, "scheduled_at": fire.scheduled_at.isoformat(),
-        "run_id": fire.run_id, "job_id": fire.job_id,
-    }).encode()
+    body = json.dumps(
+        {
+            "fire_key": fire.fire_key,
+            "attempt": fire.attempt,
+            "scheduled_at": fire.scheduled_at.isoformat(),
+            "run_id": fire.run_id,
+            "job_id": fire.job_id,
+        }
+    ).encode()
     request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"}, method="POST")
     with urllib.request.urlopen(request, timeout=10) as response:
         status = response.status

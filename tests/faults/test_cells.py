@@ -38,8 +38,12 @@ def start_cell(processes, name: str, queue: str, **env: str) -> None:
     """A beat and a worker on the database this process's connection points at now."""
     processes.worker(queue, name=f"{name}-worker", include="tests.faults.tasks", **{**CLUSTER_ENV, **env})
     processes.beat(f"{name}-beat", **{**CLUSTER_ENV, **env})
-    wait_for(lambda: STARTED_LINE in processes.log(f"{name}-beat") and READY_LINE in processes.log(f"{name}-worker"),
-             timeout=START_TIMEOUT, interval=0.1, what=f"the {name} cell's beat and worker")
+    wait_for(
+        lambda: STARTED_LINE in processes.log(f"{name}-beat") and READY_LINE in processes.log(f"{name}-worker"),
+        timeout=START_TIMEOUT,
+        interval=0.1,
+        what=f"the {name} cell's beat and worker",
+    )
 
 
 def drain(slug: str) -> list[tuple[str, object]]:
@@ -47,8 +51,12 @@ def drain(slug: str) -> list[tuple[str, object]]:
     finish, and return them as (job name, fire time)."""
     connection.close()
     Job.objects.filter(tenant__slug=slug).update(enabled=False)
-    wait_for(lambda: not JobRun.objects.filter(tenant__slug=slug, state__in=UNFINISHED).exists(),
-             timeout=DRAIN_TIMEOUT, interval=0.3, what=f"{slug}'s runs to finish")
+    wait_for(
+        lambda: not JobRun.objects.filter(tenant__slug=slug, state__in=UNFINISHED).exists(),
+        timeout=DRAIN_TIMEOUT,
+        interval=0.3,
+        what=f"{slug}'s runs to finish",
+    )
     runs = JobRun.objects.filter(tenant__slug=slug)
     assert set(runs.values_list("state", flat=True)) <= {RunState.SUCCEEDED}, list(runs.values("state", "error"))
     return list(runs.values_list("job__name", "scheduled_at"))
@@ -63,10 +71,20 @@ def test_a_tenant_moved_mid_stream_fires_every_second_once_across_the_cut(proces
         tenant = services.tenant_create(slug=slug, name="Mover")
         first = (db_now() + timedelta(seconds=30)).replace(microsecond=0)  # past the start-up, moved below
         Job.objects.bulk_create(
-            Job(tenant=tenant, name=f"every-second-{i}", task_name="faults.deliver", every_seconds=1,
-                anchor_at=first, next_run_at=first, queue=queue_name, max_attempts=3, retry_backoff_seconds=1,
-                kwargs={"url": f"{receiver.url}/every-second-{i}"})
-            for i in range(JOBS))
+            Job(
+                tenant=tenant,
+                name=f"every-second-{i}",
+                task_name="faults.deliver",
+                every_seconds=1,
+                anchor_at=first,
+                next_run_at=first,
+                queue=queue_name,
+                max_attempts=3,
+                retry_backoff_seconds=1,
+                kwargs={"url": f"{receiver.url}/every-second-{i}"},
+            )
+            for i in range(JOBS)
+        )
         start_cell(processes, "old", queue_name)
         with servers.database_on(cluster.host, cluster.port, DATABASE):
             start_cell(processes, "new", queue_name, CELERY_BROKER_URL=broker.url())
@@ -79,8 +97,12 @@ def test_a_tenant_moved_mid_stream_fires_every_second_once_across_the_cut(proces
         with servers.database_on(cluster.host, cluster.port, DATABASE, migrate=False):
             services.tenant_import(json.loads(tenantmove.dumps(written[0])), actor="test")
         assert db_now() < cut, "the move took longer than the lead before its cut"
-        wait_for(lambda: db_now() >= cut + timedelta(seconds=AFTER_CUT), timeout=BEFORE_CUT + AFTER_CUT + 30,
-                 interval=0.2, what="the fires after the cut")
+        wait_for(
+            lambda: db_now() >= cut + timedelta(seconds=AFTER_CUT),
+            timeout=BEFORE_CUT + AFTER_CUT + 30,
+            interval=0.2,
+            what="the fires after the cut",
+        )
 
         old = drain(slug)
         with servers.database_on(cluster.host, cluster.port, DATABASE, migrate=False):
@@ -101,5 +123,7 @@ def test_a_tenant_moved_mid_stream_fires_every_second_once_across_the_cut(proces
         assert fires[-1] >= cut + timedelta(seconds=AFTER_CUT / 2), (name, fires[-1])
     delivered = Counter((delivery.path.rsplit("/", 1)[-1], delivery.scheduled_at) for delivery in deliveries)
     assert delivered == Counter(old + new), "each recorded fire delivered once, none more"
-    print(f"\ntenant move: {len(old)} fires in the old cell before the cut, {len(new)} in the new one after it, "
-          f"0 missed, 0 twice, {JOBS} every-second jobs")
+    print(
+        f"\ntenant move: {len(old)} fires in the old cell before the cut, {len(new)} in the new one after it, "
+        f"0 missed, 0 twice, {JOBS} every-second jobs"
+    )

@@ -38,8 +38,10 @@ def compile_zone(directory, name: str, first_pass: datetime) -> None:
     minute this close to now rather than on the next whole UTC minute."""
     after = -timedelta(seconds=first_pass.second)
     source = directory / "fold.zi"
-    source.write_text(f"Zone {name} {zic_offset(after + MINUTE)} - FLA {first_pass + MINUTE:%Y %b %d %H:%M:%S}u\n"
-                      f"{' ' * (len(name) + 5)}{zic_offset(after)} - FLB\n")
+    source.write_text(
+        f"Zone {name} {zic_offset(after + MINUTE)} - FLA {first_pass + MINUTE:%Y %b %d %H:%M:%S}u\n"
+        f"{' ' * (len(name) + 5)}{zic_offset(after)} - FLB\n"
+    )
     subprocess.run(["zic", "-d", str(directory), str(source)], check=True, capture_output=True, text=True)
 
 
@@ -86,15 +88,27 @@ def test_a_zoned_job_fires_as_cron_does_across_a_repeated_wall_minute(cluster, z
 
     created_at = db_now()
     jobs = {
-        label: services.job_create(cluster.tenant, JobSpec(
-            name=f"fold-{label}", task_name="faults.deliver", cron=text, timezone=name, queue=cluster.queue,
-            kwargs={"url": cluster.receiver.url}))
+        label: services.job_create(
+            cluster.tenant,
+            JobSpec(
+                name=f"fold-{label}",
+                task_name="faults.deliver",
+                cron=text,
+                timezone=name,
+                queue=cluster.queue,
+                kwargs={"url": cluster.receiver.url},
+            ),
+        )
         for label, text in expressions.items()
     }
     assert created_at < first_pass
     until = fold_at + LEAD  # past the second pass; neither job fires again for an hour
-    wait_for(lambda: db_now() >= until, timeout=(until - created_at).total_seconds() + 60, interval=0.5,
-             what="the end of the second pass")
+    wait_for(
+        lambda: db_now() >= until,
+        timeout=(until - created_at).total_seconds() + 60,
+        interval=0.5,
+        what="the end of the second pass",
+    )
     cluster.finish()
 
     deliveries = cluster.receiver.snapshot()
@@ -110,6 +124,8 @@ def test_a_zoned_job_fires_as_cron_does_across_a_repeated_wall_minute(cluster, z
         assert Job.objects.get(pk=job.pk).next_run_at > until
 
     # What the reference says, in words: the hourly job in both passes, the other in the first.
-    assert [run.scheduled_at for run in JobRun.objects.filter(job=jobs["hourly"]).order_by("scheduled_at")] == \
-        [first_pass, fold_at]
+    assert [run.scheduled_at for run in JobRun.objects.filter(job=jobs["hourly"]).order_by("scheduled_at")] == [
+        first_pass,
+        fold_at,
+    ]
     assert [run.scheduled_at for run in JobRun.objects.filter(job=jobs["fixed-time"])] == [first_pass]

@@ -43,8 +43,10 @@ def failover(request, transactional_db):
     with servers.replicated_postgres(synchronous=request.param == "synchronous") as (primary, standby):
         primary.create_database(DATABASE)
         hosts, ports = f"{primary.host},{standby.host}", f"{primary.port},{standby.port}"
-        url = (f"postgres://{primary.user}@{primary.host}:{primary.port},{standby.host}:{standby.port}/{DATABASE}"
-               "?target_session_attrs=read-write&connect_timeout=2")
+        url = (
+            f"postgres://{primary.user}@{primary.host}:{primary.port},{standby.host}:{standby.port}/{DATABASE}"
+            "?target_session_attrs=read-write&connect_timeout=2"
+        )
         with servers.database_on(hosts, ports, DATABASE, options={"target_session_attrs": "read-write"}):
             yield request.param, primary, standby, url
 
@@ -74,12 +76,17 @@ def test_the_primary_lost_under_load_and_its_standby_promoted(failover, cluster)
     promoted_at, stopped, after = through_a_failover(cluster, primary.kill, standby, tail=10)
     tracebacks = {name: cluster.processes.log(name).count("Traceback") for name in [*cluster.beats, *cluster.workers]}
 
-    report = cluster.check(f"primary killed, standby promoted {PROMOTE_AFTER:.0f} s later ({mode})",
-                           raw_duplicates_allowed=True, lag_bound=RESTART_LAG_BOUND)
+    report = cluster.check(
+        f"primary killed, standby promoted {PROMOTE_AFTER:.0f} s later ({mode})",
+        raw_duplicates_allowed=True,
+        lag_bound=RESTART_LAG_BOUND,
+    )
     reconnect = (min(after) - promoted_at).total_seconds() if after else None
     twice = sum(ASYNC_COSTS[0] in problem for problem in report.problems)  # fires run twice at one attempt
-    print(f"| {mode} | {report.expected} | {report.delivered} | {sum(report.skipped.values())} | "
-          f"{report.raw_duplicates} | {twice} | {reconnect} |")
+    print(
+        f"| {mode} | {report.expected} | {report.delivered} | {sum(report.skipped.values())} | "
+        f"{report.raw_duplicates} | {twice} | {reconnect} |"
+    )
 
     assert not stopped, f"{stopped} ended: every process must reconnect by itself"
     # The outage is expected: each process says what it cost in a line (worker/results.py).

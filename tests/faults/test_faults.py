@@ -36,8 +36,7 @@ def assert_taken_over(report):
 
 
 def holds_a_run(cluster, name: str) -> bool:
-    return JobRun.objects.filter(tenant=cluster.tenant, state=RunState.RUNNING,
-                                 worker__startswith=f"{name}-").exists()
+    return JobRun.objects.filter(tenant=cluster.tenant, state=RunState.RUNNING, worker__startswith=f"{name}-").exists()
 
 
 def wait_for_a_run_held_by(cluster, name: str) -> None:
@@ -96,8 +95,9 @@ def test_a_worker_killed_around_the_target_call_loses_nothing(cluster, point):
     cluster.run_until(WINDOW)
     cluster.finish()
 
-    report = cluster.check(f"kill -9 a worker process at {point}", raw_duplicates_allowed=True,
-                           lag_bound=FAULT_LAG_BOUND)
+    report = cluster.check(
+        f"kill -9 a worker process at {point}", raw_duplicates_allowed=True, lag_bound=FAULT_LAG_BOUND
+    )
     assert_clean(report)
     assert_taken_over(report)
 
@@ -122,8 +122,9 @@ def test_a_whole_worker_killed_during_the_target_call_loses_nothing(cluster):
     cluster.run_until(WINDOW)
     cluster.finish()
 
-    report = cluster.check("kill -9 a whole worker during target calls", raw_duplicates_allowed=True,
-                           lag_bound=FAULT_LAG_BOUND)
+    report = cluster.check(
+        "kill -9 a whole worker during target calls", raw_duplicates_allowed=True, lag_bound=FAULT_LAG_BOUND
+    )
     assert_clean(report)
     assert_taken_over(report)
 
@@ -136,14 +137,17 @@ def test_a_frozen_worker_loses_its_runs_and_cannot_write_when_it_wakes(cluster):
     cluster.run_until(3)
     freeze_holding_a_run(cluster, victim, "victim")  # so that the run is taken over and its end refused
     frozen_at = db_now()
-    wait_for(lambda: db_now() >= frozen_at + timedelta(seconds=2 * LEASE_SECONDS),
-             timeout=2 * LEASE_SECONDS + 30, interval=0.2, what="twice the lease")
+    wait_for(
+        lambda: db_now() >= frozen_at + timedelta(seconds=2 * LEASE_SECONDS),
+        timeout=2 * LEASE_SECONDS + 30,
+        interval=0.2,
+        what="twice the lease",
+    )
     cluster.kill(victim, signal.SIGCONT)
     cluster.run_until(WINDOW + 3)
     cluster.finish()
 
-    report = cluster.check("SIGSTOP a worker past its lease", raw_duplicates_allowed=True,
-                           lag_bound=FAULT_LAG_BOUND)
+    report = cluster.check("SIGSTOP a worker past its lease", raw_duplicates_allowed=True, lag_bound=FAULT_LAG_BOUND)
     assert_clean(report)
     assert_taken_over(report)
     assert report.stale_writes > 0  # the worker woke, wrote its ends, and was refused
@@ -171,8 +175,12 @@ def test_a_broker_that_loses_its_queue_loses_no_fire(cluster):
     # The workers paused until the queue holds messages, so that the flush loses some.
     for worker in cluster.workers.values():
         cluster.kill(worker, signal.SIGSTOP)
-    wait_for(lambda: queue_depths([cluster.queue])[cluster.queue] > 0, timeout=30, interval=0.1,
-             what="messages waiting on the broker")
+    wait_for(
+        lambda: queue_depths([cluster.queue])[cluster.queue] > 0,
+        timeout=30,
+        interval=0.1,
+        what="messages waiting on the broker",
+    )
     flush_broker()  # what a Redis restart without persistence does to the queue
     for worker in cluster.workers.values():
         cluster.kill(worker, signal.SIGCONT)
@@ -254,5 +262,5 @@ def faketime_available():
 
 if not faketime_available():
     test_beats_and_workers_with_skewed_clocks_go_by_the_database_clock = pytest.mark.skip(
-        reason="faketime is not installed (apt-get install faketime)")(
-        test_beats_and_workers_with_skewed_clocks_go_by_the_database_clock)
+        reason="faketime is not installed (apt-get install faketime)"
+    )(test_beats_and_workers_with_skewed_clocks_go_by_the_database_clock)

@@ -64,16 +64,28 @@ def lost_machine(transactional_db):
                 standby.start()
                 primary.execute("ALTER SYSTEM SET synchronous_standby_names = '*'")
                 primary.execute("SELECT pg_reload_conf()")
-                wait_for(lambda: primary.fetch_one("SELECT sync_state FROM pg_stat_replication"
-                                                     " WHERE state = 'streaming'") == "sync",
-                           timeout=60, what="the standby streaming (sync)")
+                wait_for(
+                    lambda: (
+                        primary.fetch_one("SELECT sync_state FROM pg_stat_replication WHERE state = 'streaming'")
+                        == "sync"
+                    ),
+                    timeout=60,
+                    what="the standby streaming (sync)",
+                )
                 primary.create_database(DATABASE)
-                url = (f"postgres://{primary.user}@{primary.host}:{primary.port},{standby.host}:{standby.port}/"
-                       f"{DATABASE}?target_session_attrs=read-write")
-                options = {"target_session_attrs": "read-write", "tcp_user_timeout": 3000, "connect_timeout": 2,
-                           "keepalives_idle": 2}
-                with servers.database_on(f"{primary.host},{standby.host}", f"{primary.port},{standby.port}",
-                                         DATABASE, options=options):
+                url = (
+                    f"postgres://{primary.user}@{primary.host}:{primary.port},{standby.host}:{standby.port}/"
+                    f"{DATABASE}?target_session_attrs=read-write"
+                )
+                options = {
+                    "target_session_attrs": "read-write",
+                    "tcp_user_timeout": 3000,
+                    "connect_timeout": 2,
+                    "keepalives_idle": 2,
+                }
+                with servers.database_on(
+                    f"{primary.host},{standby.host}", f"{primary.port},{standby.port}", DATABASE, options=options
+                ):
                     yield box, primary, standby, url
             finally:
                 standby.stop()
@@ -90,12 +102,17 @@ def test_the_primary_machine_lost_from_the_network_and_its_standby_promoted(lost
 
     promoted_at, stopped, after = through_a_failover(cluster, box.lose, standby, tail=15)
 
-    report = cluster.check(f"the primary's machine lost, standby promoted {PROMOTE_AFTER:.0f} s later",
-                           raw_duplicates_allowed=True, lag_bound=LOSS_LAG_BOUND)
+    report = cluster.check(
+        f"the primary's machine lost, standby promoted {PROMOTE_AFTER:.0f} s later",
+        raw_duplicates_allowed=True,
+        lag_bound=LOSS_LAG_BOUND,
+    )
     reconnect = (min(after) - promoted_at).total_seconds() if after else None
-    print(f"\n| machine lost (sync) | {report.expected} | {report.delivered} | {sum(report.skipped.values())} | "
-          f"{report.raw_duplicates} | first delivery {reconnect} s after the promotion | "
-          f"p99 lag {report.percentile(0.99):.2f} |")
+    print(
+        f"\n| machine lost (sync) | {report.expected} | {report.delivered} | {sum(report.skipped.values())} | "
+        f"{report.raw_duplicates} | first delivery {reconnect} s after the promotion | "
+        f"p99 lag {report.percentile(0.99):.2f} |"
+    )
 
     assert not stopped, f"{stopped} ended: every process must go on by itself"
     assert after, "no fire was delivered after the promotion"

@@ -66,8 +66,12 @@ def test_the_quorum_queue_leader_killed_in_a_three_node_cluster_loses_no_fire(ra
     running = JobRun.objects.filter(tenant=cluster.tenant, state=RunState.RUNNING)
     with Connection(survivors[0].url()) as conn:
         channel = conn.channel()
-        ready = wait_for(lambda: (n := waiting(channel, cluster.queue)) >= IN_FLIGHT and running.exists() and n,
-                         timeout=30, interval=0.005, what=f"{IN_FLIGHT} messages waiting and a run running")
+        ready = wait_for(
+            lambda: (n := waiting(channel, cluster.queue)) >= IN_FLIGHT and running.exists() and n,
+            timeout=30,
+            interval=0.005,
+            what=f"{IN_FLIGHT} messages waiting and a run running",
+        )
     on_victim = rabbitmq_cluster.connections().get(victim.name, 0)
     assert on_victim > 0, "no client was connected to the queue's leader"
     running = running.count()
@@ -75,12 +79,17 @@ def test_the_quorum_queue_leader_killed_in_a_three_node_cluster_loses_no_fire(ra
     victim.kill()
     wait_for(lambda: BROKER_ERROR_LINE in beat_logs(cluster), timeout=30, what="a beat to find its node gone")
     # A new leader, elected by the two nodes left; the killed node stays down.
-    wait_for(lambda: rabbitmq_cluster.leader(cluster.queue) in {node.name for node in survivors}, timeout=30,
-             interval=0.5, what="a surviving node to lead the queue")
+    wait_for(
+        lambda: rabbitmq_cluster.leader(cluster.queue) in {node.name for node in survivors},
+        timeout=30,
+        interval=0.5,
+        what="a surviving node to lead the queue",
+    )
     new_leader = rabbitmq_cluster.leader(cluster.queue)
     # Served again: a run started through the nodes left (workers reconnect with a backoff).
-    wait_for(lambda: started_since(cluster, killed_db) > 0, timeout=60, interval=0.2,
-             what="a run started after the kill")
+    wait_for(
+        lambda: started_since(cluster, killed_db) > 0, timeout=60, interval=0.2, what="a run started after the kill"
+    )
     outage = time.monotonic() - killed_at
     cluster.run_until((db_now() - cluster.start_at).total_seconds() + RUN_ON)
     connections = rabbitmq_cluster.connections()
@@ -89,15 +98,20 @@ def test_the_quorum_queue_leader_killed_in_a_three_node_cluster_loses_no_fire(ra
 
     assert not victim.running()
     # Fires due until the workers are back wait for them; then the designed republish bound applies.
-    report = cluster.check(f"RabbitMQ cluster: quorum leader killed (confirms {confirms})",
-                           raw_duplicates_allowed=True, lag_bound=RESTART_LAG_BOUND + outage)
-    print(f"confirms {confirms}: {ready} messages waiting, {running} runs running and {on_victim} connections on the"
-          f" leader {victim.name} at the kill; new leader {new_leader}, runs starting again after {outage:.1f} s;"
-          f" connections after {connections};"
-          f" runs started after the kill {started_after} ({time.monotonic() - killed_at:.1f} s, node never back);"
-          f" expected {report.expected}, delivered {report.delivered}, lost {report.expected - report.delivered},"
-          f" twice {report.raw_duplicates}, republished {report.republished}, duplicate deliveries not run"
-          f" {duplicate_deliveries(cluster)}, p99 lag {report.percentile(0.99):.2f} s")
+    report = cluster.check(
+        f"RabbitMQ cluster: quorum leader killed (confirms {confirms})",
+        raw_duplicates_allowed=True,
+        lag_bound=RESTART_LAG_BOUND + outage,
+    )
+    print(
+        f"confirms {confirms}: {ready} messages waiting, {running} runs running and {on_victim} connections on the"
+        f" leader {victim.name} at the kill; new leader {new_leader}, runs starting again after {outage:.1f} s;"
+        f" connections after {connections};"
+        f" runs started after the kill {started_after} ({time.monotonic() - killed_at:.1f} s, node never back);"
+        f" expected {report.expected}, delivered {report.delivered}, lost {report.expected - report.delivered},"
+        f" twice {report.raw_duplicates}, republished {report.republished}, duplicate deliveries not run"
+        f" {duplicate_deliveries(cluster)}, p99 lag {report.percentile(0.99):.2f} s"
+    )
     assert_clean(report)
     assert report.delivered == report.expected  # every fire ran
     assert report.raw_duplicates == 0  # and none started twice

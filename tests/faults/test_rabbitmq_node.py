@@ -85,15 +85,25 @@ def duplicate_deliveries(cluster) -> int:
 @pytest.mark.parametrize("program", ["runbeat", "worker"])
 def test_a_queue_type_other_than_classic_or_quorum_stops_start_up(program):
     celery = Path(sys.executable).parent / "celery"  # project/celery.py reports settings errors under its name
-    argv = [sys.executable, "manage.py", "runbeat", "--once"] if program == "runbeat" else \
-        [str(celery), "-A", "project", "worker"]
-    done = subprocess.run(argv, cwd=ROOT, env=environment_with(CRONFLEET_RABBITMQ_QUEUE_TYPE="mirrored"),
-                          capture_output=True, text=True, timeout=60)
+    argv = (
+        [sys.executable, "manage.py", "runbeat", "--once"]
+        if program == "runbeat"
+        else [str(celery), "-A", "project", "worker"]
+    )
+    done = subprocess.run(
+        argv,
+        cwd=ROOT,
+        env=environment_with(CRONFLEET_RABBITMQ_QUEUE_TYPE="mirrored"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         f"{'manage.py' if program == 'runbeat' else 'celery'}: CRONFLEET_RABBITMQ_QUEUE_TYPE must be one of classic, "
-        "quorum, got 'mirrored'"]
+        "quorum, got 'mirrored'"
+    ]
 
 
 SHAPES = """
@@ -119,10 +129,12 @@ print(json.dumps([shape(app.amqp.queues["jobs-a"]), shape(task_queue("jobs-a")),
 def test_beats_and_workers_declare_a_queue_alike(queue_type):
     """RabbitMQ refuses a declaration that differs from the queue's (PRECONDITION_FAILED):
     the beat's must be the worker's, argument for argument, for either queue type."""
-    env = environment_with(CRONFLEET_RABBITMQ_QUEUE_TYPE=queue_type, CRONFLEET_DEFAULT_QUEUE="cronfleet",
-                           CELERY_BROKER_URL="amqp://guest:guest@127.0.0.1:1//")  # never connected to
-    done = subprocess.run([sys.executable, "-c", SHAPES], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=60)
+    env = environment_with(
+        CRONFLEET_RABBITMQ_QUEUE_TYPE=queue_type,
+        CRONFLEET_DEFAULT_QUEUE="cronfleet",
+        CELERY_BROKER_URL="amqp://guest:guest@127.0.0.1:1//",
+    )  # never connected to
+    done = subprocess.run([sys.executable, "-c", SHAPES], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     worker, beat, worker_default, beat_default = json.loads(done.stdout)
 
@@ -150,8 +162,14 @@ def test_the_queues_are_durable_and_their_messages_survive_a_kill(rabbitmq, clus
     assert queued > 0
     wait_for(lambda: depth(rabbitmq, cluster.queue) == queued, timeout=30, what=f"{queued} messages in the queue")
     with Connection(rabbitmq.url(), transport_options={"confirm_publish": True}) as conn:
-        conn.Producer().publish({"marker": True}, exchange="", routing_key=cluster.queue, delivery_mode=2,
-                                headers={"marker": "1"}, serializer="json")
+        conn.Producer().publish(
+            {"marker": True},
+            exchange="",
+            routing_key=cluster.queue,
+            delivery_mode=2,
+            headers={"marker": "1"},
+            serializer="json",
+        )
 
     declared = rabbitmq.queues()[cluster.queue]
     assert declared["durable"] is True and declared["auto_delete"] is False and declared["exclusive"] in (False, "")
@@ -161,8 +179,11 @@ def test_the_queues_are_durable_and_their_messages_survive_a_kill(rabbitmq, clus
     rabbitmq.start()
 
     # A quorum queue answers once its log is recovered: wait for the count to come back.
-    wait_for(lambda: depth(rabbitmq, cluster.queue) == queued + 1, timeout=30,
-             what=f"{queued} messages and the marker back in the queue after the restart")
+    wait_for(
+        lambda: depth(rabbitmq, cluster.queue) == queued + 1,
+        timeout=30,
+        what=f"{queued} messages and the marker back in the queue after the restart",
+    )
     assert rabbitmq.queues()[cluster.queue]["type"] == queue_type
     tasks, modes = [], []
     with Connection(rabbitmq.url()) as conn:
@@ -202,8 +223,12 @@ def test_the_rabbitmq_node_killed_with_messages_in_flight_loses_no_fire(rabbitmq
     running = JobRun.objects.filter(tenant=cluster.tenant, state=RunState.RUNNING)
     with Connection(rabbitmq.url()) as conn:
         channel = conn.channel()
-        ready = wait_for(lambda: (n := waiting(channel, cluster.queue)) >= IN_FLIGHT and running.exists() and n,
-                         timeout=30, interval=0.005, what=f"{IN_FLIGHT} messages waiting and a run running")
+        ready = wait_for(
+            lambda: (n := waiting(channel, cluster.queue)) >= IN_FLIGHT and running.exists() and n,
+            timeout=30,
+            interval=0.005,
+            what=f"{IN_FLIGHT} messages waiting and a run running",
+        )
     running = running.count()
     killed_at = time.monotonic()
     rabbitmq.kill()
@@ -214,12 +239,17 @@ def test_the_rabbitmq_node_killed_with_messages_in_flight_loses_no_fire(rabbitmq
     cluster.finish()
 
     # Fires due while the node was away wait for it; then the designed republish bound applies.
-    report = cluster.check(f"RabbitMQ node ({queue_type}) killed with messages in flight",
-                           raw_duplicates_allowed=True, lag_bound=RESTART_LAG_BOUND + outage)
-    print(f"{queue_type}: {ready} messages waiting and {running} runs running just before the kill; node away {outage:.1f} s;"
-          f" expected {report.expected}, delivered {report.delivered}, lost {report.expected - report.delivered},"
-          f" twice {report.raw_duplicates}, republished {report.republished}, duplicate deliveries not run"
-          f" {duplicate_deliveries(cluster)}, p99 lag {report.percentile(0.99):.2f} s")
+    report = cluster.check(
+        f"RabbitMQ node ({queue_type}) killed with messages in flight",
+        raw_duplicates_allowed=True,
+        lag_bound=RESTART_LAG_BOUND + outage,
+    )
+    print(
+        f"{queue_type}: {ready} messages waiting and {running} runs running just before the kill; node away {outage:.1f} s;"
+        f" expected {report.expected}, delivered {report.delivered}, lost {report.expected - report.delivered},"
+        f" twice {report.raw_duplicates}, republished {report.republished}, duplicate deliveries not run"
+        f" {duplicate_deliveries(cluster)}, p99 lag {report.percentile(0.99):.2f} s"
+    )
     assert_clean(report)
     assert report.delivered == report.expected  # no skips here: every fire ran
     assert report.republished > 0  # the fires of the outage (and messages the kill lost) went out again

@@ -58,8 +58,11 @@ def test_postgresql_restarted_in_immediate_mode_under_load(private_database, clu
     cluster.run_until(WINDOW + 5)
     cluster.finish()
 
-    assert_clean(cluster.check("PostgreSQL restarted (immediate) under load", raw_duplicates_allowed=True,
-                               lag_bound=RESTART_LAG_BOUND))
+    assert_clean(
+        cluster.check(
+            "PostgreSQL restarted (immediate) under load", raw_duplicates_allowed=True, lag_bound=RESTART_LAG_BOUND
+        )
+    )
 
 
 def test_redis_restarted_without_persistence_loses_no_fire(private_broker, cluster):

@@ -34,8 +34,9 @@ def sentinel(monkeypatch):
     monkeypatch.setenv("CRONFLEET_SENTINEL_MASTER", servers.SENTINEL_MASTER)  # for the processes' settings
     with servers.private_sentinel() as group:
         url = group.url()
-        with override_settings(CELERY_BROKER_URL=url, CRONFLEET_RATE_LIMIT_REDIS_URL=url,
-                               CRONFLEET_SENTINEL_MASTER=group.master_name):
+        with override_settings(
+            CELERY_BROKER_URL=url, CRONFLEET_RATE_LIMIT_REDIS_URL=url, CRONFLEET_SENTINEL_MASTER=group.master_name
+        ):
             yield group
 
 
@@ -54,10 +55,13 @@ def queued(server: servers.RedisServer, queue: str) -> int:
 def depths_through_sentinel(queue: str) -> dict:
     """queue_depths as the web's /metrics reads it, in a process of the settings' own (kombu's
     sentinel transport, configured by CELERY_BROKER_TRANSPORT_OPTIONS)."""
-    script = ("import django; django.setup()\nfrom scheduler_app.queues import queue_depths\n"
-              f"print(queue_depths([{queue!r}])[{queue!r}])")
-    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=process_env(), capture_output=True,
-                          text=True, timeout=60)
+    script = (
+        "import django; django.setup()\nfrom scheduler_app.queues import queue_depths\n"
+        f"print(queue_depths([{queue!r}])[{queue!r}])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=process_env(), capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     return int(done.stdout.strip())
 
@@ -75,9 +79,18 @@ def test_the_rate_limits_login_throttle_and_queue_depths_follow_the_failover(sen
     monkeypatch.setenv("CELERY_BROKER_URL", settings.CELERY_BROKER_URL)  # Celery reads it before its conf
     # This process's Celery read its broker settings at start-up: pointed at the Sentinel, as
     # project/settings.py points a process started with a sentinel:// URL.
-    for name, value in [("broker_url", settings.CELERY_BROKER_URL), ("broker_transport_options", {
-            **settings.CELERY_BROKER_TRANSPORT_OPTIONS, "master_name": sentinel.master_name,
-            "sentinel_kwargs": {"socket_timeout": 2, "socket_connect_timeout": 2}, "socket_connect_timeout": 2})]:
+    for name, value in [
+        ("broker_url", settings.CELERY_BROKER_URL),
+        (
+            "broker_transport_options",
+            {
+                **settings.CELERY_BROKER_TRANSPORT_OPTIONS,
+                "master_name": sentinel.master_name,
+                "sentinel_kwargs": {"socket_timeout": 2, "socket_connect_timeout": 2},
+                "socket_connect_timeout": 2,
+            },
+        ),
+    ]:
         monkeypatch.setitem(current_app.conf, name, value)
     queue = "sentinel-depth"
     master = sentinel.master.client()
@@ -98,11 +111,19 @@ def test_the_rate_limits_login_throttle_and_queue_depths_follow_the_failover(sen
     # The rate limiter's first call may meet the dead master's connection: it fails open and
     # its breaker asks again after CRONFLEET_RATE_LIMIT_RETRY_SECONDS; then it counts on.
     settings.CRONFLEET_RATE_LIMIT_RETRY_SECONDS = 1
-    counted = wait_for(lambda: throttling.counter.hit(["sentinel"], now), timeout=15, interval=0.2,
-                       what="the rate limiter to count on the promoted master")
+    counted = wait_for(
+        lambda: throttling.counter.hit(["sentinel"], now),
+        timeout=15,
+        interval=0.2,
+        what="the rate limiter to count on the promoted master",
+    )
     assert counted == [2]  # the count replicated before the loss, and counted on from there
-    assert wait_for(lambda: len(_recent_or_none(login, now) or []) == 1, timeout=15, interval=0.2,
-                    what="the login throttle to read the promoted master")
+    assert wait_for(
+        lambda: len(_recent_or_none(login, now) or []) == 1,
+        timeout=15,
+        interval=0.2,
+        what="the login throttle to read the promoted master",
+    )
     assert queue_depths([queue]) == {queue: 3}
     assert depths_through_sentinel(queue) == 3
 
@@ -117,8 +138,9 @@ def _recent_or_none(login, now):
 
 
 @pytest.mark.parametrize("guarded", [False, True], ids=["kombu alone", "with the worker's guard"])
-def test_a_worker_closing_the_lost_masters_connection_with_messages_taken(sentinel, settings, caplog, monkeypatch,
-                                                                          guarded):
+def test_a_worker_closing_the_lost_masters_connection_with_messages_taken(
+    sentinel, settings, caplog, monkeypatch, guarded
+):
     """What a worker's consumer does when the master is lost (Celery's
     on_connection_error_after_connected: collect(), then close()), on a connection whose
     consumer channel waits in BRPOP and, like a second channel, holds a message taken and not
@@ -136,8 +158,12 @@ def test_a_worker_closing_the_lost_masters_connection_with_messages_taken(sentin
         monkeypatch.setattr(kombu_redis.QoS, name, getattr(kombu_redis.QoS, name))
     if guarded:
         redisacks.install()
-    options = {**settings.CELERY_BROKER_TRANSPORT_OPTIONS, "master_name": sentinel.master_name,
-               "sentinel_kwargs": {"socket_timeout": 2, "socket_connect_timeout": 2}, "socket_connect_timeout": 2}
+    options = {
+        **settings.CELERY_BROKER_TRANSPORT_OPTIONS,
+        "master_name": sentinel.master_name,
+        "sentinel_kwargs": {"socket_timeout": 2, "socket_connect_timeout": 2},
+        "socket_connect_timeout": 2,
+    }
     connection = Connection(settings.CELERY_BROKER_URL, transport_options=options)
     queue = Queue("sentinel-acks", Exchange("sentinel-acks", type="direct"), routing_key="sentinel-acks")
     with connection.Producer() as producer:

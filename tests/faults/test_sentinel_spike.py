@@ -21,7 +21,6 @@ test_sentinel.py tests it alone, where it fails every time without the guard) ma
 those one line. Measured figures: docs/operating.md (Redis Sentinel).
 """
 
-
 import pytest
 
 from scheduler_app.models import Job, db_now
@@ -43,9 +42,18 @@ def make_spike(cluster) -> None:
     """SPIKE jobs due now, each firing once within the test (hourly)."""
     now = db_now().replace(microsecond=0)
     Job.objects.bulk_create(
-        Job(tenant=cluster.tenant, name=f"spike-{i}", task_name="faults.deliver", every_seconds=3600,
-            anchor_at=now, next_run_at=now, queue=cluster.queue,
-            kwargs={"url": cluster.receiver.url, "hold": SPIKE_HOLD}, max_attempts=5, retry_backoff_seconds=1)
+        Job(
+            tenant=cluster.tenant,
+            name=f"spike-{i}",
+            task_name="faults.deliver",
+            every_seconds=3600,
+            anchor_at=now,
+            next_run_at=now,
+            queue=cluster.queue,
+            kwargs={"url": cluster.receiver.url, "hold": SPIKE_HOLD},
+            max_attempts=5,
+            retry_backoff_seconds=1,
+        )
         for i in range(SPIKE)
     )
 
@@ -56,8 +64,12 @@ def test_the_broker_master_killed_mid_spike_and_its_replica_promoted(sentinel, c
 
     cluster.run_until(WINDOW / 2)
     make_spike(cluster)
-    at_kill = wait_for(lambda: (n := queued(sentinel.master, cluster.queue)) >= SPIKE_QUEUED_AT_KILL and n,
-                       timeout=20, interval=0.01, what=f"{SPIKE_QUEUED_AT_KILL} messages waiting in the master")
+    at_kill = wait_for(
+        lambda: (n := queued(sentinel.master, cluster.queue)) >= SPIKE_QUEUED_AT_KILL and n,
+        timeout=20,
+        interval=0.01,
+        what=f"{SPIKE_QUEUED_AT_KILL} messages waiting in the master",
+    )
     on_replica = queued(sentinel.replica, cluster.queue)
     sentinel.master.kill()
     failover_seconds = sentinel.wait_for_failover()
@@ -67,15 +79,20 @@ def test_the_broker_master_killed_mid_spike_and_its_replica_promoted(sentinel, c
     logs = {name: cluster.processes.log(name) for name in [*cluster.beats, *cluster.workers]}
     left_in_broker = depths_through_sentinel(cluster.queue)
 
-    report = cluster.check("broker master killed mid-spike, replica promoted by Sentinel",
-                           raw_duplicates_allowed=True, lag_bound=RESTART_LAG_BOUND)
+    report = cluster.check(
+        "broker master killed mid-spike, replica promoted by Sentinel",
+        raw_duplicates_allowed=True,
+        lag_bound=RESTART_LAG_BOUND,
+    )
     twice = sum("the same attempt delivered twice" in problem for problem in report.problems)
     guarded = sum(logs[name].count(COMES_BACK) for name in cluster.workers)  # the guard's lines
-    print(f"\n| sentinel failover | queued at the kill {at_kill} (replica {on_replica}) | promoted after "
-          f"{failover_seconds:.1f} s | expected {report.expected} | delivered {report.delivered} | "
-          f"lost {report.expected - report.delivered - sum(report.skipped.values())} | twice at one attempt {twice} | "
-          f"redelivered as a later attempt {report.raw_duplicates} | republished {report.republished} | "
-          f"p99 lag {report.percentile(0.99):.2f} s | left in the broker {left_in_broker} | guard lines {guarded} |")
+    print(
+        f"\n| sentinel failover | queued at the kill {at_kill} (replica {on_replica}) | promoted after "
+        f"{failover_seconds:.1f} s | expected {report.expected} | delivered {report.delivered} | "
+        f"lost {report.expected - report.delivered - sum(report.skipped.values())} | twice at one attempt {twice} | "
+        f"redelivered as a later attempt {report.raw_duplicates} | republished {report.republished} | "
+        f"p99 lag {report.percentile(0.99):.2f} s | left in the broker {left_in_broker} | guard lines {guarded} |"
+    )
 
     assert not stopped, f"{stopped} ended: every process must reconnect through the Sentinel by itself"
     # The outage is expected: each process says what it cost in lines, not tracebacks (a
@@ -86,5 +103,3 @@ def test_the_broker_master_killed_mid_spike_and_its_replica_promoted(sentinel, c
     assert_clean(report)
     assert report.expected >= SPIKE and twice == 0
     assert left_in_broker == 0
-
-

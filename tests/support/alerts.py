@@ -16,15 +16,25 @@ from scheduler_app.targets.http import signing as webhooks
 
 
 def run_of(job: Job, at: datetime, state: str, *, lag: float = 1.0, took: float = 5.0, **fields) -> JobRun:
-    return JobRun.objects.create(job=job, tenant=job.tenant, scheduled_at=at, state=state, created_at=at,
-                                 started_at=at + timedelta(seconds=lag),
-                                 finished_at=at + timedelta(seconds=lag + took), **fields)
+    return JobRun.objects.create(
+        job=job,
+        tenant=job.tenant,
+        scheduled_at=at,
+        state=state,
+        created_at=at,
+        started_at=at + timedelta(seconds=lag),
+        finished_at=at + timedelta(seconds=lag + took),
+        **fields,
+    )
 
 
 def arm(job: Job, now: datetime, **changes) -> AlertRule:
     rule = alerts.rule_set(job, changes, actor="test")
-    AlertRule.objects.filter(id=rule.id).update(checked_until=now - timedelta(hours=1), next_check_at=now,
-                                                last_success_at=rule.last_success_at and now - timedelta(hours=1))
+    AlertRule.objects.filter(id=rule.id).update(
+        checked_until=now - timedelta(hours=1),
+        next_check_at=now,
+        last_success_at=rule.last_success_at and now - timedelta(hours=1),
+    )
     rule.refresh_from_db()
     return rule
 

@@ -68,7 +68,8 @@ def fill(template: str, a: dict) -> str:
         name = match.group(1)
         assert (segment, name) in PARAMETERS, (
             f"route {API_PREFIX}{template}: the isolation walk does not know how to fill {{{name}}}; "
-            f"add ({segment!r}, {name!r}) to PARAMETERS in tests/support/api_walk.py")
+            f"add ({segment!r}, {name!r}) to PARAMETERS in tests/support/api_walk.py"
+        )
         return str(PARAMETERS[(segment, name)](a))
 
     return re.sub(r"\{(\w+)\}", value, template)

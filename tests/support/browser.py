@@ -13,8 +13,15 @@ import time
 import urllib.request
 from pathlib import Path
 
-CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                "--disable-component-update", "--no-first-run", "--disable-sync"]
+CHROME_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
 
 
 def available() -> bool:
@@ -27,8 +34,9 @@ class Browser:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
         self.profile = tempfile.mkdtemp(prefix="cf-chromium-")
-        self.driver = subprocess.Popen([shutil.which("chromedriver"), f"--port={port}"],
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.driver = subprocess.Popen(
+            [shutil.which("chromedriver"), f"--port={port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         self.base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 20
         while True:
@@ -40,15 +48,24 @@ class Browser:
                     raise
                 time.sleep(0.1)
         binary = shutil.which("chromium") or shutil.which("chromium-browser")
-        caps = {"capabilities": {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": {
-            "binary": binary, "args": [*CHROME_FLAGS, f"--user-data-dir={self.profile}",
-                                       f"--window-size={width},{height}"]}}}}
+        caps = {
+            "capabilities": {
+                "alwaysMatch": {
+                    "browserName": "chrome",
+                    "goog:chromeOptions": {
+                        "binary": binary,
+                        "args": [*CHROME_FLAGS, f"--user-data-dir={self.profile}", f"--window-size={width},{height}"],
+                    },
+                }
+            }
+        }
         self.session = self._call("POST", "/session", caps)["sessionId"]
 
     def _call(self, method: str, path: str, body: dict | None = None):
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(self.base + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            self.base + path, data=data, method=method, headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(request, timeout=60) as response:
             return json.loads(response.read())["value"]
 
@@ -65,9 +82,13 @@ class Browser:
         """Submit the admin's login form at `url`, then wait (5 s at most) for the JavaScript
         expression `until` to be true on the page it leads to."""
         self.get(url)
-        self.js("document.querySelector('#id_username').value = arguments[0];"
-                "document.querySelector('#id_password').value = arguments[1];"
-                "document.querySelector('#login-form').submit();", username, password)
+        self.js(
+            "document.querySelector('#id_username').value = arguments[0];"
+            "document.querySelector('#id_password').value = arguments[1];"
+            "document.querySelector('#login-form').submit();",
+            username,
+            password,
+        )
         for _ in range(50):
             if self.js(f"return !!({until})"):
                 return

@@ -73,8 +73,9 @@ def add_job(tenant: Tenant, name: str = "nightly", **fields) -> Job:
 
 
 def add_run(job: Job, scheduled_at: datetime, state: str = RunState.SUCCEEDED, **fields) -> JobRun:
-    return JobRun.objects.create(job=job, tenant_id=job.tenant_id, scheduled_at=scheduled_at, state=state,
-                                 created_at=scheduled_at, **fields)
+    return JobRun.objects.create(
+        job=job, tenant_id=job.tenant_id, scheduled_at=scheduled_at, state=state, created_at=scheduled_at, **fields
+    )
 
 
 def table_rows(output: str) -> list[list[str]]:
@@ -82,7 +83,7 @@ def table_rows(output: str) -> list[list[str]]:
     lines = output.splitlines()
     start = next(i for i, line in enumerate(lines) if re.fullmatch(r"-[- ]*", line))
     rows = []
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if not line.strip() or line.startswith("("):
             break
         rows.append(re.split(r"\s{2,}", line.strip()))

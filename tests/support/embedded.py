@@ -12,15 +12,14 @@ from pathlib import Path
 def embedded_env(var_dir: Path) -> dict[str, str]:
     """The environment of a first run: project settings, no database or broker URLs."""
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CELERY_BROKER_URL"}}
-    env.update(DJANGO_SETTINGS_MODULE="project.settings", CRONFLEET_VAR_DIR=str(var_dir),
-               PYTHONUNBUFFERED="1")
+    env.update(DJANGO_SETTINGS_MODULE="project.settings", CRONFLEET_VAR_DIR=str(var_dir), PYTHONUNBUFFERED="1")
     return env
 
 
 # Seeds, renders and prints the pages as JSON. The runs of "flaky": 9 in the last hour (6
 # succeeded, 2 failed, 1 dead) plus 1 skipped; 5 more earlier in the day (4 succeeded, 1 failed);
 # 2 older than a day (not counted). "young" (2 hours old): 2 succeeded in the hour, 1 before.
-DASHBOARD_SCRIPT = r'''
+DASHBOARD_SCRIPT = r"""
 import json, sys
 from datetime import timedelta
 import django
@@ -65,4 +64,4 @@ for name, path in (("dashboard", "/admin/dashboard/"), ("tenant", "/admin/dashbo
     response = client.get(path)
     out[name] = {"status": response.status_code, "html": response.content.decode()}
 json.dump(out, sys.stdout)
-'''
+"""

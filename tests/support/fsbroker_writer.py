@@ -13,9 +13,15 @@ from scheduler_app import fsbroker
 
 
 def connection(folder: Path) -> Connection:
-    return Connection("filesystem://", transport=fsbroker.Transport, transport_options={
-        "data_folder_in": str(folder), "data_folder_out": str(folder),
-        "control_folder": str(folder / "control")})
+    return Connection(
+        "filesystem://",
+        transport=fsbroker.Transport,
+        transport_options={
+            "data_folder_in": str(folder),
+            "data_folder_out": str(folder),
+            "control_folder": str(folder / "control"),
+        },
+    )
 
 
 def put_all(folder: Path, messages: int, size: int) -> None:

@@ -16,5 +16,12 @@ def run_manage(*args: str, stdout=subprocess.PIPE, **env: str | None) -> subproc
     """`.venv/bin/python manage.py ARGS` with `env` over this process's environment (None unsets)."""
     environment = environment_with(**env)
     python = VENV_PYTHON if VENV_PYTHON.exists() else Path(sys.executable)
-    return subprocess.run([python, ROOT / "manage.py", *args], cwd=ROOT, env=environment, stdout=stdout,
-                          stderr=subprocess.PIPE, text=True, timeout=60)
+    return subprocess.run(
+        [python, ROOT / "manage.py", *args],
+        cwd=ROOT,
+        env=environment,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=60,
+    )

@@ -20,8 +20,15 @@ def program() -> str | None:
 
 def argv(directory: Path) -> list[str]:
     """nginx in the foreground on `directory`'s nginx.conf (relative includes read from there)."""
-    return [program() or "nginx", "-c", str(directory / "nginx.conf"), "-p", str(directory), "-e",
-            str(directory / "error.log")]
+    return [
+        program() or "nginx",
+        "-c",
+        str(directory / "nginx.conf"),
+        "-p",
+        str(directory),
+        "-e",
+        str(directory / "error.log"),
+    ]
 
 
 def write_conf(directory: Path, port: int, upstreams: dict[str, int], *, includes: tuple[str, ...] = ()) -> Path:
@@ -32,16 +39,20 @@ def write_conf(directory: Path, port: int, upstreams: dict[str, int], *, include
     hosts = directory / "cronfleet-cells" / "hosts.map"
     if not hosts.exists():
         hosts.write_text("")
-    blocks = "".join(f"    upstream cronfleet_cell_{name} {{ server 127.0.0.1:{web}; }}\n"
-                     for name, web in upstreams.items())
+    blocks = "".join(
+        f"    upstream cronfleet_cell_{name} {{ server 127.0.0.1:{web}; }}\n" for name, web in upstreams.items()
+    )
     user = "user root;\n" if os.geteuid() == 0 else ""  # the workers read the caller's files
-    temporary = "".join(f"    {kind}_temp_path {directory}/{kind};\n"
-                        for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    temporary = "".join(
+        f"    {kind}_temp_path {directory}/{kind};\n" for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    )
     extra = "".join(f"    include {path};\n" for path in includes)
     conf = directory / "nginx.conf"
-    conf.write_text(f"{user}daemon off;\npid {directory}/nginx.pid;\nerror_log {directory}/error.log;\n"
-                    f"events {{}}\nhttp {{\n    access_log off;\n{temporary}"
-                    f"    include {SHIPPED}/cronfleet-cells.conf;\n{extra}{blocks}"
-                    f"    server {{\n        listen 127.0.0.1:{port};\n"
-                    f"        include {SHIPPED}/cronfleet-cells-proxy.conf;\n    }}\n}}\n")
+    conf.write_text(
+        f"{user}daemon off;\npid {directory}/nginx.pid;\nerror_log {directory}/error.log;\n"
+        f"events {{}}\nhttp {{\n    access_log off;\n{temporary}"
+        f"    include {SHIPPED}/cronfleet-cells.conf;\n{extra}{blocks}"
+        f"    server {{\n        listen 127.0.0.1:{port};\n"
+        f"        include {SHIPPED}/cronfleet-cells-proxy.conf;\n    }}\n}}\n"
+    )
     return conf

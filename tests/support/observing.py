@@ -25,13 +25,37 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
-def start_worker(processes: Processes, queue: str, name: str, *options: str, concurrency: int = 2,
-                 heartbeat: bool = False, **env: str):
+def start_worker(
+    processes: Processes,
+    queue: str,
+    name: str,
+    *options: str,
+    concurrency: int = 2,
+    heartbeat: bool = False,
+    **env: str,
+):
     """A real Celery worker like Processes.worker, with more command-line options (and event
     heartbeats, which tell Flower the worker is online, with `heartbeat`)."""
-    argv = [sys.executable, "-m", "celery", "-A", "project", "worker", "-Q", queue, "-c", str(concurrency),
-            "-n", f"{name}-{uuid.uuid4().hex[:6]}@%h", "--without-mingle", "--without-gossip",
-            *([] if heartbeat else ["--without-heartbeat"]), "-l", "info", *options]
+    argv = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "project",
+        "worker",
+        "-Q",
+        queue,
+        "-c",
+        str(concurrency),
+        "-n",
+        f"{name}-{uuid.uuid4().hex[:6]}@%h",
+        "--without-mingle",
+        "--without-gossip",
+        *([] if heartbeat else ["--without-heartbeat"]),
+        "-l",
+        "info",
+        *options,
+    ]
     proc = processes.start(name, argv, **env)
     wait_for(lambda: "ready." in processes.log(name) or proc.poll() is not None, timeout=60, what=f"{name} ready")
     assert proc.poll() is None, processes.log(name)
@@ -40,8 +64,11 @@ def start_worker(processes: Processes, queue: str, name: str, *options: str, con
 
 def scraped(text: str) -> dict[tuple[str, tuple], float]:
     """{(sample name, sorted labels): value} of a Prometheus exposition."""
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def scrape(url: str) -> dict[tuple[str, tuple], float]:
@@ -51,5 +78,8 @@ def scrape(url: str) -> dict[tuple[str, tuple], float]:
 
 def total(found: dict, name: str, **labels) -> float:
     """The sum of the samples named `name` whose labels include `labels`."""
-    return sum(value for (sample_name, sample_labels), value in found.items()
-               if sample_name == name and labels.items() <= dict(sample_labels).items())
+    return sum(
+        value
+        for (sample_name, sample_labels), value in found.items()
+        if sample_name == name and labels.items() <= dict(sample_labels).items()
+    )

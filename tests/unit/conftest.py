@@ -14,8 +14,18 @@ from urllib.parse import urlsplit
 
 import pytest
 
-NEEDS_A_SERVICE = {"db", "transactional_db", "live_server", "admin_user",
-                   "admin_client", "tenant", "make_job", "make_run", "processes", "rabbitmq_queue"}
+NEEDS_A_SERVICE = {
+    "db",
+    "transactional_db",
+    "live_server",
+    "admin_user",
+    "admin_client",
+    "tenant",
+    "make_job",
+    "make_run",
+    "processes",
+    "rabbitmq_queue",
+}
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -25,19 +35,26 @@ def no_database_session_left_behind():
 
 
 def pytest_collection_modifyitems(config, items):
-    wrong = [f"{item.nodeid}: {', '.join(sorted(NEEDS_A_SERVICE & set(item.fixturenames))) or 'django_db mark'}"
-             for item in items if f"{'tests'}/unit/" in item.nodeid
-             and (item.get_closest_marker("django_db") or NEEDS_A_SERVICE & set(item.fixturenames))]
+    wrong = [
+        f"{item.nodeid}: {', '.join(sorted(NEEDS_A_SERVICE & set(item.fixturenames))) or 'django_db mark'}"
+        for item in items
+        if f"{'tests'}/unit/" in item.nodeid
+        and (item.get_closest_marker("django_db") or NEEDS_A_SERVICE & set(item.fixturenames))
+    ]
     if wrong:
-        raise pytest.UsageError("tests/unit/ is for tests that need no database, server or process; move these "
-                                "to tests/integration/ or tests/system/:\n" + "\n".join(wrong))
+        raise pytest.UsageError(
+            "tests/unit/ is for tests that need no database, server or process; move these "
+            "to tests/integration/ or tests/system/:\n" + "\n".join(wrong)
+        )
 
 
 def service_ports() -> set[int]:
     from django.conf import settings  # here: read once Django is set up, as pytest-django does
 
-    ports = {int(db.get("PORT") or {"postgresql": 5432, "mysql": 3306}.get(db["ENGINE"].rsplit(".", 1)[-1], 0))
-             for db in settings.DATABASES.values()}
+    ports = {
+        int(db.get("PORT") or {"postgresql": 5432, "mysql": 3306}.get(db["ENGINE"].rsplit(".", 1)[-1], 0))
+        for db in settings.DATABASES.values()
+    }
     return ports | {urlsplit(settings.CELERY_BROKER_URL).port or 6379, 5672}
 
 
@@ -48,8 +65,9 @@ def no_services_and_no_processes(monkeypatch):
 
     def refuse_services(self, address):
         if isinstance(address, tuple) and len(address) >= 2 and address[1] in ports:
-            raise ConnectionRefusedError(f"a unit test reached for a service (port {address[1]}): "
-                                         "it belongs in tests/integration/")
+            raise ConnectionRefusedError(
+                f"a unit test reached for a service (port {address[1]}): it belongs in tests/integration/"
+            )
         return connect(self, address)
 
     def refuse_processes(*args, **kwargs):

@@ -103,8 +103,11 @@ class StrictSerializer(serializers.Serializer):
 
     def to_internal_value(self, data):
         if isinstance(data, dict):
-            errors = {key: "is read-only" if key in self.read_only_names else "is not a known field"
-                      for key in data if key not in self.fields}
+            errors = {
+                key: "is read-only" if key in self.read_only_names else "is not a known field"
+                for key in data
+                if key not in self.fields
+            }
             if errors:
                 raise serializers.ValidationError(errors)
         return super().to_internal_value(data)
@@ -117,8 +120,11 @@ class QuerySerializer(serializers.Serializer):
     also_allowed: tuple[str, ...] = ()
 
     def to_internal_value(self, data):
-        unknown = {key: "is not a known query parameter" for key in data
-                   if key not in self.fields and key not in self.also_allowed}
+        unknown = {
+            key: "is not a known query parameter"
+            for key in data
+            if key not in self.fields and key not in self.also_allowed
+        }
         if unknown:
             raise serializers.ValidationError(unknown)
         return super().to_internal_value(data)

@@ -26,11 +26,15 @@ from scheduler_app.targets.http import HTTP_METHODS
 
 
 class CronScheduleSerializer(StrictSerializer):
-    cron = StrictCharField(max_length=schedules.MAX_CRON_LENGTH,
-                           help_text="5 fields (minute hour day-of-month month day-of-week) or @hourly, @daily, ...")
-    timezone = StrictCharField(required=False, max_length=64,
-                               help_text="IANA zone the expression is read in; default: the job's zone "
-                                         "(the tenant's for a new job)")
+    cron = StrictCharField(
+        max_length=schedules.MAX_CRON_LENGTH,
+        help_text="5 fields (minute hour day-of-month month day-of-week) or @hourly, @daily, ...",
+    )
+    timezone = StrictCharField(
+        required=False,
+        max_length=64,
+        help_text="IANA zone the expression is read in; default: the job's zone (the tenant's for a new job)",
+    )
 
 
 class IntervalScheduleSerializer(StrictSerializer):
@@ -42,27 +46,46 @@ class OnceScheduleSerializer(StrictSerializer):
 
 
 class WindowScheduleSerializer(StrictSerializer):
-    window = StrictCharField(max_length=40, help_text="A flexible window, placed at its least loaded minute "
-                                                      "(docs/flexible-windows.md): 'daily HH:MM-HH:MM' (end "
-                                                      "excluded; across midnight allowed), 'daily' or 'hourly'")
-    scope = serializers.ChoiceField(choices=services.FLEX_SCOPES, required=False,
-                                    help_text="Whose planned fires the placement avoids: the tenant's (default) "
-                                              "or those of every job on the same queue")
-    timezone = StrictCharField(required=False, max_length=64,
-                               help_text="IANA zone the window is read in; default: the job's zone "
-                                         "(the tenant's for a new job)")
-    chosen = StrictCharField(read_only=True, help_text="The cron expression the window was placed at; it moves "
-                                                       "only when the window is edited or on `jobs rebalance`")
-    why = StrictCharField(read_only=True, help_text="The chosen time and why: its planned fires, the fewest "
-                                                    "in the window")
+    window = StrictCharField(
+        max_length=40,
+        help_text="A flexible window, placed at its least loaded minute "
+        "(docs/flexible-windows.md): 'daily HH:MM-HH:MM' (end "
+        "excluded; across midnight allowed), 'daily' or 'hourly'",
+    )
+    scope = serializers.ChoiceField(
+        choices=services.FLEX_SCOPES,
+        required=False,
+        help_text="Whose planned fires the placement avoids: the tenant's (default) "
+        "or those of every job on the same queue",
+    )
+    timezone = StrictCharField(
+        required=False,
+        max_length=64,
+        help_text="IANA zone the window is read in; default: the job's zone (the tenant's for a new job)",
+    )
+    chosen = StrictCharField(
+        read_only=True,
+        help_text="The cron expression the window was placed at; it moves "
+        "only when the window is edited or on `jobs rebalance`",
+    )
+    why = StrictCharField(
+        read_only=True, help_text="The chosen time and why: its planned fires, the fewest in the window"
+    )
 
 
-SCHEDULE_KINDS = {"cron": CronScheduleSerializer, "every": IntervalScheduleSerializer, "at": OnceScheduleSerializer,
-                  "window": WindowScheduleSerializer}
+SCHEDULE_KINDS = {
+    "cron": CronScheduleSerializer,
+    "every": IntervalScheduleSerializer,
+    "at": OnceScheduleSerializer,
+    "window": WindowScheduleSerializer,
+}
 
 
-@extend_schema_field(PolymorphicProxySerializer(
-    component_name="Schedule", serializers=list(SCHEDULE_KINDS.values()), resource_type_field_name=None, many=False))
+@extend_schema_field(
+    PolymorphicProxySerializer(
+        component_name="Schedule", serializers=list(SCHEDULE_KINDS.values()), resource_type_field_name=None, many=False
+    )
+)
 class ScheduleField(serializers.Field):
     default_error_messages: ClassVar[dict[str, str]] = {"kind": "give exactly one of cron, every, at or window"}
 
@@ -78,8 +101,13 @@ class ScheduleField(serializers.Field):
         if job.after_job_id is not None:
             return None  # a chained job: no schedule of its own (after_job)
         if job.flex_window:
-            return {"window": job.flex_window, "scope": job.flex_scope, "timezone": job.timezone, "chosen": job.cron,
-                    "why": job.flex_note}
+            return {
+                "window": job.flex_window,
+                "scope": job.flex_scope,
+                "timezone": job.timezone,
+                "chosen": job.cron,
+                "why": job.flex_note,
+            }
         if job.cron:
             return {"cron": job.cron, "timezone": job.timezone}
         if job.every_seconds is not None:
@@ -89,7 +117,9 @@ class ScheduleField(serializers.Field):
 
 class TaskTargetSerializer(StrictSerializer):
     kind = serializers.ChoiceField(choices=["task"])
-    task = StrictCharField(max_length=200, help_text="A task name that CRONFLEET_ALLOWED_TASKS allows (names or patterns)")
+    task = StrictCharField(
+        max_length=200, help_text="A task name that CRONFLEET_ALLOWED_TASKS allows (names or patterns)"
+    )
     args = serializers.ListField(required=False, default=list)
     kwargs = serializers.DictField(required=False, default=dict)
 
@@ -99,7 +129,8 @@ class HttpTargetSerializer(StrictSerializer):
     method = serializers.ChoiceField(choices=HTTP_METHODS, default="POST")
     url = StrictCharField(max_length=2048)
     headers = serializers.DictField(
-        child=StrictCharField(allow_blank=True, trim_whitespace=False, max_length=8192), required=False, default=dict)
+        child=StrictCharField(allow_blank=True, trim_whitespace=False, max_length=8192), required=False, default=dict
+    )
     body = StrictCharField(allow_blank=True, trim_whitespace=False, required=False, default="")
 
 
@@ -113,34 +144,49 @@ class SqlTargetSerializer(StrictSerializer):
     kind = serializers.ChoiceField(choices=["sql"])
     name = StrictCharField(max_length=100, help_text="A statement named in CRONFLEET_SQL")
     params = serializers.DictField(
-        required=False, default=dict,
+        required=False,
+        default=dict,
         help_text="The statement's declared parameters (bound, never interpolated); fire_key, scheduled_at, "
-                  "attempt and tenant are filled from the run")
+        "attempt and tenant are filled from the run",
+    )
 
 
 class MonitorTargetSerializer(StrictSerializer):
     kind = serializers.ChoiceField(choices=["monitor"])
     grace_seconds = StrictIntegerField(
-        required=False, default=300,
+        required=False,
+        default=300,
         help_text="Runs elsewhere and pings its ping_url (docs/check-ins.md): a fire with no successful ping "
-                  "within this many seconds (of the fire, or of its /start) ends failed as missed")
+        "within this many seconds (of the fire, or of its /start) ends failed as missed",
+    )
     ping_url = StrictCharField(read_only=True, help_text="The check-in URL (its key is the only credential)")
 
 
-TARGET_KINDS = {"task": TaskTargetSerializer, "http": HttpTargetSerializer, "command": CommandTargetSerializer,
-                "sql": SqlTargetSerializer, "monitor": MonitorTargetSerializer}
+TARGET_KINDS = {
+    "task": TaskTargetSerializer,
+    "http": HttpTargetSerializer,
+    "command": CommandTargetSerializer,
+    "sql": SqlTargetSerializer,
+    "monitor": MonitorTargetSerializer,
+}
 
 
 def monitor_target(job: Job) -> dict:
     """A monitored job's target: its grace and its check-in URL (at CRONFLEET_PING_BASE_URL,
     the address the machines that run it reach Cronfleet at)."""
     monitor = getattr(job, "monitor", None)
-    return {"kind": "monitor", "grace_seconds": job.target_config.get("grace_seconds"),
-            "ping_url": services.ping_url(monitor) if monitor is not None else None}
+    return {
+        "kind": "monitor",
+        "grace_seconds": job.target_config.get("grace_seconds"),
+        "ping_url": services.ping_url(monitor) if monitor is not None else None,
+    }
 
 
-@extend_schema_field(PolymorphicProxySerializer(
-    component_name="Target", serializers=TARGET_KINDS, resource_type_field_name="kind", many=False))
+@extend_schema_field(
+    PolymorphicProxySerializer(
+        component_name="Target", serializers=TARGET_KINDS, resource_type_field_name="kind", many=False
+    )
+)
 class TargetField(serializers.Field):
     def to_internal_value(self, data):
         if not isinstance(data, dict):
@@ -157,26 +203,59 @@ class TargetField(serializers.Field):
         if job.target_kind == "monitor":
             return monitor_target(job)
         if job.target_kind == "http":
-            return {"kind": "http", "method": config.get("method", "POST"), "url": config.get("url", ""),
-                    "headers": config.get("headers", {}), "body": config.get("body", "")}
+            return {
+                "kind": "http",
+                "method": config.get("method", "POST"),
+                "url": config.get("url", ""),
+                "headers": config.get("headers", {}),
+                "body": config.get("body", ""),
+            }
         return {"kind": job.target_kind, "name": config.get("name", ""), "params": config.get("params", {})}
 
 
 SPEC_PLAIN_FIELDS = (
-    "name", "description", "tags", "start_at", "end_at", "queue", "priority", "timeout_seconds", "max_attempts",
-    "retry_backoff_seconds", "retry_backoff_max_seconds", "misfire_policy", "catchup_window_seconds",
-    "run_all_cap", "overlap_policy", "jitter_seconds", "batch", "pause_after_failures",
-    "calendar", "calendar_policy", "after_job", "after_states",
+    "name",
+    "description",
+    "tags",
+    "start_at",
+    "end_at",
+    "queue",
+    "priority",
+    "timeout_seconds",
+    "max_attempts",
+    "retry_backoff_seconds",
+    "retry_backoff_max_seconds",
+    "misfire_policy",
+    "catchup_window_seconds",
+    "run_all_cap",
+    "overlap_policy",
+    "jitter_seconds",
+    "batch",
+    "pause_after_failures",
+    "calendar",
+    "calendar_policy",
+    "after_job",
+    "after_states",
 )
 
 
 # Where a service's field name lives in the API's representation.
 SERVICE_FIELDS = {
-    "cron": "schedule.cron", "timezone": "schedule.timezone", "every": "schedule.every", "at": "schedule.at",
-    "anchor": "schedule", "task": "target.task", "target_kind": "target.kind", "args": "target.args",
-    "kwargs": "target.kwargs", "command": "target.name", "sql": "target",
-    "monitor": "target", "grace_seconds": "target.grace_seconds",
-    "flex_window": "schedule.window", "flex_scope": "schedule.scope",
+    "cron": "schedule.cron",
+    "timezone": "schedule.timezone",
+    "every": "schedule.every",
+    "at": "schedule.at",
+    "anchor": "schedule",
+    "task": "target.task",
+    "target_kind": "target.kind",
+    "args": "target.args",
+    "kwargs": "target.kwargs",
+    "command": "target.name",
+    "sql": "target",
+    "monitor": "target",
+    "grace_seconds": "target.grace_seconds",
+    "flex_window": "schedule.window",
+    "flex_scope": "schedule.scope",
 }
 
 
@@ -195,15 +274,22 @@ def spec_fields(data: dict) -> dict:
     fields = {name: data[name] for name in SPEC_PLAIN_FIELDS if name in data}
     if "schedule" in data:
         schedule = data["schedule"]
-        fields.update(cron=schedule.get("cron", ""), every=schedule.get("every"), at=schedule.get("at"),
-                      flex_window=schedule.get("window", ""), flex_scope=schedule.get("scope", ""))
+        fields.update(
+            cron=schedule.get("cron", ""),
+            every=schedule.get("every"),
+            at=schedule.get("at"),
+            flex_window=schedule.get("window", ""),
+            flex_scope=schedule.get("scope", ""),
+        )
         if "timezone" in schedule:  # else a new job reads cron in the tenant's zone, an edit in the job's
             fields["timezone"] = schedule["timezone"]
     if "target" in data:
         target = data["target"]
         kind = target["kind"]
         fields.update(
-            target_kind=kind, task_name=target.get("task", ""), args=target.get("args", []),
+            target_kind=kind,
+            task_name=target.get("task", ""),
+            args=target.get("args", []),
             kwargs=target.get("kwargs", {}),
             http={key: target[key] for key in ("method", "url", "headers", "body")} if kind == "http" else None,
             command={"name": target["name"], "params": target["params"]} if kind == "command" else None,
@@ -217,23 +303,36 @@ def spec_fields(data: dict) -> dict:
 class JobWriteSerializer(StrictSerializer):
     """A job as written: all of it to create, any part of it to PATCH (or to ask its impact)."""
 
-    read_only_names = ("id", "enabled", "paused_note", "next_run_at", "version", "created_at", "updated_at",
-                       "managed_by", "consecutive_failures", "auto_paused_at")
+    read_only_names = (
+        "id",
+        "enabled",
+        "paused_note",
+        "next_run_at",
+        "version",
+        "created_at",
+        "updated_at",
+        "managed_by",
+        "consecutive_failures",
+        "auto_paused_at",
+    )
 
     name = StrictCharField(max_length=200, trim_whitespace=False)
     description = StrictCharField(required=False, allow_blank=True, trim_whitespace=False, max_length=10_000)
-    tags = serializers.ListField(child=StrictCharField(max_length=64, trim_whitespace=False), required=False,
-                                 max_length=validation.MAX_TAGS)
-    schedule = ScheduleField(required=False, help_text="Required, except for a chained job (after_job), "
-                                                       "which has none")
+    tags = serializers.ListField(
+        child=StrictCharField(max_length=64, trim_whitespace=False), required=False, max_length=validation.MAX_TAGS
+    )
+    schedule = ScheduleField(required=False, help_text="Required, except for a chained job (after_job), which has none")
     target = TargetField()
     start_at = AwareDateTimeField(required=False, allow_null=True, help_text="No fires before this instant")
     end_at = AwareDateTimeField(required=False, allow_null=True, help_text="No fires after this instant")
     queue = StrictCharField(required=False, allow_blank=True, max_length=100, help_text="Celery queue; blank: default")
     priority = StrictIntegerField(
-        required=False, min_value=PRIORITY_MIN, max_value=PRIORITY_MAX,
+        required=False,
+        min_value=PRIORITY_MIN,
+        max_value=PRIORITY_MAX,
         help_text=f"{PRIORITY_MIN}-{PRIORITY_MAX}, higher first (default {PRIORITY_DEFAULT}): claimed first among "
-                  "the tenant's due jobs, released first from a quota wait, taken first from the broker queue")
+        "the tenant's due jobs, released first from a quota wait, taken first from the broker queue",
+    )
     timeout_seconds = StrictIntegerField(required=False)
     max_attempts = StrictIntegerField(required=False, max_value=32767)
     retry_backoff_seconds = StrictIntegerField(required=False)
@@ -243,63 +342,119 @@ class JobWriteSerializer(StrictSerializer):
     run_all_cap = StrictIntegerField(required=False)
     overlap_policy = serializers.ChoiceField(choices=OverlapPolicy.choices, required=False)
     jitter_seconds = StrictIntegerField(
-        required=False, max_value=schedules.MAX_JITTER_SECONDS,
-        help_text="Each fire moves later by a stable random 0..N-1 seconds; at most the shortest gap between fires")
+        required=False,
+        max_value=schedules.MAX_JITTER_SECONDS,
+        help_text="Each fire moves later by a stable random 0..N-1 seconds; at most the shortest gap between fires",
+    )
     batch = StrictBooleanField(
-        required=False, help_text="Short, idempotent targets only: runs travel to workers in batches (one message, "
-                                  "one statement to start and one to end many runs); a worker that dies costs the "
-                                  "batch one lease, and its unfinished runs are retried")
+        required=False,
+        help_text="Short, idempotent targets only: runs travel to workers in batches (one message, "
+        "one statement to start and one to end many runs); a worker that dies costs the "
+        "batch one lease, and its unfinished runs are retried",
+    )
     # Bounds checked by the services (services.jobspec.check_pause_after_failures), whose error names the field.
     pause_after_failures = StrictIntegerField(
-        required=False, allow_null=True, min_value=None, max_value=None,
-        help_text="Pause the job after this many failed or dead runs in a row (1-1000); null: never")
+        required=False,
+        allow_null=True,
+        min_value=None,
+        max_value=None,
+        help_text="Pause the job after this many failed or dead runs in a row (1-1000); null: never",
+    )
     # The tenant's own calendars only: the service looks the name up in the caller's tenant.
-    calendar = StrictCharField(required=False, allow_blank=True, max_length=64, trim_whitespace=False,
-                               help_text="A business-day calendar of the tenant, by name (/api/v1/calendars/); "
-                                         "blank: none")
+    calendar = StrictCharField(
+        required=False,
+        allow_blank=True,
+        max_length=64,
+        trim_whitespace=False,
+        help_text="A business-day calendar of the tenant, by name (/api/v1/calendars/); blank: none",
+    )
     calendar_policy = serializers.ChoiceField(
-        choices=[p.value for p in schedules.CalendarPolicy], required=False,
+        choices=[p.value for p in schedules.CalendarPolicy],
+        required=False,
         help_text="A fire on a non-business day: skip (recorded as a skipped run), next_business_day or "
-                  "previous_business_day (the same wall time that day); default skip")
+        "previous_business_day (the same wall time that day); default skip",
+    )
     # Chains (docs/chains.md); the services check the job, the states and loops, naming the field.
-    after_job = StrictCharField(required=False, allow_blank=True, max_length=200, trim_whitespace=False,
-                                help_text="Run when a run of this job of the tenant (by name) ends; then the job has "
-                                          "no schedule. Blank: not chained")
-    after_states = serializers.ListField(child=StrictCharField(max_length=16), required=False, allow_null=True,
-                                         help_text="The parent's end states that start this job: any of "
-                                                   "succeeded, failed, dead; default [succeeded]")
+    after_job = StrictCharField(
+        required=False,
+        allow_blank=True,
+        max_length=200,
+        trim_whitespace=False,
+        help_text="Run when a run of this job of the tenant (by name) ends; then the job has "
+        "no schedule. Blank: not chained",
+    )
+    after_states = serializers.ListField(
+        child=StrictCharField(max_length=16),
+        required=False,
+        allow_null=True,
+        help_text="The parent's end states that start this job: any of succeeded, failed, dead; default [succeeded]",
+    )
 
 
 class JobSerializer(serializers.ModelSerializer):
     schedule = ScheduleField(source="*", read_only=True)
     target = TargetField(source="*", read_only=True)
     tags = serializers.ListField(child=serializers.CharField(), read_only=True)
-    calendar = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True,
-                                            help_text="The job's business-day calendar, by name; null: none")
-    after_job = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True,
-                                             help_text="The job this one runs after (chains), by name; null: none")
+    calendar = serializers.SlugRelatedField(
+        slug_field="name",
+        read_only=True,
+        allow_null=True,
+        help_text="The job's business-day calendar, by name; null: none",
+    )
+    after_job = serializers.SlugRelatedField(
+        slug_field="name",
+        read_only=True,
+        allow_null=True,
+        help_text="The job this one runs after (chains), by name; null: none",
+    )
 
     class Meta:
         model = Job
         fields = (
-            "id", "name", "description", "tags", "schedule", "target", "start_at", "end_at", "queue", "priority",
-            "timeout_seconds", "max_attempts", "retry_backoff_seconds", "retry_backoff_max_seconds",
-            "misfire_policy", "catchup_window_seconds", "run_all_cap", "overlap_policy", "jitter_seconds", "batch",
+            "id",
+            "name",
+            "description",
+            "tags",
+            "schedule",
+            "target",
+            "start_at",
+            "end_at",
+            "queue",
+            "priority",
+            "timeout_seconds",
+            "max_attempts",
+            "retry_backoff_seconds",
+            "retry_backoff_max_seconds",
+            "misfire_policy",
+            "catchup_window_seconds",
+            "run_all_cap",
+            "overlap_policy",
+            "jitter_seconds",
+            "batch",
             "enabled",
-            "paused_note", "next_run_at", "version", "created_at", "updated_at",
+            "paused_note",
+            "next_run_at",
+            "version",
+            "created_at",
+            "updated_at",
             # the pause after repeated failure: the setting, the count so far, and when the job paused itself
-            "pause_after_failures", "consecutive_failures", "auto_paused_at",
+            "pause_after_failures",
+            "consecutive_failures",
+            "auto_paused_at",
             "managed_by",  # the owner under schedules as code ('' made by hand); edit its declaration instead
-            "calendar", "calendar_policy",
-            "after_job", "after_states",  # chains: the parent, and its end states that start this job
+            "calendar",
+            "calendar_policy",
+            "after_job",
+            "after_states",  # chains: the parent, and its end states that start this job
         )
         read_only_fields = fields
 
 
 class JobFilterSerializer(ListQuerySerializer):
     tag = serializers.CharField(required=False, max_length=64, help_text="Jobs carrying this tag")
-    enabled = serializers.BooleanField(required=False, allow_null=True, default=None,
-                                       help_text="true: running jobs; false: paused ones")
+    enabled = serializers.BooleanField(
+        required=False, allow_null=True, default=None, help_text="true: running jobs; false: paused ones"
+    )
     name = serializers.CharField(required=False, max_length=200, help_text="The job with this exact name")
 
 
@@ -329,18 +484,23 @@ class LocalTimeField(serializers.Field):
 class FireSerializer(serializers.Serializer):
     utc = serializers.DateTimeField()
     local = LocalTimeField(help_text="The same instant in the schedule's zone, with its offset")
-    anomaly = serializers.CharField(allow_null=True,
-                                    help_text="dst_gap or dst_repeated with an explanation; null for an ordinary fire")
-    calendar = serializers.CharField(allow_null=True, required=False,
-                                     help_text="What the job's calendar does to this fire: skipped (and why), or "
-                                               "moved from which non-business days; null: nothing")
+    anomaly = serializers.CharField(
+        allow_null=True, help_text="dst_gap or dst_repeated with an explanation; null for an ordinary fire"
+    )
+    calendar = serializers.CharField(
+        allow_null=True,
+        required=False,
+        help_text="What the job's calendar does to this fire: skipped (and why), or "
+        "moved from which non-business days; null: nothing",
+    )
 
 
 class PreviewSerializer(serializers.Serializer):
     timezone = serializers.CharField()
     fires = FireSerializer(many=True)
-    placement = serializers.CharField(allow_null=True, required=False,
-                                      help_text="A flexible window's chosen time and why; null for other schedules")
+    placement = serializers.CharField(
+        allow_null=True, required=False, help_text="A flexible window's chosen time and why; null for other schedules"
+    )
 
 
 class SkippedFireSerializer(serializers.Serializer):
@@ -349,8 +509,9 @@ class SkippedFireSerializer(serializers.Serializer):
 
 
 class ImpactSerializer(serializers.Serializer):
-    fires_now = serializers.ListField(child=serializers.DateTimeField(),
-                                      help_text="Fires due at once if the edit is saved")
+    fires_now = serializers.ListField(
+        child=serializers.DateTimeField(), help_text="Fires due at once if the edit is saved"
+    )
     skipped = SkippedFireSerializer(many=True, help_text="Upcoming fires the edit drops")
     next_before = serializers.ListField(child=serializers.DateTimeField())
     next_after = serializers.ListField(child=serializers.DateTimeField())

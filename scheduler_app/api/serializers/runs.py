@@ -8,8 +8,23 @@ from scheduler_app.api.serializers.fields import INT64_MAX, AwareDateTimeField, 
 from scheduler_app.models import JobRun, RunState, Trigger
 
 RUN_FIELDS = (
-    "id", "job", "job_name", "scheduled_at", "trigger", "state", "attempt", "reason", "job_version", "priority",
-    "created_at", "enqueued_at", "dispatched_at", "started_at", "finished_at", "next_attempt_at", "worker",
+    "id",
+    "job",
+    "job_name",
+    "scheduled_at",
+    "trigger",
+    "state",
+    "attempt",
+    "reason",
+    "job_version",
+    "priority",
+    "created_at",
+    "enqueued_at",
+    "dispatched_at",
+    "started_at",
+    "finished_at",
+    "next_attempt_at",
+    "worker",
     "duplicate_deliveries",
     "parent_run",  # a chained run's parent run id (the run whose end started it); null for others
 )
@@ -41,24 +56,40 @@ class AttemptSerializer(serializers.Serializer):
 
 
 class RunDetailSerializer(RunSerializer):
-    attempts = AttemptSerializer(many=True, read_only=True,
-                                 help_text="Every finished attempt, oldest first (the current one is the run's own "
-                                           "attempt, worker and started_at)")
-    events = RunEventSerializer(many=True, read_only=True,
-                                help_text="What the audit trail says of the run, oldest first: operator actions "
-                                          "(replay, trigger) and anomalies (duplicate deliveries, stale writes, "
-                                          "lost leases)")
+    attempts = AttemptSerializer(
+        many=True,
+        read_only=True,
+        help_text="Every finished attempt, oldest first (the current one is the run's own "
+        "attempt, worker and started_at)",
+    )
+    events = RunEventSerializer(
+        many=True,
+        read_only=True,
+        help_text="What the audit trail says of the run, oldest first: operator actions "
+        "(replay, trigger) and anomalies (duplicate deliveries, stale writes, "
+        "lost leases)",
+    )
 
     class Meta(RunSerializer.Meta):
-        fields = (*RUN_FIELDS, "heartbeat_at", "lease_expires_at", "celery_task_id", "result", "error", "attempts",
-                  "events")
+        fields = (
+            *RUN_FIELDS,
+            "heartbeat_at",
+            "lease_expires_at",
+            "celery_task_id",
+            "result",
+            "error",
+            "attempts",
+            "events",
+        )
         read_only_fields = fields
 
 
 class TriggeredRunSerializer(RunSerializer):
-    publish_error = serializers.CharField(read_only=True, allow_null=True,
-                                          help_text="Set when the run is recorded but did not reach the broker "
-                                                    "(the beat's sweep publishes it again)")
+    publish_error = serializers.CharField(
+        read_only=True,
+        allow_null=True,
+        help_text="Set when the run is recorded but did not reach the broker (the beat's sweep publishes it again)",
+    )
 
     class Meta(RunSerializer.Meta):
         fields = (*RUN_FIELDS, "publish_error")

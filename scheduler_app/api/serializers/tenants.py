@@ -21,8 +21,12 @@ class ApiKeySerializer(serializers.ModelSerializer):
         model = ApiKey
         fields = ("id", "name", "prefix", "cell", "tenant", "created_at", "last_used_at", "revoked_at")
         read_only_fields = fields
-        extra_kwargs = {"cell": {"help_text": "The cell the key's text names (CRONFLEET_CELL where it was made; "
-                                              "empty: none); kept when its tenant moves"}}
+        extra_kwargs = {
+            "cell": {
+                "help_text": "The cell the key's text names (CRONFLEET_CELL where it was made; "
+                "empty: none); kept when its tenant moves"
+            }
+        }
 
 
 class ApiKeyCreatedSerializer(ApiKeySerializer):
@@ -56,8 +60,9 @@ class TenantChangeSerializer(StrictSerializer):
     max_fires_per_minute = StrictIntegerField(allow_null=True, help_text="null: no limit")
     max_concurrent_runs = StrictIntegerField(allow_null=True, help_text="null: no limit")
     weight = StrictIntegerField(max_value=32767, help_text="Fair share at dispatch")
-    api_requests_per_minute = StrictIntegerField(allow_null=True,
-                                                 help_text="Per key; null: CRONFLEET_API_REQUESTS_PER_MINUTE")
+    api_requests_per_minute = StrictIntegerField(
+        allow_null=True, help_text="Per key; null: CRONFLEET_API_REQUESTS_PER_MINUTE"
+    )
 
 
 class TenantCreateSerializer(TenantChangeSerializer):
@@ -71,8 +76,9 @@ class TenantCreateSerializer(TenantChangeSerializer):
 
 class RateLimitSerializer(serializers.Serializer):
     enabled = serializers.BooleanField(help_text="false without Redis (CRONFLEET_RATE_LIMIT_REDIS_URL unset)")
-    requests_per_minute = serializers.IntegerField(allow_null=True, help_text="For this key; null for sessions "
-                                                                              "without a limit")
+    requests_per_minute = serializers.IntegerField(
+        allow_null=True, help_text="For this key; null for sessions without a limit"
+    )
 
 
 class MeKeySerializer(serializers.Serializer):

@@ -42,7 +42,11 @@ DURATIONS = {
     "cooldown": ("cooldown_seconds", True, False),
 }
 OPTION_OF = {field: f"--{option}" for option, (field, _, _) in DURATIONS.items()} | {
-    "enabled": "--disable", "on_failure": "--on-failure", "webhook_url": "--webhook", "emails": "--email"}
+    "enabled": "--disable",
+    "on_failure": "--on-failure",
+    "webhook_url": "--webhook",
+    "emails": "--email",
+}
 
 
 def parse_duration(option: str, text: str, *, whole: bool, nullable: bool) -> int | float | None:
@@ -51,8 +55,9 @@ def parse_duration(option: str, text: str, *, whole: bool, nullable: bool) -> in
     if nullable and value in ("none", "off"):
         return None
     if not DURATION.fullmatch(value):
-        raise services.InvalidInput(option, f"{text!r} is not a duration ({DURATION_HELP}"
-                                            f"{', or none' if nullable else ''})")
+        raise services.InvalidInput(
+            option, f"{text!r} is not a duration ({DURATION_HELP}{', or none' if nullable else ''})"
+        )
     if value[-1].isdigit():
         seconds = float(value)
     else:
@@ -71,30 +76,47 @@ class Command(OneLineErrors, BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True, metavar="{set,show,delete,list}")
 
-        change = sub.add_parser("set", help="Set or change a job's alert rule (the options given; others kept)",
-                                description="Durations are " + DURATION_HELP + "; 'none' stops watching that "
-                                            "condition. A job without a rule gets one with the defaults "
-                                            "(enabled, cool-down 1h, nothing watched) plus these options.")
+        change = sub.add_parser(
+            "set",
+            help="Set or change a job's alert rule (the options given; others kept)",
+            description="Durations are " + DURATION_HELP + "; 'none' stops watching that "
+            "condition. A job without a rule gets one with the defaults "
+            "(enabled, cool-down 1h, nothing watched) plus these options.",
+        )
         change.add_argument("job", metavar="JOB", help=JOB_HELP)
-        change.add_argument("--no-success", metavar="DURATION",
-                            help="Alert when no run succeeded for this long (the dead-man's switch)")
+        change.add_argument(
+            "--no-success", metavar="DURATION", help="Alert when no run succeeded for this long (the dead-man's switch)"
+        )
         change.add_argument("--grace", metavar="DURATION", help="... plus this much slack")
-        change.add_argument("--on-failure", action=argparse.BooleanOptionalAction, default=None,
-                            help="Alert when a run ends failed or dead")
+        change.add_argument(
+            "--on-failure",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="Alert when a run ends failed or dead",
+        )
         change.add_argument("--max-lag", metavar="DURATION", help="Alert when a run starts this late or later")
         change.add_argument("--max-duration", metavar="DURATION", help="Alert when a run takes longer")
         change.add_argument("--min-duration", metavar="DURATION", help="Alert when a run succeeds faster")
         change.add_argument("--webhook", metavar="URL", help="POST each alert here, signed ('' for none)")
-        change.add_argument("--email", metavar="ADDR", nargs="+", action="extend", default=None,
-                            help="Mail each alert to these addresses (replaces the list)")
+        change.add_argument(
+            "--email",
+            metavar="ADDR",
+            nargs="+",
+            action="extend",
+            default=None,
+            help="Mail each alert to these addresses (replaces the list)",
+        )
         change.add_argument("--no-email", action="store_true", help="Mail nobody")
-        change.add_argument("--cooldown", metavar="DURATION",
-                            help="After an alert of one kind, hold back that kind for this long (default 1h)")
+        change.add_argument(
+            "--cooldown",
+            metavar="DURATION",
+            help="After an alert of one kind, hold back that kind for this long (default 1h)",
+        )
         enabled = change.add_mutually_exclusive_group()
-        enabled.add_argument("--disable", dest="enabled", action="store_false", default=None,
-                             help="Keep the rule but check nothing")
-        enabled.add_argument("--enable", dest="enabled", action="store_true", default=None,
-                             help="Check the rule again")
+        enabled.add_argument(
+            "--disable", dest="enabled", action="store_false", default=None, help="Keep the rule but check nothing"
+        )
+        enabled.add_argument("--enable", dest="enabled", action="store_true", default=None, help="Check the rule again")
 
         show = sub.add_parser("show", help="A job's alert rule and its latest alerts")
         show.add_argument("job", metavar="JOB", help=JOB_HELP)
@@ -175,8 +197,11 @@ class Command(OneLineErrors, BaseCommand):
             return
         stdin = getattr(self, "stdin", None) or sys.stdin
         if stdin is None or stdin.closed or not stdin.isatty():
-            raise CommandError("alerts delete: not deleted: no terminal to ask for confirmation; pass --yes to go "
-                               "ahead without asking", returncode=2)
+            raise CommandError(
+                "alerts delete: not deleted: no terminal to ask for confirmation; pass --yes to go "
+                "ahead without asking",
+                returncode=2,
+            )
         self.stdout.write(f"{question} [y/N] ", ending="")
         self.stdout.flush()
         if stdin.readline().strip().lower() not in ("y", "yes"):
@@ -217,11 +242,20 @@ def field_text(name: str, value) -> str:
 def alerts_table(found: list[Alert], *, with_job: bool) -> str:
     if not found:
         return "(no alerts)"
-    headers = ["id", "raised_at", *(["job"] if with_job else []), "kind", "run", "suppressed", "delivery",
-               "message"]
-    rows = [(alert.id, alert.raised_at, *([f"{alert.job.tenant.slug}/{alert.job.name}"] if with_job else []),
-             alert.kind, alert.run_id, alert.suppressed, delivery_text(alert), shorten(alert.message, 70))
-            for alert in found]
+    headers = ["id", "raised_at", *(["job"] if with_job else []), "kind", "run", "suppressed", "delivery", "message"]
+    rows = [
+        (
+            alert.id,
+            alert.raised_at,
+            *([f"{alert.job.tenant.slug}/{alert.job.name}"] if with_job else []),
+            alert.kind,
+            alert.run_id,
+            alert.suppressed,
+            delivery_text(alert),
+            shorten(alert.message, 70),
+        )
+        for alert in found
+    ]
     return format_table(headers, rows)
 
 

@@ -50,8 +50,14 @@ class Command(OneLineErrors, BaseCommand):
         if tenant:
             keys = keys.filter(tenant=services.tenant_by_slug(tenant))
         rows = [
-            (key.prefix, key.tenant.slug if key.tenant else "(staff)", key.name, key.created_at,
-             key.last_used_at, key.revoked_at)
+            (
+                key.prefix,
+                key.tenant.slug if key.tenant else "(staff)",
+                key.name,
+                key.created_at,
+                key.last_used_at,
+                key.revoked_at,
+            )
             for key in keys[:limit]
         ]
         if not rows:
@@ -65,4 +71,3 @@ class Command(OneLineErrors, BaseCommand):
             raise services.InvalidInput("prefix", f"no key with prefix {prefix!r}")
         key = services.apikey_revoke(key, actor="cli")
         self.stdout.write(f"Revoked key {key.prefix} ({key.name}) at {key.revoked_at.isoformat()}")
-

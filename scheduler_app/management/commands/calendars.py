@@ -50,11 +50,23 @@ class Command(OneLineErrors, BaseCommand):
         for p in (add, update):
             p.add_argument("--country", metavar="CODE", help="ISO 3166 code whose public holidays count, e.g. GB")
             p.add_argument("--subdivision", metavar="CODE", help="The country's subdivision, e.g. ENG")
-            p.add_argument("--weekdays", metavar="DAYS", help="Business weekdays, e.g. mon-fri (the default) or 0,1,2,3")
-            p.add_argument("--holiday", dest="holidays", action="append", metavar="DATE[=NAME]",
-                           help="An extra holiday (repeatable" + ("; replaces them all)" if p is update else ")"))
-            p.add_argument("--business-day", dest="business_days", action="append", metavar="DATE",
-                           help="An extra business day, over weekdays and holidays (repeatable)")
+            p.add_argument(
+                "--weekdays", metavar="DAYS", help="Business weekdays, e.g. mon-fri (the default) or 0,1,2,3"
+            )
+            p.add_argument(
+                "--holiday",
+                dest="holidays",
+                action="append",
+                metavar="DATE[=NAME]",
+                help="An extra holiday (repeatable" + ("; replaces them all)" if p is update else ")"),
+            )
+            p.add_argument(
+                "--business-day",
+                dest="business_days",
+                action="append",
+                metavar="DATE",
+                help="An extra business day, over weekdays and holidays (repeatable)",
+            )
             p.add_argument("--description", metavar="D")
         lst = sub.add_parser("list", help="List calendars")
         lst.add_argument("--tenant", metavar="SLUG", default="", help="Only this tenant's")
@@ -68,9 +80,14 @@ class Command(OneLineErrors, BaseCommand):
 
     @staticmethod
     def fields_of(options: dict) -> dict:
-        given = {"country": options.get("country"), "subdivision": options.get("subdivision"),
-                 "weekdays": options.get("weekdays"), "extra_holidays": holiday_options(options.get("holidays")),
-                 "extra_business_days": options.get("business_days"), "description": options.get("description")}
+        given = {
+            "country": options.get("country"),
+            "subdivision": options.get("subdivision"),
+            "weekdays": options.get("weekdays"),
+            "extra_holidays": holiday_options(options.get("holidays")),
+            "extra_business_days": options.get("business_days"),
+            "description": options.get("description"),
+        }
         return {key: value for key, value in given.items() if value is not None}
 
     def do_add(self, *, tenant: str, name: str, **options) -> None:
@@ -86,13 +103,37 @@ class Command(OneLineErrors, BaseCommand):
         calendars = Calendar.objects.select_related("tenant").order_by("tenant__slug", "name")
         if tenant:
             calendars = calendars.filter(tenant=services.tenant_by_slug(tenant))
-        rows = [(c.tenant.slug, c.name, c.country or "-", c.subdivision or "-", weekdays_text(c.weekdays),
-                 len(c.extra_holidays), len(c.extra_business_days), c.jobs.count()) for c in calendars]
+        rows = [
+            (
+                c.tenant.slug,
+                c.name,
+                c.country or "-",
+                c.subdivision or "-",
+                weekdays_text(c.weekdays),
+                len(c.extra_holidays),
+                len(c.extra_business_days),
+                c.jobs.count(),
+            )
+            for c in calendars
+        ]
         if not rows:
             self.stdout.write("(no calendars)")
             return
-        self.stdout.write(format_table(["tenant", "name", "country", "subdivision", "weekdays", "extra holidays",
-                                        "extra business days", "jobs"], rows))
+        self.stdout.write(
+            format_table(
+                [
+                    "tenant",
+                    "name",
+                    "country",
+                    "subdivision",
+                    "weekdays",
+                    "extra holidays",
+                    "extra business days",
+                    "jobs",
+                ],
+                rows,
+            )
+        )
 
     def do_show(self, *, calendar: str, **options) -> None:
         found = find_calendar(calendar)
@@ -104,12 +145,19 @@ class Command(OneLineErrors, BaseCommand):
         today = db_now().date()
         business = found.business_calendar(today.year)
         # Holidays only: the weekly non-business weekdays are in the summary line.
-        days = [day for day in (date.fromordinal(today.toordinal() + n) for n in range(366))
-                if day in business.holidays and not business.is_business_day(day)][:SHOW_DAYS]
+        days = [
+            day
+            for day in (date.fromordinal(today.toordinal() + n) for n in range(366))
+            if day in business.holidays and not business.is_business_day(day)
+        ][:SHOW_DAYS]
         self.stdout.write(f"next {len(days)} holidays:")
         if days:
-            self.stdout.write(format_table(["date", "weekday", "holiday"],
-                                           [(d.isoformat(), WEEKDAY_NAMES[d.weekday()], business.why_not(d)) for d in days]))
+            self.stdout.write(
+                format_table(
+                    ["date", "weekday", "holiday"],
+                    [(d.isoformat(), WEEKDAY_NAMES[d.weekday()], business.why_not(d)) for d in days],
+                )
+            )
 
     def do_delete(self, *, calendar: str, **options) -> None:
         services.calendar_delete(find_calendar(calendar), actor="cli")
@@ -118,5 +166,7 @@ class Command(OneLineErrors, BaseCommand):
     @staticmethod
     def summary(calendar: Calendar) -> str:
         where = calendar.country + (f"-{calendar.subdivision}" if calendar.subdivision else "") or "no country"
-        return (f"{where} holidays, business weekdays {weekdays_text(calendar.weekdays)}, "
-                f"{len(calendar.extra_holidays)} extra holidays, {len(calendar.extra_business_days)} extra business days")
+        return (
+            f"{where} holidays, business weekdays {weekdays_text(calendar.weekdays)}, "
+            f"{len(calendar.extra_holidays)} extra holidays, {len(calendar.extra_business_days)} extra business days"
+        )

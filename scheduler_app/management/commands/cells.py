@@ -18,8 +18,12 @@ class Command(OneLineErrors, BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True, metavar="{routes,directory}")
         routes = sub.add_parser("routes", help="Write the proxy's override maps for tenants moved into this cell")
-        routes.add_argument("--out", required=True, metavar="DIR",
-                            help="The proxy's routes directory (deploy/nginx/cells.conf includes its *.map)")
+        routes.add_argument(
+            "--out",
+            required=True,
+            metavar="DIR",
+            help="The proxy's routes directory (deploy/nginx/cells.conf includes its *.map)",
+        )
         sub.add_parser("directory", help="The tenants this cell holds: slug, cell, active")
 
     def handle(self, *args, action: str, **options) -> None:
@@ -28,8 +32,10 @@ class Command(OneLineErrors, BaseCommand):
     def do_routes(self, *, out: str, **options) -> None:
         routes = cells.write_routes(Path(out))
         keys, pings = routes.names
-        self.stdout.write(f"Wrote {keys} ({len(routes.keys)} API keys) and {pings} ({len(routes.pings)} ping keys) "
-                          f"in {out}; reload the proxy (nginx -s reload).")
+        self.stdout.write(
+            f"Wrote {keys} ({len(routes.keys)} API keys) and {pings} ({len(routes.pings)} ping keys) "
+            f"in {out}; reload the proxy (nginx -s reload)."
+        )
 
     def do_directory(self, **options) -> None:
         rows = [(slug, cell, "yes" if active else "no") for slug, cell, active in cells.directory_rows()]

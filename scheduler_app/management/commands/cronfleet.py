@@ -35,6 +35,6 @@ class Command(BaseCommand):
     def handle(self, *args, **options) -> None:
         # SETTINGS_MODULE is None when the host called settings.configure() itself.
         module = getattr(settings, "SETTINGS_MODULE", None) or "(settings.configure(), no module)"
-        self.stdout.write(f"{version_line()}\n"
-                          f"settings: {module}\n"
-                          f"Django {django.get_version()}, Python {platform.python_version()}")
+        self.stdout.write(
+            f"{version_line()}\nsettings: {module}\nDjango {django.get_version()}, Python {platform.python_version()}"
+        )

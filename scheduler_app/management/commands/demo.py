@@ -36,18 +36,28 @@ from scheduler_app.services import InvalidInput, JobSpec, job_create, tenant_cre
 TENANT_SLUG = "demo"
 DEMO_JOBS = [
     JobSpec(
-        name="heartbeat", task_name="scheduler_app.echo", every=5,
+        name="heartbeat",
+        task_name="scheduler_app.echo",
+        every=5,
         kwargs={"greeting": "hello from cronfleet"},
         description="Demo: succeeds every 5 seconds.",
     ),
     JobSpec(
-        name="flaky", task_name="scheduler_app.fail", every=20,
-        kwargs={"message": "flaky always fails"}, max_attempts=3, retry_backoff_seconds=2,
+        name="flaky",
+        task_name="scheduler_app.fail",
+        every=20,
+        kwargs={"message": "flaky always fails"},
+        max_attempts=3,
+        retry_backoff_seconds=2,
         description="Demo: always fails; shows two retries (after ~2 s and ~4 s) and a dead run.",
     ),
     JobSpec(
-        name="minutely", task_name="scheduler_app.echo", cron="* * * * *", timezone="Europe/Berlin",
-        args=["tick"], description="Demo: a cron job at the start of every minute, Berlin time.",
+        name="minutely",
+        task_name="scheduler_app.echo",
+        cron="* * * * *",
+        timezone="Europe/Berlin",
+        args=["tick"],
+        description="Demo: a cron job at the start of every minute, Berlin time.",
     ),
 ]
 # Harmless lines hidden from the children's output: kombu warns this for every
@@ -75,12 +85,15 @@ class Child:
 
 
 class Command(BaseCommand):
-    help = ("Seed a demo tenant and jobs, run the web server, a beat and a worker, and print "
-            "each run as it finishes. Ctrl-C stops everything. For local use only.")
+    help = (
+        "Seed a demo tenant and jobs, run the web server, a beat and a worker, and print "
+        "each run as it finishes. Ctrl-C stops everything. For local use only."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--port", type=int, default=8000,
-                            help="Port of the web server on 127.0.0.1 (default %(default)s)")
+        parser.add_argument(
+            "--port", type=int, default=8000, help="Port of the web server on 127.0.0.1 (default %(default)s)"
+        )
         parser.add_argument("--no-web", action="store_true", help="Do not start the web server")
 
     # --- entry ----------------------------------------------------------------------------
@@ -111,8 +124,9 @@ class Command(BaseCommand):
             if not self.stopping.is_set():
                 self.say("demo: everything is up; runs are printed as they finish. Ctrl-C stops the demo.")
                 width = len(_hms(db_now()))
-                self.say(f"{'finished':{width}}  {'job':10} {'scheduled':{width}}  {'state':9} {'try':>3}  "
-                         "result / error")
+                self.say(
+                    f"{'finished':{width}}  {'job':10} {'scheduled':{width}}  {'state':9} {'try':>3}  result / error"
+                )
                 code = self.watch()
         finally:
             if self.signal_name:
@@ -128,8 +142,9 @@ class Command(BaseCommand):
         connection = connections[DEFAULT_DB_ALIAS]
         executor = MigrationExecutor(connection)
         if executor.migration_plan(executor.loader.graph.leaf_nodes()):
-            raise CommandError("the database has unapplied migrations: run `./manage.py migrate` first "
-                               "(./demo.sh does this for you)")
+            raise CommandError(
+                "the database has unapplied migrations: run `./manage.py migrate` first (./demo.sh does this for you)"
+            )
 
     def describe_backends(self) -> None:
         db = settings.DATABASES[DEFAULT_DB_ALIAS]
@@ -161,16 +176,19 @@ class Command(BaseCommand):
                         raise CommandError(f"cannot create demo job {spec.name!r}: {exc}") from None
                     job = Job.objects.get(tenant=tenant, name=spec.name)
             state = "" if job.enabled else "  (paused)"
-            self.say(f"demo: job {made} {tenant.slug}/{job.name:10} {job.schedule.describe():32} "
-                     f"-> {job.task_name}{state}")
+            self.say(
+                f"demo: job {made} {tenant.slug}/{job.name:10} {job.schedule.describe():32} -> {job.task_name}{state}"
+            )
 
     def ensure_superuser(self, port: int) -> None:
         User = get_user_model()
         url = f"http://127.0.0.1:{port}/admin/"
         if not User.objects.filter(is_superuser=True).exists():
             if User.objects.filter(username="admin").exists():
-                self.say(f"demo: a user 'admin' exists but no superuser; create one with "
-                         f"`./manage.py createsuperuser` to use {url}")
+                self.say(
+                    f"demo: a user 'admin' exists but no superuser; create one with "
+                    f"`./manage.py createsuperuser` to use {url}"
+                )
                 return
             User.objects.create_superuser("admin", "", "admin")
             self.say(f"demo: created superuser admin / password admin for {url}")
@@ -180,16 +198,19 @@ class Command(BaseCommand):
                 self.say(f"demo: admin at {url} (log in with your existing superuser)")
                 return
             self.say(f"demo: admin at {url} (user admin / password admin)")
-        self.say("demo: WARNING: admin/admin is for local use only; never expose this server "
-                 "or reuse this database anywhere else")
+        self.say(
+            "demo: WARNING: admin/admin is for local use only; never expose this server "
+            "or reuse this database anywhere else"
+        )
 
     def check_port_free(self, port: int) -> None:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             try:
                 probe.bind(("127.0.0.1", port))
             except OSError as exc:
-                raise CommandError(f"port {port} on 127.0.0.1 is not free ({exc.strerror}); "
-                                   f"choose another with --port") from None
+                raise CommandError(
+                    f"port {port} on 127.0.0.1 is not free ({exc.strerror}); choose another with --port"
+                ) from None
 
     def make_children(self, port: int, no_web: bool) -> list[Child]:
         manage = str(settings.BASE_DIR / "manage.py")
@@ -201,11 +222,31 @@ class Command(BaseCommand):
         children.append(Child("beat", [py, manage, "runbeat", "--max-sleep", "1"]))
         # Two prefork processes: they share the SQLite file through WAL and its busy timeout;
         # prefork (unlike the solo pool) enforces the jobs' time limits.
-        children.append(Child("worker", [
-            py, "-m", "celery", "-A", "project", "--quiet", "worker", "-Q", app_settings.QUEUE,
-            "-l", "warning", "--concurrency", "2", "--hostname", "demo-worker@%h",
-            "--without-gossip", "--without-mingle", "--without-heartbeat",
-        ]))
+        children.append(
+            Child(
+                "worker",
+                [
+                    py,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "project",
+                    "--quiet",
+                    "worker",
+                    "-Q",
+                    app_settings.QUEUE,
+                    "-l",
+                    "warning",
+                    "--concurrency",
+                    "2",
+                    "--hostname",
+                    "demo-worker@%h",
+                    "--without-gossip",
+                    "--without-mingle",
+                    "--without-heartbeat",
+                ],
+            )
+        )
         return children
 
     def make_child_env(self) -> dict[str, str]:
@@ -221,8 +262,13 @@ class Command(BaseCommand):
         # Each child leads its own process group: a terminal's Ctrl-C reaches only this
         # command, which stops the children in order; killpg also reaches their children.
         child.process = subprocess.Popen(
-            child.argv, cwd=settings.BASE_DIR, env=self.child_env, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, process_group=0,
+            child.argv,
+            cwd=settings.BASE_DIR,
+            env=self.child_env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            process_group=0,
         )
         child.reader = threading.Thread(target=self.relay, args=(child,), daemon=True)
         child.reader.start()
@@ -290,9 +336,20 @@ class Command(BaseCommand):
             try:
                 runs = list(
                     JobRun.objects.filter(finished_at__gte=since)
-                    .select_related("job").order_by("finished_at", "id")
-                    .only("id", "job__name", "scheduled_at", "state", "attempt", "finished_at",
-                          "next_attempt_at", "result", "error", "reason")
+                    .select_related("job")
+                    .order_by("finished_at", "id")
+                    .only(
+                        "id",
+                        "job__name",
+                        "scheduled_at",
+                        "state",
+                        "attempt",
+                        "finished_at",
+                        "next_attempt_at",
+                        "result",
+                        "error",
+                        "reason",
+                    )
                 )
             except OperationalError as exc:  # e.g. SQLite busy beyond its timeout: try again
                 self.say(f"demo: could not read the run ledger ({exc}); retrying")
@@ -313,11 +370,10 @@ class Command(BaseCommand):
             state, attempt = RunState.RETRYING.value, attempt - 1
         detail = " ".join((run.error or run.result or run.reason).split())
         if len(detail) > RESULT_WIDTH:
-            detail = detail[:RESULT_WIDTH - 3] + "..."
+            detail = detail[: RESULT_WIDTH - 3] + "..."
         if run.state == RunState.RETRYING and run.next_attempt_at is not None:
             detail += f" (next try {_hms(run.next_attempt_at)})"
-        return (f"{_hms(run.finished_at)}  {run.job.name:10} {_hms(run.scheduled_at)}  "
-                f"{state:9} {attempt:>3}  {detail}")
+        return f"{_hms(run.finished_at)}  {run.job.name:10} {_hms(run.scheduled_at)}  {state:9} {attempt:>3}  {detail}"
 
     def say(self, line: str) -> None:
         """Write one line; never raise (a closed terminal must not stop the clean-up)."""

@@ -16,15 +16,22 @@ from scheduler_app.services import crontab
 
 
 class Command(OneLineErrors, BaseCommand):
-    help = ("Import a crontab file (five time fields or a macro such as @daily, then a command) as monitored "
-            "jobs of a tenant, which the machines running them report to by pinging their check-in URLs. "
-            "All lines or none: a bad line refuses the import, naming its number.")
+    help = (
+        "Import a crontab file (five time fields or a macro such as @daily, then a command) as monitored "
+        "jobs of a tenant, which the machines running them report to by pinging their check-in URLs. "
+        "All lines or none: a bad line refuses the import, naming its number."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("file", help="The crontab file ('-': standard input)")
         parser.add_argument("--tenant", required=True, metavar="SLUG", help="The tenant the jobs are made for")
-        parser.add_argument("--grace", type=int, default=300, metavar="SECONDS",
-                            help="Each job's grace: how long after a fire a success may come (default 300)")
+        parser.add_argument(
+            "--grace",
+            type=int,
+            default=300,
+            metavar="SECONDS",
+            help="Each job's grace: how long after a fire a success may come (default 300)",
+        )
         parser.add_argument("--tag", action="append", default=[], help="A tag for every job imported (repeatable)")
 
     def handle(self, *args, file: str, tenant: str, grace: int, tag: list[str], **options) -> None:
@@ -33,11 +40,13 @@ class Command(OneLineErrors, BaseCommand):
         except (OSError, UnicodeDecodeError) as exc:
             raise CommandError(f"import_crontab: file: cannot read {file}: {exc}", returncode=2) from None
         try:
-            jobs, notes = crontab.import_crontab(services.tenant_by_slug(tenant), text, grace_seconds=grace,
-                                                 tags=tag, actor="cli")
+            jobs, notes = crontab.import_crontab(
+                services.tenant_by_slug(tenant), text, grace_seconds=grace, tags=tag, actor="cli"
+            )
         except services.InvalidInput as exc:
-            raise CommandError(f"import_crontab: {exc.field}: {exc.message}; nothing was imported",
-                               returncode=2) from None
+            raise CommandError(
+                f"import_crontab: {exc.field}: {exc.message}; nothing was imported", returncode=2
+            ) from None
         for note in notes:
             self.stdout.write(f"note: {note}")
         rows = [(job.name, job.cron, job.description[:60], services.ping_url(job.monitor)) for job in jobs]

@@ -44,10 +44,24 @@ SHOW_FIRES = 5
 SHOW_RUNS = 10
 JOB_HELP = "a job id, or TENANT/NAME"
 # The columns `jobs list` reads (no args, kwargs or description).
-LIST_FIELDS = ("id", "name", "cron", "timezone", "every_seconds", "run_at", "enabled", "next_run_at", "flex_window",
-               "tenant", "tenant__slug", "auto_paused_at", "after_job", "after_job__name", "after_states")
-RUN_FIELDS = ("id", "scheduled_at", "trigger", "state", "attempt", "reason", "error", "started_at",
-              "finished_at")
+LIST_FIELDS = (
+    "id",
+    "name",
+    "cron",
+    "timezone",
+    "every_seconds",
+    "run_at",
+    "enabled",
+    "next_run_at",
+    "flex_window",
+    "tenant",
+    "tenant__slug",
+    "auto_paused_at",
+    "after_job",
+    "after_job__name",
+    "after_states",
+)
+RUN_FIELDS = ("id", "scheduled_at", "trigger", "state", "attempt", "reason", "error", "started_at", "finished_at")
 # Runs a deletion cuts short: their results will never be recorded.
 ACTIVE_STATES = (RunState.PENDING, RunState.QUEUED, RunState.RUNNING, RunState.RETRYING)
 ACTIONS = "{add,edit,delete,list,show,pause,resume,trigger,preview,runs,rebalance}"
@@ -61,15 +75,22 @@ class Command(OneLineErrors, BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True, metavar=ACTIONS)
 
-        add = sub.add_parser("add", help="Create a job", description=(
-            "Create a job with exactly one schedule: --cron, --every or --at. Datetimes are " + ISO_HELP + "."))
+        add = sub.add_parser(
+            "add",
+            help="Create a job",
+            description=(
+                "Create a job with exactly one schedule: --cron, --every or --at. Datetimes are " + ISO_HELP + "."
+            ),
+        )
         add_job_options(add, edit=False)
 
-        edit = sub.add_parser("edit", help="Change a job: shows the next fires before and after, then asks",
-                              description="Change the options given and keep the others. Giving one of --cron, "
-                                          "--every or --at replaces the schedule. Shows what the edit does to the "
-                                          "next fires and asks before saving (--yes: do not ask). Datetimes are "
-                                          + ISO_HELP + ".")
+        edit = sub.add_parser(
+            "edit",
+            help="Change a job: shows the next fires before and after, then asks",
+            description="Change the options given and keep the others. Giving one of --cron, "
+            "--every or --at replaces the schedule. Shows what the edit does to the "
+            "next fires and asks before saving (--yes: do not ask). Datetimes are " + ISO_HELP + ".",
+        )
         edit.add_argument("job", metavar="JOB", help=JOB_HELP)
         add_job_options(edit, edit=True)
         edit.add_argument("--yes", action="store_true", help="Save without asking")
@@ -80,8 +101,9 @@ class Command(OneLineErrors, BaseCommand):
 
         lst = sub.add_parser("list", help="List jobs by id, a page at a time")
         lst.add_argument("--tenant", metavar="SLUG", default="")
-        lst.add_argument("--limit", type=int, default=50, metavar="N",
-                         help=f"Jobs per page (1-{MAX_LIMIT}, default 50)")
+        lst.add_argument(
+            "--limit", type=int, default=50, metavar="N", help=f"Jobs per page (1-{MAX_LIMIT}, default 50)"
+        )
         lst.add_argument("--after-id", type=int, default=0, metavar="ID", help="Start after this job id (next page)")
 
         show = sub.add_parser("show", help="Show a job, its next fires and its last runs")
@@ -97,28 +119,40 @@ class Command(OneLineErrors, BaseCommand):
         trigger = sub.add_parser("trigger", help="Record a manual run now and publish it")
         trigger.add_argument("job", metavar="JOB", help=JOB_HELP)
 
-        preview = sub.add_parser("preview", help="Show upcoming fire times of a job or of an unsaved schedule",
-                                 description="Give JOB, or --cron EXPR [--timezone ZONE], or --every SECONDS.")
+        preview = sub.add_parser(
+            "preview",
+            help="Show upcoming fire times of a job or of an unsaved schedule",
+            description="Give JOB, or --cron EXPR [--timezone ZONE], or --every SECONDS.",
+        )
         preview.add_argument("job", metavar="JOB", nargs="?", help=JOB_HELP)
         preview.add_argument("--cron", metavar="EXPR")
-        preview.add_argument("--every", metavar="SECONDS", type=int,
-                             help="Counted from now (or --start), as for a new job")
+        preview.add_argument(
+            "--every", metavar="SECONDS", type=int, help="Counted from now (or --start), as for a new job"
+        )
         preview.add_argument("--timezone", metavar="ZONE", default="", help="Zone for --cron (default UTC)")
-        preview.add_argument("--start", metavar="ISO", help="A job's fires from this instant on; for --cron or "
-                             "--every, the schedule's start (no fires before it; an interval counts from it), "
-                             "as the API's start_at")
+        preview.add_argument(
+            "--start",
+            metavar="ISO",
+            help="A job's fires from this instant on; for --cron or "
+            "--every, the schedule's start (no fires before it; an interval counts from it), "
+            "as the API's start_at",
+        )
         preview.add_argument("--end", metavar="ISO", help="For --cron or --every: no fires after this instant")
-        preview.add_argument("-n", "--count", type=int, default=10, metavar="N",
-                             help=f"How many fires (1-{MAX_PREVIEW}, default 10)")
+        preview.add_argument(
+            "-n", "--count", type=int, default=10, metavar="N", help=f"How many fires (1-{MAX_PREVIEW}, default 10)"
+        )
 
         rebalance = sub.add_parser(
-            "rebalance", help="Place flexible-window jobs again at their windows' least loaded minutes",
+            "rebalance",
+            help="Place flexible-window jobs again at their windows' least loaded minutes",
             description="Place every enabled job with a --window again, one by one in the order they were made, "
-                        "against the other jobs of its scope (docs/flexible-windows.md), and print each move as "
-                        "old -> new time. A job edited meanwhile keeps its edit.")
+            "against the other jobs of its scope (docs/flexible-windows.md), and print each move as "
+            "old -> new time. A job edited meanwhile keeps its edit.",
+        )
         rebalance.add_argument("--tenant", metavar="SLUG", default="", help="Only this tenant's jobs")
-        rebalance.add_argument("--queue", metavar="Q", default=None,
-                               help="Only the jobs of this queue ('' for the default queue)")
+        rebalance.add_argument(
+            "--queue", metavar="Q", default=None, help="Only the jobs of this queue ('' for the default queue)"
+        )
         rebalance.add_argument("--dry-run", action="store_true", help="Print the moves, save nothing")
 
         runs = sub.add_parser("runs", help="List a job's runs, newest first")
@@ -162,8 +196,9 @@ class Command(OneLineErrors, BaseCommand):
         if not changes:
             raise services.InvalidInput("job", "nothing to change: give the options to change (see jobs edit -h)")
         if Job.objects.filter(tenant_id=job.tenant_id, name=changes.get("name")).exclude(id=job.id).exists():
-            raise services.InvalidInput("name", f"tenant {job.tenant.slug!r} already has a job named "
-                                                f"{changes['name']!r}")
+            raise services.InvalidInput(
+                "name", f"tenant {job.tenant.slug!r} already has a job named {changes['name']!r}"
+            )
         impact = services.job_update_impact(job, changes, count=SHOW_FIRES)
         if not impact["changes"]:
             self.stdout.write(f"Job {job_label(job)} already has these values; nothing to save.")
@@ -173,11 +208,15 @@ class Command(OneLineErrors, BaseCommand):
         self.show_impact(job, impact)
         self.confirm("edit", "Save these changes?", yes=yes, refused="not saved")
         if Job.objects.filter(id=job.id).values_list("version", flat=True).first() != job.version:
-            raise CommandError(f"jobs edit: job {job_label(job)} was changed by someone else meanwhile; "
-                               "nothing saved, run the edit again to see the new preview", returncode=1)
+            raise CommandError(
+                f"jobs edit: job {job_label(job)} was changed by someone else meanwhile; "
+                "nothing saved, run the edit again to see the new preview",
+                returncode=1,
+            )
         job = services.job_update(job, changes, actor="cli")
-        self.stdout.write(f"Saved job {job_label(job)} (version {job.version}); next run at "
-                          f"{utc_text(job.next_run_at)}.")
+        self.stdout.write(
+            f"Saved job {job_label(job)} (version {job.version}); next run at {utc_text(job.next_run_at)}."
+        )
         if warning := services.drift_warning(job, "cli"):
             self.stderr.write(f"Warning: {warning}.")
 
@@ -187,8 +226,10 @@ class Command(OneLineErrors, BaseCommand):
         for key, (before, after) in impact["changes"].items():
             self.stdout.write(f"  {key.ljust(width)}  {change_text(before)}  ->  {change_text(after)}")
         new_zone = impact["changes"].get("timezone", (None, job.timezone))[1]
-        for title, fires, zone_name in (("now", impact["next_before"], job.timezone),
-                                        ("after the edit", impact["next_after"], new_zone)):
+        for title, fires, zone_name in (
+            ("now", impact["next_before"], job.timezone),
+            ("after the edit", impact["next_after"], new_zone),
+        ):
             self.stdout.write("")
             self.stdout.write(f"next {SHOW_FIRES} fires {title}:")
             self.stdout.write(fires_table(fires, zone_name) if fires else "(no fires left)")
@@ -205,12 +246,18 @@ class Command(OneLineErrors, BaseCommand):
         job = find_job(job)
         runs = JobRun.objects.filter(job=job)
         total, active = runs.count(), runs.filter(state__in=ACTIVE_STATES).count()
-        self.stdout.write(f"Job {job_label(job)}: {schedule_text(job)}, {target_text(job)}, "
-                          f"{'enabled' if job.enabled else 'paused'}")
+        self.stdout.write(
+            f"Job {job_label(job)}: {schedule_text(job)}, {target_text(job)}, {'enabled' if job.enabled else 'paused'}"
+        )
         if total:
-            self.stdout.write(f"Deleting it deletes its {plural(total, 'run')} from the ledger too" + (
-                f" ({active} pending, queued, running or retrying: their outcome will not be recorded)."
-                if active else "."))
+            self.stdout.write(
+                f"Deleting it deletes its {plural(total, 'run')} from the ledger too"
+                + (
+                    f" ({active} pending, queued, running or retrying: their outcome will not be recorded)."
+                    if active
+                    else "."
+                )
+            )
         else:
             self.stdout.write("It has no runs.")
         self.confirm("delete", "Delete it?", yes=yes, refused="not deleted")
@@ -225,8 +272,10 @@ class Command(OneLineErrors, BaseCommand):
             return
         stdin = getattr(self, "stdin", None) or sys.stdin
         if stdin is None or stdin.closed or not stdin.isatty():
-            raise CommandError(f"jobs {action}: {refused}: no terminal to ask for confirmation; "
-                               "pass --yes to go ahead without asking", returncode=2)
+            raise CommandError(
+                f"jobs {action}: {refused}: no terminal to ask for confirmation; pass --yes to go ahead without asking",
+                returncode=2,
+            )
         self.stdout.write(f"{question} [y/N] ", ending="")
         self.stdout.flush()
         if stdin.readline().strip().lower() not in ("y", "yes"):
@@ -237,8 +286,12 @@ class Command(OneLineErrors, BaseCommand):
     def do_list(self, *, tenant: str, limit: int, after_id: int, **options) -> None:
         check_range("limit", limit, 1, MAX_LIMIT)
         check_range("after_id", after_id, 0, 2**63 - 1)
-        jobs = (Job.objects.select_related("tenant", "after_job").only(*LIST_FIELDS)
-                .annotate(last_run_state=last_run_state()).order_by("id"))
+        jobs = (
+            Job.objects.select_related("tenant", "after_job")
+            .only(*LIST_FIELDS)
+            .annotate(last_run_state=last_run_state())
+            .order_by("id")
+        )
         if tenant:
             jobs = jobs.filter(tenant=services.tenant_by_slug(tenant))
         if after_id:
@@ -249,12 +302,18 @@ class Command(OneLineErrors, BaseCommand):
             self.stdout.write("(no jobs)")
             return
         rows = [
-            (job.id, job.tenant.slug, job.name, schedule_text(job), status_text(job),
-             job.next_run_at, job.last_run_state)
+            (
+                job.id,
+                job.tenant.slug,
+                job.name,
+                schedule_text(job),
+                status_text(job),
+                job.next_run_at,
+                job.last_run_state,
+            )
             for job in page
         ]
-        self.stdout.write(format_table(["id", "tenant", "name", "schedule", "status", "next_run_at", "last run"],
-                                       rows))
+        self.stdout.write(format_table(["id", "tenant", "name", "schedule", "status", "next_run_at", "last run"], rows))
         if more:
             self.stdout.write(f"(more jobs: --after-id {page[-1].id})")
 
@@ -285,8 +344,11 @@ class Command(OneLineErrors, BaseCommand):
         self.stdout.write("")
         note = "" if job.enabled else " (paused: these fire only if the job is resumed before them)"
         self.stdout.write(f"next {SHOW_FIRES} fires{note}:")
-        self.stdout.write(fires_table(fires, job.timezone, notes=[schedules.calendar_note(schedule, at) for at in fires])
-                          if fires else "(no fires left)")
+        self.stdout.write(
+            fires_table(fires, job.timezone, notes=[schedules.calendar_note(schedule, at) for at in fires])
+            if fires
+            else "(no fires left)"
+        )
 
         self.stdout.write("")
         self.stdout.write(f"last {SHOW_RUNS} runs:")
@@ -323,16 +385,31 @@ class Command(OneLineErrors, BaseCommand):
     def do_trigger(self, *, job: str, **options) -> None:
         job = find_job(job)
         run, publish_error = services.job_trigger_reporting(job, actor="cli")
-        self.stdout.write(f"Triggered job {job_label(job)}: run {run.id} ({run.state}, {run.trigger}) "
-                          f"at {utc_text(run.scheduled_at)}.")
+        self.stdout.write(
+            f"Triggered job {job_label(job)}: run {run.id} ({run.state}, {run.trigger}) "
+            f"at {utc_text(run.scheduled_at)}."
+        )
         if publish_error is not None:
-            raise CommandError(f"jobs trigger: publish: run {run.id} is recorded but was not sent to the broker "
-                               f"({shorten(str(publish_error), 200)})", returncode=1)
+            raise CommandError(
+                f"jobs trigger: publish: run {run.id} is recorded but was not sent to the broker "
+                f"({shorten(str(publish_error), 200)})",
+                returncode=1,
+            )
 
     # --- preview --------------------------------------------------------------------
 
-    def do_preview(self, *, job: str | None, cron: str | None, every: int | None, timezone: str, count: int,
-                   start: str | None, end: str | None, **options) -> None:
+    def do_preview(
+        self,
+        *,
+        job: str | None,
+        cron: str | None,
+        every: int | None,
+        timezone: str,
+        count: int,
+        start: str | None,
+        end: str | None,
+        **options,
+    ) -> None:
         check_range("count", count, 1, MAX_PREVIEW)
         if sum(value is not None for value in (job, cron, every)) != 1:
             raise services.InvalidInput("schedule", "give JOB, or --cron EXPR, or --every SECONDS")
@@ -347,8 +424,9 @@ class Command(OneLineErrors, BaseCommand):
             after = start_at - timedelta(microseconds=1) if start_at is not None else None
         else:
             # The same path as the API's POST /preview/: the schedule starts at start_at.
-            spec = services.JobSpec(name="", cron=cron or "", timezone=timezone or "UTC", every=every,
-                                    start_at=start_at, end_at=end_at)
+            spec = services.JobSpec(
+                name="", cron=cron or "", timezone=timezone or "UTC", every=every, start_at=start_at, end_at=end_at
+            )
             schedule = services.spec_schedule(Tenant(slug="", timezone="UTC"), spec)
             title, after = schedule.describe(), None
         fires = services.schedule_preview(schedule, count=count, after=after)
@@ -359,10 +437,13 @@ class Command(OneLineErrors, BaseCommand):
         if not fires:
             self.stdout.write("(no fires left)")
             return
-        self.stdout.write(fires_table([fire["utc"] for fire in fires], schedule.timezone,
-                                      notes=["; ".join(filter(None, (fire["anomaly"], fire["calendar"])))
-                                             for fire in fires]))
-
+        self.stdout.write(
+            fires_table(
+                [fire["utc"] for fire in fires],
+                schedule.timezone,
+                notes=["; ".join(filter(None, (fire["anomaly"], fire["calendar"]))) for fire in fires],
+            )
+        )
 
     # --- rebalance ------------------------------------------------------------------
 
@@ -372,14 +453,25 @@ class Command(OneLineErrors, BaseCommand):
         if not moves:
             self.stdout.write("(no flexible-window jobs)")
             return
-        rows = [(move.job.id, move.job.tenant.slug, move.job.name, f"{move.job.flex_window} ({move.job.timezone})",
-                 cron_time(move.before), "->", cron_time(move.after), "moved" if move.moved else "stays")
-                for move in moves]
+        rows = [
+            (
+                move.job.id,
+                move.job.tenant.slug,
+                move.job.name,
+                f"{move.job.flex_window} ({move.job.timezone})",
+                cron_time(move.before),
+                "->",
+                cron_time(move.after),
+                "moved" if move.moved else "stays",
+            )
+            for move in moves
+        ]
         self.stdout.write(format_table(["id", "tenant", "name", "window", "old", "", "new", ""], rows))
         moved = sum(move.moved for move in moves)
         verb = "would move" if dry_run else "moved"
-        self.stdout.write(f"{plural(len(moves), 'flexible job')}: {moved} {verb}"
-                          + (" (dry run: nothing saved)" if dry_run else "."))
+        self.stdout.write(
+            f"{plural(len(moves), 'flexible job')}: {moved} {verb}" + (" (dry run: nothing saved)" if dry_run else ".")
+        )
 
 
 # --- helpers --------------------------------------------------------------------------
@@ -457,13 +549,21 @@ def runs_table(runs: list[JobRun]) -> str:
     if not runs:
         return "(no runs)"
     rows = [
-        (run.id, run.scheduled_at, run.trigger, run.state, run.attempt, shorten(run.reason or run.error, 60),
-         run.started_at, run.finished_at)
+        (
+            run.id,
+            run.scheduled_at,
+            run.trigger,
+            run.state,
+            run.attempt,
+            shorten(run.reason or run.error, 60),
+            run.started_at,
+            run.finished_at,
+        )
         for run in runs
     ]
-    return format_table(["id", "scheduled_at", "trigger", "state", "attempt", "reason/error", "started", "finished"],
-                        rows)
-
+    return format_table(
+        ["id", "scheduled_at", "trigger", "state", "attempt", "reason/error", "started", "finished"], rows
+    )
 
 
 def target_text(job: Job) -> str:

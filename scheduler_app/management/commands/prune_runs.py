@@ -27,8 +27,13 @@ class Command(OneLineErrors, BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--dry-run", action="store_true", help="Count what would be deleted; delete nothing")
         parser.add_argument("--tenant", metavar="SLUG", default="", help="Only this tenant's runs and audit events")
-        parser.add_argument("--batch-size", type=int, default=app_settings.RETENTION_BATCH_SIZE, metavar="N",
-                            help="Runs looked at per statement (default %(default)s)")
+        parser.add_argument(
+            "--batch-size",
+            type=int,
+            default=app_settings.RETENTION_BATCH_SIZE,
+            metavar="N",
+            help="Runs looked at per statement (default %(default)s)",
+        )
 
     def handle(self, *args, dry_run: bool, tenant: str, batch_size: int, **options) -> None:
         if not 1 <= batch_size <= 100_000:
@@ -40,26 +45,42 @@ class Command(OneLineErrors, BaseCommand):
         self.stdout.write(self.policy_line(only))
         pruner = retention.once_through(batch_size=batch_size, tenant_id=only.id if only else None, dry_run=dry_run)
         verb = "would delete" if dry_run else "deleted"
-        progress = retention.prune_everything(pruner, report=lambda p: self.stdout.write(
-            f"  {p.examined:>12,} runs looked at, {verb} {p.doomed if dry_run else p.pruned:>12,} "
-            f"({rate(p.doomed if dry_run else p.pruned, p.seconds)} runs/s)"))
-        self.stdout.write(format_table(["", "runs", "audit events"], [
-            ("looked at", f"{progress.examined:,}", "-"),
-            (verb, f"{(progress.doomed if dry_run else progress.pruned):,}", f"{progress.audit_pruned:,}"),
-        ]))
-        self.stdout.write(f"prune_runs: {'dry run, nothing deleted' if dry_run else 'done'} in "
-                          f"{progress.seconds:.1f}s of statements, {progress.batches} batches")
+        progress = retention.prune_everything(
+            pruner,
+            report=lambda p: self.stdout.write(
+                f"  {p.examined:>12,} runs looked at, {verb} {p.doomed if dry_run else p.pruned:>12,} "
+                f"({rate(p.doomed if dry_run else p.pruned, p.seconds)} runs/s)"
+            ),
+        )
+        self.stdout.write(
+            format_table(
+                ["", "runs", "audit events"],
+                [
+                    ("looked at", f"{progress.examined:,}", "-"),
+                    (verb, f"{(progress.doomed if dry_run else progress.pruned):,}", f"{progress.audit_pruned:,}"),
+                ],
+            )
+        )
+        self.stdout.write(
+            f"prune_runs: {'dry run, nothing deleted' if dry_run else 'done'} in "
+            f"{progress.seconds:.1f}s of statements, {progress.batches} batches"
+        )
 
     def policy_line(self, only: Tenant | None) -> str:
         default = retention_policy.resolve()[0]
         tenants = Tenant.objects.filter(**({"id": only.id} if only else {}))
-        own_tenants = sum(1 for t in tenants.only(*retention_policy.FIELDS) if any(getattr(t, f) is not None
-                                                                              for f in retention_policy.FIELDS))
+        own_tenants = sum(
+            1
+            for t in tenants.only(*retention_policy.FIELDS)
+            if any(getattr(t, f) is not None for f in retention_policy.FIELDS)
+        )
         own_jobs = Job.objects.filter(JOB_RETENTION_SET, **({"tenant": only} if only else {})).count()
-        return (f"prune_runs: settings keep finished runs {days(default.days)}, failed and dead "
-                f"{days(default.kept_days(failed=True) or 0)}, and each job's newest {default.keep_last}; "
-                f"{own_tenants} tenant(s) and {own_jobs} job(s) set their own"
-                + (f" (tenant {only.slug} only)" if only else ""))
+        return (
+            f"prune_runs: settings keep finished runs {days(default.days)}, failed and dead "
+            f"{days(default.kept_days(failed=True) or 0)}, and each job's newest {default.keep_last}; "
+            f"{own_tenants} tenant(s) and {own_jobs} job(s) set their own"
+            + (f" (tenant {only.slug} only)" if only else "")
+        )
 
 
 def days(n: int) -> str:

@@ -46,8 +46,14 @@ class Command(OneLineErrors, BaseCommand):
             which.add_argument("--tenant", metavar="SLUG")
             which.add_argument("--job", metavar="JOB", help=JOB_HELP)
         for option, name in OPTIONS.items():
-            change.add_argument(f"--{option}", dest=name, type=_value, default=UNSET, metavar="N|inherit",
-                                help=f"{name} (0: {'none' if option == 'keep-last' else 'forever'})")
+            change.add_argument(
+                f"--{option}",
+                dest=name,
+                type=_value,
+                default=UNSET,
+                metavar="N|inherit",
+                help=f"{name} (0: {'none' if option == 'keep-last' else 'forever'})",
+            )
 
     def handle(self, *args, action: str, **options) -> None:
         self.run_action("retention", action, **options)
@@ -80,8 +86,14 @@ class Command(OneLineErrors, BaseCommand):
     def show(self, obj) -> None:
         if obj is None:
             policy, sources = retention_policy.resolve()
-            described = {"effective": {"days": policy.days, "failed_days": policy.kept_days(failed=True) or 0,
-                                       "keep_last": policy.keep_last, "sources": {}}}
+            described = {
+                "effective": {
+                    "days": policy.days,
+                    "failed_days": policy.kept_days(failed=True) or 0,
+                    "keep_last": policy.keep_last,
+                    "sources": {},
+                }
+            }
             title = "settings (CRONFLEET_RETENTION_*)"
         else:
             described = retention_policy.describe(obj)
@@ -91,10 +103,19 @@ class Command(OneLineErrors, BaseCommand):
         for option, name in OPTIONS.items():
             short = name.removeprefix("retention_")
             value = effective[short]
-            shown = ("none" if value == 0 else str(value)) if short == "keep_last" else (
-                "forever" if value == 0 else f"{value} days")
-            rows.append((option, "-" if obj is None else _set_text(described[name]), shown,
-                         effective["sources"].get(short, "settings")))
+            shown = (
+                ("none" if value == 0 else str(value))
+                if short == "keep_last"
+                else ("forever" if value == 0 else f"{value} days")
+            )
+            rows.append(
+                (
+                    option,
+                    "-" if obj is None else _set_text(described[name]),
+                    shown,
+                    effective["sources"].get(short, "settings"),
+                )
+            )
         self.stdout.write(title)
         self.stdout.write(format_table(["", "set here", "in force", "from"], rows))
 

@@ -36,20 +36,48 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--once", action="store_true", help="Run one turn, then exit")
-        parser.add_argument("--batch-size", type=int, default=app_settings.BATCH_SIZE,
-                            help="Due jobs claimed per transaction (default %(default)s)")
-        parser.add_argument("--max-sleep", type=float, default=app_settings.MAX_SLEEP_SECONDS,
-                            help="Longest sleep between turns in seconds (default %(default)s)")
-        parser.add_argument("--alive-file", type=Path, default=None,
-                            help="Touch this file after every turn that completes (for a health check: "
-                                 "a stale file means a frozen or failing beat)")
-        parser.add_argument("--metrics-port", type=int, default=None,
-                            help="Serve this beat's Prometheus metrics on this port (/metrics)")
-        parser.add_argument("--metrics-address", default=app_settings.METRICS_ADDRESS,
-                            help="Address the metrics port listens on (default %(default)s)")
+        parser.add_argument(
+            "--batch-size",
+            type=int,
+            default=app_settings.BATCH_SIZE,
+            help="Due jobs claimed per transaction (default %(default)s)",
+        )
+        parser.add_argument(
+            "--max-sleep",
+            type=float,
+            default=app_settings.MAX_SLEEP_SECONDS,
+            help="Longest sleep between turns in seconds (default %(default)s)",
+        )
+        parser.add_argument(
+            "--alive-file",
+            type=Path,
+            default=None,
+            help="Touch this file after every turn that completes (for a health check: "
+            "a stale file means a frozen or failing beat)",
+        )
+        parser.add_argument(
+            "--metrics-port",
+            type=int,
+            default=None,
+            help="Serve this beat's Prometheus metrics on this port (/metrics)",
+        )
+        parser.add_argument(
+            "--metrics-address",
+            default=app_settings.METRICS_ADDRESS,
+            help="Address the metrics port listens on (default %(default)s)",
+        )
 
-    def handle(self, *args, once: bool, batch_size: int, max_sleep: float, alive_file: Path | None,
-               metrics_port: int | None, metrics_address: str, **options) -> None:
+    def handle(
+        self,
+        *args,
+        once: bool,
+        batch_size: int,
+        max_sleep: float,
+        alive_file: Path | None,
+        metrics_port: int | None,
+        metrics_address: str,
+        **options,
+    ) -> None:
         if batch_size < 1:
             self.stderr.write("runbeat: --batch-size must be at least 1")
             raise SystemExit(2)
@@ -85,8 +113,11 @@ class Command(BaseCommand):
                     # Retention: a bounded batch of old runs deleted when the turn leaves time (at
                     # least every CRONFLEET_RETENTION_BUSY_SECONDS); more to delete: no sleep.
                     pruning = pruner.step(idle=not turn.busy)
-                    pause = None if turn.busy or pruning else \
-                        dispatch.seconds_until_due(db_now(), cap=max_sleep, held_back=turn.held_back)
+                    pause = (
+                        None
+                        if turn.busy or pruning
+                        else dispatch.seconds_until_due(db_now(), cap=max_sleep, held_back=turn.held_back)
+                    )
                 except transient as exc:
                     # The database or broker went away mid-turn (or right after it). A turn that
                     # did not commit changed nothing; runs that committed but were not published
@@ -103,10 +134,18 @@ class Command(BaseCommand):
                 if alive_file is not None:
                     alive_file.touch()
                 if turn.claimed or turn.requeued or turn.lost or turn.republished or turn.released:
-                    logger.info("beat turn: claimed %s jobs, published %s runs, skipped %s fires, held %s over "
-                                "quota, released %s, requeued %s retries, %s lost, %s republished", turn.claimed,
-                                turn.published, turn.skipped, turn.held, turn.released, turn.requeued, turn.lost,
-                                turn.republished)
+                    logger.info(
+                        "beat turn: claimed %s jobs, published %s runs, skipped %s fires, held %s over "
+                        "quota, released %s, requeued %s retries, %s lost, %s republished",
+                        turn.claimed,
+                        turn.published,
+                        turn.skipped,
+                        turn.held,
+                        turn.released,
+                        turn.requeued,
+                        turn.lost,
+                        turn.republished,
+                    )
                 if once:
                     break
                 if pause is not None:

@@ -22,23 +22,34 @@ SIGNS = {"create": "+", "change": "~", "remove": "-"}
 
 
 class Command(OneLineErrors, BaseCommand):
-    help = ("Keep the jobs declared as code (CRONFLEET_SCHEDULES_FILE or --file, and each app's schedules.py) "
-            "in step with the database: plan says what would change, apply does it in one transaction. "
-            "plan exits 0 (nothing to do), 2 (changes) or 3 (drift); errors exit 1.")
+    help = (
+        "Keep the jobs declared as code (CRONFLEET_SCHEDULES_FILE or --file, and each app's schedules.py) "
+        "in step with the database: plan says what would change, apply does it in one transaction. "
+        "plan exits 0 (nothing to do), 2 (changes) or 3 (drift); errors exit 1."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True)
-        for name, text in (("plan", "Say what apply would create, change and remove"),
-                           ("apply", "Create, change and remove jobs as the declarations say, in one transaction")):
+        for name, text in (
+            ("plan", "Say what apply would create, change and remove"),
+            ("apply", "Create, change and remove jobs as the declarations say, in one transaction"),
+        ):
             sub = actions.add_parser(name, help=text)
-            sub.add_argument("--owner", help="Only this owner's declarations and managed jobs (default: every "
-                                             "owner declared)")
+            sub.add_argument(
+                "--owner", help="Only this owner's declarations and managed jobs (default: every owner declared)"
+            )
             sub.add_argument("--file", help="The TOML file of declarations (default: CRONFLEET_SCHEDULES_FILE)")
-            sub.add_argument("--prune", choices=["pause", "delete"], default="pause",
-                             help="What becomes of a managed job no longer declared (default: pause)")
+            sub.add_argument(
+                "--prune",
+                choices=["pause", "delete"],
+                default="pause",
+                help="What becomes of a managed job no longer declared (default: pause)",
+            )
             if name == "apply":
-                sub.add_argument("--fingerprint", help="Refuse unless the plan is still the one with this "
-                                                       "fingerprint (as printed by plan)")
+                sub.add_argument(
+                    "--fingerprint",
+                    help="Refuse unless the plan is still the one with this fingerprint (as printed by plan)",
+                )
 
     def handle(self, *args, action: str, owner: str | None, file: str | None, prune: str, **options) -> None:
         try:
@@ -50,9 +61,13 @@ class Command(OneLineErrors, BaseCommand):
                 done = declared.apply_plan(found, owner=owner, prune=prune, expected=options.get("fingerprint"))
                 code = self.print_applied(done, prune)
         except declared.DeclarationError as exc:
-            raise CommandError("schedules: bad declarations, nothing " + ("applied" if action == "apply" else
-                               "planned") + ":\n" + "\n".join(f"  {problem}" for problem in exc.problems),
-                               returncode=ERROR) from None
+            raise CommandError(
+                "schedules: bad declarations, nothing "
+                + ("applied" if action == "apply" else "planned")
+                + ":\n"
+                + "\n".join(f"  {problem}" for problem in exc.problems),
+                returncode=ERROR,
+            ) from None
         except InvalidInput as exc:
             raise CommandError(f"schedules {action}: {exc.field}: {exc.message}", returncode=ERROR) from None
         if code:
@@ -96,22 +111,29 @@ class Command(OneLineErrors, BaseCommand):
 
     def print_applied(self, done: declared.Applied, prune: str) -> int:
         if not done.plan.to_do:
-            self.stdout.write(f"Nothing to do: {plural(len(done.plan.of('unchanged')), 'job')} already as declared "
-                              f"(owners {', '.join(done.plan.owners) or '-'}); nothing changed.")
+            self.stdout.write(
+                f"Nothing to do: {plural(len(done.plan.of('unchanged')), 'job')} already as declared "
+                f"(owners {', '.join(done.plan.owners) or '-'}); nothing changed."
+            )
             return NOTHING
         removed = f"{done.paused} paused" if prune == "pause" else f"{done.deleted} deleted"
-        self.stdout.write(f"Applied plan {done.plan.fingerprint}: {done.created} created, {done.changed} changed, "
-                          f"{removed} (owners {', '.join(done.plan.owners)}).")
+        self.stdout.write(
+            f"Applied plan {done.plan.fingerprint}: {done.created} created, {done.changed} changed, "
+            f"{removed} (owners {', '.join(done.plan.owners)})."
+        )
         if done.overwritten:
-            self.stdout.write(f"Drift overwritten (edited outside the declaration, set back): "
-                              f"{', '.join(done.overwritten)}.")
+            self.stdout.write(
+                f"Drift overwritten (edited outside the declaration, set back): {', '.join(done.overwritten)}."
+            )
         return NOTHING
 
 
 def summary(plan: declared.Plan, prune: str) -> str:
     removed = len(plan.of("remove"))
-    text = (f"Plan: {len(plan.of('create'))} to create, {len(plan.of('change'))} to change, {removed} to remove "
-            f"({'paused' if prune == 'pause' else 'deleted'}), {len(plan.of('unchanged'))} unchanged")
+    text = (
+        f"Plan: {len(plan.of('create'))} to create, {len(plan.of('change'))} to change, {removed} to remove "
+        f"({'paused' if prune == 'pause' else 'deleted'}), {len(plan.of('unchanged'))} unchanged"
+    )
     return text + (f"; {plural(len(plan.drifted), 'job')} drifted." if plan.drifted else ".")
 
 

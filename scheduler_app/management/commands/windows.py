@@ -39,8 +39,9 @@ class Command(OneLineErrors, BaseCommand):
     help = "Manage maintenance windows. Subcommands: add, list, show, update, enable, disable, delete."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        sub = parser.add_subparsers(dest="subcommand", required=True,
-                                    metavar="{add,list,show,update,enable,disable,delete}")
+        sub = parser.add_subparsers(
+            dest="subcommand", required=True, metavar="{add,list,show,update,enable,disable,delete}"
+        )
         add = sub.add_parser("add", help="Make a maintenance window")
         owner = add.add_mutually_exclusive_group(required=True)
         owner.add_argument("--tenant", metavar="SLUG")
@@ -49,25 +50,54 @@ class Command(OneLineErrors, BaseCommand):
         update = sub.add_parser("update", help="Change a window")
         update.add_argument("window", metavar="WINDOW", help=WINDOW_HELP)
         for p in (add, update):
-            p.add_argument("--starts-at", metavar="TIME", help="A one-off window's start, ISO 8601 (no offset: in --zone)")
+            p.add_argument(
+                "--starts-at", metavar="TIME", help="A one-off window's start, ISO 8601 (no offset: in --zone)"
+            )
             p.add_argument("--ends-at", metavar="TIME", help="A one-off window's end")
             p.add_argument("--cron", metavar="EXPR", help="A recurring window opens at each fire, in --zone")
-            p.add_argument("--duration", dest="duration_minutes", type=int, metavar="MINUTES",
-                           help="How long a recurring window stays open")
+            p.add_argument(
+                "--duration",
+                dest="duration_minutes",
+                type=int,
+                metavar="MINUTES",
+                help="How long a recurring window stays open",
+            )
             p.add_argument("--zone", metavar="ZONE", help="IANA zone (default UTC)")
-            p.add_argument("--action", dest="window_action", choices=("skip", "defer"),
-                           help="skip the fires inside, or defer them to one run at the end")
-            p.add_argument("--running", dest="running_policy", choices=("let_finish", "cancel"),
-                           help="What happens to the selected jobs' running runs")
-            p.add_argument("--tag", dest="tags", action="append", metavar="TAG",
-                           help="Select jobs with this tag (repeatable; none: every job)")
-            p.add_argument("--kind", dest="target_kinds", action="append", metavar="KIND",
-                           help="Select jobs of this target kind: task, http, command, sql (repeatable)")
+            p.add_argument(
+                "--action",
+                dest="window_action",
+                choices=("skip", "defer"),
+                help="skip the fires inside, or defer them to one run at the end",
+            )
+            p.add_argument(
+                "--running",
+                dest="running_policy",
+                choices=("let_finish", "cancel"),
+                help="What happens to the selected jobs' running runs",
+            )
+            p.add_argument(
+                "--tag",
+                dest="tags",
+                action="append",
+                metavar="TAG",
+                help="Select jobs with this tag (repeatable; none: every job)",
+            )
+            p.add_argument(
+                "--kind",
+                dest="target_kinds",
+                action="append",
+                metavar="KIND",
+                help="Select jobs of this target kind: task, http, command, sql (repeatable)",
+            )
             p.add_argument("--description", metavar="D")
         lst = sub.add_parser("list", help="List windows")
         lst.add_argument("--tenant", metavar="SLUG", default="", help="Only this tenant's (and the deployment's)")
-        for name, text in (("show", "Show a window"), ("enable", "Enable a window"), ("disable", "Disable a window"),
-                           ("delete", "Delete a window")):
+        for name, text in (
+            ("show", "Show a window"),
+            ("enable", "Enable a window"),
+            ("disable", "Disable a window"),
+            ("delete", "Delete a window"),
+        ):
             sub.add_parser(name, help=text).add_argument("window", metavar="WINDOW", help=WINDOW_HELP)
 
     def handle(self, *args, subcommand: str, **options) -> None:
@@ -75,11 +105,18 @@ class Command(OneLineErrors, BaseCommand):
 
     @staticmethod
     def fields_of(options: dict) -> dict:
-        given = {"starts_at": options.get("starts_at"), "ends_at": options.get("ends_at"), "cron": options.get("cron"),
-                 "duration_minutes": options.get("duration_minutes"), "zone": options.get("zone"),
-                 "action": options.get("window_action"), "running_policy": options.get("running_policy"),
-                 "tags": options.get("tags"), "target_kinds": options.get("target_kinds"),
-                 "description": options.get("description")}
+        given = {
+            "starts_at": options.get("starts_at"),
+            "ends_at": options.get("ends_at"),
+            "cron": options.get("cron"),
+            "duration_minutes": options.get("duration_minutes"),
+            "zone": options.get("zone"),
+            "action": options.get("window_action"),
+            "running_policy": options.get("running_policy"),
+            "tags": options.get("tags"),
+            "target_kinds": options.get("target_kinds"),
+            "description": options.get("description"),
+        }
         return {key: value for key, value in given.items() if value is not None}
 
     def do_add(self, *, tenant: str | None, deployment: bool, name: str, **options) -> None:
@@ -104,9 +141,19 @@ class Command(OneLineErrors, BaseCommand):
         if tenant:
             windows = windows.filter(tenant=services.tenant_by_slug(tenant)) | windows.filter(tenant__isnull=True)
         now = db_now()
-        rows = [(w.tenant.slug if w.tenant_id else "(deployment)", w.name, w.times.describe(), w.action,
-                 w.running_policy, ", ".join(w.tags) or "-", ", ".join(w.target_kinds) or "-", when_text(w, now))
-                for w in windows]
+        rows = [
+            (
+                w.tenant.slug if w.tenant_id else "(deployment)",
+                w.name,
+                w.times.describe(),
+                w.action,
+                w.running_policy,
+                ", ".join(w.tags) or "-",
+                ", ".join(w.target_kinds) or "-",
+                when_text(w, now),
+            )
+            for w in windows
+        ]
         if not rows:
             self.stdout.write("(no maintenance windows)")
             return
@@ -130,5 +177,7 @@ class Command(OneLineErrors, BaseCommand):
             selector.append("tags " + ", ".join(window.tags))
         if window.target_kinds:
             selector.append("kinds " + ", ".join(window.target_kinds))
-        return (f"{window.times.describe()}, {window.action} fires, {window.running_policy} running runs, "
-                f"jobs: {' and '.join(selector) or 'all'}{'' if window.enabled else ' (disabled)'}")
+        return (
+            f"{window.times.describe()}, {window.action} fires, {window.running_policy} running runs, "
+            f"jobs: {' and '.join(selector) or 'all'}{'' if window.enabled else ' (disabled)'}"
+        )

@@ -12,5 +12,17 @@ from scheduler_app.targets.command.running import (
     validate_config,
 )
 
-__all__ = ["CommandNotStarted", "CommandResult", "CommandUser", "CommandUserError", "InvalidCommand", "build_argv",
-           "check", "check_user_name", "command_user", "perform", "run_command", "validate_config"]
+__all__ = [
+    "CommandNotStarted",
+    "CommandResult",
+    "CommandUser",
+    "CommandUserError",
+    "InvalidCommand",
+    "build_argv",
+    "check",
+    "check_user_name",
+    "command_user",
+    "perform",
+    "run_command",
+    "validate_config",
+]

@@ -35,8 +35,13 @@ PR_SET_DUMPABLE = 4
 # run its directory (CHOWN), kill the user's processes (KILL), and measure and remove what
 # the run left whatever its modes (DAC_OVERRIDE, DAC_READ_SEARCH, FOWNER).
 NEEDED_CAPABILITIES = {
-    "CAP_CHOWN": 0, "CAP_DAC_OVERRIDE": 1, "CAP_DAC_READ_SEARCH": 2, "CAP_FOWNER": 3,
-    "CAP_KILL": 5, "CAP_SETGID": 6, "CAP_SETUID": 7,
+    "CAP_CHOWN": 0,
+    "CAP_DAC_OVERRIDE": 1,
+    "CAP_DAC_READ_SEARCH": 2,
+    "CAP_FOWNER": 3,
+    "CAP_KILL": 5,
+    "CAP_SETGID": 6,
+    "CAP_SETUID": 7,
 }
 _USER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*[$]?")
 BLOCK = 4096  # the least a file or directory costs on disk (and so the most files a bound allows)
@@ -119,7 +124,8 @@ def command_user(name: str) -> CommandUser | None:
         entry = pwd.getpwnam(name)
     except KeyError:
         raise CommandUserError(
-            f"there is no user {name!r} (make one: useradd --system --no-create-home {name})") from None
+            f"there is no user {name!r} (make one: useradd --system --no-create-home {name})"
+        ) from None
     if entry.pw_uid == 0 or entry.pw_gid == 0:
         raise CommandUserError(f"user {name!r} is privileged (uid or group 0); commands need an unprivileged user")
     if entry.pw_uid == os.geteuid():
@@ -128,7 +134,8 @@ def command_user(name: str) -> CommandUser | None:
     if missing:
         raise CommandUserError(
             f"the worker (uid {os.geteuid()}) cannot run commands as {name!r}: it lacks {', '.join(missing)}; "
-            "run the worker as root, or leave CRONFLEET_COMMAND_USER empty")
+            "run the worker as root, or leave CRONFLEET_COMMAND_USER empty"
+        )
     return CommandUser(name, entry.pw_uid, entry.pw_gid)
 
 
@@ -145,7 +152,8 @@ def make_run_directory(parent: str, user: CommandUser | None) -> str:
         if info.st_uid == user.uid or info.st_mode & 0o002 or (info.st_gid == user.gid and info.st_mode & 0o020):
             raise CommandUserError(
                 f"{parent} (CRONFLEET_COMMAND_CWD) is writable by {user.name!r}: its runs could write outside their "
-                "directories")
+                "directories"
+            )
     path = tempfile.mkdtemp(prefix="run-", dir=parent)
     if user is not None:  # by descriptor, never by a name someone could swap for a link
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
@@ -236,7 +244,7 @@ def _stat_fields(pid: str) -> list[bytes] | None:
             data = f.read()
     except OSError:
         return None
-    return data[data.rindex(b")") + 2:].split()
+    return data[data.rindex(b")") + 2 :].split()
 
 
 def descendants(root: int) -> dict[int, int]:

@@ -37,13 +37,19 @@ def perform(started) -> dict:
     config = job.target_config
     try:
         result = run_command(
-            config.get("name", ""), config.get("params") or {}, config=app_settings.COMMANDS,
-            timeout=job.timeout_seconds, runs_dir=app_settings.COMMAND_CWD,
+            config.get("name", ""),
+            config.get("params") or {},
+            config=app_settings.COMMANDS,
+            timeout=job.timeout_seconds,
+            runs_dir=app_settings.COMMAND_CWD,
             max_output_bytes=app_settings.RESULT_MAX_BYTES,
             max_disk_bytes=app_settings.COMMAND_MAX_DISK_BYTES,
             user=command_user(app_settings.COMMAND_USER),
-            env_extra={"CRONFLEET_FIRE_KEY": run.fire_key, "CRONFLEET_ATTEMPT": str(run.attempt),
-                       "CRONFLEET_SCHEDULED_AT": run.scheduled_at.isoformat()},
+            env_extra={
+                "CRONFLEET_FIRE_KEY": run.fire_key,
+                "CRONFLEET_ATTEMPT": str(run.attempt),
+                "CRONFLEET_SCHEDULED_AT": run.scheduled_at.isoformat(),
+            },
         )
     except CommandUserError as exc:
         raise PermanentFailure(f"command_user: {exc}") from None
@@ -51,13 +57,20 @@ def perform(started) -> dict:
         raise PermanentFailure(f"command_not_started: {exc}") from None
     except InvalidCommand as exc:
         raise PermanentFailure(f"invalid_command: {exc}") from None
-    outcome = {"exit_code": result.exit_code, "stdout": result.stdout, "stderr": result.stderr,
-               "truncated": result.truncated, "elapsed_ms": round(result.elapsed * 1000)}
+    outcome = {
+        "exit_code": result.exit_code,
+        "stdout": result.stdout,
+        "stderr": result.stderr,
+        "truncated": result.truncated,
+        "elapsed_ms": round(result.elapsed * 1000),
+    }
     if result.timed_out:
         raise RetryableFailure(f"timeout: killed after {job.timeout_seconds}s: {to_text(outcome)}")
     if result.disk_exceeded:
-        raise RetryableFailure(f"disk_limit: the run held more than {app_settings.COMMAND_MAX_DISK_BYTES} "
-                               f"bytes in its directory and was stopped: {to_text(outcome)}")
+        raise RetryableFailure(
+            f"disk_limit: the run held more than {app_settings.COMMAND_MAX_DISK_BYTES} "
+            f"bytes in its directory and was stopped: {to_text(outcome)}"
+        )
     if result.exit_code != 0:
         raise RetryableFailure(f"exit {result.exit_code}: {to_text(outcome)}")
     return outcome

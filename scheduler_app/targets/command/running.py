@@ -361,8 +361,12 @@ def run_command(
     run_dir = isolation.make_run_directory(runs_dir, user)
     try:
         env.update(TMPDIR=run_dir, HOME=run_dir)
-        limits = {"RLIMIT_CORE": 0, "RLIMIT_NOFILE": RLIMIT_NOFILE,
-                  "RLIMIT_FSIZE": min(RLIMIT_FSIZE, max_disk_bytes), "RLIMIT_CPU": math.ceil(timeout) + 1}
+        limits = {
+            "RLIMIT_CORE": 0,
+            "RLIMIT_NOFILE": RLIMIT_NOFILE,
+            "RLIMIT_FSIZE": min(RLIMIT_FSIZE, max_disk_bytes),
+            "RLIMIT_CPU": math.ceil(timeout) + 1,
+        }
         watched = _Watched(entry["executable"], argv, limits=limits, user=user, cwd=cwd or run_dir, env=env)
         result = watched.watch(time.monotonic() + timeout, run_dir, max_output_bytes, max_disk_bytes)
     finally:
@@ -378,13 +382,25 @@ class _Watched:
 
     def __init__(self, executable: str, argv: list[str], *, limits: dict, user, cwd: str, env: dict) -> None:
         report_r, report_w = os.pipe()
-        spec = {"executable": executable, "argv": argv, "limits": limits, "status_fd": report_w,
-                "user": None if user is None else [user.uid, user.gid], "parent": os.getpid()}
+        spec = {
+            "executable": executable,
+            "argv": argv,
+            "limits": limits,
+            "status_fd": report_w,
+            "user": None if user is None else [user.uid, user.gid],
+            "parent": os.getpid(),
+        }
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", SUPERVISOR, json.dumps(spec)],
-                shell=False, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                cwd=cwd, env=env, close_fds=True, pass_fds=(report_w,),
+                shell=False,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=cwd,
+                env=env,
+                close_fds=True,
+                pass_fds=(report_w,),
                 start_new_session=True,  # own session and process group: pgid == proc.pid
             )
         except BaseException:
@@ -408,12 +424,21 @@ class _Watched:
         if not self.stopped and isolation.disk_used(run_dir, (), max_disk_bytes) > max_disk_bytes:
             self.stopped = "disk"  # it wrote too much before the first look, and exited
         status = self.report.get("status")
-        exit_code = None if self.stopped else (
-            os.waitstatus_to_exitcode(status) if status is not None else self.proc.returncode)
+        exit_code = (
+            None
+            if self.stopped
+            else (os.waitstatus_to_exitcode(status) if status is not None else self.proc.returncode)
+        )
         stdout, stderr = (bytes(b).decode("utf-8", errors="replace") for b in self.buffers.values())
-        return CommandResult(exit_code=exit_code, stdout=stdout, stderr=stderr, truncated=self.truncated,
-                             elapsed=time.monotonic() - started, timed_out=self.stopped == "timeout",
-                             disk_exceeded=self.stopped == "disk")
+        return CommandResult(
+            exit_code=exit_code,
+            stdout=stdout,
+            stderr=stderr,
+            truncated=self.truncated,
+            elapsed=time.monotonic() - started,
+            timed_out=self.stopped == "timeout",
+            disk_exceeded=self.stopped == "disk",
+        )
 
     def _pump(self, deadline: float, run_dir: str, max_output_bytes: int, max_disk_bytes: int) -> None:
         """Read output until the supervisor is done and the pipes are closed, or stop the run."""

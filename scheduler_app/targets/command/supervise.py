@@ -88,7 +88,7 @@ def _children() -> list[int]:
                     data = f.read()
             except OSError:
                 continue
-            if int(data[data.rindex(b")") + 2:].split()[1]) == me:
+            if int(data[data.rindex(b")") + 2 :].split()[1]) == me:
                 found.append(int(name))
     return found
 

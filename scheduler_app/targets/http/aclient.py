@@ -56,12 +56,20 @@ def session(*, connections: int, keepalive_seconds: float = 15.0) -> aiohttp.Cli
     `connections` open connections (busy and idle), idle ones closed after
     `keepalive_seconds`. Made inside the running loop."""
     connector = aiohttp.TCPConnector(
-        limit=connections, limit_per_host=0, use_dns_cache=False, ssl=ssl.create_default_context(),
-        keepalive_timeout=keepalive_seconds, enable_cleanup_closed=True,
+        limit=connections,
+        limit_per_host=0,
+        use_dns_cache=False,
+        ssl=ssl.create_default_context(),
+        keepalive_timeout=keepalive_seconds,
+        enable_cleanup_closed=True,
     )
     return aiohttp.ClientSession(
-        connector=connector, cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False, trust_env=False,
-        skip_auto_headers=("Accept", "Content-Type"), timeout=aiohttp.ClientTimeout(total=None),
+        connector=connector,
+        cookie_jar=aiohttp.DummyCookieJar(),
+        auto_decompress=False,
+        trust_env=False,
+        skip_auto_headers=("Accept", "Content-Type"),
+        timeout=aiohttp.ClientTimeout(total=None),
     )
 
 
@@ -73,8 +81,9 @@ async def request(
     deadline: float,
 ) -> HttpResult:
     """Send `call` (perform.Call) once over `http`; its answer by `deadline` (time.monotonic())."""
-    header_list = [(name, value) for name, value in build_headers(call.headers, signed_headers, USER_AGENT)
-                   if name != "Connection"]  # the blocking client closes; this one keeps connections alive
+    header_list = [
+        (name, value) for name, value in build_headers(call.headers, signed_headers, USER_AGENT) if name != "Connection"
+    ]  # the blocking client closes; this one keeps connections alive
     scheme, host, port = call.host
     started = time.monotonic()
     if deadline <= started:
@@ -101,8 +110,9 @@ async def _resolve_checked(host: str, port: int, allowed_networks) -> list[guard
     try:
         ip = ipaddress.ip_address(host)
     except ValueError:
-        infos = await asyncio.get_running_loop().getaddrinfo(host, port, family=socket.AF_UNSPEC,
-                                                             type=socket.SOCK_STREAM)
+        infos = await asyncio.get_running_loop().getaddrinfo(
+            host, port, family=socket.AF_UNSPEC, type=socket.SOCK_STREAM
+        )
         checked = guard.check_resolved(host, infos, allowed_networks)
         if len(_resolved) >= RESOLVED_MAX:
             _resolved.clear()
@@ -125,7 +135,11 @@ async def _send(http, call, header_list, addresses, started: float) -> HttpResul
         url = f"{scheme}://{f'[{ip}]' if family == socket.AF_INET6 else ip}:{port}{call.path}"
         try:
             async with http.request(
-                call.method, url, headers=headers, data=body, allow_redirects=False,
+                call.method,
+                url,
+                headers=headers,
+                data=body,
+                allow_redirects=False,
                 server_hostname=host if scheme == "https" else None,
             ) as response:
                 return await _read(response, call.max_response_bytes, started)
@@ -153,5 +167,10 @@ async def _read(response: aiohttp.ClientResponse, max_response_bytes: int, start
         response.close()  # the rest is never read: this connection cannot be reused
     elif response.content_length is not None and received < response.content_length:
         raise HttpConnectionError("connection closed before the end of the body")
-    return HttpResult(status=response.status, headers=result_headers, body=b"".join(chunks)[:max_response_bytes],
-                      truncated=truncated, elapsed=time.monotonic() - started)
+    return HttpResult(
+        status=response.status,
+        headers=result_headers,
+        body=b"".join(chunks)[:max_response_bytes],
+        truncated=truncated,
+        elapsed=time.monotonic() - started,
+    )

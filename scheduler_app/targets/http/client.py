@@ -62,6 +62,7 @@ class HttpConnectionError(OSError):
 # Headers
 # --------------------------------------------------------------------------------------
 
+
 def _validate_header(name: object, value: object) -> tuple[str, str]:
     if not isinstance(name, str) or not isinstance(value, str):
         raise ValueError(f"header {name!r}: name and value must be str")
@@ -121,6 +122,7 @@ def joined_headers(items) -> dict[str, str]:
 # --------------------------------------------------------------------------------------
 # Deadline watchdog and connections
 # --------------------------------------------------------------------------------------
+
 
 class _Watchdog:
     """Shuts the current socket down when the deadline passes, unblocking any recv/send."""
@@ -206,6 +208,7 @@ class _CheckedHTTPSConnection(_CheckedMixin, http.client.HTTPSConnection):
 # --------------------------------------------------------------------------------------
 # Request
 # --------------------------------------------------------------------------------------
+
 
 def request(
     method: str,

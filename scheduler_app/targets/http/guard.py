@@ -142,6 +142,7 @@ def check_url(url: str) -> ParsedTarget:
 # Address checks
 # --------------------------------------------------------------------------------------
 
+
 def _nets(category: str, *cidrs: str) -> list[tuple[IPNetwork, str]]:
     return [(ipaddress.ip_network(c), category) for c in cidrs]
 

@@ -53,8 +53,9 @@ class Call:
 
     def signed_headers(self, at: float) -> dict[str, str]:
         """The Standard Webhooks headers of this attempt signed at Unix time `at`."""
-        return signing.headers(list(self.secrets), self.fire_key, int(at), self.body, attempt=self.attempt,
-                               scheduled_at=self.scheduled_at)
+        return signing.headers(
+            list(self.secrets), self.fire_key, int(at), self.body, attempt=self.attempt, scheduled_at=self.scheduled_at
+        )
 
 
 def perform(started) -> dict:
@@ -68,8 +69,13 @@ def perform_http(run, job, now) -> dict:
     call = prepare(run, job, now)
     try:
         response = client.request(
-            call.method, call.url, headers=call.headers, signed_headers=call.signed_headers(time.time()),
-            body=call.body or None, timeout=call.timeout, max_response_bytes=call.max_response_bytes,
+            call.method,
+            call.url,
+            headers=call.headers,
+            signed_headers=call.signed_headers(time.time()),
+            body=call.body or None,
+            timeout=call.timeout,
+            max_response_bytes=call.max_response_bytes,
             allowed_networks=call.allowed_networks,
         )
     except Exception as exc:  # noqa: BLE001 - failure_of() re-raises what it does not classify
@@ -89,11 +95,18 @@ def prepare(run, job, now, secrets: list[str] | None = None) -> Call:
     if secrets is None:
         secrets = tenant_signing_secrets(job.tenant, now)
     return Call(
-        run_id=run.id, attempt=run.attempt, fire_key=run.fire_key, scheduled_at=run.scheduled_at.isoformat(),
-        method=config["method"], url=config["url"], host=(target.scheme, target.host, target.port),
+        run_id=run.id,
+        attempt=run.attempt,
+        fire_key=run.fire_key,
+        scheduled_at=run.scheduled_at.isoformat(),
+        method=config["method"],
+        url=config["url"],
+        host=(target.scheme, target.host, target.port),
         path=target.path_and_query,
-        headers={**config.get("headers", {}), **chain_headers(run)}, body=config.get("body", "").encode(),
-        secrets=tuple(signing.parse_secret(s) for s in secrets), timeout=float(job.timeout_seconds),
+        headers={**config.get("headers", {}), **chain_headers(run)},
+        body=config.get("body", "").encode(),
+        secrets=tuple(signing.parse_secret(s) for s in secrets),
+        timeout=float(job.timeout_seconds),
         max_response_bytes=app_settings.HTTP_MAX_RESPONSE_BYTES,
         allowed_networks=tuple(ipaddress.ip_network(net) for net in app_settings.HTTP_ALLOWED_NETWORKS),
     )
@@ -113,8 +126,10 @@ def chain_headers(run) -> dict:
 
 
 # What getaddrinfo says of a name that has no address (of any family, or of those asked for).
-_NO_ADDRESS = {socket.EAI_NONAME, *(getattr(socket, code) for code in ("EAI_NODATA", "EAI_ADDRFAMILY")
-                                     if hasattr(socket, code))}
+_NO_ADDRESS = {
+    socket.EAI_NONAME,
+    *(getattr(socket, code) for code in ("EAI_NODATA", "EAI_ADDRFAMILY") if hasattr(socket, code)),
+}
 
 
 def failure_of(call: Call, exc: BaseException) -> BaseException:
@@ -155,8 +170,10 @@ def answer(call: Call, response: client.HttpResult, clock) -> dict:
     and refused addresses do not; 410 Gone also pauses the job.
     """
     outcome = {
-        "status": response.status, "latency_ms": round(response.elapsed * 1000),
-        "body": response.body.decode("utf-8", "replace"), "truncated": response.truncated,
+        "status": response.status,
+        "latency_ms": round(response.elapsed * 1000),
+        "body": response.body.decode("utf-8", "replace"),
+        "truncated": response.truncated,
     }
     summary = f"http {response.status}: {to_text(outcome)}"
     if 200 <= response.status < 300:

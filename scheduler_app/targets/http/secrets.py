@@ -57,7 +57,10 @@ def tenant_signing_secrets(tenant: Tenant, now: datetime) -> list[str]:
                 locked.save(update_fields=["webhook_secret_encrypted"])
         tenant.refresh_from_db()
     secrets = [decrypt(tenant.webhook_secret_encrypted)]
-    if tenant.webhook_secret_previous_encrypted and tenant.webhook_secret_previous_until and \
-            tenant.webhook_secret_previous_until > now:
+    if (
+        tenant.webhook_secret_previous_encrypted
+        and tenant.webhook_secret_previous_until
+        and tenant.webhook_secret_previous_until > now
+    ):
         secrets.append(decrypt(tenant.webhook_secret_previous_encrypted))
     return secrets

@@ -104,17 +104,13 @@ def parse_secret(text: str) -> bytes:
     text = text.strip()
     if not text.startswith(SECRET_PREFIX):
         raise ValueError(f"webhook secret must start with {SECRET_PREFIX!r}")
-    encoded = text[len(SECRET_PREFIX):]
+    encoded = text[len(SECRET_PREFIX) :]
     try:
         key = base64.b64decode(encoded, validate=True)
     except (binascii.Error, ValueError):
-        raise ValueError(
-            f"webhook secret is not valid base64 after the {SECRET_PREFIX!r} prefix"
-        ) from None
+        raise ValueError(f"webhook secret is not valid base64 after the {SECRET_PREFIX!r} prefix") from None
     if len(key) < MIN_SECRET_BYTES:
-        raise ValueError(
-            f"webhook secret is too short: {len(key)} bytes, at least {MIN_SECRET_BYTES} required"
-        )
+        raise ValueError(f"webhook secret is too short: {len(key)} bytes, at least {MIN_SECRET_BYTES} required")
     return key
 
 

@@ -93,8 +93,7 @@ def _plain(cursor, sql: str, bound: Mapping, limit: int, remaining: Callable[[],
 _RUNNERS = {"cursor": _by_cursor, "returning": _by_returning, "plain": _plain}
 
 
-def fetch_postgresql(cursor, stmt: Statement, bound: Mapping, limit: int,
-                     remaining: Callable[[], float]) -> Fetched:
+def fetch_postgresql(cursor, stmt: Statement, bound: Mapping, limit: int, remaining: Callable[[], float]) -> Fetched:
     """Run ``stmt`` in its shape on psycopg's ``cursor`` (inside the run's transaction);
     ``remaining()`` is how many seconds of its timeout are left."""
     key = (stmt.database, stmt.sql)

@@ -49,20 +49,32 @@ def describe(target: Mapping) -> str:
     mode = "read-only" if entry.get("read_only", True) else "read-write"
     tenants = entry.get("tenants")
     only = f", tenants {', '.join(map(str, tenants))}" if isinstance(tenants, list | tuple) else ""
-    return (f"sql {name} {json.dumps(params, sort_keys=True)} on {entry.get('database')} ({mode}, "
-            f"timeout {entry.get('timeout', DEFAULT_TIMEOUT):g}s{only}): {entry.get('sql')}")
+    return (
+        f"sql {name} {json.dumps(params, sort_keys=True)} on {entry.get('database')} ({mode}, "
+        f"timeout {entry.get('timeout', DEFAULT_TIMEOUT):g}s{only}): {entry.get('sql')}"
+    )
 
 
 def perform(started) -> dict:
     """Run the job's statement for this started run."""
     run, job = started.run, started.job
     config = job.target_config or {}
-    fire = {"fire_key": run.fire_key, "scheduled_at": run.scheduled_at, "attempt": run.attempt,
-            "tenant": started.tenant}
+    fire = {
+        "fire_key": run.fire_key,
+        "scheduled_at": run.scheduled_at,
+        "attempt": run.attempt,
+        "tenant": started.tenant,
+    }
     try:
-        return run_statement(config.get("name", ""), config.get("params") or {}, config=app_settings.SQL,
-                             databases=settings.DATABASES, fire=fire, job_timeout=job.timeout_seconds,
-                             max_bytes=app_settings.RESULT_MAX_BYTES)
+        return run_statement(
+            config.get("name", ""),
+            config.get("params") or {},
+            config=app_settings.SQL,
+            databases=settings.DATABASES,
+            fire=fire,
+            job_timeout=job.timeout_seconds,
+            max_bytes=app_settings.RESULT_MAX_BYTES,
+        )
     except InvalidSql as exc:
         raise PermanentFailure(f"invalid_sql: sql.{exc.field}: {exc.message}") from None
     except StatementError as exc:

@@ -81,8 +81,7 @@ def parse_cli_params(name: str, items: list[str], config: Mapping) -> dict:
             elif ptype == "float":
                 value = float(text)
         except ValueError:
-            raise InvalidInput(field, f"{text!r} is not a {'number' if ptype == 'float' else 'whole number'}") \
-                from None
+            raise InvalidInput(field, f"{text!r} is not a {'number' if ptype == 'float' else 'whole number'}") from None
         if ptype == "bool":
             lowered = text.strip().lower()
             if lowered not in ("true", "false", "1", "0", "yes", "no"):

@@ -48,6 +48,7 @@ def _jsonable(value):
 def _fit(result: dict, rows: list, max_bytes: int) -> dict:
     """``result`` with as many of ``rows`` as fit in ``max_bytes`` of JSON (whole rows only,
     so the recorded result stays valid JSON); ``truncated`` when some were left out."""
+
     def size(count: int) -> int:
         return len(json.dumps({**result, "rows": rows[:count]}, sort_keys=True).encode())
 
@@ -80,12 +81,21 @@ def _statement_text(stmt: Statement, timeout: float) -> str:
     if stmt.vendor == "postgresql":
         return stmt.sql
     # max_statement_time bounds the statement; lock waits are bounded alike (whole seconds).
-    return (f"SET STATEMENT max_statement_time={timeout:.3f}, innodb_lock_wait_timeout={math.ceil(timeout)} "
-            f"FOR {stmt.sql}")
+    return (
+        f"SET STATEMENT max_statement_time={timeout:.3f}, innodb_lock_wait_timeout={math.ceil(timeout)} FOR {stmt.sql}"
+    )
 
 
-def run_statement(name: str, params: Mapping, *, config: Mapping, databases: Mapping, fire: Mapping,
-                  job_timeout: float, max_bytes: int) -> dict:
+def run_statement(
+    name: str,
+    params: Mapping,
+    *,
+    config: Mapping,
+    databases: Mapping,
+    fire: Mapping,
+    job_timeout: float,
+    max_bytes: int,
+) -> dict:
     """Run allow-listed statement ``name`` once, in its own transaction on its alias.
 
     ``fire`` holds the reserved values (RESERVED). Returns rows affected, the columns, at
@@ -99,22 +109,32 @@ def run_statement(name: str, params: Mapping, *, config: Mapping, databases: Map
     timeout = effective_timeout(stmt, job_timeout)
     connection = connections[stmt.database]
     if connection.in_atomic_block:
-        raise StatementError("in_transaction", f"database {stmt.database!r} is inside an open transaction here; "
-                                               "a SQL job needs a transaction of its own", retryable=False)
+        raise StatementError(
+            "in_transaction",
+            f"database {stmt.database!r} is inside an open transaction here; a SQL job needs a transaction of its own",
+            retryable=False,
+        )
     started = time.monotonic()
     try:
         fetched = _run(connection, stmt, bound, timeout, started)
         elapsed = time.monotonic() - started  # the statement's time, not the reset's
     except DatabaseError as exc:
         error = classify_error(exc, stmt.vendor)
-        raise StatementError(error.kind, f"{error.detail} (statement {stmt.name!r} on {stmt.database!r}, "
-                                         f"timeout {timeout:g}s)", retryable=error.retryable) from None
+        raise StatementError(
+            error.kind,
+            f"{error.detail} (statement {stmt.name!r} on {stmt.database!r}, timeout {timeout:g}s)",
+            retryable=error.retryable,
+        ) from None
     finally:
         reset_session(connection, stmt.vendor)  # nothing of this run reaches the next on this connection
     rows = [list(row) for row in fetched.rows]
     result = {
-        "statement": stmt.name, "database": stmt.database, "rows_affected": fetched.rows_affected,
-        "columns": fetched.columns, "truncated": len(rows) > stmt.max_rows, "elapsed_ms": round(elapsed * 1000, 1),
+        "statement": stmt.name,
+        "database": stmt.database,
+        "rows_affected": fetched.rows_affected,
+        "columns": fetched.columns,
+        "truncated": len(rows) > stmt.max_rows,
+        "elapsed_ms": round(elapsed * 1000, 1),
     }
     return _fit(result, _jsonable(rows[: stmt.max_rows]), max_bytes)
 
@@ -124,16 +144,18 @@ def _run(connection, stmt: Statement, bound: Mapping, timeout: float, started: f
     limit = stmt.max_rows + 1
     with transaction.atomic(using=stmt.database), connection.wrap_database_errors:
         if stmt.vendor == "mysql" and not connection.mysql_is_mariadb:
-            raise StatementError("not_supported", f"{stmt.database!r} is MySQL, which has no statement timeout "
-                                                  "for writes (max_statement_time); SQL jobs run on MariaDB",
-                                 retryable=False)
+            raise StatementError(
+                "not_supported",
+                f"{stmt.database!r} is MySQL, which has no statement timeout "
+                "for writes (max_statement_time); SQL jobs run on MariaDB",
+                retryable=False,
+            )
         cursor = _cursor(connection, stmt.vendor)
         try:
             for setup in _preamble(stmt, timeout):
                 cursor.execute(setup)
             if stmt.vendor == "postgresql":
-                return fetch_postgresql(cursor, stmt, bound, limit,
-                                        lambda: timeout - (time.monotonic() - started))
+                return fetch_postgresql(cursor, stmt, bound, limit, lambda: timeout - (time.monotonic() - started))
             return fetch_mysql(cursor, _statement_text(stmt, timeout), bound, limit)
         finally:
             cursor.close()

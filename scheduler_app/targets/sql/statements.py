@@ -20,8 +20,11 @@ RESERVED = ("fire_key", "scheduled_at", "attempt", "tenant")
 VENDORS = {"postgresql": "PostgreSQL", "mysql": "MariaDB"}
 
 
-ISOLATION_LEVELS = {"read_committed": "READ COMMITTED", "repeatable_read": "REPEATABLE READ",
-                    "serializable": "SERIALIZABLE"}
+ISOLATION_LEVELS = {
+    "read_committed": "READ COMMITTED",
+    "repeatable_read": "REPEATABLE READ",
+    "serializable": "SERIALIZABLE",
+}
 
 
 DEFAULT_TIMEOUT = 30.0
@@ -85,7 +88,7 @@ class Statement:
 
 
 def vendor_of(database: Mapping) -> str | None:
-    """"postgresql" or "mysql" for a DATABASES entry SQL jobs can run on, else None."""
+    """ "postgresql" or "mysql" for a DATABASES entry SQL jobs can run on, else None."""
     engine = str(database.get("ENGINE", ""))
     if engine.endswith((".postgresql", ".postgis")):
         return "postgresql"
@@ -102,8 +105,11 @@ def placeholders(field: str, sql: str) -> frozenset[str]:
             continue
         name = match.group(1)
         if name is None or not _PARAM_NAME.fullmatch(name):
-            raise InvalidSql(field, f"a '%' at offset {match.start()} is neither %(name)s nor %% (a literal "
-                                    "percent); positional %s placeholders are not accepted")
+            raise InvalidSql(
+                field,
+                f"a '%' at offset {match.start()} is neither %(name)s nor %% (a literal "
+                "percent); positional %s placeholders are not accepted",
+            )
         names.add(name)
     return frozenset(names)
 
@@ -132,12 +138,17 @@ def check_entry(name: object, entry: object, databases: Mapping) -> Statement:
     if not isinstance(alias, str) or not alias:
         raise InvalidSql(f"{base}.database", "is required: an alias of DATABASES")
     if alias not in databases:
-        raise InvalidSql(f"{base}.database", f"unknown database alias {alias!r} (DATABASES has "
-                                             f"{', '.join(sorted(databases))}; add one with CRONFLEET_SQL_DATABASES)")
+        raise InvalidSql(
+            f"{base}.database",
+            f"unknown database alias {alias!r} (DATABASES has "
+            f"{', '.join(sorted(databases))}; add one with CRONFLEET_SQL_DATABASES)",
+        )
     vendor = vendor_of(databases[alias])
     if vendor is None:
-        raise InvalidSql(f"{base}.database", f"alias {alias!r} uses {databases[alias].get('ENGINE')}; "
-                                             "SQL jobs run on PostgreSQL or MariaDB")
+        raise InvalidSql(
+            f"{base}.database",
+            f"alias {alias!r} uses {databases[alias].get('ENGINE')}; SQL jobs run on PostgreSQL or MariaDB",
+        )
 
     sql = entry.get("sql")
     if not isinstance(sql, str) or not sql.strip():
@@ -145,8 +156,9 @@ def check_entry(name: object, entry: object, databases: Mapping) -> Statement:
     if "\x00" in sql:
         raise InvalidSql(f"{base}.sql", "contains a NUL character")
     if ";" in sql.strip().rstrip(";"):
-        raise InvalidSql(f"{base}.sql", "must be one statement (a ';' inside it is refused; pass a literal "
-                                        "';' as a parameter)")
+        raise InvalidSql(
+            f"{base}.sql", "must be one statement (a ';' inside it is refused; pass a literal ';' as a parameter)"
+        )
     used = placeholders(f"{base}.sql", sql)
 
     params = entry.get("params", {})
@@ -157,15 +169,19 @@ def check_entry(name: object, entry: object, databases: Mapping) -> Statement:
         if not isinstance(pname, str) or not _PARAM_NAME.fullmatch(pname):
             raise InvalidSql(f"{base}.params.{pname!r}", "parameter names must be identifiers")
         if pname in RESERVED:
-            raise InvalidSql(field, f"is reserved (filled from the run: {', '.join(RESERVED)}); use "
-                                    f"%({pname})s without declaring it")
+            raise InvalidSql(
+                field, f"is reserved (filled from the run: {', '.join(RESERVED)}); use %({pname})s without declaring it"
+            )
         _check_spec(field, spec, vendor)
         if pname not in used:
             raise InvalidSql(field, f"is declared but the SQL does not use %({pname})s")
     undeclared = sorted(used - set(params) - set(RESERVED))
     if undeclared:
-        raise InvalidSql(f"{base}.sql", f"%({undeclared[0]})s is not a declared parameter (declare it in params, "
-                                        f"or use a reserved one: {', '.join(RESERVED)})")
+        raise InvalidSql(
+            f"{base}.sql",
+            f"%({undeclared[0]})s is not a declared parameter (declare it in params, "
+            f"or use a reserved one: {', '.join(RESERVED)})",
+        )
 
     read_only = entry.get("read_only", True)
     if not isinstance(read_only, bool):
@@ -179,9 +195,19 @@ def check_entry(name: object, entry: object, databases: Mapping) -> Statement:
     isolation = entry.get("isolation")
     if isolation is not None and isolation not in ISOLATION_LEVELS:
         raise InvalidSql(f"{base}.isolation", f"must be one of {', '.join(ISOLATION_LEVELS)}")
-    return Statement(name=name, database=alias, vendor=vendor, sql=sql.strip().rstrip(";").rstrip(), params=params,
-                     placeholders=used, read_only=read_only, timeout=float(timeout), max_rows=max_rows,
-                     isolation=isolation, tenants=_check_tenants(f"{base}.tenants", entry.get("tenants")))
+    return Statement(
+        name=name,
+        database=alias,
+        vendor=vendor,
+        sql=sql.strip().rstrip(";").rstrip(),
+        params=params,
+        placeholders=used,
+        read_only=read_only,
+        timeout=float(timeout),
+        max_rows=max_rows,
+        isolation=isolation,
+        tenants=_check_tenants(f"{base}.tenants", entry.get("tenants")),
+    )
 
 
 def _check_tenants(field: str, tenants: object) -> frozenset[str] | None:
@@ -199,8 +225,9 @@ def _check_tenants(field: str, tenants: object) -> frozenset[str] | None:
 def check_tenant(stmt: Statement, tenant: object) -> None:
     """Refuse a job of a tenant the statement's ``tenants`` list leaves out (InvalidSql("name"))."""
     if stmt.tenants is not None and tenant not in stmt.tenants:
-        raise InvalidSql("name", f"statement {stmt.name!r} is not allowed for tenant {tenant!r} "
-                                 f"({CONFIG_FIELD}.{stmt.name}.tenants)")
+        raise InvalidSql(
+            "name", f"statement {stmt.name!r} is not allowed for tenant {tenant!r} ({CONFIG_FIELD}.{stmt.name}.tenants)"
+        )
 
 
 def validate_config(config: object, databases: Mapping) -> None:

@@ -18,7 +18,6 @@ TASK = "scheduler_app.echo"
 BASE = datetime(2024, 1, 1, tzinfo=UTC)
 
 
-
 def url(model: str, view: str, *args) -> str:
     return reverse(f"admin:scheduler_app_{model}_{view}", args=args)
 
@@ -37,27 +36,64 @@ def job(tenant) -> Job:
 def runs(job) -> list[JobRun]:
     made = []
     for n, state in enumerate([RunState.SUCCEEDED, RunState.DEAD, RunState.SKIPPED]):
-        made.append(JobRun.objects.create(job=job, tenant=job.tenant, scheduled_at=BASE + timedelta(hours=n),
-                                          state=state, created_at=BASE, reason="coalesced" if n == 2 else "",
-                                          error="boom" if n == 1 else ""))
-    AuditEvent.objects.create(tenant=job.tenant, job=job, job_name=job.name, run_id=made[1].id, action="run.dead",
-                              actor="worker:w1", detail={"error": "boom"})
+        made.append(
+            JobRun.objects.create(
+                job=job,
+                tenant=job.tenant,
+                scheduled_at=BASE + timedelta(hours=n),
+                state=state,
+                created_at=BASE,
+                reason="coalesced" if n == 2 else "",
+                error="boom" if n == 1 else "",
+            )
+        )
+    AuditEvent.objects.create(
+        tenant=job.tenant,
+        job=job,
+        job_name=job.name,
+        run_id=made[1].id,
+        action="run.dead",
+        actor="worker:w1",
+        detail={"error": "boom"},
+    )
     return made
 
 
 def post_action(client, action: str, *jobs: Job):
-    return client.post(url("job", "changelist"), {"action": action, "_selected_action": [j.pk for j in jobs]},
-                       follow=True)
+    return client.post(
+        url("job", "changelist"), {"action": action, "_selected_action": [j.pk for j in jobs]}, follow=True
+    )
 
 
 def job_form(tenant: Tenant, **overrides) -> dict:
     data = {
-        "tenant": tenant.pk, "name": "from-admin", "description": "", "tags": "[]", "cron": "30 7 * * *",
-        "timezone": "", "every_seconds": "", "run_at_0": "", "run_at_1": "", "start_at_0": "", "start_at_1": "",
-        "end_at_0": "", "end_at_1": "", "task_name": TASK, "args": "[]", "kwargs": "{}", "queue": "",
-        "timeout_seconds": "300", "max_attempts": "3", "retry_backoff_seconds": "10", "misfire_policy": "run_once",
-        "catchup_window_seconds": "86400", "run_all_cap": "100", "priority": "5", "retry_backoff_max_seconds": "3600",
-        "overlap_policy": "allow", "jitter_seconds": "0",
+        "tenant": tenant.pk,
+        "name": "from-admin",
+        "description": "",
+        "tags": "[]",
+        "cron": "30 7 * * *",
+        "timezone": "",
+        "every_seconds": "",
+        "run_at_0": "",
+        "run_at_1": "",
+        "start_at_0": "",
+        "start_at_1": "",
+        "end_at_0": "",
+        "end_at_1": "",
+        "task_name": TASK,
+        "args": "[]",
+        "kwargs": "{}",
+        "queue": "",
+        "timeout_seconds": "300",
+        "max_attempts": "3",
+        "retry_backoff_seconds": "10",
+        "misfire_policy": "run_once",
+        "catchup_window_seconds": "86400",
+        "run_all_cap": "100",
+        "priority": "5",
+        "retry_backoff_max_seconds": "3600",
+        "overlap_policy": "allow",
+        "jitter_seconds": "0",
     }
     data.update(overrides)
     return data
@@ -70,21 +106,24 @@ def test_admin_configuration_passes_system_checks(db):
 # --- pages load -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", [
-    "/admin/",
-    "/admin/scheduler_app/tenant/",
-    "/admin/scheduler_app/tenant/?q=acm",
-    "/admin/scheduler_app/job/",
-    "/admin/scheduler_app/job/?q=night&enabled__exact=1&misfire_policy__exact=run_once",
-    "/admin/scheduler_app/jobrun/",
-    "/admin/scheduler_app/jobrun/?state__exact=dead&trigger__exact=schedule",
-    "/admin/scheduler_app/jobrun/?scheduled_at__year=2024&scheduled_at__month=1",
-    "/admin/scheduler_app/auditevent/",
-    "/admin/scheduler_app/auditevent/?action=run.*",
-    "/admin/scheduler_app/auditevent/?action=job.created",
-    "/admin/scheduler_app/tenant/add/",
-    "/admin/scheduler_app/job/add/",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/admin/",
+        "/admin/scheduler_app/tenant/",
+        "/admin/scheduler_app/tenant/?q=acm",
+        "/admin/scheduler_app/job/",
+        "/admin/scheduler_app/job/?q=night&enabled__exact=1&misfire_policy__exact=run_once",
+        "/admin/scheduler_app/jobrun/",
+        "/admin/scheduler_app/jobrun/?state__exact=dead&trigger__exact=schedule",
+        "/admin/scheduler_app/jobrun/?scheduled_at__year=2024&scheduled_at__month=1",
+        "/admin/scheduler_app/auditevent/",
+        "/admin/scheduler_app/auditevent/?action=run.*",
+        "/admin/scheduler_app/auditevent/?action=job.created",
+        "/admin/scheduler_app/tenant/add/",
+        "/admin/scheduler_app/job/add/",
+    ],
+)
 def test_pages_load(admin_client, runs, path):
     assert admin_client.get(path).status_code == 200
 
@@ -99,8 +138,12 @@ def test_filtered_by_tenant_and_job_links(admin_client, runs, job):
 
 
 def test_change_pages_load_for_each_model(admin_client, runs, job):
-    for model, pk in [("tenant", job.tenant_id), ("job", job.pk), ("jobrun", runs[1].pk),
-                      ("auditevent", AuditEvent.objects.get(action="run.dead").pk)]:
+    for model, pk in [
+        ("tenant", job.tenant_id),
+        ("job", job.pk),
+        ("jobrun", runs[1].pk),
+        ("auditevent", AuditEvent.objects.get(action="run.dead").pk),
+    ]:
         response = admin_client.get(url(model, "change", pk))
         assert response.status_code == 200, model
 
@@ -138,12 +181,32 @@ def test_job_changelist_reads_the_job_table_once_for_its_count_and_not_for_prior
 
 def change_form(job: Job, **overrides) -> dict:
     data = {
-        "name": job.name, "description": job.description, "tags": "[]", "cron": job.cron, "timezone": job.timezone,
-        "every_seconds": "", "run_at_0": "", "run_at_1": "", "start_at_0": "", "start_at_1": "", "end_at_0": "",
-        "end_at_1": "", "task_name": job.task_name, "args": "[]", "kwargs": "{}", "queue": "", "priority": "5",
-        "timeout_seconds": "300", "max_attempts": "3", "retry_backoff_seconds": "10",
-        "retry_backoff_max_seconds": "3600", "misfire_policy": "run_once", "catchup_window_seconds": "86400",
-        "run_all_cap": "100", "overlap_policy": "allow", "jitter_seconds": "0",
+        "name": job.name,
+        "description": job.description,
+        "tags": "[]",
+        "cron": job.cron,
+        "timezone": job.timezone,
+        "every_seconds": "",
+        "run_at_0": "",
+        "run_at_1": "",
+        "start_at_0": "",
+        "start_at_1": "",
+        "end_at_0": "",
+        "end_at_1": "",
+        "task_name": job.task_name,
+        "args": "[]",
+        "kwargs": "{}",
+        "queue": "",
+        "priority": "5",
+        "timeout_seconds": "300",
+        "max_attempts": "3",
+        "retry_backoff_seconds": "10",
+        "retry_backoff_max_seconds": "3600",
+        "misfire_policy": "run_once",
+        "catchup_window_seconds": "86400",
+        "run_all_cap": "100",
+        "overlap_policy": "allow",
+        "jitter_seconds": "0",
     }
     data.update(overrides)
     return data
@@ -188,8 +251,9 @@ def test_job_change_page_shows_a_bad_edit_on_its_field_and_saves_nothing(admin_c
 
 
 def test_job_change_page_refuses_an_end_in_the_past_on_its_field(admin_client, job):
-    response = admin_client.post(url("job", "change", job.pk), change_form(job, end_at_0="2020-01-01",
-                                                                           end_at_1="00:00:00"))
+    response = admin_client.post(
+        url("job", "change", job.pk), change_form(job, end_at_0="2020-01-01", end_at_1="00:00:00")
+    )
 
     assert response.status_code == 200
     assert "is in the past" in str(response.context["adminform"].form.errors["end_at"])
@@ -209,9 +273,17 @@ def test_job_change_page_refuses_full_width_digits_in_an_instant(admin_client, j
 
 
 def test_tenant_change_page_sets_quotas_through_the_service(admin_client, tenant):
-    data = {"name": tenant.name, "timezone": tenant.timezone, "is_active": "on", "max_jobs": "10",
-            "min_interval_seconds": "60", "max_fires_per_minute": "", "max_concurrent_runs": "4", "weight": "2",
-            "api_requests_per_minute": ""}
+    data = {
+        "name": tenant.name,
+        "timezone": tenant.timezone,
+        "is_active": "on",
+        "max_jobs": "10",
+        "min_interval_seconds": "60",
+        "max_fires_per_minute": "",
+        "max_concurrent_runs": "4",
+        "weight": "2",
+        "api_requests_per_minute": "",
+    }
 
     response = admin_client.post(url("tenant", "change", tenant.pk), data)
 
@@ -296,11 +368,14 @@ def test_add_tenant_goes_through_the_service(admin_client, db):
     assert Tenant.objects.filter(slug="beta", timezone="Europe/Oslo").exists()
 
 
-@pytest.mark.parametrize(("data", "message"), [
-    ({"slug": "Beta", "name": "Beta", "timezone": "UTC"}, "Use lowercase letters"),
-    ({"slug": "beta", "name": "Beta", "timezone": "Mars/Base"}, "unknown time zone"),
-    ({"slug": "beta", "name": "Beta\u2028Corp", "timezone": "UTC"}, "must not contain the character U+2028"),
-])
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"slug": "Beta", "name": "Beta", "timezone": "UTC"}, "Use lowercase letters"),
+        ({"slug": "beta", "name": "Beta", "timezone": "Mars/Base"}, "unknown time zone"),
+        ({"slug": "beta", "name": "Beta\u2028Corp", "timezone": "UTC"}, "must not contain the character U+2028"),
+    ],
+)
 def test_add_tenant_refuses_bad_input(admin_client, db, data, message):
     response = admin_client.post(url("tenant", "add"), data)
 
@@ -322,15 +397,18 @@ def test_add_job_goes_through_the_service(admin_client, admin_user, tenant):
 
 
 def test_add_job_sets_priority_overlap_and_jitter(admin_client, tenant):
-    form = job_form(tenant, priority="8", overlap_policy="skip", jitter_seconds="120",
-                    retry_backoff_max_seconds="600")
+    form = job_form(tenant, priority="8", overlap_policy="skip", jitter_seconds="120", retry_backoff_max_seconds="600")
 
     response = admin_client.post(url("job", "add"), form)
 
     assert response.status_code == 302, response.context["adminform"].form.errors
     job = Job.objects.get(name="from-admin")
-    assert (job.priority, job.overlap_policy, job.jitter_seconds, job.retry_backoff_max_seconds) == (8, "skip", 120,
-                                                                                                      600)
+    assert (job.priority, job.overlap_policy, job.jitter_seconds, job.retry_backoff_max_seconds) == (
+        8,
+        "skip",
+        120,
+        600,
+    )
 
 
 def test_add_check_in_job_makes_its_ping_key_and_runs_no_task(admin_client, tenant):
@@ -353,15 +431,20 @@ def test_add_check_in_job_without_grace_takes_the_default(admin_client, tenant):
 def test_add_job_with_a_window_places_it_and_its_page_says_where_and_why(admin_client, tenant):
     for minute in range(10):  # 01:00-01:09 but 01:06 each hold a fixed-time job
         if minute != 6:
-            services.job_create(tenant, services.JobSpec(name=f"fixed-{minute}", cron=f"{minute} 1 * * *",
-                                                         task_name=TASK))
+            services.job_create(
+                tenant, services.JobSpec(name=f"fixed-{minute}", cron=f"{minute} 1 * * *", task_name=TASK)
+            )
 
     response = admin_client.post(url("job", "add"), job_form(tenant, cron="", flex_window="daily 01:00-01:10"))
 
     assert response.status_code == 302, response.context["adminform"].form.errors
     job = Job.objects.get(name="from-admin")
-    assert (job.flex_window, job.flex_scope, job.cron, job.timezone) == ("daily 01:00-01:10", "tenant", "6 1 * * *",
-                                                                         "Asia/Tokyo")
+    assert (job.flex_window, job.flex_scope, job.cron, job.timezone) == (
+        "daily 01:00-01:10",
+        "tenant",
+        "6 1 * * *",
+        "Asia/Tokyo",
+    )
     page = admin_client.get(url("job", "change", job.pk)).content.decode()
     assert "window daily 01:00-01:10, placed at cron 6 1 * * * (Asia/Tokyo)" in page
     assert "01:06 Asia/Tokyo, chosen in daily 01:00-01:10" in page  # the placement's why
@@ -369,10 +452,10 @@ def test_add_job_with_a_window_places_it_and_its_page_says_where_and_why(admin_c
     assert "window daily 01:00-01:10, placed at cron 6 1 * * *" in listing
 
 
-def test_the_change_page_places_an_edited_window_again_and_a_cleared_one_keeps_the_placed_minute(admin_client,
-                                                                                               tenant):
-    job = services.job_create(tenant, services.JobSpec(name="nightly-flex", task_name=TASK,
-                                                       flex_window="daily 01:00-01:10"))
+def test_the_change_page_places_an_edited_window_again_and_a_cleared_one_keeps_the_placed_minute(admin_client, tenant):
+    job = services.job_create(
+        tenant, services.JobSpec(name="nightly-flex", task_name=TASK, flex_window="daily 01:00-01:10")
+    )
     form = change_form(job, flex_window=job.flex_window, flex_scope=job.flex_scope)
 
     response = admin_client.post(url("job", "change", job.pk), {**form, "flex_window": "daily 04:00-04:05"})
@@ -382,24 +465,38 @@ def test_the_change_page_places_an_edited_window_again_and_a_cleared_one_keeps_t
     assert job.flex_window == "daily 04:00-04:05" and job.cron.split()[1] == "4" and int(job.cron.split()[0]) < 5
     placed = job.cron
 
-    response = admin_client.post(url("job", "change", job.pk),
-                                 {**change_form(job, flex_window=job.flex_window, flex_scope=job.flex_scope),
-                                  "flex_window": "", "flex_scope": ""})
+    response = admin_client.post(
+        url("job", "change", job.pk),
+        {
+            **change_form(job, flex_window=job.flex_window, flex_scope=job.flex_scope),
+            "flex_window": "",
+            "flex_scope": "",
+        },
+    )
 
     assert response.status_code == 302, response.context["adminform"].form.errors
     job.refresh_from_db()
     assert (job.flex_window, job.flex_scope, job.flex_note, job.cron) == ("", "", "", placed)
 
 
-@pytest.mark.parametrize(("overrides", "field", "message"), [
-    ({"cron": "", "flex_window": "nightly"}, "flex_window", "'nightly' is not a window"),
-    ({"cron": "0 1 * * *", "flex_window": "daily 01:00-03:00"}, "flex_window", "give a window or a schedule (cron)"),
-    ({"cron": "", "flex_window": "daily 01:00-03:00", "jitter_seconds": "60"}, "jitter_seconds",
-     "must be 0 with a flex_window"),
-    ({"flex_scope": "queue"}, "flex_scope", "applies to a job with a flex_window only"),
-])
-def test_add_job_refuses_a_bad_window_on_its_field_and_writes_nothing(admin_client, tenant, overrides, field,
-                                                                       message):
+@pytest.mark.parametrize(
+    ("overrides", "field", "message"),
+    [
+        ({"cron": "", "flex_window": "nightly"}, "flex_window", "'nightly' is not a window"),
+        (
+            {"cron": "0 1 * * *", "flex_window": "daily 01:00-03:00"},
+            "flex_window",
+            "give a window or a schedule (cron)",
+        ),
+        (
+            {"cron": "", "flex_window": "daily 01:00-03:00", "jitter_seconds": "60"},
+            "jitter_seconds",
+            "must be 0 with a flex_window",
+        ),
+        ({"flex_scope": "queue"}, "flex_scope", "applies to a job with a flex_window only"),
+    ],
+)
+def test_add_job_refuses_a_bad_window_on_its_field_and_writes_nothing(admin_client, tenant, overrides, field, message):
     response = admin_client.post(url("job", "add"), job_form(tenant, **overrides))
 
     assert response.status_code == 200
@@ -408,34 +505,40 @@ def test_add_job_refuses_a_bad_window_on_its_field_and_writes_nothing(admin_clie
     assert not Job.objects.exists()
 
 
-@pytest.mark.parametrize(("overrides", "field", "message"), [
-    ({"priority": "10"}, "priority", "must be between 0 and 9"),
-    ({"cron": "*/5 * * * *", "jitter_seconds": "600"}, "jitter_seconds", "shortest gap"),
-    ({"cron": "0 0 31 2 *"}, "cron", "Bad day-of-month in '0 0 31 2 *'"),
-    ({"cron": "", "every_seconds": ""}, "__all__", "give exactly one of cron, every or at"),
-    ({"every_seconds": "60"}, "__all__", "give exactly one of cron, every or at"),
-    ({"timezone": "Nowhere/Land"}, "timezone", "unknown time zone 'Nowhere/Land'"),
-    ({"args": '{"a": 1}'}, "args", "must be a JSON array"),
-    ({"kwargs": "[NaN]"}, "kwargs", "NaN and Infinity are not allowed"),
-    ({"task_name": "os.system"}, "task_name", "Select a valid choice"),
-    ({"task_name": ""}, "task_name", "Choose a task, or tick Check-in job"),
-    ({"check_in": "on"}, "task_name", "A check-in job runs no task"),
-    ({"grace_seconds": "60"}, "grace_seconds", "Grace is for check-in jobs only"),
-    ({"task_name": "", "check_in": "on", "grace_seconds": "0"}, "grace_seconds", "greater than or equal to 1"),
-    ({"tags": '["one", 2]'}, "tags", "Give tags separated by commas"),
-    ({"tags": "ok, " + "x" * 65}, "tags", "tags.1: "),
-    ({"cron": "", "run_at_0": "2020-01-01", "run_at_1": "00:00:00"}, "run_at", "is in the past"),
-    ({"end_at_0": "2020-01-01", "end_at_1": "00:00:00"}, "end_at", "is in the past"),
-    ({"cron": "", "run_at_0": "\uff12\uff10\uff13\uff10-01-01", "run_at_1": "00:00:00"}, "run_at",
-     "U+FF12 FULLWIDTH DIGIT TWO is not one"),
-    ({"start_at_0": "2030-01-01", "start_at_1": "0\uff10:00:00"}, "start_at", "digits 0-9"),
-    ({"end_at_0": "\u0662\u0660\u0663\u0660-01-01", "end_at_1": "00:00:00"}, "end_at", "digits 0-9"),
-    ({"name": "nightly"}, "__all__", "already exists"),
-    ({"name": "a\u2028b"}, "name", "must not contain the character U+2028 LINE SEPARATOR"),
-    ({"description": "pays \u202e001$"}, "description", "must not contain the character U+202E"),
-    ({"description": "a\u2029b"}, "description", "must not contain the character U+2029"),
-    ({"tags": '["ok", "b\\u2066ad"]'}, "tags", "must not contain the character U+2066"),
-])
+@pytest.mark.parametrize(
+    ("overrides", "field", "message"),
+    [
+        ({"priority": "10"}, "priority", "must be between 0 and 9"),
+        ({"cron": "*/5 * * * *", "jitter_seconds": "600"}, "jitter_seconds", "shortest gap"),
+        ({"cron": "0 0 31 2 *"}, "cron", "Bad day-of-month in '0 0 31 2 *'"),
+        ({"cron": "", "every_seconds": ""}, "__all__", "give exactly one of cron, every or at"),
+        ({"every_seconds": "60"}, "__all__", "give exactly one of cron, every or at"),
+        ({"timezone": "Nowhere/Land"}, "timezone", "unknown time zone 'Nowhere/Land'"),
+        ({"args": '{"a": 1}'}, "args", "must be a JSON array"),
+        ({"kwargs": "[NaN]"}, "kwargs", "NaN and Infinity are not allowed"),
+        ({"task_name": "os.system"}, "task_name", "Select a valid choice"),
+        ({"task_name": ""}, "task_name", "Choose a task, or tick Check-in job"),
+        ({"check_in": "on"}, "task_name", "A check-in job runs no task"),
+        ({"grace_seconds": "60"}, "grace_seconds", "Grace is for check-in jobs only"),
+        ({"task_name": "", "check_in": "on", "grace_seconds": "0"}, "grace_seconds", "greater than or equal to 1"),
+        ({"tags": '["one", 2]'}, "tags", "Give tags separated by commas"),
+        ({"tags": "ok, " + "x" * 65}, "tags", "tags.1: "),
+        ({"cron": "", "run_at_0": "2020-01-01", "run_at_1": "00:00:00"}, "run_at", "is in the past"),
+        ({"end_at_0": "2020-01-01", "end_at_1": "00:00:00"}, "end_at", "is in the past"),
+        (
+            {"cron": "", "run_at_0": "\uff12\uff10\uff13\uff10-01-01", "run_at_1": "00:00:00"},
+            "run_at",
+            "U+FF12 FULLWIDTH DIGIT TWO is not one",
+        ),
+        ({"start_at_0": "2030-01-01", "start_at_1": "0\uff10:00:00"}, "start_at", "digits 0-9"),
+        ({"end_at_0": "\u0662\u0660\u0663\u0660-01-01", "end_at_1": "00:00:00"}, "end_at", "digits 0-9"),
+        ({"name": "nightly"}, "__all__", "already exists"),
+        ({"name": "a\u2028b"}, "name", "must not contain the character U+2028 LINE SEPARATOR"),
+        ({"description": "pays \u202e001$"}, "description", "must not contain the character U+202E"),
+        ({"description": "a\u2029b"}, "description", "must not contain the character U+2029"),
+        ({"tags": '["ok", "b\\u2066ad"]'}, "tags", "must not contain the character U+2066"),
+    ],
+)
 def test_add_job_refuses_bad_input_and_writes_nothing(admin_client, job, overrides, field, message):
     jobs, events = Job.objects.count(), AuditEvent.objects.count()
 
@@ -466,8 +569,7 @@ def test_pause_and_resume_actions(admin_client, admin_user, job, tenant):
     assert actors == {f"admin:{admin_user.username}"}
 
 
-def test_trigger_action_records_a_manual_queued_run(admin_client, admin_user, job,
-                                                   django_capture_on_commit_callbacks):
+def test_trigger_action_records_a_manual_queued_run(admin_client, admin_user, job, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         response = post_action(admin_client, "trigger_jobs", job)
 
@@ -545,8 +647,9 @@ def test_ledger_lists_never_compute_facet_counts(admin_client, runs):
 
 @pytest.mark.django_db(transaction=True)
 def test_trigger_action_reports_a_run_the_broker_did_not_take(admin_client, monkeypatch):
-    job = services.job_create(services.tenant_create(slug="acme"),
-                              services.JobSpec(name="nightly", task_name=TASK, cron="0 9 * * *"))
+    job = services.job_create(
+        services.tenant_create(slug="acme"), services.JobSpec(name="nightly", task_name=TASK, cron="0 9 * * *")
+    )
 
     def broker_down(messages):
         raise ConnectionError("Connection refused")

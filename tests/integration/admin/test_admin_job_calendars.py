@@ -12,9 +12,17 @@ from scheduler_app import services
 from scheduler_app.models import Job, Tenant
 
 TASK = "scheduler_app.echo"
-TENANT_ADMIN = ("view_job", "add_job", "change_job", "view_jobrun", "view_tenant", "add_tenant", "change_tenant",
-                "view_calendar", "view_auditevent")
-
+TENANT_ADMIN = (
+    "view_job",
+    "add_job",
+    "change_job",
+    "view_jobrun",
+    "view_tenant",
+    "add_tenant",
+    "change_tenant",
+    "view_calendar",
+    "view_auditevent",
+)
 
 
 @pytest.fixture
@@ -34,8 +42,9 @@ def other(db) -> Tenant:
 @pytest.fixture
 def staff(client, db) -> None:
     user = User.objects.create_user("tenant-admin", password="pw", is_staff=True)
-    user.user_permissions.add(*Permission.objects.filter(content_type__app_label="scheduler_app",
-                                                         codename__in=TENANT_ADMIN))
+    user.user_permissions.add(
+        *Permission.objects.filter(content_type__app_label="scheduler_app", codename__in=TENANT_ADMIN)
+    )
     client.force_login(user)
 
 
@@ -46,12 +55,33 @@ def job(acme) -> Job:
 
 def change_form(job: Job, **overrides) -> dict:
     data = {
-        "name": job.name, "description": "", "tags": "[]", "cron": job.cron, "timezone": job.timezone,
-        "every_seconds": "", "run_at_0": "", "run_at_1": "", "start_at_0": "", "start_at_1": "", "end_at_0": "",
-        "end_at_1": "", "task_name": job.task_name, "args": "[]", "kwargs": "{}", "queue": "", "priority": "5",
-        "timeout_seconds": "300", "max_attempts": "3", "retry_backoff_seconds": "10",
-        "retry_backoff_max_seconds": "3600", "misfire_policy": "run_once", "catchup_window_seconds": "86400",
-        "run_all_cap": "100", "overlap_policy": "allow", "jitter_seconds": "0", "calendar_policy": "skip",
+        "name": job.name,
+        "description": "",
+        "tags": "[]",
+        "cron": job.cron,
+        "timezone": job.timezone,
+        "every_seconds": "",
+        "run_at_0": "",
+        "run_at_1": "",
+        "start_at_0": "",
+        "start_at_1": "",
+        "end_at_0": "",
+        "end_at_1": "",
+        "task_name": job.task_name,
+        "args": "[]",
+        "kwargs": "{}",
+        "queue": "",
+        "priority": "5",
+        "timeout_seconds": "300",
+        "max_attempts": "3",
+        "retry_backoff_seconds": "10",
+        "retry_backoff_max_seconds": "3600",
+        "misfire_policy": "run_once",
+        "catchup_window_seconds": "86400",
+        "run_all_cap": "100",
+        "overlap_policy": "allow",
+        "jitter_seconds": "0",
+        "calendar_policy": "skip",
     }
     data.update(overrides)
     return data
@@ -78,8 +108,9 @@ def test_the_change_form_lists_only_the_job_s_tenant_s_calendars(client, staff, 
 def test_the_change_form_refuses_another_tenant_s_calendar_id_on_the_calendar_field(client, staff, job, other):
     foreign = other.calendars.get()
 
-    response = client.post(reverse("admin:scheduler_app_job_change", args=[job.pk]),
-                           change_form(job, calendar=str(foreign.pk)))
+    response = client.post(
+        reverse("admin:scheduler_app_job_change", args=[job.pk]), change_form(job, calendar=str(foreign.pk))
+    )
 
     assert response.status_code == 200  # the form again
     errors = response.context["adminform"].form.errors

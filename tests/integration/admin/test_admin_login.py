@@ -34,8 +34,11 @@ def staff(db, settings):
 
 
 def log_in(client: Client, username: str, password: str, address: str = "198.51.100.7"):
-    return client.post("/admin/login/?next=/admin/", {"username": username, "password": password,
-                                                      "next": "/admin/"}, REMOTE_ADDR=address)
+    return client.post(
+        "/admin/login/?next=/admin/",
+        {"username": username, "password": password, "next": "/admin/"},
+        REMOTE_ADDR=address,
+    )
 
 
 def test_twenty_wrong_passwords_lock_the_right_one_out_until_the_window_passes(counting, staff, settings):

@@ -21,26 +21,41 @@ SECRET_ERROR = "run-error-for-viewers-only"
 DASHBOARD_VIEWS = ("view_jobrun", "view_job", "view_alert", "view_tenant", "view_node")
 
 
-
 @pytest.fixture
 def failing(db):
     """A tenant's job with a dead run (its error) and an alert (its text), raised just now."""
     tenant = services.tenant_create(slug="acme", name="Acme")
     job = services.job_create(tenant, services.JobSpec(name="nightly", task_name=TASK, cron="0 9 * * *"))
     now = db_now()
-    JobRun.objects.create(job=job, tenant=tenant, scheduled_at=now - timedelta(minutes=10), created_at=now,
-                          started_at=now - timedelta(minutes=9), finished_at=now - timedelta(minutes=8),
-                          state=RunState.DEAD, error=SECRET_ERROR)
+    JobRun.objects.create(
+        job=job,
+        tenant=tenant,
+        scheduled_at=now - timedelta(minutes=10),
+        created_at=now,
+        started_at=now - timedelta(minutes=9),
+        finished_at=now - timedelta(minutes=8),
+        state=RunState.DEAD,
+        error=SECRET_ERROR,
+    )
     rule = alerts.rule_set(job, {"on_failure": True})
-    Alert.objects.create(rule=rule, job=job, tenant=tenant, kind="dead", dedup_key="dead-1", message=SECRET_ALERT,
-                         raised_at=now, next_delivery_at=now)
+    Alert.objects.create(
+        rule=rule,
+        job=job,
+        tenant=tenant,
+        kind="dead",
+        dedup_key="dead-1",
+        message=SECRET_ALERT,
+        raised_at=now,
+        next_delivery_at=now,
+    )
     return job
 
 
 def login(client, *codenames: str) -> User:
     user = User.objects.create_user(f"staff{User.objects.count()}", password="pw", is_staff=True)
-    user.user_permissions.add(*Permission.objects.filter(content_type__app_label="scheduler_app",
-                                                         codename__in=codenames))
+    user.user_permissions.add(
+        *Permission.objects.filter(content_type__app_label="scheduler_app", codename__in=codenames)
+    )
     client.force_login(user)
     return user
 
@@ -78,17 +93,29 @@ def test_the_job_page_shows_runs_and_alerts_only_to_staff_who_may_view_them(clie
     assert SECRET_ALERT in shown and SECRET_ERROR in shown
 
 
-TENANT_FORM = {"name": "Acme", "timezone": "UTC", "is_active": "on", "max_jobs": "5", "min_interval_seconds": "0",
-               "max_fires_per_minute": "", "max_concurrent_runs": "", "weight": "7", "api_requests_per_minute": "",
-               "retention_days": "1000", "retention_failed_days": "", "retention_keep_last": ""}
+TENANT_FORM = {
+    "name": "Acme",
+    "timezone": "UTC",
+    "is_active": "on",
+    "max_jobs": "5",
+    "min_interval_seconds": "0",
+    "max_fires_per_minute": "",
+    "max_concurrent_runs": "",
+    "weight": "7",
+    "api_requests_per_minute": "",
+    "retention_days": "1000",
+    "retention_failed_days": "",
+    "retention_keep_last": "",
+}
 
 
 def test_a_tenant_s_quotas_and_retention_are_read_only_without_change_tenant_quotas(client, failing):
     tenant = failing.tenant
     login(client, "view_tenant", "change_tenant")
 
-    response = client.post(reverse("admin:scheduler_app_tenant_change", args=[tenant.pk]),
-                           {**TENANT_FORM, "name": "Acme renamed"})
+    response = client.post(
+        reverse("admin:scheduler_app_tenant_change", args=[tenant.pk]), {**TENANT_FORM, "name": "Acme renamed"}
+    )
 
     assert response.status_code == 302, response.content.decode()[:2000]
     tenant.refresh_from_db()

@@ -82,12 +82,32 @@ def test_the_index_has_no_empty_celery_results_section(admin_client, db):
 
 def test_the_run_page_shows_every_attempt_the_whole_error_and_replays(admin_client, job):
     long_error = "Traceback (most recent call last):\n" + "  frame\n" * 40 + "RuntimeError: the end"
-    run = make_run(job, BASE, state=RunState.DEAD, attempt=2, worker="celery@w2", error=long_error, attempts=[
-        {"attempt": 1, "worker": "celery@w1", "started_at": "2024-01-01T18:33:06.100000+00:00",
-         "finished_at": "2024-01-01T18:33:08.350000+00:00", "outcome": "retrying", "error": "ConnectionError: reset"},
-        {"attempt": 2, "worker": "celery@w2", "started_at": "2024-01-01T18:33:20+00:00",
-         "finished_at": "2024-01-01T18:33:25+00:00", "outcome": "dead", "error": "RuntimeError: the end"},
-    ])
+    run = make_run(
+        job,
+        BASE,
+        state=RunState.DEAD,
+        attempt=2,
+        worker="celery@w2",
+        error=long_error,
+        attempts=[
+            {
+                "attempt": 1,
+                "worker": "celery@w1",
+                "started_at": "2024-01-01T18:33:06.100000+00:00",
+                "finished_at": "2024-01-01T18:33:08.350000+00:00",
+                "outcome": "retrying",
+                "error": "ConnectionError: reset",
+            },
+            {
+                "attempt": 2,
+                "worker": "celery@w2",
+                "started_at": "2024-01-01T18:33:20+00:00",
+                "finished_at": "2024-01-01T18:33:25+00:00",
+                "outcome": "dead",
+                "error": "RuntimeError: the end",
+            },
+        ],
+    )
 
     html = admin_client.get(url("jobrun", "change", run.pk)).content.decode()
 
@@ -106,9 +126,24 @@ def test_the_run_page_shows_every_attempt_the_whole_error_and_replays(admin_clie
 
 
 def test_the_run_page_shows_the_attempt_in_progress_and_no_replay(admin_client, job):
-    run = make_run(job, BASE, state=RunState.RUNNING, attempt=2, worker="celery@w9", finished_at=None, attempts=[
-        {"attempt": 1, "worker": "celery@w1", "started_at": "2024-01-01T18:33:06+00:00",
-         "finished_at": "2024-01-01T18:33:07+00:00", "outcome": "retrying", "error": "boom"}])
+    run = make_run(
+        job,
+        BASE,
+        state=RunState.RUNNING,
+        attempt=2,
+        worker="celery@w9",
+        finished_at=None,
+        attempts=[
+            {
+                "attempt": 1,
+                "worker": "celery@w1",
+                "started_at": "2024-01-01T18:33:06+00:00",
+                "finished_at": "2024-01-01T18:33:07+00:00",
+                "outcome": "retrying",
+                "error": "boom",
+            }
+        ],
+    )
 
     html = admin_client.get(url("jobrun", "change", run.pk)).content.decode()
 
@@ -123,6 +158,7 @@ def test_replay_needs_the_change_job_permission(client, django_user_model, job):
     run = make_run(job, BASE, state=RunState.FAILED)
     viewer = django_user_model.objects.create_user("viewer", password="pw", is_staff=True)
     from django.contrib.auth.models import Permission
+
     viewer.user_permissions.add(Permission.objects.get(codename="view_jobrun"))
     client.force_login(viewer)
 
@@ -153,6 +189,7 @@ def test_the_ledger_searches_by_job_fire_key_and_run_id(admin_client, job, tenan
 
 def test_the_ledger_counts_at_most_the_cap(admin_client, job, monkeypatch):
     from scheduler_app.admin import runs as runs_admin
+
     monkeypatch.setattr(runs_admin, "LEDGER_COUNT_CAP", 3)
     for minute in range(5):
         make_run(job, BASE + timedelta(minutes=minute))
@@ -178,6 +215,7 @@ def test_a_filtered_ledger_is_newest_fire_first(admin_client, job):
 def test_a_deep_ledger_page_shows_its_rows_newest_first(admin_client, job, monkeypatch):
     """Pages are read as ids first, then the rows: the same rows in the same order."""
     from scheduler_app.admin.runs import JobRunAdmin
+
     monkeypatch.setattr(JobRunAdmin, "list_per_page", 3)
     runs = [make_run(job, BASE + timedelta(minutes=minute), state=RunState.FAILED) for minute in range(8)]
 
@@ -198,9 +236,13 @@ def test_the_ledger_filters_by_fire_date_and_sorts_by_id_only(admin_client, job)
 
     response = admin_client.get(url("jobrun", "changelist"))
     html = response.content.decode()
-    week = next(choice["query_string"] for spec in response.context["cl"].filter_specs
-                if spec.title == "fire time" for choice in spec.choices(response.context["cl"])
-                if choice["display"] == "Past 7 days")
+    week = next(
+        choice["query_string"]
+        for spec in response.context["cl"].filter_specs
+        if spec.title == "fire time"
+        for choice in spec.choices(response.context["cl"])
+        if choice["display"] == "Past 7 days"
+    )
     filtered = admin_client.get(url("jobrun", "changelist") + week).context["cl"].result_list
     by_fire_time = admin_client.get(url("jobrun", "changelist"), {"o": "-2"}).context["cl"].result_list
 
@@ -216,8 +258,11 @@ def test_a_tenant_s_runs_in_one_state_are_counted_from_an_index_alone(job):
     make_run(job, BASE, state=RunState.FAILED)
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")
-        cursor.execute("EXPLAIN SELECT count(*) FROM (SELECT 1 FROM scheduler_app_jobrun "
-                       "WHERE tenant_id = %s AND state = 'failed' LIMIT 10001) AS capped", [job.tenant_id])
+        cursor.execute(
+            "EXPLAIN SELECT count(*) FROM (SELECT 1 FROM scheduler_app_jobrun "
+            "WHERE tenant_id = %s AND state = 'failed' LIMIT 10001) AS capped",
+            [job.tenant_id],
+        )
         plan = "\n".join(row[0] for row in cursor.fetchall())
 
     assert "Index Only Scan using jobrun_tenant_state_idx" in plan, plan
@@ -240,7 +285,7 @@ def test_the_job_page_shows_recent_runs_a_timeline_and_the_next_fires_in_the_job
     html = admin_client.get(url("job", "change", job.pk)).content.decode()
 
     assert html.count('class="cf-point cf-state-fill') == 2  # the timeline's two fires
-    assert 'cf-state-fill cf-dead' in html
+    assert "cf-state-fill cf-dead" in html
     recent = html.split('id="cf-recent-runs"')[1].split("</table>")[0]
     assert recent.count("<tr>") == 3 and "1.00 s" in recent and "5.00 s" in recent  # start lag, took
     assert "RuntimeError: nope" in recent
@@ -250,6 +295,7 @@ def test_the_job_page_shows_recent_runs_a_timeline_and_the_next_fires_in_the_job
 def test_the_next_fires_flag_dst(admin_client, tenant):
     job = services.job_create(tenant, services.JobSpec(name="night", task_name=TASK, cron="30 2 * * *"))
     from scheduler_app.models import Job as JobModel
+
     JobModel.objects.filter(pk=job.pk).update(next_run_at=datetime(2026, 3, 28, 1, 30, tzinfo=UTC))
 
     html = admin_client.get(url("job", "change", job.pk)).content.decode()
@@ -296,7 +342,9 @@ def test_the_job_page_replays_the_last_failed_run(admin_client, job):
     make_run(job, BASE, state=RunState.FAILED)
     failed = make_run(job, BASE + timedelta(minutes=5), state=RunState.DEAD)
     make_run(job, BASE + timedelta(minutes=10), state=RunState.SUCCEEDED)
-    assert f"Replay last failed run ({failed.pk}, dead)" in admin_client.get(url("job", "change", job.pk)).content.decode()
+    assert (
+        f"Replay last failed run ({failed.pk}, dead)" in admin_client.get(url("job", "change", job.pk)).content.decode()
+    )
 
     html = console(admin_client, job, "replay").content.decode()
 
@@ -307,9 +355,11 @@ def test_the_job_page_replays_the_last_failed_run(admin_client, job):
 
 def test_the_job_page_s_actions_need_the_change_job_permission(client, django_user_model, job):
     from django.contrib.auth.models import Permission
+
     viewer = django_user_model.objects.create_user("viewer", password="pw", is_staff=True)
-    viewer.user_permissions.add(*Permission.objects.filter(
-        codename__in=["view_job", "view_jobrun", "view_alertrule", "view_alert"]))  # the console's panels
+    viewer.user_permissions.add(
+        *Permission.objects.filter(codename__in=["view_job", "view_jobrun", "view_alertrule", "view_alert"])
+    )  # the console's panels
     client.force_login(viewer)
 
     assert "You may look, not operate" in client.get(url("job", "change", job.pk)).content.decode()
@@ -380,8 +430,9 @@ def test_the_dashboard_shows_each_queue_s_depth_and_the_beats_and_workers(admin_
     from the broker and says no live worker consumes that queue; a beat's heartbeat is listed."""
     from scheduler_app.observability import nodes
 
-    job = services.job_create(tenant, services.JobSpec(name="queued", task_name=TASK, cron="0 0 1 1 *",
-                                                       queue=queue_name))
+    job = services.job_create(
+        tenant, services.JobSpec(name="queued", task_name=TASK, cron="0 0 1 1 *", queue=queue_name)
+    )
     for _ in range(3):
         services.job_trigger(job)
     nodes.Registration(NodeKind.BEAT, "beat-under-test", stale_after=60, queues=[queue_name]).register("dispatching")
@@ -399,13 +450,21 @@ def test_the_dashboard_shows_each_queue_s_depth_and_the_beats_and_workers(admin_
 def test_the_dashboard_lists_the_latest_alerts_of_the_day(admin_client, job):
     from scheduler_app.models import Alert, db_now
 
-    other = services.job_create(services.tenant_create(slug="other", name="Other"),
-                                services.JobSpec(name="quiet", task_name=TASK, cron="0 9 * * *"))
+    other = services.job_create(
+        services.tenant_create(slug="other", name="Other"),
+        services.JobSpec(name="quiet", task_name=TASK, cron="0 9 * * *"),
+    )
     now = db_now()
     for kind, alerted, hours in (("dead", job, 1), ("no_success", other, 2), ("failed", job, 30)):
-        Alert.objects.create(job=alerted, tenant=alerted.tenant, kind=kind, dedup_key=f"{kind}-{alerted.pk}",
-                             message=f"{alerted.name} went {kind}", raised_at=now - timedelta(hours=hours),
-                             delivered_at=now if kind == "dead" else None)
+        Alert.objects.create(
+            job=alerted,
+            tenant=alerted.tenant,
+            kind=kind,
+            dedup_key=f"{kind}-{alerted.pk}",
+            message=f"{alerted.name} went {kind}",
+            raised_at=now - timedelta(hours=hours),
+            delivered_at=now if kind == "dead" else None,
+        )
 
     html = admin_client.get(reverse("cronfleet:dashboard")).content.decode()
     mine = admin_client.get(reverse("cronfleet:dashboard"), {"tenant": "demo"}).content.decode()

@@ -34,9 +34,19 @@ def retried_run(job: Job, at: datetime) -> JobRun:
     """A dead run whose attempt 1 started 0.5 s after its fire time, attempt 2 after 6 s
     of backoff, 0.25 s after it was queued again."""
     return JobRun.objects.create(
-        job=job, tenant=job.tenant, scheduled_at=at, state=RunState.DEAD, trigger=Trigger.SCHEDULE, attempt=2,
-        created_at=at, dispatched_at=at + timedelta(seconds=0.1), enqueued_at=at + timedelta(seconds=6),
-        started_at=at + timedelta(seconds=6.25), finished_at=at + timedelta(seconds=7), error="RuntimeError: no")
+        job=job,
+        tenant=job.tenant,
+        scheduled_at=at,
+        state=RunState.DEAD,
+        trigger=Trigger.SCHEDULE,
+        attempt=2,
+        created_at=at,
+        dispatched_at=at + timedelta(seconds=0.1),
+        enqueued_at=at + timedelta(seconds=6),
+        started_at=at + timedelta(seconds=6.25),
+        finished_at=at + timedelta(seconds=7),
+        error="RuntimeError: no",
+    )
 
 
 # --- 1. start lag and the run's times -------------------------------------------------------
@@ -61,7 +71,7 @@ def test_the_run_page_s_lags_and_times_read_in_order(admin_client, job):
     first, last = html.index("First dispatched at"), html.index("Last queued at")
     assert first < last < html.index("Started at")
     assert html.index("2024-01-01 18:33:05 UTC", first) < last  # dispatched at 18:33:05.1
-    assert "2024-01-01 18:33:11 UTC" in html[last:html.index("Started at")]  # queued again at 18:33:11
+    assert "2024-01-01 18:33:11 UTC" in html[last : html.index("Started at")]  # queued again at 18:33:11
 
 
 # --- 2. alert texts ---------------------------------------------------------------------
@@ -72,8 +82,15 @@ def test_a_too_long_alert_shows_a_small_threshold_and_duration_apart(job):
     alerts.rule_set(job, {"max_duration_seconds": 0.001}, actor="test")
     AlertRule.objects.update(checked_until=now - timedelta(hours=1), next_check_at=now)
     at = now - timedelta(minutes=10)
-    JobRun.objects.create(job=job, tenant=job.tenant, scheduled_at=at, state=RunState.SUCCEEDED, created_at=at,
-                          started_at=at + timedelta(seconds=1), finished_at=at + timedelta(seconds=1.0042))
+    JobRun.objects.create(
+        job=job,
+        tenant=job.tenant,
+        scheduled_at=at,
+        state=RunState.SUCCEEDED,
+        created_at=at,
+        started_at=at + timedelta(seconds=1),
+        finished_at=at + timedelta(seconds=1.0042),
+    )
 
     assert alerts.evaluate_due_rules(now) == 1
 
@@ -83,22 +100,35 @@ def test_a_too_long_alert_shows_a_small_threshold_and_duration_apart(job):
 
 def make_alert(job: Job, **fields) -> Alert:
     fields.setdefault("raised_at", db_now())
-    return Alert.objects.create(job=job, tenant=job.tenant, kind=AlertKind.TOO_LONG, dedup_key=f"k{next(_keys)}",
-                                message=f"{job}: run 47 took 9 s (more than 1 s)", **fields)
+    return Alert.objects.create(
+        job=job,
+        tenant=job.tenant,
+        kind=AlertKind.TOO_LONG,
+        dedup_key=f"k{next(_keys)}",
+        message=f"{job}: run 47 took 9 s (more than 1 s)",
+        **fields,
+    )
 
 
 def test_failing_deliveries_say_failing_retrying_and_the_last_error(admin_client, job):
-    log = [{"channel": "webhook", "at": "2024-01-01T00:00:00+00:00",
-            "error": "ConnectionRefusedError: [Errno 111] Connection refused"},
-           {"channel": "email", "at": "2024-01-01T00:00:00+00:00", "error": None}]
+    log = [
+        {
+            "channel": "webhook",
+            "at": "2024-01-01T00:00:00+00:00",
+            "error": "ConnectionRefusedError: [Errno 111] Connection refused",
+        },
+        {"channel": "email", "at": "2024-01-01T00:00:00+00:00", "error": None},
+    ]
     make_alert(job, delivery_attempts=1, next_delivery_at=db_now() + timedelta(minutes=1), delivery_log=log)
 
     html = admin_client.get(url("alert", "changelist")).content.decode()
     page = admin_client.get(url("job", "change", job.pk)).content.decode()
 
     for text in (html, page):
-        assert "failing, retrying at" in text and "(1 attempt so far; last error: ConnectionRefusedError: " \
-            "[Errno 111] Connection refused)" in text
+        assert (
+            "failing, retrying at" in text
+            and "(1 attempt so far; last error: ConnectionRefusedError: [Errno 111] Connection refused)" in text
+        )
         assert "pending (" not in text and "1 attempts" not in text
 
 
@@ -113,9 +143,15 @@ def test_a_given_up_delivery_says_failed(admin_client, job):
 
 def test_a_new_rule_counts_from_the_job_s_last_success(job):
     finished = db_now() - timedelta(hours=3)
-    JobRun.objects.create(job=job, tenant=job.tenant, scheduled_at=finished - timedelta(seconds=5),
-                          state=RunState.SUCCEEDED, created_at=finished, started_at=finished - timedelta(seconds=4),
-                          finished_at=finished)
+    JobRun.objects.create(
+        job=job,
+        tenant=job.tenant,
+        scheduled_at=finished - timedelta(seconds=5),
+        state=RunState.SUCCEEDED,
+        created_at=finished,
+        started_at=finished - timedelta(seconds=4),
+        finished_at=finished,
+    )
 
     rule = alerts.rule_set(job, {"no_success_seconds": 3600}, actor="test")
 
@@ -168,14 +204,15 @@ def test_the_admin_is_named_cronfleet_and_view_site_opens_the_dashboard(admin_cl
 
 
 def test_tags_are_edited_as_one_comma_separated_line(admin_client, tenant):
-    job = services.job_create(tenant, services.JobSpec(name="tagged", task_name=TASK, cron="0 3 * * *",
-                                                       tags=["billing", "nightly"]))
+    job = services.job_create(
+        tenant, services.JobSpec(name="tagged", task_name=TASK, cron="0 3 * * *", tags=["billing", "nightly"])
+    )
 
     html = admin_client.get(url("job", "change", job.pk)).content.decode()
     saved = admin_client.post(url("job", "change", job.pk), change_form(job, tags="billing, eu ,, nightly"))
     refused = admin_client.post(url("job", "change", job.pk), change_form(job, tags="ok, " + "x" * 65))
 
-    assert 'name="tags" value="billing, nightly"' in html and "<textarea name=\"tags\"" not in html
+    assert 'name="tags" value="billing, nightly"' in html and '<textarea name="tags"' not in html
     assert saved.status_code == 302, saved.content.decode()[:2000]
     job.refresh_from_db()
     assert job.tags == ["billing", "eu", "nightly"]

@@ -28,12 +28,15 @@ def test_the_host_s_admin_login_page_answers(db):
 def test_an_unknown_path_under_the_prefix_s_api_answers_the_api_s_json_404(db):
     assert resolve("/cron/api/nope").func is no_route
 
-    for response in (Client().get("/cron/api/nope"), Client().post("/cron/api/nope", data=b"{}",
-                                                                     content_type="application/json")):
+    for response in (
+        Client().get("/cron/api/nope"),
+        Client().post("/cron/api/nope", data=b"{}", content_type="application/json"),
+    ):
         assert response.status_code == 404
         assert response.json() == {"errors": [{"field": "path", "message": "no route '/cron/api/nope'"}]}
-    assert Client().get("/cron/api/v1/jobs").json() == {"errors": [{
-        "field": "path", "message": "no route '/cron/api/v1/jobs'; the route is '/cron/api/v1/jobs/'"}]}
+    assert Client().get("/cron/api/v1/jobs").json() == {
+        "errors": [{"field": "path", "message": "no route '/cron/api/v1/jobs'; the route is '/cron/api/v1/jobs/'"}]
+    }
 
 
 def test_the_api_answers_under_the_prefix(db):
@@ -64,8 +67,9 @@ def test_the_app_s_section_and_a_tenant_s_page_link_the_dashboard_under_the_pref
 
 
 def test_a_check_in_url_carries_the_prefix_and_answers_there(tenant):
-    job = services.job_create(tenant, services.JobSpec(name="backup", target_kind="monitor", cron="* * * * *",
-                                                       monitor={"grace_seconds": 300}))
+    job = services.job_create(
+        tenant, services.JobSpec(name="backup", target_kind="monitor", cron="* * * * *", monitor={"grace_seconds": 300})
+    )
     monitor = Job.objects.get(pk=job.pk).monitor
 
     assert services.ping_url(monitor, "https://example.com/") == f"https://example.com/cron/ping/{monitor.ping_key}"

@@ -30,9 +30,16 @@ def tenant_with_job(slug: str) -> tuple[Tenant, Job]:
 
 def pending_alert(job: Job, *, seconds_ago: float) -> Alert:
     at = db_now() - timedelta(seconds=seconds_ago)
-    return Alert.objects.create(rule=AlertRule.objects.get(job=job), job=job, tenant=job.tenant, kind=AlertKind.FAILED,
-                                dedup_key=f"flood:{next(_keys)}", message=f"{job}: failed", raised_at=at,
-                                next_delivery_at=at)
+    return Alert.objects.create(
+        rule=AlertRule.objects.get(job=job),
+        job=job,
+        tenant=job.tenant,
+        kind=AlertKind.FAILED,
+        dedup_key=f"flood:{next(_keys)}",
+        message=f"{job}: failed",
+        raised_at=at,
+        next_delivery_at=at,
+    )
 
 
 @pytest.mark.django_db
@@ -59,8 +66,10 @@ def budget_reader(request, monkeypatch):
 def test_alerts_over_the_tenant_s_hourly_budget_are_recorded_suppressed(settings, budget_reader):
     settings.CRONFLEET_ALERT_TENANT_ALERTS_PER_HOUR = 2
     tenant, job = tenant_with_job("counted")
-    others = [services.job_create(tenant, services.JobSpec(name=f"also-{i}", task_name=TASK, cron="* * * * *"))
-              for i in range(2)]
+    others = [
+        services.job_create(tenant, services.JobSpec(name=f"also-{i}", task_name=TASK, cron="* * * * *"))
+        for i in range(2)
+    ]
     now = db_now()
     for minute, each in enumerate([job, *others]):
         arm(each, now, on_failure=True)
@@ -116,10 +125,13 @@ def test_a_rule_saved_with_a_shorter_cool_down_is_held_to_the_minimum(settings):
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize(("changes", "field", "message"), [
-    ({"cooldown_seconds": 59}, "cooldown_seconds", "must be at least 60 s"),
-    ({"emails": [f"ops{i}@example.com" for i in range(11)]}, "emails", "at most 10 addresses"),
-])
+@pytest.mark.parametrize(
+    ("changes", "field", "message"),
+    [
+        ({"cooldown_seconds": 59}, "cooldown_seconds", "must be at least 60 s"),
+        ({"emails": [f"ops{i}@example.com" for i in range(11)]}, "emails", "at most 10 addresses"),
+    ],
+)
 def test_a_short_cool_down_and_too_many_recipients_are_refused_naming_the_field(changes, field, message):
     _, job = tenant_with_job("strict")
 

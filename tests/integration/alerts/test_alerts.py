@@ -112,7 +112,10 @@ def test_rules_are_validated_naming_the_field(job):
         alerts.rule_set(job, {"min_duration_seconds": 10, "max_duration_seconds": 5})
 
     assert (bad_url.value.field, bad_mail.value.field, bad_range.value.field) == (
-        "webhook_url", "emails.1", "min_duration_seconds")
+        "webhook_url",
+        "emails.1",
+        "min_duration_seconds",
+    )
 
 
 def test_an_alert_is_mailed(job, settings):

@@ -97,8 +97,17 @@ def create_job(api: APIClient, **fields) -> dict:
 def test_a_staff_key_makes_a_tenant_and_a_key_for_it_which_then_works_once_shown(db):
     staff = client_for(None)
 
-    made = staff.post("/api/v1/tenants/", {"slug": "acme-api", "name": "Acme", "timezone": "Europe/Berlin",
-                                           "max_jobs": 10, "api_requests_per_minute": 100}, format="json")
+    made = staff.post(
+        "/api/v1/tenants/",
+        {
+            "slug": "acme-api",
+            "name": "Acme",
+            "timezone": "Europe/Berlin",
+            "max_jobs": 10,
+            "api_requests_per_minute": 100,
+        },
+        format="json",
+    )
     keyed = staff.post("/api/v1/tenants/acme-api/keys/", {"name": "deploy bot"}, format="json")
 
     assert made.status_code == 201, made.json()
@@ -148,8 +157,10 @@ def test_a_tenant_holds_at_most_the_configured_number_of_unrevoked_keys(api, ten
     assert second.status_code == 201
     for refused in (by_the_tenant, by_staff):
         assert refused.status_code == 403
-        assert errors_of(refused) == {"tenant": f"tenant {tenant.slug!r} already has the most unrevoked API keys "
-                                                "allowed (2, CRONFLEET_MAX_API_KEYS_PER_TENANT); revoke one first"}
+        assert errors_of(refused) == {
+            "tenant": f"tenant {tenant.slug!r} already has the most unrevoked API keys "
+            "allowed (2, CRONFLEET_MAX_API_KEYS_PER_TENANT); revoke one first"
+        }
     assert after_a_revocation.status_code == 201
     assert ApiKey.objects.filter(tenant=tenant).count() == 3  # two active, one revoked
 
@@ -210,8 +221,12 @@ def test_a_tenant_key_naming_another_tenant_in_the_header_is_refused(api, tenant
 
 def test_a_staff_session_administers_tenants_with_csrf_and_a_plain_user_session_is_refused(tenant):
     staff_user = User.objects.create_user("ops", password="pw", is_staff=True)
-    staff_user.user_permissions.add(*Permission.objects.filter(
-        content_type__app_label="scheduler_app", codename__in=["view_tenant", "change_tenant", "change_tenant_quotas"]))
+    staff_user.user_permissions.add(
+        *Permission.objects.filter(
+            content_type__app_label="scheduler_app",
+            codename__in=["view_tenant", "change_tenant", "change_tenant_quotas"],
+        )
+    )
     session = APIClient(enforce_csrf_checks=True)
     session.force_login(staff_user)
 
@@ -236,8 +251,7 @@ def test_staff_change_a_tenants_quotas_and_a_quota_then_refuses_with_403(tenant)
     api = client_for(tenant)
     create_job(api, name="first")
 
-    changed = staff.patch(f"/api/v1/tenants/{tenant.slug}/", {"max_jobs": 1, "min_interval_seconds": 60},
-                          format="json")
+    changed = staff.patch(f"/api/v1/tenants/{tenant.slug}/", {"max_jobs": 1, "min_interval_seconds": 60}, format="json")
     over_count = api.post("/api/v1/jobs/", job_body(name="second"), format="json")
     Tenant.objects.filter(id=tenant.id).update(max_jobs=None)
     too_often = api.post("/api/v1/jobs/", job_body(name="third", schedule={"every": 10}), format="json")
@@ -269,22 +283,46 @@ def test_creating_a_tenant_with_a_bad_quota_leaves_no_tenant_behind(db):
 def test_jobs_of_every_schedule_and_target_kind_are_created_and_read_back(api, tenant, commands):
     at = (db_now() + timedelta(days=30)).replace(microsecond=0)
 
-    cron = create_job(api, name="nightly", schedule={"cron": "0 3 * * *", "timezone": "Europe/Paris"},
-                      target={"kind": "task", "task": "scheduler_app.echo", "args": [1], "kwargs": {"x": "y"}},
-                      tags=["nightly", "billing"], max_attempts=5, priority=8)
-    every = create_job(api, name="ping", schedule={"every": 600},
-                       target={"kind": "http", "method": "PUT", "url": "https://hooks.example.com/cron",
-                               "headers": {"X-Team": "ops"}, "body": '{"ping": true}'})
-    once = create_job(api, name="report", schedule={"at": at.isoformat()},
-                      target={"kind": "command", "name": "report", "params": {"day": "2024-01-31"}})
+    cron = create_job(
+        api,
+        name="nightly",
+        schedule={"cron": "0 3 * * *", "timezone": "Europe/Paris"},
+        target={"kind": "task", "task": "scheduler_app.echo", "args": [1], "kwargs": {"x": "y"}},
+        tags=["nightly", "billing"],
+        max_attempts=5,
+        priority=8,
+    )
+    every = create_job(
+        api,
+        name="ping",
+        schedule={"every": 600},
+        target={
+            "kind": "http",
+            "method": "PUT",
+            "url": "https://hooks.example.com/cron",
+            "headers": {"X-Team": "ops"},
+            "body": '{"ping": true}',
+        },
+    )
+    once = create_job(
+        api,
+        name="report",
+        schedule={"at": at.isoformat()},
+        target={"kind": "command", "name": "report", "params": {"day": "2024-01-31"}},
+    )
 
     assert cron["schedule"] == {"cron": "0 3 * * *", "timezone": "Europe/Paris"}
     assert cron["target"] == {"kind": "task", "task": "scheduler_app.echo", "args": [1], "kwargs": {"x": "y"}}
     assert cron["tags"] == ["nightly", "billing"] and cron["max_attempts"] == 5 and cron["version"] == 1
     assert (cron["priority"], every["priority"]) == (8, 5)  # 5 unless given
     assert every["schedule"] == {"every": 600}
-    assert every["target"] == {"kind": "http", "method": "PUT", "url": "https://hooks.example.com/cron",
-                               "headers": {"X-Team": "ops"}, "body": '{"ping": true}'}
+    assert every["target"] == {
+        "kind": "http",
+        "method": "PUT",
+        "url": "https://hooks.example.com/cron",
+        "headers": {"X-Team": "ops"},
+        "body": '{"ping": true}',
+    }
     assert once["schedule"] == {"at": at.strftime("%Y-%m-%dT%H:%M:%SZ")}
     assert once["next_run_at"] == once["schedule"]["at"]
     assert once["target"] == {"kind": "command", "name": "report", "params": {"day": "2024-01-31"}}
@@ -306,8 +344,9 @@ def test_a_cron_job_without_a_zone_is_read_in_the_tenants_zone(db):
 def test_patch_bumps_the_version_moves_the_next_fire_and_keeps_the_rest(api):
     job = create_job(api, schedule={"cron": "0 3 * * *", "timezone": "Europe/Paris"}, description="d")
 
-    patched = api.patch(f"/api/v1/jobs/{job['id']}/", {"schedule": {"cron": "30 4 * * *"}, "name": "renamed"},
-                        format="json")
+    patched = api.patch(
+        f"/api/v1/jobs/{job['id']}/", {"schedule": {"cron": "30 4 * * *"}, "name": "renamed"}, format="json"
+    )
 
     assert patched.status_code == 200, patched.json()
     body = patched.json()
@@ -338,8 +377,7 @@ def test_impact_says_what_a_patch_would_do_and_saves_nothing(api):
 
 
 def test_preview_of_a_saved_job_flags_the_dst_gap(api):
-    job = create_job(api, schedule={"cron": "30 2 * * *", "timezone": "Europe/Berlin"},
-                     start_at="2099-03-27T00:00:00Z")
+    job = create_job(api, schedule={"cron": "30 2 * * *", "timezone": "Europe/Berlin"}, start_at="2099-03-27T00:00:00Z")
 
     response = api.get(f"/api/v1/jobs/{job['id']}/preview/?count=3")
 
@@ -349,16 +387,29 @@ def test_preview_of_a_saved_job_flags_the_dst_gap(api):
     # 2099-03-29: Berlin springs forward at 02:00, so 02:30 does not exist that day. (A year
     # far ahead: previews start from the database's now.)
     assert [fire["local"] for fire in body["fires"]] == [
-        "2099-03-27T02:30:00+01:00", "2099-03-28T02:30:00+01:00", "2099-03-29T03:00:00+02:00"]
+        "2099-03-27T02:30:00+01:00",
+        "2099-03-28T02:30:00+01:00",
+        "2099-03-29T03:00:00+02:00",
+    ]
     assert [fire["utc"] for fire in body["fires"]] == [
-        "2099-03-27T01:30:00Z", "2099-03-28T01:30:00Z", "2099-03-29T01:00:00Z"]
+        "2099-03-27T01:30:00Z",
+        "2099-03-28T01:30:00Z",
+        "2099-03-29T01:00:00Z",
+    ]
     assert [fire["anomaly"] is not None for fire in body["fires"]] == [False, False, True]
     assert body["fires"][2]["anomaly"].startswith("dst_gap")
 
 
 def test_preview_of_an_unsaved_schedule_flags_the_repeated_hour(api):
-    response = api.post("/api/v1/preview/", {"schedule": {"cron": "30 2 * * *", "timezone": "Europe/Berlin"},
-                                             "count": 2, "start_at": "2099-10-24T12:00:00Z"}, format="json")
+    response = api.post(
+        "/api/v1/preview/",
+        {
+            "schedule": {"cron": "30 2 * * *", "timezone": "Europe/Berlin"},
+            "count": 2,
+            "start_at": "2099-10-24T12:00:00Z",
+        },
+        format="json",
+    )
 
     assert response.status_code == 200, response.json()
     fires = response.json()["fires"]
@@ -407,8 +458,10 @@ def test_delete_removes_the_job(api):
 def test_backfill_dry_run_lists_the_missing_fires_and_the_real_one_records_them(api):
     job = create_job(api, schedule={"cron": "0 * * * *", "timezone": "UTC"})
     hour = db_now().replace(minute=0, second=0, microsecond=0)  # three fires, whatever the minute now
-    body = {"start": (hour - timedelta(hours=3, minutes=30)).isoformat(),
-            "end": (hour - timedelta(minutes=1)).isoformat()}
+    body = {
+        "start": (hour - timedelta(hours=3, minutes=30)).isoformat(),
+        "end": (hour - timedelta(minutes=1)).isoformat(),
+    }
 
     dry = api.post(f"/api/v1/jobs/{job['id']}/backfill/", body, format="json")
     real = api.post(f"/api/v1/jobs/{job['id']}/backfill/", {**body, "dry_run": False}, format="json")
@@ -441,8 +494,12 @@ def test_trigger_records_a_manual_run_that_the_runs_list_shows(api, queue_name):
 
 
 def add_runs(job: Job, count: int, start: datetime, **fields) -> list[JobRun]:
-    return [JobRun.objects.create(job=job, tenant=job.tenant, scheduled_at=start + timedelta(minutes=n),
-                                  created_at=start, **fields) for n in range(count)]
+    return [
+        JobRun.objects.create(
+            job=job, tenant=job.tenant, scheduled_at=start + timedelta(minutes=n), created_at=start, **fields
+        )
+        for n in range(count)
+    ]
 
 
 def test_runs_pages_follow_the_cursor_without_repeats_or_gaps_while_new_runs_arrive(api, tenant):
@@ -488,14 +545,29 @@ def test_runs_filters(api):
 
 def test_a_run_shows_its_attempts_and_a_dead_run_is_replayed_as_its_next_attempt(api):
     job = Job.objects.get(id=create_job(api)["id"])
-    [run] = add_runs(job, 1, db_now() - timedelta(hours=1), state=RunState.DEAD, attempt=3, error="boom",
-                     result="")
-    JobRun.objects.filter(id=run.id).update(attempts=[
-        {"attempt": n, "worker": "w1", "started_at": "2030-01-01T00:00:00+00:00",
-         "finished_at": "2030-01-01T00:00:01+00:00", "outcome": outcome, "error": "boom"}
-        for n, outcome in [(1, "retrying"), (2, "retrying"), (3, "dead")]])
-    AuditEvent.objects.create(tenant=job.tenant, job=job, job_name=job.name, run_id=run.id,
-                              action="run.duplicate_delivery", actor="worker:w2", detail={"attempt": 3})
+    [run] = add_runs(job, 1, db_now() - timedelta(hours=1), state=RunState.DEAD, attempt=3, error="boom", result="")
+    JobRun.objects.filter(id=run.id).update(
+        attempts=[
+            {
+                "attempt": n,
+                "worker": "w1",
+                "started_at": "2030-01-01T00:00:00+00:00",
+                "finished_at": "2030-01-01T00:00:01+00:00",
+                "outcome": outcome,
+                "error": "boom",
+            }
+            for n, outcome in [(1, "retrying"), (2, "retrying"), (3, "dead")]
+        ]
+    )
+    AuditEvent.objects.create(
+        tenant=job.tenant,
+        job=job,
+        job_name=job.name,
+        run_id=run.id,
+        action="run.duplicate_delivery",
+        actor="worker:w2",
+        detail={"attempt": 3},
+    )
 
     detail = api.get(f"/api/v1/runs/{run.id}/").json()
     replayed = api.post(f"/api/v1/runs/{run.id}/replay/")
@@ -503,9 +575,13 @@ def test_a_run_shows_its_attempts_and_a_dead_run_is_replayed_as_its_next_attempt
 
     assert (detail["state"], detail["attempt"], detail["error"]) == ("dead", 3, "boom")
     assert [(a["attempt"], a["outcome"], a["worker"]) for a in detail["attempts"]] == [
-        (1, "retrying", "w1"), (2, "retrying", "w1"), (3, "dead", "w1")]
+        (1, "retrying", "w1"),
+        (2, "retrying", "w1"),
+        (3, "dead", "w1"),
+    ]
     assert [(event["action"], event["actor"]) for event in detail["events"]] == [
-        ("run.duplicate_delivery", "worker:w2")]
+        ("run.duplicate_delivery", "worker:w2")
+    ]
     assert replayed.status_code == 200, replayed.json()
     assert (replayed.json()["state"], replayed.json()["attempt"], replayed.json()["job_name"]) == ("queued", 4, "job")
     assert again.status_code == 400 and list(errors_of(again)) == ["state"]
@@ -517,14 +593,28 @@ def test_a_run_shows_its_attempts_and_a_dead_run_is_replayed_as_its_next_attempt
 # --- stats -----------------------------------------------------------------------------
 
 
-def scheduled_run(job: Job, scheduled_at: datetime, *, state: str, dispatch_lag: float | None = None,
-                  start_lag: float | None = None, trigger: str = Trigger.SCHEDULE) -> JobRun:
+def scheduled_run(
+    job: Job,
+    scheduled_at: datetime,
+    *,
+    state: str,
+    dispatch_lag: float | None = None,
+    start_lag: float | None = None,
+    trigger: str = Trigger.SCHEDULE,
+) -> JobRun:
     def later(seconds):
         return None if seconds is None else scheduled_at + timedelta(seconds=seconds)
 
-    return JobRun.objects.create(job=job, tenant=job.tenant, scheduled_at=scheduled_at, created_at=scheduled_at,
-                                 state=state, trigger=trigger, dispatched_at=later(dispatch_lag),
-                                 started_at=later(start_lag))
+    return JobRun.objects.create(
+        job=job,
+        tenant=job.tenant,
+        scheduled_at=scheduled_at,
+        created_at=scheduled_at,
+        state=state,
+        trigger=trigger,
+        dispatched_at=later(dispatch_lag),
+        started_at=later(start_lag),
+    )
 
 
 def test_stats_count_states_and_measure_lags_and_the_failure_rate_over_the_window(api):
@@ -533,8 +623,9 @@ def test_stats_count_states_and_measure_lags_and_the_failure_rate_over_the_windo
     for n in range(1, 11):  # dispatch lags 1..10 s, start lags 2..20 s
         state = RunState.SUCCEEDED if n <= 7 else (RunState.FAILED if n == 8 else RunState.DEAD)
         scheduled_run(job, now - timedelta(minutes=n), state=state, dispatch_lag=n, start_lag=2 * n)
-    scheduled_run(job, now - timedelta(minutes=20), state=RunState.QUEUED, trigger=Trigger.BACKFILL,
-                  dispatch_lag=10_000)  # a backfill: counted, but no lag
+    scheduled_run(
+        job, now - timedelta(minutes=20), state=RunState.QUEUED, trigger=Trigger.BACKFILL, dispatch_lag=10_000
+    )  # a backfill: counted, but no lag
     scheduled_run(job, now - timedelta(hours=3), state=RunState.DEAD, dispatch_lag=1)  # outside the window
 
     response = api.get("/api/v1/stats/?window=3600")
@@ -542,11 +633,20 @@ def test_stats_count_states_and_measure_lags_and_the_failure_rate_over_the_windo
     assert response.status_code == 200, response.json()
     body = response.json()
     assert body["window_seconds"] == 3600
-    assert (body["counts"]["succeeded"], body["counts"]["failed"], body["counts"]["dead"],
-            body["counts"]["queued"], body["total"]) == (7, 1, 2, 1, 11)
+    assert (
+        body["counts"]["succeeded"],
+        body["counts"]["failed"],
+        body["counts"]["dead"],
+        body["counts"]["queued"],
+        body["total"],
+    ) == (7, 1, 2, 1, 11)
     assert body["failure_rate"] == pytest.approx(3 / 10)
-    assert body["dispatch_lag_seconds"] == {"count": 10, "p50": pytest.approx(5.5), "p95": pytest.approx(9.55),
-                                            "p99": pytest.approx(9.91)}
+    assert body["dispatch_lag_seconds"] == {
+        "count": 10,
+        "p50": pytest.approx(5.5),
+        "p95": pytest.approx(9.55),
+        "p99": pytest.approx(9.91),
+    }
     assert body["start_lag_seconds"]["p50"] == pytest.approx(11.0)
 
 
@@ -554,10 +654,14 @@ def test_stats_computed_in_python_match_postgresqls_percentile_cont(api):
     job = Job.objects.get(id=create_job(api)["id"])
     now = db_now()
     for n, lag in enumerate([0.25, 3.5, 1.0, 12.0, 0.5, 7.75, 2.0]):
-        scheduled_run(job, now - timedelta(minutes=n + 1), state=RunState.SUCCEEDED, dispatch_lag=lag,
-                      start_lag=lag * 3 if n % 2 else None)
-    runs = JobRun.objects.filter(tenant=job.tenant, scheduled_at__gt=now - timedelta(hours=1),
-                                 scheduled_at__lte=now)
+        scheduled_run(
+            job,
+            now - timedelta(minutes=n + 1),
+            state=RunState.SUCCEEDED,
+            dispatch_lag=lag,
+            start_lag=lag * 3 if n % 2 else None,
+        )
+    runs = JobRun.objects.filter(tenant=job.tenant, scheduled_at__gt=now - timedelta(hours=1), scheduled_at__lte=now)
 
     in_python = stats.lags_from_sample(runs)
     in_database = stats.lags_from_database(job.tenant_id, now - timedelta(hours=1), now)

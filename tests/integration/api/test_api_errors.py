@@ -37,16 +37,19 @@ def errors_of(response) -> list[dict]:
     return body["errors"]
 
 
-@pytest.mark.parametrize(("method", "path", "message"), [
-    ("get", "/api/v1/nothing-here", "no route '/api/v1/nothing-here'"),
-    ("get", "/api/v1/jobs/1.0/", "no route '/api/v1/jobs/1.0/'"),  # Django's debug 404 lists every route
-    ("get", "/api/v2/jobs/", "no route '/api/v2/jobs/'"),
-    # APPEND_SLASH cannot redirect a POST (a 500 under DEBUG): a 404 naming the route instead.
-    ("post", "/api/v1/jobs", "no route '/api/v1/jobs'; the route is '/api/v1/jobs/'"),
-    ("get", "/api/v1/jobs", "no route '/api/v1/jobs'; the route is '/api/v1/jobs/'"),
-    ("get", "/api/v1/stats", "no route '/api/v1/stats'; the route is '/api/v1/stats/'"),
-    # /api/v1/me answers with the slash too (tests/integration/admin/test_console_words.py).
-])
+@pytest.mark.parametrize(
+    ("method", "path", "message"),
+    [
+        ("get", "/api/v1/nothing-here", "no route '/api/v1/nothing-here'"),
+        ("get", "/api/v1/jobs/1.0/", "no route '/api/v1/jobs/1.0/'"),  # Django's debug 404 lists every route
+        ("get", "/api/v2/jobs/", "no route '/api/v2/jobs/'"),
+        # APPEND_SLASH cannot redirect a POST (a 500 under DEBUG): a 404 naming the route instead.
+        ("post", "/api/v1/jobs", "no route '/api/v1/jobs'; the route is '/api/v1/jobs/'"),
+        ("get", "/api/v1/jobs", "no route '/api/v1/jobs'; the route is '/api/v1/jobs/'"),
+        ("get", "/api/v1/stats", "no route '/api/v1/stats'; the route is '/api/v1/stats/'"),
+        # /api/v1/me answers with the slash too (tests/integration/admin/test_console_words.py).
+    ],
+)
 def test_unknown_api_paths_answer_a_json_404_naming_the_route_meant(api, debug, method, path, message):
     response = getattr(api, method)(path, {}, format="json") if method == "post" else api.get(path)
 
@@ -54,8 +57,7 @@ def test_unknown_api_paths_answer_a_json_404_naming_the_route_meant(api, debug, 
     assert errors_of(response) == [{"field": "path", "message": message}]
 
 
-def test_a_server_error_is_a_json_500_whose_id_is_logged_with_the_traceback(api, debug, settings, monkeypatch,
-                                                                           caplog):
+def test_a_server_error_is_a_json_500_whose_id_is_logged_with_the_traceback(api, debug, settings, monkeypatch, caplog):
     settings.CELERY_BROKER_URL = f"redis://:{SECRET_SETTING}@127.0.0.1:6379/0"
 
     def fail(self, request):

@@ -82,12 +82,19 @@ MOUNT = "/cron/api/v1/"
 
 # --- the host's DRF settings ---------------------------------------------------------------------
 
-SESSION, BASIC = "rest_framework.authentication.SessionAuthentication", "rest_framework.authentication.BasicAuthentication"
+SESSION, BASIC = (
+    "rest_framework.authentication.SessionAuthentication",
+    "rest_framework.authentication.BasicAuthentication",
+)
 HOSTS = {
-    "allow-any": {"DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.AllowAny"],
-                  "DEFAULT_AUTHENTICATION_CLASSES": [SESSION, BASIC]},
-    "is-authenticated": {"DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-                         "DEFAULT_AUTHENTICATION_CLASSES": [SESSION]},
+    "allow-any": {
+        "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.AllowAny"],
+        "DEFAULT_AUTHENTICATION_CLASSES": [SESSION, BASIC],
+    },
+    "is-authenticated": {
+        "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+        "DEFAULT_AUTHENTICATION_CLASSES": [SESSION],
+    },
     # The rest of a host's policy: none of it may reach the API either.
     "everything-else": {
         "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.AllowAny"],
@@ -109,11 +116,16 @@ HOSTS = {
 }
 # What DRF's classes read from REST_FRAMEWORK once, at import (attribute: setting).
 IMPORT_TIME = {
-    APIView: {"renderer_classes": "DEFAULT_RENDERER_CLASSES", "parser_classes": "DEFAULT_PARSER_CLASSES",
-              "authentication_classes": "DEFAULT_AUTHENTICATION_CLASSES",
-              "throttle_classes": "DEFAULT_THROTTLE_CLASSES", "permission_classes": "DEFAULT_PERMISSION_CLASSES",
-              "content_negotiation_class": "DEFAULT_CONTENT_NEGOTIATION_CLASS",
-              "metadata_class": "DEFAULT_METADATA_CLASS", "versioning_class": "DEFAULT_VERSIONING_CLASS"},
+    APIView: {
+        "renderer_classes": "DEFAULT_RENDERER_CLASSES",
+        "parser_classes": "DEFAULT_PARSER_CLASSES",
+        "authentication_classes": "DEFAULT_AUTHENTICATION_CLASSES",
+        "throttle_classes": "DEFAULT_THROTTLE_CLASSES",
+        "permission_classes": "DEFAULT_PERMISSION_CLASSES",
+        "content_negotiation_class": "DEFAULT_CONTENT_NEGOTIATION_CLASS",
+        "metadata_class": "DEFAULT_METADATA_CLASS",
+        "versioning_class": "DEFAULT_VERSIONING_CLASS",
+    },
     GenericAPIView: {"filter_backends": "DEFAULT_FILTER_BACKENDS", "pagination_class": "DEFAULT_PAGINATION_CLASS"},
 }
 
@@ -153,8 +165,10 @@ def every_call(a: dict):
 
 def state() -> list:
     """Every row a write through the API could make, change or delete."""
-    return [list(model.objects.order_by("pk").values())
-            for model in (Tenant, Job, JobRun, ApiKey, AuditEvent, AlertRule, Alert, Calendar, MaintenanceWindow)]
+    return [
+        list(model.objects.order_by("pk").values())
+        for model in (Tenant, Job, JobRun, ApiKey, AuditEvent, AlertRule, Alert, Calendar, MaintenanceWindow)
+    ]
 
 
 def error_fields(response) -> dict[str, str]:
@@ -177,8 +191,9 @@ def outsider(kind: str, a: dict) -> APIClient:
         client = APIClient()
         client.credentials(HTTP_AUTHORIZATION="Basic " + base64.b64encode(f"{user.username}:pw".encode()).decode())
         return client
-    user = User.objects.create_user(f"user-{get_random_string(8).lower()}", password="pw",
-                                    is_superuser=kind == "superuser-not-staff")
+    user = User.objects.create_user(
+        f"user-{get_random_string(8).lower()}", password="pw", is_superuser=kind == "superuser-not-staff"
+    )
     return logged_in(user, a)
 
 
@@ -230,8 +245,13 @@ def test_a_tenant_key_reads_its_own_tenant_and_is_refused_the_staff_routes(alpha
 def test_another_tenant_s_key_never_reaches_the_tenant_s_objects(alpha, host):
     other = client_for(alpha["beta"])
     before = state_of_tenant(alpha)
-    own_ids = {"jobs": alpha["job"].id, "runs": alpha["run"].id, "keys": alpha["key"].id,
-               "calendars": alpha["calendar"].id, "windows": alpha["window"].id}
+    own_ids = {
+        "jobs": alpha["job"].id,
+        "runs": alpha["run"].id,
+        "keys": alpha["key"].id,
+        "calendars": alpha["calendar"].id,
+        "windows": alpha["window"].id,
+    }
 
     for template, method, url in every_call(alpha):
         response = send(other, method, url, BODY)
@@ -288,12 +308,15 @@ def bare_host(host, settings):
     return host
 
 
-@pytest.mark.parametrize(("method", "url", "message"), [
-    ("get", "/cron/api/v1/nothing-here", "no route '/cron/api/v1/nothing-here'"),
-    ("get", "/cron/api/v2/jobs/", "no route '/cron/api/v2/jobs/'"),
-    ("post", "/cron/api/v1/jobs", "no route '/cron/api/v1/jobs'; the route is '/cron/api/v1/jobs/'"),
-    ("get", "/cron/api/v1/stats", "no route '/cron/api/v1/stats'; the route is '/cron/api/v1/stats/'"),
-])
+@pytest.mark.parametrize(
+    ("method", "url", "message"),
+    [
+        ("get", "/cron/api/v1/nothing-here", "no route '/cron/api/v1/nothing-here'"),
+        ("get", "/cron/api/v2/jobs/", "no route '/cron/api/v2/jobs/'"),
+        ("post", "/cron/api/v1/jobs", "no route '/cron/api/v1/jobs'; the route is '/cron/api/v1/jobs/'"),
+        ("get", "/cron/api/v1/stats", "no route '/cron/api/v1/stats'; the route is '/cron/api/v1/stats/'"),
+    ],
+)
 def test_unknown_paths_under_the_host_s_prefix_answer_the_api_s_json_404(db, bare_host, method, url, message):
     response = send(APIClient(), method, url, {})
 
@@ -332,13 +355,30 @@ def test_is_api_is_told_from_the_routes_not_a_path_prefix(db, settings):
     settings.ROOT_URLCONF = __name__
     factory = RequestFactory()
 
-    answers = {url: routing.is_api(factory.get(url)) for url in (
-        "/cron/api/v1/jobs/", "/cron/api/v1/jobs/1/pause/", "/cron/api/anything", "/cron/api/schema/",
-        "/api/v1/jobs/", "/", "/host-api/things/", "/cron/elsewhere/")}
+    answers = {
+        url: routing.is_api(factory.get(url))
+        for url in (
+            "/cron/api/v1/jobs/",
+            "/cron/api/v1/jobs/1/pause/",
+            "/cron/api/anything",
+            "/cron/api/schema/",
+            "/api/v1/jobs/",
+            "/",
+            "/host-api/things/",
+            "/cron/elsewhere/",
+        )
+    }
 
-    assert answers == {"/cron/api/v1/jobs/": True, "/cron/api/v1/jobs/1/pause/": True, "/cron/api/anything": True,
-                       "/cron/api/schema/": True, "/api/v1/jobs/": False, "/": False, "/host-api/things/": False,
-                       "/cron/elsewhere/": False}
+    assert answers == {
+        "/cron/api/v1/jobs/": True,
+        "/cron/api/v1/jobs/1/pause/": True,
+        "/cron/api/anything": True,
+        "/cron/api/schema/": True,
+        "/api/v1/jobs/": False,
+        "/": False,
+        "/host-api/things/": False,
+        "/cron/elsewhere/": False,
+    }
 
 
 def test_a_mount_without_the_catch_all_is_still_the_api_s_for_the_404_handler(db):
@@ -355,7 +395,8 @@ def test_a_mount_without_the_catch_all_is_still_the_api_s_for_the_404_handler(db
     page = handler.not_found(elsewhere, Http404())
 
     assert api.status_code == 404 and json.loads(api.content) == {
-        "errors": [{"field": "path", "message": "no route '/somewhere/7/v1/nothing-here'"}]}
+        "errors": [{"field": "path", "message": "no route '/somewhere/7/v1/nothing-here'"}]
+    }
     assert page.status_code == 404 and page["Content-Type"].startswith("text/html")
 
 
@@ -387,10 +428,19 @@ def served_schema(client) -> dict:
 
 def host_spectacular_settings():
     """The host's SPECTACULAR_SETTINGS, as drf-spectacular would have read them (it reads them once)."""
-    values = {"TITLE": "Host API", "DESCRIPTION": "The host's", "VERSION": "9", "SCHEMA_PATH_PREFIX": "/host/",
-              "SCHEMA_PATH_PREFIX_TRIM": True, "COMPONENT_SPLIT_REQUEST": False, "ENUM_NAME_OVERRIDES": {},
-              "PREPROCESSING_HOOKS": [lambda endpoints: []], "POSTPROCESSING_HOOKS": [],
-              "SWAGGER_UI_DIST": "https://cdn.example.com/swagger-ui", "SWAGGER_UI_FAVICON_HREF": "/host.png"}
+    values = {
+        "TITLE": "Host API",
+        "DESCRIPTION": "The host's",
+        "VERSION": "9",
+        "SCHEMA_PATH_PREFIX": "/host/",
+        "SCHEMA_PATH_PREFIX_TRIM": True,
+        "COMPONENT_SPLIT_REQUEST": False,
+        "ENUM_NAME_OVERRIDES": {},
+        "PREPROCESSING_HOOKS": [lambda endpoints: []],
+        "POSTPROCESSING_HOOKS": [],
+        "SWAGGER_UI_DIST": "https://cdn.example.com/swagger-ui",
+        "SWAGGER_UI_FAVICON_HREF": "/host.png",
+    }
     return mock.patch.multiple(spectacular_settings, **values)
 
 

@@ -40,8 +40,7 @@ STAFF_ROUTES = ("tenants",)
 BODY = {"name": "stolen", "note": "stolen"}
 BODIES = {
     ("jobs/bulk/", "post"): {"tag": TAG, "action": "delete"},
-    ("jobs/{id}/backfill/", "post"): {"start": "2020-01-01T00:00:00Z", "end": "2020-01-02T00:00:00Z",
-                                      "dry_run": False},
+    ("jobs/{id}/backfill/", "post"): {"start": "2020-01-01T00:00:00Z", "end": "2020-01-02T00:00:00Z", "dry_run": False},
     ("tenants/{slug}/", "patch"): {"is_active": False},
     ("keys/", "post"): {"name": "b's own key"},
     ("jobs/{id}/alerts/", "put"): {"enabled": False, "webhook_url": "https://b.example.com/stolen"},
@@ -55,23 +54,62 @@ def tenant_a(db) -> dict:
     tenant = make_tenant()
     Tenant.objects.filter(id=tenant.id).update(slug=f"{MARKER}-{tenant.slug}", name=f"{MARKER} tenant")
     tenant.refresh_from_db()
-    job = services.job_create(tenant, services.JobSpec(
-        name=f"{MARKER}-job", task_name="scheduler_app.echo", cron="0 * * * *", tags=[TAG],
-        description=f"{MARKER} description", kwargs={"marker": MARKER}))
-    run = JobRun.objects.create(job=job, tenant=tenant, scheduled_at=db_now() - timedelta(minutes=5),
-                                created_at=db_now(), state=RunState.DEAD, error=f"{MARKER} error")
-    AuditEvent.objects.create(tenant=tenant, job=job, job_name=job.name, run_id=run.id, action="run.dead",
-                              actor=f"worker:{MARKER}")
+    job = services.job_create(
+        tenant,
+        services.JobSpec(
+            name=f"{MARKER}-job",
+            task_name="scheduler_app.echo",
+            cron="0 * * * *",
+            tags=[TAG],
+            description=f"{MARKER} description",
+            kwargs={"marker": MARKER},
+        ),
+    )
+    run = JobRun.objects.create(
+        job=job,
+        tenant=tenant,
+        scheduled_at=db_now() - timedelta(minutes=5),
+        created_at=db_now(),
+        state=RunState.DEAD,
+        error=f"{MARKER} error",
+    )
+    AuditEvent.objects.create(
+        tenant=tenant, job=job, job_name=job.name, run_id=run.id, action="run.dead", actor=f"worker:{MARKER}"
+    )
     key, _ = services.apikey_create(tenant=tenant, name=f"{MARKER} key")
     rule = alerts.rule_set(job, {"on_failure": True, "emails": [f"{MARKER}@example.com"]})
-    alert = Alert.objects.create(rule=rule, job=job, tenant=tenant, kind="failed", dedup_key=f"{MARKER}-alert",
-                                 message=f"{MARKER} alert", raised_at=db_now(), next_delivery_at=db_now())
-    calendar = services.calendar_create(tenant, name=f"{MARKER}-calendar", description=f"{MARKER} calendar",
-                                        extra_holidays={"2030-01-02": f"{MARKER} day"})
-    window = window_create(tenant, name=f"{MARKER}-window", description=f"{MARKER} window",
-                           starts_at="2030-01-01T00:00:00Z", ends_at="2030-01-01T01:00:00Z")
-    return {"tenant": tenant, "job": job, "run": run, "key": key, "alert": alert, "calendar": calendar,
-            "window": window}
+    alert = Alert.objects.create(
+        rule=rule,
+        job=job,
+        tenant=tenant,
+        kind="failed",
+        dedup_key=f"{MARKER}-alert",
+        message=f"{MARKER} alert",
+        raised_at=db_now(),
+        next_delivery_at=db_now(),
+    )
+    calendar = services.calendar_create(
+        tenant,
+        name=f"{MARKER}-calendar",
+        description=f"{MARKER} calendar",
+        extra_holidays={"2030-01-02": f"{MARKER} day"},
+    )
+    window = window_create(
+        tenant,
+        name=f"{MARKER}-window",
+        description=f"{MARKER} window",
+        starts_at="2030-01-01T00:00:00Z",
+        ends_at="2030-01-01T01:00:00Z",
+    )
+    return {
+        "tenant": tenant,
+        "job": job,
+        "run": run,
+        "key": key,
+        "alert": alert,
+        "calendar": calendar,
+        "window": window,
+    }
 
 
 def state_of(a: dict) -> list:
@@ -99,8 +137,13 @@ def test_the_walk_every_api_route_and_method_as_tenant_b_never_reaches_tenant_as
     tenant_b = make_tenant()
     b = client_for(tenant_b) if caller == "tenant_key" else client_for(None, tenant_header=tenant_b.slug)
     before = state_of(tenant_a)
-    own_ids = {"jobs": {tenant_a["job"].id}, "runs": {tenant_a["run"].id}, "keys": {tenant_a["key"].id},
-               "alerts": {tenant_a["alert"].id}, "calendars": {tenant_a["calendar"].id}}
+    own_ids = {
+        "jobs": {tenant_a["job"].id},
+        "runs": {tenant_a["run"].id},
+        "keys": {tenant_a["key"].id},
+        "alerts": {tenant_a["alert"].id},
+        "calendars": {tenant_a["calendar"].id},
+    }
     walked = set()
 
     for template, callback in api_routes():
@@ -127,8 +170,18 @@ def test_the_walk_every_api_route_and_method_as_tenant_b_never_reaches_tenant_as
 
     assert state_of(tenant_a) == before
     walked_templates = {template for template, _ in walked}
-    assert {"me", "jobs/", "jobs/{id}/", "jobs/{id}/pause/", "runs/{id}/replay/", "keys/{id}/", "stats/",
-            "preview/", "jobs/{id}/alerts/", "alerts/"} <= walked_templates  # the walk found the routes (and so every other one)
+    assert {
+        "me",
+        "jobs/",
+        "jobs/{id}/",
+        "jobs/{id}/pause/",
+        "runs/{id}/replay/",
+        "keys/{id}/",
+        "stats/",
+        "preview/",
+        "jobs/{id}/alerts/",
+        "alerts/",
+    } <= walked_templates  # the walk found the routes (and so every other one)
 
 
 def test_bs_stats_do_not_count_as_runs(tenant_a):
@@ -167,9 +220,12 @@ def test_a_filter_on_another_tenants_job_is_refused_in_the_alerts_list_too(tenan
 def test_tenant_keys_get_403_on_every_staff_route(tenant_a):
     b = client_for(make_tenant())
 
-    responses = [b.get("/api/v1/tenants/"), b.post("/api/v1/tenants/", {"slug": "new"}, format="json"),
-                 b.get(f"/api/v1/tenants/{tenant_a['tenant'].slug}/"),
-                 b.post(f"/api/v1/tenants/{tenant_a['tenant'].slug}/keys/", {"name": "k"}, format="json")]
+    responses = [
+        b.get("/api/v1/tenants/"),
+        b.post("/api/v1/tenants/", {"slug": "new"}, format="json"),
+        b.get(f"/api/v1/tenants/{tenant_a['tenant'].slug}/"),
+        b.post(f"/api/v1/tenants/{tenant_a['tenant'].slug}/keys/", {"name": "k"}, format="json"),
+    ]
 
     assert [response.status_code for response in responses] == [403] * 4
     assert errors_of(responses[0]) == {"Authorization": "needs a staff key or a staff session"}

@@ -39,8 +39,11 @@ WRITES = {
     ("jobs/{id}/pause/", "post"): ({"note": "by a session"}, ["change_job"], 200),
     ("jobs/{id}/resume/", "post"): (None, ["change_job"], 200),
     ("jobs/{id}/trigger/", "post"): (None, ["change_job"], 201),
-    ("jobs/{id}/backfill/", "post"): ({"start": "2024-01-01T00:00:00Z", "end": "2024-01-01T03:00:00Z",
-                                       "dry_run": False}, ["change_job"], 200),
+    ("jobs/{id}/backfill/", "post"): (
+        {"start": "2024-01-01T00:00:00Z", "end": "2024-01-01T03:00:00Z", "dry_run": False},
+        ["change_job"],
+        200,
+    ),
     ("jobs/bulk/", "post"): ({"tag": TAG, "action": "pause"}, ["change_job"], 200),
     ("runs/{id}/replay/", "post"): (None, ["change_job"], 200),
     ("jobs/{id}/retention/", "patch"): ({"retention_days": 1}, ["change_job"], 200),
@@ -50,14 +53,19 @@ WRITES = {
     ("calendars/", "post"): ({"name": "made-by-session"}, ["add_calendar"], 201),
     ("calendars/{id}/", "patch"): ({"weekdays": [0, 1, 2]}, ["change_calendar"], 200),
     ("calendars/{id}/", "delete"): (None, ["delete_calendar"], 204),
-    ("windows/", "post"): ({"name": "made-by-session", "starts_at": "2030-01-01T00:00:00Z",
-                            "ends_at": "2030-01-01T01:00:00Z"}, ["add_maintenancewindow"], 201),
+    ("windows/", "post"): (
+        {"name": "made-by-session", "starts_at": "2030-01-01T00:00:00Z", "ends_at": "2030-01-01T01:00:00Z"},
+        ["add_maintenancewindow"],
+        201,
+    ),
     ("windows/{id}/", "patch"): ({"action": "defer"}, ["change_maintenancewindow"], 200),
     ("windows/{id}/", "delete"): (None, ["delete_maintenancewindow"], 204),
 }
 # POSTs that save nothing: reads, needing view_job.
-READ_POSTS = {("jobs/{id}/impact/", "post"): {"description": "what if"},
-              ("preview/", "post"): {"schedule": {"every": 60}}}
+READ_POSTS = {
+    ("jobs/{id}/impact/", "post"): {"description": "what if"},
+    ("preview/", "post"): {"schedule": {"every": 60}},
+}
 WRITE_METHODS = ("post", "put", "patch", "delete")
 
 
@@ -66,23 +74,46 @@ def alpha(db) -> dict:
     """Tenant alpha, which sessions act for, with a job (and its rule, a failed run, an alert
     and a key), and tenant beta, which has nothing."""
     tenant = make_tenant(retention_days=2)
-    job = services.job_create(tenant, services.JobSpec(name="report", task_name="scheduler_app.echo",
-                                                       cron="0 * * * *", tags=[TAG]))
-    run = JobRun.objects.create(job=job, tenant=tenant, scheduled_at=db_now() - timedelta(minutes=5),
-                                created_at=db_now(), state=RunState.FAILED, error="boom")
+    job = services.job_create(
+        tenant, services.JobSpec(name="report", task_name="scheduler_app.echo", cron="0 * * * *", tags=[TAG])
+    )
+    run = JobRun.objects.create(
+        job=job,
+        tenant=tenant,
+        scheduled_at=db_now() - timedelta(minutes=5),
+        created_at=db_now(),
+        state=RunState.FAILED,
+        error="boom",
+    )
     rule = alerts.rule_set(job, {"on_failure": True, "emails": ["ops@example.com"]})
-    Alert.objects.create(rule=rule, job=job, tenant=tenant, kind="failed", dedup_key="failed-1",
-                         message="report failed", raised_at=db_now(), next_delivery_at=db_now())
+    Alert.objects.create(
+        rule=rule,
+        job=job,
+        tenant=tenant,
+        kind="failed",
+        dedup_key="failed-1",
+        message="report failed",
+        raised_at=db_now(),
+        next_delivery_at=db_now(),
+    )
     key, _ = services.apikey_create(tenant=tenant, name="deploy")
     calendar = services.calendar_create(tenant, name="uk-bank", country="GB")
     window = window_create(tenant, name="freeze", starts_at="2030-01-01T00:00:00Z", ends_at="2030-01-01T01:00:00Z")
-    return {"tenant": tenant, "job": job, "run": run, "key": key, "beta": make_tenant(), "calendar": calendar,
-            "window": window}
+    return {
+        "tenant": tenant,
+        "job": job,
+        "run": run,
+        "key": key,
+        "beta": make_tenant(),
+        "calendar": calendar,
+        "window": window,
+    }
 
 
 def staff_user(*codenames: str, superuser: bool = False) -> User:
-    user = User.objects.create_user(f"staff-{get_random_string(8).lower()}", password="pw", is_staff=True,
-                                    is_superuser=superuser)
+    user = User.objects.create_user(
+        f"staff-{get_random_string(8).lower()}", password="pw", is_staff=True, is_superuser=superuser
+    )
     user.user_permissions.add(*permissions(*codenames))
     return user
 
@@ -96,8 +127,9 @@ def permissions(*codenames: str) -> list[Permission]:
 def viewer() -> User:
     """A staff user holding every view permission of Cronfleet's models, and nothing else."""
     user = staff_user()
-    user.user_permissions.add(*Permission.objects.filter(content_type__app_label="scheduler_app",
-                                                         codename__startswith="view_"))
+    user.user_permissions.add(
+        *Permission.objects.filter(content_type__app_label="scheduler_app", codename__startswith="view_")
+    )
     return user
 
 
@@ -147,7 +179,7 @@ def test_a_staff_session_without_the_permission_gets_403_on_every_write_route(al
         response = send(session, method, path, body)
         what = f"{method.upper()} {path} as {who}: {response.status_code} {response.content[:300]!r}"
         assert response.status_code == 403, what
-        (field, message), = errors_of(response).items()
+        ((field, message),) = errors_of(response).items()
         assert field == "permission" and f"staff user {user.username!r} lacks the permission " in message, what
         refused.append((template, method))
 
@@ -176,7 +208,9 @@ def test_a_viewer_session_reads_every_route(alpha):
         if method in WRITE_METHODS and (template, method) not in READ_POSTS:
             continue
         response = send(session, method, path, READ_POSTS.get((template, method)))
-        assert response.status_code == 200, f"{method.upper()} {path}: {response.status_code} {response.content[:300]!r}"
+        assert response.status_code == 200, (
+            f"{method.upper()} {path}: {response.status_code} {response.content[:300]!r}"
+        )
 
 
 @pytest.mark.parametrize(("template", "method"), list(WRITES))
@@ -189,8 +223,9 @@ def test_a_staff_session_holding_the_route_s_permissions_gets_through(alpha, tem
     assert response.status_code == expected, response.content[:500]
 
 
-@pytest.mark.parametrize(("template", "method"), [(t, m) for (t, m), (_, needed, _) in WRITES.items()
-                                                  if len(needed) > 1])
+@pytest.mark.parametrize(
+    ("template", "method"), [(t, m) for (t, m), (_, needed, _) in WRITES.items() if len(needed) > 1]
+)
 def test_each_of_a_route_s_permissions_is_needed(alpha, template, method):
     body, needed, _ = WRITES[(template, method)]
 
@@ -222,8 +257,9 @@ def test_minting_a_key_for_another_tenant_needs_mint_apikey(alpha):
     made = holder.post(path, {"name": "deploy"}, format="json")
 
     assert refused.status_code == 403
-    assert errors_of(refused) == {"permission": f"staff user {lacking.username!r} lacks the permission "
-                                                "scheduler_app.mint_apikey"}
+    assert errors_of(refused) == {
+        "permission": f"staff user {lacking.username!r} lacks the permission scheduler_app.mint_apikey"
+    }
     assert made.status_code == 201, made.json()
     assert list(ApiKey.objects.filter(tenant=beta).values_list("name", flat=True)) == ["deploy"]
     minted = APIClient()
@@ -275,8 +311,9 @@ def test_a_bulk_action_needs_what_the_admin_asks_for_the_same_on_one_job(alpha):
 
 
 def test_making_an_alert_rule_needs_add_and_changing_one_needs_change(alpha):
-    other = services.job_create(alpha["tenant"], services.JobSpec(name="bare", task_name="scheduler_app.echo",
-                                                                  every=60))
+    other = services.job_create(
+        alpha["tenant"], services.JobSpec(name="bare", task_name="scheduler_app.echo", every=60)
+    )
     adder = session_for(staff_user("add_alertrule"), alpha["tenant"])
 
     made = adder.put(f"/api/v1/jobs/{other.id}/alerts/", {"on_failure": True}, format="json")
@@ -288,9 +325,13 @@ def test_making_an_alert_rule_needs_add_and_changing_one_needs_change(alpha):
 
 
 def test_stats_of_every_tenant_need_view_jobrun(alpha):
-    assert session_for(staff_user("view_job"), alpha["tenant"]).get("/api/v1/stats/?all_tenants=true").status_code == 403
-    assert session_for(staff_user("view_jobrun"), alpha["tenant"]).get(
-        "/api/v1/stats/?all_tenants=true").status_code == 200
+    assert (
+        session_for(staff_user("view_job"), alpha["tenant"]).get("/api/v1/stats/?all_tenants=true").status_code == 403
+    )
+    assert (
+        session_for(staff_user("view_jobrun"), alpha["tenant"]).get("/api/v1/stats/?all_tenants=true").status_code
+        == 200
+    )
 
 
 def test_keys_keep_their_rules_a_staff_key_does_everything_a_tenant_key_its_own_tenant(alpha):

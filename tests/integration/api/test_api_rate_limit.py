@@ -39,8 +39,7 @@ def fake_key_client(address: str, secret: str = "x" * 32) -> APIClient:
 
 
 def make_tenant(**fields) -> Tenant:
-    return Tenant.objects.create(slug=f"rate-{next(_addresses)}-{time.monotonic_ns() % 10**6}", name="Rate",
-                                 **fields)
+    return Tenant.objects.create(slug=f"rate-{next(_addresses)}-{time.monotonic_ns() % 10**6}", name="Rate", **fields)
 
 
 @pytest.fixture
@@ -94,8 +93,9 @@ def test_an_unknown_key_costs_one_lookup_by_its_unique_prefix(db, django_assert_
     assert ApiKey._meta.get_field("prefix").unique  # so the lookup is one index probe
 
 
-def test_failed_authentications_are_limited_per_address_and_then_cost_no_query(db, settings, start_of_window,
-                                                                               django_assert_num_queries):
+def test_failed_authentications_are_limited_per_address_and_then_cost_no_query(
+    db, settings, start_of_window, django_assert_num_queries
+):
     settings.CRONFLEET_API_FAILED_AUTH_PER_MINUTE = 3
     address = fresh_address()
     attacker = fake_key_client(address)
@@ -166,7 +166,8 @@ def black_hole():
 
 
 def test_a_redis_that_accepts_but_never_answers_trips_the_breaker_and_no_request_waits_on_it_again(
-        db, settings, monkeypatch, black_hole):
+    db, settings, monkeypatch, black_hole
+):
     # Long enough that a request which waited on Redis would find the probe's connection closed.
     monkeypatch.setattr(throttling, "REDIS_TIMEOUT_SECONDS", 3)
     settings.CRONFLEET_RATE_LIMIT_RETRY_SECONDS = 1

@@ -52,11 +52,20 @@ def real_object(path: str, tenant: Tenant) -> str:
     """A fresh object of the kind `path` names, so valid requests reach real rows."""
     if path.startswith("/api/v1/tenants/"):
         return make_tenant().slug  # not the caller's tenant: a PATCH may deactivate it
-    job = services.job_create(tenant, services.JobSpec(name=f"job-{next(_names)}", task_name="scheduler_app.echo",
-                                                       cron="0 * * * *", tags=["t"]))
+    job = services.job_create(
+        tenant,
+        services.JobSpec(name=f"job-{next(_names)}", task_name="scheduler_app.echo", cron="0 * * * *", tags=["t"]),
+    )
     if path.startswith("/api/v1/runs/"):
-        return str(JobRun.objects.create(job=job, tenant=tenant, scheduled_at=db_now() - timedelta(hours=1),
-                                         created_at=db_now(), state=RunState.DEAD).id)
+        return str(
+            JobRun.objects.create(
+                job=job,
+                tenant=tenant,
+                scheduled_at=db_now() - timedelta(hours=1),
+                created_at=db_now(),
+                state=RunState.DEAD,
+            ).id
+        )
     if path.startswith("/api/v1/keys/"):
         return str(services.apikey_create(tenant=tenant, name="victim")[0].id)
     return str(job.id)

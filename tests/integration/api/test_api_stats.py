@@ -11,19 +11,38 @@ from scheduler_app.models import Job, JobRun, RunState, Tenant, Trigger, db_now
 from tests.integration.api.test_api import client_for, make_tenant
 
 
-def scheduled_run(job: Job, *, minutes_ago: float, state: str = RunState.SUCCEEDED, attempt: int = 1,
-                  dispatch_lag: float | None = None, queued_before_start: float | None = None,
-                  start_lag: float | None = None, trigger: str = Trigger.SCHEDULE) -> JobRun:
+def scheduled_run(
+    job: Job,
+    *,
+    minutes_ago: float,
+    state: str = RunState.SUCCEEDED,
+    attempt: int = 1,
+    dispatch_lag: float | None = None,
+    queued_before_start: float | None = None,
+    start_lag: float | None = None,
+    trigger: str = Trigger.SCHEDULE,
+) -> JobRun:
     """A run scheduled `minutes_ago`, first dispatched `dispatch_lag` s later, started
     `start_lag` s after its fire time, and (a retry) queued `queued_before_start` s before it started."""
     at = db_now() - timedelta(minutes=minutes_ago)
     started = at + timedelta(seconds=start_lag) if start_lag is not None else None
-    enqueued = started - timedelta(seconds=queued_before_start) if queued_before_start is not None else (
-        at + timedelta(seconds=dispatch_lag) if dispatch_lag is not None else None)
+    enqueued = (
+        started - timedelta(seconds=queued_before_start)
+        if queued_before_start is not None
+        else (at + timedelta(seconds=dispatch_lag) if dispatch_lag is not None else None)
+    )
     return JobRun.objects.create(
-        job=job, tenant=job.tenant, scheduled_at=at, created_at=at, state=state, attempt=attempt, trigger=trigger,
+        job=job,
+        tenant=job.tenant,
+        scheduled_at=at,
+        created_at=at,
+        state=state,
+        attempt=attempt,
+        trigger=trigger,
         dispatched_at=at + timedelta(seconds=dispatch_lag) if dispatch_lag is not None else None,
-        enqueued_at=enqueued, started_at=started)
+        enqueued_at=enqueued,
+        started_at=started,
+    )
 
 
 def job_of(tenant: Tenant, name: str = "j") -> Job:

@@ -22,11 +22,14 @@ def test_bootstrap_admin_makes_the_first_superuser_from_the_environment_and_then
     assert admin.is_superuser and admin.is_staff and admin.check_password("a long passphrase 7")
 
 
-@pytest.mark.parametrize(("env", "message"), [
-    ({"DJANGO_SUPERUSER_USERNAME": "root"}, "DJANGO_SUPERUSER_PASSWORD is not set"),
-    ({"DJANGO_SUPERUSER_PASSWORD": "a long passphrase 7"}, "DJANGO_SUPERUSER_USERNAME is not set"),
-    ({"DJANGO_SUPERUSER_USERNAME": "root", "DJANGO_SUPERUSER_PASSWORD": "short"}, "This password is too short"),
-])
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"DJANGO_SUPERUSER_USERNAME": "root"}, "DJANGO_SUPERUSER_PASSWORD is not set"),
+        ({"DJANGO_SUPERUSER_PASSWORD": "a long passphrase 7"}, "DJANGO_SUPERUSER_USERNAME is not set"),
+        ({"DJANGO_SUPERUSER_USERNAME": "root", "DJANGO_SUPERUSER_PASSWORD": "short"}, "This password is too short"),
+    ],
+)
 def test_bootstrap_admin_refuses_an_incomplete_environment(db, monkeypatch, env, message):
     for name in ("DJANGO_SUPERUSER_USERNAME", "DJANGO_SUPERUSER_PASSWORD"):
         monkeypatch.delenv(name, raising=False)

@@ -12,9 +12,17 @@ from tests.integration.api.test_api import client_for, errors_of, job_body
 def test_metrics_refuses_a_wrong_token_of_any_shape_with_401(client, db, settings):
     settings.CRONFLEET_METRICS_TOKEN = "s3cret-token"
 
-    answers = [client.get("/metrics", HTTP_AUTHORIZATION=header).status_code
-               for header in ("", "Bearer", "Bearer s3cret", "Basic czNjcmV0LXRva2Vu", "Bearer s3cret-token\u00e9",
-                              "bearer s3cret-token")]
+    answers = [
+        client.get("/metrics", HTTP_AUTHORIZATION=header).status_code
+        for header in (
+            "",
+            "Bearer",
+            "Bearer s3cret",
+            "Basic czNjcmV0LXRva2Vu",
+            "Bearer s3cret-token\u00e9",
+            "bearer s3cret-token",
+        )
+    ]
     refused = client.get("/metrics")
     allowed = client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret-token")
 
@@ -43,4 +51,5 @@ def test_an_alert_webhook_at_a_refused_address_in_any_form_is_refused_when_saved
 
     assert response.status_code == 400, response.content
     assert errors_of(response) == {
-        "webhook_url": f"a {category} address is not allowed (CRONFLEET_HTTP_ALLOWED_NETWORKS)"}
+        "webhook_url": f"a {category} address is not allowed (CRONFLEET_HTTP_ALLOWED_NETWORKS)"
+    }

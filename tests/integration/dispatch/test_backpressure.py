@@ -91,8 +91,7 @@ def test_backpressure_off_claims_whatever_the_depth(settings, queues):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_when_the_broker_cannot_say_how_deep_a_queue_is_the_beat_claims_as_usual(settings, queues, monkeypatch,
-                                                                                 caplog):
+def test_when_the_broker_cannot_say_how_deep_a_queue_is_the_beat_claims_as_usual(settings, queues, monkeypatch, caplog):
     settings.CRONFLEET_QUEUE_HIGH_WATER = 1
     busy, _ = queues
     one_offs(Tenant.objects.create(slug="spike", name="spike"), 40, T, queue=busy)

@@ -43,8 +43,10 @@ def tenant(db) -> Tenant:
 
 def monitored(tenant: Tenant, name: str = "backup", *, grace: int = 300, queue: str = "", **spec) -> Job:
     spec.setdefault("cron", "* * * * *")
-    return services.job_create(tenant, services.JobSpec(name=name, target_kind="monitor",
-                                                        monitor={"grace_seconds": grace}, queue=queue, **spec))
+    return services.job_create(
+        tenant,
+        services.JobSpec(name=name, target_kind="monitor", monitor={"grace_seconds": grace}, queue=queue, **spec),
+    )
 
 
 def key_of(job: Job) -> str:
@@ -92,8 +94,9 @@ def test_a_started_check_in_takes_no_place_of_the_tenants_concurrent_runs(tenant
     job, client = monitored(tenant), Client()
     fire_now(job)
     assert ping(client, key_of(job), "start").status_code == 200  # the backup runs elsewhere, for hours
-    own = services.job_create(tenant, services.JobSpec(name="report", task_name="scheduler_app.echo", cron="0 0 * * *",
-                                                       queue=queue_name))
+    own = services.job_create(
+        tenant, services.JobSpec(name="report", task_name="scheduler_app.echo", cron="0 0 * * *", queue=queue_name)
+    )
 
     run = fire_now(own)
 
@@ -123,7 +126,9 @@ def test_fail_and_exit_statuses_end_the_open_run_and_a_ping_without_one_records_
     assert ping(client, key_of(job), "0").status_code == 200
     own = list(JobRun.objects.filter(job=job).exclude(id=first.id).order_by("scheduled_at"))
     assert [(run.state, run.reason) for run in own] == [
-        (RunState.FAILED, "checkin: failed with exit status 3"), (RunState.SUCCEEDED, "")]
+        (RunState.FAILED, "checkin: failed with exit status 3"),
+        (RunState.SUCCEEDED, ""),
+    ]
     assert all(run.scheduled_at == run.started_at == run.finished_at for run in own)
     assert ping(client, key_of(job), "256").status_code == 404
 
@@ -140,8 +145,12 @@ def test_a_long_body_is_cut_at_the_bound_and_the_run_says_so(tenant):
 def test_unknown_keys_and_unknown_forms_answer_404_alike_and_change_nothing(tenant):
     job, client = monitored(tenant), Client()
     run = fire_now(job)
-    answers = [ping(client, str(uuid.uuid4())), ping(client, "not-a-uuid"), ping(client, key_of(job), "bogus"),
-               ping(client, str(uuid.uuid4()), "start")]
+    answers = [
+        ping(client, str(uuid.uuid4())),
+        ping(client, "not-a-uuid"),
+        ping(client, key_of(job), "bogus"),
+        ping(client, str(uuid.uuid4()), "start"),
+    ]
     assert {(answer.status_code, answer.content) for answer in answers} == {(404, b"not found\n")}
     run.refresh_from_db()
     assert run.state == RunState.PENDING
@@ -177,8 +186,12 @@ def test_two_pings_at_once_close_the_open_run_once(tenant):
     settings = connection.settings_dict
     # A third connection holds the run's row while both pings read it open and try to
     # close it: each waits on the row, then one wins and the other finds it closed.
-    server = dict(host=settings["HOST"] or "127.0.0.1", port=settings["PORT"] or 5432,
-                  user=settings["USER"] or "postgres", dbname=settings["NAME"])
+    server = dict(
+        host=settings["HOST"] or "127.0.0.1",
+        port=settings["PORT"] or 5432,
+        user=settings["USER"] or "postgres",
+        dbname=settings["NAME"],
+    )
     holder, watcher = psycopg.connect(**server), psycopg.connect(**server, autocommit=True)
     holder.execute("SELECT 1 FROM scheduler_app_jobrun WHERE id = %s FOR UPDATE", [fire.id])
     results, errors = [], []
@@ -195,9 +208,16 @@ def test_two_pings_at_once_close_the_open_run_once(tenant):
     for thread in threads:
         thread.start()
     try:
-        wait_for(lambda: watcher.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
-        ).fetchone()[0] >= 2, timeout=30, what="both pings waiting on the run's row")
+        wait_for(
+            lambda: (
+                watcher.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                ).fetchone()[0]
+                >= 2
+            ),
+            timeout=30,
+            what="both pings waiting on the run's row",
+        )
     finally:
         holder.rollback()
         holder.close()
@@ -235,8 +255,9 @@ def test_alert_rules_see_check_in_runs_late_long_and_failed(tenant, settings):
     settings.CRONFLEET_ALERT_MIN_COOLDOWN_SECONDS = 0
     job, client = monitored(tenant), Client()
     now = db_now()
-    rule = alerts.rule_set(job, {"on_failure": True, "max_start_lag_seconds": 60, "max_duration_seconds": 30,
-                                 "cooldown_seconds": 0})
+    rule = alerts.rule_set(
+        job, {"on_failure": True, "max_start_lag_seconds": 60, "max_duration_seconds": 30, "cooldown_seconds": 0}
+    )
     AlertRule.objects.filter(id=rule.id).update(checked_until=now - timedelta(hours=1), next_check_at=now)
     late = fire_now(job)
     JobRun.objects.filter(id=late.id).update(scheduled_at=now - timedelta(seconds=200))  # pinged well after its fire
@@ -269,8 +290,9 @@ def crontab_file(tmp_path, text: str) -> str:
 
 def test_import_crontab_makes_monitored_jobs_and_prints_their_ping_urls(tenant, tmp_path):
     out = StringIO()
-    call_command("import_crontab", crontab_file(tmp_path, CRONTAB), "--tenant", tenant.slug, "--grace", "120",
-                 stdout=out)
+    call_command(
+        "import_crontab", crontab_file(tmp_path, CRONTAB), "--tenant", tenant.slug, "--grace", "120", stdout=out
+    )
     jobs = list(Job.objects.filter(tenant=tenant).order_by("id"))
     assert [(job.name, job.cron, job.description) for job in jobs] == [
         ("backup.sh-full", "*/15 * * * *", "/usr/local/bin/backup.sh --full > /dev/null 2>&1"),
@@ -296,14 +318,39 @@ def test_a_bad_crontab_line_is_refused_by_its_number_and_nothing_is_imported(ten
 
 def test_jobs_add_monitor_prints_the_check_in_url_and_grace_is_for_monitored_jobs_only(tenant):
     out = StringIO()
-    call_command("jobs", "add", "--tenant", tenant.slug, "--name", "nightly", "--cron", "@daily", "--monitor",
-                 "--grace", "900", stdout=out)
+    call_command(
+        "jobs",
+        "add",
+        "--tenant",
+        tenant.slug,
+        "--name",
+        "nightly",
+        "--cron",
+        "@daily",
+        "--monitor",
+        "--grace",
+        "900",
+        stdout=out,
+    )
     job = Job.objects.get(tenant=tenant, name="nightly")
     assert (job.target_kind, job.target_config) == ("monitor", {"grace_seconds": 900})
     assert f"check-in URL http://localhost:8000/ping/{job.monitor.ping_key}" in out.getvalue()
     with pytest.raises(CommandError, match="grace: --grace is for monitored jobs only"):
-        call_command("jobs", "add", "--tenant", tenant.slug, "--name", "x", "--cron", "@daily",
-                     "--task", "scheduler_app.echo", "--grace", "60", stdout=StringIO())
+        call_command(
+            "jobs",
+            "add",
+            "--tenant",
+            tenant.slug,
+            "--name",
+            "x",
+            "--cron",
+            "@daily",
+            "--task",
+            "scheduler_app.echo",
+            "--grace",
+            "60",
+            stdout=StringIO(),
+        )
 
 
 def test_the_api_shows_a_monitored_job_with_its_grace_and_ping_url_and_its_check_in_runs(tenant):
@@ -312,16 +359,29 @@ def test_the_api_shows_a_monitored_job_with_its_grace_and_ping_url_and_its_check
     key = services.apikey_create(tenant=tenant, name="ci")[1]
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
-    made = api.post("/api/v1/jobs/", {"name": "k8s-cleanup", "schedule": {"cron": "*/5 * * * *"},
-                                      "target": {"kind": "monitor", "grace_seconds": 120}}, format="json")
+    made = api.post(
+        "/api/v1/jobs/",
+        {
+            "name": "k8s-cleanup",
+            "schedule": {"cron": "*/5 * * * *"},
+            "target": {"kind": "monitor", "grace_seconds": 120},
+        },
+        format="json",
+    )
     assert made.status_code == 201, made.json()
     job = Job.objects.get(id=made.json()["id"])
-    assert made.json()["target"] == {"kind": "monitor", "grace_seconds": 120,
-                                     "ping_url": f"http://localhost:8000/ping/{job.monitor.ping_key}"}
+    assert made.json()["target"] == {
+        "kind": "monitor",
+        "grace_seconds": 120,
+        "ping_url": f"http://localhost:8000/ping/{job.monitor.ping_key}",
+    }
     fire_now(job)
     ping(Client(), key_of(job), body=b"done")
     runs = api.get("/api/v1/runs/", {"job": job.id}).json()["results"]
     assert [(run["state"], run["job"]) for run in runs] == [("succeeded", job.id)]
-    bad = api.post("/api/v1/jobs/", {"name": "bad", "schedule": {"cron": "@daily"},
-                                     "target": {"kind": "monitor", "grace_seconds": 0}}, format="json")
+    bad = api.post(
+        "/api/v1/jobs/",
+        {"name": "bad", "schedule": {"cron": "@daily"}, "target": {"kind": "monitor", "grace_seconds": 0}},
+        format="json",
+    )
     assert bad.status_code == 400 and "grace_seconds" in str(bad.json())

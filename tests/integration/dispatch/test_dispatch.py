@@ -167,8 +167,7 @@ def test_skip_records_missed_fires_with_a_reason(make_job):
 
 
 def test_fires_beyond_the_catchup_window_are_recorded_once_not_run(make_job):
-    job = make_job(cron="* * * * *", next_run_at=DOWN_SINCE, misfire_policy="run_all",
-                   catchup_window_seconds=600)
+    job = make_job(cron="* * * * *", next_run_at=DOWN_SINCE, misfire_policy="run_all", catchup_window_seconds=600)
 
     dispatch_now(BACK_AT)
 

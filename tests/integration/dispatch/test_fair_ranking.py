@@ -34,8 +34,12 @@ def full_order(now, held_back=()) -> tuple[list[int], dict[int, int], dict[int, 
     due count and weight of each tenant with a due job."""
     weights = dict(Tenant.objects.values_list("id", "weight"))
     due = sorted(
-        (job for job in Job.objects.filter(enabled=True, next_run_at__lte=now).exclude(queue__in=held_back)
-         .values("id", "tenant_id", "priority", "next_run_at")),
+        (
+            job
+            for job in Job.objects.filter(enabled=True, next_run_at__lte=now)
+            .exclude(queue__in=held_back)
+            .values("id", "tenant_id", "priority", "next_run_at")
+        ),
         key=lambda job: (job["tenant_id"], -job["priority"], job["next_run_at"], job["id"]),
     )
     ranks: dict[int, int] = {}
@@ -51,26 +55,36 @@ def full_order(now, held_back=()) -> tuple[list[int], dict[int, int], dict[int, 
 @pytest.mark.django_db(transaction=True)
 def test_the_bounded_ranking_lists_exactly_the_first_rows_of_the_full_order():
     rng = random.Random(11)
-    tenants = [make_tenant("heavy", 1), make_tenant("weighty", 3), make_tenant("light", 2),
-               make_tenant("few", 1), make_tenant("idle", 5)]
+    tenants = [
+        make_tenant("heavy", 1),
+        make_tenant("weighty", 3),
+        make_tenant("light", 2),
+        make_tenant("few", 1),
+        make_tenant("idle", 5),
+    ]
     jobs = []
     for tenant, count in zip(tenants, (400, 250, 120, 6, 0), strict=True):
         for i in range(count):
-            jobs.append(Job(
-                tenant=tenant, name=f"{tenant.slug}-{i}", task_name="scheduler_app.echo", cron="* * * * *",
-                # a few levels, many ties in next_run_at, some due later, some paused, some held back
-                priority=rng.choice([0, 5, 5, 5, 9]),
-                next_run_at=T - timedelta(seconds=rng.randrange(-30, 120, 10)),
-                enabled=rng.random() > 0.05,
-                queue="held" if rng.random() < 0.05 else "default",
-            ))
+            jobs.append(
+                Job(
+                    tenant=tenant,
+                    name=f"{tenant.slug}-{i}",
+                    task_name="scheduler_app.echo",
+                    cron="* * * * *",
+                    # a few levels, many ties in next_run_at, some due later, some paused, some held back
+                    priority=rng.choice([0, 5, 5, 5, 9]),
+                    next_run_at=T - timedelta(seconds=rng.randrange(-30, 120, 10)),
+                    enabled=rng.random() > 0.05,
+                    queue="held" if rng.random() < 0.05 else "default",
+                )
+            )
     Job.objects.bulk_create(jobs)
 
     for held_back in ((), ("held",)):
         expected, due, weights = full_order(T, held_back)
         for horizon in (1, 2, 7, 50, 333, 700, 5000):
             listed = ranked_ids(T, horizon, held_back)
-            assert listed == expected[:len(listed)], (held_back, horizon)
+            assert listed == expected[: len(listed)], (held_back, horizon)
             # Each tenant is listed up to its share of the horizon (all of its due jobs when it
             # has fewer): the list is at least that long.
             total = sum(weights.values())
@@ -88,8 +102,13 @@ def test_rows_past_a_tenants_quota_are_never_passed_over():
     heavy, light = make_tenant("heavy", 3), make_tenant("light", 1)
     singles = [make_tenant(f"single-{i}") for i in range(6)]
     Job.objects.bulk_create(
-        Job(tenant=tenant, name=f"{tenant.slug}-{i}", task_name="scheduler_app.echo", cron="* * * * *",
-            next_run_at=T - timedelta(seconds=i))
+        Job(
+            tenant=tenant,
+            name=f"{tenant.slug}-{i}",
+            task_name="scheduler_app.echo",
+            cron="* * * * *",
+            next_run_at=T - timedelta(seconds=i),
+        )
         for tenant, count in [(heavy, 10), (light, 10), *[(single, 1) for single in singles]]
         for i in range(count)
     )
@@ -104,13 +123,26 @@ def test_rows_past_a_tenants_quota_are_never_passed_over():
 def test_the_ranking_reads_about_what_it_lists_not_the_whole_due_set():
     tenants = [make_tenant(f"t{i}") for i in range(3)]
     Job.objects.bulk_create(
-        Job(tenant=tenant, name=f"{tenant.slug}-{i}", task_name="scheduler_app.echo", cron="* * * * *",
-            priority=(5 if i % 2 else 7), next_run_at=T - timedelta(seconds=i % 97))
-        for tenant in tenants for i in range(2000)
+        Job(
+            tenant=tenant,
+            name=f"{tenant.slug}-{i}",
+            task_name="scheduler_app.echo",
+            cron="* * * * *",
+            priority=(5 if i % 2 else 7),
+            next_run_at=T - timedelta(seconds=i % 97),
+        )
+        for tenant in tenants
+        for i in range(2000)
     )
     Job.objects.bulk_create(  # not due: the ranking must not read these either
-        Job(tenant=tenants[0], name=f"later-{i}", task_name="scheduler_app.echo", cron="* * * * *",
-            priority=9, next_run_at=T + timedelta(hours=1))
+        Job(
+            tenant=tenants[0],
+            name=f"later-{i}",
+            task_name="scheduler_app.echo",
+            cron="* * * * *",
+            priority=9,
+            next_run_at=T + timedelta(hours=1),
+        )
         for i in range(2000)
     )
     read, plan = rows_read(sql.FAIR_ORDER.format(held_back=""), {"now": T, "horizon": 90}, "scheduler_app_job")

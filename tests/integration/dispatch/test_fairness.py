@@ -21,7 +21,6 @@ GRACE = timedelta(seconds=60)
 T = utc(2024, 1, 1, 0, 0, 0)
 
 
-
 def make_tenant(slug, **fields) -> Tenant:
     return Tenant.objects.create(slug=slug, name=slug, **fields)
 
@@ -29,8 +28,7 @@ def make_tenant(slug, **fields) -> Tenant:
 def seed(tenant, count, at=T) -> list[int]:
     """`count` due jobs of `tenant` in one statement; their ids in creation order."""
     jobs = Job.objects.bulk_create(
-        Job(tenant=tenant, name=f"{tenant.slug}-{i}", task_name="scheduler_app.echo", cron="* * * * *",
-            next_run_at=at)
+        Job(tenant=tenant, name=f"{tenant.slug}-{i}", task_name="scheduler_app.echo", cron="* * * * *", next_run_at=at)
         for i in range(count)
     )
     return [job.id for job in jobs]
@@ -81,8 +79,13 @@ def test_equal_weights_interleave_and_each_tenant_goes_oldest_first(db):
     a, b, c = make_tenant("a"), make_tenant("b"), make_tenant("c")
     for tenant, offsets in ((a, [5, 1, 3]), (b, [4, 2]), (c, [6])):
         for seconds in offsets:
-            Job.objects.create(tenant=tenant, name=f"{tenant.slug}-{seconds}", task_name="scheduler_app.echo",
-                               cron="* * * * *", next_run_at=T - timedelta(seconds=seconds))
+            Job.objects.create(
+                tenant=tenant,
+                name=f"{tenant.slug}-{seconds}",
+                task_name="scheduler_app.echo",
+                cron="* * * * *",
+                next_run_at=T - timedelta(seconds=seconds),
+            )
 
     jobs = claim(limit=10)
 
@@ -147,8 +150,9 @@ def test_a_job_changed_after_the_claim_began_is_not_claimed():
             cursor.execute(f"DECLARE claim CURSOR FOR {statement}", {"now": T, "limit": 10})  # snapshot: all due
             with other.cursor() as change:  # another session pauses one job and advances another
                 change.execute("UPDATE scheduler_app_job SET enabled = false WHERE id = %s", [paused])
-                change.execute("UPDATE scheduler_app_job SET next_run_at = %s WHERE id = %s",
-                               [T + timedelta(hours=1), advanced])
+                change.execute(
+                    "UPDATE scheduler_app_job SET next_run_at = %s WHERE id = %s", [T + timedelta(hours=1), advanced]
+                )
             cursor.execute("FETCH ALL FROM claim")
             claimed = [row[0] for row in cursor.fetchall()]
     finally:

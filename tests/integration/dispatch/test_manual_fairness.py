@@ -69,13 +69,14 @@ def test_the_beat_releases_held_manual_runs_as_the_tenants_own_finish(db, make_j
     assert JobRun.objects.filter(job=job, state=RunState.QUEUED).count() == 3
     assert JobRun.objects.filter(job=job, state=RunState.PENDING).count() == 4
     first_fires = sorted(JobRun.objects.filter(job=job).values_list("scheduled_at", flat=True))[3:6]
-    assert sorted(JobRun.objects.filter(id__in=[m.run_id for m in released])
-                  .values_list("scheduled_at", flat=True)) == first_fires  # oldest fire first
+    assert (
+        sorted(JobRun.objects.filter(id__in=[m.run_id for m in released]).values_list("scheduled_at", flat=True))
+        == first_fires
+    )  # oldest fire first
 
 
 def test_held_manual_runs_of_a_queue_over_the_high_water_mark_stay_held(db, make_job, small_budget, queue_name):
-    job = make_job(tenant=make_tenant("flood"), cron="", every_seconds=1, next_run_at=utc(2100, 1, 1),
-                   queue=queue_name)
+    job = make_job(tenant=make_tenant("flood"), cron="", every_seconds=1, next_run_at=utc(2100, 1, 1), queue=queue_name)
     backfill(job, 10)
     now = db_now()
     JobRun.objects.filter(job=job, state=RunState.QUEUED).update(state=RunState.SUCCEEDED, finished_at=now)

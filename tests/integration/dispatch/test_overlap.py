@@ -32,8 +32,9 @@ def test_skip_records_a_fire_while_the_previous_run_is_running(make_job):
 
 @pytest.mark.django_db(transaction=True)
 def test_buffer_one_holds_one_fire_and_releases_it_when_the_run_ends(make_job):
-    job = make_job(every_seconds=10, anchor_at=T0, next_run_at=T0, overlap_policy="buffer_one",
-                   task_name="scheduler_app.echo")
+    job = make_job(
+        every_seconds=10, anchor_at=T0, next_run_at=T0, overlap_policy="buffer_one", task_name="scheduler_app.echo"
+    )
     dispatch_at(T0)
     first = JobRun.objects.get(job=job)
     dispatch_at(T1)

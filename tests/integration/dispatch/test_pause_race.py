@@ -52,8 +52,9 @@ def test_a_pause_waits_for_the_beat_that_claimed_the_fire(make_job):
     due = db_now() - timedelta(milliseconds=5)
     job = make_job(every_seconds=60, anchor_at=due, next_run_at=due)
     db = connection.settings_dict
-    beat = psycopg.connect(host=db["HOST"] or "127.0.0.1", port=db["PORT"] or 5432, user=db["USER"] or "postgres",
-                           dbname=db["NAME"])
+    beat = psycopg.connect(
+        host=db["HOST"] or "127.0.0.1", port=db["PORT"] or 5432, user=db["USER"] or "postgres", dbname=db["NAME"]
+    )
     beat.execute("SELECT id FROM scheduler_app_job WHERE id = %s FOR NO KEY UPDATE SKIP LOCKED", [job.id])
     paused = threading.Event()
 
@@ -65,9 +66,11 @@ def test_a_pause_waits_for_the_beat_that_claimed_the_fire(make_job):
     thread = threading.Thread(target=pause)
     thread.start()
     assert not paused.wait(0.5)  # waiting for the beat's lock
-    beat.execute("INSERT INTO scheduler_app_jobrun (job_id, tenant_id, scheduled_at, state, created_at, "
-                 "enqueued_at, dispatched_at) VALUES (%s, %s, %s, 'queued', now(), now(), now())",
-                 [job.id, job.tenant_id, due])
+    beat.execute(
+        "INSERT INTO scheduler_app_jobrun (job_id, tenant_id, scheduled_at, state, created_at, "
+        "enqueued_at, dispatched_at) VALUES (%s, %s, %s, 'queued', now(), now(), now())",
+        [job.id, job.tenant_id, due],
+    )
     beat.execute("UPDATE scheduler_app_job SET next_run_at = %s WHERE id = %s", [due + timedelta(seconds=60), job.id])
     beat.commit()
     beat.close()

@@ -22,8 +22,11 @@ def test_integers_read_back_as_they_were():
 
 
 def test_times_keep_their_instant_and_none_is_null():
-    instants = [datetime(2026, 12, 1, 7, 44, 45, 123456, tzinfo=UTC),
-                datetime(2026, 3, 29, 2, 30, tzinfo=timezone(timedelta(hours=2))), None]
+    instants = [
+        datetime(2026, 12, 1, 7, 44, 45, 123456, tzinfo=UTC),
+        datetime(2026, 3, 29, 2, 30, tzinfo=timezone(timedelta(hours=2))),
+        None,
+    ]
     assert read_back(pgarrays.times(instants), "timestamptz[]") == instants
 
 

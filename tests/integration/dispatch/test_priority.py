@@ -24,14 +24,19 @@ GRACE = timedelta(seconds=60)
 PRIORITIES = [0, 9, 3, 7, 5, 1, 8, 2, 6, 4]
 
 
-
 def seed(tenant, priorities, at=T, prefix="job", **fields) -> dict[int, int]:
     """One job due at `at` per priority (cron every minute unless `fields` say otherwise);
     {job id: priority}."""
     fields.setdefault("cron", "* * * * *")
     jobs = Job.objects.bulk_create(
-        Job(tenant=tenant, name=f"{prefix}-{i}", task_name="scheduler_app.echo", next_run_at=at, priority=priority,
-            **fields)
+        Job(
+            tenant=tenant,
+            name=f"{prefix}-{i}",
+            task_name="scheduler_app.echo",
+            next_run_at=at,
+            priority=priority,
+            **fields,
+        )
         for i, priority in enumerate(priorities)
     )
     return {job.id: job.priority for job in jobs}
@@ -50,8 +55,9 @@ def fired_priorities(turn_limit, tenant=None) -> list[int]:
 
 def test_a_new_job_has_the_middle_priority_and_keeps_the_one_given(tenant):
     plain = services.job_create(tenant, services.JobSpec(name="plain", task_name="scheduler_app.echo", every=60))
-    urgent = services.job_create(tenant, services.JobSpec(name="urgent", task_name="scheduler_app.echo", every=60,
-                                                          priority=9))
+    urgent = services.job_create(
+        tenant, services.JobSpec(name="urgent", task_name="scheduler_app.echo", every=60, priority=9)
+    )
 
     assert (plain.priority, urgent.priority) == (PRIORITY_DEFAULT, 9) == (5, 9)
 
@@ -59,8 +65,9 @@ def test_a_new_job_has_the_middle_priority_and_keeps_the_one_given(tenant):
 @pytest.mark.parametrize("value", [-1, 10, 255, "9", 9.0, True, None])
 def test_a_priority_outside_0_to_9_is_refused_by_name(tenant, value):
     with pytest.raises(services.InvalidInput) as caught:
-        services.job_create(tenant, services.JobSpec(name="x", task_name="scheduler_app.echo", every=60,
-                                                     priority=value))
+        services.job_create(
+            tenant, services.JobSpec(name="x", task_name="scheduler_app.echo", every=60, priority=value)
+        )
 
     assert caught.value.field == "priority"
     assert not Job.objects.exists()
@@ -118,8 +125,9 @@ def test_priority_does_not_buy_a_larger_share_of_a_claim(db):
 
 def test_every_run_keeps_its_jobs_priority(tenant, monkeypatch):
     monkeypatch.setattr(dispatch.turn, "publish_runs", lambda messages: len(list(messages)))
-    job = services.job_create(tenant, services.JobSpec(name="j", task_name="scheduler_app.echo", cron="0 * * * *",
-                                                       priority=8))
+    job = services.job_create(
+        tenant, services.JobSpec(name="j", task_name="scheduler_app.echo", cron="0 * * * *", priority=8)
+    )
     Job.objects.filter(id=job.id).update(next_run_at=T)
 
     dispatch.dispatch_due_jobs(T, limit=10, grace=GRACE)

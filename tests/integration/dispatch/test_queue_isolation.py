@@ -20,11 +20,28 @@ from scheduler_app.models import Job, JobRun, RunState, db_now
 from tests.conftest import take_broker_messages
 
 
-@pytest.mark.parametrize("name", [
-    "_kombu.binding.cronfleet", "amq.direct", "amq.gen-abc", "celeryev.1234", "celery.pidbox",
-    "w1@host.celery.pidbox", "abc.reply.celery.pidbox", "unacked", "unacked_index", "unacked_mutex",
-    "Upper", "with space", "x" * 65, "-leading-dash", "colon:key", "tab\tname", "ümlaut",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "_kombu.binding.cronfleet",
+        "amq.direct",
+        "amq.gen-abc",
+        "celeryev.1234",
+        "celery.pidbox",
+        "w1@host.celery.pidbox",
+        "abc.reply.celery.pidbox",
+        "unacked",
+        "unacked_index",
+        "unacked_mutex",
+        "Upper",
+        "with space",
+        "x" * 65,
+        "-leading-dash",
+        "colon:key",
+        "tab\tname",
+        "ümlaut",
+    ],
+)
 def test_broker_internal_and_malformed_names_are_refused(tenant, name):
     with pytest.raises(services.InvalidInput) as refused:
         services.job_create(tenant, services.JobSpec(name="j", task_name="scheduler_app.echo", every=60, queue=name))
@@ -46,8 +63,9 @@ def test_a_deployment_can_list_its_queues(tenant):
     services.job_create(tenant, services.JobSpec(name="default", task_name="scheduler_app.echo", every=60))
 
     with pytest.raises(services.InvalidInput, match="not one of this deployment's queues") as refused:
-        services.job_create(tenant, services.JobSpec(name="no", task_name="scheduler_app.echo", every=60,
-                                                     queue="other"))
+        services.job_create(
+            tenant, services.JobSpec(name="no", task_name="scheduler_app.echo", every=60, queue="other")
+        )
     assert refused.value.field == "queue"
 
 
@@ -63,8 +81,11 @@ def test_an_edit_to_a_broker_name_is_refused_and_changes_nothing(tenant):
 def test_the_api_names_the_field(tenant):
     from tests.integration.api.test_api import client_for, errors_of, job_body
 
-    response = client_for(tenant).post("/api/v1/jobs/", job_body(
-        name="poison", schedule={"every": 1}, priority=9, queue="_kombu.binding.cronfleet"), format="json")
+    response = client_for(tenant).post(
+        "/api/v1/jobs/",
+        job_body(name="poison", schedule={"every": 1}, priority=9, queue="_kombu.binding.cronfleet"),
+        format="json",
+    )
 
     assert response.status_code == 400, response.content
     assert list(errors_of(response)) == ["queue"]

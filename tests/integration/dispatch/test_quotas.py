@@ -24,7 +24,6 @@ from tests.unit.dispatch.test_quotas import CONCURRENCY, FIRES, T
 GRACE = timedelta(seconds=60)
 
 
-
 @pytest.fixture
 def published(monkeypatch):
     """Every message the beat would publish, instead of sending it to the broker."""
@@ -82,10 +81,17 @@ def test_every_run_sent_to_the_broker_for_the_first_time_records_when(make_job, 
 def test_a_retry_and_a_released_buffered_run_keep_their_first_dispatch(make_job, make_run):
     earlier = T - timedelta(minutes=5)
     retry = make_run(state=RunState.RETRYING, next_attempt_at=T, dispatched_at=earlier, enqueued_at=earlier)
-    buffered = make_run(make_job(overlap_policy="buffer_one"), state=RunState.PENDING,
-                        reason="overlap_buffered: waiting for run 1 still running", dispatched_at=earlier)
-    fresh = make_run(make_job(overlap_policy="buffer_one"), state=RunState.PENDING,
-                     reason="overlap_buffered: waiting for run 2 still running")
+    buffered = make_run(
+        make_job(overlap_policy="buffer_one"),
+        state=RunState.PENDING,
+        reason="overlap_buffered: waiting for run 1 still running",
+        dispatched_at=earlier,
+    )
+    fresh = make_run(
+        make_job(overlap_policy="buffer_one"),
+        state=RunState.PENDING,
+        reason="overlap_buffered: waiting for run 2 still running",
+    )
 
     dispatch.recovery.requeue_due_retries(T, limit=10)
     dispatch.recovery.release_buffered_runs(T, limit=10)
@@ -153,8 +159,9 @@ def test_new_fires_wait_behind_older_held_runs(make_job, published):
 def test_retries_are_not_throttled(make_job, make_run, published):
     a = make_tenant("quota-a", max_fires_per_minute=1)
     make_run(make_job(tenant=a), dispatched_at=T)  # the minute's budget is spent
-    retry = make_run(make_job(tenant=a), state=RunState.RETRYING, next_attempt_at=T,
-                     dispatched_at=T - timedelta(seconds=30))
+    retry = make_run(
+        make_job(tenant=a), state=RunState.RETRYING, next_attempt_at=T, dispatched_at=T - timedelta(seconds=30)
+    )
 
     turn(T + timedelta(seconds=1))
 
@@ -180,8 +187,7 @@ def test_concurrent_runs_quota_releases_one_run_per_finished_one(make_job, publi
     JobRun.objects.filter(id=runs_of(a)[1].id).update(state=RunState.RUNNING)
 
     assert turn(T + timedelta(seconds=2)).released == 1
-    assert list(runs_of(a).values_list("state", flat=True)) == ["succeeded", "running", "queued", "pending",
-                                                                 "pending"]
+    assert list(runs_of(a).values_list("state", flat=True)) == ["succeeded", "running", "queued", "pending", "pending"]
     assert turn(T + timedelta(seconds=3)).released == 0
 
 
@@ -224,8 +230,13 @@ def test_a_buffered_run_of_a_tenant_over_budget_waits_for_the_quota(make_job, pu
 def test_a_skip_job_does_not_queue_a_second_run_while_its_first_waits_for_the_quota(make_job, published):
     a = make_tenant("quota-a", max_fires_per_minute=1)
     make_job(tenant=a, cron="", run_at=T, next_run_at=T)  # spends the minute's fire
-    job = make_job(tenant=a, every_seconds=10, anchor_at=T + timedelta(seconds=1),
-                   next_run_at=T + timedelta(seconds=1), overlap_policy="skip")
+    job = make_job(
+        tenant=a,
+        every_seconds=10,
+        anchor_at=T + timedelta(seconds=1),
+        next_run_at=T + timedelta(seconds=1),
+        overlap_policy="skip",
+    )
 
     turn(T + timedelta(seconds=1))
     turn(T + timedelta(seconds=11))
@@ -233,14 +244,15 @@ def test_a_skip_job_does_not_queue_a_second_run_while_its_first_waits_for_the_qu
     waiting = JobRun.objects.get(job=job, scheduled_at=T + timedelta(seconds=1))
     second = JobRun.objects.get(job=job, scheduled_at=T + timedelta(seconds=11))
     assert (waiting.state, waiting.reason) == ("pending", FIRES.format(1))
-    assert (second.state, second.reason) == ("skipped",
-                                             f"overlap_skip: run {waiting.id} still waiting for its tenant's quota")
+    assert (second.state, second.reason) == (
+        "skipped",
+        f"overlap_skip: run {waiting.id} still waiting for its tenant's quota",
+    )
 
 
 def test_release_buffered_runs_leaves_runs_held_by_a_quota_alone(make_job, make_run):
     plain = make_tenant("plain")  # no quota (any more): still, only the buffer's runs are its business
-    held = make_run(make_job(tenant=plain, overlap_policy="buffer_one"), state=RunState.PENDING,
-                    reason=FIRES.format(3))
+    held = make_run(make_job(tenant=plain, overlap_policy="buffer_one"), state=RunState.PENDING, reason=FIRES.format(3))
 
     assert dispatch.recovery.release_buffered_runs(T, limit=10) == []
     held.refresh_from_db()
@@ -305,8 +317,9 @@ def test_two_beats_at_once_never_spend_one_budget_twice(make_job, published, mon
 
     def lock_waiters() -> int:
         with connection.cursor() as cursor:
-            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                           "AND wait_event_type = 'Lock'")
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
             return cursor.fetchone()[0]
 
     def meeting_budgets(tenant_ids, now):

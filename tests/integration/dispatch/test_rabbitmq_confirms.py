@@ -36,9 +36,15 @@ def reset_pools() -> None:
 def full_queue(rabbitmq_queue, monkeypatch):
     """The test's queue as the beat declares it, with room for one message: a second one is
     refused (a deployment's max-length policy, say)."""
+
     def declaration(name: str) -> Queue:
-        return Queue(name, Exchange(name), routing_key=name, durable=True,
-                     queue_arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
+        return Queue(
+            name,
+            Exchange(name),
+            routing_key=name,
+            durable=True,
+            queue_arguments={"x-max-length": 1, "x-overflow": "reject-publish"},
+        )
 
     monkeypatch.setattr(publish, "task_queue", declaration)
     # Celery reads the broker from the environment before its settings.
@@ -64,6 +70,7 @@ def wait_for_messages(queue: str, count: int) -> None:
 @pytest.fixture
 def queued_run(make_run, make_job, full_queue):
     """A run recorded queued, for a job of the test's queue, and its message."""
+
     def make() -> tuple[JobRun, RunMessage]:
         run = make_run(job=make_job(queue=full_queue))
         return run, RunMessage.of(run.id, run.attempt, run.job)
@@ -89,7 +96,8 @@ def test_with_confirms_a_refused_publish_raises_and_its_run_stays_queued(full_qu
 
     assert publish_errors(caplog) == [
         f"publish to queue {full_queue!r} refused (NotConfirmed: the broker refused 1 message(s) (basic.nack)); "
-        "its 1 runs stay queued for the republish sweep"]
+        "its 1 runs stay queued for the republish sweep"
+    ]
     run.refresh_from_db()
     assert run.state == RunState.QUEUED and run.started_at is None  # for the republish sweep
     wait_for_messages(full_queue, 1)

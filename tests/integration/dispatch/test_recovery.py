@@ -19,8 +19,16 @@ from tests.conftest import NOW, rows_read, utc
 @pytest.fixture
 def broker_queue(queue_name):
     """A broker queue a live worker consumes (by its node row): the sweep publishes again only there."""
-    Node.objects.create(kind=NodeKind.WORKER, name=f"w@{queue_name}", host="h", pid=1, queues=[queue_name],
-                        started_at=Now(), last_seen_at=Now(), stale_after_seconds=60)
+    Node.objects.create(
+        kind=NodeKind.WORKER,
+        name=f"w@{queue_name}",
+        host="h",
+        pid=1,
+        queues=[queue_name],
+        started_at=Now(),
+        last_seen_at=Now(),
+        stale_after_seconds=60,
+    )
     yield queue_name
     client = redis.Redis.from_url(django_settings.CELERY_BROKER_URL)
     client.delete(queue_name)
@@ -28,10 +36,12 @@ def broker_queue(queue_name):
 
 
 def test_a_run_whose_lease_ran_out_is_lost_and_retried_as_the_next_attempt(make_job, make_run):
-    run = make_run(make_job(max_attempts=3), state=RunState.RUNNING, worker="w1",
-                   lease_expires_at=NOW - timedelta(seconds=1))
-    alive = make_run(state=RunState.RUNNING, scheduled_at=utc(2024, 1, 1, 0, 1),
-                     lease_expires_at=NOW + timedelta(seconds=5))
+    run = make_run(
+        make_job(max_attempts=3), state=RunState.RUNNING, worker="w1", lease_expires_at=NOW - timedelta(seconds=1)
+    )
+    alive = make_run(
+        state=RunState.RUNNING, scheduled_at=utc(2024, 1, 1, 0, 1), lease_expires_at=NOW + timedelta(seconds=5)
+    )
 
     assert dispatch.recovery.mark_lost_runs(NOW, limit=10) == 1
     messages = dispatch.recovery.requeue_due_retries(NOW, limit=10)
@@ -46,8 +56,9 @@ def test_a_run_whose_lease_ran_out_is_lost_and_retried_as_the_next_attempt(make_
 
 
 def test_a_lost_run_on_its_last_attempt_is_dead(make_job, make_run):
-    run = make_run(make_job(max_attempts=2), state=RunState.RUNNING, attempt=2,
-                   lease_expires_at=NOW - timedelta(seconds=1))
+    run = make_run(
+        make_job(max_attempts=2), state=RunState.RUNNING, attempt=2, lease_expires_at=NOW - timedelta(seconds=1)
+    )
 
     dispatch.recovery.mark_lost_runs(NOW, limit=10)
 
@@ -114,12 +125,19 @@ def test_the_sweep_looks_for_stale_queues_among_the_oldest_runs_only(make_job, b
     job = make_job(queue=broker_queue)
     now = db_now()
     JobRun.objects.bulk_create(
-        JobRun(job=job, tenant=job.tenant, scheduled_at=utc(2024, 1, 1) + timedelta(minutes=i), state=RunState.QUEUED,
-               created_at=NOW, enqueued_at=now - timedelta(seconds=20 + i % 7))
+        JobRun(
+            job=job,
+            tenant=job.tenant,
+            scheduled_at=utc(2024, 1, 1) + timedelta(minutes=i),
+            state=RunState.QUEUED,
+            created_at=NOW,
+            enqueued_at=now - timedelta(seconds=20 + i % 7),
+        )
         for i in range(3000)
     )
-    read, plan = rows_read(sql.STALE_QUEUES, {"before": now - timedelta(seconds=15), "sample": 100},
-                           "scheduler_app_jobrun")
+    read, plan = rows_read(
+        sql.STALE_QUEUES, {"before": now - timedelta(seconds=15), "sample": 100}, "scheduler_app_jobrun"
+    )
     assert read <= 100, plan  # of 3,000 stale runs
     assert len(dispatch.recovery.republish_stale_runs(now, limit=10)) == 10  # the queue is found, its oldest go again
 

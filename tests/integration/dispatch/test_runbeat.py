@@ -15,12 +15,14 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
 @pytest.mark.parametrize("failing", ["retention step", "next due time"])
-def test_the_database_lost_between_a_turn_and_the_sleep_costs_a_retry_not_the_beat(tenant, queue_name,
-                                                                                 monkeypatch, caplog, failing):
+def test_the_database_lost_between_a_turn_and_the_sleep_costs_a_retry_not_the_beat(
+    tenant, queue_name, monkeypatch, caplog, failing
+):
     """After its turn the beat prunes and asks when the next job is due: both query the
     database, which may be gone by then (a failover). The beat retries; it used to exit."""
-    services.job_create(tenant, services.JobSpec(name="every", task_name="scheduler_app.echo", every=1,
-                                                 queue=queue_name))
+    services.job_create(
+        tenant, services.JobSpec(name="every", task_name="scheduler_app.echo", every=1, queue=queue_name)
+    )
     command = runbeat.Command()
     real_due, real_step = dispatch.seconds_until_due, retention.Pruner.step
     failures = []
@@ -31,6 +33,7 @@ def test_the_database_lost_between_a_turn_and_the_sleep_costs_a_retry_not_the_be
                 failures.append(real.__name__)
                 raise InterfaceError("the connection is closed")
             return real(*args, **kwargs)
+
         return call
 
     def due_then_stop(*args, **kwargs):  # the second turn reached its sleep: the retry worked

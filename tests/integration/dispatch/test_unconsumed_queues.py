@@ -30,18 +30,26 @@ def broker_queue(queue_name):
 
 def queued_runs(make_run, job, count: int, *, published_ago: float) -> list[JobRun]:
     at = db_now() - timedelta(seconds=published_ago)
-    return [make_run(job, scheduled_at=utc(2024, 1, 1) + timedelta(minutes=i), enqueued_at=at, dispatched_at=at)
-            for i in range(count)]
+    return [
+        make_run(job, scheduled_at=utc(2024, 1, 1) + timedelta(minutes=i), enqueued_at=at, dispatched_at=at)
+        for i in range(count)
+    ]
 
 
 def worker_node(queue: str, *, seen_ago: float) -> Node:
-    return Node.objects.create(kind=NodeKind.WORKER, name=f"w@{queue}", host="h", pid=1, queues=[queue],
-                               started_at=Now(), last_seen_at=db_now() - timedelta(seconds=seen_ago),
-                               stale_after_seconds=15)
+    return Node.objects.create(
+        kind=NodeKind.WORKER,
+        name=f"w@{queue}",
+        host="h",
+        pid=1,
+        queues=[queue],
+        started_at=Now(),
+        last_seen_at=db_now() - timedelta(seconds=seen_ago),
+        stale_after_seconds=15,
+    )
 
 
-def test_the_sweep_publishes_no_copies_to_a_queue_no_live_worker_consumes(make_job, make_run, broker_queue,
-                                                                          settings):
+def test_the_sweep_publishes_no_copies_to_a_queue_no_live_worker_consumes(make_job, make_run, broker_queue, settings):
     """Issue 22 item 5: 100 runs made 400 messages in 15 minutes (a copy every dispatch timeout)."""
     settings.CRONFLEET_DISPATCH_TIMEOUT_SECONDS = 300
     job = make_job(queue=broker_queue, next_run_at=None)
@@ -60,8 +68,9 @@ def test_the_sweep_publishes_no_copies_to_a_queue_no_live_worker_consumes(make_j
     assert len(dispatch.recovery.republish_stale_runs(db_now(), limit=500)) == 100  # a live consumer: as before
 
 
-def test_runs_of_a_queue_without_a_worker_for_the_expiry_are_skipped_with_a_reason(make_job, make_run, queue_name,
-                                                                                  settings):
+def test_runs_of_a_queue_without_a_worker_for_the_expiry_are_skipped_with_a_reason(
+    make_job, make_run, queue_name, settings
+):
     settings.CRONFLEET_UNCONSUMED_EXPIRE_SECONDS = 60
     orphan, recent = f"{queue_name}-orphan", f"{queue_name}-recent"
     old = queued_runs(make_run, make_job(queue=orphan, next_run_at=None), 3, published_ago=400)
@@ -83,11 +92,13 @@ def test_runs_of_a_queue_without_a_worker_for_the_expiry_are_skipped_with_a_reas
     JobRun.objects.filter(id__in=[run.id for run in waiting]).update(enqueued_at=db_now() - timedelta(seconds=400))
     dispatch.recovery.republish_stale_runs(db_now(), limit=10)
     assert set(JobRun.objects.filter(id__in=[run.id for run in waiting]).values_list("state", flat=True)) == {
-        RunState.SKIPPED}
+        RunState.SKIPPED
+    }
 
 
-def test_status_metrics_and_the_dashboard_name_a_queue_with_runs_and_no_live_worker(make_job, make_run, queue_name,
-                                                                                   admin_client):
+def test_status_metrics_and_the_dashboard_name_a_queue_with_runs_and_no_live_worker(
+    make_job, make_run, queue_name, admin_client
+):
     orphan, served = f"{queue_name}-orphan", f"{queue_name}-served"
     queued_runs(make_run, make_job(queue=orphan, next_run_at=None), 2, published_ago=5)
     queued_runs(make_run, make_job(queue=served, next_run_at=None), 2, published_ago=5)
@@ -114,13 +125,28 @@ def test_status_metrics_and_the_dashboard_name_a_queue_with_runs_and_no_live_wor
 def test_jobs_add_and_import_beat_warn_when_no_live_worker_consumes_the_queue(tenant, queue_name, settings):
     served = f"{queue_name}-served"
     Registration(NodeKind.WORKER, "w@h", stale_after=15, queues=[served]).register()
-    settings.CELERY_BEAT_SCHEDULE = {"nightly": {"task": "scheduler_app.echo", "schedule": 60.0,
-                                                 "options": {"queue": queue_name}}}
+    settings.CELERY_BEAT_SCHEDULE = {
+        "nightly": {"task": "scheduler_app.echo", "schedule": 60.0, "options": {"queue": queue_name}}
+    }
 
     def add(name: str, queue: str) -> str:
         err = StringIO()
-        call_command("jobs", "add", "--tenant", tenant.slug, "--name", name, "--every", "60", "--task",
-                     "scheduler_app.echo", "--queue", queue, stdout=StringIO(), stderr=err)
+        call_command(
+            "jobs",
+            "add",
+            "--tenant",
+            tenant.slug,
+            "--name",
+            name,
+            "--every",
+            "60",
+            "--task",
+            "scheduler_app.echo",
+            "--queue",
+            queue,
+            stdout=StringIO(),
+            stderr=err,
+        )
         return err.getvalue()
 
     orphaned, fine = add("orphaned", queue_name), add("fine", served)

@@ -29,8 +29,14 @@ def run_once(job: Job, *, seconds: int, task: str | None = None, attempt: int = 
     """One queued run of `job` (fired `seconds` after NOW) through the worker's code; its state."""
     if task is not None:
         Job.objects.filter(id=job.id).update(task_name=task)
-    run = JobRun.objects.create(job=job, tenant=job.tenant, scheduled_at=NOW + timedelta(seconds=seconds),
-                                created_at=NOW, state=RunState.QUEUED, attempt=attempt)
+    run = JobRun.objects.create(
+        job=job,
+        tenant=job.tenant,
+        scheduled_at=NOW + timedelta(seconds=seconds),
+        created_at=NOW,
+        state=RunState.QUEUED,
+        attempt=attempt,
+    )
     return execution.execute_run(run.id, attempt, worker="w").state
 
 
@@ -53,8 +59,9 @@ def test_a_job_pauses_itself_after_exactly_n_failed_or_dead_runs(make_job):
     runs = sorted(JobRun.objects.filter(job=job, state=RunState.DEAD).values_list("id", flat=True))
     assert (job.enabled, job.consecutive_failures, job.version) == (False, 3, 2)
     assert job.auto_paused_at is not None
-    assert job.paused_note.startswith(f"paused after 3 failed or dead runs in a row: runs {runs[0]}, {runs[1]}, "
-                                      f"{runs[2]} (last: dead: RuntimeError: ")
+    assert job.paused_note.startswith(
+        f"paused after 3 failed or dead runs in a row: runs {runs[0]}, {runs[1]}, {runs[2]} (last: dead: RuntimeError: "
+    )
     event = AuditEvent.objects.get(job=job, action="job.auto_paused")
     assert event.detail["runs"] == runs and event.actor == "worker:w"
     # The fire that was due and unclaimed is recorded as skipped, as a pause by hand does.
@@ -98,8 +105,11 @@ def test_a_job_without_the_setting_never_pauses_and_its_row_is_not_written(make_
     assert states == ["dead"] * 5 and job.enabled and job.consecutive_failures == 0
     assert (ctid(job), job.version, job.updated_at) == (place, version, updated_at)
     assert sent == 10  # a start and an end per run, nothing more
-    assert not [q["sql"] for q in queries if "UPDATE" in q["sql"] and "scheduler_app_job" in q["sql"]
-                and "scheduler_app_jobrun" not in q["sql"]]
+    assert not [
+        q["sql"]
+        for q in queries
+        if "UPDATE" in q["sql"] and "scheduler_app_job" in q["sql"] and "scheduler_app_jobrun" not in q["sql"]
+    ]
 
 
 def test_a_success_leaves_a_job_row_with_a_count_of_0_alone(make_job):
@@ -114,8 +124,12 @@ def test_a_success_leaves_a_job_row_with_a_count_of_0_alone(make_job):
 def test_runs_of_a_batch_count_in_the_order_they_ended(make_job):
     job = make_job(task_name=FAIL, max_attempts=1, batch=True, pause_after_failures=2)
     other = make_job(task_name=FAIL, max_attempts=1, batch=True, pause_after_failures=5)
-    runs = [JobRun.objects.create(job=j, tenant=j.tenant, scheduled_at=NOW + timedelta(seconds=i), created_at=NOW,
-                                  state=RunState.QUEUED) for i, j in enumerate([job, other, job, other])]
+    runs = [
+        JobRun.objects.create(
+            job=j, tenant=j.tenant, scheduled_at=NOW + timedelta(seconds=i), created_at=NOW, state=RunState.QUEUED
+        )
+        for i, j in enumerate([job, other, job, other])
+    ]
 
     outcomes = execution.execute_runs([(run.id, 1) for run in runs], worker="w")
 
@@ -125,15 +139,23 @@ def test_runs_of_a_batch_count_in_the_order_they_ended(make_job):
     assert (job.enabled, job.consecutive_failures) == (False, 2)
     assert (other.enabled, other.consecutive_failures) == (True, 2)
     assert autopause.tallies([(1, "dead"), (1, "succeeded"), (1, "failed"), (2, "retrying"), (2, "skipped")]) == {
-        1: (True, 1)}
+        1: (True, 1)
+    }
 
 
 def test_a_lost_run_on_its_last_attempt_counts_in_the_beat(make_job):
     job = make_job(max_attempts=1, pause_after_failures=1)
     now = db_now()
-    JobRun.objects.create(job=job, tenant=job.tenant, scheduled_at=NOW, created_at=NOW, state=RunState.RUNNING,
-                          worker="gone", started_at=now - timedelta(minutes=5),
-                          lease_expires_at=now - timedelta(minutes=1))
+    JobRun.objects.create(
+        job=job,
+        tenant=job.tenant,
+        scheduled_at=NOW,
+        created_at=NOW,
+        state=RunState.RUNNING,
+        worker="gone",
+        started_at=now - timedelta(minutes=5),
+        lease_expires_at=now - timedelta(minutes=1),
+    )
 
     assert recovery.mark_lost_runs(now, limit=100) == 1
 
@@ -185,7 +207,9 @@ def test_an_auto_pause_raises_one_alert_on_the_jobs_rule_each_time(make_job):
     # The alert lists filter by the kind as by any other.
     out = StringIO()
     call_command("alerts", "list", "--kind", "auto_paused", stdout=out)
-    assert [line.split()[4] for line in out.getvalue().splitlines()[2:]] == ["auto_paused", "auto_paused"], out.getvalue()
+    assert [line.split()[4] for line in out.getvalue().splitlines()[2:]] == ["auto_paused", "auto_paused"], (
+        out.getvalue()
+    )
     assert job.paused_note == "paused after 2 failed or dead runs in a row"  # this test made no runs to name
     call_command("alerts", "list", "--kind", "failed", stdout=(none := StringIO()))
     assert str(job) not in none.getvalue()
@@ -220,8 +244,10 @@ def test_the_api_sets_and_clears_pause_after_failures_and_shows_the_count(api):
     edited = api.patch(f"/api/v1/jobs/{job['id']}/", {"description": "kept"}, format="json")
     assert edited.json()["pause_after_failures"] == 3  # an edit of another field keeps it
     Job.objects.filter(id=job["id"]).update(consecutive_failures=2)
-    assert api.patch(f"/api/v1/jobs/{job['id']}/", {"description": "again"}, format="json").json()[
-        "consecutive_failures"] == 2
+    assert (
+        api.patch(f"/api/v1/jobs/{job['id']}/", {"description": "again"}, format="json").json()["consecutive_failures"]
+        == 2
+    )
     raised = api.patch(f"/api/v1/jobs/{job['id']}/", {"pause_after_failures": 5}, format="json")
     assert raised.json()["consecutive_failures"] == 0  # a new threshold counts from now
     cleared = api.patch(f"/api/v1/jobs/{job['id']}/", {"pause_after_failures": None}, format="json")
@@ -259,8 +285,21 @@ def test_jobs_list_and_show_tell_a_job_that_paused_itself_from_one_paused_by_han
 
 
 def test_the_cli_sets_and_clears_pause_after_failures(tenant):
-    call_command("jobs", "add", "--tenant", tenant.slug, "--name", "cli", "--every", "300", "--task", ECHO,
-                 "--pause-after-failures", "4", stdout=StringIO())
+    call_command(
+        "jobs",
+        "add",
+        "--tenant",
+        tenant.slug,
+        "--name",
+        "cli",
+        "--every",
+        "300",
+        "--task",
+        ECHO,
+        "--pause-after-failures",
+        "4",
+        stdout=StringIO(),
+    )
     job = Job.objects.get(name="cli")
     assert job.pause_after_failures == 4
 

@@ -37,8 +37,13 @@ def job(tenant, name, **fields) -> Job:
 
 
 def queued_run(parent: Job, at=None) -> JobRun:
-    return JobRun.objects.create(job=parent, tenant_id=parent.tenant_id, scheduled_at=at or utc(2024, 1, 1),
-                                 created_at=utc(2024, 1, 1), state=RunState.QUEUED)
+    return JobRun.objects.create(
+        job=parent,
+        tenant_id=parent.tenant_id,
+        scheduled_at=at or utc(2024, 1, 1),
+        created_at=utc(2024, 1, 1),
+        state=RunState.QUEUED,
+    )
 
 
 def client_of(tenant) -> APIClient:
@@ -73,18 +78,24 @@ def test_a_parent_in_another_tenant_is_refused_naming_the_field(tenant):
     with pytest.raises(services.InvalidInput, match=rf"^after_job: tenant '.*' has no job with id {theirs_id}"):
         job(tenant, "mine", after_job=theirs_id)
 
-    refused = client_of(tenant).post("/api/v1/jobs/", {
-        "name": "mine", "target": {"kind": "task", "task": ECHO}, "after_job": "theirs"}, format="json")
+    refused = client_of(tenant).post(
+        "/api/v1/jobs/",
+        {"name": "mine", "target": {"kind": "task", "task": ECHO}, "after_job": "theirs"},
+        format="json",
+    )
     assert refused.status_code == 400 and refused.json()["errors"][0]["field"] == "after_job"
     assert not Job.objects.filter(tenant=tenant).exists()
 
 
-@pytest.mark.parametrize(("fields", "field", "says"), [
-    ({"cron": "* * * * *"}, "cron", "a chained job (after_job) has no schedule of its own"),
-    ({"every": 60}, "every", "has no schedule of its own"),
-    ({"after_states": ["finished"]}, "after_states", "'finished' is not a state a chained job runs after"),
-    ({"after_states": "failed"}, "after_states", "must be a list of: succeeded, failed, dead"),
-])
+@pytest.mark.parametrize(
+    ("fields", "field", "says"),
+    [
+        ({"cron": "* * * * *"}, "cron", "a chained job (after_job) has no schedule of its own"),
+        ({"every": 60}, "every", "has no schedule of its own"),
+        ({"after_states": ["finished"]}, "after_states", "'finished' is not a state a chained job runs after"),
+        ({"after_states": "failed"}, "after_states", "must be a list of: succeeded, failed, dead"),
+    ],
+)
 def test_a_chained_job_with_a_schedule_or_unknown_states_is_refused_naming_the_field(tenant, fields, field, says):
     job(tenant, "parent")
     with pytest.raises(services.InvalidInput, match=f"^{field}: .*{re.escape(says)}"):
@@ -124,14 +135,28 @@ def test_chaining_by_an_edit_drops_the_schedule_and_unchaining_asks_for_one(tena
 def test_the_cli_chains_and_unchains_a_job(tenant):
     job(tenant, "parent")
     out = io.StringIO()
-    call_command("jobs", "add", "--tenant", tenant.slug, "--name", "child", "--task", ECHO,
-                 "--after-job", "parent", "--after-states", "failed,dead", stdout=out)
+    call_command(
+        "jobs",
+        "add",
+        "--tenant",
+        tenant.slug,
+        "--name",
+        "child",
+        "--task",
+        ECHO,
+        "--after-job",
+        "parent",
+        "--after-states",
+        "failed,dead",
+        stdout=out,
+    )
     child = Job.objects.get(tenant=tenant, name="child")
     assert (child.after_job.name, child.after_states, child.next_run_at) == ("parent", ["failed", "dead"], None)
     with pytest.raises(CommandError, match="after_job: makes a loop: parent -> child -> parent"):
         call_command("jobs", "edit", f"{tenant.slug}/parent", "--after-job", "child", "--yes", stdout=io.StringIO())
-    call_command("jobs", "edit", f"{tenant.slug}/child", "--after-job", "none", "--every", "60", "--yes",
-                 stdout=io.StringIO())
+    call_command(
+        "jobs", "edit", f"{tenant.slug}/child", "--after-job", "none", "--every", "60", "--yes", stdout=io.StringIO()
+    )
     child.refresh_from_db()
     assert (child.after_job_id, child.every_seconds) == (None, 60)
 
@@ -194,8 +219,9 @@ def test_a_paused_child_records_its_run_skipped_and_a_busy_skip_child_too(tenant
     paused = job(tenant, "paused", after_job="parent")
     services.job_pause(paused, note="not now")
     busy = job(tenant, "busy", after_job="parent", overlap_policy="skip")
-    JobRun.objects.create(job=busy, tenant=tenant, scheduled_at=utc(2023, 1, 1), created_at=utc(2023, 1, 1),
-                          state=RunState.RUNNING)
+    JobRun.objects.create(
+        job=busy, tenant=tenant, scheduled_at=utc(2023, 1, 1), created_at=utc(2023, 1, 1), state=RunState.RUNNING
+    )
 
     execution.execute_run(queued_run(parent).id, 1, worker="w")
 
@@ -208,9 +234,16 @@ def test_a_run_the_beat_marks_dead_starts_its_dead_child(tenant):
     parent = job(tenant, "parent", max_attempts=1)
     on_dead = job(tenant, "on-dead", after_job="parent", after_states=["dead"])
     now = db_now()
-    run = JobRun.objects.create(job=parent, tenant=tenant, scheduled_at=utc(2024, 1, 1), created_at=utc(2024, 1, 1),
-                                state=RunState.RUNNING, worker="gone", started_at=now - timedelta(minutes=5),
-                                lease_expires_at=now - timedelta(minutes=1))
+    run = JobRun.objects.create(
+        job=parent,
+        tenant=tenant,
+        scheduled_at=utc(2024, 1, 1),
+        created_at=utc(2024, 1, 1),
+        state=RunState.RUNNING,
+        worker="gone",
+        started_at=now - timedelta(minutes=5),
+        lease_expires_at=now - timedelta(minutes=1),
+    )
 
     assert recovery.mark_lost_runs(now, limit=100) == 1
 
@@ -255,20 +288,44 @@ def test_the_job_page_shows_the_chain_and_a_run_page_its_parent(admin_client, se
     page = admin_client.get(reverse("admin:scheduler_app_jobrun_change", args=[child_run.id])).content.decode()
     assert f'<a href="{reverse("admin:scheduler_app_jobrun_change", args=[run.id])}">run {run.id}</a> of parent' in page
     page = admin_client.get(reverse("admin:scheduler_app_jobrun_change", args=[run.id])).content.decode()
-    assert f'run {child_run.id}</a> of child' in page
+    assert f"run {child_run.id}</a> of child" in page
 
 
 def test_the_admin_forms_chain_a_job_within_its_tenant(admin_client, settings, tenant):
     parent = job(tenant, "parent")
     other = Tenant.objects.create(slug="other-admin", name="Other")
     foreign = job(other, "foreign")
-    form = {"tenant": tenant.pk, "name": "child", "description": "", "tags": "[]", "cron": "", "timezone": "",
-            "every_seconds": "", "run_at_0": "", "run_at_1": "", "start_at_0": "", "start_at_1": "", "end_at_0": "",
-            "end_at_1": "", "task_name": ECHO, "args": "[]", "kwargs": "{}", "queue": "", "priority": "5",
-            "timeout_seconds": "300", "max_attempts": "3", "retry_backoff_seconds": "10",
-            "retry_backoff_max_seconds": "3600", "misfire_policy": "run_once", "catchup_window_seconds": "86400",
-            "run_all_cap": "100", "overlap_policy": "allow", "jitter_seconds": "0", "calendar_policy": "skip",
-            "after_states": '["dead"]'}
+    form = {
+        "tenant": tenant.pk,
+        "name": "child",
+        "description": "",
+        "tags": "[]",
+        "cron": "",
+        "timezone": "",
+        "every_seconds": "",
+        "run_at_0": "",
+        "run_at_1": "",
+        "start_at_0": "",
+        "start_at_1": "",
+        "end_at_0": "",
+        "end_at_1": "",
+        "task_name": ECHO,
+        "args": "[]",
+        "kwargs": "{}",
+        "queue": "",
+        "priority": "5",
+        "timeout_seconds": "300",
+        "max_attempts": "3",
+        "retry_backoff_seconds": "10",
+        "retry_backoff_max_seconds": "3600",
+        "misfire_policy": "run_once",
+        "catchup_window_seconds": "86400",
+        "run_all_cap": "100",
+        "overlap_policy": "allow",
+        "jitter_seconds": "0",
+        "calendar_policy": "skip",
+        "after_states": '["dead"]',
+    }
 
     refused = admin_client.post(reverse("admin:scheduler_app_job_add"), {**form, "after_job": foreign.pk})
     assert refused.status_code == 200 and "after_job" in refused.context["adminform"].form.errors

@@ -30,15 +30,23 @@ DAY = timedelta(days=1)
 _seconds = itertools.count(1)
 
 
-def finished(job: Job, state: str, days_ago: float, *, now: datetime = NOW, fired_days_ago: float | None = None,
-             **fields) -> JobRun:
+def finished(
+    job: Job, state: str, days_ago: float, *, now: datetime = NOW, fired_days_ago: float | None = None, **fields
+) -> JobRun:
     """A run of `job` that finished `days_ago` days before `now` (fired a little earlier)."""
     finished_at = now - days_ago * DAY
     fired_at = now - fired_days_ago * DAY if fired_days_ago is not None else finished_at - timedelta(minutes=1)
     fired_at -= timedelta(microseconds=next(_seconds))  # one run per fire time
     done = state not in (RunState.PENDING, RunState.QUEUED, RunState.RUNNING, RunState.RETRYING)
-    return JobRun.objects.create(job=job, tenant=job.tenant, state=state, scheduled_at=fired_at, created_at=fired_at,
-                                 finished_at=finished_at if done or state == RunState.RETRYING else None, **fields)
+    return JobRun.objects.create(
+        job=job,
+        tenant=job.tenant,
+        state=state,
+        scheduled_at=fired_at,
+        created_at=fired_at,
+        finished_at=finished_at if done or state == RunState.RETRYING else None,
+        **fields,
+    )
 
 
 def prune(now: datetime = NOW, *, portable: bool = False, **options) -> retention.Progress:
@@ -87,8 +95,10 @@ def test_failed_and_dead_runs_are_kept_longer(make_job, walk):
 
 def test_runs_still_going_are_never_touched_whatever_their_age(make_job, walk):
     job = make_job()
-    going = [finished(job, state, 400, fired_days_ago=401)
-             for state in (RunState.PENDING, RunState.QUEUED, RunState.RUNNING, RunState.RETRYING, RunState.LOST)]
+    going = [
+        finished(job, state, 400, fired_days_ago=401)
+        for state in (RunState.PENDING, RunState.QUEUED, RunState.RUNNING, RunState.RETRYING, RunState.LOST)
+    ]
     JobRun.objects.filter(id__in=[run.id for run in going]).update(finished_at=NOW - 400 * DAY)
 
     assert prune(portable=walk).pruned == 0
@@ -113,11 +123,13 @@ def test_a_job_keeps_its_newest_runs_whatever_their_age(make_job, settings, walk
 def test_tenant_and_job_policies_override_the_settings(make_job, walk):
     short, forever = make_tenant(retention_days=7), make_tenant(retention_days=0)
     plain = Job.objects.create(tenant=short, name="plain", cron="* * * * *", task_name="scheduler_app.echo")
-    longer = Job.objects.create(tenant=short, name="longer", cron="* * * * *", task_name="scheduler_app.echo",
-                                retention_days=60)
+    longer = Job.objects.create(
+        tenant=short, name="longer", cron="* * * * *", task_name="scheduler_app.echo", retention_days=60
+    )
     kept_all = Job.objects.create(tenant=forever, name="kept", cron="* * * * *", task_name="scheduler_app.echo")
-    shorter = Job.objects.create(tenant=forever, name="shorter", cron="* * * * *", task_name="scheduler_app.echo",
-                                 retention_days=5)
+    shorter = Job.objects.create(
+        tenant=forever, name="shorter", cron="* * * * *", task_name="scheduler_app.echo", retention_days=5
+    )
     default_job = make_job()
 
     runs = {
@@ -134,15 +146,23 @@ def test_tenant_and_job_policies_override_the_settings(make_job, walk):
     prune(portable=walk)
 
     still = dict(zip(runs, left(*runs.values()), strict=True))
-    assert still == {"plain 8 days": False, "plain 6 days": True, "longer 40 days": True, "longer 61 days": False,
-                     "kept 400 days": True, "shorter 6 days": False, "shorter 4 days": True,
-                     "default 31 days": False}
+    assert still == {
+        "plain 8 days": False,
+        "plain 6 days": True,
+        "longer 40 days": True,
+        "longer 61 days": False,
+        "kept 400 days": True,
+        "shorter 6 days": False,
+        "shorter 4 days": True,
+        "default 31 days": False,
+    }
 
 
 def test_failed_days_are_never_shorter_than_the_days_in_force(make_job, walk):
     tenant = make_tenant(retention_days=60)
-    job = Job.objects.create(tenant=tenant, name="j", cron="* * * * *", task_name="scheduler_app.echo",
-                             retention_failed_days=10)  # its days come from the tenant: 60
+    job = Job.objects.create(
+        tenant=tenant, name="j", cron="* * * * *", task_name="scheduler_app.echo", retention_failed_days=10
+    )  # its days come from the tenant: 60
 
     runs = [finished(job, RunState.FAILED, 59), finished(job, RunState.FAILED, 61)]
     prune(portable=walk)
@@ -193,8 +213,9 @@ def test_a_walk_over_runs_the_policy_keeps_locks_and_writes_nothing(make_job):
     progress = prune()  # the others' walk looks at the failed runs (over 30 days) and keeps them
 
     with connection.cursor() as cursor:
-        cursor.execute("SELECT xmax::text::bigint FROM scheduler_app_jobrun WHERE id = ANY(%s)",
-                       [[run.id for run in kept]])
+        cursor.execute(
+            "SELECT xmax::text::bigint FROM scheduler_app_jobrun WHERE id = ANY(%s)", [[run.id for run in kept]]
+        )
         assert [row[0] for row in cursor.fetchall()] == [0, 0, 0]  # no row lock was ever taken on them
     assert progress.examined >= 3 and left(*kept, gone) == [True, True, True, False]
 
@@ -225,8 +246,9 @@ def test_pruning_skips_runs_another_transaction_holds_without_waiting(make_job):
             # Both are judged from the snapshot; the held run is passed over when the doomed are locked.
             assert (progress.doomed, progress.pruned) == (2, 1)
             assert took < 2  # no wait for the lock (lock_timeout would be 5 s)
-            cursor.execute("UPDATE scheduler_app_jobrun SET state = 'queued', finished_at = NULL WHERE id = %s",
-                           [held.id])
+            cursor.execute(
+                "UPDATE scheduler_app_jobrun SET state = 'queued', finished_at = NULL WHERE id = %s", [held.id]
+            )
             cursor.execute("COMMIT")
     finally:
         other.close()
@@ -306,8 +328,10 @@ def test_step_logs_a_database_error_and_tries_again_later(make_job, caplog):
     clock = FakeClock()
     pruner = retention.Pruner(check_seconds=60, clock=clock)
 
-    with mock.patch.object(retention.Pruner, "prune_batch", side_effect=DatabaseError("boom")), \
-            caplog.at_level(logging.WARNING, logger="scheduler_app.ledger.retention"):
+    with (
+        mock.patch.object(retention.Pruner, "prune_batch", side_effect=DatabaseError("boom")),
+        caplog.at_level(logging.WARNING, logger="scheduler_app.ledger.retention"),
+    ):
         assert pruner.step(idle=True) is False
 
     assert "pruning failed (DatabaseError: boom)" in caplog.text
@@ -358,8 +382,15 @@ def test_prune_runs_dry_run_counts_and_deletes_nothing(make_job, capsys):
 
 def test_prune_runs_deletes_one_tenant_s_runs_and_reports(make_job, capsys):
     mine, theirs = make_tenant(), make_tenant()
-    runs = [finished(Job.objects.create(tenant=tenant, name="j", cron="* * * * *", task_name="scheduler_app.echo"),
-                     RunState.SUCCEEDED, 40, now=db_now()) for tenant in (mine, theirs)]
+    runs = [
+        finished(
+            Job.objects.create(tenant=tenant, name="j", cron="* * * * *", task_name="scheduler_app.echo"),
+            RunState.SUCCEEDED,
+            40,
+            now=db_now(),
+        )
+        for tenant in (mine, theirs)
+    ]
 
     call_command("prune_runs", "--tenant", mine.slug, "--batch-size", "10")
 
@@ -394,11 +425,17 @@ def test_retention_set_and_show_from_the_command_line(make_job, capsys):
     assert Tenant.objects.get(id=job.tenant_id).retention_days is None
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--days", "36501"], "retention set: retention_days: must be between 0 and 36500"),
-    (["--days", "30", "--failed-days", "7"], "retention set: retention_failed_days: must be at least retention_days"),
-    ([], "retention set: retention: give at least one of"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--days", "36501"], "retention set: retention_days: must be between 0 and 36500"),
+        (
+            ["--days", "30", "--failed-days", "7"],
+            "retention set: retention_failed_days: must be at least retention_days",
+        ),
+        ([], "retention set: retention: give at least one of"),
+    ],
+)
 def test_retention_set_refuses_bad_values_naming_the_field(make_job, args, message):
     job = make_job()
 
@@ -413,24 +450,34 @@ def test_staff_set_a_tenant_s_retention_and_see_what_is_in_force(db):
     tenant = make_tenant()
     staff = client_for(None)
 
-    response = staff.patch(f"/api/v1/tenants/{tenant.slug}/retention/",
-                           {"retention_days": 7, "retention_keep_last": 20}, format="json")
+    response = staff.patch(
+        f"/api/v1/tenants/{tenant.slug}/retention/", {"retention_days": 7, "retention_keep_last": 20}, format="json"
+    )
 
     assert response.status_code == 200, response.content
     assert response.json() == {
-        "retention_days": 7, "retention_failed_days": None, "retention_keep_last": 20,
-        "effective": {"days": 7, "failed_days": 90, "keep_last": 20,
-                      "sources": {"days": "tenant", "failed_days": "settings", "keep_last": "tenant"}}}
+        "retention_days": 7,
+        "retention_failed_days": None,
+        "retention_keep_last": 20,
+        "effective": {
+            "days": 7,
+            "failed_days": 90,
+            "keep_last": 20,
+            "sources": {"days": "tenant", "failed_days": "settings", "keep_last": "tenant"},
+        },
+    }
     assert staff.get(f"/api/v1/tenants/{tenant.slug}/retention/").json()["retention_days"] == 7
     assert AuditEvent.objects.get(tenant=tenant, action="tenant.updated").detail == {
-        "changes": {"retention_days": [None, 7], "retention_keep_last": [None, 20]}}
+        "changes": {"retention_days": [None, 7], "retention_keep_last": [None, 20]}
+    }
 
 
 def test_a_tenant_key_may_not_set_its_tenant_s_retention(db):
     tenant = make_tenant()
 
-    response = client_for(tenant).patch(f"/api/v1/tenants/{tenant.slug}/retention/", {"retention_days": 1},
-                                        format="json")
+    response = client_for(tenant).patch(
+        f"/api/v1/tenants/{tenant.slug}/retention/", {"retention_days": 1}, format="json"
+    )
 
     assert response.status_code == 403
     assert Tenant.objects.get(id=tenant.id).retention_days is None
@@ -445,23 +492,28 @@ def test_a_tenant_sets_its_job_s_retention_and_not_another_tenant_s(db):
     response = client.patch(f"/api/v1/jobs/{job.id}/retention/", {"retention_failed_days": 60}, format="json")
 
     assert response.status_code == 200, response.content
-    assert response.json()["effective"] == {"days": 14, "failed_days": 60, "keep_last": 0,
-                                            "sources": {"days": "tenant", "failed_days": "job",
-                                                        "keep_last": "settings"}}
+    assert response.json()["effective"] == {
+        "days": 14,
+        "failed_days": 60,
+        "keep_last": 0,
+        "sources": {"days": "tenant", "failed_days": "job", "keep_last": "settings"},
+    }
     assert Job.objects.get(id=job.id).version == 1  # retention is not a new version of the job
     assert client.get(f"/api/v1/jobs/{other.id}/retention/").status_code == 404
-    assert client.patch(f"/api/v1/jobs/{other.id}/retention/", {"retention_days": 1},
-                        format="json").status_code == 404
+    assert client.patch(f"/api/v1/jobs/{other.id}/retention/", {"retention_days": 1}, format="json").status_code == 404
 
 
-@pytest.mark.parametrize(("body", "field", "message"), [
-    ({"retention_days": -1}, "retention_days", "greater than or equal to 0"),
-    ({"retention_days": "7"}, "retention_days", "must be a whole number"),
-    ({"retention_days": 36501}, "retention_days", "must be between 0 and 36500"),
-    ({"retention_keep_last": 100_001}, "retention_keep_last", "must be between 0 and 100000"),
-    ({"retention_days": 30, "retention_failed_days": 7}, "retention_failed_days", "at least retention_days (30)"),
-    ({"retention_weeks": 1}, "retention_weeks", "is not a known field"),
-])
+@pytest.mark.parametrize(
+    ("body", "field", "message"),
+    [
+        ({"retention_days": -1}, "retention_days", "greater than or equal to 0"),
+        ({"retention_days": "7"}, "retention_days", "must be a whole number"),
+        ({"retention_days": 36501}, "retention_days", "must be between 0 and 36500"),
+        ({"retention_keep_last": 100_001}, "retention_keep_last", "must be between 0 and 100000"),
+        ({"retention_days": 30, "retention_failed_days": 7}, "retention_failed_days", "at least retention_days (30)"),
+        ({"retention_weeks": 1}, "retention_weeks", "is not a known field"),
+    ],
+)
 def test_bad_retention_values_are_refused_naming_the_field(db, body, field, message):
     tenant = make_tenant()
     job = services.job_create(tenant, services.JobSpec(name="j", task_name="scheduler_app.echo", every=60))
@@ -476,14 +528,27 @@ def test_bad_retention_values_are_refused_naming_the_field(db, body, field, mess
 # --- setting the policy: admin ---------------------------------------------------------------------
 
 
-TENANT_FORM = {"timezone": "UTC", "is_active": "on", "max_jobs": "", "min_interval_seconds": "0",
-               "max_fires_per_minute": "", "max_concurrent_runs": "", "weight": "1", "api_requests_per_minute": ""}
+TENANT_FORM = {
+    "timezone": "UTC",
+    "is_active": "on",
+    "max_jobs": "",
+    "min_interval_seconds": "0",
+    "max_fires_per_minute": "",
+    "max_concurrent_runs": "",
+    "weight": "1",
+    "api_requests_per_minute": "",
+}
 
 
 def test_the_tenant_change_page_sets_retention(admin_client):
     tenant = make_tenant()
-    form = {**TENANT_FORM, "name": tenant.name, "retention_days": "7", "retention_failed_days": "",
-            "retention_keep_last": "3"}
+    form = {
+        **TENANT_FORM,
+        "name": tenant.name,
+        "retention_days": "7",
+        "retention_failed_days": "",
+        "retention_keep_last": "3",
+    }
 
     response = admin_client.post(reverse("admin:scheduler_app_tenant_change", args=[tenant.pk]), form)
 
@@ -496,8 +561,13 @@ def test_the_tenant_change_page_sets_retention(admin_client):
 
 def test_the_tenant_change_page_shows_a_bad_retention_on_its_field(admin_client):
     tenant = make_tenant()
-    form = {**TENANT_FORM, "name": tenant.name, "retention_days": "30", "retention_failed_days": "7",
-            "retention_keep_last": ""}
+    form = {
+        **TENANT_FORM,
+        "name": tenant.name,
+        "retention_days": "30",
+        "retention_failed_days": "7",
+        "retention_keep_last": "",
+    }
 
     response = admin_client.post(reverse("admin:scheduler_app_tenant_change", args=[tenant.pk]), form)
 
@@ -510,15 +580,18 @@ def test_the_job_change_page_sets_retention_without_a_new_version(admin_client):
     from tests.integration.admin.test_admin import change_form
 
     tenant = make_tenant()
-    job = services.job_create(tenant, services.JobSpec(name="nightly", task_name="scheduler_app.echo",
-                                                       cron="0 9 * * *"))
+    job = services.job_create(
+        tenant, services.JobSpec(name="nightly", task_name="scheduler_app.echo", cron="0 9 * * *")
+    )
 
-    response = admin_client.post(reverse("admin:scheduler_app_job_change", args=[job.pk]),
-                                 change_form(job, retention_days="3", retention_failed_days="",
-                                             retention_keep_last=""))
+    response = admin_client.post(
+        reverse("admin:scheduler_app_job_change", args=[job.pk]),
+        change_form(job, retention_days="3", retention_failed_days="", retention_keep_last=""),
+    )
 
     assert response.status_code == 302, response.content.decode()[:3000]
     job.refresh_from_db()
     assert (job.retention_days, job.version) == (3, 1)
     assert AuditEvent.objects.get(job_id=job.id, action="job.updated").detail == {
-        "changes": {"retention_days": [None, 3]}}
+        "changes": {"retention_days": [None, 3]}
+    }

@@ -21,13 +21,28 @@ def job_of(tenant, name: str = "j") -> Job:
     return Job.objects.create(tenant=tenant, name=name, cron="* * * * *", task_name="scheduler_app.echo")
 
 
-def run_at(job: Job, at, *, state: str = RunState.SUCCEEDED, start_lag: float | None = 1.0,
-           dispatch_lag: float = 0.05, trigger: str = Trigger.SCHEDULE) -> JobRun:
+def run_at(
+    job: Job,
+    at,
+    *,
+    state: str = RunState.SUCCEEDED,
+    start_lag: float | None = 1.0,
+    dispatch_lag: float = 0.05,
+    trigger: str = Trigger.SCHEDULE,
+) -> JobRun:
     started = at + timedelta(seconds=start_lag) if start_lag is not None else None
     return JobRun.objects.create(
-        job=job, tenant=job.tenant, scheduled_at=at, created_at=at, state=state, trigger=trigger,
-        dispatched_at=at + timedelta(seconds=dispatch_lag), enqueued_at=at + timedelta(seconds=dispatch_lag),
-        started_at=started, finished_at=started + timedelta(seconds=1) if started else None)
+        job=job,
+        tenant=job.tenant,
+        scheduled_at=at,
+        created_at=at,
+        state=state,
+        trigger=trigger,
+        dispatched_at=at + timedelta(seconds=dispatch_lag),
+        enqueued_at=at + timedelta(seconds=dispatch_lag),
+        started_at=started,
+        finished_at=started + timedelta(seconds=1) if started else None,
+    )
 
 
 def nearest_rank(values: list[float], fraction: float) -> float:
@@ -52,7 +67,7 @@ def test_a_wide_window_counts_what_the_ledger_holds_and_its_lags_within_the_prec
     job, other = job_of(a), job_of(b)
     start_lags = []
     for i in range(60):  # one run every 20 minutes over 20 hours, lags from 0.1 s to about 60 s
-        lag = 0.1 * 1.11 ** i
+        lag = 0.1 * 1.11**i
         state = RunState.DEAD if i % 10 == 0 else RunState.SUCCEEDED
         run_at(job, now - timedelta(minutes=20 * i + 7), state=state, start_lag=lag)
         start_lags.append(lag)

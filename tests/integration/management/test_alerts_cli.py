@@ -24,20 +24,45 @@ def job(db) -> Job:
 
 def raise_alert(job: Job, kind: str, *, minutes_ago: float, delivered: bool = False) -> Alert:
     at = db_now() - timedelta(minutes=minutes_ago)
-    return Alert.objects.create(job=job, tenant=job.tenant, kind=kind, dedup_key=f"{job.id}:{kind}:{minutes_ago}",
-                                message=f"{job.tenant.slug}/{job.name}: {kind}", raised_at=at,
-                                delivered_at=at if delivered else None, delivery_attempts=int(delivered))
+    return Alert.objects.create(
+        job=job,
+        tenant=job.tenant,
+        kind=kind,
+        dedup_key=f"{job.id}:{kind}:{minutes_ago}",
+        message=f"{job.tenant.slug}/{job.name}: {kind}",
+        raised_at=at,
+        delivered_at=at if delivered else None,
+        delivery_attempts=int(delivered),
+    )
 
 
 def test_set_makes_the_rule_from_the_options_then_changes_only_those_given(job):
-    out = run("alerts", "set", "acme/nightly", "--no-success", "26h", "--grace", "1h", "--on-failure",
-              "--max-duration", "90m", "--email", "ops@example.com", "dev@example.com",
-              "--webhook", "https://hooks.example.com/cron")
+    out = run(
+        "alerts",
+        "set",
+        "acme/nightly",
+        "--no-success",
+        "26h",
+        "--grace",
+        "1h",
+        "--on-failure",
+        "--max-duration",
+        "90m",
+        "--email",
+        "ops@example.com",
+        "dev@example.com",
+        "--webhook",
+        "https://hooks.example.com/cron",
+    )
     run("alerts", "set", str(job.id), "--min-duration", "0.5", "--no-on-failure", "--cooldown", "10m", "--disable")
 
     rule = AlertRule.objects.get(job=job)
     assert (rule.no_success_seconds, rule.grace_seconds, rule.max_duration_seconds, rule.min_duration_seconds) == (
-        93600, 3600, 5400, 0.5)
+        93600,
+        3600,
+        5400,
+        0.5,
+    )
     assert (rule.on_failure, rule.enabled, rule.cooldown_seconds) == (False, False, 600)
     assert rule.emails == ["ops@example.com", "dev@example.com"]
     assert rule.webhook_url == "https://hooks.example.com/cron"
@@ -55,21 +80,28 @@ def test_none_stops_watching_a_condition_and_no_email_clears_the_list(job):
     assert (rule.max_start_lag_seconds, rule.emails) == (None, [])
 
 
-@pytest.mark.parametrize(("args", "line"), [
-    (["--max-lag", "soon"], 'alerts set: --max-lag: \'soon\' is not a duration ("26h", "90m", "45s", "1h30m" or '
-                            'seconds, or none)'),
-    (["--grace", "none"], "alerts set: --grace: 'none' is not a duration"),
-    (["--no-success", "1.5"], "alerts set: --no-success: '1.5' is not a whole number of seconds"),
-    (["--max-duration", "0"], "alerts set: --max-duration: must be a number of seconds between 0 and 366 days, "
-                              "or none"),
-    (["--cooldown", "400d"], "alerts set: --cooldown: must be a whole number of seconds, 0 to 366 days"),
-    (["--min-duration", "10m", "--max-duration", "5m"], "alerts set: --min-duration: must be below --max-duration"),
-    (["--email", "ops@example.com", "nobody"], "alerts set: --email: 'nobody' is not an e-mail address"),
-    (["--email", "ops@example.com", "--no-email"], "alerts set: --email: give --email or --no-email, not both"),
-    (["--webhook", "ftp://hooks.example.com/"], "alerts set: --webhook: scheme 'ftp' is not allowed"),
-    (["--webhook", "http://127.0.0.1/"], "alerts set: --webhook: a loopback address is not allowed"),
-    ([], "alerts set: set: give at least one option to set"),
-])
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["--max-lag", "soon"],
+            'alerts set: --max-lag: \'soon\' is not a duration ("26h", "90m", "45s", "1h30m" or seconds, or none)',
+        ),
+        (["--grace", "none"], "alerts set: --grace: 'none' is not a duration"),
+        (["--no-success", "1.5"], "alerts set: --no-success: '1.5' is not a whole number of seconds"),
+        (
+            ["--max-duration", "0"],
+            "alerts set: --max-duration: must be a number of seconds between 0 and 366 days, or none",
+        ),
+        (["--cooldown", "400d"], "alerts set: --cooldown: must be a whole number of seconds, 0 to 366 days"),
+        (["--min-duration", "10m", "--max-duration", "5m"], "alerts set: --min-duration: must be below --max-duration"),
+        (["--email", "ops@example.com", "nobody"], "alerts set: --email: 'nobody' is not an e-mail address"),
+        (["--email", "ops@example.com", "--no-email"], "alerts set: --email: give --email or --no-email, not both"),
+        (["--webhook", "ftp://hooks.example.com/"], "alerts set: --webhook: scheme 'ftp' is not allowed"),
+        (["--webhook", "http://127.0.0.1/"], "alerts set: --webhook: a loopback address is not allowed"),
+        ([], "alerts set: set: give at least one option to set"),
+    ],
+)
 def test_bad_values_name_the_option_and_write_nothing(job, args, line):
     error = fails("alerts", "set", "acme/nightly", *args)
 
@@ -80,7 +112,8 @@ def test_bad_values_name_the_option_and_write_nothing(job, args, line):
 def test_an_unknown_job_is_one_line(job):
     assert str(fails("alerts", "show", "acme/nope")) == "alerts show: job: no job 'acme/nope'"
     assert str(fails("alerts", "set", "nope", "--on-failure")) == (
-        "alerts set: job: 'nope' is neither a job id nor TENANT/NAME")
+        "alerts set: job: 'nope' is neither a job id nor TENANT/NAME"
+    )
 
 
 def test_the_command_line_prints_one_line_and_exits_2(job, cli):
@@ -88,7 +121,8 @@ def test_the_command_line_prints_one_line_and_exits_2(job, cli):
 
     assert status == 2 and out == ""
     assert err.strip().splitlines() == [
-        'alerts set: --max-lag: \'soon\' is not a duration ("26h", "90m", "45s", "1h30m" or seconds, or none)']
+        'alerts set: --max-lag: \'soon\' is not a duration ("26h", "90m", "45s", "1h30m" or seconds, or none)'
+    ]
 
 
 def test_show_prints_the_rule_and_the_latest_alerts(job):
@@ -105,8 +139,10 @@ def test_show_prints_the_rule_and_the_latest_alerts(job):
 def test_a_failing_delivery_says_it_is_retrying_with_its_last_error(job):
     alert = raise_alert(job, AlertKind.FAILED, minutes_ago=5)
     Alert.objects.filter(id=alert.id).update(
-        delivery_attempts=3, next_delivery_at=db_now() + timedelta(minutes=1),
-        delivery_log=[{"error": "ConnectionRefusedError: [Errno 111] Connection refused"}])
+        delivery_attempts=3,
+        next_delivery_at=db_now() + timedelta(minutes=1),
+        delivery_log=[{"error": "ConnectionRefusedError: [Errno 111] Connection refused"}],
+    )
 
     out = run("alerts", "list", "--tenant", "acme")
 
@@ -131,7 +167,8 @@ def test_delete_asks_unless_yes(job):
     assert not AlertRule.objects.filter(job=job).exists()
     assert AuditEvent.objects.filter(action="job.alerts_deleted", actor="cli").count() == 1
     assert str(fails("alerts", "delete", "acme/nightly", "--yes")) == (
-        f"alerts delete: job: job {job.id} (acme/nightly) has no alert rule")
+        f"alerts delete: job: job {job.id} (acme/nightly) has no alert rule"
+    )
 
 
 def run_with_stdin(stdin, *args: str) -> str:

@@ -62,13 +62,16 @@ def test_tenants_list_pages_by_slug(db):
     assert [row[0] for row in table_rows(second)] == ["c"]
 
 
-@pytest.mark.parametrize(("argv", "expected"), [
-    (["Not A Slug"], "tenants add: slug: use 1-64 lowercase letters"),
-    (["ok", "--timezone", "Mars/Olympus"], "tenants add: timezone: unknown time zone 'Mars/Olympus'"),
-    (["acme"], "tenants add: slug: tenant 'acme' already exists"),
-    (["ok", "--name", "Acme\u2028Corp"], "tenants add: name: must not contain the character U+2028 LINE SEPARATOR"),
-    (["ok", "--name", "Acme \u202eproC"], "tenants add: name: must not contain the character U+202E"),
-])
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["Not A Slug"], "tenants add: slug: use 1-64 lowercase letters"),
+        (["ok", "--timezone", "Mars/Olympus"], "tenants add: timezone: unknown time zone 'Mars/Olympus'"),
+        (["acme"], "tenants add: slug: tenant 'acme' already exists"),
+        (["ok", "--name", "Acme\u2028Corp"], "tenants add: name: must not contain the character U+2028 LINE SEPARATOR"),
+        (["ok", "--name", "Acme \u202eproC"], "tenants add: name: must not contain the character U+202E"),
+    ],
+)
 def test_tenants_add_refuses_bad_input(acme, argv, expected):
     error = fails("tenants", "add", *argv)
 
@@ -92,12 +95,33 @@ def test_list_shows_schedule_status_next_run_and_last_run_state(acme, tokyo):
     rows = table_rows(run("jobs", "list"))
 
     assert rows == [
-        [str(cron_job.id), "acme", "cron-job", "cron */5 * * * * (UTC)", "enabled",
-         cron_job.next_run_at.strftime("%Y-%m-%d %H:%M:%SZ"), "failed"],
-        [str(interval.id), "acme", "interval", "every 60s", "paused",
-         interval.next_run_at.strftime("%Y-%m-%d %H:%M:%SZ"), "-"],
-        [str(once.id), "tokyo", "once", f"once at {once.run_at:%Y-%m-%d %H:%M:%S}Z", "enabled",
-         once.next_run_at.strftime("%Y-%m-%d %H:%M:%SZ"), "-"],
+        [
+            str(cron_job.id),
+            "acme",
+            "cron-job",
+            "cron */5 * * * * (UTC)",
+            "enabled",
+            cron_job.next_run_at.strftime("%Y-%m-%d %H:%M:%SZ"),
+            "failed",
+        ],
+        [
+            str(interval.id),
+            "acme",
+            "interval",
+            "every 60s",
+            "paused",
+            interval.next_run_at.strftime("%Y-%m-%d %H:%M:%SZ"),
+            "-",
+        ],
+        [
+            str(once.id),
+            "tokyo",
+            "once",
+            f"once at {once.run_at:%Y-%m-%d %H:%M:%S}Z",
+            "enabled",
+            once.next_run_at.strftime("%Y-%m-%d %H:%M:%SZ"),
+            "-",
+        ],
     ]
     assert [row[2] for row in table_rows(run("jobs", "list", "--tenant", "tokyo"))] == ["once"]
 
@@ -150,10 +174,16 @@ def test_show_by_id_and_by_tenant_and_name(tokyo):
 
     assert by_id == by_name
     assert f"id                         {job.id}" in by_id
-    for expected in ("tenant                     tokyo", "schedule                   cron 30 8 * * 1-5 (Asia/Tokyo)",
-                     "status                     enabled", 'args                       [1]',
-                     'kwargs                     {"k": "v"}', "task_name                  scheduler_app.echo",
-                     "version                    1", "max_attempts               3"):
+    for expected in (
+        "tenant                     tokyo",
+        "schedule                   cron 30 8 * * 1-5 (Asia/Tokyo)",
+        "status                     enabled",
+        "args                       [1]",
+        'kwargs                     {"k": "v"}',
+        "task_name                  scheduler_app.echo",
+        "version                    1",
+        "max_attempts               3",
+    ):
         assert expected in by_id
     fires = by_id.split("next 5 fires:")[1].split("last 10 runs:")[0]
     assert len(re.findall(r"08:30:00\+09:00 JST", fires)) == 5
@@ -177,24 +207,29 @@ def test_runs_newest_first_with_state_filter_and_limit(acme):
     assert rows[2][5].startswith("Traceback... xxx") and rows[2][5].endswith("…") and len(rows[2][5]) == 60
     assert rows[3][5:] == ["-", "2024-01-01 00:00:00Z", "2024-01-01 00:00:03Z"]
     assert [int(r[0]) for r in table_rows(run("jobs", "runs", "acme/nightly", "--state", "dead"))] == [failed.id]
-    assert [int(r[0]) for r in table_rows(run("jobs", "runs", str(job.id), "--limit", "2"))] == [manual.id,
-                                                                                               skipped.id]
+    assert [int(r[0]) for r in table_rows(run("jobs", "runs", str(job.id), "--limit", "2"))] == [manual.id, skipped.id]
     assert run("jobs", "runs", str(job.id), "--state", "running").strip() == "(no runs)"
 
 
-@pytest.mark.parametrize(("argv", "expected"), [
-    (["show", "999999"], "jobs show: job: no job '999999'"),
-    (["show", "acme/missing"], "jobs show: job: no job 'acme/missing'"),
-    (["show", "nightly"], "jobs show: job: 'nightly' is neither a job id nor TENANT/NAME"),
-    (["pause", "999999"], "jobs pause: job: no job '999999'"),
-    (["resume", "999999"], "jobs resume: job: no job '999999'"),
-    (["trigger", "999999"], "jobs trigger: job: no job '999999'"),
-    (["preview", "999999"], "jobs preview: job: no job '999999'"),
-    (["runs", "acme/nightly", "--state", "exploded"], "jobs runs: state: must be one of pending, queued"),
-    (["runs", "acme/nightly", "--limit", "5000"], "jobs runs: limit: must be between 1 and 1000"),
-    (["pause", "acme/nightly", "--note", "by \u202enimda"], "jobs pause: note: must not contain the character U+202E"),
-    (["pause", "acme/nightly", "--note", "a\u2028b"], "jobs pause: note: must not contain the character U+2028"),
-])
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["show", "999999"], "jobs show: job: no job '999999'"),
+        (["show", "acme/missing"], "jobs show: job: no job 'acme/missing'"),
+        (["show", "nightly"], "jobs show: job: 'nightly' is neither a job id nor TENANT/NAME"),
+        (["pause", "999999"], "jobs pause: job: no job '999999'"),
+        (["resume", "999999"], "jobs resume: job: no job '999999'"),
+        (["trigger", "999999"], "jobs trigger: job: no job '999999'"),
+        (["preview", "999999"], "jobs preview: job: no job '999999'"),
+        (["runs", "acme/nightly", "--state", "exploded"], "jobs runs: state: must be one of pending, queued"),
+        (["runs", "acme/nightly", "--limit", "5000"], "jobs runs: limit: must be between 1 and 1000"),
+        (
+            ["pause", "acme/nightly", "--note", "by \u202enimda"],
+            "jobs pause: note: must not contain the character U+202E",
+        ),
+        (["pause", "acme/nightly", "--note", "a\u2028b"], "jobs pause: note: must not contain the character U+2028"),
+    ],
+)
 def test_unknown_jobs_and_bad_options_name_the_field(acme, argv, expected):
     add_job(acme)
     runs, events = JobRun.objects.count(), AuditEvent.objects.count()
@@ -222,11 +257,15 @@ def test_pause_and_resume(acme):
     job.refresh_from_db()
     assert (job.enabled, job.paused_note, job.version) == (True, "", 3)
     assert job.next_run_at > db_now() - timedelta(seconds=1)
-    assert resumed.strip() == (f"Resumed job {job.id} (acme/nightly); next run at "
-                               f"{job.next_run_at:%Y-%m-%d %H:%M:%S}Z.")
+    assert resumed.strip() == (
+        f"Resumed job {job.id} (acme/nightly); next run at {job.next_run_at:%Y-%m-%d %H:%M:%S}Z."
+    )
     assert "was not paused" in run("jobs", "resume", str(job.id))
     assert list(AuditEvent.objects.filter(job=job).order_by("id").values_list("action", "actor")) == [
-        ("job.created", ""), ("job.paused", "cli"), ("job.resumed", "cli")]
+        ("job.created", ""),
+        ("job.paused", "cli"),
+        ("job.resumed", "cli"),
+    ]
 
 
 def test_trigger_records_a_queued_manual_run_published_after_commit(acme, django_capture_on_commit_callbacks):
@@ -270,8 +309,10 @@ def test_trigger_says_which_run_was_not_published_when_the_broker_fails(monkeypa
     run_ = JobRun.objects.get()  # recorded, committed, still queued for a later publish
     assert run_.state == "queued"
     assert out.getvalue().startswith(f"Triggered job {job.id}")
-    assert str(caught.value) == (f"jobs trigger: publish: run {run_.id} is recorded but was not sent to the "
-                                 "broker (Error 111 connecting to 127.0.0.1:6379. Connection refused.)")
+    assert str(caught.value) == (
+        f"jobs trigger: publish: run {run_.id} is recorded but was not sent to the "
+        "broker (Error 111 connecting to 127.0.0.1:6379. Connection refused.)"
+    )
     assert caught.value.returncode == 1
 
 
@@ -308,15 +349,18 @@ def test_preview_of_a_finished_one_off(acme):
     assert "(no fires left)" in run("jobs", "preview", str(job.id))
 
 
-@pytest.mark.parametrize(("argv", "expected"), [
-    ([], "jobs preview: schedule: give JOB, or --cron EXPR, or --every SECONDS"),
-    (["acme/nightly", "--cron", "@daily"], "jobs preview: schedule: give JOB, or --cron"),
-    (["--cron", "0 0 31 2 *"], "jobs preview: cron: Bad day-of-month in '0 0 31 2 *'"),
-    (["--cron", "@daily", "--timezone", "Moon/Base"], "jobs preview: timezone: unknown time zone 'Moon/Base'"),
-    (["--every", "-5"], "jobs preview: every: must be between 1 and"),
-    (["--every", "60", "-n", "0"], "jobs preview: count: must be between 1 and 1000"),
-    (["acme/nightly", "--timezone", "UTC"], "jobs preview: timezone: applies to --cron only"),
-])
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        ([], "jobs preview: schedule: give JOB, or --cron EXPR, or --every SECONDS"),
+        (["acme/nightly", "--cron", "@daily"], "jobs preview: schedule: give JOB, or --cron"),
+        (["--cron", "0 0 31 2 *"], "jobs preview: cron: Bad day-of-month in '0 0 31 2 *'"),
+        (["--cron", "@daily", "--timezone", "Moon/Base"], "jobs preview: timezone: unknown time zone 'Moon/Base'"),
+        (["--every", "-5"], "jobs preview: every: must be between 1 and"),
+        (["--every", "60", "-n", "0"], "jobs preview: count: must be between 1 and 1000"),
+        (["acme/nightly", "--timezone", "UTC"], "jobs preview: timezone: applies to --cron only"),
+    ],
+)
 def test_preview_refuses_bad_input(acme, argv, expected):
     add_job(acme)
 
@@ -326,24 +370,39 @@ def test_preview_refuses_bad_input(acme, argv, expected):
 
 
 def test_preview_from_a_start_instant_as_the_api_does(db):
-    out = run("jobs", "preview", "--cron", "30 2 * * *", "--timezone", "Europe/Berlin",
-              "--start", "2030-03-29T00:00:00Z", "-n", "3")
+    out = run(
+        "jobs",
+        "preview",
+        "--cron",
+        "30 2 * * *",
+        "--timezone",
+        "Europe/Berlin",
+        "--start",
+        "2030-03-29T00:00:00Z",
+        "-n",
+        "3",
+    )
 
     assert out.splitlines()[0] == "next 3 fires of cron 30 2 * * * (Europe/Berlin), from 2030-03-29 00:00:00Z:"
     rows = table_rows(out)
     assert [row[1] for row in rows] == [
-        "2030-03-29 02:30:00+01:00 CET", "2030-03-30 02:30:00+01:00 CET", "2030-03-31 03:00:00+02:00 CEST"]
+        "2030-03-29 02:30:00+01:00 CET",
+        "2030-03-30 02:30:00+01:00 CET",
+        "2030-03-31 03:00:00+02:00 CEST",
+    ]
     # 02:30 does not exist on the day clocks go forward: the fire comes right after the gap.
     assert [row[3] for row in rows[:2]] == ["-", "-"] and rows[2][3].startswith("dst_gap: ")
     assert out.splitlines()[1].split() == ["#", "local", "(Europe/Berlin)", "UTC", "note"]
 
 
 def test_preview_an_interval_counted_from_its_start(db):
-    out = run("jobs", "preview", "--every", "5400", "--start", "2030-01-01T00:00:00Z",
-              "--end", "2030-01-01T03:00:00Z")
+    out = run("jobs", "preview", "--every", "5400", "--start", "2030-01-01T00:00:00Z", "--end", "2030-01-01T03:00:00Z")
 
     assert [row[2] for row in table_rows(out)] == [
-        "2030-01-01 00:00:00Z", "2030-01-01 01:30:00Z", "2030-01-01 03:00:00Z"]
+        "2030-01-01 00:00:00Z",
+        "2030-01-01 01:30:00Z",
+        "2030-01-01 03:00:00Z",
+    ]
 
 
 def test_preview_a_saved_job_from_a_start_instant(tokyo):
@@ -354,6 +413,8 @@ def test_preview_a_saved_job_from_a_start_instant(tokyo):
     assert out.splitlines()[0].endswith(", from 2030-01-01 00:00:00Z:")
     assert [row[2] for row in table_rows(out)] == ["2030-01-01 00:00:00Z", "2030-01-02 00:00:00Z"]
     assert str(fails("jobs", "preview", str(job.id), "--end", "2030-01-01T00:00:00Z")) == (
-        "jobs preview: end_at: applies to --cron or --every; a saved job keeps its own end")
+        "jobs preview: end_at: applies to --cron or --every; a saved job keeps its own end"
+    )
     assert str(fails("jobs", "preview", str(job.id), "--start", "2030-01-01")).startswith(
-        "jobs preview: start_at: '2030-01-01' has no UTC offset")
+        "jobs preview: start_at: '2030-01-01' has no UTC offset"
+    )

@@ -70,16 +70,60 @@ def test_add_with_every_option(acme):
     start = (db_now() + timedelta(hours=2)).replace(minute=0, second=0, microsecond=0)
     end = start + timedelta(days=30)
 
-    run("jobs", "add", "--tenant", "acme", "--name", "full", "--cron", "@hourly", "--timezone", "Europe/Paris",
-        "--task", TASK, "--args", '[1, "two"]', "--kwargs", '{"x": {"y": null}}', "--queue", "reports",
-        "--timeout", "60", "--max-attempts", "5", "--retry-backoff", "30", "--misfire", "run_all", "--priority", "9",
-        "--catchup-window", "3600", "--run-all-cap", "7", "--start", start.isoformat(),
-        "--end", end.isoformat().replace("+00:00", "Z"), "--tag", "a", "b", "--tag", "c",
-        "--description", "Everything set")
+    run(
+        "jobs",
+        "add",
+        "--tenant",
+        "acme",
+        "--name",
+        "full",
+        "--cron",
+        "@hourly",
+        "--timezone",
+        "Europe/Paris",
+        "--task",
+        TASK,
+        "--args",
+        '[1, "two"]',
+        "--kwargs",
+        '{"x": {"y": null}}',
+        "--queue",
+        "reports",
+        "--timeout",
+        "60",
+        "--max-attempts",
+        "5",
+        "--retry-backoff",
+        "30",
+        "--misfire",
+        "run_all",
+        "--priority",
+        "9",
+        "--catchup-window",
+        "3600",
+        "--run-all-cap",
+        "7",
+        "--start",
+        start.isoformat(),
+        "--end",
+        end.isoformat().replace("+00:00", "Z"),
+        "--tag",
+        "a",
+        "b",
+        "--tag",
+        "c",
+        "--description",
+        "Everything set",
+    )
 
     job = Job.objects.get()
     assert (job.cron, job.timezone, job.args, job.kwargs, job.queue) == (
-        "0 * * * *", "Europe/Paris", [1, "two"], {"x": {"y": None}}, "reports")
+        "0 * * * *",
+        "Europe/Paris",
+        [1, "two"],
+        {"x": {"y": None}},
+        "reports",
+    )
     assert (job.timeout_seconds, job.max_attempts, job.retry_backoff_seconds, job.priority) == (60, 5, 30, 9)
     assert (job.misfire_policy, job.catchup_window_seconds, job.run_all_cap) == ("run_all", 3600, 7)
     assert (job.start_at, job.end_at, job.next_run_at) == (start, end, start)
@@ -102,13 +146,19 @@ BAD_ADD_INPUT = [
     (["--at", "2020-01-01T00:00:00Z"], "jobs add: at: is in the past"),
     (["--cron", "@daily", "--start", "2031-01-01"], "jobs add: start_at: '2031-01-01' has no UTC offset"),
     (["--cron", "@daily", "--end", "31/12/2031"], "jobs add: end_at: '31/12/2031' is not an ISO 8601"),
-    (["--cron", "@daily", "--start", "2031-02-01T00:00Z", "--end", "2031-01-01T00:00Z"],
-     "jobs add: end_at: must not be before start_at"),
+    (
+        ["--cron", "@daily", "--start", "2031-02-01T00:00Z", "--end", "2031-01-01T00:00Z"],
+        "jobs add: end_at: must not be before start_at",
+    ),
     (["--cron", "@daily", "--end", "2020-01-01T00:00:00Z"], "jobs add: end_at: is in the past (2020-01-01 00:00:00Z)"),
-    (["--at", "\uff12\uff10\uff13\uff11-01-01T09:00:00Z"],
-     "jobs add: at: must be written with ASCII characters, digits 0-9; U+FF12 FULLWIDTH DIGIT TWO is not one"),
-    (["--cron", "@daily", "--start", "2031-01-01T00:00:00.000000\uff11Z"],
-     "jobs add: start_at: must be written with ASCII characters, digits 0-9; U+FF11"),
+    (
+        ["--at", "\uff12\uff10\uff13\uff11-01-01T09:00:00Z"],
+        "jobs add: at: must be written with ASCII characters, digits 0-9; U+FF12 FULLWIDTH DIGIT TWO is not one",
+    ),
+    (
+        ["--cron", "@daily", "--start", "2031-01-01T00:00:00.000000\uff11Z"],
+        "jobs add: start_at: must be written with ASCII characters, digits 0-9; U+FF11",
+    ),
     (["--cron", "@daily", "--end", "2031-01-01T00:00:00\u0663Z"], "jobs add: end_at: must be written with ASCII"),
     (["--every", "0"], "jobs add: every: must be between 1 and"),
     (["--cron", "@daily", "--misfire", "sometimes"], "jobs add: misfire_policy: must be one of"),
@@ -119,8 +169,10 @@ BAD_ADD_INPUT = [
     (["--cron", "@daily", "--name", "   "], "jobs add: name: must not be empty"),
     (["--cron", "@daily", "--name", "existing"], "jobs add: name: tenant 'acme' already has a job named"),
     (["--cron", "@daily", "--name", "a\u2028b"], "jobs add: name: must not contain the character U+2028"),
-    (["--cron", "@daily", "--description", "pays \u202e001$"],
-     "jobs add: description: must not contain the character U+202E RIGHT-TO-LEFT OVERRIDE"),
+    (
+        ["--cron", "@daily", "--description", "pays \u202e001$"],
+        "jobs add: description: must not contain the character U+202E RIGHT-TO-LEFT OVERRIDE",
+    ),
     (["--cron", "@daily", "--description", "\x1b[2J"], "jobs add: description: must not contain the character U+001B"),
     (["--cron", "@daily", "--tag", "ok", "a\u2029b"], "jobs add: tags.1: must not contain the character U+2029"),
 ]
@@ -170,14 +222,21 @@ def test_bad_cron_line_is_exactly_the_documented_one(acme, cli):
     assert cli(*add_argv(["--cron", "0 0 31 2 *"]))[2] == BAD_CRON_LINE + "\n"
 
 
-@pytest.mark.parametrize(("extra", "expected"), [
-    ([], "jobs add: give exactly one of --cron, --every, --at"),
-    (["--cron", "@daily", "--every", "5"], "jobs add: give exactly one of --cron, --every, --at"),
-    (["--cron", "@daily", "--every", "5", "--at", "2031-01-01T00:00Z"],
-     "jobs add: give exactly one of --cron, --every, --at"),
-    (["--cron", "@daily", "--http-url", "https://example.com/"],
-     "jobs add: give exactly one of --task, --http-url, --command, --sql, --monitor"),
-])
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ([], "jobs add: give exactly one of --cron, --every, --at"),
+        (["--cron", "@daily", "--every", "5"], "jobs add: give exactly one of --cron, --every, --at"),
+        (
+            ["--cron", "@daily", "--every", "5", "--at", "2031-01-01T00:00Z"],
+            "jobs add: give exactly one of --cron, --every, --at",
+        ),
+        (
+            ["--cron", "@daily", "--http-url", "https://example.com/"],
+            "jobs add: give exactly one of --task, --http-url, --command, --sql, --monitor",
+        ),
+    ],
+)
 def test_add_with_two_schedules_or_none_says_so_in_one_line(acme, cli, extra, expected):
     status, out, err = cli(*add_argv(extra))
 

@@ -81,8 +81,9 @@ def test_edit_without_a_terminal_or_yes_refuses_after_the_preview(acme):
     with pytest.raises(CommandError) as refused:
         call_command("jobs", "edit", str(job.id), "--every", "120", stdin=io.StringIO("y\n"), stdout=out)
 
-    assert str(refused.value) == ("jobs edit: not saved: no terminal to ask for confirmation; "
-                                  "pass --yes to go ahead without asking")
+    assert str(refused.value) == (
+        "jobs edit: not saved: no terminal to ask for confirmation; pass --yes to go ahead without asking"
+    )
     assert refused.value.returncode == 2
     assert "next 5 fires after the edit:" in out.getvalue()
     job.refresh_from_db()
@@ -90,14 +91,24 @@ def test_edit_without_a_terminal_or_yes_refuses_after_the_preview(acme):
 
 
 def test_edit_changes_only_what_is_given(acme):
-    job = add_job(acme, "hook", every=60, target_kind="http", task_name="",
-                  http={"method": "PUT", "url": "https://example.com/hook", "headers": {"X-A": "1"}, "body": "old"})
+    job = add_job(
+        acme,
+        "hook",
+        every=60,
+        target_kind="http",
+        task_name="",
+        http={"method": "PUT", "url": "https://example.com/hook", "headers": {"X-A": "1"}, "body": "old"},
+    )
 
     out = run("jobs", "edit", "acme/hook", "--body", '{"new": true}', "--priority", "8", "--yes")
 
     job.refresh_from_db()
-    assert job.target_config == {"method": "PUT", "url": "https://example.com/hook", "headers": {"X-A": "1"},
-                                 "body": '{"new": true}'}
+    assert job.target_config == {
+        "method": "PUT",
+        "url": "https://example.com/hook",
+        "headers": {"X-A": "1"},
+        "body": '{"new": true}',
+    }
     assert (job.every_seconds, job.priority) == (60, 8)
     before, after = out.split("next 5 fires now:")[1].split("next 5 fires after the edit:")
     assert table_rows(before) == table_rows(after)  # the schedule is untouched
@@ -124,16 +135,19 @@ def test_edit_can_remove_the_end_and_rename(acme):
     assert (job.end_at, job.name, job.tags) == (None, "daily", ["x", "y"])
 
 
-@pytest.mark.parametrize(("argv", "expected"), [
-    ([], "jobs edit: job: nothing to change: give the options to change"),
-    (["--cron", "0 0 31 2 *"], "jobs edit: cron: Bad day-of-month in '0 0 31 2 *'"),
-    (["--cron", "@daily", "--every", "60"], "jobs edit: give at most one of --cron, --every, --at"),
-    (["--task", TASK, "--command", "x"], "jobs edit: give at most one of --task, --http-url, --command"),
-    (["--name", "other"], "jobs edit: name: tenant 'acme' already has a job named 'other'"),
-    (["--task", "os.system"], "jobs edit: task: 'os.system' is not an allowed task"),
-    (["--body", "{}"], "jobs edit: http: --body is for HTTP jobs only (--http-url)"),
-    (["--start", "tomorrow"], "jobs edit: start_at: 'tomorrow' is not an ISO 8601 date and time"),
-])
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        ([], "jobs edit: job: nothing to change: give the options to change"),
+        (["--cron", "0 0 31 2 *"], "jobs edit: cron: Bad day-of-month in '0 0 31 2 *'"),
+        (["--cron", "@daily", "--every", "60"], "jobs edit: give at most one of --cron, --every, --at"),
+        (["--task", TASK, "--command", "x"], "jobs edit: give at most one of --task, --http-url, --command"),
+        (["--name", "other"], "jobs edit: name: tenant 'acme' already has a job named 'other'"),
+        (["--task", "os.system"], "jobs edit: task: 'os.system' is not an allowed task"),
+        (["--body", "{}"], "jobs edit: http: --body is for HTTP jobs only (--http-url)"),
+        (["--start", "tomorrow"], "jobs edit: start_at: 'tomorrow' is not an ISO 8601 date and time"),
+    ],
+)
 def test_edit_refuses_bad_input_naming_the_field(acme, argv, expected):
     job = add_job(acme)
     add_job(acme, "other")

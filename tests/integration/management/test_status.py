@@ -42,13 +42,25 @@ def cluster_state(make_job, make_run, tenant, queue_name, settings):
     flaky = make_job(name="flaky", next_run_at=None, queue=queue_name)
     for n in range(1, 5):  # dispatch lag n/10 s, start lag n s
         at = now - timedelta(minutes=n)
-        make_run(ok, scheduled_at=at, state="succeeded", dispatched_at=at + timedelta(seconds=n / 10),
-                 enqueued_at=at + timedelta(seconds=n / 10), started_at=at + timedelta(seconds=n))
+        make_run(
+            ok,
+            scheduled_at=at,
+            state="succeeded",
+            dispatched_at=at + timedelta(seconds=n / 10),
+            enqueued_at=at + timedelta(seconds=n / 10),
+            started_at=at + timedelta(seconds=n),
+        )
     make_run(flaky, scheduled_at=now - timedelta(minutes=10), state="dead", error="RuntimeError: it broke")
     make_run(flaky, scheduled_at=now - timedelta(minutes=20), state="failed", error="http 404: gone")
     make_run(ok, scheduled_at=now - timedelta(hours=3), state="dead")  # outside the hour
-    make_run(ok, scheduled_at=now - timedelta(seconds=30), state="succeeded", trigger=Trigger.BACKFILL,
-             dispatched_at=now, started_at=now)  # counted, but not in the lags
+    make_run(
+        ok,
+        scheduled_at=now - timedelta(seconds=30),
+        state="succeeded",
+        trigger=Trigger.BACKFILL,
+        dispatched_at=now,
+        started_at=now,
+    )  # counted, but not in the lags
     publish_runs([RunMessage(999, 1, queue_name, 60)])
     yield {"tenant": tenant, "queue": queue_name}
     take_broker_messages(queue_name)
@@ -73,7 +85,10 @@ def test_status_json_has_the_same_figures(cluster_state):
 
     assert found["live"] == {"beat": 1, "worker": 1}
     assert {node["name"]: node["state"] for node in found["nodes"]} == {
-        "beat@a:1": "live", "beat@b:2": "stale", "worker@c": "live"}
+        "beat@a:1": "live",
+        "beat@b:2": "stale",
+        "worker@c": "live",
+    }
     assert (found["due_jobs"], 180 <= found["oldest_due_seconds"] < 200) == (3, True)
     assert found["queues"][cluster_state["queue"]] == {"depth": 1, "live_workers": 1}
     assert found["runs"] == {"succeeded": 5, "failed": 1, "dead": 1}
@@ -83,21 +98,36 @@ def test_status_json_has_the_same_figures(cluster_state):
     assert found["start_lag_seconds"]["p99"] == pytest.approx(3.97)
     [flaky] = found["failing_jobs"]
     assert (flaky["job"], flaky["failed"], flaky["dead"], flaky["last_error"]) == (
-        f"{cluster_state['tenant'].slug}/flaky", 1, 1, "RuntimeError: it broke")
+        f"{cluster_state['tenant'].slug}/flaky",
+        1,
+        1,
+        "RuntimeError: it broke",
+    )
 
 
 def test_status_costs_the_same_few_queries_however_many_runs_there_are(cluster_state, make_run):
     with CaptureQueriesContext(connection) as few:
         status("--json")
-    JobRun.objects.bulk_create([JobRun(job_id=JobRun.objects.first().job_id, tenant=cluster_state["tenant"],
-                                       scheduled_at=db_now() - timedelta(seconds=n + 100), created_at=db_now(),
-                                       state="succeeded") for n in range(500)])
+    JobRun.objects.bulk_create(
+        [
+            JobRun(
+                job_id=JobRun.objects.first().job_id,
+                tenant=cluster_state["tenant"],
+                scheduled_at=db_now() - timedelta(seconds=n + 100),
+                created_at=db_now(),
+                state="succeeded",
+            )
+            for n in range(500)
+        ]
+    )
     with CaptureQueriesContext(connection) as many:
         status("--json")
 
     assert len(few) == len(many) <= 10
-    assert not any("scheduler_app_job\"" in query["sql"] and "count(" in query["sql"].lower()
-                   and "next_run_at" not in query["sql"] for query in many.captured_queries)  # never counts all jobs
+    assert not any(
+        'scheduler_app_job"' in query["sql"] and "count(" in query["sql"].lower() and "next_run_at" not in query["sql"]
+        for query in many.captured_queries
+    )  # never counts all jobs
 
 
 def test_status_says_when_no_beat_is_live(db):

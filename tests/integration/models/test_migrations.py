@@ -26,7 +26,9 @@ def _careful_migrations(executor: MigrationExecutor) -> list:
 
 
 def _sql(executor: MigrationExecutor, migration) -> list[str]:
-    return [statement for statement in executor.loader.collect_sql([(migration, False)]) if not statement.startswith("--")]
+    return [
+        statement for statement in executor.loader.collect_sql([(migration, False)]) if not statement.startswith("--")
+    ]
 
 
 @pytest.mark.django_db
@@ -36,8 +38,12 @@ def test_migrations_change_existing_tables_indexes_concurrently_on_postgres():
     for migration in _careful_migrations(executor):
         statements = _sql(executor, migration)
         new_tables = {match.group(1) for statement in statements if (match := CREATE_TABLE.search(statement))}
-        index_changes = [statement for statement in statements if statement.startswith("DROP INDEX")
-                         or ((match := CREATE_INDEX.search(statement)) and match.group(1) not in new_tables)]
+        index_changes = [
+            statement
+            for statement in statements
+            if statement.startswith("DROP INDEX")
+            or ((match := CREATE_INDEX.search(statement)) and match.group(1) not in new_tables)
+        ]
         for statement in index_changes:
             assert "CONCURRENTLY" in statement, f"{migration.name} blocks writes while it changes an index: {statement}"
         if index_changes:
@@ -45,6 +51,7 @@ def test_migrations_change_existing_tables_indexes_concurrently_on_postgres():
         for statement in statements:
             match = ADD_FOREIGN_KEY.search(statement)
             assert not match or match.group(1) in new_tables, (
-                f"{migration.name} adds a foreign key to a table it did not make, checking every row: {statement}")
+                f"{migration.name} adds a foreign key to a table it did not make, checking every row: {statement}"
+            )
         checked += len(index_changes)
     assert checked >= 6  # 0010's three, 0014's two, 0016's and 0018's one each

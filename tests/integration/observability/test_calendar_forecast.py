@@ -21,8 +21,7 @@ ECHO = "scheduler_app.echo"
 HOLIDAY = "2031-03-04"
 ON_THE_HOLIDAY = datetime(2031, 3, 4, 10, 0, 30, tzinfo=UTC)
 BEFORE_MIDNIGHT = datetime(2031, 3, 3, 23, 30, 30, tzinfo=UTC)  # its hour reaches into the holiday
-OVERVIEWS = [pytest.param(dashboard.overview, id="postgresql"),
-             pytest.param(dashboard.overview_in_python, id="python")]
+OVERVIEWS = [pytest.param(dashboard.overview, id="postgresql"), pytest.param(dashboard.overview_in_python, id="python")]
 
 
 @pytest.fixture
@@ -35,8 +34,14 @@ def acme(db) -> Tenant:
 def job(tenant: Tenant, name: str, cron: str, now: datetime, *, policy: str | None = None) -> Job:
     """A job whose next_run_at is what the beat holds at `now`: its first fire after it
     (under the job's calendar: a moved fire, or under skip the plain one)."""
-    spec = services.JobSpec(name=name, task_name=ECHO, cron=cron, timezone="UTC",
-                            calendar="ops" if policy else "", calendar_policy=policy or "skip")
+    spec = services.JobSpec(
+        name=name,
+        task_name=ECHO,
+        cron=cron,
+        timezone="UTC",
+        calendar="ops" if policy else "",
+        calendar_policy=policy or "skip",
+    )
     made = services.job_create(tenant, spec)
     Job.objects.filter(id=made.id).update(next_run_at=schedules.next_fire_after(made.schedule, now))
     return made
@@ -63,8 +68,11 @@ def test_fires_after_midnight_on_the_holiday_are_not_counted_when_skipped_or_mov
 
     found = overview(BEFORE_MIDNIGHT, acme.id)
 
-    counted = {minute.strftime("%H:%M"): count for minute, count in zip(found.forecast_minutes, found.forecast,
-                                                                        strict=True) if count}
+    counted = {
+        minute.strftime("%H:%M"): count
+        for minute, count in zip(found.forecast_minutes, found.forecast, strict=True)
+        if count
+    }
     assert counted == {"23:40": 2, "23:50": 2}  # Monday's; Tuesday's 00:00, 00:10, 00:20 do not run then
 
 

@@ -25,14 +25,21 @@ def test_on_postgresql_the_day_holds_the_live_hour_when_the_rollup_lags(db):
         pytest.skip("the PostgreSQL path")
     now = db_now()
     tenant = services.tenant_create(slug="pg", name="PG", timezone="UTC")
-    job = services.job_create(tenant, services.JobSpec(name="flaky", task_name="scheduler_app.echo",
-                                                       cron="* * * * *"))
+    job = services.job_create(tenant, services.JobSpec(name="flaky", task_name="scheduler_app.echo", cron="* * * * *"))
     states = ["succeeded"] * 6 + ["failed", "failed", "dead", "skipped"]
     for i, state in enumerate(states):
         at = now - timedelta(minutes=5 + i * 3, seconds=30)
-        JobRun.objects.create(job=job, tenant=tenant, scheduled_at=at, created_at=at, state=state, attempt=1,
-                              dispatched_at=at + timedelta(seconds=1), started_at=at + timedelta(seconds=2),
-                              finished_at=at + timedelta(seconds=3))
+        JobRun.objects.create(
+            job=job,
+            tenant=tenant,
+            scheduled_at=at,
+            created_at=at,
+            state=state,
+            attempt=1,
+            dispatched_at=at + timedelta(seconds=1),
+            started_at=at + timedelta(seconds=2),
+            finished_at=at + timedelta(seconds=3),
+        )
     dashboard.roll_up(now, max_minutes=60)  # the day's oldest hour only: the last hour is not rolled up
     found = dashboard.overview(now)
     assert found.totals["hour"] == {"runs": 9, "failures": 3, "other": 1, "failure_rate": 100 * 3 / 9}

@@ -22,7 +22,10 @@ def test_a_published_message_is_named_after_its_tenant_and_job(make_job, queue_n
     [message] = take_broker_messages(queue_name)
     assert message["headers"]["shadow"] == f"{job.tenant.slug}/nightly-report"
     assert (message["headers"]["task"], message["headers"]["id"], message["args"]) == (
-        "scheduler_app.execute_run", celery_task_id(41, 2), [41, 2])
+        "scheduler_app.execute_run",
+        celery_task_id(41, 2),
+        [41, 2],
+    )
 
 
 def test_the_beats_messages_carry_the_job_name_from_the_claim(make_job, queue_name):

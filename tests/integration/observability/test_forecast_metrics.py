@@ -33,10 +33,26 @@ def forecast_settings(settings):
     return settings
 
 
-def job(tenant, name: str, next_run_at: datetime, *, queue: str = "", cron: str = "", every: int | None = None,
-        calendar: str = "") -> Job:
-    spec = services.JobSpec(name=name, task_name="scheduler_app.echo", cron=cron, every=every, timezone="UTC",
-                            queue=queue, calendar=calendar, calendar_policy="skip")
+def job(
+    tenant,
+    name: str,
+    next_run_at: datetime,
+    *,
+    queue: str = "",
+    cron: str = "",
+    every: int | None = None,
+    calendar: str = "",
+) -> Job:
+    spec = services.JobSpec(
+        name=name,
+        task_name="scheduler_app.echo",
+        cron=cron,
+        every=every,
+        timezone="UTC",
+        queue=queue,
+        calendar=calendar,
+        calendar_policy="skip",
+    )
     made = services.job_create(tenant, spec)
     Job.objects.filter(id=made.id).update(next_run_at=next_run_at)
     return made
@@ -46,9 +62,15 @@ def runs(made: Job, *durations: float | None, state: str = RunState.SUCCEEDED) -
     """Runs of `made` an hour back and earlier, newest last; None: started, not finished."""
     for i, seconds in enumerate(durations):
         started = NOW - timedelta(hours=1 + len(durations) - i)
-        JobRun.objects.create(job=made, tenant=made.tenant, scheduled_at=started, created_at=started, state=state,
-                              started_at=started,
-                              finished_at=None if seconds is None else started + timedelta(seconds=seconds))
+        JobRun.objects.create(
+            job=made,
+            tenant=made.tenant,
+            scheduled_at=started,
+            created_at=started,
+            state=state,
+            started_at=started,
+            finished_at=None if seconds is None else started + timedelta(seconds=seconds),
+        )
 
 
 @pytest.fixture
@@ -57,15 +79,18 @@ def fleet(db, forecast_settings):
     services.calendar_create(acme, name="ops", extra_holidays={HOLIDAY: "Founders' day"})
     five = job(acme, "five", datetime(2031, 3, 3, 23, 55, tzinfo=UTC), queue="alpha", cron="*/5 * * * *")
     runs(five, 100, 300, 200)  # median 200
-    JobRun.objects.create(job=five, tenant=acme, scheduled_at=NOW - timedelta(minutes=5), created_at=NOW,
-                          state=RunState.SKIPPED)  # no duration: not counted
+    JobRun.objects.create(
+        job=five, tenant=acme, scheduled_at=NOW - timedelta(minutes=5), created_at=NOW, state=RunState.SKIPPED
+    )  # no duration: not counted
     minutely = job(acme, "minutely", datetime(2031, 3, 3, 23, 50, tzinfo=UTC), queue="alpha", every=60)  # overdue
     runs(minutely, 40, 1000, 80)  # median 80
-    JobRun.objects.create(job=minutely, tenant=acme, scheduled_at=NOW - timedelta(seconds=30), created_at=NOW,
-                          state=RunState.QUEUED)
+    JobRun.objects.create(
+        job=minutely, tenant=acme, scheduled_at=NOW - timedelta(seconds=30), created_at=NOW, state=RunState.QUEUED
+    )
     job(acme, "midnight", datetime(2031, 3, 4, 0, 0, tzinfo=UTC), queue="alpha", cron="0 0 * * *")  # no runs
-    job(acme, "skipping", datetime(2031, 3, 3, 23, 55, tzinfo=UTC), queue="beta", cron="*/5 * * * *",
-        calendar="ops")  # 00:00 and 00:05 fall on the holiday
+    job(
+        acme, "skipping", datetime(2031, 3, 3, 23, 55, tzinfo=UTC), queue="beta", cron="*/5 * * * *", calendar="ops"
+    )  # 00:00 and 00:05 fall on the holiday
     busy = job(acme, "busy", datetime(2031, 3, 3, 23, 51, tzinfo=UTC), cron="* * * * *")  # the default queue
     runs(busy, None, None, None, None, None, state=RunState.RUNNING)
     return acme
@@ -80,8 +105,9 @@ def read(request):
 def formula(work: dict[str, float], in_flight: int, burst: float) -> int:
     """docs/autoscaling.md's formula, written out again."""
     slots = [math.ceil(in_flight / CONCURRENCY), math.ceil(burst / (LAG * CONCURRENCY))]
-    slots += [math.ceil(work[h] / ((seconds + LAG) * CONCURRENCY)) for h, seconds in (("1m", 60), ("5m", 300),
-                                                                                         ("15m", 900))]
+    slots += [
+        math.ceil(work[h] / ((seconds + LAG) * CONCURRENCY)) for h, seconds in (("1m", 60), ("5m", 300), ("15m", 900))
+    ]
     return max(slots)
 
 
@@ -113,8 +139,10 @@ def test_recommended_workers_follow_the_formula_and_never_drop_below_the_runs_in
     assert found.in_flight == {"alpha": 1, queue_name(""): 5}
     # The bursts: five's 200 s and minutely's 80 s both due at 23:55; skipping's 3 s; busy's 3 s a minute.
     assert found.burst == {"alpha": 200 + 80, "beta": DEFAULT, queue_name(""): DEFAULT}
-    assert found.workers == {queue: formula(found.work[queue], found.in_flight.get(queue, 0), found.burst[queue])
-                             for queue in ("alpha", "beta", queue_name(""))}
+    assert found.workers == {
+        queue: formula(found.work[queue], found.in_flight.get(queue, 0), found.burst[queue])
+        for queue in ("alpha", "beta", queue_name(""))
+    }
     assert found.workers == {"alpha": 10, "beta": 1, queue_name(""): 5}  # 280 s due within one 30 s lag; 5 running
 
 
@@ -147,8 +175,16 @@ def test_the_durations_read_walk_each_jobs_newest_runs_not_the_ledger(fleet):
     from tests.conftest import rows_read
 
     five = Job.objects.get(name="five")
-    older = [JobRun(job=five, tenant=five.tenant, scheduled_at=NOW - timedelta(days=2, minutes=i), created_at=NOW,
-                    state=RunState.SUCCEEDED) for i in range(3000)]
+    older = [
+        JobRun(
+            job=five,
+            tenant=five.tenant,
+            scheduled_at=NOW - timedelta(days=2, minutes=i),
+            created_at=NOW,
+            state=RunState.SUCCEEDED,
+        )
+        for i in range(3000)
+    ]
     JobRun.objects.bulk_create(older)
     params = {"end": NOW + timedelta(minutes=15), "sample": forecast.DURATION_SAMPLE, "recent": forecast.RECENT_RUNS}
 
@@ -157,17 +193,21 @@ def test_the_durations_read_walk_each_jobs_newest_runs_not_the_ledger(fleet):
     assert read <= 5 * forecast.RECENT_RUNS, plan
 
 
-def test_metrics_exposes_the_forecast_and_the_cache_serves_later_scrapes(client, fleet, forecast_settings,
-                                                                         monkeypatch):
+def test_metrics_exposes_the_forecast_and_the_cache_serves_later_scrapes(client, fleet, forecast_settings, monkeypatch):
     monkeypatch.setattr(forecast, "db_now", lambda: NOW)
-    families = {family.name: family for family in text_string_to_metric_families(client.get("/metrics").content.decode())}
+    families = {
+        family.name: family for family in text_string_to_metric_families(client.get("/metrics").content.decode())
+    }
 
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families.values() for s in f.samples}
     assert samples[("cronfleet_forecast_fires", (("horizon", "15m"), ("queue", "alpha")))] == 20
     assert samples[("cronfleet_forecast_work_seconds", (("horizon", "5m"), ("queue", "beta")))] == DEFAULT
     assert samples[("cronfleet_forecast_workers", (("queue", "alpha"),))] == 10
-    assert {"cronfleet_forecast_fires", "cronfleet_forecast_work_seconds", "cronfleet_forecast_workers"} <= set(
-        families) <= cluster.NAMES
+    assert (
+        {"cronfleet_forecast_fires", "cronfleet_forecast_work_seconds", "cronfleet_forecast_workers"}
+        <= set(families)
+        <= cluster.NAMES
+    )
 
     forecast_settings.CRONFLEET_FORECAST_CACHE_SECONDS = 60
     first = forecast.cached()

@@ -37,11 +37,16 @@ def test_a_dispatch_records_each_fires_queue_outcome_and_lag(make_job, make_run,
     result = dispatch.dispatch_due_jobs(NOW, limit=100, grace=timedelta(seconds=60))
 
     outcomes = sorted((queue, *metrics.fire_outcome(state, reason)) for queue, state, reason, _ in result.recorded)
-    assert outcomes == sorted([
-        (queue_name, "skipped", "coalesced"), (queue_name, "skipped", "coalesced"), (queue_name, "queued", ""),
-        (queue_name, "skipped", "overlap_skip"),  # busy
-        (queue_name, "queued", ""), (queue_name, "held", "quota"),  # the quota tenant's two
-    ])
+    assert outcomes == sorted(
+        [
+            (queue_name, "skipped", "coalesced"),
+            (queue_name, "skipped", "coalesced"),
+            (queue_name, "queued", ""),
+            (queue_name, "skipped", "overlap_skip"),  # busy
+            (queue_name, "queued", ""),
+            (queue_name, "held", "quota"),  # the quota tenant's two
+        ]
+    )
     lags = sorted(lag for _, state, _, lag in result.recorded if lag is not None)
     assert lags == [30.0, 30.0]  # NOW is 00:00:30; both queued fires are at 00:00:00
     assert late.id in JobRun.objects.filter(state="queued").values_list("job_id", flat=True)
@@ -59,8 +64,7 @@ def test_a_delivery_counts_its_outcome_duration_and_start_lag_without_retry_back
     failing = make_job(queue=queue_name, task_name="scheduler_app.fail", max_attempts=2)
     now = db_now()
     first = make_run(ok, scheduled_at=now - timedelta(seconds=100), enqueued_at=now - timedelta(seconds=90))
-    retry = make_run(failing, scheduled_at=now - timedelta(hours=1), enqueued_at=now - timedelta(seconds=1),
-                     attempt=2)
+    retry = make_run(failing, scheduled_at=now - timedelta(hours=1), enqueued_at=now - timedelta(seconds=1), attempt=2)
 
     delivered(execution.execute_run(first.id, 1, worker="w"), queue_name)
     delivered(execution.execute_run(retry.id, 2, worker="w"), queue_name)
@@ -80,8 +84,11 @@ def test_a_delivery_counts_its_outcome_duration_and_start_lag_without_retry_back
 
 def fake_task(queue: str, run_id: int, attempt: int):
     request = SimpleNamespace(delivery_info={"routing_key": queue}, args=[run_id, attempt], id="t", hostname="w")
-    return SimpleNamespace(request=request, app=SimpleNamespace(conf=SimpleNamespace(worker_send_task_events=False)),
-                           name="scheduler_app.execute_run")
+    return SimpleNamespace(
+        request=request,
+        app=SimpleNamespace(conf=SimpleNamespace(worker_send_task_events=False)),
+        name="scheduler_app.execute_run",
+    )
 
 
 def test_report_returns_a_success_and_raises_for_what_is_not(make_job, make_run, queue_name, settings):
@@ -91,7 +98,8 @@ def test_report_returns_a_success_and_raises_for_what_is_not(make_job, make_run,
     good = make_run(ok)
 
     assert delivery.report(fake_task(queue_name, good.id, 1), execution.execute_run(good.id, 1, worker="w")) == (
-        "succeeded")
+        "succeeded"
+    )
     with pytest.raises(delivery.RunFailed, match=rf"^run {bad.id} attempt 1 dead: RuntimeError"):
         delivery.report(fake_task(queue_name, bad.id, 1), execution.execute_run(bad.id, 1, worker="w"))
     with pytest.raises(Ignore):
@@ -111,17 +119,31 @@ def test_start_lag_in_python_and_in_sql_are_the_same_definition(make_job, make_r
     runs = [
         make_run(job, scheduled_at=now - timedelta(seconds=50), enqueued_at=now - timedelta(seconds=45), attempt=1),
         make_run(job, scheduled_at=now - timedelta(seconds=40), enqueued_at=now - timedelta(seconds=5), attempt=3),
-        make_run(job, scheduled_at=now - timedelta(days=3), enqueued_at=now - timedelta(seconds=20), attempt=1,
-                 trigger=Trigger.BACKFILL),
+        make_run(
+            job,
+            scheduled_at=now - timedelta(days=3),
+            enqueued_at=now - timedelta(seconds=20),
+            attempt=1,
+            trigger=Trigger.BACKFILL,
+        ),
     ]
     JobRun.objects.filter(id__in=[run.id for run in runs]).update(started_at=now)
 
     from django.db import connection
+
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT id, {lags.START_LAG_SQL} FROM scheduler_app_jobrun ORDER BY id")
         in_sql = [float(lag) for _, lag in cursor.fetchall()]
-    in_python = [lags.start_lag(attempt=run.attempt, trigger=run.trigger, scheduled_at=run.scheduled_at,
-                                 enqueued_at=run.enqueued_at, started_at=now) for run in runs]
+    in_python = [
+        lags.start_lag(
+            attempt=run.attempt,
+            trigger=run.trigger,
+            scheduled_at=run.scheduled_at,
+            enqueued_at=run.enqueued_at,
+            started_at=now,
+        )
+        for run in runs
+    ]
 
     assert in_sql == pytest.approx(in_python)
     assert in_python == pytest.approx([50.0, 5.0, 20.0])
@@ -131,8 +153,9 @@ def test_start_lag_in_python_and_in_sql_are_the_same_definition(make_job, make_r
 
 
 @pytest.mark.django_db(transaction=True)
-def test_metrics_serves_the_clusters_gauges_from_the_database_and_the_broker(client, make_job, make_run, queue_name,
-                                                                           settings):
+def test_metrics_serves_the_clusters_gauges_from_the_database_and_the_broker(
+    client, make_job, make_run, queue_name, settings
+):
     settings.CRONFLEET_QUEUES = [queue_name]
     now = db_now()
     for minutes in (1, 5, 10):
@@ -140,8 +163,15 @@ def test_metrics_serves_the_clusters_gauges_from_the_database_and_the_broker(cli
     make_job(next_run_at=now + timedelta(hours=1))  # not due
     make_job(next_run_at=now - timedelta(hours=9), enabled=False)  # paused: not due
     job = make_job(queue=queue_name, next_run_at=None)
-    for n, (state, reason) in enumerate([("pending", "quota_concurrency: ..."), ("pending", "overlap_buffered: ..."),
-                                         ("pending", "quota_fires_per_minute: ..."), ("queued", ""), ("running", "")]):
+    for n, (state, reason) in enumerate(
+        [
+            ("pending", "quota_concurrency: ..."),
+            ("pending", "overlap_buffered: ..."),
+            ("pending", "quota_fires_per_minute: ..."),
+            ("queued", ""),
+            ("running", ""),
+        ]
+    ):
         make_run(job, state=state, reason=reason, scheduled_at=now - timedelta(seconds=n))
     triggered = f"{queue_name}-x"  # a queue only a queued run names: no node, not configured
     make_run(make_job(queue=triggered, next_run_at=None), state="queued", scheduled_at=now)
@@ -166,8 +196,10 @@ def test_metrics_serves_the_clusters_gauges_from_the_database_and_the_broker(cli
     assert total(found, "cronfleet_queue_depth", queue=queue_name) == 2
     assert total(found, "cronfleet_queue_workers", queue=queue_name) == 1
     assert total(found, "cronfleet_queue_workers", queue="cronfleet") == 0
-    assert (total(found, "cronfleet_queue_depth", queue=triggered), total(found, "cronfleet_queue_workers",
-                                                                         queue=triggered)) == (1, 0)
+    assert (
+        total(found, "cronfleet_queue_depth", queue=triggered),
+        total(found, "cronfleet_queue_workers", queue=triggered),
+    ) == (1, 0)
     assert total(found, "cronfleet_nodes", kind="beat", state="live") == 1
     assert total(found, "cronfleet_nodes", kind="worker", state="live") == 1
     assert 0 <= total(found, "cronfleet_node_last_seen_seconds", kind="beat", node="beat@here:1") < 15

@@ -56,8 +56,12 @@ def test_a_heartbeat_moves_last_seen_by_the_databases_clock_and_says_what_the_no
 
     node = Node.objects.get(id=registration.id)
     assert states() == {"b": "live"}
-    assert (node.activity, node.queues, node.pid, node.version) == ("turn: 3 claimed", ["q1", "q2"], os.getpid(),
-                                                                    nodes.VERSION)
+    assert (node.activity, node.queues, node.pid, node.version) == (
+        "turn: 3 claimed",
+        ["q1", "q2"],
+        os.getpid(),
+        nodes.VERSION,
+    )
 
 
 def test_a_heartbeat_registers_again_when_the_row_was_pruned_and_old_rows_are_pruned(db):

@@ -38,8 +38,13 @@ def trips(round_trips, call) -> tuple[int, object]:
 @pytest.fixture
 def many_queues(queue_name):
     names = [f"{queue_name}-{n}" for n in range(300)]
-    publish_runs([RunMessage(901, 1, names[0], 60), RunMessage(902, 1, names[0], 60, priority=9),
-                  RunMessage(903, 1, names[299], 60)])
+    publish_runs(
+        [
+            RunMessage(901, 1, names[0], 60),
+            RunMessage(902, 1, names[0], 60, priority=9),
+            RunMessage(903, 1, names[299], 60),
+        ]
+    )
     yield names
     for name in (names[0], names[299]):
         take_broker_messages(name)
@@ -55,14 +60,19 @@ def test_queue_depths_of_300_queues_take_as_many_round_trips_as_one(many_queues,
     assert many == one <= 20, (one, many)  # a connection's setup (14 on Redis 7, redis-py 8) and one pipeline
 
 
-def test_a_metrics_scrape_of_300_queues_costs_a_bounded_number_of_broker_round_trips(client, db, many_queues,
-                                                                                   round_trips):
+def test_a_metrics_scrape_of_300_queues_costs_a_bounded_number_of_broker_round_trips(
+    client, db, many_queues, round_trips
+):
     Registration(NodeKind.WORKER, "w@many", stale_after=15, queues=many_queues).register()
     client.get("/metrics")
 
     count, response = trips(round_trips, lambda: client.get("/metrics"))
 
-    depths = {s.labels["queue"]: s.value for family in text_string_to_metric_families(response.content.decode())
-              if family.name == "cronfleet_queue_depth" for s in family.samples}
+    depths = {
+        s.labels["queue"]: s.value
+        for family in text_string_to_metric_families(response.content.decode())
+        if family.name == "cronfleet_queue_depth"
+        for s in family.samples
+    }
     assert set(many_queues) <= set(depths) and depths[many_queues[0]] == 2
     assert count <= 20, count  # 600 on the call per queue (an EXISTS and an LLEN pipeline each)

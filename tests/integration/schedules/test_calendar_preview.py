@@ -14,9 +14,16 @@ from tests.unit.schedules.test_calendar_preview import HOLIDAY
 def test_the_api_preview_shows_the_moved_fire_with_its_reason_and_no_dst_flag(db):
     tenant = services.tenant_create(slug="acme", name="Acme", timezone="UTC")
     services.calendar_create(tenant, name="ops", extra_holidays={HOLIDAY.isoformat(): "Shutdown"})
-    job = services.job_create(tenant, services.JobSpec(name="payroll", task_name="scheduler_app.echo",
-                                                       cron="0 18 28 * *", calendar="ops",
-                                                       calendar_policy="previous_business_day"))
+    job = services.job_create(
+        tenant,
+        services.JobSpec(
+            name="payroll",
+            task_name="scheduler_app.echo",
+            cron="0 18 28 * *",
+            calendar="ops",
+            calendar_policy="previous_business_day",
+        ),
+    )
     _, raw = services.apikey_create(tenant=tenant, name="k")
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")

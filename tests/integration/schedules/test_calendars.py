@@ -29,8 +29,9 @@ def london(*args: int) -> datetime:
 
 @pytest.fixture
 def uk_bank(tenant) -> Calendar:
-    return services.calendar_create(tenant, name="uk-bank", country="GB", subdivision="ENG",
-                                    extra_holidays={"2026-12-24": "Office closed"})
+    return services.calendar_create(
+        tenant, name="uk-bank", country="GB", subdivision="ENG", extra_holidays={"2026-12-24": "Office closed"}
+    )
 
 
 def calendar_job(make_job, calendar, policy, **fields) -> Job:
@@ -45,15 +46,18 @@ def dispatch_at(now: datetime):
 # --- services -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("fields", "field", "says"), [
-    ({"country": "XX"}, "country", "unknown country code 'XX'"),
-    ({"country": "GB", "subdivision": "ZZZ"}, "subdivision", "known: ENG, NIR, SCT, WLS"),
-    ({"subdivision": "ENG"}, "subdivision", "needs a country"),
-    ({"weekdays": []}, "weekdays", "at least one"),
-    ({"weekdays": ["mon", "someday"]}, "weekdays", "'someday' is not a weekday"),
-    ({"extra_holidays": {"2026-13-01": "x"}}, "extra_holidays", "is not a date"),
-    ({"extra_business_days": ["soon"]}, "extra_business_days", "is not a date"),
-])
+@pytest.mark.parametrize(
+    ("fields", "field", "says"),
+    [
+        ({"country": "XX"}, "country", "unknown country code 'XX'"),
+        ({"country": "GB", "subdivision": "ZZZ"}, "subdivision", "known: ENG, NIR, SCT, WLS"),
+        ({"subdivision": "ENG"}, "subdivision", "needs a country"),
+        ({"weekdays": []}, "weekdays", "at least one"),
+        ({"weekdays": ["mon", "someday"]}, "weekdays", "'someday' is not a weekday"),
+        ({"extra_holidays": {"2026-13-01": "x"}}, "extra_holidays", "is not a date"),
+        ({"extra_business_days": ["soon"]}, "extra_business_days", "is not a date"),
+    ],
+)
 def test_calendar_create_refuses_bad_input_naming_the_field(tenant, fields, field, says):
     with pytest.raises(services.InvalidInput) as caught:
         services.calendar_create(tenant, name="bad", **fields)
@@ -63,9 +67,15 @@ def test_calendar_create_refuses_bad_input_naming_the_field(tenant, fields, fiel
 
 
 def test_calendar_create_normalises_codes_weekdays_and_dates(tenant):
-    calendar = services.calendar_create(tenant, name="shop", country="de", subdivision="by",
-                                        weekdays="mon-sat", extra_holidays=["2026-06-01"],
-                                        extra_business_days=["2026-12-27"])
+    calendar = services.calendar_create(
+        tenant,
+        name="shop",
+        country="de",
+        subdivision="by",
+        weekdays="mon-sat",
+        extra_holidays=["2026-06-01"],
+        extra_business_days=["2026-12-27"],
+    )
 
     assert (calendar.country, calendar.subdivision, calendar.weekdays) == ("DE", "BY", "012345")
     assert calendar.extra_holidays == {"2026-06-01": ""}
@@ -106,16 +116,28 @@ def test_a_job_cannot_use_another_tenants_calendar(uk_bank, make_job):
 
 def test_a_bad_calendar_policy_is_refused_naming_the_field(uk_bank, tenant):
     with pytest.raises(services.InvalidInput) as caught:
-        services.job_create(tenant, services.JobSpec(name="j", task_name=ECHO, cron="0 9 * * *",
-                                                     calendar="uk-bank", calendar_policy="sometimes"))
+        services.job_create(
+            tenant,
+            services.JobSpec(
+                name="j", task_name=ECHO, cron="0 9 * * *", calendar="uk-bank", calendar_policy="sometimes"
+            ),
+        )
 
     assert caught.value.field == "calendar_policy"
 
 
 def test_job_create_computes_the_moved_next_fire_and_an_edit_keeps_the_calendar(uk_bank, tenant):
-    job = services.job_create(tenant, services.JobSpec(
-        name="payroll", task_name=ECHO, cron="0 18 31 * *", timezone=LONDON, calendar="uk-bank",
-        calendar_policy="previous_business_day"))
+    job = services.job_create(
+        tenant,
+        services.JobSpec(
+            name="payroll",
+            task_name=ECHO,
+            cron="0 18 31 * *",
+            timezone=LONDON,
+            calendar="uk-bank",
+            calendar_policy="previous_business_day",
+        ),
+    )
     now = db_now()
 
     assert job.next_run_at == schedules.next_fire_after(job.schedule, now - timedelta(microseconds=1))
@@ -131,8 +153,9 @@ def test_an_edit_of_the_calendar_moves_its_jobs_next_fires(tenant, make_job):
     tomorrow = db_now().date() + timedelta(days=1)
     nine = datetime.combine(tomorrow, datetime.min.time(), tzinfo=UTC) + timedelta(hours=9)
     # Fires on tomorrow's day of the month only: tomorrow's fire is the job's next.
-    job = make_job(cron=f"0 9 {tomorrow.day} * *", calendar=calendar, calendar_policy="next_business_day",
-                   next_run_at=nine)
+    job = make_job(
+        cron=f"0 9 {tomorrow.day} * *", calendar=calendar, calendar_policy="next_business_day", next_run_at=nine
+    )
 
     services.calendar_update(calendar, extra_holidays={tomorrow.isoformat(): "Inventory"})
 
@@ -169,12 +192,15 @@ def test_next_business_day_moves_christmas_to_the_29th_and_runs_it_once(uk_bank,
     dispatch_at(london(2026, 12, 29, 9, 0, 10))
 
     assert list(JobRun.objects.filter(job=job).order_by("scheduled_at").values_list("scheduled_at", "state")) == [
-        (london(2026, 12, 23, 9), RunState.QUEUED), (london(2026, 12, 29, 9), RunState.QUEUED)]
+        (london(2026, 12, 23, 9), RunState.QUEUED),
+        (london(2026, 12, 29, 9), RunState.QUEUED),
+    ]
 
 
 def test_previous_business_day_plans_the_saturday_month_end_on_friday_already(uk_bank, make_job):
-    job = calendar_job(make_job, uk_bank, "previous_business_day", cron="0 18 31 * *",
-                       next_run_at=london(2025, 12, 31, 18))
+    job = calendar_job(
+        make_job, uk_bank, "previous_business_day", cron="0 18 31 * *", next_run_at=london(2025, 12, 31, 18)
+    )
 
     dispatch_at(london(2025, 12, 31, 18, 0, 10))
 
@@ -182,12 +208,17 @@ def test_previous_business_day_plans_the_saturday_month_end_on_friday_already(uk
     assert job.next_run_at == london(2026, 1, 30, 18)  # 31 January 2026 is a Saturday
 
 
-def test_the_batchs_calendars_cost_one_query_and_jobs_without_one_none(uk_bank, tenant, make_job,
-                                                                        django_assert_num_queries):
+def test_the_batchs_calendars_cost_one_query_and_jobs_without_one_none(
+    uk_bank, tenant, make_job, django_assert_num_queries
+):
     plain = make_job(cron="0 9 * * *")
     other = services.calendar_create(tenant, name="other")
-    jobs = [calendar_job(make_job, uk_bank, "skip"), calendar_job(make_job, other, "skip"),
-            calendar_job(make_job, uk_bank, "next_business_day"), plain]
+    jobs = [
+        calendar_job(make_job, uk_bank, "skip"),
+        calendar_job(make_job, other, "skip"),
+        calendar_job(make_job, uk_bank, "next_business_day"),
+        plain,
+    ]
     claimed = list(Job.objects.filter(id__in=[job.id for job in jobs]).values(*dispatch.claim.CLAIM_FIELDS))
     now = london(2026, 12, 25, 9)
 
@@ -213,18 +244,34 @@ def client_of(tenant) -> APIClient:
 def test_the_api_makes_lists_changes_and_deletes_a_calendar(tenant):
     api = client_of(tenant)
 
-    made = api.post("/api/v1/calendars/", {"name": "uk-bank", "country": "GB", "subdivision": "ENG",
-                                           "weekdays": ["mon", "tue", "wed", "thu", "fri"],
-                                           "extra_holidays": {"2026-12-24": "Office closed"}}, format="json")
+    made = api.post(
+        "/api/v1/calendars/",
+        {
+            "name": "uk-bank",
+            "country": "GB",
+            "subdivision": "ENG",
+            "weekdays": ["mon", "tue", "wed", "thu", "fri"],
+            "extra_holidays": {"2026-12-24": "Office closed"},
+        },
+        format="json",
+    )
     assert made.status_code == 201, made.json()
     assert made.json()["weekdays"] == [0, 1, 2, 3, 4] and made.json()["jobs"] == 0
     assert [c["name"] for c in api.get("/api/v1/calendars/").json()["results"]] == ["uk-bank"]
     url = f"/api/v1/calendars/{made.json()['id']}/"
     changed = api.patch(url, {"extra_business_days": ["2026-12-27"]}, format="json")
     assert changed.status_code == 200 and changed.json()["extra_business_days"] == ["2026-12-27"]
-    job = api.post("/api/v1/jobs/", {"name": "payroll", "schedule": {"cron": "0 18 31 * *", "timezone": LONDON},
-                                     "target": {"kind": "task", "task": ECHO}, "calendar": "uk-bank",
-                                     "calendar_policy": "previous_business_day"}, format="json")
+    job = api.post(
+        "/api/v1/jobs/",
+        {
+            "name": "payroll",
+            "schedule": {"cron": "0 18 31 * *", "timezone": LONDON},
+            "target": {"kind": "task", "task": ECHO},
+            "calendar": "uk-bank",
+            "calendar_policy": "previous_business_day",
+        },
+        format="json",
+    )
     assert job.status_code == 201, job.json()
     assert (job.json()["calendar"], job.json()["calendar_policy"]) == ("uk-bank", "previous_business_day")
     refused = api.delete(url)
@@ -249,8 +296,16 @@ def test_another_tenants_key_cannot_see_change_or_use_a_calendar(uk_bank, tenant
     assert api.get(url).status_code == 404
     assert api.patch(url, {"weekdays": [6]}, format="json").status_code == 404
     assert api.delete(url).status_code == 404
-    used = api.post("/api/v1/jobs/", {"name": "j", "schedule": {"cron": "0 9 * * *"},
-                                      "target": {"kind": "task", "task": ECHO}, "calendar": "uk-bank"}, format="json")
+    used = api.post(
+        "/api/v1/jobs/",
+        {
+            "name": "j",
+            "schedule": {"cron": "0 9 * * *"},
+            "target": {"kind": "task", "task": ECHO},
+            "calendar": "uk-bank",
+        },
+        format="json",
+    )
     assert used.status_code == 400 and used.json()["errors"][0]["field"] == "calendar"
     uk_bank.refresh_from_db()
     assert uk_bank.weekdays == "01234" and not Job.objects.exists()
@@ -260,9 +315,14 @@ def test_the_job_preview_shows_moved_fires_with_the_days_they_came_from(uk_bank,
     job = calendar_job(make_job, uk_bank, "next_business_day")
     fires = services.schedule_preview(job.schedule, count=3, after=london(2026, 12, 23, 10))
 
-    assert [fire["utc"] for fire in fires] == [london(2026, 12, 29, 9), london(2026, 12, 30, 9),
-                                               london(2026, 12, 31, 9)]
-    assert fires[0]["calendar"].startswith("calendar: moved from 2026-12-24 (Office closed), 2026-12-25 (Christmas Day)")
+    assert [fire["utc"] for fire in fires] == [
+        london(2026, 12, 29, 9),
+        london(2026, 12, 30, 9),
+        london(2026, 12, 31, 9),
+    ]
+    assert fires[0]["calendar"].startswith(
+        "calendar: moved from 2026-12-24 (Office closed), 2026-12-25 (Christmas Day)"
+    )
     assert fires[1]["calendar"] is None
 
 
@@ -276,14 +336,42 @@ def run(*args: str) -> str:
 
 
 def test_the_cli_adds_lists_shows_and_deletes_calendars_and_jobs_use_them(tenant):
-    added = run("calendars", "add", "--tenant", tenant.slug, "--name", "uk-bank", "--country", "GB",
-                "--subdivision", "ENG", "--holiday", "2026-12-24=Office closed")
+    added = run(
+        "calendars",
+        "add",
+        "--tenant",
+        tenant.slug,
+        "--name",
+        "uk-bank",
+        "--country",
+        "GB",
+        "--subdivision",
+        "ENG",
+        "--holiday",
+        "2026-12-24=Office closed",
+    )
     assert "Created calendar" in added and "GB-ENG holidays" in added
     assert "uk-bank" in run("calendars", "list", "--tenant", tenant.slug)
     shown = run("calendars", "show", f"{tenant.slug}/uk-bank")
     assert "Christmas Day" in shown or "Office closed" in shown
-    run("jobs", "add", "--tenant", tenant.slug, "--name", "daily", "--cron", "0 9 * * *", "--timezone", LONDON,
-        "--task", ECHO, "--calendar", "uk-bank", "--calendar-policy", "next_business_day")
+    run(
+        "jobs",
+        "add",
+        "--tenant",
+        tenant.slug,
+        "--name",
+        "daily",
+        "--cron",
+        "0 9 * * *",
+        "--timezone",
+        LONDON,
+        "--task",
+        ECHO,
+        "--calendar",
+        "uk-bank",
+        "--calendar-policy",
+        "next_business_day",
+    )
     job = Job.objects.get(name="daily")
     assert (job.calendar.name, job.calendar_policy) == ("uk-bank", "next_business_day")
 

@@ -49,8 +49,11 @@ def test_a_thousand_nightly_jobs_added_one_by_one_land_flat_across_the_window():
     assert set(per_minute) <= set(range(60, 180))  # 01:00 .. 02:59
     assert max(per_minute.values()) <= math.ceil(1000 / 120)
     assert min(per_minute.values()) >= 1000 // 120
-    assert all(job.next_run_at.astimezone(schedules.zone(job.timezone)).strftime("%H:%M") ==
-               f"{minute_of_day(job) // 60:02d}:{minute_of_day(job) % 60:02d}" for job in jobs[:20])
+    assert all(
+        job.next_run_at.astimezone(schedules.zone(job.timezone)).strftime("%H:%M")
+        == f"{minute_of_day(job) // 60:02d}:{minute_of_day(job) % 60:02d}"
+        for job in jobs[:20]
+    )
 
 
 @pytest.mark.django_db
@@ -65,9 +68,12 @@ def test_a_placement_avoids_the_minutes_fixed_time_jobs_already_fill():
     assert per_minute[60] == 0  # 01:00 holds five fixed jobs: the other minutes take four each first
     assert sorted(per_minute.values()) == [4, 4, 4, 4]
     note = placed[0].flex_note
-    assert re.fullmatch(r"01:0[1-4] UTC, chosen in daily 01:00-01:05 on \d{4}-\d\d-\d\d: 0 planned fires in that "
-                        r"minute over the next 7 days, the fewest of the window's 5 minutes \(busiest: 35; "
-                        rf"tenant {tenant.slug}\)", note), note
+    assert re.fullmatch(
+        r"01:0[1-4] UTC, chosen in daily 01:00-01:05 on \d{4}-\d\d-\d\d: 0 planned fires in that "
+        r"minute over the next 7 days, the fewest of the window's 5 minutes \(busiest: 35; "
+        rf"tenant {tenant.slug}\)",
+        note,
+    ), note
 
 
 @pytest.mark.django_db
@@ -75,11 +81,16 @@ def test_intervals_and_one_offs_count_as_load_too():
     tenant = services.tenant_create(slug="flex-load", name="Flex load")  # a fixed slug: a fixed tie-break
     begin = schedules.parse_window("daily 01:00-01:10").occurrences("UTC", db_now())[0][0]
     for minute in range(5):  # a one-off at each of 01:00-01:04 of the first day
-        services.job_create(tenant, services.JobSpec(name=f"once-{minute}", at=begin + timedelta(minutes=minute),
-                                                     task_name=TASK))
+        services.job_create(
+            tenant, services.JobSpec(name=f"once-{minute}", at=begin + timedelta(minutes=minute), task_name=TASK)
+        )
     for minute in range(5, 9):  # a daily interval at each of 01:05-01:08
-        services.job_create(tenant, services.JobSpec(name=f"daily-{minute}", every=86400, task_name=TASK,
-                                                     start_at=begin + timedelta(minutes=minute)))
+        services.job_create(
+            tenant,
+            services.JobSpec(
+                name=f"daily-{minute}", every=86400, task_name=TASK, start_at=begin + timedelta(minutes=minute)
+            ),
+        )
 
     job = add(tenant, "nightly", "daily 01:00-01:10")
 
@@ -100,10 +111,23 @@ def test_the_choice_is_stored_and_neither_other_jobs_nor_edits_of_other_fields_m
 
     job.refresh_from_db()
     assert (job.cron, job.next_run_at) == (chosen, next_run_at)  # a restart reads the same row
-    assert services.flexible.place(tenant, window=schedules.parse_window("daily 01:00-03:00"), zone_name="UTC",
-                                   scope="tenant", queue="", name="x", now=NOW) == \
-        services.flexible.place(tenant, window=schedules.parse_window("daily 01:00-03:00"), zone_name="UTC",
-                                scope="tenant", queue="", name="x", now=NOW)
+    assert services.flexible.place(
+        tenant,
+        window=schedules.parse_window("daily 01:00-03:00"),
+        zone_name="UTC",
+        scope="tenant",
+        queue="",
+        name="x",
+        now=NOW,
+    ) == services.flexible.place(
+        tenant,
+        window=schedules.parse_window("daily 01:00-03:00"),
+        zone_name="UTC",
+        scope="tenant",
+        queue="",
+        name="x",
+        now=NOW,
+    )
 
 
 @pytest.mark.django_db
@@ -136,8 +160,9 @@ def test_hourly_any_minute_is_placed_as_an_hourly_expression():
 def test_the_queue_scope_avoids_other_tenants_jobs_on_the_queue_and_the_tenant_scope_does_not():
     first, second = make_tenant(), make_tenant()
     for n in range(4):
-        services.job_create(first, services.JobSpec(name=f"fixed-{n}", cron="0 1 * * *", task_name=TASK,
-                                                    queue="reports"))
+        services.job_create(
+            first, services.JobSpec(name=f"fixed-{n}", cron="0 1 * * *", task_name=TASK, queue="reports")
+        )
 
     by_queue = [add(second, f"q{n}", "daily 01:00-01:02", queue="reports", flex_scope="queue") for n in range(3)]
     by_tenant = [add(second, f"t{n}", "daily 01:00-01:02", queue="reports") for n in range(2)]
@@ -191,8 +216,10 @@ def race_in_windows(tenants, add_one) -> list[Counter]:
     for hour in range(1, RACES + 1):
         for minute in range(4):
             add_one(tenants[0], f"fixed-{hour}-{minute}", None, cron=f"{minute} {hour} * * *")
-        threads = [threading.Thread(target=race, args=(index, f"daily {hour:02}:00-{hour:02}:05", f"flex-{hour}"))
-                   for index in range(len(tenants))]
+        threads = [
+            threading.Thread(target=race, args=(index, f"daily {hour:02}:00-{hour:02}:05", f"flex-{hour}"))
+            for index in range(len(tenants))
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -296,8 +323,7 @@ def test_bad_flexible_input_is_refused_naming_the_field(fields, field, message):
 def test_the_api_creates_a_flexible_job_shows_the_chosen_time_and_why_and_keeps_it_on_edits():
     tenant = make_tenant(timezone="Europe/Berlin")
     api = client_for(tenant)
-    body = {"name": "nightly", "schedule": {"window": "daily 01:00-03:00"},
-            "target": {"kind": "task", "task": TASK}}
+    body = {"name": "nightly", "schedule": {"window": "daily 01:00-03:00"}, "target": {"kind": "task", "task": TASK}}
 
     created = api.post("/api/v1/jobs/", body, format="json")
 
@@ -323,10 +349,14 @@ def test_the_api_names_the_window_field_in_its_errors_and_previews_an_unsaved_wi
     api = client_for(tenant)
     target = {"kind": "task", "task": TASK}
 
-    bad = api.post("/api/v1/jobs/", {"name": "j", "schedule": {"window": "daily 25:00-03:00"}, "target": target},
-                   format="json")
-    both = api.post("/api/v1/jobs/", {"name": "j", "schedule": {"window": "hourly", "cron": "0 1 * * *"},
-                                      "target": target}, format="json")
+    bad = api.post(
+        "/api/v1/jobs/", {"name": "j", "schedule": {"window": "daily 25:00-03:00"}, "target": target}, format="json"
+    )
+    both = api.post(
+        "/api/v1/jobs/",
+        {"name": "j", "schedule": {"window": "hourly", "cron": "0 1 * * *"}, "target": target},
+        format="json",
+    )
     preview = api.post("/api/v1/preview/", {"schedule": {"window": "hourly"}, "count": 2}, format="json")
 
     assert bad.status_code == 400 and "'25:00' is not a time of day" in errors_of(bad)["schedule.window"]
@@ -349,8 +379,9 @@ def run(*args: str) -> str:
 def test_jobs_add_with_a_window_prints_the_placement_and_rebalance_prints_old_and_new_times():
     tenant = make_tenant()
 
-    out = run("jobs", "add", "--tenant", tenant.slug, "--name", "nightly", "--window", "daily 01:00-01:02",
-              "--task", TASK)
+    out = run(
+        "jobs", "add", "--tenant", tenant.slug, "--name", "nightly", "--window", "daily 01:00-01:02", "--task", TASK
+    )
     job = Job.objects.get(tenant=tenant)
     assert f"schedule: window daily 01:00-01:02 (UTC), placed at cron {job.cron}" in out
     assert f"placement: {job.flex_note}" in out
@@ -371,10 +402,23 @@ def test_jobs_add_with_a_window_prints_the_placement_and_rebalance_prints_old_an
 def test_jobs_add_refuses_a_window_beside_a_cron_and_a_bad_window_naming_the_field():
     tenant = make_tenant()
 
-    with pytest.raises(CommandError, match=re.escape("jobs add: give --window or one of --cron, --every, --at, "
-                                                     "not both (--cron)")):
-        run("jobs", "add", "--tenant", tenant.slug, "--name", "j", "--window", "hourly", "--cron", "0 1 * * *",
-            "--task", TASK)
+    with pytest.raises(
+        CommandError, match=re.escape("jobs add: give --window or one of --cron, --every, --at, not both (--cron)")
+    ):
+        run(
+            "jobs",
+            "add",
+            "--tenant",
+            tenant.slug,
+            "--name",
+            "j",
+            "--window",
+            "hourly",
+            "--cron",
+            "0 1 * * *",
+            "--task",
+            TASK,
+        )
     with pytest.raises(CommandError, match=re.escape("jobs add: flex_window: '25:00' is not a time of day")):
         run("jobs", "add", "--tenant", tenant.slug, "--name", "j", "--window", "daily 25:00-03:00", "--task", TASK)
     assert not Job.objects.filter(tenant=tenant).exists()
@@ -406,8 +450,7 @@ def test_bench_flexible_prints_its_table_and_the_flexible_peak_is_no_higher_than
     ok = flexible.run(command, flexible.Options(jobs=60, window="daily 01:00-01:30"))
 
     out = command.out.getvalue()
-    rows = {line.split()[0]: line.split() for line in out.splitlines()
-            if re.match(r"  (flexible|jitter|fixed) ", line)}
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if re.match(r"  (flexible|jitter|fixed) ", line)}
     assert ok, out
     assert "peak/min" in out and "ms/add" in out
     assert int(rows["flexible"][2]) == 2 <= int(rows["jitter"][2])  # 60 jobs over 30 minutes

@@ -14,8 +14,9 @@ from tests.unit.schedules.test_jitter import BASE
 
 
 def test_a_new_job_gets_a_seed_and_its_first_fire_is_jittered(tenant):
-    job = services.job_create(tenant, services.JobSpec(name="spread", task_name="scheduler_app.echo",
-                                                       cron="0 0 * * *", jitter_seconds=3600))
+    job = services.job_create(
+        tenant, services.JobSpec(name="spread", task_name="scheduler_app.echo", cron="0 0 * * *", jitter_seconds=3600)
+    )
 
     assert job.jitter_seconds == 3600
     assert job.next_run_at == schedules.next_fire_after(job.schedule, db_now())
@@ -25,8 +26,9 @@ def test_a_new_job_gets_a_seed_and_its_first_fire_is_jittered(tenant):
 
 def test_jitter_over_the_gap_is_refused_naming_the_field(tenant):
     with pytest.raises(services.InvalidInput) as caught:
-        services.job_create(tenant, services.JobSpec(name="x", task_name="scheduler_app.echo", every=60,
-                                                     jitter_seconds=61))
+        services.job_create(
+            tenant, services.JobSpec(name="x", task_name="scheduler_app.echo", every=60, jitter_seconds=61)
+        )
     assert caught.value.field == "jitter_seconds"
     assert not Job.objects.exists()
 
@@ -38,7 +40,9 @@ def test_an_edit_of_the_jitter_moves_the_next_fire_and_keeps_the_seed(tenant):
     edited = services.job_update(job, {"jitter_seconds": 1800})
 
     assert (edited.jitter_seconds, edited.jitter_seed) == (1800, seed)
-    assert edited.next_run_at == schedules.next_fire_after(edited.schedule, edited.updated_at - timedelta(microseconds=1))
+    assert edited.next_run_at == schedules.next_fire_after(
+        edited.schedule, edited.updated_at - timedelta(microseconds=1)
+    )
 
 
 def test_the_beat_records_each_fire_at_its_jittered_time(make_job):

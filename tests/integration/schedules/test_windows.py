@@ -39,22 +39,29 @@ def runs_of(job: Job) -> list[tuple[datetime, str, str]]:
 ONE_OFF = {"starts_at": "2026-06-01T10:00:00Z", "ends_at": "2026-06-01T11:00:00Z"}
 
 
-@pytest.mark.parametrize(("fields", "field", "says"), [
-    ({"starts_at": "2026-06-01T11:00:00Z", "ends_at": "2026-06-01T10:00:00Z"}, "ends_at", "must be after starts_at"),
-    ({"starts_at": "2026-06-01T10:00:00Z"}, "ends_at", "needs ends_at"),
-    ({}, "starts_at", "needs starts_at and ends_at"),
-    ({"starts_at": "soon", "ends_at": "later"}, "starts_at", "not an ISO 8601"),
-    ({"cron": "0 25 * * *", "duration_minutes": 60}, "cron", "0 25 * * *"),
-    ({"cron": "0 2 * * 6"}, "duration_minutes", "whole number of minutes"),
-    ({"cron": "0 2 * * 6", "duration_minutes": 60, **ONE_OFF}, "starts_at", "give one or the other"),
-    ({**ONE_OFF, "duration_minutes": 60}, "duration_minutes", "only a recurring window"),
-    ({**ONE_OFF, "zone": "Europe/Londn"}, "zone", "did you mean Europe/London"),
-    ({**ONE_OFF, "action": "postpone"}, "action", "'postpone' is not one of skip, defer"),
-    ({**ONE_OFF, "running_policy": "kill"}, "running_policy", "let_finish, cancel"),
-    ({**ONE_OFF, "target_kinds": ["ftp"]}, "target_kinds", "'ftp' is not one of task, http"),
-    ({**ONE_OFF, "tags": "db"}, "tags", "must be a list"),
-    ({**ONE_OFF, "colour": "red"}, "colour", "is not a maintenance window field"),
-])
+@pytest.mark.parametrize(
+    ("fields", "field", "says"),
+    [
+        (
+            {"starts_at": "2026-06-01T11:00:00Z", "ends_at": "2026-06-01T10:00:00Z"},
+            "ends_at",
+            "must be after starts_at",
+        ),
+        ({"starts_at": "2026-06-01T10:00:00Z"}, "ends_at", "needs ends_at"),
+        ({}, "starts_at", "needs starts_at and ends_at"),
+        ({"starts_at": "soon", "ends_at": "later"}, "starts_at", "not an ISO 8601"),
+        ({"cron": "0 25 * * *", "duration_minutes": 60}, "cron", "0 25 * * *"),
+        ({"cron": "0 2 * * 6"}, "duration_minutes", "whole number of minutes"),
+        ({"cron": "0 2 * * 6", "duration_minutes": 60, **ONE_OFF}, "starts_at", "give one or the other"),
+        ({**ONE_OFF, "duration_minutes": 60}, "duration_minutes", "only a recurring window"),
+        ({**ONE_OFF, "zone": "Europe/Londn"}, "zone", "did you mean Europe/London"),
+        ({**ONE_OFF, "action": "postpone"}, "action", "'postpone' is not one of skip, defer"),
+        ({**ONE_OFF, "running_policy": "kill"}, "running_policy", "let_finish, cancel"),
+        ({**ONE_OFF, "target_kinds": ["ftp"]}, "target_kinds", "'ftp' is not one of task, http"),
+        ({**ONE_OFF, "tags": "db"}, "tags", "must be a list"),
+        ({**ONE_OFF, "colour": "red"}, "colour", "is not a maintenance window field"),
+    ],
+)
 def test_window_create_refuses_bad_input_naming_the_field(tenant, fields, field, says):
     with pytest.raises(services.InvalidInput) as caught:
         window_create(tenant, name="bad", **fields)
@@ -80,7 +87,10 @@ def test_times_without_an_offset_are_read_in_the_windows_zone_and_writes_are_aud
     assert (window.starts_at, window.ends_at, window.cron) == (None, None, "0 1 * * 6")
     window_delete(window, actor="test")
     assert list(AuditEvent.objects.filter(tenant=tenant).order_by("id").values_list("action", flat=True)) == [
-        "window.created", "window.updated", "window.deleted"]
+        "window.created",
+        "window.updated",
+        "window.deleted",
+    ]
 
 
 # --- the beat ------------------------------------------------------------------------------
@@ -102,8 +112,9 @@ def test_a_skip_window_records_the_fires_inside_it_as_skipped_with_its_name(tena
 
 
 def test_a_defer_window_skips_the_fires_inside_and_makes_one_run_at_its_end(tenant, make_job):
-    window_create(tenant, name="etl freeze", action="defer", starts_at="2026-06-01T10:10:00Z",
-                  ends_at="2026-06-01T11:05:00Z")
+    window_create(
+        tenant, name="etl freeze", action="defer", starts_at="2026-06-01T10:10:00Z", ends_at="2026-06-01T11:05:00Z"
+    )
     job = make_job(cron="*/25 * * * *", next_run_at=utc(2026, 6, 1, 10, 25))
     deferred = "maintenance: etl freeze: deferred to 2026-06-01T11:05:00+00:00"
 
@@ -129,17 +140,22 @@ def test_a_defer_window_skips_the_fires_inside_and_makes_one_run_at_its_end(tena
 
 
 def test_a_defer_window_that_ended_while_the_beat_was_away_runs_its_end_at_once(tenant, make_job):
-    window_create(tenant, name="short", action="defer", starts_at="2026-06-01T10:00:00Z",
-                  ends_at="2026-06-01T10:02:00Z")
-    job = make_job(every_seconds=45, anchor_at=utc(2026, 6, 1), next_run_at=utc(2026, 6, 1, 10, 0, 45),
-                   misfire_policy="run_all")
+    window_create(
+        tenant, name="short", action="defer", starts_at="2026-06-01T10:00:00Z", ends_at="2026-06-01T10:02:00Z"
+    )
+    job = make_job(
+        every_seconds=45, anchor_at=utc(2026, 6, 1), next_run_at=utc(2026, 6, 1, 10, 0, 45), misfire_policy="run_all"
+    )
 
     dispatch_at(utc(2026, 6, 1, 10, 3, 30))
 
     assert [(at, state) for at, state, _ in runs_of(job)] == [
-        (utc(2026, 6, 1, 10, 0, 45), RunState.SKIPPED), (utc(2026, 6, 1, 10, 1, 30), RunState.SKIPPED),
-        (utc(2026, 6, 1, 10, 2), RunState.QUEUED), (utc(2026, 6, 1, 10, 2, 15), RunState.QUEUED),
-        (utc(2026, 6, 1, 10, 3), RunState.QUEUED)]
+        (utc(2026, 6, 1, 10, 0, 45), RunState.SKIPPED),
+        (utc(2026, 6, 1, 10, 1, 30), RunState.SKIPPED),
+        (utc(2026, 6, 1, 10, 2), RunState.QUEUED),
+        (utc(2026, 6, 1, 10, 2, 15), RunState.QUEUED),
+        (utc(2026, 6, 1, 10, 3), RunState.QUEUED),
+    ]
 
 
 def test_target_kinds_tenants_and_deployment_wide_windows_select_jobs(tenant, make_job):
@@ -147,21 +163,34 @@ def test_target_kinds_tenants_and_deployment_wide_windows_select_jobs(tenant, ma
     window_create(tenant, name="http only", target_kinds=["http"], **ONE_OFF)
     window_create(None, name="all hands", starts_at="2026-06-01T12:00:00Z", ends_at="2026-06-01T13:00:00Z")
     task = make_job(cron="*/30 * * * *", next_run_at=utc(2026, 6, 1, 10, 30))
-    http = make_job(cron="*/30 * * * *", next_run_at=utc(2026, 6, 1, 10, 30), target_kind="http",
-                    target_config={"method": "GET", "url": "https://example.com/"})
-    elsewhere = make_job(tenant=other, target_kind="http", cron="*/30 * * * *", next_run_at=utc(2026, 6, 1, 10, 30),
-                         target_config={"method": "GET", "url": "https://example.com/"})
+    http = make_job(
+        cron="*/30 * * * *",
+        next_run_at=utc(2026, 6, 1, 10, 30),
+        target_kind="http",
+        target_config={"method": "GET", "url": "https://example.com/"},
+    )
+    elsewhere = make_job(
+        tenant=other,
+        target_kind="http",
+        cron="*/30 * * * *",
+        next_run_at=utc(2026, 6, 1, 10, 30),
+        target_config={"method": "GET", "url": "https://example.com/"},
+    )
 
     dispatch_at(utc(2026, 6, 1, 10, 30, 5))
-    assert [runs_of(job)[0][1] for job in (task, http, elsewhere)] == [RunState.QUEUED, RunState.SKIPPED,
-                                                                       RunState.QUEUED]
+    assert [runs_of(job)[0][1] for job in (task, http, elsewhere)] == [
+        RunState.QUEUED,
+        RunState.SKIPPED,
+        RunState.QUEUED,
+    ]
     Job.objects.filter(id__in=[task.id, http.id, elsewhere.id]).update(next_run_at=utc(2026, 6, 1, 12, 30))
     dispatch_at(utc(2026, 6, 1, 12, 30, 5))
     assert {runs_of(job)[-1][2] for job in (task, http, elsewhere)} == {"maintenance: all hands"}
 
 
-def test_a_turn_reads_the_windows_in_one_query_and_none_apply_when_disabled(tenant, make_job,
-                                                                            django_assert_num_queries):
+def test_a_turn_reads_the_windows_in_one_query_and_none_apply_when_disabled(
+    tenant, make_job, django_assert_num_queries
+):
     window = window_create(tenant, name="w", tags=["db"], **ONE_OFF)
     now = utc(2026, 6, 1, 10, 30)
     with django_assert_num_queries(1):
@@ -176,10 +205,17 @@ def test_a_turn_reads_the_windows_in_one_query_and_none_apply_when_disabled(tena
 
 def test_an_open_cancel_window_cancels_the_running_runs_of_its_jobs_only(tenant, make_job, make_run):
     now = db_now()
-    window_create(tenant, name="reindex", tags=["db"], running_policy="cancel",
-                  starts_at=now - timedelta(minutes=1), ends_at=now + timedelta(minutes=5))
-    window_create(tenant, name="polite", tags=["web"], starts_at=now - timedelta(minutes=1),
-                  ends_at=now + timedelta(minutes=5))
+    window_create(
+        tenant,
+        name="reindex",
+        tags=["db"],
+        running_policy="cancel",
+        starts_at=now - timedelta(minutes=1),
+        ends_at=now + timedelta(minutes=5),
+    )
+    window_create(
+        tenant, name="polite", tags=["web"], starts_at=now - timedelta(minutes=1), ends_at=now + timedelta(minutes=5)
+    )
     db_run = make_run(make_job(tags=["db"]), state=RunState.RUNNING, started_at=now)
     web_run = make_run(make_job(tags=["web"]), state=RunState.RUNNING, started_at=now)
     queued = make_run(make_job(tags=["db"]), state=RunState.QUEUED)
@@ -204,8 +240,14 @@ def client_of(tenant=None, *, staff: bool = False) -> APIClient:
     return client
 
 
-BODY = {"name": "db-upgrade", "starts_at": "2026-06-01T10:00:00Z", "ends_at": "2026-06-01T11:00:00Z",
-        "action": "defer", "tags": ["db"], "target_kinds": ["task"]}
+BODY = {
+    "name": "db-upgrade",
+    "starts_at": "2026-06-01T10:00:00Z",
+    "ends_at": "2026-06-01T11:00:00Z",
+    "action": "defer",
+    "tags": ["db"],
+    "target_kinds": ["task"],
+}
 
 
 def test_the_api_makes_lists_changes_and_deletes_a_window(tenant):
@@ -224,12 +266,15 @@ def test_the_api_makes_lists_changes_and_deletes_a_window(tenant):
     assert not MaintenanceWindow.objects.exists()
 
 
-@pytest.mark.parametrize(("body", "field"), [
-    ({**BODY, "ends_at": "2026-06-01T09:00:00Z"}, "ends_at"),
-    ({**BODY, "zone": "Mars/Olympus"}, "zone"),
-    ({**BODY, "action": "later"}, "action"),
-    ({**BODY, "colour": "red"}, "colour"),
-])
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({**BODY, "ends_at": "2026-06-01T09:00:00Z"}, "ends_at"),
+        ({**BODY, "zone": "Mars/Olympus"}, "zone"),
+        ({**BODY, "action": "later"}, "action"),
+        ({**BODY, "colour": "red"}, "colour"),
+    ],
+)
 def test_the_api_refuses_bad_input_naming_the_field(tenant, body, field):
     response = client_of(tenant).post("/api/v1/windows/", body, format="json")
 
@@ -258,8 +303,11 @@ def test_a_tenant_key_reads_the_deployments_windows_but_cannot_make_or_change_on
     assert [(w["name"], w["tenant"]) for w in listed] == [("all hands", None)]
     url = f"/api/v1/windows/{shared.id}/"
     assert api.get(url).status_code == 200
-    for response in (api.patch(url, {"action": "defer"}, format="json"), api.delete(url),
-                     api.post("/api/v1/windows/", {**BODY, "deployment": True}, format="json")):
+    for response in (
+        api.patch(url, {"action": "defer"}, format="json"),
+        api.delete(url),
+        api.post("/api/v1/windows/", {**BODY, "deployment": True}, format="json"),
+    ):
         assert response.status_code == 403
         assert response.json()["errors"][0]["field"] == "deployment"
     assert list(MaintenanceWindow.objects.values_list("name", "action")) == [("all hands", "skip")]
@@ -288,11 +336,38 @@ def run(*args: str) -> str:
 
 
 def test_the_cli_adds_lists_shows_disables_and_deletes_windows(tenant):
-    added = run("windows", "add", "--tenant", tenant.slug, "--name", "sunday", "--cron", "0 2 * * 0", "--duration",
-                "120", "--zone", LONDON, "--action", "defer", "--tag", "db", "--kind", "sql")
+    added = run(
+        "windows",
+        "add",
+        "--tenant",
+        tenant.slug,
+        "--name",
+        "sunday",
+        "--cron",
+        "0 2 * * 0",
+        "--duration",
+        "120",
+        "--zone",
+        LONDON,
+        "--action",
+        "defer",
+        "--tag",
+        "db",
+        "--kind",
+        "sql",
+    )
     assert "Created maintenance window" in added and "cron 0 2 * * 0 (Europe/London) for 120 min" in added
-    run("windows", "add", "--deployment", "--name", "all-hands", "--starts-at", "2030-01-01T10:00:00Z",
-        "--ends-at", "2030-01-01T11:00:00Z")
+    run(
+        "windows",
+        "add",
+        "--deployment",
+        "--name",
+        "all-hands",
+        "--starts-at",
+        "2030-01-01T10:00:00Z",
+        "--ends-at",
+        "2030-01-01T11:00:00Z",
+    )
     listed = run("windows", "list", "--tenant", tenant.slug)
     assert "sunday" in listed and "all-hands" in listed and "(deployment)" in listed
     assert "opens 2030-01-01T10:00:00+00:00" in run("windows", "show", "all-hands")
@@ -304,8 +379,18 @@ def test_the_cli_adds_lists_shows_disables_and_deletes_windows(tenant):
 
 def test_the_cli_refuses_bad_input_naming_the_field(tenant):
     with pytest.raises(CommandError, match="windows add: ends_at: must be after starts_at"):
-        run("windows", "add", "--tenant", tenant.slug, "--name", "w", "--starts-at", "2030-01-01T10:00:00Z",
-            "--ends-at", "2030-01-01T09:00:00Z")
+        run(
+            "windows",
+            "add",
+            "--tenant",
+            tenant.slug,
+            "--name",
+            "w",
+            "--starts-at",
+            "2030-01-01T10:00:00Z",
+            "--ends-at",
+            "2030-01-01T09:00:00Z",
+        )
     with pytest.raises(CommandError, match="windows show: window: tenant .* has no maintenance window 'nope'"):
         run("windows", "show", f"{tenant.slug}/nope")
 
@@ -314,10 +399,21 @@ def test_the_cli_refuses_bad_input_naming_the_field(tenant):
 
 
 def admin_form(tenant, **fields) -> dict:
-    form = {"tenant": tenant.pk if tenant else "", "name": "freeze", "description": "", "zone": "UTC",
-            "starts_at": "2030-01-01T10:00:00Z", "ends_at": "2030-01-01T11:00:00Z", "cron": "",
-            "duration_minutes": "", "action": "defer", "running_policy": "let_finish", "tags": "db, etl",
-            "target_kinds": ["task"], "enabled": "on"}
+    form = {
+        "tenant": tenant.pk if tenant else "",
+        "name": "freeze",
+        "description": "",
+        "zone": "UTC",
+        "starts_at": "2030-01-01T10:00:00Z",
+        "ends_at": "2030-01-01T11:00:00Z",
+        "cron": "",
+        "duration_minutes": "",
+        "action": "defer",
+        "running_policy": "let_finish",
+        "tags": "db, etl",
+        "target_kinds": ["task"],
+        "enabled": "on",
+    }
     return {**form, **fields}
 
 
@@ -330,8 +426,12 @@ def test_the_admin_makes_a_window_through_the_services_and_names_the_bad_field(a
     made = admin_client.post(add, admin_form(tenant))
     assert made.status_code == 302, made.context["adminform"].form.errors if made.context else made
     window = MaintenanceWindow.objects.get()
-    assert (window.tenant, window.tags, window.target_kinds, window.action) == (tenant, ["db", "etl"], ["task"],
-                                                                                "defer")
+    assert (window.tenant, window.tags, window.target_kinds, window.action) == (
+        tenant,
+        ["db", "etl"],
+        ["task"],
+        "defer",
+    )
     assert AuditEvent.objects.filter(tenant=tenant, action="window.created", actor__startswith="admin:").exists()
     change = reverse("admin:scheduler_app_maintenancewindow_change", args=[window.pk])
     assert admin_client.get(change).status_code == 200

@@ -22,8 +22,9 @@ KEY_TEXT = re.compile(r"cf_eu1_([0-9a-f]{12})_[A-Za-z0-9_-]{32}")
 
 
 def monitored(tenant, name: str = "backup") -> Job:
-    return services.job_create(tenant, services.JobSpec(name=name, target_kind="monitor", cron="* * * * *",
-                                                        monitor={"grace_seconds": 300}))
+    return services.job_create(
+        tenant, services.JobSpec(name=name, target_kind="monitor", cron="* * * * *", monitor={"grace_seconds": 300})
+    )
 
 
 def me(raw: str):
@@ -60,14 +61,19 @@ def test_a_ping_url_names_its_cell_and_both_forms_record_the_ping():
     monitor = Monitor.objects.get(job=job)
 
     assert monitor.cell == "eu1"
-    assert services.ping_url(monitor, "https://cron.example.com") == f"https://cron.example.com/ping/eu1/{monitor.ping_key}"
+    assert (
+        services.ping_url(monitor, "https://cron.example.com")
+        == f"https://cron.example.com/ping/eu1/{monitor.ping_key}"
+    )
     assert Client().get(f"/ping/eu1/{monitor.ping_key}/start").status_code == 200
     assert Client().post(f"/ping/eu1/{monitor.ping_key}", data=b"done", content_type="text/plain").status_code == 200
     assert Client().get(f"/ping/{monitor.ping_key}/1").status_code == 200
     assert Client().get(f"/ping/eu1/{monitor.ping_key}/nonsense").status_code == 404
     assert Client().get("/ping/eu1/not-a-key").status_code == 404
-    assert list(JobRun.objects.filter(job=job).order_by("id").values_list("state", flat=True)) == ["succeeded",
-                                                                                                   "failed"]
+    assert list(JobRun.objects.filter(job=job).order_by("id").values_list("state", flat=True)) == [
+        "succeeded",
+        "failed",
+    ]
 
 
 def test_cells_routes_lists_the_keys_and_ping_keys_of_active_tenants_that_name_another_cell(tmp_path):

@@ -59,10 +59,17 @@ def clocked_row(name: str, at: datetime, **fields) -> PeriodicTask:
     return periodic(name, clocked=ClockedSchedule.objects.create(clocked_time=at), **fields)
 
 
-def import_(tenant: Tenant, *, dry_run: bool = False, disable_source: bool = False, from_db: bool = True,
-            from_settings: bool = False) -> importbeat.Report:
-    return importbeat.import_schedules(tenant, from_db=from_db, from_settings=from_settings, dry_run=dry_run,
-                                       disable_source=disable_source)
+def import_(
+    tenant: Tenant,
+    *,
+    dry_run: bool = False,
+    disable_source: bool = False,
+    from_db: bool = True,
+    from_settings: bool = False,
+) -> importbeat.Report:
+    return importbeat.import_schedules(
+        tenant, from_db=from_db, from_settings=from_settings, dry_run=dry_run, disable_source=disable_source
+    )
 
 
 def outcome(report: importbeat.Report, name: str) -> importbeat.Outcome:
@@ -75,8 +82,11 @@ def celery_fires(parsed: crontab, start: datetime, days: int) -> list[datetime]:
     fires = []
     for offset in range(days):
         day = start + timedelta(days=offset)
-        if (day.month in parsed.month_of_year and day.day in parsed.day_of_month
-                and day.isoweekday() % 7 in parsed.day_of_week):
+        if (
+            day.month in parsed.month_of_year
+            and day.day in parsed.day_of_month
+            and day.isoweekday() % 7 in parsed.day_of_week
+        ):
             fires += [day.replace(hour=h, minute=m) for h in sorted(parsed.hour) for m in sorted(parsed.minute)]
     return fires
 
@@ -126,14 +136,21 @@ def test_a_crontab_row_becomes_a_cron_job_that_fires_when_celery_would(acme, fie
     assert cron_fires(expected, start, 731) == celery_fires(parsed, start, 731)
 
 
-@pytest.mark.parametrize(("fields", "reason"), [
-    (dict(day_of_month="1,15", day_of_week="mon"),
-     "day_of_month 1,15 and day_of_week 1 are both set: Celery fires on days matching both, a cron expression "
-     "on days matching either"),
-    (dict(minute="0", hour="0", day_of_month="31", month_of_year="2"),
-     "day_of_month '31' never occurs in month_of_year '2'"),  # an expression that never fires
-    (dict(day_of_week="7"), "Invalid end range: 7 > 6. (django-celery-beat cannot run it either)"),
-])
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        (
+            dict(day_of_month="1,15", day_of_week="mon"),
+            "day_of_month 1,15 and day_of_week 1 are both set: Celery fires on days matching both, a cron expression "
+            "on days matching either",
+        ),
+        (
+            dict(minute="0", hour="0", day_of_month="31", month_of_year="2"),
+            "day_of_month '31' never occurs in month_of_year '2'",
+        ),  # an expression that never fires
+        (dict(day_of_week="7"), "Invalid end range: 7 > 6. (django-celery-beat cannot run it either)"),
+    ],
+)
 def test_a_crontab_no_cron_expression_can_say_is_refused_naming_the_row(acme, fields, reason):
     cron_row("odd", **fields)
 
@@ -156,7 +173,8 @@ def test_a_crontab_without_a_zone_is_read_in_the_projects_zone_said_explicitly(a
     assert (job.cron, job.timezone) == ("0 7 * * *", "Asia/Tokyo")
     assert outcome(report, "zoneless").notes == [
         "the crontab has no zone: django-celery-beat reads it in the project's zone, Asia/Tokyo (CELERY_TIMEZONE); "
-        "the job says Asia/Tokyo"]
+        "the job says Asia/Tokyo"
+    ]
 
 
 def test_a_crontabs_zone_is_ignored_when_django_celery_beat_is_not_tz_aware(acme):
@@ -166,21 +184,29 @@ def test_a_crontabs_zone_is_ignored_when_django_celery_beat_is_not_tz_aware(acme
         report = import_(acme)
 
     assert Job.objects.get().timezone == "UTC"
-    assert outcome(report, "naive").notes[0].startswith(
-        "DJANGO_CELERY_BEAT_TZ_AWARE is off: django-celery-beat reads it in the project's zone, UTC "
-        "(CELERY_ENABLE_UTC without CELERY_TIMEZONE)")
+    assert (
+        outcome(report, "naive")
+        .notes[0]
+        .startswith(
+            "DJANGO_CELERY_BEAT_TZ_AWARE is off: django-celery-beat reads it in the project's zone, UTC "
+            "(CELERY_ENABLE_UTC without CELERY_TIMEZONE)"
+        )
+    )
 
 
 # --- intervals, clocked, solar ----------------------------------------------------------
 
 
-@pytest.mark.parametrize(("every", "period", "seconds"), [
-    (2, IntervalSchedule.DAYS, 172800),
-    (3, IntervalSchedule.HOURS, 10800),
-    (15, IntervalSchedule.MINUTES, 900),
-    (45, IntervalSchedule.SECONDS, 45),
-    (2_000_000, IntervalSchedule.MICROSECONDS, 2),
-])
+@pytest.mark.parametrize(
+    ("every", "period", "seconds"),
+    [
+        (2, IntervalSchedule.DAYS, 172800),
+        (3, IntervalSchedule.HOURS, 10800),
+        (15, IntervalSchedule.MINUTES, 900),
+        (45, IntervalSchedule.SECONDS, 45),
+        (2_000_000, IntervalSchedule.MICROSECONDS, 2),
+    ],
+)
 def test_an_interval_in_each_period_unit_becomes_an_anchored_interval(acme, every, period, seconds):
     interval_row("tick", every, period)
     before = db_now()
@@ -199,7 +225,8 @@ def test_an_interval_that_is_not_whole_seconds_is_refused(acme):
     report = import_(acme)
 
     assert outcome(report, "fast").notes == [
-        "an interval of 0:00:00.500000 is not a whole number of seconds (the shortest is 1 s)"]
+        "an interval of 0:00:00.500000 is not a whole number of seconds (the shortest is 1 s)"
+    ]
 
 
 def test_a_clocked_one_off_fires_once_at_its_time(acme):
@@ -209,8 +236,7 @@ def test_a_clocked_one_off_fires_once_at_its_time(acme):
     report = import_(acme)
 
     job = Job.objects.get()
-    assert (job.run_at, job.next_run_at, job.cron, job.every_seconds, job.kwargs) == (at, at, "", None,
-                                                                                      {"rocket": 1})
+    assert (job.run_at, job.next_run_at, job.cron, job.every_seconds, job.kwargs) == (at, at, "", None, {"rocket": 1})
     assert outcome(report, "launch").schedule == "once at 2031-05-04 12:30:15Z"
 
 
@@ -221,8 +247,9 @@ def test_a_clocked_one_off_whose_time_passed(acme):
 
     report = import_(acme)
 
-    assert outcome(report, "done").notes == [f"a one-off whose time ({past.isoformat()}) has passed: "
-                                             "nothing left to run"]
+    assert outcome(report, "done").notes == [
+        f"a one-off whose time ({past.isoformat()}) has passed: nothing left to run"
+    ]
     missed = Job.objects.get(name="missed")
     assert missed.run_at >= db_now() - timedelta(seconds=5)  # django-celery-beat would send it at once
     assert "has passed and it never ran" in outcome(report, "missed").notes[0]
@@ -249,8 +276,9 @@ def test_a_solar_row_is_refused_naming_the_row_and_why(acme):
 
     found = outcome(report, "sunrise ping")
     assert (found.origin, found.result) == (f"PeriodicTask {row.id}", "skipped")
-    assert found.notes[0].startswith("solar schedule (sunrise at 48.850000, 2.350000): the event's time of day "
-                                     "changes every day")
+    assert found.notes[0].startswith(
+        "solar schedule (sunrise at 48.850000, 2.350000): the event's time of day changes every day"
+    )
     assert not Job.objects.exists()
 
 
@@ -260,8 +288,20 @@ def test_a_solar_row_is_refused_naming_the_row_and_why(acme):
 def test_task_args_kwargs_queue_priority_start_and_expires_are_carried(acme):
     start = datetime(2030, 1, 1, tzinfo=UTC)
     expires = datetime(2031, 1, 1, tzinfo=UTC)
-    cron_row("full", row=dict(args='[1, "two"]', kwargs='{"k": {"n": null}}', queue="reports", priority=2,
-                              start_time=start, expires=expires, description="Nightly numbers"), minute="0", hour="1")
+    cron_row(
+        "full",
+        row=dict(
+            args='[1, "two"]',
+            kwargs='{"k": {"n": null}}',
+            queue="reports",
+            priority=2,
+            start_time=start,
+            expires=expires,
+            description="Nightly numbers",
+        ),
+        minute="0",
+        hour="1",
+    )
 
     report = import_(acme)
 
@@ -271,8 +311,10 @@ def test_task_args_kwargs_queue_priority_start_and_expires_are_carried(acme):
     assert (job.start_at, job.end_at) == (start, expires - timedelta(microseconds=1))  # expires is exclusive
     assert job.next_run_at == datetime(2030, 1, 1, 1, 0, tzinfo=UTC)
     assert (job.max_attempts, job.tags) == (1, ["celery-beat"])
-    assert job.description == f"Imported from django-celery-beat PeriodicTask {PeriodicTask.objects.get().id}." \
-                              "\n\nNightly numbers"
+    assert (
+        job.description == f"Imported from django-celery-beat PeriodicTask {PeriodicTask.objects.get().id}."
+        "\n\nNightly numbers"
+    )
     assert "priority 2 (on Redis 0 goes first) is 7 here (9 goes first)" in outcome(report, "full").notes
 
 
@@ -303,8 +345,9 @@ def test_an_expired_row_is_skipped_and_a_disabled_one_is_imported_paused(acme):
 
 def test_a_task_that_is_not_allowed_is_refused_by_name_and_the_rest_is_imported(acme):
     cron_row("ours", minute="0")
-    periodic("theirs", task="billing.tasks.close_day", interval=IntervalSchedule.objects.create(every=1,
-                                                                                              period="hours"))
+    periodic(
+        "theirs", task="billing.tasks.close_day", interval=IntervalSchedule.objects.create(every=1, period="hours")
+    )
 
     report = import_(acme)
 
@@ -357,7 +400,8 @@ def test_an_existing_job_that_differs_is_reported_and_never_overwritten(acme):
 
     assert outcome(report, "nightly").notes == [
         "a job named 'nightly' exists and differs (cron); not overwritten: change it with jobs edit, or delete it "
-        "and import again"]
+        "and import again"
+    ]
     assert Job.objects.get().cron == "0 3 * * *"
 
 
@@ -381,7 +425,12 @@ def test_disable_source_turns_off_the_imported_rows_in_the_same_transaction(acme
     report = import_(acme, disable_source=True)
 
     assert dict(PeriodicTask.objects.values_list("name", "enabled")) == {
-        "nightly": False, "pulse": False, "launch": False, "quarterly": False, "theirs": True}
+        "nightly": False,
+        "pulse": False,
+        "launch": False,
+        "quarterly": False,
+        "theirs": True,
+    }
     assert report.disabled == ["nightly", "pulse", "launch", "quarterly"]
     assert PeriodicTasks.last_change() > changed  # a running DatabaseScheduler rereads its rows
     assert "source row disabled" in outcome(report, "pulse").notes
@@ -405,8 +454,12 @@ def test_disable_source_and_the_jobs_commit_or_fail_together(acme):
 
 
 BEAT_SCHEDULE = {
-    "settings-cron": {"task": TASK, "schedule": crontab(minute="15", hour="*/6", day_of_week="sat"),
-                      "kwargs": {"a": 1}, "options": {"queue": "q1", "expires": 30}},
+    "settings-cron": {
+        "task": TASK,
+        "schedule": crontab(minute="15", hour="*/6", day_of_week="sat"),
+        "kwargs": {"a": 1},
+        "options": {"queue": "q1", "expires": 30},
+    },
     "settings-zoned": {"task": TASK, "schedule": TzAwareCrontab(minute="0", hour="8", tz=ZoneInfo("Europe/Rome"))},
     "settings-schedule": {"task": TASK, "schedule": schedule(timedelta(minutes=5)), "args": (1, 2)},
     "settings-timedelta": {"task": TASK, "schedule": timedelta(hours=1)},
@@ -433,12 +486,15 @@ def test_celery_beat_schedule_entries_become_jobs(acme):
     assert outcome(report, "settings-theirs").notes == ["task 'proj.tasks.other' is not in CRONFLEET_ALLOWED_TASKS"]
     assert outcome(report, "settings-cron").notes == [
         "a crontab in settings has no zone: Celery reads it in America/Chicago (CELERY_TIMEZONE); "
-        "the job says America/Chicago", "options expires not carried over"]
+        "the job says America/Chicago",
+        "options expires not carried over",
+    ]
     from_settings = [found for found in report.outcomes if found.origin == "CELERY_BEAT_SCHEDULE"]
     assert outcome(report, "nightly").origin.startswith("PeriodicTask ")
     assert [found.result for found in from_settings if found.name == "nightly"] == ["skipped"]
     assert [found.notes for found in from_settings if found.name == "nightly"][0][0].startswith(
-        "also a PeriodicTask of that name")
+        "also a PeriodicTask of that name"
+    )
     assert outcome(import_(acme, from_settings=True), "settings-number").result == "unchanged"
 
 
@@ -472,8 +528,10 @@ def test_the_command_prints_the_report(acme):
     assert "PeriodicTask rows would be disabled: nightly, pulse, launch, quarterly." in dry
     assert "0 imported, 4 unchanged, 1 skipped." in again
     assert "Still enabled in django-celery-beat" not in real + again  # disabled by the real run
-    assert ("Still enabled in django-celery-beat, so a running celery beat sends them too: nightly, pulse, launch, "
-            "quarterly.") in plain
+    assert (
+        "Still enabled in django-celery-beat, so a running celery beat sends them too: nightly, pulse, launch, "
+        "quarterly."
+    ) in plain
 
 
 def test_the_command_refuses_an_unknown_tenant_in_one_line(db):
@@ -500,8 +558,9 @@ def run_both(*argv: str) -> tuple[str, str]:
     return out.getvalue(), err.getvalue()
 
 
-@override_settings(CELERY_BEAT_SCHEDULE=None,
-                   CELERYBEAT_SCHEDULE={"old-name": {"task": TASK, "schedule": timedelta(minutes=10)}})
+@override_settings(
+    CELERY_BEAT_SCHEDULE=None, CELERYBEAT_SCHEDULE={"old-name": {"task": TASK, "schedule": timedelta(minutes=10)}}
+)
 def test_the_old_setting_name_celerybeat_schedule_is_imported(acme):
     out = run("--tenant", "acme", "--from-settings")
 
@@ -512,25 +571,33 @@ def test_the_old_setting_name_celerybeat_schedule_is_imported(acme):
 
 @override_settings(CELERY_BEAT_SCHEDULE={"both": {"task": TASK, "schedule": 60}})
 def test_the_celery_apps_beat_schedule_is_imported_and_an_entry_read_twice_counts_once(acme):
-    app_only = {"both": {"task": TASK, "schedule": 60}, "app-only": {"task": TASK, "schedule": crontab(minute="7")},
-                "clash": {"task": TASK, "schedule": 5}}
+    app_only = {
+        "both": {"task": TASK, "schedule": 60},
+        "app-only": {"task": TASK, "schedule": crontab(minute="7")},
+        "clash": {"task": TASK, "schedule": 5},
+    }
     with mock.patch.object(type(current_app.conf), "beat_schedule", app_only, create=True):
         with override_settings(CELERYBEAT_SCHEDULE={"clash": {"task": TASK, "schedule": 9}}):
             report = import_(acme, from_db=False, from_settings=True)
 
     assert [(found.origin, found.name, found.result) for found in report.outcomes] == [
-        ("CELERY_BEAT_SCHEDULE", "both", "imported"), ("CELERYBEAT_SCHEDULE", "clash", "imported"),
-        ("app.conf.beat_schedule", "app-only", "imported"), ("app.conf.beat_schedule", "clash", "skipped")]
+        ("CELERY_BEAT_SCHEDULE", "both", "imported"),
+        ("CELERYBEAT_SCHEDULE", "clash", "imported"),
+        ("app.conf.beat_schedule", "app-only", "imported"),
+        ("app.conf.beat_schedule", "clash", "skipped"),
+    ]
     assert outcome(report, "app-only").schedule == "cron 7 * * * * (UTC)"
-    assert report.outcomes[-1].notes == ["also in CELERYBEAT_SCHEDULE, with a different entry: imported from "
-                                         "CELERYBEAT_SCHEDULE"]
+    assert report.outcomes[-1].notes == [
+        "also in CELERYBEAT_SCHEDULE, with a different entry: imported from CELERYBEAT_SCHEDULE"
+    ]
 
 
 @override_settings(CELERY_BEAT_SCHEDULE=None, CELERYBEAT_SCHEDULE=None)
 def test_nothing_to_import_says_where_it_looked(acme):
     assert run("--tenant", "acme").splitlines()[1] == (
         "(nothing to import: read PeriodicTask rows, CELERY_BEAT_SCHEDULE, CELERYBEAT_SCHEDULE, "
-        "app.conf.beat_schedule; all empty)")
+        "app.conf.beat_schedule; all empty)"
+    )
 
 
 @override_settings(CELERYBEAT_SCHEDULE=["not", "a", "dict"])
@@ -538,7 +605,8 @@ def test_a_beat_schedule_that_is_not_a_dict_is_one_line_naming_it(acme):
     report = import_(acme, from_db=False, from_settings=True)
 
     assert [(found.origin, found.result, found.notes) for found in report.outcomes] == [
-        ("CELERYBEAT_SCHEDULE", "skipped", ["CELERYBEAT_SCHEDULE: must be a dict of entries, not a list"])]
+        ("CELERYBEAT_SCHEDULE", "skipped", ["CELERYBEAT_SCHEDULE: must be a dict of entries, not a list"])
+    ]
 
 
 def test_a_second_import_after_a_one_off_passed_reports_it_unchanged(acme):
@@ -554,25 +622,31 @@ def test_a_second_import_after_a_one_off_passed_reports_it_unchanged(acme):
         second = import_(acme, disable_source=True)
 
     assert [found.result for found in first.outcomes] == ["imported", "imported"]
-    assert [(found.name, found.result) for found in second.outcomes] == [("soon", "unchanged"),
-                                                                         ("missed", "unchanged")]
+    assert [(found.name, found.result) for found in second.outcomes] == [("soon", "unchanged"), ("missed", "unchanged")]
     assert Job.objects.count() == 2
     missed = Job.objects.get(name="missed")
     assert outcome(second, "missed").schedule == f"once at {missed.run_at.astimezone(UTC):%Y-%m-%d %H:%M:%S}Z"
 
 
 def test_a_task_not_allowed_still_shows_its_schedule_and_the_line_to_allow_it(acme):
-    periodic("theirs", task="billing.tasks.close_day",
-             crontab=CrontabSchedule.objects.create(minute="30", hour="2", timezone=ZoneInfo("Europe/Paris")))
-    periodic("again", task="billing.tasks.close_day", interval=IntervalSchedule.objects.create(every=5,
-                                                                                             period="minutes"))
+    periodic(
+        "theirs",
+        task="billing.tasks.close_day",
+        crontab=CrontabSchedule.objects.create(minute="30", hour="2", timezone=ZoneInfo("Europe/Paris")),
+    )
+    periodic(
+        "again", task="billing.tasks.close_day", interval=IntervalSchedule.objects.create(every=5, period="minutes")
+    )
     periodic("other", task="ops.tasks.rotate", interval=IntervalSchedule.objects.create(every=1, period="hours"))
 
     report = import_(acme, dry_run=True)
     out = run("--tenant", "acme", "--from-db")
 
     assert [(found.result, found.schedule) for found in report.outcomes] == [
-        ("skipped", "cron 30 2 * * * (Europe/Paris)"), ("skipped", "every 300s"), ("skipped", "every 3600s")]
+        ("skipped", "cron 30 2 * * * (Europe/Paris)"),
+        ("skipped", "every 300s"),
+        ("skipped", "every 3600s"),
+    ]
     assert outcome(report, "theirs").notes[0] == "task 'billing.tasks.close_day' is not in CRONFLEET_ALLOWED_TASKS"
     allowed = ",".join(django_settings.CRONFLEET_ALLOWED_TASKS)
     assert report.allow_line() == f"CRONFLEET_ALLOWED_TASKS={allowed},billing.tasks.close_day,ops.tasks.rotate"
@@ -583,8 +657,16 @@ def test_a_task_not_allowed_still_shows_its_schedule_and_the_line_to_allow_it(ac
 
 def test_the_report_lists_the_queues_and_which_no_live_worker_consumes(acme, settings):
     default = settings.CELERY_TASK_DEFAULT_QUEUE
-    Node.objects.create(kind=NodeKind.WORKER, name="w@default", host="h", pid=1, queues=[default],
-                        started_at=Now(), last_seen_at=db_now(), stale_after_seconds=15)
+    Node.objects.create(
+        kind=NodeKind.WORKER,
+        name="w@default",
+        host="h",
+        pid=1,
+        queues=[default],
+        started_at=Now(),
+        last_seen_at=db_now(),
+        stale_after_seconds=15,
+    )
     cron_row("a", minute="0")
     cron_row("b", minute="5")
     cron_row("c", row={"queue": "reports"}, minute="10")

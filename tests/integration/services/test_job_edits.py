@@ -160,8 +160,9 @@ def test_backfill_dry_run_lists_the_fires_then_the_real_one_records_only_the_mis
     job = services.job_create(tenant, spec(cron="0 * * * *"))
     end = db_now().replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)
     start = end - timedelta(hours=4)
-    JobRun.objects.create(job=job, tenant=tenant, scheduled_at=start + timedelta(hours=1),
-                          state=RunState.SUCCEEDED, created_at=end)
+    JobRun.objects.create(
+        job=job, tenant=tenant, scheduled_at=start + timedelta(hours=1), state=RunState.SUCCEEDED, created_at=end
+    )
 
     dry = services.job_backfill(job, start=start, end=end, dry_run=True)
 
@@ -265,8 +266,10 @@ def test_max_jobs_refuses_the_job_over_the_quota(tenant):
     assert Job.objects.filter(tenant=tenant).count() == 2
 
 
-@pytest.mark.parametrize(("fields", "field"), [({"every": 30}, "every"), ({"cron": "*/5 * * * *"}, "cron"),
-                                               ({"cron": "0,1 * * * *"}, "cron")])
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [({"every": 30}, "every"), ({"cron": "*/5 * * * *"}, "cron"), ({"cron": "0,1 * * * *"}, "cron")],
+)
 def test_min_interval_refuses_schedules_that_fire_too_often(tenant, fields, field):
     services.tenant_update(tenant, {"min_interval_seconds": 600})
 
@@ -288,15 +291,22 @@ def test_min_interval_applies_to_edits_of_the_schedule_only(tenant):
 
 
 def test_tenant_update_checks_each_field(tenant):
-    for changes, field in [({"weight": 0}, "weight"), ({"max_jobs": -1}, "max_jobs"), ({"timezone": "Nowhere"}, "timezone"),
-                           ({"is_active": "yes"}, "is_active"), ({"slug": "x"}, "slug"), ({"weight": None}, "weight")]:
+    for changes, field in [
+        ({"weight": 0}, "weight"),
+        ({"max_jobs": -1}, "max_jobs"),
+        ({"timezone": "Nowhere"}, "timezone"),
+        ({"is_active": "yes"}, "is_active"),
+        ({"slug": "x"}, "slug"),
+        ({"weight": None}, "weight"),
+    ]:
         with pytest.raises(services.InvalidInput) as caught:
             services.tenant_update(tenant, changes)
         assert caught.value.field == field
     tenant = services.tenant_update(tenant, {"max_fires_per_minute": 10, "weight": 3, "max_jobs": None}, actor="t")
     assert (tenant.max_fires_per_minute, tenant.weight, tenant.max_jobs) == (10, 3, None)
     assert AuditEvent.objects.get(action="tenant.updated").detail == {
-        "changes": {"max_fires_per_minute": [None, 10], "weight": [1, 3]}}
+        "changes": {"max_fires_per_minute": [None, 10], "weight": [1, 3]}
+    }
 
 
 # --- API keys ----------------------------------------------------------------------------
@@ -314,16 +324,21 @@ def test_a_key_is_shown_once_stored_as_a_hash_and_works_until_revoked(tenant):
 
     assert services.apikey_authenticate(raw) is None
     assert list(AuditEvent.objects.filter(tenant=tenant).values_list("action", flat=True)) == [
-        "apikey.revoked", "apikey.created"]
+        "apikey.revoked",
+        "apikey.created",
+    ]
 
 
-@pytest.mark.parametrize("mangle", [
-    lambda raw: raw[:-1] + ("A" if raw[-1] != "A" else "B"),  # right prefix, wrong secret
-    lambda raw: raw.replace("cf_", "cx_"),
-    lambda raw: raw + " ",
-    lambda raw: "",
-    lambda raw: "cf_000000000000_" + "a" * 32,  # unknown prefix
-])
+@pytest.mark.parametrize(
+    "mangle",
+    [
+        lambda raw: raw[:-1] + ("A" if raw[-1] != "A" else "B"),  # right prefix, wrong secret
+        lambda raw: raw.replace("cf_", "cx_"),
+        lambda raw: raw + " ",
+        lambda raw: "",
+        lambda raw: "cf_000000000000_" + "a" * 32,  # unknown prefix
+    ],
+)
 def test_a_wrong_key_authenticates_nobody(tenant, mangle):
     _, raw = services.apikey_create(tenant=tenant, name="ci")
     assert services.apikey_authenticate(mangle(raw)) is None
@@ -382,16 +397,28 @@ def test_apikeys_add_over_the_tenant_s_cap_names_the_setting_and_writes_nothing(
     with pytest.raises(CommandError) as caught:
         call_command("apikeys", "add", "--tenant", tenant.slug, stdout=io.StringIO())
 
-    assert str(caught.value) == (f"apikeys add: tenant: tenant {tenant.slug!r} already has the most unrevoked API "
-                                 "keys allowed (1, CRONFLEET_MAX_API_KEYS_PER_TENANT); revoke one first")
+    assert str(caught.value) == (
+        f"apikeys add: tenant: tenant {tenant.slug!r} already has the most unrevoked API "
+        "keys allowed (1, CRONFLEET_MAX_API_KEYS_PER_TENANT); revoke one first"
+    )
     assert caught.value.returncode == 2
     assert ApiKey.objects.count() == 1
 
 
 def test_tenants_set_changes_quotas(tenant):
     out = io.StringIO()
-    call_command("tenants", "set", tenant.slug, "--max-fires-per-minute", "100", "--weight", "2",
-                 "--max-jobs", "none", stdout=out)
+    call_command(
+        "tenants",
+        "set",
+        tenant.slug,
+        "--max-fires-per-minute",
+        "100",
+        "--weight",
+        "2",
+        "--max-jobs",
+        "none",
+        stdout=out,
+    )
     tenant = Tenant.objects.get(id=tenant.id)
     assert (tenant.max_fires_per_minute, tenant.weight, tenant.max_jobs) == (100, 2, None)
     with pytest.raises(CommandError, match="tenants set: weight: must be between 1 and 1000"):
@@ -439,6 +466,7 @@ def test_a_replay_over_the_quota_waits_as_pending(make_run, tenant):
 def test_backfill_refuses_instants_before_1970(tenant):
     job = services.job_create(tenant, spec(cron="0 0 * * *"))
     with pytest.raises(services.InvalidInput) as caught:
-        services.job_backfill(job, start=datetime(1, 1, 1, tzinfo=UTC), end=datetime(2000, 1, 1, tzinfo=UTC),
-                              dry_run=True)
+        services.job_backfill(
+            job, start=datetime(1, 1, 1, tzinfo=UTC), end=datetime(2000, 1, 1, tzinfo=UTC), dry_run=True
+        )
     assert caught.value.field == "start"

@@ -30,10 +30,23 @@ task = "scheduler_app.echo"
 """
 DRIFT = "is managed by 'billing' (schedules as code): this edit is drift until the next"
 # What a tenant administrator holds (docs/roles.md): every view, the job writes and the tenant's.
-TENANT_ADMIN = ("view_job", "add_job", "change_job", "view_jobrun", "view_tenant", "add_tenant", "change_tenant",
-                "change_tenant_quotas", "view_calendar", "view_alert", "view_alertrule", "view_auditevent",
-                "add_apikey", "mint_apikey", "view_apikey")
-
+TENANT_ADMIN = (
+    "view_job",
+    "add_job",
+    "change_job",
+    "view_jobrun",
+    "view_tenant",
+    "add_tenant",
+    "change_tenant",
+    "change_tenant_quotas",
+    "view_calendar",
+    "view_alert",
+    "view_alertrule",
+    "view_auditevent",
+    "add_apikey",
+    "mint_apikey",
+    "view_apikey",
+)
 
 
 @pytest.fixture
@@ -70,22 +83,42 @@ def api_for(tenant: Tenant) -> APIClient:
 
 def tenant_admin(client) -> User:
     user = User.objects.create_user("tenant-admin", password="pw", is_staff=True)
-    user.user_permissions.add(*Permission.objects.filter(content_type__app_label="scheduler_app",
-                                                         codename__in=TENANT_ADMIN))
+    user.user_permissions.add(
+        *Permission.objects.filter(content_type__app_label="scheduler_app", codename__in=TENANT_ADMIN)
+    )
     client.force_login(user)
     return user
 
 
 def change_form(job: Job, **overrides) -> dict:
     data = {
-        "name": job.name, "description": job.description, "tags": "[]", "cron": job.cron, "timezone": job.timezone,
-        "every_seconds": "", "run_at_0": "", "run_at_1": "", "start_at_0": "", "start_at_1": "", "end_at_0": "",
-        "end_at_1": "", "task_name": job.task_name, "args": "[]", "kwargs": "{}", "queue": "",
-        "priority": str(job.priority), "timeout_seconds": str(job.timeout_seconds),
-        "max_attempts": str(job.max_attempts), "retry_backoff_seconds": str(job.retry_backoff_seconds),
-        "retry_backoff_max_seconds": str(job.retry_backoff_max_seconds), "misfire_policy": job.misfire_policy,
-        "catchup_window_seconds": str(job.catchup_window_seconds), "run_all_cap": str(job.run_all_cap),
-        "overlap_policy": job.overlap_policy, "jitter_seconds": "0", "calendar_policy": job.calendar_policy,
+        "name": job.name,
+        "description": job.description,
+        "tags": "[]",
+        "cron": job.cron,
+        "timezone": job.timezone,
+        "every_seconds": "",
+        "run_at_0": "",
+        "run_at_1": "",
+        "start_at_0": "",
+        "start_at_1": "",
+        "end_at_0": "",
+        "end_at_1": "",
+        "task_name": job.task_name,
+        "args": "[]",
+        "kwargs": "{}",
+        "queue": "",
+        "priority": str(job.priority),
+        "timeout_seconds": str(job.timeout_seconds),
+        "max_attempts": str(job.max_attempts),
+        "retry_backoff_seconds": str(job.retry_backoff_seconds),
+        "retry_backoff_max_seconds": str(job.retry_backoff_max_seconds),
+        "misfire_policy": job.misfire_policy,
+        "catchup_window_seconds": str(job.catchup_window_seconds),
+        "run_all_cap": str(job.run_all_cap),
+        "overlap_policy": job.overlap_policy,
+        "jitter_seconds": "0",
+        "calendar_policy": job.calendar_policy,
     }
     data.update(overrides)
     return data
@@ -109,8 +142,9 @@ def test_an_api_edit_of_a_managed_job_answers_its_body_and_a_warning_header_and_
 
 def test_an_api_read_and_an_edit_of_a_hand_made_job_carry_no_warning(managed):
     api = api_for(managed.tenant)
-    by_hand = services.job_create(managed.tenant, services.JobSpec(name="by-hand", task_name="scheduler_app.echo",
-                                                                   cron="0 4 * * *"))
+    by_hand = services.job_create(
+        managed.tenant, services.JobSpec(name="by-hand", task_name="scheduler_app.echo", cron="0 4 * * *")
+    )
 
     edited = api.patch(f"/api/v1/jobs/{by_hand.id}/", {"priority": 9}, format="json")
     read = api.get(f"/api/v1/jobs/{managed.id}/")
@@ -201,8 +235,9 @@ def test_a_cli_edit_of_a_managed_job_tells_the_user_on_stderr_that_it_is_drift(m
 
 
 def test_a_cli_edit_of_a_hand_made_job_prints_no_warning(managed):
-    services.job_create(managed.tenant, services.JobSpec(name="by-hand", task_name="scheduler_app.echo",
-                                                         cron="0 4 * * *"))
+    services.job_create(
+        managed.tenant, services.JobSpec(name="by-hand", task_name="scheduler_app.echo", cron="0 4 * * *")
+    )
 
     out, err = jobs_edit("acme/by-hand", "--priority", "8", "--yes")
 

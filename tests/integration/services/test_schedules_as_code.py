@@ -102,8 +102,7 @@ def test_apply_creates_through_the_services_and_a_second_run_changes_nothing(acm
     assert jobs["reminders"].every_seconds == 600 and jobs["reminders"].kwargs == {"kind": "reminder"}
     assert jobs["reminders"].priority == 7 and jobs["invoices"].args == [1]
     assert all(job.managed_digest == declared.job_digest(job) for job in jobs.values())
-    assert set(AuditEvent.objects.filter(action="job.created").values_list("actor", flat=True)) == {
-        "schedules:billing"}
+    assert set(AuditEvent.objects.filter(action="job.created").values_list("actor", flat=True)) == {"schedules:billing"}
     versions = {job.id: job.version for job in jobs.values()}
 
     code, out = run("plan", "--file", path)
@@ -116,8 +115,7 @@ def test_apply_creates_through_the_services_and_a_second_run_changes_nothing(acm
 
 def test_an_edited_declaration_plans_a_field_by_field_change_with_the_next_fires(acme, declare):
     run("apply", "--file", declare(BILLING))
-    path = declare(BILLING.replace('cron = "0 3 * * *"', 'cron = "30 4 * * *"').replace("priority = 7",
-                                                                                      "priority = 2"))
+    path = declare(BILLING.replace('cron = "0 3 * * *"', 'cron = "30 4 * * *"').replace("priority = 7", "priority = 2"))
 
     code, out = run("plan", "--file", path)
 
@@ -151,9 +149,15 @@ task = "scheduler_app.echo"
 def test_a_declared_window_is_placed_on_apply_and_kept_until_the_window_changes(acme, declare):
     for minute in range(120):  # every minute of the window but 02:17 holds a fixed-time job
         if minute != 77:
-            services.job_create(acme, services.JobSpec(name=f"fixed-{minute}", task_name="scheduler_app.echo",
-                                                       cron=f"{minute % 60} {1 + minute // 60} * * *",
-                                                       timezone="Europe/Berlin"))
+            services.job_create(
+                acme,
+                services.JobSpec(
+                    name=f"fixed-{minute}",
+                    task_name="scheduler_app.echo",
+                    cron=f"{minute % 60} {1 + minute // 60} * * *",
+                    timezone="Europe/Berlin",
+                ),
+            )
     path = declare(NIGHTLY)
 
     code, out = run("plan", "--file", path)
@@ -167,8 +171,9 @@ def test_a_declared_window_is_placed_on_apply_and_kept_until_the_window_changes(
     assert job.flex_note.startswith("02:17 Europe/Berlin, chosen in daily 01:00-03:00")
 
     # Load added to 02:17 afterwards does not move it: the plan says nothing changed.
-    services.job_create(acme, services.JobSpec(name="late", task_name="scheduler_app.echo", cron="17 2 * * *",
-                                               timezone="Europe/Berlin"))
+    services.job_create(
+        acme, services.JobSpec(name="late", task_name="scheduler_app.echo", cron="17 2 * * *", timezone="Europe/Berlin")
+    )
     code, out = run("plan", "--file", path)
     assert code == 0 and "No changes: 1 job up to date." in out, out
     services.jobs_rebalance(tenant=acme)  # a rebalance's move is not drift either
@@ -192,15 +197,18 @@ def test_a_bad_declared_window_is_refused_naming_the_job_and_the_field(acme, dec
 
     assert code != 0
     assert "job acme/nightly: flex_window:" in out, out
-    code, out = run("plan", "--file", declare(NIGHTLY.replace('task = "scheduler_app.echo"',
-                                                              'task = "scheduler_app.echo"\ncron = "0 1 * * *"')))
+    code, out = run(
+        "plan",
+        "--file",
+        declare(NIGHTLY.replace('task = "scheduler_app.echo"', 'task = "scheduler_app.echo"\ncron = "0 1 * * *"')),
+    )
     assert code != 0 and "flex_window: give a window or a schedule (cron), not both" in out, out
     assert not Job.objects.exists()
 
 
 def test_a_job_no_longer_declared_is_planned_removed_paused_then_deleted_with_prune_delete(acme, declare):
     run("apply", "--file", declare(BILLING))
-    path = declare(BILLING.split("[[jobs]]\nname = \"reminders\"")[0])
+    path = declare(BILLING.split('[[jobs]]\nname = "reminders"')[0])
 
     code, out = run("plan", "--file", path)
     assert code == 2 and "- remove (pause) acme/reminders" in out and "1 to remove (paused)" in out
@@ -221,7 +229,7 @@ def test_a_job_no_longer_declared_is_planned_removed_paused_then_deleted_with_pr
 def test_a_job_declared_again_after_its_pause_is_resumed(acme, declare):
     path = declare(BILLING)
     run("apply", "--file", path)
-    run("apply", "--file", declare(BILLING.split("[[jobs]]\nname = \"reminders\"")[0]))
+    run("apply", "--file", declare(BILLING.split('[[jobs]]\nname = "reminders"')[0]))
 
     code, out = run("plan", "--file", declare(BILLING))
     assert code == 2 and "enabled  False → True" in out
@@ -238,8 +246,9 @@ def test_an_edit_through_the_services_or_the_api_is_drift_naming_the_field_and_a
     key, raw = services.apikey_create(tenant=acme, name="k")
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
-    response = api.patch(f"/api/v1/jobs/{jobs['reminders'].id}/", {"queue": ""} | {"description": "by hand"},
-                         format="json")
+    response = api.patch(
+        f"/api/v1/jobs/{jobs['reminders'].id}/", {"queue": ""} | {"description": "by hand"}, format="json"
+    )
     assert response.status_code == 200, response.json()
     assert response.json()["managed_by"] == "billing"
 
@@ -288,8 +297,9 @@ def test_a_stale_fingerprint_is_refused_and_nothing_is_applied(acme, declare):
     code, out = run("plan", "--file", path)
     fresh = out.split("Fingerprint: ")[1].split()[0]
     # The database moving (a job of a declared name made meanwhile) also stales it.
-    Job.objects.create(tenant=acme, name="invoices", task_name="scheduler_app.echo", cron="* * * * *",
-                       next_run_at=db_now())
+    Job.objects.create(
+        tenant=acme, name="invoices", task_name="scheduler_app.echo", cron="* * * * *", next_run_at=db_now()
+    )
     assert run("apply", "--file", path, "--fingerprint", fresh)[0] == 1
     assert Job.objects.count() == 1
     code, out = run("plan", "--file", path)
@@ -298,8 +308,9 @@ def test_a_stale_fingerprint_is_refused_and_nothing_is_applied(acme, declare):
 
 
 def test_a_bad_file_names_the_file_the_job_and_the_field_and_writes_nothing(acme, declare):
-    path = declare(BILLING.replace('cron = "0 3 * * *"', 'cron = "0 25 * * *"').replace("priority = 7",
-                                                                                      "priority = 70"))
+    path = declare(
+        BILLING.replace('cron = "0 3 * * *"', 'cron = "0 25 * * *"').replace("priority = 7", "priority = 70")
+    )
 
     code, out = run("apply", "--file", path)
 
@@ -317,8 +328,10 @@ def test_a_bad_file_names_the_file_the_job_and_the_field_and_writes_nothing(acme
 
 def test_a_failure_mid_apply_leaves_nothing_half_applied(acme, declare):
     run("apply", "--file", declare(BILLING))
-    path = declare(BILLING.replace("priority = 7", "priority = 1") + '\n[[jobs]]\nname = "third"\nevery = 60\n'
-                   'task = "scheduler_app.echo"\n')
+    path = declare(
+        BILLING.replace("priority = 7", "priority = 1") + '\n[[jobs]]\nname = "third"\nevery = 60\n'
+        'task = "scheduler_app.echo"\n'
+    )
     before = {job.id: (job.version, job.priority) for job in Job.objects.all()}
 
     with mock.patch("scheduler_app.services.declared.job_create", side_effect=RuntimeError("broker down")):
@@ -339,11 +352,15 @@ def test_a_quota_refusal_mid_apply_rolls_back_the_earlier_creates(acme, declare)
 
 
 def test_other_owners_jobs_and_hand_made_jobs_are_left_alone(acme, declare, make_job):
-    ops = declare(BILLING.replace('owner = "billing"', 'owner = "ops"').replace('"invoices"', '"ops-a"')
-                  .replace('"reminders"', '"ops-b"'))
+    ops = declare(
+        BILLING.replace('owner = "billing"', 'owner = "ops"')
+        .replace('"invoices"', '"ops-a"')
+        .replace('"reminders"', '"ops-b"')
+    )
     run("apply", "--file", ops)
-    by_hand = Job.objects.create(tenant=acme, name="by-hand", task_name="scheduler_app.echo", cron="* * * * *",
-                                 next_run_at=db_now())
+    by_hand = Job.objects.create(
+        tenant=acme, name="by-hand", task_name="scheduler_app.echo", cron="* * * * *", next_run_at=db_now()
+    )
     path = declare(BILLING)
 
     code, out = run("plan", "--file", path)
@@ -368,9 +385,16 @@ def test_a_job_of_another_owner_cannot_be_taken_over(acme, declare):
 
 
 def test_an_apps_schedules_module_is_read_too(acme, monkeypatch):
-    monkeypatch.setattr(scheduler_app.schedules, "SCHEDULES", {
-        "owner": "app", "tenant": "acme", "jobs": [{"name": "from-app", "every": 60, "task": "scheduler_app.echo"}],
-    }, raising=False)
+    monkeypatch.setattr(
+        scheduler_app.schedules,
+        "SCHEDULES",
+        {
+            "owner": "app",
+            "tenant": "acme",
+            "jobs": [{"name": "from-app", "every": 60, "task": "scheduler_app.echo"}],
+        },
+        raising=False,
+    )
 
     code, out = run("apply")
 
@@ -381,8 +405,9 @@ def test_an_apps_schedules_module_is_read_too(acme, monkeypatch):
 def test_the_admin_marks_managed_jobs_and_warns_on_their_page(admin_client, acme, declare):
     run("apply", "--file", declare(BILLING))
     job = jobs_of("billing")["invoices"]
-    Job.objects.create(tenant=acme, name="by-hand", task_name="scheduler_app.echo", cron="* * * * *",
-                       next_run_at=db_now())
+    Job.objects.create(
+        tenant=acme, name="by-hand", task_name="scheduler_app.echo", cron="* * * * *", next_run_at=db_now()
+    )
 
     page = admin_client.get(reverse("admin:scheduler_app_job_change", args=[job.pk])).content.decode()
     managed = admin_client.get(reverse("admin:scheduler_app_job_changelist"), {"managed_by": "+"})
@@ -393,16 +418,18 @@ def test_the_admin_marks_managed_jobs_and_warns_on_their_page(admin_client, acme
     assert [j.name for j in by_hand.context["cl"].result_list] == ["by-hand"]
 
 
-@override_settings(CELERY_BEAT_SCHEDULE={
-    "nightly": {"task": "scheduler_app.echo", "schedule": crontab(minute=15, hour=2), "args": [3]},
-    "often": {"task": "scheduler_app.echo", "schedule": timedelta(minutes=5), "options": {"priority": 9}},
-}, CELERY_TIMEZONE="Europe/Riga")
+@override_settings(
+    CELERY_BEAT_SCHEDULE={
+        "nightly": {"task": "scheduler_app.echo", "schedule": crontab(minute=15, hour=2), "args": [3]},
+        "often": {"task": "scheduler_app.echo", "schedule": timedelta(minutes=5), "options": {"priority": 9}},
+    },
+    CELERY_TIMEZONE="Europe/Riga",
+)
 def test_import_beat_to_file_round_trips_through_plan_and_apply(acme, tmp_path):
     path = str(tmp_path / "beat.toml")
     out = io.StringIO()
 
-    call_command("import_beat", "--tenant", "acme", "--from-settings", "--to-file", path, "--owner", "beat",
-                 stdout=out)
+    call_command("import_beat", "--tenant", "acme", "--from-settings", "--to-file", path, "--owner", "beat", stdout=out)
 
     assert "Wrote" in out.getvalue() and "2 jobs" in out.getvalue()
     assert not Job.objects.exists()

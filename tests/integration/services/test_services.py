@@ -27,7 +27,10 @@ def test_resume_records_the_fires_missed_while_paused_as_one_skipped_run(tenant)
     assert skipped.reason.startswith(f"paused: missed fires from {missed_from.isoformat()} until ")
     assert job.enabled and job.next_run_at > db_now() - timedelta(seconds=1)
     assert list(AuditEvent.objects.filter(job_id=job.id).order_by("id").values_list("action", flat=True)) == [
-        "job.created", "job.paused", "job.resumed"]
+        "job.created",
+        "job.paused",
+        "job.resumed",
+    ]
 
 
 def test_a_paused_job_is_not_due(tenant):
@@ -73,8 +76,9 @@ def test_job_names_are_unique_per_tenant(tenant):
         services.job_create(tenant, spec(every=10))
 
 
-@pytest.mark.parametrize("text", ["by \u202enimda", "a\u2066b", "a\u2028b", "a\u2029b", "a\nb", "\u001b[31mred",
-                                  "a\u0085b"])
+@pytest.mark.parametrize(
+    "text", ["by \u202enimda", "a\u2066b", "a\u2028b", "a\u2029b", "a\nb", "\u001b[31mred", "a\u0085b"]
+)
 def test_pause_notes_refuse_hidden_and_control_characters_and_leave_the_job_running(tenant, text):
     job = services.job_create(tenant, spec(every=10))
 

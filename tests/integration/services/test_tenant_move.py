@@ -51,8 +51,7 @@ BERLIN = ZoneInfo("Europe/Berlin")
 
 def server_conninfo() -> str:
     db = connection.settings_dict
-    return (f"host={db['HOST'] or '127.0.0.1'} port={db['PORT'] or 5432} user={db['USER'] or 'postgres'} "
-            "dbname=postgres")
+    return f"host={db['HOST'] or '127.0.0.1'} port={db['PORT'] or 5432} user={db['USER'] or 'postgres'} dbname=postgres"
 
 
 @pytest.fixture(scope="module")
@@ -125,11 +124,11 @@ def moving(db):
     jobs = {
         "cron": spec(name="cron", cron="*/7 * * * *", task_name=TASK),
         "jittered": spec(name="jittered", cron="0 * * * *", jitter_seconds=1800, task_name=TASK),
-        "interval": spec(name="interval", every=47 * 60, start_at=now - timedelta(hours=5, seconds=13),
-                         task_name=TASK),
+        "interval": spec(name="interval", every=47 * 60, start_at=now - timedelta(hours=5, seconds=13), task_name=TASK),
         "zoned": spec(name="zoned", cron="30 12 * * *", timezone="America/New_York", task_name=TASK),
-        "business": spec(name="business", cron="0 20 * * *", calendar="work", calendar_policy="next_business_day",
-                         task_name=TASK),
+        "business": spec(
+            name="business", cron="0 20 * * *", calendar="work", calendar_policy="next_business_day", task_name=TASK
+        ),
         "ends": spec(name="ends", cron="*/5 * * * *", end_at=cut + timedelta(days=2), task_name=TASK),
         "early-once": spec(name="early-once", at=now + timedelta(minutes=30), task_name=TASK),
         "late-once": spec(name="late-once", at=cut + timedelta(hours=6), task_name=TASK),
@@ -140,10 +139,18 @@ def moving(db):
     rule_set(made["cron"], {"on_failure": True, "max_duration_seconds": 30.0})
     key, raw = services.apikey_create(tenant=tenant, name="deploy")
     window_create(tenant, name="freeze", cron="0 22 * * 5", duration_minutes=60)
-    JobRun.objects.create(job=made["cron"], tenant=tenant, scheduled_at=now - timedelta(minutes=7),
-                          state=RunState.SUCCEEDED, created_at=now, finished_at=now, result="done")
-    JobRun.objects.create(job=made["cron"], tenant=tenant, scheduled_at=now - timedelta(minutes=14),
-                          state=RunState.QUEUED, created_at=now)
+    JobRun.objects.create(
+        job=made["cron"],
+        tenant=tenant,
+        scheduled_at=now - timedelta(minutes=7),
+        state=RunState.SUCCEEDED,
+        created_at=now,
+        finished_at=now,
+        result="done",
+    )
+    JobRun.objects.create(
+        job=made["cron"], tenant=tenant, scheduled_at=now - timedelta(minutes=14), state=RunState.QUEUED, created_at=now
+    )
     return tenant, raw, cut
 
 
@@ -157,8 +164,10 @@ def test_the_cut_splits_every_kind_of_schedule_between_the_cells_with_none_lost_
     old = {job.name: fires_of(job, until) for job in Job.objects.filter(tenant=tenant).select_related("calendar")}
     with new_cell():
         tenantmove.tenant_import(document, actor="test")
-        new = {job.name: fires_of(job, until)
-               for job in Job.objects.filter(tenant__slug="moving").select_related("calendar")}
+        new = {
+            job.name: fires_of(job, until)
+            for job in Job.objects.filter(tenant__slug="moving").select_related("calendar")
+        }
     assert set(new) == set(before)
     for name, fires in before.items():
         # A jittered fire keeps to the cell of its nominal time, whichever side of the cut it lands.
@@ -187,8 +196,7 @@ def test_the_new_cell_holds_the_keys_secrets_rules_windows_and_calendars(moving,
         services.job_update(Job.objects.get(tenant=tenant, name="ends"), {"end_at": None})  # no unfencing
     with new_cell():
         moved = tenantmove.tenant_import(document, actor="test")
-        assert (moved.slug, moved.name, moved.timezone, moved.is_active) == ("moving", "Moving", "Europe/Berlin",
-                                                                             True)
+        assert (moved.slug, moved.name, moved.timezone, moved.is_active) == ("moving", "Moving", "Europe/Berlin", True)
         assert tenant_signing_secrets(moved, db_now()) == secrets  # re-encrypted here, the same secret
         assert services.apikey_authenticate(raw_key).tenant_id == moved.id
         checkin = Job.objects.get(tenant=moved, name="checkin")
@@ -251,11 +259,12 @@ def test_an_import_refuses_a_passed_cut_unless_late_a_tenant_it_has_and_a_bad_do
             tenantmove.tenant_import(passed)
         assert late.value.field == "cut" and "--late" in late.value.message
         assert not Tenant.objects.exists()
-        for broken, field in [({**document, "format": "x"}, "format"),
-                              ({**document, "jobs": [{**document["jobs"][0], "colour": "red"}]}, "jobs[0].colour"),
-                              ({**document, "jobs": [{**document["jobs"][0], "calendar": "nope"}]},
-                               "jobs[0].calendar"),
-                              ({**document, "runs": [{"job": "nope"}]}, "runs[0].job")]:
+        for broken, field in [
+            ({**document, "format": "x"}, "format"),
+            ({**document, "jobs": [{**document["jobs"][0], "colour": "red"}]}, "jobs[0].colour"),
+            ({**document, "jobs": [{**document["jobs"][0], "calendar": "nope"}]}, "jobs[0].calendar"),
+            ({**document, "runs": [{"job": "nope"}]}, "runs[0].job"),
+        ]:
             with pytest.raises(services.InvalidInput) as bad:
                 tenantmove.tenant_import(broken)
             assert bad.value.field == field, (field, bad.value.field, bad.value.message)
@@ -279,7 +288,8 @@ def test_the_commands_write_an_owner_only_file_and_read_it_in_the_new_cell(movin
     call_command("tenants", "export", "moving", "--cut", "+600", "--file", str(path), stdout=out, stderr=err)
 
     assert dict(Job.objects.filter(tenant=tenant).values_list("name", "version")) == {
-        name: version + 1 for name, version in versions.items()}  # each fenced job is a new version
+        name: version + 1 for name, version in versions.items()
+    }  # each fenced job is a new version
 
     assert "Exported tenant moving" in out.getvalue() and "10 jobs" in out.getvalue()
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
@@ -290,14 +300,19 @@ def test_the_commands_write_an_owner_only_file_and_read_it_in_the_new_cell(movin
     # fire moved over it from before the cut stays here, after the cut, and the export says so.
     straddling = sorted(job.name for job in fenced if tenantmove.straddles(job, cut))
     assert sorted(re.findall(r"warning: job '([^']+)'", err.getvalue())) == straddling
-    assert all(job.next_run_at is None or job.next_run_at < cut + timedelta(seconds=job.jitter_seconds)
-               for job in fenced if job.name not in straddling)  # a jittered fire goes by its nominal time
+    assert all(
+        job.next_run_at is None or job.next_run_at < cut + timedelta(seconds=job.jitter_seconds)
+        for job in fenced
+        if job.name not in straddling
+    )  # a jittered fire goes by its nominal time
     with new_cell():
         out = io.StringIO()
         call_command("tenants", "import", str(path), stdout=out)
         assert "Imported tenant moving: 10 jobs" in out.getvalue()
-        assert Job.objects.filter(tenant__slug="moving").exclude(next_run_at=None).earliest("next_run_at") \
-            .next_run_at >= cut
+        assert (
+            Job.objects.filter(tenant__slug="moving").exclude(next_run_at=None).earliest("next_run_at").next_run_at
+            >= cut
+        )
     with pytest.raises(CommandError, match="cut"):
         call_command("tenants", "export", "moving", "--cut", "tomorrow", "--file", str(path))
     assert Path(path).exists() and ApiKey.objects.filter(tenant=tenant).exists()
@@ -319,8 +334,9 @@ def test_a_moved_tenants_keys_and_ping_urls_keep_naming_the_cell_that_made_them(
     settings.CRONFLEET_CELL = "a"
     tenant = services.tenant_create(slug="named", name="Named")
     key, raw = services.apikey_create(tenant=tenant, name="deploy")
-    job = services.job_create(tenant, services.JobSpec(name="backup", cron="0 3 * * *", target_kind="monitor",
-                                                       monitor={"grace_seconds": 60}))
+    job = services.job_create(
+        tenant, services.JobSpec(name="backup", cron="0 3 * * *", target_kind="monitor", monitor={"grace_seconds": 60})
+    )
     ping_key = job.monitor.ping_key
     path = tmp_path / "named.json"
     call_command("tenants", "export", "named", "--cut", "+600", "--file", str(path), stdout=io.StringIO())

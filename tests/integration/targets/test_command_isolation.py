@@ -68,8 +68,12 @@ def allow_list(home: Path) -> dict:
 def test_a_run_whose_command_user_cannot_be_used_fails_without_running(settings, home, tenant):
     settings.CRONFLEET_COMMANDS = allow_list(home)
     settings.CRONFLEET_COMMAND_CWD = str(home / "a" / "runs")
-    job = services.job_create(tenant, services.JobSpec(
-        name="cat", target_kind="command", every=3600, command={"name": "cat", "params": {"paths": ["/dev/null"]}}))
+    job = services.job_create(
+        tenant,
+        services.JobSpec(
+            name="cat", target_kind="command", every=3600, command={"name": "cat", "params": {"paths": ["/dev/null"]}}
+        ),
+    )
     settings.CRONFLEET_COMMAND_USER = "cronfleet-no-such-user"
     run = JobRun.objects.create(job=job, tenant=tenant, scheduled_at=NOW, created_at=NOW, state=RunState.QUEUED)
 

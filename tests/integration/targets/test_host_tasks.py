@@ -33,12 +33,33 @@ def admin_url(view: str, *args) -> str:
 
 def job_form(tenant, **overrides) -> dict:
     data = {
-        "tenant": tenant.pk, "name": "host-task", "description": "", "tags": "[]", "cron": "30 7 * * *",
-        "timezone": "", "every_seconds": "", "run_at_0": "", "run_at_1": "", "start_at_0": "", "start_at_1": "",
-        "end_at_0": "", "end_at_1": "", "task_name": HOST_TASK, "args": "[]", "kwargs": '{"day": "monday"}',
-        "queue": "", "timeout_seconds": "300", "max_attempts": "3", "retry_backoff_seconds": "10",
-        "misfire_policy": "run_once", "catchup_window_seconds": "86400", "run_all_cap": "100", "priority": "5",
-        "retry_backoff_max_seconds": "3600", "overlap_policy": "allow", "jitter_seconds": "0",
+        "tenant": tenant.pk,
+        "name": "host-task",
+        "description": "",
+        "tags": "[]",
+        "cron": "30 7 * * *",
+        "timezone": "",
+        "every_seconds": "",
+        "run_at_0": "",
+        "run_at_1": "",
+        "start_at_0": "",
+        "start_at_1": "",
+        "end_at_0": "",
+        "end_at_1": "",
+        "task_name": HOST_TASK,
+        "args": "[]",
+        "kwargs": '{"day": "monday"}',
+        "queue": "",
+        "timeout_seconds": "300",
+        "max_attempts": "3",
+        "retry_backoff_seconds": "10",
+        "misfire_policy": "run_once",
+        "catchup_window_seconds": "86400",
+        "run_all_cap": "100",
+        "priority": "5",
+        "retry_backoff_max_seconds": "3600",
+        "overlap_policy": "allow",
+        "jitter_seconds": "0",
     }
     data.update(overrides)
     return data
@@ -53,8 +74,11 @@ def choice_values(choices) -> dict[str, list[str]]:
 def staff_client(client, django_user_model):
     """A staff user (not a superuser) who may add and change jobs."""
     user = django_user_model.objects.create_user("ops", password="x", is_staff=True)
-    user.user_permissions.set(Permission.objects.filter(
-        content_type__app_label="scheduler_app", codename__in=["add_job", "change_job", "view_job"]))
+    user.user_permissions.set(
+        Permission.objects.filter(
+            content_type__app_label="scheduler_app", codename__in=["add_job", "change_job", "view_job"]
+        )
+    )
     client.force_login(user)
     return client
 
@@ -72,8 +96,9 @@ def test_the_admin_add_form_offers_the_registered_tasks_allowed_ones_first(staff
     assert f'<option value="{HOST_TASK}">' in html and 'value="scheduler_app.execute_run"' not in html
 
 
-def test_staff_make_a_job_of_a_registered_task_beyond_the_allow_list_and_the_worker_runs_it(staff_client, tenant,
-                                                                                           make_run):
+def test_staff_make_a_job_of_a_registered_task_beyond_the_allow_list_and_the_worker_runs_it(
+    staff_client, tenant, make_run
+):
     response = staff_client.post(admin_url("add"), job_form(tenant))
 
     assert response.status_code == 302, response.context["adminform"].form.errors
@@ -109,8 +134,7 @@ def test_a_tenant_key_cannot_name_that_task_but_may_edit_the_job_staff_made_with
     assert moved.status_code == 200, moved.json()  # the task it keeps is staff's choice, not the tenant's
     job.refresh_from_db()
     assert (job.every_seconds, job.task_name, job.target_config) == (600, HOST_TASK, {"chosen_in_admin": True})
-    other = api.patch(f"/api/v1/jobs/{job.id}/", {"target": {"kind": "task", "task": "hosttests.other"}},
-                      format="json")
+    other = api.patch(f"/api/v1/jobs/{job.id}/", {"target": {"kind": "task", "task": "hosttests.other"}}, format="json")
     assert other.status_code == 400 and other.json()["errors"][0]["field"] == "target.task"
 
 
@@ -136,18 +160,24 @@ def test_the_services_accept_beyond_the_allow_list_only_when_asked(tenant):
     with pytest.raises(InvalidInput, match="CRONFLEET_ALLOWED_TASKS"):
         services.job_create(tenant, spec)
     with pytest.raises(InvalidInput, match="nor a task your Celery app registers"):
-        services.job_create(tenant, services.JobSpec(name="svc", task_name="hosttests.nowhere", every=60),
-                            allow_any_registered=True)
+        services.job_create(
+            tenant, services.JobSpec(name="svc", task_name="hosttests.nowhere", every=60), allow_any_registered=True
+        )
     with pytest.raises(InvalidInput, match="nor a task your Celery app registers"):
-        services.job_create(tenant, services.JobSpec(name="svc", task_name="scheduler_app.execute_run", every=60),
-                            allow_any_registered=True)
+        services.job_create(
+            tenant,
+            services.JobSpec(name="svc", task_name="scheduler_app.execute_run", every=60),
+            allow_any_registered=True,
+        )
     assert services.job_create(tenant, spec, allow_any_registered=True).task_name == HOST_TASK
 
 
 def test_the_worker_refuses_a_task_taken_off_the_allow_list_unless_staff_chose_it(make_job, make_run, settings):
     settings.CRONFLEET_ALLOWED_TASKS = ["hosttests.*"]
-    allowed, chosen = make_job(task_name=HOST_TASK), make_job(task_name="scheduler_app.echo",
-                                                              target_config={"chosen_in_admin": True})
+    allowed, chosen = (
+        make_job(task_name=HOST_TASK),
+        make_job(task_name="scheduler_app.echo", target_config={"chosen_in_admin": True}),
+    )
     dropped = make_job(task_name="scheduler_app.echo")
     runs = [make_run(job) for job in (allowed, chosen, dropped)]
 
@@ -187,30 +217,62 @@ def test_a_failed_run_names_the_task_it_called_where_celery_and_flower_show_it(m
 
 def test_jobs_add_names_the_celery_app_and_the_setting(tenant, queue_name):
     err = StringIO()
-    call_command("jobs", "add", "--tenant", tenant.slug, "--name", "hinted", "--every", "60", "--task",
-                 "scheduler_app.echo", "--queue", queue_name, stdout=StringIO(), stderr=err)
+    call_command(
+        "jobs",
+        "add",
+        "--tenant",
+        tenant.slug,
+        "--name",
+        "hinted",
+        "--every",
+        "60",
+        "--task",
+        "scheduler_app.echo",
+        "--queue",
+        queue_name,
+        stdout=StringIO(),
+        stderr=err,
+    )
 
     default = current_app.conf.task_default_queue
-    assert (f"start a worker of your Celery app (cronfleet) that consumes queue '{queue_name}' "
-            f"(celery -A project worker -Q {default},{queue_name})") in err.getvalue()
+    assert (
+        f"start a worker of your Celery app (cronfleet) that consumes queue '{queue_name}' "
+        f"(celery -A project worker -Q {default},{queue_name})"
+    ) in err.getvalue()
 
-    with pytest.raises(Exception, match=r"task: 'billing.extract' is not an allowed task: add it \(or a pattern "
-                                        r"such as 'billing\.\*'\) to CRONFLEET_ALLOWED_TASKS in your settings"):
-        call_command("jobs", "add", "--tenant", tenant.slug, "--name", "refused", "--every", "60", "--task",
-                     "billing.extract", stdout=StringIO(), stderr=StringIO())
+    with pytest.raises(
+        Exception,
+        match=r"task: 'billing.extract' is not an allowed task: add it \(or a pattern "
+        r"such as 'billing\.\*'\) to CRONFLEET_ALLOWED_TASKS in your settings",
+    ):
+        call_command(
+            "jobs",
+            "add",
+            "--tenant",
+            tenant.slug,
+            "--name",
+            "refused",
+            "--every",
+            "60",
+            "--task",
+            "billing.extract",
+            stdout=StringIO(),
+            stderr=StringIO(),
+        )
 
 
 def test_import_beat_names_the_setting_in_the_host_s_settings_and_its_celery_app(tenant, settings):
     settings.CELERY_BEAT_SCHEDULE = {"close": {"task": "billing.tasks.close_day", "schedule": 60.0}}
     out = StringIO()
 
-    call_command("import_beat", "--tenant", tenant.slug, "--from-settings", "--dry-run", stdout=out,
-                 stderr=StringIO())
+    call_command("import_beat", "--tenant", tenant.slug, "--from-settings", "--dry-run", stdout=out, stderr=StringIO())
 
     text = out.getvalue()
-    assert ("allow them in CRONFLEET_ALLOWED_TASKS in your Django settings (the CRONFLEET_ALLOWED_TASKS "
-            "environment variable in Cronfleet's own deployment), by name or by a pattern such as "
-            "'billing.tasks.*'; the workers of your Celery app (celery -A project) must import the tasks") in text
+    assert (
+        "allow them in CRONFLEET_ALLOWED_TASKS in your Django settings (the CRONFLEET_ALLOWED_TASKS "
+        "environment variable in Cronfleet's own deployment), by name or by a pattern such as "
+        "'billing.tasks.*'; the workers of your Celery app (celery -A project) must import the tasks"
+    ) in text
     lines = text.splitlines()
     assert f"  CRONFLEET_ALLOWED_TASKS = {[*DEFAULT_ALLOWED, 'billing.tasks.close_day']!r}" in lines
     assert f"  CRONFLEET_ALLOWED_TASKS={','.join(DEFAULT_ALLOWED)},billing.tasks.close_day" in lines

@@ -40,17 +40,25 @@ def receiver_for(settings):
 def http_job(tenant):
     def make(url, **fields):
         fields.setdefault("max_attempts", 3)
-        job = services.job_create(tenant, services.JobSpec(
-            name=f"hook-{Job.objects.count()}", target_kind="http", every=3600,
-            http={"method": "POST", "url": url, "headers": {"X-Team": "ops"}, "body": '{"hello": 1}'}, **fields))
+        job = services.job_create(
+            tenant,
+            services.JobSpec(
+                name=f"hook-{Job.objects.count()}",
+                target_kind="http",
+                every=3600,
+                http={"method": "POST", "url": url, "headers": {"X-Team": "ops"}, "body": '{"hello": 1}'},
+                **fields,
+            ),
+        )
         return job
 
     return make
 
 
 def run_once(job, attempt=1):
-    run = JobRun.objects.create(job=job, tenant=job.tenant, scheduled_at=NOW, created_at=NOW, attempt=attempt,
-                                state=RunState.QUEUED)
+    run = JobRun.objects.create(
+        job=job, tenant=job.tenant, scheduled_at=NOW, created_at=NOW, attempt=attempt, state=RunState.QUEUED
+    )
     outcome = execution.execute_run(run.id, attempt, worker="w")
     run.refresh_from_db()
     return outcome, run
@@ -149,7 +157,9 @@ def test_a_redirect_to_a_private_address_is_ssrf_blocked_and_not_followed(receiv
 
     outcome, run = run_once(job)
 
-    assert outcome.state == "failed" and run.error.startswith("ssrf_blocked or unresolvable: redirect to http://127.0.0.2:")
+    assert outcome.state == "failed" and run.error.startswith(
+        "ssrf_blocked or unresolvable: redirect to http://127.0.0.2:"
+    )
     assert len(receiver.requests) == 1 and target.requests == []
 
 
@@ -199,8 +209,12 @@ def test_bad_http_targets_are_refused_at_creation(tenant, http, field):
 
 def test_a_non_ascii_url_is_refused_with_its_percent_encoded_form(tenant):
     with pytest.raises(services.InvalidInput, match="write https://example.com/caf%C3%A9[?]q=%C3%BC$"):
-        services.job_create(tenant, services.JobSpec(name="bad", target_kind="http", every=60,
-                                                     http={"url": "https://example.com/caf\u00e9?q=\u00fc"}))
+        services.job_create(
+            tenant,
+            services.JobSpec(
+                name="bad", target_kind="http", every=60, http={"url": "https://example.com/caf\u00e9?q=\u00fc"}
+            ),
+        )
 
 
 @pytest.mark.parametrize(
@@ -273,7 +287,8 @@ def test_a_refused_address_in_any_form_is_refused_when_saved_through_the_api(ten
 
     assert response.status_code == 400, response.content
     assert errors_of(response) == {
-        "target.url": f"a {category} address is not allowed (CRONFLEET_HTTP_ALLOWED_NETWORKS)"}
+        "target.url": f"a {category} address is not allowed (CRONFLEET_HTTP_ALLOWED_NETWORKS)"
+    }
     assert not Job.objects.filter(tenant=tenant).exists()
 
 
@@ -281,11 +296,15 @@ def test_an_allowed_network_is_accepted_when_saved_in_any_form_but_metadata_neve
     settings.CRONFLEET_HTTP_ALLOWED_NETWORKS = ["127.0.0.0/8", "169.254.0.0/16"]
     api = client_for(tenant)
 
-    accepted = [api.post("/api/v1/jobs/", job_body(name=f"ok-{n}", target={"kind": "http", "url": url}),
-                         format="json").status_code
-                for n, url in enumerate(["http://127.0.0.1:9/", "http://2130706433/", "http://[::ffff:127.0.0.1]/"])]
-    metadata = api.post("/api/v1/jobs/", job_body(name="meta", target={"kind": "http", "url": "http://169.254.169.254/"}),
-                        format="json")
+    accepted = [
+        api.post(
+            "/api/v1/jobs/", job_body(name=f"ok-{n}", target={"kind": "http", "url": url}), format="json"
+        ).status_code
+        for n, url in enumerate(["http://127.0.0.1:9/", "http://2130706433/", "http://[::ffff:127.0.0.1]/"])
+    ]
+    metadata = api.post(
+        "/api/v1/jobs/", job_body(name="meta", target={"kind": "http", "url": "http://169.254.169.254/"}), format="json"
+    )
 
     assert accepted == [201, 201, 201]
     assert metadata.status_code == 400 and "metadata" in errors_of(metadata)["target.url"]
@@ -299,7 +318,9 @@ def test_an_edit_to_a_refused_address_is_refused_naming_http_url(http_job, setti
         services.job_update(job, {"http": {**job.target_config, "url": "http://0177.0.0.1:6379/"}})
 
     assert (caught.value.field, caught.value.message) == (
-        "http.url", "a loopback address is not allowed (CRONFLEET_HTTP_ALLOWED_NETWORKS)")
+        "http.url",
+        "a loopback address is not allowed (CRONFLEET_HTTP_ALLOWED_NETWORKS)",
+    )
 
 
 def test_a_name_that_does_not_resolve_reads_as_one_that_resolves_to_a_refused_address(http_job, settings, caplog):
@@ -323,8 +344,9 @@ def test_the_concurrent_clients_failures_read_the_same(http_job, settings):
     calls = []
     for url in ("http://no-such-host.invalid/hook", "http://localhost:9/hook"):
         job = http_job(url)
-        run = JobRun.objects.create(job=job, tenant=job.tenant, scheduled_at=NOW, created_at=NOW, attempt=1,
-                                    state=RunState.QUEUED)
+        run = JobRun.objects.create(
+            job=job, tenant=job.tenant, scheduled_at=NOW, created_at=NOW, attempt=1, state=RunState.QUEUED
+        )
         calls.append(prepare(run, job, NOW))
 
     async def send(call) -> BaseException:
@@ -343,5 +365,6 @@ def test_the_concurrent_clients_failures_read_the_same(http_job, settings):
     assert [type(failure) for failure in failures] == [PermanentFailure, PermanentFailure]
     assert [str(failure) for failure in failures] == [
         "ssrf_blocked or unresolvable: 'no-such-host.invalid' cannot be called",
-        "ssrf_blocked or unresolvable: 'localhost' cannot be called"]
+        "ssrf_blocked or unresolvable: 'localhost' cannot be called",
+    ]
     assert isinstance(temporary, RetryableFailure)  # a resolver that did not answer: retried

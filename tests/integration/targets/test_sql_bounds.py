@@ -38,24 +38,52 @@ FILLED = 300_000  # rows a write returns: ~70 MB fetched whole, far more than th
 def bounds_statements(alias: str) -> dict:
     pg = vendor(alias) == "postgresql"
     return {
-        "series": {"database": alias, "max_rows": 5, "params": {"n": {"type": "int"}},
-                   "sql": ("SELECT g FROM generate_series(1, %(n)s) AS g" if pg
-                           else "SELECT seq FROM seq_1_to_3000000 WHERE seq <= %(n)s")},
-        "fill": {"database": alias, "read_only": False, "max_rows": 5, "params": {"n": {"type": "int"}},
-                 "sql": ("INSERT INTO sqljob_wide (id, pad) SELECT g, repeat('x', 200) FROM generate_series(1, %(n)s) "
-                         "AS g RETURNING id, pad" if pg else
-                         "INSERT INTO sqljob_wide (id, pad) SELECT seq, REPEAT('x', 200) FROM seq_1_to_3000000 "
-                         "WHERE seq <= %(n)s RETURNING id, pad")},
-        "lock": {"database": alias, "params": {"key": {"type": "int"}},  # read-only, as by default
-                 "sql": "SELECT pg_advisory_lock(%(key)s)" if pg else "SELECT GET_LOCK(CONCAT('cf', %(key)s), 0)"},
-        "remember": {"database": alias, "params": {"value": {"type": "str", "max_length": 50}},
-                     "sql": ("SELECT set_config('cronfleet.remembered', %(value)s, false)" if pg
-                             else "SELECT @cronfleet_remembered := %(value)s")},
-        "recall": {"database": alias,
-                   "sql": ("SELECT current_setting('cronfleet.remembered', true)" if pg
-                           else "SELECT @cronfleet_remembered")},
-        "make_scratch": {"database": alias, "read_only": False,
-                         "sql": "CREATE TEMPORARY TABLE sqljob_scratch (a integer)"},
+        "series": {
+            "database": alias,
+            "max_rows": 5,
+            "params": {"n": {"type": "int"}},
+            "sql": (
+                "SELECT g FROM generate_series(1, %(n)s) AS g"
+                if pg
+                else "SELECT seq FROM seq_1_to_3000000 WHERE seq <= %(n)s"
+            ),
+        },
+        "fill": {
+            "database": alias,
+            "read_only": False,
+            "max_rows": 5,
+            "params": {"n": {"type": "int"}},
+            "sql": (
+                "INSERT INTO sqljob_wide (id, pad) SELECT g, repeat('x', 200) FROM generate_series(1, %(n)s) "
+                "AS g RETURNING id, pad"
+                if pg
+                else "INSERT INTO sqljob_wide (id, pad) SELECT seq, REPEAT('x', 200) FROM seq_1_to_3000000 "
+                "WHERE seq <= %(n)s RETURNING id, pad"
+            ),
+        },
+        "lock": {
+            "database": alias,
+            "params": {"key": {"type": "int"}},  # read-only, as by default
+            "sql": "SELECT pg_advisory_lock(%(key)s)" if pg else "SELECT GET_LOCK(CONCAT('cf', %(key)s), 0)",
+        },
+        "remember": {
+            "database": alias,
+            "params": {"value": {"type": "str", "max_length": 50}},
+            "sql": (
+                "SELECT set_config('cronfleet.remembered', %(value)s, false)"
+                if pg
+                else "SELECT @cronfleet_remembered := %(value)s"
+            ),
+        },
+        "recall": {
+            "database": alias,
+            "sql": ("SELECT current_setting('cronfleet.remembered', true)" if pg else "SELECT @cronfleet_remembered"),
+        },
+        "make_scratch": {
+            "database": alias,
+            "read_only": False,
+            "sql": "CREATE TEMPORARY TABLE sqljob_scratch (a integer)",
+        },
         "read_scratch": {"database": alias, "sql": "SELECT count(*) FROM sqljob_scratch"},
     }
 
@@ -206,8 +234,9 @@ def test_the_worker_s_prepared_statements_work_after_sessions_were_reset(allow_l
     fire = {"fire_key": "k", "scheduled_at": NOW, "attempt": 1, "tenant": tenant.slug}
     outcomes = [run_once(jobs[0])[0].state]  # the worker prepares its statements
     for _ in range(2):  # resets with nothing prepared
-        sqljobs.run_statement("recall", {}, config=allow_list, databases=settings.DATABASES, fire=fire,
-                              job_timeout=10, max_bytes=8192)
+        sqljobs.run_statement(
+            "recall", {}, config=allow_list, databases=settings.DATABASES, fire=fire, job_timeout=10, max_bytes=8192
+        )
 
     outcomes += [run_once(job)[0].state for job in jobs[1:]]
 
@@ -226,8 +255,10 @@ def test_a_statement_for_some_tenants_is_refused_to_another_tenant_s_job(allow_l
     own, own_run = run_once(sql_job(tenant, "items"))
 
     assert (outcome.state, run.attempt) == ("failed", 1)  # not retried: no attempt can fix it
-    assert run.error == (f"invalid_sql: sql.name: statement 'items' is not allowed for tenant {other.slug!r} "
-                         "(CRONFLEET_SQL.items.tenants)")
+    assert run.error == (
+        f"invalid_sql: sql.name: statement 'items' is not allowed for tenant {other.slug!r} "
+        "(CRONFLEET_SQL.items.tenants)"
+    )
     assert own.state == "succeeded" and result_of(own_run)["rows"][0] == [1, "one", None]
 
 

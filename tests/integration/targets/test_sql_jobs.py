@@ -23,8 +23,13 @@ def allow_list(settings):
 
 
 def sql_spec(name="typed", params=None, **fields) -> services.JobSpec:
-    return services.JobSpec(name="sql", target_kind="sql", every=3600,
-                            sql={"name": name, "params": GOOD if params is None else params}, **fields)
+    return services.JobSpec(
+        name="sql",
+        target_kind="sql",
+        every=3600,
+        sql={"name": name, "params": GOOD if params is None else params},
+        **fields,
+    )
 
 
 def test_a_sql_job_is_saved_with_its_checked_parameters(allow_list, tenant):
@@ -34,12 +39,15 @@ def test_a_sql_job_is_saved_with_its_checked_parameters(allow_list, tenant):
     assert job.target_config == {"name": "typed", "params": {**GOOD, "t": "2024-01-01T00:00:00+00:00"}}
 
 
-@pytest.mark.parametrize(("sql", "field"), [
-    ({"name": "nope", "params": {}}, "sql.name"),
-    ({"name": "typed", "params": {**GOOD, "i": 0}}, "sql.params.i"),
-    ({"name": "typed", "params": {**GOOD, "s": "'; DROP TABLE x; --"}}, "sql.params.s"),
-    ({"name": "typed", "params": [1]}, "sql.params"),
-])
+@pytest.mark.parametrize(
+    ("sql", "field"),
+    [
+        ({"name": "nope", "params": {}}, "sql.name"),
+        ({"name": "typed", "params": {**GOOD, "i": 0}}, "sql.params.i"),
+        ({"name": "typed", "params": {**GOOD, "s": "'; DROP TABLE x; --"}}, "sql.params.s"),
+        ({"name": "typed", "params": [1]}, "sql.params"),
+    ],
+)
 def test_the_services_refuse_a_bad_sql_target_naming_the_field(allow_list, tenant, sql, field):
     with pytest.raises(services.InvalidInput) as caught:
         services.job_create(tenant, services.JobSpec(name="x", target_kind="sql", every=60, sql=sql))
@@ -59,8 +67,11 @@ def test_an_edit_checks_the_parameters_again(allow_list, tenant):
 
 
 def test_the_api_refuses_an_instant_out_of_range_naming_the_parameter(allow_list, tenant, settings):
-    settings.CRONFLEET_SQL["due"] = {"database": "default", "sql": "SELECT %(at)s",
-                                     "params": {"at": {"type": "datetime"}}}
+    settings.CRONFLEET_SQL["due"] = {
+        "database": "default",
+        "sql": "SELECT %(at)s",
+        "params": {"at": {"type": "datetime"}},
+    }
     target = {"kind": "sql", "name": "due", "params": {"at": "9999-12-31T23:59:59-23:59"}}
 
     response = client_for(tenant).post("/api/v1/jobs/", job_body(target=target), format="json")
@@ -77,20 +88,30 @@ def test_the_api_creates_shows_and_edits_a_sql_job(allow_list, tenant):
     made = api.post("/api/v1/jobs/", job_body(target=target), format="json")
     assert made.status_code == 201, made.json()
     assert made.json()["target"] == {**target, "params": {**GOOD, "t": "2024-01-01T00:00:00+00:00"}}
-    changed = api.patch(f"/api/v1/jobs/{made.json()['id']}/",
-                        {"target": {**target, "params": {**GOOD, "i": 9}}}, format="json")
+    changed = api.patch(
+        f"/api/v1/jobs/{made.json()['id']}/", {"target": {**target, "params": {**GOOD, "i": 9}}}, format="json"
+    )
     assert changed.status_code == 200 and changed.json()["target"]["params"]["i"] == 9
 
 
-@pytest.mark.parametrize(("target", "field", "message"), [
-    ({"kind": "sql", "name": "nope"}, "target.name", "'nope' is not a statement in CRONFLEET_SQL"),
-    ({"kind": "sql", "name": "typed", "params": {**GOOD, "s": "x\x00"}}, "target.params.s", "NUL"),
-    ({"kind": "sql", "name": "typed", "params": {**GOOD, "il": [1, "2"]}}, "target.params.il[1]",
-     "must be an integer"),
-    ({"kind": "sql", "name": "typed", "params": {**GOOD, "fire_key": "mine"}}, "target.params.fire_key",
-     "is reserved"),
-    ({"kind": "sql", "name": "typed", "sql": "DROP TABLE x"}, "target.sql", ""),
-])
+@pytest.mark.parametrize(
+    ("target", "field", "message"),
+    [
+        ({"kind": "sql", "name": "nope"}, "target.name", "'nope' is not a statement in CRONFLEET_SQL"),
+        ({"kind": "sql", "name": "typed", "params": {**GOOD, "s": "x\x00"}}, "target.params.s", "NUL"),
+        (
+            {"kind": "sql", "name": "typed", "params": {**GOOD, "il": [1, "2"]}},
+            "target.params.il[1]",
+            "must be an integer",
+        ),
+        (
+            {"kind": "sql", "name": "typed", "params": {**GOOD, "fire_key": "mine"}},
+            "target.params.fire_key",
+            "is reserved",
+        ),
+        ({"kind": "sql", "name": "typed", "sql": "DROP TABLE x"}, "target.sql", ""),
+    ],
+)
 def test_the_api_refuses_a_bad_sql_target_naming_the_field(allow_list, tenant, target, field, message):
     response = client_for(tenant).post("/api/v1/jobs/", job_body(target=target), format="json")
 
@@ -101,19 +122,79 @@ def test_the_api_refuses_a_bad_sql_target_naming_the_field(allow_list, tenant, t
 
 
 def test_jobs_add_and_edit_a_sql_job(allow_list, tenant, capsys):
-    call_command("jobs", "add", "--tenant", tenant.slug, "--name", "nightly", "--cron", "0 2 * * *",
-                 "--sql", "typed", "--param", "i=3", "--param", "f=1.5", "--param", "b=false", "--param", "s=abc",
-                 "--param", "c=eu", "--param", "d=2024-02-29", "--param", "t=2024-01-01T00:00:00Z",
-                 "--param", "il=0", "--param", "il=7", "--param", "sl=a")
+    call_command(
+        "jobs",
+        "add",
+        "--tenant",
+        tenant.slug,
+        "--name",
+        "nightly",
+        "--cron",
+        "0 2 * * *",
+        "--sql",
+        "typed",
+        "--param",
+        "i=3",
+        "--param",
+        "f=1.5",
+        "--param",
+        "b=false",
+        "--param",
+        "s=abc",
+        "--param",
+        "c=eu",
+        "--param",
+        "d=2024-02-29",
+        "--param",
+        "t=2024-01-01T00:00:00Z",
+        "--param",
+        "il=0",
+        "--param",
+        "il=7",
+        "--param",
+        "sl=a",
+    )
 
     job = Job.objects.get(name="nightly")
-    assert job.target_config == {"name": "typed", "params": {
-        "i": 3, "f": 1.5, "b": False, "s": "abc", "c": "eu", "d": "2024-02-29", "t": "2024-01-01T00:00:00+00:00",
-        "il": [0, 7], "sl": ["a"]}}
+    assert job.target_config == {
+        "name": "typed",
+        "params": {
+            "i": 3,
+            "f": 1.5,
+            "b": False,
+            "s": "abc",
+            "c": "eu",
+            "d": "2024-02-29",
+            "t": "2024-01-01T00:00:00+00:00",
+            "il": [0, 7],
+            "sl": ["a"],
+        },
+    }
     assert "target: sql typed" in capsys.readouterr().out
-    call_command("jobs", "edit", f"{tenant.slug}/nightly", "--yes", "--param", "i=4", "--param", "f=0", "--param", "b=yes",
-                 "--param", "s=z", "--param", "c=us", "--param", "d=2024-03-01", "--param", "t=2024-01-01T00:00:00Z",
-                 "--param", "il=1", "--param", "sl=b")
+    call_command(
+        "jobs",
+        "edit",
+        f"{tenant.slug}/nightly",
+        "--yes",
+        "--param",
+        "i=4",
+        "--param",
+        "f=0",
+        "--param",
+        "b=yes",
+        "--param",
+        "s=z",
+        "--param",
+        "c=us",
+        "--param",
+        "d=2024-03-01",
+        "--param",
+        "t=2024-01-01T00:00:00Z",
+        "--param",
+        "il=1",
+        "--param",
+        "sl=b",
+    )
     job.refresh_from_db()
     assert job.target_config["params"]["i"] == 4 and job.target_config["params"]["b"] is True
 
@@ -121,20 +202,34 @@ def test_jobs_add_and_edit_a_sql_job(allow_list, tenant, capsys):
 CLI_GOOD = ["i=3", "f=1.5", "b=false", "s=abc", "c=eu", "d=2024-02-29", "t=2024-01-01T00:00:00Z", "il=1", "sl=a"]
 
 
-@pytest.mark.parametrize(("params", "message"), [
-    (["i=three"], "jobs add: sql.params.i: 'three' is not a whole number"),
-    (["i=11"], "jobs add: sql.params.i: must be <= 10"),
-    (["b=maybe"], "jobs add: sql.params.b: 'maybe' is not true or false"),
-    (["i=1", "i=2"], "jobs add: sql.params.i: is given twice"),
-    (["zz=1"], "jobs add: sql.params.zz: unknown parameter of statement 'typed'"),
-])
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        (["i=three"], "jobs add: sql.params.i: 'three' is not a whole number"),
+        (["i=11"], "jobs add: sql.params.i: must be <= 10"),
+        (["b=maybe"], "jobs add: sql.params.b: 'maybe' is not true or false"),
+        (["i=1", "i=2"], "jobs add: sql.params.i: is given twice"),
+        (["zz=1"], "jobs add: sql.params.zz: unknown parameter of statement 'typed'"),
+    ],
+)
 def test_jobs_add_refuses_a_bad_sql_parameter_naming_it(allow_list, tenant, params, message):
     given = {param.partition("=")[0] for param in params}
     items = [param for param in CLI_GOOD if param.partition("=")[0] not in given] + params
 
     with pytest.raises(CommandError) as caught:
-        call_command("jobs", "add", "--tenant", tenant.slug, "--name", "x", "--every", "60", "--sql", "typed",
-                     *[item for param in items for item in ("--param", param)])
+        call_command(
+            "jobs",
+            "add",
+            "--tenant",
+            tenant.slug,
+            "--name",
+            "x",
+            "--every",
+            "60",
+            "--sql",
+            "typed",
+            *[item for param in items for item in ("--param", param)],
+        )
 
     assert str(caught.value).startswith(message), str(caught.value)
     assert not Job.objects.exists()

@@ -48,8 +48,9 @@ HOSTILE = [
 
 def test_injection_strings_passed_as_parameters_land_as_data(tables, allow_list, tenant):
     for number, value in enumerate(HOSTILE, start=10):
-        outcome, run = run_once(sql_job(tenant, "add_item", {"id": number, "name": value, "note": value},
-                                        name=f"add-{number}"))
+        outcome, run = run_once(
+            sql_job(tenant, "add_item", {"id": number, "name": value, "note": value}, name=f"add-{number}")
+        )
         assert outcome.state == "succeeded", run.error
         assert result_of(run)["rows_affected"] == 1
 
@@ -68,8 +69,15 @@ def test_a_nul_character_is_refused_when_the_job_is_saved_and_when_it_runs(table
     # A run checks again (the ledger's jsonb cannot hold a NUL, so call the runner itself).
     fire = {"fire_key": "k", "scheduled_at": NOW, "attempt": 1, "tenant": tenant.slug}
     with pytest.raises(sqljobs.InvalidSql) as caught:
-        sqljobs.run_statement("add_item", {"id": 9, "name": "nul\x00here"}, config=allow_list,
-                              databases=settings.DATABASES, fire=fire, job_timeout=10, max_bytes=8192)
+        sqljobs.run_statement(
+            "add_item",
+            {"id": 9, "name": "nul\x00here"},
+            config=allow_list,
+            databases=settings.DATABASES,
+            fire=fire,
+            job_timeout=10,
+            max_bytes=8192,
+        )
     assert caught.value.field == "params.name" and "NUL character" in caught.value.message
     assert not execute(tables, "SELECT * FROM sqljob_items WHERE id = 9")
 
@@ -99,8 +107,7 @@ def test_a_literal_percent_is_written_twice_and_a_final_semicolon_is_allowed(tab
     assert result_of(run)["rows"] == [["two"], ["three"]]
 
 
-def test_the_fire_s_key_time_attempt_and_tenant_are_parameters_so_a_statement_is_idempotent(
-        tables, allow_list, tenant):
+def test_the_fire_s_key_time_attempt_and_tenant_are_parameters_so_a_statement_is_idempotent(tables, allow_list, tenant):
     job = sql_job(tenant, "record_fire")
     outcome, run = run_once(job)
     assert outcome.state == "succeeded", run.error
@@ -176,13 +183,17 @@ def sessions_waiting_on(alias: str, holder: int) -> list[int]:
     """The sessions waiting for a row lock that session `holder` holds, as seen from a
     connection of its own (a session's view of the lock tables is its transaction's snapshot)."""
     if vendor(alias) == "postgresql":
-        sql = ("SELECT DISTINCT a.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-               "WHERE NOT l.granted AND a.wait_event_type = 'Lock' AND %s = ANY(pg_blocking_pids(a.pid))")
+        sql = (
+            "SELECT DISTINCT a.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE NOT l.granted AND a.wait_event_type = 'Lock' AND %s = ANY(pg_blocking_pids(a.pid))"
+        )
     else:
-        sql = ("SELECT DISTINCT r.trx_mysql_thread_id FROM information_schema.INNODB_LOCK_WAITS w "
-               "JOIN information_schema.INNODB_TRX r ON r.trx_id = w.requesting_trx_id "
-               "JOIN information_schema.INNODB_TRX b ON b.trx_id = w.blocking_trx_id "
-               "WHERE r.trx_state = 'LOCK WAIT' AND b.trx_mysql_thread_id = %s")
+        sql = (
+            "SELECT DISTINCT r.trx_mysql_thread_id FROM information_schema.INNODB_LOCK_WAITS w "
+            "JOIN information_schema.INNODB_TRX r ON r.trx_id = w.requesting_trx_id "
+            "JOIN information_schema.INNODB_TRX b ON b.trx_id = w.blocking_trx_id "
+            "WHERE r.trx_state = 'LOCK WAIT' AND b.trx_mysql_thread_id = %s"
+        )
     watcher = connections.create_connection(alias)
     try:
         with watcher.cursor() as cursor:
@@ -198,12 +209,19 @@ def wait_until_someone_waits_on(alias: str, holder: int, what: str) -> list[int]
     return wait_for(lambda: sessions_waiting_on(alias, holder), timeout=20, interval=0.2, what=what)
 
 
-def hold_row_lock(alias: str, row_id: int, release: threading.Event, then_lock: int | None = None,
-                  locked: threading.Event | None = None, errors: list | None = None) -> threading.Thread:
+def hold_row_lock(
+    alias: str,
+    row_id: int,
+    release: threading.Event,
+    then_lock: int | None = None,
+    locked: threading.Event | None = None,
+    errors: list | None = None,
+) -> threading.Thread:
     """A second connection (in a thread of its own) that locks `row_id`, optionally then
     waits until another session waits for that row and asks to lock `then_lock` too, and
     commits when `release` is set. The thread's `session` is its session's id once `locked`
     is set."""
+
     def hold():
         from django.db import connections as thread_connections
         from django.db import transaction
@@ -233,10 +251,12 @@ def hold_row_lock(alias: str, row_id: int, release: threading.Event, then_lock: 
     return thread
 
 
-def release_once_someone_waits(alias: str, holder: threading.Thread, release: threading.Event,
-                               errors: list) -> threading.Thread:
+def release_once_someone_waits(
+    alias: str, holder: threading.Thread, release: threading.Event, errors: list
+) -> threading.Thread:
     """Sets `release` once another session waits for a lock `holder` holds (in a thread, so
     the waiting session can be this one)."""
+
     def watch():
         try:
             wait_until_someone_waits_on(alias, holder.session, "the job to wait for the held row")
@@ -381,8 +401,10 @@ def test_a_statement_removed_from_the_allow_list_fails_permanently(tables, allow
 
     outcome, run = run_once(job)
 
-    assert (outcome.state, run.error) == ("failed", "invalid_sql: sql.name: 'items' is not a statement in "
-                                                    "CRONFLEET_SQL")
+    assert (outcome.state, run.error) == (
+        "failed",
+        "invalid_sql: sql.name: 'items' is not a statement in CRONFLEET_SQL",
+    )
     assert (run.attempt, run.result) == (1, "")  # refused before it ran: nothing to report
 
 

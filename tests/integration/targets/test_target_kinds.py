@@ -25,8 +25,7 @@ def commands(settings, tmp_path):
         "show": {
             "executable": sys.executable,
             "argv": [str(script), "--day", "{day}", "--", "{words}"],
-            "params": {"day": {"type": "date"},
-                       "words": {"type": "str_list", "max_items": 10, "max_length": 100}},
+            "params": {"day": {"type": "date"}, "words": {"type": "str_list", "max_items": 10, "max_length": 100}},
         }
     }
     settings.CRONFLEET_COMMAND_CWD = str(tmp_path)
@@ -34,8 +33,12 @@ def commands(settings, tmp_path):
 
 
 def command_job(tenant, params, **fields):
-    return services.job_create(tenant, services.JobSpec(
-        name="cmd", target_kind="command", every=3600, command={"name": "show", "params": params}, **fields))
+    return services.job_create(
+        tenant,
+        services.JobSpec(
+            name="cmd", target_kind="command", every=3600, command={"name": "show", "params": params}, **fields
+        ),
+    )
 
 
 @pytest.mark.parametrize(
@@ -56,41 +59,97 @@ def test_bad_command_parameters_are_refused_at_creation(commands, tenant, params
 
 def test_an_unknown_command_is_refused(commands, tenant):
     with pytest.raises(services.InvalidInput) as caught:
-        services.job_create(tenant, services.JobSpec(name="x", target_kind="command", every=60,
-                                                     command={"name": "rm", "params": {}}))
+        services.job_create(
+            tenant, services.JobSpec(name="x", target_kind="command", every=60, command={"name": "rm", "params": {}})
+        )
     assert caught.value.field == "command"
 
 
 def test_jobs_add_creates_http_and_command_jobs(commands, tenant, capsys):
-    call_command("jobs", "add", "--tenant", tenant.slug, "--name", "hook", "--every", "60",
-                 "--http-url", "https://example.com/hook", "--method", "PUT", "--header", "X-Team: ops",
-                 "--body", '{"a": 1}')
-    call_command("jobs", "add", "--tenant", tenant.slug, "--name", "cmd", "--every", "60",
-                 "--command", "show", "--param", "day=2024-01-01", "--param", "words=a", "--param", "words=b")
+    call_command(
+        "jobs",
+        "add",
+        "--tenant",
+        tenant.slug,
+        "--name",
+        "hook",
+        "--every",
+        "60",
+        "--http-url",
+        "https://example.com/hook",
+        "--method",
+        "PUT",
+        "--header",
+        "X-Team: ops",
+        "--body",
+        '{"a": 1}',
+    )
+    call_command(
+        "jobs",
+        "add",
+        "--tenant",
+        tenant.slug,
+        "--name",
+        "cmd",
+        "--every",
+        "60",
+        "--command",
+        "show",
+        "--param",
+        "day=2024-01-01",
+        "--param",
+        "words=a",
+        "--param",
+        "words=b",
+    )
 
     hook, cmd = Job.objects.get(name="hook"), Job.objects.get(name="cmd")
-    assert (hook.target_kind, hook.target_config) == ("http", {
-        "method": "PUT", "url": "https://example.com/hook", "headers": {"X-Team": "ops"}, "body": '{"a": 1}'})
-    assert (cmd.target_kind, cmd.target_config) == ("command", {
-        "name": "show", "params": {"day": "2024-01-01", "words": ["a", "b"]}})
+    assert (hook.target_kind, hook.target_config) == (
+        "http",
+        {"method": "PUT", "url": "https://example.com/hook", "headers": {"X-Team": "ops"}, "body": '{"a": 1}'},
+    )
+    assert (cmd.target_kind, cmd.target_config) == (
+        "command",
+        {"name": "show", "params": {"day": "2024-01-01", "words": ["a", "b"]}},
+    )
     assert "target: http PUT https://example.com/hook" in capsys.readouterr().out
 
 
 def test_jobs_add_refuses_a_bad_url_naming_the_field(tenant):
     with pytest.raises(CommandError, match="http.url"):
-        call_command("jobs", "add", "--tenant", tenant.slug, "--name", "hook", "--every", "60",
-                     "--http-url", "ftp://example.com/")
+        call_command(
+            "jobs",
+            "add",
+            "--tenant",
+            tenant.slug,
+            "--name",
+            "hook",
+            "--every",
+            "60",
+            "--http-url",
+            "ftp://example.com/",
+        )
     assert not Job.objects.exists()
 
 
-@pytest.mark.parametrize(("options", "expected"), [
-    (["--http-url", "https://example.com/caf\u00e9"],
-     "jobs add: http.url: the path and query must be percent-encoded ASCII (they are sent as written); "
-     "write https://example.com/caf%C3%A9"),
-    (["--http-url", "https://example.com/", "--header", "X A: 1"], "jobs add: http.headers.X A: is not a header name"),
-    (["--http-url", "https://example.com/", "--header", "X-Price: 5 \u20ac"],
-     "jobs add: http.headers.X-Price: must be printable Latin-1"),
-])
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        (
+            ["--http-url", "https://example.com/caf\u00e9"],
+            "jobs add: http.url: the path and query must be percent-encoded ASCII (they are sent as written); "
+            "write https://example.com/caf%C3%A9",
+        ),
+        (
+            ["--http-url", "https://example.com/", "--header", "X A: 1"],
+            "jobs add: http.headers.X A: is not a header name",
+        ),
+        (
+            ["--http-url", "https://example.com/", "--header", "X-Price: 5 \u20ac"],
+            "jobs add: http.headers.X-Price: must be printable Latin-1",
+        ),
+    ],
+)
 def test_jobs_add_refuses_a_header_or_url_no_delivery_could_send(tenant, options, expected):
     with pytest.raises(CommandError) as caught:
         call_command("jobs", "add", "--tenant", tenant.slug, "--name", "hook", "--every", "60", *options)

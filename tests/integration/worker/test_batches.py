@@ -19,8 +19,14 @@ from tests.unit.worker.test_batches import message
 
 def test_one_message_carries_a_batch_with_a_time_limit_of_its_runs_sum(queue_name, settings):
     settings.CRONFLEET_RUN_BATCH_SIZE = 2
-    publish_runs([message(1, queue=queue_name, timeout=7), message(2, queue=queue_name, timeout=5),
-                  message(3, queue=queue_name, timeout=5), message(4, queue=queue_name, batch=False)])
+    publish_runs(
+        [
+            message(1, queue=queue_name, timeout=7),
+            message(2, queue=queue_name, timeout=5),
+            message(3, queue=queue_name, timeout=5),
+            message(4, queue=queue_name, batch=False),
+        ]
+    )
 
     sent = take_broker_messages(queue_name)
 
@@ -35,8 +41,17 @@ def test_one_message_carries_a_batch_with_a_time_limit_of_its_runs_sum(queue_nam
 def queued_runs(job, count, *, attempt=1):
     now = db_now()
     return JobRun.objects.bulk_create(
-        JobRun(job=job, tenant=job.tenant, scheduled_at=now - timedelta(seconds=i), state=RunState.QUEUED,
-               attempt=attempt, created_at=now, enqueued_at=now) for i in range(count))
+        JobRun(
+            job=job,
+            tenant=job.tenant,
+            scheduled_at=now - timedelta(seconds=i),
+            state=RunState.QUEUED,
+            attempt=attempt,
+            created_at=now,
+            enqueued_at=now,
+        )
+        for i in range(count)
+    )
 
 
 def test_a_batch_is_started_and_ended_by_one_statement_each(make_job):
@@ -89,16 +104,28 @@ def test_a_batch_reads_its_runs_by_primary_key_however_many_are_in_flight(make_j
         cursor.execute(  # a ledger of finished runs beside the runs in flight
             "INSERT INTO scheduler_app_jobrun (job_id, tenant_id, scheduled_at, created_at, state) "
             "SELECT %s, %s, %s - make_interval(mins => n), %s, 'succeeded' FROM generate_series(1, %s) AS n",
-            [past.id, past.tenant_id, NOW, NOW, LEDGER])
+            [past.id, past.tenant_id, NOW, NOW, LEDGER],
+        )
     runs = queued_runs(make_job(batch=True), IN_FLIGHT)
     if step == "end":
         JobRun.objects.filter(id__in=[run.id for run in runs]).update(state=RunState.RUNNING, lease_expires_at=db_now())
     ids = [run.id for run in runs[:100]]
-    statement, params = (transitions.START_RUNS, {"worker": "w", "task_id": "t", "lease": 60, "queued": "queued"}) \
-        if step == "start" else (transitions.END_RUNS, {
-            "states": ["succeeded"] * 100, "results": [""] * 100, "errors": [""] * 100, "delays": [None] * 100,
-            "waiteds": [0.0] * 100,
-            "running": "running", "commit": "off"})
+    statement, params = (
+        (transitions.START_RUNS, {"worker": "w", "task_id": "t", "lease": 60, "queued": "queued"})
+        if step == "start"
+        else (
+            transitions.END_RUNS,
+            {
+                "states": ["succeeded"] * 100,
+                "results": [""] * 100,
+                "errors": [""] * 100,
+                "delays": [None] * 100,
+                "waiteds": [0.0] * 100,
+                "running": "running",
+                "commit": "off",
+            },
+        )
+    )
     connection.ensure_connection()
     with psycopg.Cursor(connection.connection) as cursor:  # server-side parameters, a custom plan
         cursor.execute("EXPLAIN (COSTS OFF) " + statement, {"ids": ids, "attempts": [1] * 100, **params})
@@ -144,8 +171,9 @@ def test_batch_needs_a_short_timeout_and_names_the_field(tenant):
         services.job_create(tenant, spec)
 
     assert refused.value.field == "batch" and not Job.objects.exists()
-    job = services.job_create(tenant, services.JobSpec(name="short", task_name="scheduler_app.echo", every=60,
-                                                       batch=True, timeout_seconds=30))
+    job = services.job_create(
+        tenant, services.JobSpec(name="short", task_name="scheduler_app.echo", every=60, batch=True, timeout_seconds=30)
+    )
     assert job.batch
 
 
@@ -155,8 +183,21 @@ def test_the_api_and_the_cli_take_batch(tenant):
     from tests.integration.api.test_api import client_for, job_body
 
     made = client_for(tenant).post("/api/v1/jobs/", job_body(batch=True, timeout_seconds=20), format="json")
-    call_command("jobs", "add", "--tenant", tenant.slug, "--name", "cli", "--every", "60",
-                 "--task", "scheduler_app.echo", "--batch", "--timeout", "10")
+    call_command(
+        "jobs",
+        "add",
+        "--tenant",
+        tenant.slug,
+        "--name",
+        "cli",
+        "--every",
+        "60",
+        "--task",
+        "scheduler_app.echo",
+        "--batch",
+        "--timeout",
+        "10",
+    )
 
     assert made.status_code == 201, made.json()
     assert made.json()["batch"] is True

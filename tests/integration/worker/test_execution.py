@@ -41,8 +41,10 @@ def executions_of_prepared_transitions() -> int:
     """How many times this session has executed the worker's prepared statements (each
     run's start and end: a data-modifying CTE over the runs, an UPDATE appending to attempts)."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT coalesce(sum(generic_plans + custom_plans), 0) FROM pg_prepared_statements "
-                       "WHERE statement LIKE '%%WITH started AS%%' OR statement LIKE '%%jsonb_build_object%%'")
+        cursor.execute(
+            "SELECT coalesce(sum(generic_plans + custom_plans), 0) FROM pg_prepared_statements "
+            "WHERE statement LIKE '%%WITH started AS%%' OR statement LIKE '%%jsonb_build_object%%'"
+        )
         return cursor.fetchone()[0]
 
 
@@ -53,8 +55,10 @@ def test_the_workers_statements_are_prepared_statements_unless_turned_off(make_j
     alone, *batch = [make_run(job, scheduled_at=utc(2024, 1, 1, 0, minute)) for minute in range(3)]
     before = executions_of_prepared_transitions()
 
-    outcomes = [execution.execute_run(alone.id, 1, worker="w"), *execution.execute_runs(
-        [(run.id, 1) for run in batch], worker="w")]
+    outcomes = [
+        execution.execute_run(alone.id, 1, worker="w"),
+        *execution.execute_runs([(run.id, 1) for run in batch], worker="w"),
+    ]
 
     assert [outcome.state for outcome in outcomes] == ["succeeded"] * 3
     # A run alone and a batch: a start and an end each, through the prepared statements.
@@ -116,8 +120,9 @@ def test_requeue_moves_due_retries_back_to_queued_as_the_next_attempt(make_run):
     from scheduler_app import dispatch
 
     due = make_run(state=RunState.RETRYING, next_attempt_at=NOW - timedelta(seconds=1))
-    later = make_run(state=RunState.RETRYING, scheduled_at=utc(2024, 1, 1, 0, 1),
-                     next_attempt_at=NOW + timedelta(seconds=30))
+    later = make_run(
+        state=RunState.RETRYING, scheduled_at=utc(2024, 1, 1, 0, 1), next_attempt_at=NOW + timedelta(seconds=30)
+    )
 
     messages = dispatch.recovery.requeue_due_retries(NOW, limit=10)
 

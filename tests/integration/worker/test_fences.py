@@ -99,5 +99,7 @@ def test_one_run_delivered_to_two_connections_at_once_starts_once(make_job, make
         assert pair == ["duplicate", "succeeded"], (run.id, pair)
         run.refresh_from_db()
         assert (run.state, run.duplicate_deliveries, len(run.attempts)) == (RunState.SUCCEEDED, 1, 1)
-    assert AuditEvent.objects.filter(run_id__in=[run.id for run in runs], action="run.duplicate_delivery").count() == RACES
+    assert (
+        AuditEvent.objects.filter(run_id__in=[run.id for run in runs], action="run.duplicate_delivery").count() == RACES
+    )
     assert connection.vendor == "postgresql"

@@ -93,13 +93,24 @@ def queued_runs(tenant):
         fields.setdefault("max_attempts", 3)
         job_ids = []
         for _ in range(count):
-            job_ids.append(services.job_create(tenant, services.JobSpec(
-                name=f"hook-{Job.objects.count()}", target_kind="http", every=3600,
-                http={"method": "POST", "url": url, "headers": {"X-Team": "ops"}, "body": '{"hello": 1}'},
-                **fields)).id)
-        runs = JobRun.objects.bulk_create([
-            JobRun(job_id=job_id, tenant=tenant, scheduled_at=NOW, created_at=NOW, attempt=1, state=RunState.QUEUED)
-            for job_id in job_ids])
+            job_ids.append(
+                services.job_create(
+                    tenant,
+                    services.JobSpec(
+                        name=f"hook-{Job.objects.count()}",
+                        target_kind="http",
+                        every=3600,
+                        http={"method": "POST", "url": url, "headers": {"X-Team": "ops"}, "body": '{"hello": 1}'},
+                        **fields,
+                    ),
+                ).id
+            )
+        runs = JobRun.objects.bulk_create(
+            [
+                JobRun(job_id=job_id, tenant=tenant, scheduled_at=NOW, created_at=NOW, attempt=1, state=RunState.QUEUED)
+                for job_id in job_ids
+            ]
+        )
         return [(run.id, 1) for run in runs]
 
     return make
@@ -108,8 +119,11 @@ def queued_runs(tenant):
 def settled(pairs, timeout=30):
     """The runs once every one of them has ended (in a state a worker leaves it in)."""
     ids = [run_id for run_id, _ in pairs]
-    wait_for(lambda: JobRun.objects.filter(id__in=ids, state__in=FINAL).count() == len(ids),
-             timeout=timeout, what=f"{len(ids)} runs ended")
+    wait_for(
+        lambda: JobRun.objects.filter(id__in=ids, state__in=FINAL).count() == len(ids),
+        timeout=timeout,
+        what=f"{len(ids)} runs ended",
+    )
     return {run.id: run for run in JobRun.objects.filter(id__in=ids)}
 
 
@@ -240,8 +254,11 @@ def test_a_hanging_host_takes_only_its_share(receivers, queued_runs, settings):
     # Before the hanging host's deadline: had it held every slot, the quick host's runs would
     # have waited for its calls to time out, and those would have ended first. (Its runs
     # beyond its share wait for a slot, still queued.)
-    assert not JobRun.objects.filter(id__in=[run_id for run_id, _ in stuck]).exclude(
-        state__in=[RunState.RUNNING, RunState.QUEUED]).exists()
+    assert (
+        not JobRun.objects.filter(id__in=[run_id for run_id, _ in stuck])
+        .exclude(state__in=[RunState.RUNNING, RunState.QUEUED])
+        .exists()
+    )
     assert {run.state for run in runs.values()} == {RunState.SUCCEEDED}
     assert hanging.most_busy <= settings.CRONFLEET_HTTP_IN_FLIGHT_PER_HOST
     stuck_runs = settled(stuck, timeout=30)

@@ -1,6 +1,5 @@
 """What every private server of the tests needs: free ports, the process tree, logs, commands."""
 
-
 from __future__ import annotations
 
 import socket
@@ -64,8 +63,6 @@ def run(argv: list[str], *, log: Path, what: str, timeout: float = 120, **kwargs
         raise ServerError(f"{what} failed ({' '.join(argv)}): {exc.stdout}{exc.stderr}\n{log_tail(log)}") from None
     except subprocess.TimeoutExpired:
         raise ServerError(f"{what} did not finish within {timeout}s ({' '.join(argv)})\n{log_tail(log)}") from None
-
-
 
 
 def descendants_of(pid: int) -> list[int]:

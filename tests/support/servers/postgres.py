@@ -2,7 +2,6 @@
 either for this process's Django connection.
 """
 
-
 from __future__ import annotations
 
 import contextlib
@@ -22,8 +21,6 @@ from tests.support.servers.common import HOST, START_TIMEOUT, ServerError, child
 
 POSTGRES_PROGRAMS = ("initdb", "pg_ctl", "postgres", "pg_basebackup")
 POSTGRES_OS_USER = "postgres"  # initdb and postgres refuse to run as root: as root, run them as this user
-
-
 
 
 def postgres_bindir() -> Path | None:
@@ -71,8 +68,9 @@ class PostgresServer:
         self.prefix = as_postgres_user()
 
     def program(self, name: str, *args: str, what: str, timeout: float = 120) -> None:
-        run([*self.prefix, str(self.bindir / name), *args], log=self.log, what=what, timeout=timeout,
-            cwd=self.directory)  # the postgres user may not be able to enter this process's directory
+        run(
+            [*self.prefix, str(self.bindir / name), *args], log=self.log, what=what, timeout=timeout, cwd=self.directory
+        )  # the postgres user may not be able to enter this process's directory
 
     def init(self) -> None:
         """initdb, then the settings every start (and pg_ctl restart) uses: this port, the
@@ -84,8 +82,20 @@ class PostgresServer:
         if self.prefix:
             owner = pwd.getpwnam(POSTGRES_OS_USER)
             os.chown(self.directory, owner.pw_uid, owner.pw_gid)
-        self.program("initdb", "-D", str(self.data), "-A", "trust", "-U", self.user, "-E", "UTF8", "--no-locale",
-                     "--no-sync", what="initdb")
+        self.program(
+            "initdb",
+            "-D",
+            str(self.data),
+            "-A",
+            "trust",
+            "-U",
+            self.user,
+            "-E",
+            "UTF8",
+            "--no-locale",
+            "--no-sync",
+            what="initdb",
+        )
         settings = {
             "listen_addresses": f"'{self.host}'",
             "port": str(self.port),
@@ -97,8 +107,18 @@ class PostgresServer:
             conf.write("".join(f"{name} = {value}\n" for name, value in settings.items()))
 
     def start(self) -> None:
-        self.program("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", str(START_TIMEOUT), "start",
-                     what="starting PostgreSQL")
+        self.program(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.log),
+            "-w",
+            "-t",
+            str(START_TIMEOUT),
+            "start",
+            what="starting PostgreSQL",
+        )
 
     def stop(self) -> None:
         """Stop at once: nothing on this server is kept. A server already gone (killed) is left."""
@@ -130,21 +150,48 @@ class PostgresServer:
         if self.prefix:
             owner = pwd.getpwnam(POSTGRES_OS_USER)
             os.chown(self.directory, owner.pw_uid, owner.pw_gid)
-        self.program("pg_basebackup", "-h", primary.host, "-p", str(primary.port), "-U", primary.user,
-                      "-D", str(self.data), "-R", "-X", "stream", "--no-sync", what="pg_basebackup")
+        self.program(
+            "pg_basebackup",
+            "-h",
+            primary.host,
+            "-p",
+            str(primary.port),
+            "-U",
+            primary.user,
+            "-D",
+            str(self.data),
+            "-R",
+            "-X",
+            "stream",
+            "--no-sync",
+            what="pg_basebackup",
+        )
         with (self.data / "postgresql.conf").open("a") as conf:  # later lines win over the primary's
             conf.write(f"port = {self.port}\nunix_socket_directories = '{self.directory}'\n")
 
     def promote(self) -> None:
         """End recovery: the standby becomes a primary that takes writes (pg_ctl -w waits)."""
-        self.program("pg_ctl", "-D", str(self.data), "-w", "-t", str(START_TIMEOUT), "promote",
-                     what="promoting the standby")
+        self.program(
+            "pg_ctl", "-D", str(self.data), "-w", "-t", str(START_TIMEOUT), "promote", what="promoting the standby"
+        )
 
     def restart_immediately(self) -> None:
         """The crash the scenario is about: every backend killed without a checkpoint, then
         crash recovery on start. pg_ctl -w returns once the server accepts connections."""
-        self.program("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-m", "immediate", "-w",
-                     "-t", str(START_TIMEOUT), "restart", what="restarting PostgreSQL (immediate)")
+        self.program(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.log),
+            "-m",
+            "immediate",
+            "-w",
+            "-t",
+            str(START_TIMEOUT),
+            "restart",
+            what="restarting PostgreSQL (immediate)",
+        )
 
     def conninfo(self, dbname: str = "postgres") -> str:
         return f"host={self.host} port={self.port} user={self.user} dbname={dbname} connect_timeout=5"
@@ -168,8 +215,10 @@ def private_postgres() -> Iterator[PostgresServer]:
     """A started private PostgreSQL cluster, stopped and deleted on leaving."""
     bindir = postgres_bindir()
     if bindir is None:
-        raise ServerError(f"PostgreSQL's {', '.join(POSTGRES_PROGRAMS)} were not found "
-                          "(set CRONFLEET_TEST_PG_BINDIR, or put pg_config on PATH)")
+        raise ServerError(
+            f"PostgreSQL's {', '.join(POSTGRES_PROGRAMS)} were not found "
+            "(set CRONFLEET_TEST_PG_BINDIR, or put pg_config on PATH)"
+        )
     directory = Path(tempfile.mkdtemp(prefix="cronfleet-pg-"))
     try:
         server = PostgresServer(bindir, directory, free_port())
@@ -198,9 +247,14 @@ def replicated_postgres(*, synchronous: bool) -> Iterator[tuple[PostgresServer, 
                     primary.execute("ALTER SYSTEM SET synchronous_standby_names = '*'")
                     primary.execute("SELECT pg_reload_conf()")
                 wanted = "sync" if synchronous else "async"
-                wait_for(lambda: primary.fetch_one("SELECT sync_state FROM pg_stat_replication"
-                                                     " WHERE state = 'streaming'") == wanted,
-                           timeout=START_TIMEOUT, what=f"the standby streaming ({wanted})")
+                wait_for(
+                    lambda: (
+                        primary.fetch_one("SELECT sync_state FROM pg_stat_replication WHERE state = 'streaming'")
+                        == wanted
+                    ),
+                    timeout=START_TIMEOUT,
+                    what=f"the standby streaming ({wanted})",
+                )
                 yield primary, standby
             finally:
                 standby.stop()
@@ -209,8 +263,9 @@ def replicated_postgres(*, synchronous: bool) -> Iterator[tuple[PostgresServer, 
 
 
 @contextlib.contextmanager
-def database_on(host: str, port: int | str, name: str, *, migrate: bool = True,
-                options: dict[str, str] | None = None) -> Iterator[None]:
+def database_on(
+    host: str, port: int | str, name: str, *, migrate: bool = True, options: dict[str, str] | None = None
+) -> Iterator[None]:
     """Point this process's default Django connection (and so the beats and workers the
     `processes` fixture starts, which read it) at database `name` on host:port, migrated
     first; restore the previous settings on leaving. The connection is closed at each switch,
@@ -221,8 +276,9 @@ def database_on(host: str, port: int | str, name: str, *, migrate: bool = True,
 
     saved = {key: connection.settings_dict[key] for key in ("HOST", "PORT", "NAME", "OPTIONS")}
     connection.close()
-    connection.settings_dict.update(HOST=host, PORT=str(port), NAME=name,
-                                    OPTIONS={**saved["OPTIONS"], **(options or {})})
+    connection.settings_dict.update(
+        HOST=host, PORT=str(port), NAME=name, OPTIONS={**saved["OPTIONS"], **(options or {})}
+    )
     ContentType.objects.clear_cache()  # ids cached from the other database
     try:
         if migrate:

@@ -1,6 +1,4 @@
-"""Private RabbitMQ nodes, alone or joined into a cluster.
-"""
-
+"""Private RabbitMQ nodes, alone or joined into a cluster."""
 
 from __future__ import annotations
 
@@ -101,10 +99,20 @@ class RabbitMQNode:
         """Start the node (again, after kill() or stop(): same name, ports and data) and wait
         until it takes AMQP connections."""
         with self.log.open("ab") as log:
-            self.proc = subprocess.Popen([str(self.program)], env=self.environment(), stdout=log,
-                                         stderr=subprocess.STDOUT, cwd=self.directory, start_new_session=True)
-        wait_for(lambda: self.proc.poll() is not None or self.answers(), timeout=START_TIMEOUT, interval=0.2,
-                 what=f"RabbitMQ node {self.name} on port {self.port}")
+            self.proc = subprocess.Popen(
+                [str(self.program)],
+                env=self.environment(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.directory,
+                start_new_session=True,
+            )
+        wait_for(
+            lambda: self.proc.poll() is not None or self.answers(),
+            timeout=START_TIMEOUT,
+            interval=0.2,
+            what=f"RabbitMQ node {self.name} on port {self.port}",
+        )
         if self.proc.poll() is not None:
             raise ServerError(f"RabbitMQ node {self.name} exited with {self.proc.returncode}\n{log_tail(self.log)}")
 
@@ -121,8 +129,11 @@ class RabbitMQNode:
             with contextlib.suppress(ProcessLookupError):  # ended meanwhile
                 os.kill(victim, signal.SIGKILL)
         self.proc.wait(timeout=10)
-        wait_for(lambda: not any(pid_alive(pid) for pid in victims), timeout=10,
-                 what="the killed node's processes to be gone")
+        wait_for(
+            lambda: not any(pid_alive(pid) for pid in victims),
+            timeout=10,
+            what="the killed node's processes to be gone",
+        )
 
     def stop(self) -> None:
         """Shut the node down (SIGTERM: the Erlang VM stops cleanly), killing it if it takes
@@ -135,8 +146,11 @@ class RabbitMQNode:
                 os.kill(victim, signal.SIGTERM)
         try:
             self.proc.wait(timeout=RABBITMQ_STOP_TIMEOUT)
-            wait_for(lambda: not any(pid_alive(pid) for pid in beam), timeout=RABBITMQ_STOP_TIMEOUT,
-                     what="the node's processes to end")
+            wait_for(
+                lambda: not any(pid_alive(pid) for pid in beam),
+                timeout=RABBITMQ_STOP_TIMEOUT,
+                what="the node's processes to end",
+            )
         except (subprocess.TimeoutExpired, AssertionError):
             for victim in [self.proc.pid, *descendants_of(self.proc.pid), *beam]:
                 with contextlib.suppress(ProcessLookupError):
@@ -147,8 +161,14 @@ class RabbitMQNode:
         """The output of `rabbitmqctl -n <node> <args>`, run with the node's cookie."""
         program = self.program.parent / "rabbitmqctl"
         env = {key: value for key, value in self.environment().items() if key != "RABBITMQ_DIST_PORT"}
-        return run([str(program), "-n", self.name, *args], log=self.log, what="rabbitmqctl", timeout=60,
-                   env=env, cwd=self.directory).stdout
+        return run(
+            [str(program), "-n", self.name, *args],
+            log=self.log,
+            what="rabbitmqctl",
+            timeout=60,
+            env=env,
+            cwd=self.directory,
+        ).stdout
 
     def queues(self) -> dict[str, dict]:
         """Each queue of the node's default virtual host, by name: durable, auto_delete,
@@ -164,8 +184,9 @@ def private_rabbitmq() -> Iterator[RabbitMQNode]:
     leaving (whether it runs then, or was killed)."""
     program = rabbitmq_program()
     if program is None:
-        raise ServerError(f"RabbitMQ's server script was not found at {RABBITMQ_SERVER} "
-                          "(set CRONFLEET_TEST_RABBITMQ_SERVER)")
+        raise ServerError(
+            f"RabbitMQ's server script was not found at {RABBITMQ_SERVER} (set CRONFLEET_TEST_RABBITMQ_SERVER)"
+        )
     directory = Path(tempfile.mkdtemp(prefix="cronfleet-rabbitmq-"))
     try:
         node = RabbitMQNode(program, directory, free_port(), free_port())
@@ -225,8 +246,9 @@ def private_rabbitmq_cluster(nodes: int = 3) -> Iterator[RabbitMQCluster]:
     its directory deleted on leaving (whether it runs then, or was killed)."""
     program = rabbitmq_program()
     if program is None:
-        raise ServerError(f"RabbitMQ's server script was not found at {RABBITMQ_SERVER} "
-                          "(set CRONFLEET_TEST_RABBITMQ_SERVER)")
+        raise ServerError(
+            f"RabbitMQ's server script was not found at {RABBITMQ_SERVER} (set CRONFLEET_TEST_RABBITMQ_SERVER)"
+        )
     cookie = uuid.uuid4().hex.upper()
     directories = [Path(tempfile.mkdtemp(prefix=f"cronfleet-rabbitmq{i}-")) for i in range(nodes)]
     members: list[RabbitMQNode] = []
@@ -254,8 +276,12 @@ def private_rabbitmq_cluster(nodes: int = 3) -> Iterator[RabbitMQCluster]:
             node.ctl("join_cluster", first.name)
             node.ctl("start_app")
         cluster = RabbitMQCluster(members)
-        wait_for(lambda: sorted(cluster.members()) == sorted(node.name for node in members), timeout=START_TIMEOUT,
-                 interval=0.5, what=f"{nodes} RabbitMQ nodes running in one cluster")
+        wait_for(
+            lambda: sorted(cluster.members()) == sorted(node.name for node in members),
+            timeout=START_TIMEOUT,
+            interval=0.5,
+            what=f"{nodes} RabbitMQ nodes running in one cluster",
+        )
         yield cluster
     finally:
         for node in members:

@@ -1,6 +1,4 @@
-"""Private Redis servers, and Sentinel groups watching a master and its replica.
-"""
-
+"""Private Redis servers, and Sentinel groups watching a master and its replica."""
 
 from __future__ import annotations
 
@@ -33,12 +31,17 @@ def spawn_redis(server, argv: list[str], what: str) -> None:
     """Start `argv` (a redis-server, or one in Sentinel mode) as `server`'s process, logging to
     its log, and wait until it answers on its port or exits."""
     with server.log.open("ab") as log:
-        server.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=server.directory,
-                                       start_new_session=True)
+        server.proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, cwd=server.directory, start_new_session=True
+        )
     client = server.client()
     try:
-        wait_for(lambda: server.proc.poll() is not None or redis_answers(client, server.proc.pid),
-                 timeout=START_TIMEOUT, interval=0.05, what=f"{what} on port {server.port}")
+        wait_for(
+            lambda: server.proc.poll() is not None or redis_answers(client, server.proc.pid),
+            timeout=START_TIMEOUT,
+            interval=0.05,
+            what=f"{what} on port {server.port}",
+        )
     finally:
         client.close()
     if server.proc.poll() is not None:
@@ -66,8 +69,22 @@ class RedisServer:
         return redis.Redis(host=self.host, port=self.port, socket_connect_timeout=2, socket_timeout=5)
 
     def start(self) -> None:
-        argv = [self.program, "--port", str(self.port), "--bind", self.host, "--save", "", "--appendonly", "no",
-                "--daemonize", "no", "--dir", str(self.directory), *self.args]
+        argv = [
+            self.program,
+            "--port",
+            str(self.port),
+            "--bind",
+            self.host,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+            "--dir",
+            str(self.directory),
+            *self.args,
+        ]
         spawn_redis(self, argv, "redis-server")
 
     def shutdown_nosave(self) -> None:
@@ -135,13 +152,20 @@ class SentinelServer(RedisServer):
     def __init__(self, program: str, directory: Path, port: int, master: RedisServer) -> None:
         super().__init__(program, directory, port)
         self.conf = directory / "sentinel.conf"
-        self.conf.write_text("\n".join([
-            f"port {port}", f"bind {self.host}", f"dir {directory}", "protected-mode no",
-            f"sentinel monitor {SENTINEL_MASTER} {master.host} {master.port} 1",
-            f"sentinel down-after-milliseconds {SENTINEL_MASTER} {SENTINEL_DOWN_AFTER_MS}",
-            f"sentinel failover-timeout {SENTINEL_MASTER} {SENTINEL_FAILOVER_TIMEOUT_MS}",
-            "",
-        ]))
+        self.conf.write_text(
+            "\n".join(
+                [
+                    f"port {port}",
+                    f"bind {self.host}",
+                    f"dir {directory}",
+                    "protected-mode no",
+                    f"sentinel monitor {SENTINEL_MASTER} {master.host} {master.port} 1",
+                    f"sentinel down-after-milliseconds {SENTINEL_MASTER} {SENTINEL_DOWN_AFTER_MS}",
+                    f"sentinel failover-timeout {SENTINEL_MASTER} {SENTINEL_FAILOVER_TIMEOUT_MS}",
+                    "",
+                ]
+            )
+        )
 
     def start(self) -> None:
         spawn_redis(self, [self.program, str(self.conf), "--sentinel"], "redis-server --sentinel")
@@ -163,8 +187,13 @@ class SentinelServer(RedisServer):
 
     def sees_replica(self, replica: RedisServer) -> bool:
         replicas = self.ask(lambda client: client.sentinel_slaves(SENTINEL_MASTER)) or []
-        return any(int(r["port"]) == replica.port and not r.get("is_sdown") and not r.get("is_odown")
-                   and r.get("master-link-status") == "ok" for r in replicas)
+        return any(
+            int(r["port"]) == replica.port
+            and not r.get("is_sdown")
+            and not r.get("is_odown")
+            and r.get("master-link-status") == "ok"
+            for r in replicas
+        )
 
 
 class SentinelGroup:
@@ -179,8 +208,9 @@ class SentinelGroup:
 
     def url(self, db: int = 0) -> str:
         """The broker URL: every Sentinel, the database number on the first (kombu reads it there)."""
-        return ";".join(f"sentinel://{s.host}:{s.port}" + (f"/{db}" if i == 0 else "")
-                        for i, s in enumerate(self.sentinels))
+        return ";".join(
+            f"sentinel://{s.host}:{s.port}" + (f"/{db}" if i == 0 else "") for i, s in enumerate(self.sentinels)
+        )
 
     def wait_for_failover(self, timeout: float = 30) -> float:
         """Until every Sentinel names the replica as the master and the replica says it is one;
@@ -234,11 +264,16 @@ def private_sentinel(*, sentinels: int = 1) -> Iterator[SentinelGroup]:
             watchers.append(watcher)
         for watcher in watchers:
             try:
-                wait_for(lambda w=watcher: w.sees_replica(replica), timeout=START_TIMEOUT, interval=0.1,
-                         what="the Sentinel to see the replica")
+                wait_for(
+                    lambda w=watcher: w.sees_replica(replica),
+                    timeout=START_TIMEOUT,
+                    interval=0.1,
+                    what="the Sentinel to see the replica",
+                )
             except AssertionError:
-                raise ServerError(f"the Sentinel does not see the replica\n{log_tail(watcher.log)}\n"
-                                  f"{log_tail(replica.log)}") from None
+                raise ServerError(
+                    f"the Sentinel does not see the replica\n{log_tail(watcher.log)}\n{log_tail(replica.log)}"
+                ) from None
         yield SentinelGroup(master, replica, watchers)
     finally:
         for server in reversed(started):

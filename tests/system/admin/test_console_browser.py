@@ -14,8 +14,10 @@ from scheduler_app.observability import dashboard
 from tests.conftest import ROOT
 from tests.support import browser
 
-pytestmark = [pytest.mark.django_db(transaction=True),
-              pytest.mark.skipif(not browser.available(), reason="chromium and chromedriver are not installed")]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(not browser.available(), reason="chromium and chromedriver are not installed"),
+]
 ARTIFACTS = ROOT / "var" / "test-artifacts" / "console"
 WIDTH = 1280
 
@@ -39,20 +41,35 @@ def seeded(django_user_model, settings):
         # minute whatever the second the test runs at, so the charts have one point a minute.
         at = now.replace(second=10, microsecond=0) - timedelta(minutes=minute)
         state = RunState.DEAD if minute % 7 == 0 else RunState.SUCCEEDED
-        runs.append(JobRun(job=job, tenant=tenant, scheduled_at=at, created_at=at, state=state, attempt=1,
-                           dispatched_at=at + timedelta(seconds=0.05 + minute % 4 / 10),
-                           started_at=at + timedelta(seconds=0.4 + minute % 3), worker="celery@worker-1",
-                           finished_at=at + timedelta(seconds=3 + minute % 5),
-                           error=("RuntimeError: upstream answered 503 Service Unavailable; " * 8
-                                  if state == RunState.DEAD else "")))
+        runs.append(
+            JobRun(
+                job=job,
+                tenant=tenant,
+                scheduled_at=at,
+                created_at=at,
+                state=state,
+                attempt=1,
+                dispatched_at=at + timedelta(seconds=0.05 + minute % 4 / 10),
+                started_at=at + timedelta(seconds=0.4 + minute % 3),
+                worker="celery@worker-1",
+                finished_at=at + timedelta(seconds=3 + minute % 5),
+                error=(
+                    "RuntimeError: upstream answered 503 Service Unavailable; " * 8 if state == RunState.DEAD else ""
+                ),
+            )
+        )
     JobRun.objects.bulk_create(runs)
     dashboard.roll_up(now, max_minutes=1440)
     return job
 
 
 def login(chromium, live_server) -> None:
-    chromium.log_in(f"{live_server.url}/admin/login/", "ops", "a long passphrase 7",
-                    until="document.body && document.body.innerText.includes('Cronfleet administration')")
+    chromium.log_in(
+        f"{live_server.url}/admin/login/",
+        "ops",
+        "a long passphrase 7",
+        until="document.body && document.body.innerText.includes('Cronfleet administration')",
+    )
 
 
 def test_a_person_sees_the_dashboard_job_and_run_pages(chromium, live_server, seeded):
@@ -72,7 +89,9 @@ def test_a_person_sees_the_dashboard_job_and_run_pages(chromium, live_server, se
                 failing: document.querySelectorAll('#cf-failing tbody tr').length,
                 visible: document.querySelector('#cf-runs-hour svg').getBoundingClientRect().width};""")
     assert points["hour"] >= 55 and points["lag"] >= 110 and points["day"] >= 6 and points["failure"] >= 6, (
-        points, chromium.js("return document.querySelector('.cf-summary').innerText"))
+        points,
+        chromium.js("return document.querySelector('.cf-summary').innerText"),
+    )
     assert points["dispatch"] >= 110 and points["queues"] >= 1  # at least the default queue, read from the broker
     assert points["forecast"] >= 59 and points["failing"] == 1 and points["visible"] > 300
 
@@ -134,8 +153,11 @@ def test_the_job_and_run_pages_fit_and_name_the_job(chromium, live_server, seede
     chromium.get(f"{live_server.url}/admin/scheduler_app/jobrun/{run.pk}/change/")
     crumbs = chromium.js("return document.querySelector('.breadcrumbs').innerText")
     assert "demo/flaky" in crumbs and "of job " not in crumbs, crumbs
-    assert chromium.js("return [...document.querySelectorAll('.breadcrumbs a')].some("
-                       "a => a.getAttribute('href').endsWith('/job/' + arguments[0] + '/change/'))", seeded.pk)
+    assert chromium.js(
+        "return [...document.querySelectorAll('.breadcrumbs a')].some("
+        "a => a.getAttribute('href').endsWith('/job/' + arguments[0] + '/change/'))",
+        seeded.pk,
+    )
 
 
 PAGES = {  # screenshot name: path under the admin
@@ -157,15 +179,32 @@ def test_every_console_page_fits_1280_px(chromium, live_server, seeded):
     a screenshot of each for a person to look at."""
     # A long tenant/job name and a long error on the ledger's first page.
     tenant = services.tenant_create(slug="northwind-logistics", name="Northwind", timezone="UTC")
-    long = services.job_create(tenant, services.JobSpec(name="nightly-invoice-export-for-all-regions",
-                                                        task_name="scheduler_app.echo", cron="0 3 * * *"))
+    long = services.job_create(
+        tenant,
+        services.JobSpec(
+            name="nightly-invoice-export-for-all-regions", task_name="scheduler_app.echo", cron="0 3 * * *"
+        ),
+    )
     at = db_now()
-    JobRun.objects.create(job=long, tenant=tenant, scheduled_at=at, created_at=at, state=RunState.FAILED, attempt=3,
-                          started_at=at + timedelta(seconds=1), finished_at=at + timedelta(seconds=75),
-                          error="psycopg.errors.QueryCanceled: canceling statement due to statement timeout " * 4)
-    Alert.objects.create(job=seeded, tenant=seeded.tenant, kind=AlertKind.FAILED, dedup_key="failed:1",
-                         message="demo/flaky: run 12 ended dead: RuntimeError: upstream answered 503 " * 3,
-                         raised_at=db_now())
+    JobRun.objects.create(
+        job=long,
+        tenant=tenant,
+        scheduled_at=at,
+        created_at=at,
+        state=RunState.FAILED,
+        attempt=3,
+        started_at=at + timedelta(seconds=1),
+        finished_at=at + timedelta(seconds=75),
+        error="psycopg.errors.QueryCanceled: canceling statement due to statement timeout " * 4,
+    )
+    Alert.objects.create(
+        job=seeded,
+        tenant=seeded.tenant,
+        kind=AlertKind.FAILED,
+        dedup_key="failed:1",
+        message="demo/flaky: run 12 ended dead: RuntimeError: upstream answered 503 " * 3,
+        raised_at=db_now(),
+    )
     login(chromium, live_server)
     for name, path in PAGES.items():
         chromium.get(f"{live_server.url}{path.format(job=seeded.pk)}")

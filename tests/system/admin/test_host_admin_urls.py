@@ -53,8 +53,14 @@ def host(settings):
 
 @pytest.fixture(scope="module")
 def app_alone() -> dict:
-    done = subprocess.run([sys.executable, "-c", APP_ALONE], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env=environment_with(DJANGO_SETTINGS_MODULE="tests.settings"))
+    done = subprocess.run(
+        [sys.executable, "-c", APP_ALONE],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=environment_with(DJANGO_SETTINGS_MODULE="tests.settings"),
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 

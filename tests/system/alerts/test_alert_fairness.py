@@ -40,9 +40,13 @@ def test_a_tenant_s_hanging_receiver_does_not_hold_up_another_tenant_s_alerts(pr
     # sent one after another, they hold everything behind them for two minutes.
     for i in range(40):
         pending_alert(flood, seconds_ago=120 - i)
-    env = {"CRONFLEET_HTTP_ALLOWED_NETWORKS": "127.0.0.0/8", "CRONFLEET_ALERT_CHECK_SECONDS": "1",
-           "CRONFLEET_ALERT_DELIVERY_TIMEOUT_SECONDS": "3", "CRONFLEET_ALERT_DELIVERY_THREADS": "4",
-           "CRONFLEET_ALERT_DELIVERIES_PER_TENANT": "2"}
+    env = {
+        "CRONFLEET_HTTP_ALLOWED_NETWORKS": "127.0.0.0/8",
+        "CRONFLEET_ALERT_CHECK_SECONDS": "1",
+        "CRONFLEET_ALERT_DELIVERY_TIMEOUT_SECONDS": "3",
+        "CRONFLEET_ALERT_DELIVERY_THREADS": "4",
+        "CRONFLEET_ALERT_DELIVERIES_PER_TENANT": "2",
+    }
     try:
         processes.beat("beat-1", "--max-sleep", "1", **env)
         wait_for(lambda: len(stuck.received) >= 2, timeout=60, what="the flood's first alerts at its receiver")
@@ -69,21 +73,32 @@ def test_a_real_beat_sends_a_tenant_s_alerts_up_to_its_hourly_budget_and_suppres
     tenant = services.tenant_create(slug="noisy", name="Noisy")
     receiver = Receiver(services.tenant_signing_secrets(tenant, db_now()))
     now = db_now()
-    jobs = [services.job_create(tenant, services.JobSpec(name=f"flaky-{i}", task_name=TASK, cron="* * * * *"))
-            for i in range(3)]
+    jobs = [
+        services.job_create(tenant, services.JobSpec(name=f"flaky-{i}", task_name=TASK, cron="* * * * *"))
+        for i in range(3)
+    ]
     for minute, job in enumerate(jobs):
         arm(job, now, on_failure=True, webhook_url=receiver.url)
         run_of(job, now - timedelta(minutes=10 - minute), RunState.FAILED, error="boom")
-    env = {"CRONFLEET_HTTP_ALLOWED_NETWORKS": "127.0.0.0/8", "CRONFLEET_ALERT_CHECK_SECONDS": "1",
-           "CRONFLEET_ALERT_TENANT_ALERTS_PER_HOUR": "2"}
+    env = {
+        "CRONFLEET_HTTP_ALLOWED_NETWORKS": "127.0.0.0/8",
+        "CRONFLEET_ALERT_CHECK_SECONDS": "1",
+        "CRONFLEET_ALERT_TENANT_ALERTS_PER_HOUR": "2",
+    }
     try:
         processes.beat("beat-1", "--max-sleep", "1", **env)
-        wait_for(lambda: Alert.objects.filter(tenant=tenant).count() == 3 and len(receiver.received) >= 2,
-                 timeout=60, what="three alerts recorded, two of them at the receiver")
+        wait_for(
+            lambda: Alert.objects.filter(tenant=tenant).count() == 3 and len(receiver.received) >= 2,
+            timeout=60,
+            what="three alerts recorded, two of them at the receiver",
+        )
         # Two more checks of every rule: nothing more is sent.
         checked = db_now() + timedelta(seconds=2)
-        wait_for(lambda: all(rule.checked_until > checked for rule in AlertRule.objects.filter(job__tenant=tenant)),
-                 timeout=60, what="two more checks")
+        wait_for(
+            lambda: all(rule.checked_until > checked for rule in AlertRule.objects.filter(job__tenant=tenant)),
+            timeout=60,
+            what="two more checks",
+        )
     finally:
         receiver.shutdown()
 

@@ -34,30 +34,57 @@ def host_report() -> None:
         for method in METHODS:
             for authorization in (None, basic):
                 headers = {"HTTP_AUTHORIZATION": authorization} if authorization else {}
-                response = getattr(client, method)(url, **headers) if method in ("get", "head", "options") else \
-                    getattr(client, method)(url, json.dumps(BODY), content_type="application/json", **headers)
-                calls.append({"call": f"{method.upper()} {url} basic={bool(authorization)}",
-                              "status": response.status_code, "type": response.get("Content-Type", ""),
-                              "body": response.content.decode()[:300]})
+                response = (
+                    getattr(client, method)(url, **headers)
+                    if method in ("get", "head", "options")
+                    else getattr(client, method)(url, json.dumps(BODY), content_type="application/json", **headers)
+                )
+                calls.append(
+                    {
+                        "call": f"{method.upper()} {url} basic={bool(authorization)}",
+                        "status": response.status_code,
+                        "type": response.get("Content-Type", ""),
+                        "body": response.content.decode()[:300],
+                    }
+                )
     schema = client.get("/cron/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
     docs = client.get("/cron/api/docs/")
     unknown = client.post("/cron/api/v1/jobs", json.dumps({}), content_type="application/json")
-    print(json.dumps({"calls": calls, "schema_status": schema.status_code, "schema": schema.content.decode(),
-                      "docs": docs.content.decode(), "unknown": [unknown.status_code, unknown.content.decode()]}))
+    print(
+        json.dumps(
+            {
+                "calls": calls,
+                "schema_status": schema.status_code,
+                "schema": schema.content.decode(),
+                "docs": docs.content.decode(),
+                "unknown": [unknown.status_code, unknown.content.decode()],
+            }
+        )
+    )
 
 
 def test_a_host_project_with_drf_defaults_of_its_own_gets_the_same_safe_api():
     result = subprocess.run(
-        [sys.executable, "-c", "import django; django.setup(); "
-                               "from tests.system.api.test_api_host_settings import host_report; host_report()"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-        env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.support.host_api_settings"})
+        [
+            sys.executable,
+            "-c",
+            "import django; django.setup(); "
+            "from tests.system.api.test_api_host_settings import host_report; host_report()",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.support.host_api_settings"},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
 
     for call in report["calls"]:
         assert call["status"] == 401, call
-        assert call["call"].startswith("HEAD") or json.loads(call["body"])["errors"][0]["field"] == "Authorization", call
+        assert call["call"].startswith("HEAD") or json.loads(call["body"])["errors"][0]["field"] == "Authorization", (
+            call
+        )
     assert len(report["calls"]) == 2 * len(METHODS) * len(cronfleet_routes())
     assert report["schema_status"] == 200, report["schema"][:2000]
     schema = json.loads(report["schema"])
@@ -66,4 +93,5 @@ def test_a_host_project_with_drf_defaults_of_its_own_gets_the_same_safe_api():
     assert f'url: "{escapejs("/cron/api/schema/")}"' in report["docs"] and "cdn.example.com" not in report["docs"]
     assert "<title>Cronfleet API</title>" in report["docs"]
     assert report["unknown"][0] == 404 and json.loads(report["unknown"][1]) == {
-        "errors": [{"field": "path", "message": "no route '/cron/api/v1/jobs'; the route is '/cron/api/v1/jobs/'"}]}
+        "errors": [{"field": "path", "message": "no route '/cron/api/v1/jobs'; the route is '/cron/api/v1/jobs/'"}]
+    }

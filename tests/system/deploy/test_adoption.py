@@ -39,7 +39,7 @@ FIRES = 4  # fires of each imported entry the test waits for
 
 # --- what the host adds (docs/your-project.md shows the same lines) --------------------------
 
-CELERY_APP = '''\
+CELERY_APP = """\
 import os
 
 from celery import Celery
@@ -50,13 +50,13 @@ app = Celery("hostsite")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 install_worker_step(app)  # Cronfleet: the worker's heartbeat, its queue and metrics
-'''
+"""
 
-PACKAGE_INIT = '''\
+PACKAGE_INIT = """\
 from .celery import app as celery_app
 
 __all__ = ("celery_app",)
-'''
+"""
 
 TASKS = '''\
 import os
@@ -80,7 +80,7 @@ def send_reminders(ledger):
         out.write(f"send_reminders {fire.fire_key if fire else 'no-fire'}\\n")
 '''
 
-SETTINGS_TAIL = '''
+SETTINGS_TAIL = """
 # --- the host's own Celery and celery beat, as before Cronfleet ---
 import os
 from datetime import timedelta
@@ -100,16 +100,16 @@ REST_FRAMEWORK = {{"DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.Al
 # --- Cronfleet ---
 INSTALLED_APPS += ["django_celery_beat", "rest_framework", "drf_spectacular", "billing", "scheduler_app"]
 CRONFLEET_ALLOWED_TASKS = ["billing.*"]
-'''
+"""
 
-URLS_TAIL = '''
+URLS_TAIL = """
 from django.urls import include
 
 urlpatterns += [path("cron/", include("scheduler_app.urls"))]
-'''
+"""
 
 # What a person would try against the host's web app, through Django's test client.
-PROBE = '''\
+PROBE = """\
 import json
 
 from django.contrib import admin
@@ -140,7 +140,7 @@ for who, client in (("anonymous", Client(HTTP_HOST="localhost")), ("plain", plai
 found["refusals"] = refusals
 found["runs_written"] = JobRun.objects.count() - runs_before
 print("PROBE " + json.dumps(found))
-'''
+"""
 
 
 def find_python(minor: str) -> str | None:
@@ -161,8 +161,11 @@ def wheel(tmp_path_factory) -> Path:
     """The wheel, built from a copy of the checkout (tests/system/deploy/test_package.py says why)."""
     out = tmp_path_factory.mktemp("wheel")
     shutil.copytree(ROOT, out / "source", ignore=NOT_SOURCES)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(out / "source")],
-                   check=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(out / "source")],
+        check=True,
+        timeout=300,
+    )
     (built,) = out.glob("cronfleet-*.whl")
     return built
 
@@ -182,22 +185,40 @@ class Host:
         run([str(self.venv / "bin" / "python"), "-m", "pip", *args], timeout=timeout)
 
     def env(self) -> dict[str, str]:
-        env = {key: value for key, value in os.environ.items()
-               if not key.startswith(("DJANGO_", "CRONFLEET_", "CELERY_", "DATABASE_", "PYTHONPATH"))}
-        env.update(DJANGO_SETTINGS_MODULE="hostsite.settings", PYTHONUNBUFFERED="1",
-                   PATH=f"{self.venv / 'bin'}:{env.get('PATH', '')}")
+        env = {
+            key: value
+            for key, value in os.environ.items()
+            if not key.startswith(("DJANGO_", "CRONFLEET_", "CELERY_", "DATABASE_", "PYTHONPATH"))
+        }
+        env.update(
+            DJANGO_SETTINGS_MODULE="hostsite.settings",
+            PYTHONUNBUFFERED="1",
+            PATH=f"{self.venv / 'bin'}:{env.get('PATH', '')}",
+        )
         return env
 
     def manage(self, *args: str, timeout: float = 120) -> str:
-        done = subprocess.run([str(self.venv / "bin" / "python"), "manage.py", *args], cwd=self.site,
-                              env=self.env(), capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(
+            [str(self.venv / "bin" / "python"), "manage.py", *args],
+            cwd=self.site,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         assert done.returncode == 0, f"manage.py {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
         return done.stdout
 
     def start(self, name: str, *argv: str) -> subprocess.Popen:
         log = self.home / f"{name}.log"
-        proc = subprocess.Popen([str(self.venv / "bin" / argv[0]), *argv[1:]], cwd=self.site, env=self.env(),
-                                stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [str(self.venv / "bin" / argv[0]), *argv[1:]],
+            cwd=self.site,
+            env=self.env(),
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.procs.append((proc, log))
         return proc
 
@@ -244,9 +265,17 @@ def make_host(home: Path, python: str, django: str, wheel: Path, database: str) 
     (host.site / "billing" / "tasks.py").write_text(TASKS)
     pg = psycopg.conninfo.conninfo_to_dict(f"{POSTGRES}/postgres")
     with (package / "settings.py").open("a") as settings:
-        settings.write(SETTINGS_TAIL.format(
-            database=database, pg_host=pg.get("host", "127.0.0.1"), pg_port=pg.get("port", "5432"),
-            pg_user=pg.get("user", "postgres"), broker=REDIS, prefix=f"{database}:", ledger=host.ledger))
+        settings.write(
+            SETTINGS_TAIL.format(
+                database=database,
+                pg_host=pg.get("host", "127.0.0.1"),
+                pg_port=pg.get("port", "5432"),
+                pg_user=pg.get("user", "postgres"),
+                broker=REDIS,
+                prefix=f"{database}:",
+                ledger=host.ledger,
+            )
+        )
     with (package / "urls.py").open("a") as urls:
         urls.write(URLS_TAIL)
     return host
@@ -261,10 +290,12 @@ def fires_recorded(host: Host) -> dict[str, list[str]]:
     return found
 
 
-@pytest.mark.parametrize(("python_minor", "django"), [("3.11", ">=5.2,<6.0"), ("3.12", ">=6.0,<6.1")],
-                         ids=["django-5.2", "django-6.0"])
+@pytest.mark.parametrize(
+    ("python_minor", "django"), [("3.11", ">=5.2,<6.0"), ("3.12", ">=6.0,<6.1")], ids=["django-5.2", "django-6.0"]
+)
 def test_a_host_project_adopts_cronfleet_and_runs_its_tasks_once_per_fire(
-        python_minor, django, wheel, database, tmp_path):
+    python_minor, django, wheel, database, tmp_path
+):
     python = find_python(python_minor)
     if python is None:
         pytest.skip(f"Python {python_minor} is not installed (pyenv install {python_minor})")
@@ -275,25 +306,42 @@ def test_a_host_project_adopts_cronfleet_and_runs_its_tasks_once_per_fire(
         assert host.manage("cronfleet", "--version").startswith("cronfleet ")
         host.manage("migrate", "--no-input", timeout=300)
         # The host's celery beat had a PeriodicTask row besides CELERY_BEAT_SCHEDULE.
-        host.manage("shell", "-c", textwrap.dedent(f'''
+        host.manage(
+            "shell",
+            "-c",
+            textwrap.dedent(f'''
             from django_celery_beat.models import IntervalSchedule, PeriodicTask
             every = IntervalSchedule.objects.create(every=3, period=IntervalSchedule.SECONDS)
             PeriodicTask.objects.create(name="reminders", task="billing.send_reminders", interval=every,
                                         args='["{host.ledger}"]')
-        '''))
+        '''),
+        )
         host.manage("tenants", "add", "host", "--name", "Host")
-        imported = host.manage("import_beat", "--tenant", "host", "--from-db", "--from-settings",
-                               "--disable-source")
+        imported = host.manage("import_beat", "--tenant", "host", "--from-db", "--from-settings", "--disable-source")
         assert "close-day" in imported and "reminders" in imported, imported
 
         beats = [host.start(f"beat{i}", "python", "manage.py", "runbeat", "--max-sleep", "0.5") for i in (1, 2)]
-        worker = host.start("worker", "celery", "-A", "hostsite", "worker", "-l", "info", "-c", "2",
-                            "--without-mingle", "--without-gossip")
+        worker = host.start(
+            "worker",
+            "celery",
+            "-A",
+            "hostsite",
+            "worker",
+            "-l",
+            "info",
+            "-c",
+            "2",
+            "--without-mingle",
+            "--without-gossip",
+        )
         wait_for(lambda: "ready." in host.log(worker) or worker.poll() is not None, timeout=90, what="worker ready")
         assert worker.poll() is None, host.log(worker)
-        wait_for(lambda: all(len(fires_recorded(host).get(task, [])) >= FIRES
-                             for task in ("close_day", "send_reminders")),
-                 timeout=120, interval=0.5, what=f"{FIRES} fires of each task")
+        wait_for(
+            lambda: all(len(fires_recorded(host).get(task, [])) >= FIRES for task in ("close_day", "send_reminders")),
+            timeout=120,
+            interval=0.5,
+            what=f"{FIRES} fires of each task",
+        )
         for beat in beats:
             os.killpg(beat.pid, signal.SIGTERM)
         for beat in beats:
@@ -302,13 +350,17 @@ def test_a_host_project_adopts_cronfleet_and_runs_its_tasks_once_per_fire(
 
         # Every run the beats recorded ends, and each ran once: its fire key in the ledger once.
         def settled() -> dict | None:
-            out = host.manage("shell", "-c", textwrap.dedent('''
+            out = host.manage(
+                "shell",
+                "-c",
+                textwrap.dedent("""
                 import json
                 from scheduler_app.models import JobRun
                 rows = list(JobRun.objects.values_list("job__name", "state", "attempt", "job_id", "scheduled_at"))
                 print(json.dumps([[name, state, attempt, f"{job_id}:{at.isoformat()}"]
                                   for name, state, attempt, job_id, at in rows]))
-            '''))
+            """),
+            )
             rows = json.loads(out.strip().splitlines()[-1])
             return rows if rows and all(state in ("succeeded", "skipped") for _, state, _, _ in rows) else None
 

@@ -14,8 +14,14 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
 def bench(*args: str, timeout: int = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "manage.py", "bench", *args, "--yes"], cwd=ROOT, env=env or process_env(),
-                          capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, "manage.py", "bench", *args, "--yes"],
+        cwd=ROOT,
+        env=env or process_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     print(done.stdout)  # the table, for -s
     assert done.returncode == 0, done.stdout + done.stderr
     assert " FAIL" not in done.stdout
@@ -43,8 +49,14 @@ def test_bench_dispatch_runs_and_its_checks_pass():
 
 
 def failing_bench(*args: str) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "manage.py", "bench", *args, "--yes"], cwd=ROOT, env=process_env(),
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "manage.py", "bench", *args, "--yes"],
+        cwd=ROOT,
+        env=process_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     print(done.stdout, done.stderr)
     assert done.returncode == 1, done.stdout + done.stderr
     return done
@@ -54,8 +66,9 @@ def test_bench_dispatch_prints_fires_not_queued_with_their_reason_and_fails():
     """A grace of 0 makes every fire late when a beat claims it; with the `skip` misfire
     policy each is recorded skipped. The bench must say so and fail, never report them as
     dispatched."""
-    done = failing_bench("dispatch", "--jobs", "50", "--lead", "20", "--grace", "0", "--misfire-policy", "skip",
-                         "--floor-jobs", "0")
+    done = failing_bench(
+        "dispatch", "--jobs", "50", "--lead", "20", "--grace", "0", "--misfire-policy", "skip", "--floor-jobs", "0"
+    )
 
     line = next(line for line in done.stdout.splitlines() if "runs not queued (state: reason)" in line)
     assert "50 skipped: misfire_skip" in line and line.endswith("FAIL")
@@ -75,15 +88,15 @@ def test_bench_peers_runs_all_three_schedulers_and_its_checks_pass():
     # A lead of 30 s: each peer starts before its spike on a loaded machine (15 s did not).
     done = bench("peers", "--jobs", "50", "--cap", "30", "--lead", "30", timeout=900)
 
-    for label in ("cronfleet: runbeat x 1", "django-celery-beat DatabaseScheduler", "RedBeat",
-                  "floor: send_task x N"):
+    for label in ("cronfleet: runbeat x 1", "django-celery-beat DatabaseScheduler", "RedBeat", "floor: send_task x N"):
         assert label in done.stdout
     assert "cronfleet is" in done.stdout
 
 
 def test_bench_steady_runs_beats_and_workers_and_its_checks_pass():
-    done = bench("steady", "--jobs", "20", "--rate", "10", "--seconds", "4", "--workers", "1",
-                 "--concurrency", "2", timeout=600)
+    done = bench(
+        "steady", "--jobs", "20", "--rate", "10", "--seconds", "4", "--workers", "1", "--concurrency", "2", timeout=600
+    )
 
     assert "runs succeeded == fires expected" in done.stdout
     assert "start lag p50/p99/max s" in done.stdout
@@ -92,8 +105,7 @@ def test_bench_steady_runs_beats_and_workers_and_its_checks_pass():
 
 
 def test_bench_autoscale_scales_real_workers_under_each_controller_and_its_checks_pass():
-    done = bench("autoscale", "--jobs", "20", "--duration", "0.2", "--lead", "8", "--max-workers", "2",
-                 timeout=600)
+    done = bench("autoscale", "--jobs", "20", "--duration", "0.2", "--lead", "8", "--max-workers", "2", timeout=600)
 
     for controller in ("fixed", "forecast", "queue depth"):
         assert re.search(rf"^  {controller} +[\d.]+ +[\d.]+ +[\d.]+ +[12] ", done.stdout, re.M), controller
@@ -107,9 +119,26 @@ LEDGER_SPEED_CHECKS = ("fires/s", "dispatch CPU per 1,000 fires", "p50 / p99 ms"
 
 def test_bench_ledger_runs_and_leaves_nothing_the_policy_lets_go():
     done = subprocess.run(
-        [sys.executable, "manage.py", "bench", "ledger", "--jobs", "200", "--rows", "20000", "--repeat", "1",
-         "--load", "20", "--yes"],
-        cwd=ROOT, env=process_env(), capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "manage.py",
+            "bench",
+            "ledger",
+            "--jobs",
+            "200",
+            "--rows",
+            "20000",
+            "--repeat",
+            "1",
+            "--load",
+            "20",
+            "--yes",
+        ],
+        cwd=ROOT,
+        env=process_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     print(done.stdout)  # the table, for -s
 
@@ -126,15 +155,23 @@ def test_bench_ledger_runs_and_leaves_nothing_the_policy_lets_go():
 
 # The console bench checks its timings against targets a busy machine can miss (it then
 # exits 1); a page or statement ten times over its target is a defect whatever the load.
-DASHBOARD_LINE = re.compile(r"dashboard +(?P<median>[0-9.]+) +[0-9.]+  /admin/dashboard/  "
-                            r"(?P<verdict>ok|FAIL) \(< (?P<target>[0-9]+) ms\)")
+DASHBOARD_LINE = re.compile(
+    r"dashboard +(?P<median>[0-9.]+) +[0-9.]+  /admin/dashboard/  "
+    r"(?P<verdict>ok|FAIL) \(< (?P<target>[0-9]+) ms\)"
+)
 STATEMENT_LINE = re.compile(r" +(?P<ms>[0-9.]+) ms(?P<slow> SLOW)?  ")
 STATEMENT_SLOW_MS = 50
 
 
 def console_bench(*args: str) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "manage.py", "bench", "console", *args, "--yes"], cwd=ROOT,
-                          env=process_env(), capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "manage.py", "bench", "console", *args, "--yes"],
+        cwd=ROOT,
+        env=process_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     print(done.stdout)  # the table, for -s
     assert "Traceback" not in done.stderr, done.stderr
     lines = done.stdout.splitlines()
@@ -159,16 +196,34 @@ def test_bench_console_times_every_page_and_reuses_its_ledger():
     again = console_bench("--jobs", "20", "--rows", "2000", "--requests", "1")
 
     table = first.stdout.split("bench console:")[1]
-    for page in ("dashboard", "tenant dashboard", "job list", "job page", "run ledger", "ledger: tenant + failed",
-                 "ledger: past 7 days", "ledger: search fire key", "ledger: page ", "run page", "alerts"):
+    for page in (
+        "dashboard",
+        "tenant dashboard",
+        "job list",
+        "job page",
+        "run ledger",
+        "ledger: tenant + failed",
+        "ledger: past 7 days",
+        "ledger: search fire key",
+        "ledger: page ",
+        "run page",
+        "alerts",
+    ):
         assert any(line.startswith(page.rstrip() + " ") for line in table.splitlines()), page
     assert "EXPLAIN (ANALYZE, BUFFERS)" in first.stdout and "Index jobrun_one_per_fire" in first.stdout
     assert "seeded 2,000 runs" in first.stderr
     assert "reusing the console ledger: 2,000 runs of 20 jobs" in again.stderr
 
 
-E2E_COLUMNS = ("runs", "seconds", "runs/s", "start lag p50/p99/max s", "dispatch p99 s", "worker CPU ms/run",
-               "statements/run")
+E2E_COLUMNS = (
+    "runs",
+    "seconds",
+    "runs/s",
+    "start lag p50/p99/max s",
+    "dispatch p99 s",
+    "worker CPU ms/run",
+    "statements/run",
+)
 
 
 def e2e_rows(stdout: str) -> list[dict[str, list[str]]]:
@@ -179,12 +234,12 @@ def e2e_rows(stdout: str) -> list[dict[str, list[str]]]:
     for column in E2E_COLUMNS:
         assert column in lines[header], f"column {column!r} missing from {lines[header]!r}"
     rounds: list[dict[str, list[str]]] = []
-    for line in lines[header + 1:]:
+    for line in lines[header + 1 :]:
         for label in ("plain Celery no-op (floor)", "cronfleet (beat + workers + ledger)"):
             if line.strip().startswith(label):
                 if not rounds or label in rounds[-1]:
                     rounds.append({})
-                rounds[-1][label] = line.strip()[len(label):].split()
+                rounds[-1][label] = line.strip()[len(label) :].split()
     return rounds
 
 
@@ -194,8 +249,9 @@ def test_bench_e2e_runs_every_job_through_beat_and_worker_beside_the_floor(batch
     same broker, in `repeat` rounds. Every figure of the table is printed, and every run
     finished (counts), in every round."""
     jobs = 200
-    done = bench("e2e", "--jobs", str(jobs), "--batch", str(batch), "--repeat", str(repeat), "--timeout", "120",
-                 timeout=600)
+    done = bench(
+        "e2e", "--jobs", str(jobs), "--batch", str(batch), "--repeat", str(repeat), "--timeout", "120", timeout=600
+    )
 
     rounds = e2e_rows(done.stdout)
     assert len(rounds) == repeat, done.stdout
@@ -223,8 +279,23 @@ def test_bench_e2e_runs_every_job_through_beat_and_worker_beside_the_floor(batch
 
 
 def test_bench_steady_with_batches_runs_every_fire():
-    done = bench("steady", "--jobs", "20", "--rate", "10", "--seconds", "4", "--workers", "1",
-                 "--concurrency", "2", "--batch", "10", "--no-floor", timeout=600)
+    done = bench(
+        "steady",
+        "--jobs",
+        "20",
+        "--rate",
+        "10",
+        "--seconds",
+        "4",
+        "--workers",
+        "1",
+        "--concurrency",
+        "2",
+        "--batch",
+        "10",
+        "--no-floor",
+        timeout=600,
+    )
 
     assert "batches of 10" in done.stdout
     line = next(line for line in done.stdout.splitlines() if "runs succeeded == fires expected" in line)
@@ -233,8 +304,14 @@ def test_bench_steady_with_batches_runs_every_fire():
 
 @pytest.mark.parametrize("scenario", ["e2e", "ledger"])
 def test_bench_refuses_fewer_than_one_round(scenario):
-    done = subprocess.run([sys.executable, "manage.py", "bench", scenario, "--jobs", "10", "--repeat", "0", "--yes"],
-                          cwd=ROOT, env=process_env(), capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "manage.py", "bench", scenario, "--jobs", "10", "--repeat", "0", "--yes"],
+        cwd=ROOT,
+        env=process_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
     assert done.returncode == 2, done.stdout + done.stderr
     assert "--repeat must be at least 1" in done.stderr

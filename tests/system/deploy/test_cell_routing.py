@@ -60,15 +60,22 @@ def make_tenant(slug: str) -> tuple[str, Monitor]:
     """A tenant of this cell with an API key and a monitored job: (the key, its job's monitor)."""
     tenant = services.tenant_create(slug=slug, name=slug.title())
     _, raw = services.apikey_create(tenant=tenant, name="deploy")
-    job = services.job_create(tenant, services.JobSpec(name="backup", cron="0 3 * * *", target_kind="monitor",
-                                                       monitor={"grace_seconds": 60}))
+    job = services.job_create(
+        tenant, services.JobSpec(name="backup", cron="0 3 * * *", target_kind="monitor", monitor={"grace_seconds": 60})
+    )
     return raw, job.monitor
 
 
 def start_web(processes, name: str, cell: str, port: int):
-    env = {"CRONFLEET_CELL": cell, "CRONFLEET_WEB_BIND": f"127.0.0.1:{port}", "CRONFLEET_WEB_WORKERS": "1",
-           "CRONFLEET_WEB_THREADS": "2", "DJANGO_DEBUG": "true", "CRONFLEET_TRUSTED_PROXIES": "1",
-           "DJANGO_ALLOWED_HOSTS": ",".join(["localhost", *HOSTS])}
+    env = {
+        "CRONFLEET_CELL": cell,
+        "CRONFLEET_WEB_BIND": f"127.0.0.1:{port}",
+        "CRONFLEET_WEB_WORKERS": "1",
+        "CRONFLEET_WEB_THREADS": "2",
+        "DJANGO_DEBUG": "true",
+        "CRONFLEET_TRUSTED_PROXIES": "1",
+        "DJANGO_ALLOWED_HOSTS": ",".join(["localhost", *HOSTS]),
+    }
     return processes.start(name, [sys.executable, "-m", "gunicorn", "-c", "project/gunicorn.conf.py"], **env)
 
 
@@ -84,14 +91,16 @@ def test_the_shipped_routing_files_and_examples_pass_nginx_own_check(tmp_path):
     shutil.copytree(nginx.SHIPPED / "cronfleet-cells", tmp_path / "cronfleet-cells")
     nginx.write_conf(tmp_path, free_ports(1)[0], {}, includes=("cronfleet-cells/upstreams.conf",))
 
-    check = subprocess.run([nginx_program(), "-t", "-q", *nginx.argv(tmp_path)[1:]], capture_output=True,
-                           text=True, timeout=60)
+    check = subprocess.run(
+        [nginx_program(), "-t", "-q", *nginx.argv(tmp_path)[1:]], capture_output=True, text=True, timeout=60
+    )
 
     assert check.returncode == 0, check.stderr
 
 
-def test_the_proxy_sends_each_request_to_its_cell_and_a_moved_tenant_follows_its_overrides(processes, tmp_path,
-                                                                                          settings):
+def test_the_proxy_sends_each_request_to_its_cell_and_a_moved_tenant_follows_its_overrides(
+    processes, tmp_path, settings
+):
     if servers.postgres_bindir() is None:
         pytest.skip("needs PostgreSQL's initdb, pg_ctl and postgres (CRONFLEET_TEST_PG_BINDIR)")
     nginx_program()
@@ -111,8 +120,11 @@ def test_the_proxy_sends_each_request_to_its_cell_and_a_moved_tenant_follows_its
             start_web(processes, "web-b", "b", web_b)
         server = processes.start("nginx", nginx.argv(tmp_path))
         for port, what in ((web_a, "cell a's web"), (web_b, "cell b's web"), (proxy, "nginx")):
-            wait_for(lambda port=port: server.poll() is not None or servers_answer(port), timeout=60,
-                     what=f"{what} to answer")
+            wait_for(
+                lambda port=port: server.poll() is not None or servers_answer(port),
+                timeout=60,
+                what=f"{what} to answer",
+            )
         assert server.poll() is None, (tmp_path / "error.log").read_text()
 
         # Each key reaches the cell it names; each tenant exists only there.
@@ -142,8 +154,11 @@ def test_the_proxy_sends_each_request_to_its_cell_and_a_moved_tenant_follows_its
         call_command("cells", "routes", "--out", str(routes), stdout=io.StringIO())
         os.kill(server.pid, signal.SIGHUP)  # nginx -s reload
 
-        wait_for(lambda: tenant_of(proxy, acme_key) == (200, "b", "acme"), timeout=30,
-                 what="acme's old key to reach cell b after the reload")
+        wait_for(
+            lambda: tenant_of(proxy, acme_key) == (200, "b", "acme"),
+            timeout=30,
+            what="acme's old key to reach cell b after the reload",
+        )
         assert request(proxy, ping_path(acme_ping) + "/start")[:2] == (200, "b")
         with servers.database_on(cluster.host, cluster.port, DATABASE, migrate=False):
             moved = Job.objects.get(tenant__slug="acme", name="backup")

@@ -16,8 +16,14 @@ from tests.support import servers
 
 
 def manage(*args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, env=environment_with(DJANGO_DEBUG="true", **env))
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=environment_with(DJANGO_DEBUG="true", **env),
+    )
 
 
 def test_a_settings_error_names_the_variable_in_one_line():
@@ -25,7 +31,8 @@ def test_a_settings_error_names_the_variable_in_one_line():
     assert done.returncode == 2  # manage.py's status for a settings error
     assert done.stderr.strip().splitlines() == [
         "manage.py: DATABASE_URL is not a valid database URL: in the host list 'a,b:5442' only b has a port; "
-        "libpq would give a the default port 5432: write every host with its port (or none)"]
+        "libpq would give a the default port 5432: write every host with its port (or none)"
+    ]
 
     done = manage("check", CRONFLEET_SQL_DATABASES='{"reporting": "host=a,b port=1,2,3 dbname=r"}')
     assert done.returncode == 2  # manage.py's status for a settings error
@@ -33,13 +40,21 @@ def test_a_settings_error_names_the_variable_in_one_line():
     assert "Traceback" not in done.stderr
 
 
-SERVER_PORT = ("import django; django.setup(); from django.db import connection; "
-               "print(connection.cursor().execute('SELECT inet_server_port()').fetchone()[0])")
+SERVER_PORT = (
+    "import django; django.setup(); from django.db import connection; "
+    "print(connection.cursor().execute('SELECT inet_server_port()').fetchone()[0])"
+)
 
 
 def server_port_with(url: str) -> int:
-    done = subprocess.run([sys.executable, "-c", SERVER_PORT], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env=environment_with(DJANGO_DEBUG="true", DATABASE_URL=url))
+    done = subprocess.run(
+        [sys.executable, "-c", SERVER_PORT],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=environment_with(DJANGO_DEBUG="true", DATABASE_URL=url),
+    )
     assert done.returncode == 0, done.stderr
     return int(done.stdout)
 
@@ -61,6 +76,8 @@ def test_read_write_skips_a_read_only_server_listed_first_as_it_would_a_standby(
         uri = f"postgres://postgres@{first},{primary}/{name}"
         assert server_port_with(f"{uri}?target_session_attrs=read-write") == primary_port
         assert server_port_with(f"{uri}?target_session_attrs=any") == standby.port
-        keyword = (f"host={standby.host},{primary.rsplit(':', 1)[0]} port={standby.port},{primary_port} "
-                   f"dbname={name} user=postgres target_session_attrs=read-write")
+        keyword = (
+            f"host={standby.host},{primary.rsplit(':', 1)[0]} port={standby.port},{primary_port} "
+            f"dbname={name} user=postgres target_session_attrs=read-write"
+        )
         assert server_port_with(keyword) == primary_port

@@ -35,8 +35,9 @@ SUCCEEDED_RUN = re.compile(r"^\d\d:\d\d:\d\d UTC  heartbeat +\d\d:\d\d:\d\d UTC 
 
 def process_groups_alive(pgids: set[int]) -> list[str]:
     """`ps` lines of live processes in any of these process groups (each child leads one)."""
-    out = subprocess.run(["ps", "-e", "-o", "pid=,pgid=,stat=,args="], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        ["ps", "-e", "-o", "pid=,pgid=,stat=,args="], capture_output=True, text=True, check=True
+    ).stdout
     alive = []
     for line in out.splitlines():
         pid, pgid, stat, *_ = line.split(None, 3)
@@ -60,13 +61,25 @@ def wait_for_an_alert(database: Path, seconds: float) -> list[tuple]:
 def test_demo_runs_jobs_and_stops_cleanly_on_sigint(tmp_path):
     env = embedded_env(tmp_path)
     manage = str(REPO / "manage.py")
-    migrate = subprocess.run([sys.executable, manage, "migrate", "--noinput", "-v", "0"], cwd=REPO, env=env,
-                             capture_output=True, text=True, timeout=120)
+    migrate = subprocess.run(
+        [sys.executable, manage, "migrate", "--noinput", "-v", "0"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert migrate.returncode == 0, migrate.stdout + migrate.stderr
 
-    demo = subprocess.Popen([sys.executable, manage, "demo", "--no-web"], cwd=REPO, env=env,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    demo = subprocess.Popen(
+        [sys.executable, manage, "demo", "--no-web"],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     lines: queue.Queue[str | None] = queue.Queue()
 
     def read() -> None:
@@ -94,8 +107,14 @@ def test_demo_runs_jobs_and_stops_cleanly_on_sigint(tmp_path):
                 children[started[1]] = int(started[2])
             succeeded = bool(SUCCEEDED_RUN.match(line))
         assert set(children) == {"beat", "worker"}, children  # --no-web: no runserver
-        rule = subprocess.run([sys.executable, manage, "alerts", "set", "demo/flaky", "--on-failure"], cwd=REPO,
-                              env=env, capture_output=True, text=True, timeout=60)
+        rule = subprocess.run(
+            [sys.executable, manage, "alerts", "set", "demo/flaky", "--on-failure"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert rule.returncode == 0, rule.stderr
         raised = wait_for_an_alert(tmp_path / "cronfleet.sqlite3", ALERT_SECONDS)
         assert raised and raised[0][0] == "failed", raised

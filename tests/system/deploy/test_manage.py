@@ -29,8 +29,12 @@ def test_manage_py_runs_again_with_the_venv_python_when_django_is_missing(tmp_pa
     fake.write_text('#!/bin/sh\necho "venv python: $*"\n')
     fake.chmod(0o755)
 
-    done = subprocess.run([BASE_PYTHON, "-S", tmp_path / "manage.py", "jobs", "list", "--limit", "5"],
-                          capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        [BASE_PYTHON, "-S", tmp_path / "manage.py", "jobs", "list", "--limit", "5"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout == f"venv python: {tmp_path / 'manage.py'} jobs list --limit 5\n"
@@ -39,8 +43,9 @@ def test_manage_py_runs_again_with_the_venv_python_when_django_is_missing(tmp_pa
 def test_manage_py_without_django_or_venv_says_how_to_make_one(tmp_path):
     shutil.copy(ROOT / "manage.py", tmp_path / "manage.py")
 
-    done = subprocess.run([BASE_PYTHON, "-S", tmp_path / "manage.py", "check"], capture_output=True, text=True,
-                          timeout=30)
+    done = subprocess.run(
+        [BASE_PYTHON, "-S", tmp_path / "manage.py", "check"], capture_output=True, text=True, timeout=30
+    )
 
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr.startswith("manage.py: No module named 'django' (using ")
@@ -49,13 +54,15 @@ def test_manage_py_without_django_or_venv_says_how_to_make_one(tmp_path):
 
 def test_dot_slash_manage_py_works_from_a_shell_whose_python3_has_no_django():
     venv_bin = str(ROOT / ".venv" / "bin")
-    path = os.pathsep.join([str(BASE_PYTHON.parent), *(p for p in os.environ["PATH"].split(os.pathsep)
-                                                      if p != venv_bin)])
+    path = os.pathsep.join(
+        [str(BASE_PYTHON.parent), *(p for p in os.environ["PATH"].split(os.pathsep) if p != venv_bin)]
+    )
     env = {**os.environ, "PATH": path, "DJANGO_SETTINGS_MODULE": "project.settings"}
     env.pop("VIRTUAL_ENV", None)
 
-    done = subprocess.run(["./manage.py", "help", "jobs"], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run(
+        ["./manage.py", "help", "jobs"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage: manage.py jobs ")
@@ -142,11 +149,17 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(command):
 
 def test_jobs_show_piped_into_head_ends_quietly(tmp_path):
     """The case from the issue, on a SQLite database of its own: `jobs show 1 | head -1`."""
-    env = {"DJANGO_DEBUG": "true", "CRONFLEET_VAR_DIR": str(tmp_path), "CELERY_BROKER_URL": "memory://",
-           "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}"}
-    for command in (["migrate", "-v", "0"], ["tenants", "add", "demo"],
-                    ["jobs", "add", "--tenant", "demo", "--name", "nightly", "--cron", "0 3 * * *",
-                     "--task", "scheduler_app.echo"]):
+    env = {
+        "DJANGO_DEBUG": "true",
+        "CRONFLEET_VAR_DIR": str(tmp_path),
+        "CELERY_BROKER_URL": "memory://",
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+    }
+    for command in (
+        ["migrate", "-v", "0"],
+        ["tenants", "add", "demo"],
+        ["jobs", "add", "--tenant", "demo", "--name", "nightly", "--cron", "0 3 * * *", "--task", "scheduler_app.echo"],
+    ):
         assert run_manage(*command, **env).returncode == 0, command
     read_end, write_end = os.pipe()
     os.close(read_end)

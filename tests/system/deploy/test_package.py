@@ -36,8 +36,12 @@ def dist(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("package")
     source = tmp / "source"
     shutil.copytree(ROOT, source, ignore=NOT_SOURCES)
-    subprocess.run([sys.executable, "-m", "build", "--outdir", str(tmp / "dist"), str(source)],
-                   check=True, timeout=300, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "build", "--outdir", str(tmp / "dist"), str(source)],
+        check=True,
+        timeout=300,
+        stdout=subprocess.DEVNULL,
+    )
     return tmp / "dist"
 
 
@@ -66,8 +70,11 @@ def norm(name: str) -> str:
 @pytest.mark.slow
 def test_the_wheel_holds_the_app_and_nothing_else(wheel):
     names = set(wheel.namelist())
-    files = {str(p.relative_to(ROOT)) for p in (ROOT / "scheduler_app").rglob("*")
-               if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
+    files = {
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "scheduler_app").rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+    }
     # Every file of the app's folder: modules, migrations, formats/, templates, static files.
     assert files - names == set()
     assert "scheduler_app/migrations/0001_initial.py" in names
@@ -86,11 +93,24 @@ def test_the_sdist_holds_the_app_and_nothing_else(dist):
     [built] = dist.glob("cronfleet-*.tar.gz")
     with tarfile.open(built) as archive:
         names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
-    assert {"pyproject.toml", "README.md", "CHANGELOG.md", "scheduler_app/templates/admin/cronfleet_index.html",
-            "scheduler_app/static/scheduler_app/console.css"} <= names
+    assert {
+        "pyproject.toml",
+        "README.md",
+        "CHANGELOG.md",
+        "scheduler_app/templates/admin/cronfleet_index.html",
+        "scheduler_app/static/scheduler_app/console.css",
+    } <= names
     top = {name.split("/", 1)[0] for name in names}
-    assert top <= {"scheduler_app", "cronfleet.egg-info", "pyproject.toml", "README.md", "CHANGELOG.md",
-                   "MANIFEST.in", "PKG-INFO", "setup.cfg"}
+    assert top <= {
+        "scheduler_app",
+        "cronfleet.egg-info",
+        "pyproject.toml",
+        "README.md",
+        "CHANGELOG.md",
+        "MANIFEST.in",
+        "PKG-INFO",
+        "setup.cfg",
+    }
 
 
 @pytest.mark.slow
@@ -125,8 +145,11 @@ def test_requirements_txt_pins_fall_inside_the_ranges(wheel):
             [spec] = pin.specifier
             assert spec.operator == "==", f"requirements.txt pins exactly: {line}"
             pins[norm(pin.name)] = Version(spec.version)
-    outside = {name: str(pins[name]) for name, req in requires.items()
-               if name in pins and not req.specifier.contains(pins[name], prereleases=True)}
+    outside = {
+        name: str(pins[name])
+        for name, req in requires.items()
+        if name in pins and not req.specifier.contains(pins[name], prereleases=True)
+    }
     assert outside == {}
     assert set(requires) - set(pins) <= {"tzdata"}  # tzdata comes to the deployment with django-celery-beat
     assert {"pytest", "pytest-django", "hypothesis"}.isdisjoint(pins)  # test tools: requirements-dev.txt

@@ -36,7 +36,7 @@ def blocks(text: str) -> list[tuple[str, str, str]]:
     """(heading, language, body) of every fenced block, under its nearest heading."""
     found = []
     for match in FENCE.finditer(text):
-        headings = HEADING.findall(text[:match.start()])
+        headings = HEADING.findall(text[: match.start()])
         found.append((headings[-1][1] if headings else "", match.group(1), match.group(2)))
     return found
 
@@ -73,8 +73,9 @@ def fresh_env(home: Path, var_dir: Path) -> dict[str, str]:
 def paste(body: str, env: dict[str, str], port: int) -> subprocess.CompletedProcess:
     """Run a block as pasted, stopping at the first command that fails."""
     script = "set -e -o pipefail\n" + body.replace(DEMO_PORT, f"127.0.0.1:{port}")
-    return subprocess.run(["bash", "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=BLOCK_SECONDS)
+    return subprocess.run(
+        ["bash", "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=BLOCK_SECONDS
+    )
 
 
 def wait_for_web(port: int, demo: subprocess.Popen, log: Path) -> None:
@@ -99,8 +100,15 @@ def demo(tmp_path):
     port = free_port()
     log = tmp_path / "demo.log"
     with log.open("w") as out:
-        process = subprocess.Popen(["./demo.sh", "--port", str(port)], cwd=REPO, env=env, stdout=out,
-                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        process = subprocess.Popen(
+            ["./demo.sh", "--port", str(port)],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     try:
         wait_for_web(port, process, log)
         yield env, port, log
@@ -121,7 +129,7 @@ def json_documents(text: str, context: str) -> list:
         try:
             document, at = decoder.raw_decode(text, at)
         except json.JSONDecodeError:
-            pytest.fail(f"the REST block printed something other than JSON at {text[at:at + 80]!r}:\n{context}")
+            pytest.fail(f"the REST block printed something other than JSON at {text[at : at + 80]!r}:\n{context}")
         documents.append(document)
     return documents
 
@@ -142,8 +150,9 @@ def test_the_readme_blocks_work_as_written_in_fresh_terminals(demo):
     # The examples continue the command-line block's terminal: its exports, then the command.
     exports = "".join(line + "\n" for line in block("The command line").splitlines() if line.startswith("export "))
     for command, expected in examples("The command line"):
-        result = subprocess.run(["bash", "-c", exports + command], cwd=REPO, env=env, capture_output=True, text=True,
-                                timeout=BLOCK_SECONDS)
+        result = subprocess.run(
+            ["bash", "-c", exports + command], cwd=REPO, env=env, capture_output=True, text=True, timeout=BLOCK_SECONDS
+        )
         assert result.returncode == 2, f"$ {command}\n{shown(result)}"
         assert (result.stdout + result.stderr).strip() == expected, f"$ {command}\n{shown(result)}"
 

@@ -14,8 +14,14 @@ def check_settings(*, script: str = "", **env: str) -> subprocess.CompletedProce
     """Load the project's settings in a fresh process with `env` over this one's (whose test
     settings set DJANGO_SECRET_KEY: pass "" to unset it), then run `script`."""
     environment = {**os.environ, "DJANGO_SETTINGS_MODULE": "project.settings", **env}
-    return subprocess.run([sys.executable, "-c", "import django; django.setup()\n" + script], cwd=ROOT,
-                          env=environment, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()\n" + script],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @pytest.mark.parametrize(
@@ -34,18 +40,27 @@ def check_settings(*, script: str = "", **env: str) -> subprocess.CompletedProce
         ({"DJANGO_SECRET_KEY": "change-me"}, "DJANGO_SECRET_KEY must be a random value of at least 32"),
         ({"DJANGO_SECRET_KEY": "insecure-development-key-do-not-use-in-production"}, "not a placeholder"),
         ({"DJANGO_SECRET_KEY": "short"}, "DJANGO_SECRET_KEY must be a random value of at least 32"),
-        ({"DATABASE_URL": "postgres://u@127.0.0.1:5432/x", "DB_POOL_MAX_SIZE": "2", "DB_POOL_MIN_SIZE": "3"},
-         "DB_POOL_MIN_SIZE (3) must not exceed DB_POOL_MAX_SIZE (2)"),
+        (
+            {"DATABASE_URL": "postgres://u@127.0.0.1:5432/x", "DB_POOL_MAX_SIZE": "2", "DB_POOL_MIN_SIZE": "3"},
+            "DB_POOL_MIN_SIZE (3) must not exceed DB_POOL_MAX_SIZE (2)",
+        ),
         ({"DB_POOL_MAX_SIZE": "-1"}, "DB_POOL_MAX_SIZE must be at least 0"),
         ({"CRONFLEET_API_FAILED_AUTH_PER_MINUTE": "0"}, "CRONFLEET_API_FAILED_AUTH_PER_MINUTE must be at least 1"),
         ({"CRONFLEET_LEASE_SECONDS": "10", "CRONFLEET_HEARTBEAT_SECONDS": "6"}, "CRONFLEET_HEARTBEAT_SECONDS must be"),
-        ({"CELERY_BROKER_URL": "redis://127.0.0.1:6379/15", "CELERY_VISIBILITY_TIMEOUT": "600",
-          "CRONFLEET_MAX_JOB_TIMEOUT_SECONDS": "600"}, "CRONFLEET_MAX_JOB_TIMEOUT_SECONDS + 30 (630) must stay below the broker's "
-         "visibility timeout (600)"),
+        (
+            {
+                "CELERY_BROKER_URL": "redis://127.0.0.1:6379/15",
+                "CELERY_VISIBILITY_TIMEOUT": "600",
+                "CRONFLEET_MAX_JOB_TIMEOUT_SECONDS": "600",
+            },
+            "CRONFLEET_MAX_JOB_TIMEOUT_SECONDS + 30 (630) must stay below the broker's visibility timeout (600)",
+        ),
         # Behind TLS (docs/operating-tls.md)
         ({"DJANGO_CSRF_TRUSTED_ORIGINS": "cron.example.com"}, "DJANGO_CSRF_TRUSTED_ORIGINS: 'cron.example.com' must"),
-        ({"DJANGO_CSRF_TRUSTED_ORIGINS": "https://a.example.com,https://b.example.com/admin/"},
-         "DJANGO_CSRF_TRUSTED_ORIGINS: 'https://b.example.com/admin/' must be an origin"),
+        (
+            {"DJANGO_CSRF_TRUSTED_ORIGINS": "https://a.example.com,https://b.example.com/admin/"},
+            "DJANGO_CSRF_TRUSTED_ORIGINS: 'https://b.example.com/admin/' must be an origin",
+        ),
         ({"DJANGO_SECURE_PROXY_SSL_HEADER": "X_Forwarded Proto"}, "DJANGO_SECURE_PROXY_SSL_HEADER must be a header"),
         ({"DJANGO_SESSION_COOKIE_SECURE": "always"}, "DJANGO_SESSION_COOKIE_SECURE must be a boolean"),
         ({"DJANGO_CSRF_COOKIE_SECURE": "2"}, "DJANGO_CSRF_COOKIE_SECURE must be a boolean"),
@@ -77,17 +92,30 @@ print(settings.CSRF_TRUSTED_ORIGINS, getattr(settings, "SECURE_PROXY_SSL_HEADER"
     ("env", "printed"),
     [
         ({}, "[] None False False 0"),
-        ({"DJANGO_CSRF_TRUSTED_ORIGINS": "https://cron.example.com, https://*.example.org",
-          "DJANGO_SECURE_PROXY_SSL_HEADER": "X-Forwarded-Proto", "DJANGO_SESSION_COOKIE_SECURE": "true",
-          "DJANGO_CSRF_COOKIE_SECURE": "yes", "DJANGO_SECURE_HSTS_SECONDS": "300"},
-         "['https://cron.example.com', 'https://*.example.org'] ('HTTP_X_FORWARDED_PROTO', 'https') True True 300"),
+        (
+            {
+                "DJANGO_CSRF_TRUSTED_ORIGINS": "https://cron.example.com, https://*.example.org",
+                "DJANGO_SECURE_PROXY_SSL_HEADER": "X-Forwarded-Proto",
+                "DJANGO_SESSION_COOKIE_SECURE": "true",
+                "DJANGO_CSRF_COOKIE_SECURE": "yes",
+                "DJANGO_SECURE_HSTS_SECONDS": "300",
+            },
+            "['https://cron.example.com', 'https://*.example.org'] ('HTTP_X_FORWARDED_PROTO', 'https') True True 300",
+        ),
         ({"DJANGO_SECURE_PROXY_SSL_HEADER": "X-Forwarded-Ssl: on"}, "[] ('HTTP_X_FORWARDED_SSL', 'on') False False 0"),
     ],
 )
 def test_the_tls_settings_come_from_the_environment(tmp_path, env, printed):
-    blank = {name: "" for name in ("DJANGO_CSRF_TRUSTED_ORIGINS", "DJANGO_SECURE_PROXY_SSL_HEADER",
-                                   "DJANGO_SESSION_COOKIE_SECURE", "DJANGO_CSRF_COOKIE_SECURE",
-                                   "DJANGO_SECURE_HSTS_SECONDS")}
+    blank = {
+        name: ""
+        for name in (
+            "DJANGO_CSRF_TRUSTED_ORIGINS",
+            "DJANGO_SECURE_PROXY_SSL_HEADER",
+            "DJANGO_SESSION_COOKIE_SECURE",
+            "DJANGO_CSRF_COOKIE_SECURE",
+            "DJANGO_SECURE_HSTS_SECONDS",
+        )
+    }
     done = check_settings(CRONFLEET_VAR_DIR=str(tmp_path), script=TLS_SCRIPT, **{**blank, **env})
 
     assert done.returncode == 0, done.stderr
@@ -95,16 +123,24 @@ def test_the_tls_settings_come_from_the_environment(tmp_path, env, printed):
 
 
 def test_debug_is_off_unless_asked_for(tmp_path):
-    done = check_settings(CRONFLEET_VAR_DIR=str(tmp_path), DJANGO_DEBUG="",
-                          script="from django.conf import settings; print(settings.DEBUG)")
+    done = check_settings(
+        CRONFLEET_VAR_DIR=str(tmp_path),
+        DJANGO_DEBUG="",
+        script="from django.conf import settings; print(settings.DEBUG)",
+    )
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
 
 
 def test_the_demo_starts_without_any_environment_but_debug(tmp_path):
-    done = check_settings(CRONFLEET_VAR_DIR=str(tmp_path), DATABASE_URL="", CELERY_BROKER_URL="",
-                          DJANGO_SECRET_KEY="", DJANGO_DEBUG="true")
+    done = check_settings(
+        CRONFLEET_VAR_DIR=str(tmp_path),
+        DATABASE_URL="",
+        CELERY_BROKER_URL="",
+        DJANGO_SECRET_KEY="",
+        DJANGO_DEBUG="true",
+    )
 
     assert done.returncode == 0, done.stderr
 
@@ -122,17 +158,21 @@ print("pooled" if connection.pool is not None and connection.pool.get_stats()["p
 
 def test_a_pool_size_gives_the_process_a_pool_instead_of_persistent_connections(db):
     # DB_CONN_MAX_AGE, shared with beats and workers through .env, does not stop the web process.
-    done = check_settings(DATABASE_URL=process_env()["DATABASE_URL"], DB_POOL_MAX_SIZE="3", DB_CONN_MAX_AGE="60",
-                          script=POOL_SCRIPT)
+    done = check_settings(
+        DATABASE_URL=process_env()["DATABASE_URL"], DB_POOL_MAX_SIZE="3", DB_CONN_MAX_AGE="60", script=POOL_SCRIPT
+    )
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
-        "0 {'min_size': 1, 'max_size': 3, 'timeout': 10, 'name': 'cronfleet-web'}", "pooled"]
+        "0 {'min_size': 1, 'max_size': 3, 'timeout': 10, 'name': 'cronfleet-web'}",
+        "pooled",
+    ]
 
 
 def test_without_a_pool_size_connections_persist_as_before(db):
-    done = check_settings(DATABASE_URL=process_env()["DATABASE_URL"], DB_POOL_MAX_SIZE="", DB_CONN_MAX_AGE="",
-                          script=POOL_SCRIPT)
+    done = check_settings(
+        DATABASE_URL=process_env()["DATABASE_URL"], DB_POOL_MAX_SIZE="", DB_CONN_MAX_AGE="", script=POOL_SCRIPT
+    )
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["60 None", "direct"]
@@ -140,14 +180,16 @@ def test_without_a_pool_size_connections_persist_as_before(db):
 
 def celery_or_wsgi(code: str, **env: str | None) -> subprocess.CompletedProcess:
     environment = environment_with(**env)
-    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=environment, capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=environment, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_the_celery_program_reports_a_settings_error_in_one_line():
     # As `celery -A project worker` loads it: sys.argv[0] is the celery program.
-    done = celery_or_wsgi("import sys; sys.argv[0] = '/usr/bin/celery'; import project.celery",
-                          DJANGO_SECRET_KEY=None, DJANGO_DEBUG=None)
+    done = celery_or_wsgi(
+        "import sys; sys.argv[0] = '/usr/bin/celery'; import project.celery", DJANGO_SECRET_KEY=None, DJANGO_DEBUG=None
+    )
 
     assert "Traceback" not in done.stderr
     assert done.stderr.splitlines() == [done.stderr.strip()] and done.stderr.startswith("celery: DJANGO_SECRET_KEY")
@@ -165,13 +207,16 @@ def test_the_wsgi_application_reports_a_settings_error_in_one_line():
 def test_cronfleet_host_is_answered_and_its_https_origin_trusted():
     done = check_settings(
         script="from django.conf import settings as s; print(s.ALLOWED_HOSTS); print(s.CSRF_TRUSTED_ORIGINS)",
-        CRONFLEET_HOST="cron.example.com", DJANGO_ALLOWED_HOSTS="localhost,web",
-        DJANGO_CSRF_TRUSTED_ORIGINS="https://other.example.com")
+        CRONFLEET_HOST="cron.example.com",
+        DJANGO_ALLOWED_HOSTS="localhost,web",
+        DJANGO_CSRF_TRUSTED_ORIGINS="https://other.example.com",
+    )
 
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["['localhost', 'web', 'cron.example.com']",
-                                        "['https://other.example.com', 'https://cron.example.com']"]
-
+    assert done.stdout.splitlines() == [
+        "['localhost', 'web', 'cron.example.com']",
+        "['https://other.example.com', 'https://cron.example.com']",
+    ]
 
 
 # --- Redis Sentinel (docs/operating.md: Redis Sentinel) --------------------------------------------
@@ -181,19 +226,45 @@ SENTINELS = "sentinel://10.0.0.1:26379/3;sentinel://10.0.0.2:26379/3"
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"CELERY_BROKER_URL": SENTINELS, "CRONFLEET_SENTINEL_MASTER": ""},
-         "CELERY_BROKER_URL is a sentinel:// URL: set CRONFLEET_SENTINEL_MASTER"),
+        (
+            {"CELERY_BROKER_URL": SENTINELS, "CRONFLEET_SENTINEL_MASTER": ""},
+            "CELERY_BROKER_URL is a sentinel:// URL: set CRONFLEET_SENTINEL_MASTER",
+        ),
         # kombu reads the database from the first address: one given only on a later one is refused.
-        ({"CELERY_BROKER_URL": "sentinel://10.0.0.1:26379;sentinel://10.0.0.2:26379/3",
-          "CRONFLEET_SENTINEL_MASTER": "mymaster"}, "CELERY_BROKER_URL: give the database number on the first"),
-        ({"CELERY_BROKER_URL": "sentinel://10.0.0.1:26379/3;redis://10.0.0.2:6379/3",
-          "CRONFLEET_SENTINEL_MASTER": "mymaster"}, "CELERY_BROKER_URL: 'redis://10.0.0.2:6379/3' is not a sentinel"),
-        ({"CELERY_BROKER_URL": "sentinel://10.0.0.1:port", "CRONFLEET_SENTINEL_MASTER": "mymaster"},
-         "has a port that is not a number"),
-        ({"CELERY_BROKER_URL": "redis://127.0.0.1:6379/15", "CRONFLEET_RATE_LIMIT_REDIS_URL": SENTINELS,
-          "CRONFLEET_SENTINEL_MASTER": ""}, "CRONFLEET_RATE_LIMIT_REDIS_URL is a sentinel:// URL: set"),
-        ({"CELERY_BROKER_URL": SENTINELS, "CRONFLEET_SENTINEL_MASTER": "mymaster",
-          "CRONFLEET_SENTINEL_TIMEOUT_SECONDS": "0"}, "CRONFLEET_SENTINEL_TIMEOUT_SECONDS must be at least 0.1"),
+        (
+            {
+                "CELERY_BROKER_URL": "sentinel://10.0.0.1:26379;sentinel://10.0.0.2:26379/3",
+                "CRONFLEET_SENTINEL_MASTER": "mymaster",
+            },
+            "CELERY_BROKER_URL: give the database number on the first",
+        ),
+        (
+            {
+                "CELERY_BROKER_URL": "sentinel://10.0.0.1:26379/3;redis://10.0.0.2:6379/3",
+                "CRONFLEET_SENTINEL_MASTER": "mymaster",
+            },
+            "CELERY_BROKER_URL: 'redis://10.0.0.2:6379/3' is not a sentinel",
+        ),
+        (
+            {"CELERY_BROKER_URL": "sentinel://10.0.0.1:port", "CRONFLEET_SENTINEL_MASTER": "mymaster"},
+            "has a port that is not a number",
+        ),
+        (
+            {
+                "CELERY_BROKER_URL": "redis://127.0.0.1:6379/15",
+                "CRONFLEET_RATE_LIMIT_REDIS_URL": SENTINELS,
+                "CRONFLEET_SENTINEL_MASTER": "",
+            },
+            "CRONFLEET_RATE_LIMIT_REDIS_URL is a sentinel:// URL: set",
+        ),
+        (
+            {
+                "CELERY_BROKER_URL": SENTINELS,
+                "CRONFLEET_SENTINEL_MASTER": "mymaster",
+                "CRONFLEET_SENTINEL_TIMEOUT_SECONDS": "0",
+            },
+            "CRONFLEET_SENTINEL_TIMEOUT_SECONDS must be at least 0.1",
+        ),
     ],
 )
 def test_a_sentinel_url_without_its_master_or_with_a_misplaced_database_stops_start_up(env, message):
@@ -204,8 +275,14 @@ def test_a_sentinel_url_without_its_master_or_with_a_misplaced_database_stops_st
 
 
 def test_manage_py_names_the_missing_sentinel_master_in_one_line():
-    done = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                          env=environment_with(CELERY_BROKER_URL=SENTINELS, CRONFLEET_SENTINEL_MASTER=None))
+    done = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=environment_with(CELERY_BROKER_URL=SENTINELS, CRONFLEET_SENTINEL_MASTER=None),
+    )
 
     assert done.returncode == 2
     assert done.stderr.splitlines() == [done.stderr.strip()]
@@ -226,9 +303,14 @@ print(parse_sentinel_url("sentinel://u:p%40ss@10.0.0.1/3;sentinel://10.0.0.2:263
 
 
 def test_a_sentinel_broker_gets_its_master_name_and_bounded_timeouts(tmp_path):
-    done = check_settings(CRONFLEET_VAR_DIR=str(tmp_path), CELERY_BROKER_URL=SENTINELS,
-                          CRONFLEET_SENTINEL_MASTER="mymaster", CRONFLEET_SENTINEL_TIMEOUT_SECONDS="1.5",
-                          CRONFLEET_RATE_LIMIT_REDIS_URL="", script=SENTINEL_SCRIPT)
+    done = check_settings(
+        CRONFLEET_VAR_DIR=str(tmp_path),
+        CELERY_BROKER_URL=SENTINELS,
+        CRONFLEET_SENTINEL_MASTER="mymaster",
+        CRONFLEET_SENTINEL_TIMEOUT_SECONDS="1.5",
+        CRONFLEET_RATE_LIMIT_REDIS_URL="",
+        script=SENTINEL_SCRIPT,
+    )
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
@@ -253,9 +335,14 @@ def test_libpq_bounds_a_server_that_stops_answering_for_cronfleets_and_the_sql_j
     """What libpq itself was given (its connection's dsn), for the database and an SQL jobs' one:
     tests/faults/test_machine_loss.py shows what tcp_user_timeout does."""
     url = process_env()["DATABASE_URL"]
-    done = check_settings(DATABASE_URL=url, CRONFLEET_SQL_DATABASES=json.dumps({"reporting": url}),
-                          DB_TCP_USER_TIMEOUT_MS="4000", DB_KEEPALIVES_IDLE="7", DB_CONNECT_TIMEOUT="3",
-                          script=TCP_BOUNDS_SCRIPT)
+    done = check_settings(
+        DATABASE_URL=url,
+        CRONFLEET_SQL_DATABASES=json.dumps({"reporting": url}),
+        DB_TCP_USER_TIMEOUT_MS="4000",
+        DB_KEEPALIVES_IDLE="7",
+        DB_CONNECT_TIMEOUT="3",
+        script=TCP_BOUNDS_SCRIPT,
+    )
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["default 4000 7 3", "reporting 4000 7 3"]

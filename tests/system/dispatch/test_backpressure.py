@@ -19,10 +19,21 @@ def test_a_beat_on_rabbitmq_holds_back_a_full_queue(tenant, processes, rabbitmq_
     start = db_now() - timedelta(seconds=1)
     one_offs(tenant, 20, start, queue=rabbitmq_queue)
 
-    processes.beat("beat", "--max-sleep", "1", "--batch-size", "5", CELERY_BROKER_URL=AMQP_URL,
-                   CRONFLEET_QUEUE_HIGH_WATER="5", CRONFLEET_LOG_LEVEL="INFO")
-    wait_for(lambda: "backpressure: queues holding 5 messages or more" in processes.log("beat"), timeout=30,
-             what="the beat to hold the queue back")
+    processes.beat(
+        "beat",
+        "--max-sleep",
+        "1",
+        "--batch-size",
+        "5",
+        CELERY_BROKER_URL=AMQP_URL,
+        CRONFLEET_QUEUE_HIGH_WATER="5",
+        CRONFLEET_LOG_LEVEL="INFO",
+    )
+    wait_for(
+        lambda: "backpressure: queues holding 5 messages or more" in processes.log("beat"),
+        timeout=30,
+        what="the beat to hold the queue back",
+    )
 
     assert JobRun.objects.count() == 5  # the first batch; then the queue held 5
     assert Job.objects.filter(next_run_at=start).count() == 15
@@ -46,19 +57,31 @@ def test_a_spike_does_not_bury_the_next_tenants_fires_at_the_workers(high_water,
     processes.beat("beat", "--max-sleep", "1", "--batch-size", "20", CRONFLEET_QUEUE_HIGH_WATER=str(high_water))
     wait_for(lambda: "runbeat: started" in processes.log("beat"), timeout=30, what="the beat to start")
     start = db_now() + timedelta(seconds=1)
-    spike_jobs = one_offs(Tenant.objects.create(slug="spike", name="spike"), 200, start, queue=queue_name,
-                          task_name="scheduler_app.sleep", kwargs={"seconds": 0.05})
-    calm_jobs = one_offs(Tenant.objects.create(slug="calm", name="calm"), 10, start + timedelta(seconds=2),
-                         queue=queue_name)
+    spike_jobs = one_offs(
+        Tenant.objects.create(slug="spike", name="spike"),
+        200,
+        start,
+        queue=queue_name,
+        task_name="scheduler_app.sleep",
+        kwargs={"seconds": 0.05},
+    )
+    calm_jobs = one_offs(
+        Tenant.objects.create(slug="calm", name="calm"), 10, start + timedelta(seconds=2), queue=queue_name
+    )
 
-    wait_for(lambda: JobRun.objects.filter(state=RunState.SUCCEEDED).count() == 210, timeout=120,
-             what="all 210 runs to succeed")
+    wait_for(
+        lambda: JobRun.objects.filter(state=RunState.SUCCEEDED).count() == 210,
+        timeout=120,
+        what="all 210 runs to succeed",
+    )
 
     calm_last_start = max(JobRun.objects.filter(job_id__in=calm_jobs).values_list("started_at", flat=True))
     spike_after = JobRun.objects.filter(job_id__in=spike_jobs, started_at__gt=calm_last_start).count()
     calm_lag = max(run.started_at - run.scheduled_at for run in JobRun.objects.filter(job_id__in=calm_jobs))
-    print(f"high water {high_water}: calm's worst start lag {calm_lag.total_seconds():.2f} s; "
-          f"{spike_after} of spike's 200 runs started after calm's last")
+    print(
+        f"high water {high_water}: calm's worst start lag {calm_lag.total_seconds():.2f} s; "
+        f"{spike_after} of spike's 200 runs started after calm's last"
+    )
     if high_water:
         assert spike_after >= 50
     else:

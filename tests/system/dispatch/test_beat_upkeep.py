@@ -43,5 +43,11 @@ def test_a_beat_analyzes_the_ledger_after_recording_runs(make_job, queue_name):
 
 def beat_once(**env: str) -> subprocess.CompletedProcess:
     """One turn of a real `runbeat --once` process with these settings."""
-    return subprocess.run([sys.executable, "manage.py", "runbeat", "--once"], cwd=ROOT, env=process_env(**env),
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "manage.py", "runbeat", "--once"],
+        cwd=ROOT,
+        env=process_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )

@@ -26,15 +26,23 @@ def seed_every_second_jobs(tenant, queue, count):
     """The jobs, not yet due: make_due() starts them once every beat is up, so that a loaded
     machine's slow start-up is not counted (nor a SIGTERM sent before a beat can take it)."""
     Job.objects.bulk_create(
-        Job(tenant=tenant, name=f"every-second-{i}", task_name="scheduler_app.echo", every_seconds=1,
-            anchor_at=NOT_YET, next_run_at=NOT_YET, queue=queue)
+        Job(
+            tenant=tenant,
+            name=f"every-second-{i}",
+            task_name="scheduler_app.echo",
+            every_seconds=1,
+            anchor_at=NOT_YET,
+            next_run_at=NOT_YET,
+            queue=queue,
+        )
         for i in range(count)
     )
 
 
 def make_due(tenant, processes, names):
-    wait_for(lambda: all("runbeat: started" in processes.log(name) for name in names), timeout=60,
-             what="every beat to start")
+    wait_for(
+        lambda: all("runbeat: started" in processes.log(name) for name in names), timeout=60, what="every beat to start"
+    )
     start = (db_now() + timedelta(seconds=2)).replace(microsecond=0)
     Job.objects.filter(tenant=tenant).update(anchor_at=start, next_run_at=start)
     return start
@@ -48,8 +56,10 @@ def published_run_ids(queue):
 def test_several_beats_record_every_fire_exactly_once(beats, tenant, processes, queue_name):
     seed_every_second_jobs(tenant, queue_name, JOBS)
     # No worker drains the queue: backpressure, which would hold fires back, is off.
-    procs = [processes.beat(f"beat{i}", "--batch-size", "500", "--max-sleep", "1", CRONFLEET_QUEUE_HIGH_WATER="0")
-             for i in range(beats)]
+    procs = [
+        processes.beat(f"beat{i}", "--batch-size", "500", "--max-sleep", "1", CRONFLEET_QUEUE_HIGH_WATER="0")
+        for i in range(beats)
+    ]
     start = make_due(tenant, processes, [f"beat{i}" for i in range(beats)])
 
     wait_for(lambda: db_now() > start + timedelta(seconds=SECONDS), timeout=60, what="the load window to pass")
@@ -58,8 +68,9 @@ def test_several_beats_record_every_fire_exactly_once(beats, tenant, processes, 
 
     ledger = {
         row["job_id"]: row
-        for row in JobRun.objects.values("job_id").annotate(n=Count("id"), first=Min("scheduled_at"),
-                                                             last=Max("scheduled_at"))
+        for row in JobRun.objects.values("job_id").annotate(
+            n=Count("id"), first=Min("scheduled_at"), last=Max("scheduled_at")
+        )
     }
     assert len(ledger) == JOBS
     for job in Job.objects.filter(tenant=tenant).only("id", "next_run_at"):

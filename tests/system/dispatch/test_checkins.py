@@ -22,12 +22,21 @@ def test_a_real_beat_with_a_cron_like_loop_that_pings_misses_fails_and_recovers(
     job = monitored(tenant, "nightly", grace=4, queue=queue_name, cron="", every=8)
     alerts.rule_set(job, {"on_failure": True, "cooldown_seconds": 0})
     key, client = key_of(job), Client()
-    processes.beat("beat", "--max-sleep", "1", CRONFLEET_ALERT_CHECK_SECONDS="1",
-                   CRONFLEET_ALERT_MIN_COOLDOWN_SECONDS="0")
+    processes.beat(
+        "beat", "--max-sleep", "1", CRONFLEET_ALERT_CHECK_SECONDS="1", CRONFLEET_ALERT_MIN_COOLDOWN_SECONDS="0"
+    )
 
     def next_fire(after: int) -> JobRun:
-        return wait_for(lambda: JobRun.objects.filter(job=job, state=RunState.PENDING).exclude(
-            id__in=seen).order_by("scheduled_at").first(), timeout=60, what=f"fire {after + 1} waiting for its ping")
+        return wait_for(
+            lambda: (
+                JobRun.objects.filter(job=job, state=RunState.PENDING)
+                .exclude(id__in=seen)
+                .order_by("scheduled_at")
+                .first()
+            ),
+            timeout=60,
+            what=f"fire {after + 1} waiting for its ping",
+        )
 
     seen: list[int] = []
     # The loop of a machine's cron: fire 1 runs and pings on time, fire 2 does not run at
@@ -39,16 +48,21 @@ def test_a_real_beat_with_a_cron_like_loop_that_pings_misses_fails_and_recovers(
 
     missed = next_fire(1)
     seen.append(missed.id)
-    wait_for(lambda: JobRun.objects.filter(id=missed.id, state=RunState.FAILED).exists(), timeout=60,
-             what="the beat to mark the silent fire missed")
-    missed_alert = wait_for(lambda: Alert.objects.filter(job=job, run_id=missed.id).first(), timeout=60,
-                            what="the missed fire's alert")
+    wait_for(
+        lambda: JobRun.objects.filter(id=missed.id, state=RunState.FAILED).exists(),
+        timeout=60,
+        what="the beat to mark the silent fire missed",
+    )
+    missed_alert = wait_for(
+        lambda: Alert.objects.filter(job=job, run_id=missed.id).first(), timeout=60, what="the missed fire's alert"
+    )
 
     failing = next_fire(2)
     seen.append(failing.id)
     assert ping(client, key, "1", body=b"exit 1: disk full").status_code == 200
-    failed_alert = wait_for(lambda: Alert.objects.filter(job=job, run_id=failing.id).first(), timeout=60,
-                            what="the failed run's alert")
+    failed_alert = wait_for(
+        lambda: Alert.objects.filter(job=job, run_id=failing.id).first(), timeout=60, what="the failed run's alert"
+    )
 
     recovered = next_fire(3)
     seen.append(recovered.id)

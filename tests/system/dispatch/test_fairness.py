@@ -14,8 +14,14 @@ def test_sqlite_claims_fairly_and_holds_fires_over_a_quota(tmp_path):
     """The embedded default: the same statements without lock clauses, in a real SQLite file."""
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CELERY_BROKER_URL"}}
     env.update(DJANGO_SETTINGS_MODULE="project.settings", CRONFLEET_VAR_DIR=str(tmp_path))
-    migrate = subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env,
-                             capture_output=True, text=True, timeout=120)
+    migrate = subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert migrate.returncode == 0, migrate.stdout + migrate.stderr
     script = """
 import json
@@ -37,8 +43,14 @@ later = dispatch.run_turn(now + timedelta(seconds=61), batch_size=6, grace=timed
 print(json.dumps({"first": after_first, "released": later.released, "big": states(big),
                   "reasons": sorted(set(JobRun.objects.filter(state="pending").values_list("reason", flat=True)))}))
 """
-    done = subprocess.run([sys.executable, "manage.py", "shell", "-c", script], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", script],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
     result = json.loads(done.stdout.strip().splitlines()[-1])

@@ -49,9 +49,14 @@ def test_a_reader_takes_each_message_whole_while_a_writer_puts(tmp_path):
 
 
 def test_the_embedded_brokers_connections_use_it(tmp_path):
-    shown = run_manage("shell", "-c", "from project.celery import app; "
-                       "print(type(app.connection_for_write().transport).__module__)",
-                       CELERY_BROKER_URL="filesystem://", CRONFLEET_VAR_DIR=str(tmp_path), DJANGO_DEBUG="true")
+    shown = run_manage(
+        "shell",
+        "-c",
+        "from project.celery import app; print(type(app.connection_for_write().transport).__module__)",
+        CELERY_BROKER_URL="filesystem://",
+        CRONFLEET_VAR_DIR=str(tmp_path),
+        DJANGO_DEBUG="true",
+    )
 
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.splitlines()[-1] == "scheduler_app.fsbroker"

@@ -26,8 +26,18 @@ def test_a_tenants_backfills_do_not_delay_another_tenants_fires(make_job, proces
     flood, quiet = make_tenant("flood"), make_tenant("quiet")
     start = db_now().replace(microsecond=0) + timedelta(seconds=2)
     quiet_job = make_job(tenant=quiet, cron="", every_seconds=1, anchor_at=start, next_run_at=start, queue=queue_name)
-    flood_jobs = [make_job(tenant=flood, cron="", every_seconds=1, next_run_at=utc(2100, 1, 1), queue=queue_name,
-                           task_name="scheduler_app.sleep", kwargs={"seconds": task_seconds}) for _ in range(4)]
+    flood_jobs = [
+        make_job(
+            tenant=flood,
+            cron="",
+            every_seconds=1,
+            next_run_at=utc(2100, 1, 1),
+            queue=queue_name,
+            task_name="scheduler_app.sleep",
+            kwargs={"seconds": task_seconds},
+        )
+        for _ in range(4)
+    ]
 
     for job in flood_jobs:
         backfill(job, 1000)
@@ -35,8 +45,11 @@ def test_a_tenants_backfills_do_not_delay_another_tenants_fires(make_job, proces
         services.job_trigger(flood_jobs[i % 4])
     window_end = start + timedelta(seconds=15)
     quiet_runs = JobRun.objects.filter(job=quiet_job, scheduled_at__gte=start, scheduled_at__lte=window_end)
-    wait_for(lambda: quiet_runs.count() == 16 and not quiet_runs.filter(started_at__isnull=True).exists(),
-             timeout=90, what="quiet's 16 fires of the window to start")
+    wait_for(
+        lambda: quiet_runs.count() == 16 and not quiet_runs.filter(started_at__isnull=True).exists(),
+        timeout=90,
+        what="quiet's 16 fires of the window to start",
+    )
 
     lags = [(run.started_at - run.scheduled_at).total_seconds() for run in quiet_runs]
     print(f"quiet's start lag: max {max(lags):.2f} s")

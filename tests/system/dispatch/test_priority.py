@@ -27,8 +27,11 @@ def start_in_priority_order(tenant, processes, queue_name, **env):
     assert JobRun.objects.filter(job_id__in=jobs, state=RunState.QUEUED).count() == 10
 
     processes.worker(queue_name, concurrency=1, **env)
-    wait_for(lambda: JobRun.objects.filter(job_id__in=jobs, state=RunState.SUCCEEDED).count() == 10,
-             timeout=60, what="ten runs to succeed")
+    wait_for(
+        lambda: JobRun.objects.filter(job_id__in=jobs, state=RunState.SUCCEEDED).count() == 10,
+        timeout=60,
+        what="ten runs to succeed",
+    )
     return ledger_start_order(jobs)
 
 

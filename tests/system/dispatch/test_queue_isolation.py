@@ -17,13 +17,20 @@ def poison_beside_healthy(queue: str, poison: str) -> tuple[list[int], Job]:
     directly, as an old row might be) and ten due one-offs of tenant "healthy" on `queue`."""
     now = db_now()
     poison_tenant = Tenant.objects.create(slug="poison", name="poison")
-    poisoned = services.job_create(poison_tenant, services.JobSpec(
-        name="poison", task_name="scheduler_app.echo", every=1, priority=9))
+    poisoned = services.job_create(
+        poison_tenant, services.JobSpec(name="poison", task_name="scheduler_app.echo", every=1, priority=9)
+    )
     Job.objects.filter(id=poisoned.id).update(queue=poison, next_run_at=now)
     healthy = Tenant.objects.create(slug="healthy", name="healthy")
     jobs = Job.objects.bulk_create(
-        Job(tenant=healthy, name=f"h{i}", task_name="scheduler_app.echo", run_at=now + timedelta(seconds=2 + i),
-            next_run_at=now + timedelta(seconds=2 + i), queue=queue)
+        Job(
+            tenant=healthy,
+            name=f"h{i}",
+            task_name="scheduler_app.echo",
+            run_at=now + timedelta(seconds=2 + i),
+            next_run_at=now + timedelta(seconds=2 + i),
+            queue=queue,
+        )
         for i in range(10)
     )
     return [job.id for job in jobs], poisoned
@@ -35,8 +42,11 @@ REPUBLISH_IDLE_SECONDS = 60
 
 
 def assert_healthy_runs_on_time(healthy: list[int], poisoned: Job, beat_log) -> None:
-    wait_for(lambda: JobRun.objects.filter(job_id__in=healthy, state=RunState.SUCCEEDED).count() == 10,
-             timeout=REPUBLISH_IDLE_SECONDS + 30, what="the healthy tenant's ten runs to succeed")
+    wait_for(
+        lambda: JobRun.objects.filter(job_id__in=healthy, state=RunState.SUCCEEDED).count() == 10,
+        timeout=REPUBLISH_IDLE_SECONDS + 30,
+        what="the healthy tenant's ten runs to succeed",
+    )
     lags = [(run.started_at - run.scheduled_at).total_seconds() for run in JobRun.objects.filter(job_id__in=healthy)]
     print(f"healthy start lag: max {max(lags):.2f} s")
     # Healthy runs left unpublished by the refusal would go out only with the republish sweep.
@@ -70,8 +80,13 @@ def test_a_refused_queue_on_rabbitmq_does_not_stop_another_tenants_fires(process
     processes.worker(rabbitmq_queue, concurrency=2, CELERY_BROKER_URL=AMQP_URL)
     healthy, poisoned = poison_beside_healthy(rabbitmq_queue, "amq.cronfleet-poison")
 
-    processes.beat("beat", "--max-sleep", "1", CELERY_BROKER_URL=AMQP_URL,
-                   CRONFLEET_REPUBLISH_IDLE_SECONDS=str(REPUBLISH_IDLE_SECONDS))
+    processes.beat(
+        "beat",
+        "--max-sleep",
+        "1",
+        CELERY_BROKER_URL=AMQP_URL,
+        CRONFLEET_REPUBLISH_IDLE_SECONDS=str(REPUBLISH_IDLE_SECONDS),
+    )
     try:
         assert_healthy_runs_on_time(healthy, poisoned, lambda: processes.log("beat"))
     finally:

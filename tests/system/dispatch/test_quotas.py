@@ -24,9 +24,11 @@ def test_a_quota_tenants_excess_waits_while_another_tenants_runs_start_on_time(m
     processes.worker(queue_name, concurrency=4)
     processes.beat("beat", "--max-sleep", "1")
 
-    wait_for(lambda: runs_of(b).filter(state="succeeded").count() == 6 and
-             runs_of(a).filter(state="succeeded").count() == 3, timeout=90,
-             what="b's six runs and three of a's to succeed")
+    wait_for(
+        lambda: runs_of(b).filter(state="succeeded").count() == 6 and runs_of(a).filter(state="succeeded").count() == 3,
+        timeout=90,
+        what="b's six runs and three of a's to succeed",
+    )
 
     lags = [(r.started_at - r.scheduled_at).total_seconds() for r in runs_of(b)]
     print(f"b's start lag: max {max(lags):.2f} s")

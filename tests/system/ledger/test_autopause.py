@@ -20,22 +20,28 @@ from tests.support.embedded import embedded_env
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_real_worker_and_beat_pause_a_failing_job_after_three_runs_and_resume_starts_afresh(processes,
-                                                                                           queue_name):
+def test_real_worker_and_beat_pause_a_failing_job_after_three_runs_and_resume_starts_afresh(processes, queue_name):
     tenant = services.tenant_create(slug="autopause", name="Auto-pause")
     env = {"CRONFLEET_ALERT_CHECK_SECONDS": "1"}
     # Every 4 s: a failing run ends long before the next fire, so the third one's end pauses
     # the job before a fourth fire is due.
-    job = services.job_create(tenant, services.JobSpec(name="flaky", task_name=FAIL, every=4, queue=queue_name,
-                                                       max_attempts=1, pause_after_failures=3))
+    job = services.job_create(
+        tenant,
+        services.JobSpec(
+            name="flaky", task_name=FAIL, every=4, queue=queue_name, max_attempts=1, pause_after_failures=3
+        ),
+    )
     alerts.rule_set(job, {"emails": ["ops@example.com"]})
     processes.worker(queue_name, **env)
     processes.beat("beat", "--max-sleep", "1", **env)
 
     wait_for(lambda: not Job.objects.get(id=job.id).enabled, timeout=60, what="the job to pause itself")
     time.sleep(9)  # two more intervals: nothing fires after the pause
-    wait_for(lambda: not JobRun.objects.filter(job=job).exclude(state=RunState.DEAD).exists(), timeout=30,
-             what="every run fired before the pause to end")
+    wait_for(
+        lambda: not JobRun.objects.filter(job=job).exclude(state=RunState.DEAD).exists(),
+        timeout=30,
+        what="every run fired before the pause to end",
+    )
     job.refresh_from_db()
     runs = list(JobRun.objects.filter(job=job).order_by("id").values_list("id", "state"))
     # On a loaded machine a fourth fire can come due before the third run's end has paused the
@@ -46,23 +52,30 @@ def test_real_worker_and_beat_pause_a_failing_job_after_three_runs_and_resume_st
     assert job.auto_paused_at is not None and job.consecutive_failures == len(runs)
     assert f"runs {ids[0]}, {ids[1]}, {ids[2]} (last: dead: RuntimeError" in job.paused_note
     assert AuditEvent.objects.get(job=job, action="job.auto_paused").detail["runs"] == ids
-    wait_for(lambda: Alert.objects.filter(job=job, kind=alerts.AUTO_PAUSED).exists(), timeout=30,
-             what="the auto-pause alert")
+    wait_for(
+        lambda: Alert.objects.filter(job=job, kind=alerts.AUTO_PAUSED).exists(), timeout=30, what="the auto-pause alert"
+    )
 
     services.job_resume(job, actor="test")
     job.refresh_from_db()
     assert (job.consecutive_failures, job.auto_paused_at) == (0, None)
-    wait_for(lambda: JobRun.objects.filter(job=job, state=RunState.DEAD).count() > 3, timeout=30,
-             what="a run after the resume")
+    wait_for(
+        lambda: JobRun.objects.filter(job=job, state=RunState.DEAD).count() > 3,
+        timeout=30,
+        what="a run after the resume",
+    )
     wait_for(lambda: not Job.objects.get(id=job.id).enabled, timeout=60, what="the job to pause itself again")
     assert JobRun.objects.filter(job=job, state=RunState.DEAD).count() == 6
-    wait_for(lambda: Alert.objects.filter(job=job, kind=alerts.AUTO_PAUSED).count() == 2, timeout=30,
-             what="a second auto-pause alert")
+    wait_for(
+        lambda: Alert.objects.filter(job=job, kind=alerts.AUTO_PAUSED).count() == 2,
+        timeout=30,
+        what="a second auto-pause alert",
+    )
 
 
 # The embedded SQLite demo's path (transitions' ORM end, autopause's one job at a time), in a
 # subprocess on a throwaway CRONFLEET_VAR_DIR, as tests/system/observability/test_dashboard_sqlite.py does.
-SQLITE_SCRIPT = r'''
+SQLITE_SCRIPT = r"""
 import json, sys
 from datetime import timedelta
 import django
@@ -97,16 +110,23 @@ plain = Job.objects.get(id=plain.id)
 json.dump({"states": states, "counts": counts + [job.consecutive_failures], "enabled": job.enabled,
            "note": job.paused_note, "auto": job.auto_paused_at is not None,
            "plain": [plain.enabled, plain.consecutive_failures, plain.version]}, sys.stdout)
-'''
+"""
 
 
 def test_the_embedded_sqlite_path_counts_and_pauses_too(tmp_path):
     env, repo = embedded_env(tmp_path), str(ROOT)
-    migrate = subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=repo, env=env,
-                             capture_output=True, text=True, timeout=240)
+    migrate = subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert migrate.returncode == 0, migrate.stderr
-    done = subprocess.run([sys.executable, "-c", SQLITE_SCRIPT], cwd=repo, env=env, capture_output=True, text=True,
-                          timeout=240)
+    done = subprocess.run(
+        [sys.executable, "-c", SQLITE_SCRIPT], cwd=repo, env=env, capture_output=True, text=True, timeout=240
+    )
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
 

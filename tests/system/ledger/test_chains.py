@@ -21,8 +21,10 @@ FAIL = "scheduler_app.fail"
 
 
 def results_of(job_: Job) -> list[dict]:
-    return [json.loads(result) for result in JobRun.objects.filter(job=job_, state=RunState.SUCCEEDED)
-            .values_list("result", flat=True)]
+    return [
+        json.loads(result)
+        for result in JobRun.objects.filter(job=job_, state=RunState.SUCCEEDED).values_list("result", flat=True)
+    ]
 
 
 @pytest.mark.slow
@@ -65,8 +67,11 @@ def test_a_real_chain_whose_parent_is_redelivered_starts_one_child(processes, qu
     run = services.job_trigger(parent)  # published once at commit
     publish_runs([RunMessage.of(run.id, 1, parent)])  # and the same message again
 
-    wait_for(lambda: JobRun.objects.filter(id=run.id, duplicate_deliveries__gte=1).exists()
-             and results_of(child), timeout=60, what="the duplicate delivery and the child's run")
+    wait_for(
+        lambda: JobRun.objects.filter(id=run.id, duplicate_deliveries__gte=1).exists() and results_of(child),
+        timeout=60,
+        what="the duplicate delivery and the child's run",
+    )
     [seen] = results_of(child)
     assert seen["parent_run_id"] == run.id
     assert JobRun.objects.filter(job=child).count() == 1

@@ -21,14 +21,29 @@ def test_a_running_beat_prunes_old_runs_in_the_background_and_keeps_dispatching(
     old_job = Job.objects.create(tenant=tenant, name="old", cron="0 0 1 1 *", task_name="scheduler_app.echo")
     now = db_now()
     JobRun.objects.bulk_create(
-        JobRun(job=old_job, tenant=tenant, state=RunState.SUCCEEDED, scheduled_at=now - timedelta(days=400, minutes=n),
-               created_at=now - 400 * DAY, finished_at=now - 400 * DAY) for n in range(500))
+        JobRun(
+            job=old_job,
+            tenant=tenant,
+            state=RunState.SUCCEEDED,
+            scheduled_at=now - timedelta(days=400, minutes=n),
+            created_at=now - 400 * DAY,
+            finished_at=now - 400 * DAY,
+        )
+        for n in range(500)
+    )
     young = finished(old_job, RunState.SUCCEEDED, 1, now=now)
-    ticking = services.job_create(tenant, services.JobSpec(name="ticking", task_name="scheduler_app.echo", every=1,
-                                                           queue=queue_name))
+    ticking = services.job_create(
+        tenant, services.JobSpec(name="ticking", task_name="scheduler_app.echo", every=1, queue=queue_name)
+    )
 
-    processes.beat("beat", "--max-sleep", "1", CRONFLEET_RETENTION_BATCH_SIZE="50",
-                   CRONFLEET_RETENTION_KEEP_LAST="0", CRONFLEET_RETENTION_DAYS="30")
+    processes.beat(
+        "beat",
+        "--max-sleep",
+        "1",
+        CRONFLEET_RETENTION_BATCH_SIZE="50",
+        CRONFLEET_RETENTION_KEEP_LAST="0",
+        CRONFLEET_RETENTION_DAYS="30",
+    )
 
     wait_for(lambda: JobRun.objects.filter(job=old_job).count() == 1, timeout=60, what="the old runs pruned")
     wait_for(lambda: JobRun.objects.filter(job=ticking).count() >= 3, timeout=30, what="the ticking job's runs")

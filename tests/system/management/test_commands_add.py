@@ -21,8 +21,9 @@ def test_exit_status_of_a_real_manage_py_process():
     env = process_env()
 
     def manage(*argv: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "manage.py", *argv], cwd=ROOT, env=env, capture_output=True,
-                              text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "manage.py", *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+        )
 
     bad = manage(*add_argv(["--cron", "0 0 31 2 *"]))
     good = manage(*add_argv(["--cron", "0 0 1 2 *"]))

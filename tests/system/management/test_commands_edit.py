@@ -20,16 +20,24 @@ def test_edit_and_delete_in_a_real_process_with_no_terminal():
     env = process_env()
 
     def manage(*argv: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "manage.py", *argv], cwd=ROOT, env=env, capture_output=True,
-                              text=True, timeout=60, stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            [sys.executable, "manage.py", *argv],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
 
     refused = manage("jobs", "edit", "acme/nightly", "--every", "120")
     saved = manage("jobs", "edit", "acme/nightly", "--every", "120", "--yes")
     kept = manage("jobs", "delete", "acme/nightly")
 
     assert refused.returncode == 2 and "next 5 fires after the edit:" in refused.stdout
-    assert refused.stderr == ("jobs edit: not saved: no terminal to ask for confirmation; "
-                              "pass --yes to go ahead without asking\n")
+    assert refused.stderr == (
+        "jobs edit: not saved: no terminal to ask for confirmation; pass --yes to go ahead without asking\n"
+    )
     assert saved.returncode == 0 and saved.stdout.splitlines()[-1].startswith(f"Saved job {job.id}"), saved.stderr
     assert kept.returncode == 2 and kept.stderr.startswith("jobs delete: not deleted: no terminal")
     job.refresh_from_db()

@@ -14,8 +14,14 @@ from tests.conftest import ROOT, process_env
 
 @pytest.mark.django_db(transaction=True)
 def test_status_watch_prints_again_until_interrupted():
-    proc = subprocess.Popen([sys.executable, "manage.py", "status", "--json", "--watch", "0.2"], cwd=ROOT,
-                            env=process_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "status", "--json", "--watch", "0.2"],
+        cwd=ROOT,
+        env=process_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         first, second = json.loads(proc.stdout.readline()), json.loads(proc.stdout.readline())
     finally:

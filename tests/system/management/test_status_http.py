@@ -68,19 +68,31 @@ def receiver(settings):
 def workers_http() -> dict[str, dict]:
     out = StringIO()
     call_command("status", "--json", stdout=out)
-    return {node["name"]: node.get("http") for node in json.loads(out.getvalue())["nodes"]
-            if node["kind"] == "worker" and node.get("http")}
+    return {
+        node["name"]: node.get("http")
+        for node in json.loads(out.getvalue())["nodes"]
+        if node["kind"] == "worker" and node.get("http")
+    }
 
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.slow
-def test_status_and_the_dashboard_show_a_workers_http_attempts_in_flight(receiver, tenant, processes, queue_name,
-                                                                        admin_client):
+def test_status_and_the_dashboard_show_a_workers_http_attempts_in_flight(
+    receiver, tenant, processes, queue_name, admin_client
+):
     runs = []
     for n in range(RUNS):
-        job = services.job_create(tenant, services.JobSpec(
-            name=f"hook-{n}", target_kind="http", every=3600, queue=queue_name, timeout_seconds=60,
-            http={"method": "POST", "url": receiver.url, "body": "{}"}))
+        job = services.job_create(
+            tenant,
+            services.JobSpec(
+                name=f"hook-{n}",
+                target_kind="http",
+                every=3600,
+                queue=queue_name,
+                timeout_seconds=60,
+                http={"method": "POST", "url": receiver.url, "body": "{}"},
+            ),
+        )
         runs.append(services.job_trigger(job))
     env = {"CRONFLEET_HTTP_ALLOWED_NETWORKS": "127.0.0.0/8", "CRONFLEET_HTTP_IN_FLIGHT_PER_HOST": str(PER_HOST)}
     processes.worker(queue_name, concurrency=2, **env)
@@ -92,7 +104,7 @@ def test_status_and_the_dashboard_show_a_workers_http_attempts_in_flight(receive
         return found if total["in_flight"] and total["in_flight"] + total["waiting"] == RUNS else None
 
     found = wait_for(all_held, timeout=60, what="a heartbeat with every attempt in flight or waiting")
-    (name, http), = found.items()
+    ((name, http),) = found.items()
     text = StringIO()
     call_command("status", stdout=text)
     html = admin_client.get(reverse("cronfleet:dashboard")).content.decode()
@@ -105,6 +117,9 @@ def test_status_and_the_dashboard_show_a_workers_http_attempts_in_flight(receive
     assert f'<td class="cf-http-in-flight">{http["in_flight"]}</td>' in html
 
     receiver.release.set()
-    wait_for(lambda: JobRun.objects.filter(id__in=[r.id for r in runs], state=RunState.SUCCEEDED).count() == RUNS,
-             timeout=60, what="every run to succeed once answered")
+    wait_for(
+        lambda: JobRun.objects.filter(id__in=[r.id for r in runs], state=RunState.SUCCEEDED).count() == RUNS,
+        timeout=60,
+        what="every run to succeed once answered",
+    )
     assert Job.objects.filter(tenant=tenant).count() == RUNS

@@ -21,27 +21,41 @@ from tests.integration.models.test_migrations import APP, FIRST_CAREFUL
 def test_the_concurrent_migrations_run_backwards_and_forwards_on_postgres():
     name = f"cronfleet_migrations_{uuid.uuid4().hex[:8]}"
     settings = connection.settings_dict
-    server = f"host={settings['HOST'] or '127.0.0.1'} port={settings['PORT'] or 5432} user={settings['USER'] or 'postgres'}"
+    server = (
+        f"host={settings['HOST'] or '127.0.0.1'} port={settings['PORT'] or 5432} user={settings['USER'] or 'postgres'}"
+    )
     with psycopg.connect(f"{server} dbname=postgres", autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
     try:
-        env = process_env(DATABASE_URL=f"postgres://{settings['USER'] or 'postgres'}@"
-                                       f"{settings['HOST'] or '127.0.0.1'}:{settings['PORT'] or 5432}/{name}")
+        env = process_env(
+            DATABASE_URL=f"postgres://{settings['USER'] or 'postgres'}@"
+            f"{settings['HOST'] or '127.0.0.1'}:{settings['PORT'] or 5432}/{name}"
+        )
 
         def migrate(*target: str) -> None:
-            done = subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0", *target], cwd=ROOT, env=env,
-                                  capture_output=True, text=True, timeout=300)
+            done = subprocess.run(
+                [sys.executable, "manage.py", "migrate", "-v", "0", *target],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             assert done.returncode == 0, done.stderr
 
         def indexes() -> set[str]:
             with psycopg.connect(f"{server} dbname={name}") as conn:
-                return {row[0] for row in conn.execute(
-                    "SELECT indexname FROM pg_indexes WHERE schemaname = 'public'")}
+                return {row[0] for row in conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = 'public'")}
 
         migrate()
         latest = indexes()
-        made = {"job_retention_idx", "jobrun_triggered_idx", "jobrun_finished_brin", "jobrun_tenant_state_idx",
-                "job_tenant_due_idx"}
+        made = {
+            "job_retention_idx",
+            "jobrun_triggered_idx",
+            "jobrun_finished_brin",
+            "jobrun_tenant_state_idx",
+            "job_tenant_due_idx",
+        }
         dropped = {"scheduler_app_jobrun_job_id_4f251f58", "scheduler_app_jobrun_tenant_id_1bb4eedc"}
         assert made <= latest and not dropped & latest
         migrate(APP, FIRST_CAREFUL)  # 0010 itself stays

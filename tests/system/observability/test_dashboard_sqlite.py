@@ -23,11 +23,18 @@ def pages(tmp_path_factory) -> dict:
     var_dir = tmp_path_factory.mktemp("embedded")
     env = embedded_env(var_dir)
     manage = str(ROOT / "manage.py")
-    migrate = subprocess.run([sys.executable, manage, "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env,
-                             capture_output=True, text=True, timeout=240)
+    migrate = subprocess.run(
+        [sys.executable, manage, "migrate", "--noinput", "-v", "0"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert migrate.returncode == 0, migrate.stderr
-    seeded = subprocess.run([sys.executable, "-c", DASHBOARD_SCRIPT], cwd=ROOT, env=env, capture_output=True,
-                            text=True, timeout=240)
+    seeded = subprocess.run(
+        [sys.executable, "-c", DASHBOARD_SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240
+    )
     assert seeded.returncode == 0, seeded.stderr
     return {**json.loads(seeded.stdout), "stderr": seeded.stderr}
 
@@ -81,8 +88,11 @@ def test_the_forecast_metrics_are_read_on_sqlite(pages):
     from prometheus_client.parser import text_string_to_metric_families
 
     assert pages["metrics"]["status"] == 200
-    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-               for family in text_string_to_metric_families(pages["metrics"]["html"]) for s in family.samples}
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(pages["metrics"]["html"])
+        for s in family.samples
+    }
     fires = {labels: value for (name, labels), value in samples.items() if name == "cronfleet_forecast_fires"}
     # flaky fires every minute, young every five: due within the quarter hour, in the default queue
     assert sum(value for labels, value in fires.items() if ("horizon", "15m") in labels) >= 15

@@ -33,14 +33,24 @@ def free_port() -> int:
 def server(tmp_path):
     env = embedded_env(tmp_path)
     manage = str(ROOT / "manage.py")
-    subprocess.run([sys.executable, manage, "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True,
-                   capture_output=True, timeout=240)
+    subprocess.run(
+        [sys.executable, manage, "migrate", "--noinput", "-v", "0"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=240,
+    )
     subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, check=True, capture_output=True, timeout=240)
     port = free_port()
     # --insecure: the admin's static files without debug, as the demo's web server has them.
-    process = subprocess.Popen([sys.executable, manage, "runserver", f"127.0.0.1:{port}", "--noreload",
-                                "--insecure"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, manage, "runserver", f"127.0.0.1:{port}", "--noreload", "--insecure"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(200):
@@ -58,13 +68,19 @@ def server(tmp_path):
 def test_the_sqlite_dashboard_draws_its_charts(server):
     chromium = browser.Browser(width=1280, height=1400)
     try:
-        chromium.log_in(f"{server}/admin/login/?next=/admin/dashboard/", "admin", "pw",
-                        until="document.querySelector('#cf-dashboard')")
+        chromium.log_in(
+            f"{server}/admin/login/?next=/admin/dashboard/",
+            "admin",
+            "pw",
+            until="document.querySelector('#cf-dashboard')",
+        )
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         chromium.screenshot(ARTIFACTS / "dashboard-sqlite.png")
-        drawn = chromium.js("return arguments[0].map(id => { const s = document.querySelector('#' + id + ' svg');"
-                            " return [id, !!s, s ? s.querySelectorAll('.cf-point, polyline').length : 0]; })",
-                            list(CHARTS))
+        drawn = chromium.js(
+            "return arguments[0].map(id => { const s = document.querySelector('#' + id + ' svg');"
+            " return [id, !!s, s ? s.querySelectorAll('.cf-point, polyline').length : 0]; })",
+            list(CHARTS),
+        )
         for panel, has_svg, marks in drawn:
             assert has_svg, f"{panel}: no chart"
             assert marks > 0, f"{panel}: an empty chart"

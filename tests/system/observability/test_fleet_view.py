@@ -33,8 +33,15 @@ def start_prometheus(processes, name: str, config: dict, port: int, tmp_path) ->
     path.write_text(yaml.safe_dump(config))
     check = subprocess.run([tool("promtool"), "check", "config", str(path)], capture_output=True, text=True, timeout=60)
     assert check.returncode == 0, check.stdout + check.stderr
-    processes.start(name, [tool("prometheus"), f"--config.file={path}", f"--storage.tsdb.path={tmp_path / name}",
-                           f"--web.listen-address=127.0.0.1:{port}"])
+    processes.start(
+        name,
+        [
+            tool("prometheus"),
+            f"--config.file={path}",
+            f"--storage.tsdb.path={tmp_path / name}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+    )
     prometheus = Prometheus(port)
     wait_for(prometheus.ready, timeout=60, what=f"{name} to be ready")
     return prometheus
@@ -42,8 +49,10 @@ def start_prometheus(processes, name: str, config: dict, port: int, tmp_path) ->
 
 def cell_config(cell: str, beat_port: int) -> dict:
     """A cell's Prometheus as deploy/prometheus/prometheus.yml has it, with the cell's label."""
-    return {"global": {"scrape_interval": "1s", "evaluation_interval": "1s", "external_labels": {"cell": cell}},
-            "scrape_configs": [{"job_name": "cronfleet-beat", "static_configs": [{"targets": [f"127.0.0.1:{beat_port}"]}]}]}
+    return {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "external_labels": {"cell": cell}},
+        "scrape_configs": [{"job_name": "cronfleet-beat", "static_configs": [{"targets": [f"127.0.0.1:{beat_port}"]}]}],
+    }
 
 
 def fleet_config(cell_ports: list[int]) -> dict:
@@ -63,26 +72,40 @@ def test_the_fleet_prometheus_federates_both_cells_and_runs_every_fleet_dashboar
         cluster.create_database(DATABASE)
         processes.beat("beat-a", "--max-sleep", "1", "--metrics-port", str(beat_a), "--metrics-address", "127.0.0.1")
         with servers.database_on(cluster.host, cluster.port, DATABASE):
-            beat = processes.beat("beat-b", "--max-sleep", "1", "--metrics-port", str(beat_b),
-                                  "--metrics-address", "127.0.0.1")
+            beat = processes.beat(
+                "beat-b", "--max-sleep", "1", "--metrics-port", str(beat_b), "--metrics-address", "127.0.0.1"
+            )
         start_prometheus(processes, "prometheus-a", cell_config("a", beat_a), prom_a, tmp_path)
         start_prometheus(processes, "prometheus-b", cell_config("b", beat_b), prom_b, tmp_path)
         fleet = start_prometheus(processes, "prometheus-fleet", fleet_config([prom_a, prom_b]), prom_fleet, tmp_path)
 
         def cells_of(query: str) -> set[str]:
-            return {series["metric"].get("cell", "") for series in
-                    fleet.get("/api/v1/query", query=query)["data"]["result"]}
+            return {
+                series["metric"].get("cell", "") for series in fleet.get("/api/v1/query", query=query)["data"]["result"]
+            }
 
-        wait_for(lambda: cells_of("cronfleet_beat_turns_total") == {"a", "b"}, timeout=90, interval=1,
-                 what="the fleet's Prometheus to hold both cells' beat turns")
-        wait_for(lambda: cells_of('rate(cronfleet_beat_turns_total[15s])') == {"a", "b"}, timeout=60, interval=1,
-                 what="both cells' beats turning, as the fleet sees it")
+        wait_for(
+            lambda: cells_of("cronfleet_beat_turns_total") == {"a", "b"},
+            timeout=90,
+            interval=1,
+            what="the fleet's Prometheus to hold both cells' beat turns",
+        )
+        wait_for(
+            lambda: cells_of("rate(cronfleet_beat_turns_total[15s])") == {"a", "b"},
+            timeout=60,
+            interval=1,
+            what="both cells' beats turning, as the fleet sees it",
+        )
         for panel in DASHBOARD["panels"]:
             for target in panel["targets"]:
                 answer = fleet.get("/api/v1/query", query=target["expr"].replace("$cell", ".*"))
                 assert answer["status"] == "success", (panel["title"], answer)
         turns = next(panel for panel in DASHBOARD["panels"] if panel["title"] == "Beat turns per second by cell")
-        wait_for(lambda: cells_of(turns["targets"][0]["expr"].replace("$cell", ".*")) == {"a", "b"}, timeout=60,
-                 interval=1, what="the dashboard's beat-turns panel to show both cells")
+        wait_for(
+            lambda: cells_of(turns["targets"][0]["expr"].replace("$cell", ".*")) == {"a", "b"},
+            timeout=60,
+            interval=1,
+            what="the dashboard's beat-turns panel to show both cells",
+        )
         assert cells_of(turns["targets"][0]["expr"].replace("$cell", "b")) == {"b"}  # the cell picker narrows it
         processes.stop(beat)  # before its database goes

@@ -73,33 +73,57 @@ def unacked_task_ids() -> set[str]:
 @pytest.mark.django_db(transaction=True)
 def test_flower_shows_each_runs_true_outcome_under_its_jobs_name(tenant, processes, queue_name):
     [port] = free_ports(1)
-    processes.start("flower", [sys.executable, "-m", "celery", "-A", "project", "flower", f"--port={port}",
-                               "--address=127.0.0.1"], FLOWER_BASIC_AUTH=FLOWER_AUTH)
+    processes.start(
+        "flower",
+        [sys.executable, "-m", "celery", "-A", "project", "flower", f"--port={port}", "--address=127.0.0.1"],
+        FLOWER_BASIC_AUTH=FLOWER_AUTH,
+    )
     flower = Flower(port)
     wait_for(flower.answers, timeout=60, what="Flower to answer")
     worker = start_worker(processes, queue_name, "worker", heartbeat=True)
     # Flower knows a worker from its events only: once it lists this one, it hears events.
     wait_for(lambda: _flower_sees_worker(flower), timeout=60, what="Flower to see the worker's events")
     ok = services.job_create(tenant, spec(name="ok", every=3600, queue=queue_name))
-    flaky = services.job_create(tenant, spec(name="flaky", task_name="scheduler_app.fail", every=3600,
-                                             queue=queue_name, max_attempts=2, retry_backoff_seconds=1))
+    flaky = services.job_create(
+        tenant,
+        spec(
+            name="flaky",
+            task_name="scheduler_app.fail",
+            every=3600,
+            queue=queue_name,
+            max_attempts=2,
+            retry_backoff_seconds=1,
+        ),
+    )
     processes.beat("beat", "--max-sleep", "1")  # requeues the retry
 
     ok_run = services.job_trigger(ok, actor="test")
     flaky_run = services.job_trigger(flaky, actor="test")
-    wait_for(lambda: JobRun.objects.filter(id=ok_run.id, state=RunState.SUCCEEDED).exists()
-             and JobRun.objects.filter(id=flaky_run.id, state=RunState.DEAD).exists(), timeout=60,
-             what="one run to succeed and the other to die")
+    wait_for(
+        lambda: (
+            JobRun.objects.filter(id=ok_run.id, state=RunState.SUCCEEDED).exists()
+            and JobRun.objects.filter(id=flaky_run.id, state=RunState.DEAD).exists()
+        ),
+        timeout=60,
+        what="one run to succeed and the other to die",
+    )
     publish_runs([RunMessage.of(ok_run.id, 1, ok)])  # the same message again, after it succeeded
-    wait_for(lambda: JobRun.objects.filter(id=ok_run.id, duplicate_deliveries=1).exists(), timeout=30,
-             what="the duplicate to be counted")
+    wait_for(
+        lambda: JobRun.objects.filter(id=ok_run.id, duplicate_deliveries=1).exists(),
+        timeout=30,
+        what="the duplicate to be counted",
+    )
 
     slug = tenant.slug
-    ok_id, first_id, last_id = celery_task_id(ok_run.id, 1), celery_task_id(flaky_run.id, 1), celery_task_id(
-        flaky_run.id, 2)
+    ok_id, first_id, last_id = (
+        celery_task_id(ok_run.id, 1),
+        celery_task_id(flaky_run.id, 1),
+        celery_task_id(flaky_run.id, 2),
+    )
     wait_for(lambda: flower.task(last_id).get("state") == "FAILURE", timeout=30, what="Flower to see the dead run")
-    duplicates = wait_for(lambda: flower.tasks(state="DUPLICATE", limit=10), timeout=30,
-                          what="Flower to list the duplicate")
+    duplicates = wait_for(
+        lambda: flower.tasks(state="DUPLICATE", limit=10), timeout=30, what="Flower to list the duplicate"
+    )
 
     succeeded, retried, died = flower.task(ok_id), flower.task(first_id), flower.task(last_id)
     assert (succeeded["name"], succeeded["state"], succeeded["result"]) == (f"{slug}/ok", "SUCCESS", "'succeeded'")

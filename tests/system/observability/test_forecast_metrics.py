@@ -56,8 +56,15 @@ def test_the_script_reads_the_workers_from_cronfleets_metrics(client, fleet, mon
 
     alpha = script("--metrics-url", url, "--queue", "alpha", "--once", "--token", "t0k")
     bounded = script("--metrics-url", url, "--queue", "alpha", "--once", "--max", "2")
-    ran = script("--metrics-url", url, "--once", "--min", "7", "--run", f"{sys.executable} -c "
-                 f"\"import sys; open(sys.argv[1], 'w').write(sys.argv[2])\" {out} {{n}}")
+    ran = script(
+        "--metrics-url",
+        url,
+        "--once",
+        "--min",
+        "7",
+        "--run",
+        f"{sys.executable} -c \"import sys; open(sys.argv[1], 'w').write(sys.argv[2])\" {out} {{n}}",
+    )
 
     assert (alpha.returncode, alpha.stdout) == (0, "10\n"), alpha.stderr
     assert served.auth[0] == "Bearer t0k"
@@ -67,8 +74,10 @@ def test_the_script_reads_the_workers_from_cronfleets_metrics(client, fleet, mon
 
 
 def test_the_script_reads_the_workers_from_prometheus(served):
-    served.body = ('{"status": "success", "data": {"resultType": "vector", "result": ['
-                   '{"metric": {"queue": "beta"}, "value": [1, "4"]}, {"metric": {"queue": "beta"}, "value": [1, "6"]}]}}')
+    served.body = (
+        '{"status": "success", "data": {"resultType": "vector", "result": ['
+        '{"metric": {"queue": "beta"}, "value": [1, "4"]}, {"metric": {"queue": "beta"}, "value": [1, "6"]}]}}'
+    )
 
     done = script("--prometheus", f"http://127.0.0.1:{served.server_port}", "--queue", "beta", "--once")
 
@@ -84,18 +93,24 @@ def test_a_queue_the_metrics_lack_is_an_error_that_names_it(served):
     assert done.returncode == 1 and "queue='gamma'" in done.stderr
 
 
-@pytest.mark.parametrize(("args", "flag"), [
-    (["--metrics-url", "ftp://x/metrics", "--once"], "--metrics-url"),
-    (["--prometheus", "prometheus:9090", "--once"], "--prometheus"),
-    (["--metrics-url", "http://x/metrics", "--once", "--min", "-1"], "--min"),
-    (["--metrics-url", "http://x/metrics", "--once", "--min", "3", "--max", "2"], "--max"),
-    (["--metrics-url", "http://x/metrics", "--once", "--run", "scale worker"], "--run"),
-    (["--metrics-url", "http://x/metrics", "--interval", "0"], "--interval"),
-    (["--metrics-url", "http://x/metrics", "--interval", "soon"], "--interval"),
-    (["--once"], "--metrics-url"),
-])
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["--metrics-url", "ftp://x/metrics", "--once"], "--metrics-url"),
+        (["--prometheus", "prometheus:9090", "--once"], "--prometheus"),
+        (["--metrics-url", "http://x/metrics", "--once", "--min", "-1"], "--min"),
+        (["--metrics-url", "http://x/metrics", "--once", "--min", "3", "--max", "2"], "--max"),
+        (["--metrics-url", "http://x/metrics", "--once", "--run", "scale worker"], "--run"),
+        (["--metrics-url", "http://x/metrics", "--interval", "0"], "--interval"),
+        (["--metrics-url", "http://x/metrics", "--interval", "soon"], "--interval"),
+        (["--once"], "--metrics-url"),
+    ],
+)
 def test_bad_input_is_refused_naming_the_flag(args, flag):
     done = script(*args)
 
-    assert done.returncode == 2 and f"argument {flag}" in done.stderr or (
-        flag == "--metrics-url" and done.returncode == 2 and "--metrics-url" in done.stderr), done.stderr
+    assert (
+        done.returncode == 2
+        and f"argument {flag}" in done.stderr
+        or (flag == "--metrics-url" and done.returncode == 2 and "--metrics-url" in done.stderr)
+    ), done.stderr

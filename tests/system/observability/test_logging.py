@@ -23,8 +23,9 @@ logging.getLogger("scheduler_app.worker.execution").info("run %s attempt %s fail
 
 
 def test_a_worker_prints_each_of_our_lines_once_in_celerys_format():
-    done = subprocess.run([sys.executable, "-c", AS_A_WORKER], cwd=ROOT, env=process_env(), capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", AS_A_WORKER], cwd=ROOT, env=process_env(), capture_output=True, text=True, timeout=60
+    )
 
     assert done.returncode == 0, done.stderr
     lines = [line for line in done.stderr.splitlines() if "run 7 attempt 1 failed" in line]
@@ -34,11 +35,18 @@ def test_a_worker_prints_each_of_our_lines_once_in_celerys_format():
 
 @pytest.mark.django_db(transaction=True)
 def test_runbeat_still_prints_its_lines_once(tenant, queue_name):
-    services.job_create(tenant, services.JobSpec(name="soon", task_name="scheduler_app.echo", at=db_now(),
-                                                 queue=queue_name))
+    services.job_create(
+        tenant, services.JobSpec(name="soon", task_name="scheduler_app.echo", at=db_now(), queue=queue_name)
+    )
 
-    done = subprocess.run([sys.executable, "manage.py", "runbeat", "--once"], cwd=ROOT,
-                          env=process_env(CRONFLEET_LOG_LEVEL="INFO"), capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "manage.py", "runbeat", "--once"],
+        cwd=ROOT,
+        env=process_env(CRONFLEET_LOG_LEVEL="INFO"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
     assert done.returncode == 0, done.stderr
     turns = [line for line in done.stderr.splitlines() if "beat turn: claimed 1 jobs, published 1 runs" in line]
@@ -49,8 +57,10 @@ def test_runbeat_still_prints_its_lines_once(tenant, queue_name):
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_real_worker_prints_each_of_our_lines_once(tenant, processes, queue_name):
-    job = services.job_create(tenant, services.JobSpec(name="fails", task_name="scheduler_app.fail", every=3600,
-                                                       queue=queue_name, max_attempts=1))
+    job = services.job_create(
+        tenant,
+        services.JobSpec(name="fails", task_name="scheduler_app.fail", every=3600, queue=queue_name, max_attempts=1),
+    )
     processes.worker(queue_name, concurrency=1)
     run = services.job_trigger(job, actor="test")
 

@@ -18,40 +18,71 @@ from tests.support.observing import free_ports, scrape, start_worker, total
 @pytest.mark.slow
 @pytest.mark.parametrize("directory", ["given", "its own"])
 @pytest.mark.django_db(transaction=True)
-def test_a_real_beat_and_a_prefork_worker_serve_counts_that_match_the_ledger(tenant, processes, queue_name,
-                                                                              tmp_path, directory):
+def test_a_real_beat_and_a_prefork_worker_serve_counts_that_match_the_ledger(
+    tenant, processes, queue_name, tmp_path, directory
+):
     beat_port, worker_port = free_ports(2)
     multiproc = tmp_path / "worker-metrics"
     env = {"PROMETHEUS_MULTIPROC_DIR": str(multiproc)} if directory == "given" else {}
-    ok = services.job_create(tenant, services.JobSpec(name="ok", task_name="scheduler_app.echo", every=1,
-                                                      queue=queue_name))
-    bad = services.job_create(tenant, services.JobSpec(name="bad", task_name="scheduler_app.fail", every=3600,
-                                                       queue=queue_name, max_attempts=1))
-    worker = start_worker(processes, queue_name, "worker", "--metrics-port", str(worker_port), "--metrics-address",
-                          "127.0.0.1", **env)
+    ok = services.job_create(
+        tenant, services.JobSpec(name="ok", task_name="scheduler_app.echo", every=1, queue=queue_name)
+    )
+    bad = services.job_create(
+        tenant,
+        services.JobSpec(name="bad", task_name="scheduler_app.fail", every=3600, queue=queue_name, max_attempts=1),
+    )
+    worker = start_worker(
+        processes, queue_name, "worker", "--metrics-port", str(worker_port), "--metrics-address", "127.0.0.1", **env
+    )
     processes.beat("beat", "--max-sleep", "1", "--metrics-port", str(beat_port), "--metrics-address", "127.0.0.1")
     services.job_trigger(bad, actor="test")
 
-    wait_for(lambda: JobRun.objects.filter(job=ok, state="succeeded").count() >= 3
-             and JobRun.objects.filter(job=bad, state="dead").exists(), timeout=60, what="runs to finish")
+    wait_for(
+        lambda: (
+            JobRun.objects.filter(job=ok, state="succeeded").count() >= 3
+            and JobRun.objects.filter(job=bad, state="dead").exists()
+        ),
+        timeout=60,
+        what="runs to finish",
+    )
     services.job_pause(Job.objects.get(id=ok.id), note="enough", actor="test")
-    ledger = lambda: (JobRun.objects.filter(job=ok, state="succeeded").count(),  # noqa: E731
-                      JobRun.objects.filter(job=bad, state="dead").count())
+
+    def ledger():
+        return (
+            JobRun.objects.filter(job=ok, state="succeeded").count(),
+            JobRun.objects.filter(job=bad, state="dead").count(),
+        )
 
     def counts_match():
         found = scrape(f"http://127.0.0.1:{worker_port}/metrics")
-        return (total(found, "cronfleet_runs_finished_total", queue=queue_name, state="succeeded"),
-                total(found, "cronfleet_runs_finished_total", queue=queue_name, state="dead")) == ledger()
+        return (
+            total(found, "cronfleet_runs_finished_total", queue=queue_name, state="succeeded"),
+            total(found, "cronfleet_runs_finished_total", queue=queue_name, state="dead"),
+        ) == ledger()
 
-    wait_for(lambda: JobRun.objects.filter(job=ok, state__in=["queued", "running"]).count() == 0, timeout=30,
-             what="the last runs to finish")
+    wait_for(
+        lambda: JobRun.objects.filter(job=ok, state__in=["queued", "running"]).count() == 0,
+        timeout=30,
+        what="the last runs to finish",
+    )
     wait_for(counts_match, timeout=30, what="the worker's counts to match the ledger")
     # The beat counts a turn's fires once the turn has committed and published them, so a fire
     # the ledger holds may be counted a moment later. A fire due as the job was paused is the
     # pause's to record (skipped, "paused: ..."), not the beat's.
     fires = lambda: JobRun.objects.filter(job=ok, trigger="schedule").exclude(state="skipped").count()  # noqa: E731
-    wait_for(lambda: total(scrape(f"http://127.0.0.1:{beat_port}/metrics"), "cronfleet_fires_total", queue=queue_name,
-                           outcome="queued") == fires(), timeout=30, what="the beat's fires to match the ledger")
+    wait_for(
+        lambda: (
+            total(
+                scrape(f"http://127.0.0.1:{beat_port}/metrics"),
+                "cronfleet_fires_total",
+                queue=queue_name,
+                outcome="queued",
+            )
+            == fires()
+        ),
+        timeout=30,
+        what="the beat's fires to match the ledger",
+    )
     beat = scrape(f"http://127.0.0.1:{beat_port}/metrics")
     assert total(beat, "cronfleet_fires_total", queue=queue_name, outcome="queued") == fires()
     assert total(beat, "cronfleet_beat_turns_total") >= 1

@@ -59,11 +59,23 @@ def test_the_alerts_fire_on_the_series_they_are_about():
 
 def test_every_dashboard_query_is_promql(tmp_path):
     # promtool parses expressions in rule files: the dashboard's, as recording rules.
-    rules = {"groups": [{"name": "dashboard", "rules": [
-        {"record": f"dashboard:query_{n}", "expr": expr} for n, expr in enumerate(dashboard_queries())]}]}
+    rules = {
+        "groups": [
+            {
+                "name": "dashboard",
+                "rules": [
+                    {"record": f"dashboard:query_{n}", "expr": expr} for n, expr in enumerate(dashboard_queries())
+                ],
+            }
+        ]
+    }
     (tmp_path / "dashboard.yml").write_text(yaml.safe_dump(rules))
 
-    done = subprocess.run([tool("promtool"), "check", "rules", str(tmp_path / "dashboard.yml")], capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [tool("promtool"), "check", "rules", str(tmp_path / "dashboard.yml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
     assert done.returncode == 0, done.stdout + done.stderr

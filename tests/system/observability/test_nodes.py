@@ -42,11 +42,15 @@ def test_a_sigstopped_beat_shows_as_stale_and_readyz_fails_until_it_resumes(clie
 def test_a_real_worker_registers_its_queue_heartbeats_from_a_thread_and_stops_cleanly(processes, queue_name):
     worker = processes.worker(queue_name, name="worker")
 
-    node = wait_for(lambda: Node.objects.filter(kind=NodeKind.WORKER, pid=worker.pid).first(), timeout=30,
-                    what="the worker's node")
+    node = wait_for(
+        lambda: Node.objects.filter(kind=NodeKind.WORKER, pid=worker.pid).first(), timeout=30, what="the worker's node"
+    )
     first_seen = node.last_seen_at
-    wait_for(lambda: Node.objects.get(id=node.id).last_seen_at > first_seen, timeout=30,
-             what="a heartbeat with no run at all")
+    wait_for(
+        lambda: Node.objects.get(id=node.id).last_seen_at > first_seen,
+        timeout=30,
+        what="a heartbeat with no run at all",
+    )
 
     node.refresh_from_db()
     assert node.queues == [queue_name] and node.name.startswith("worker-")

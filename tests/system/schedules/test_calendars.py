@@ -25,17 +25,30 @@ def test_a_real_beat_skips_fires_on_todays_holiday_and_moves_another_jobs_to_tom
         wait_for(lambda: db_now() >= midnight, timeout=240, interval=1, what="UTC midnight to pass")
     today = db_now().date()
     services.calendar_create(tenant, name="ops", weekdays="mon-sun", extra_holidays={today.isoformat(): "Company day"})
-    skipping = services.job_create(tenant, services.JobSpec(name="skipping", task_name=ECHO, every=2, queue=queue_name,
-                                                            calendar="ops"))
-    moving = services.job_create(tenant, services.JobSpec(name="moving", task_name=ECHO, every=2, queue=queue_name,
-                                                          calendar="ops", calendar_policy="next_business_day"))
+    skipping = services.job_create(
+        tenant, services.JobSpec(name="skipping", task_name=ECHO, every=2, queue=queue_name, calendar="ops")
+    )
+    moving = services.job_create(
+        tenant,
+        services.JobSpec(
+            name="moving",
+            task_name=ECHO,
+            every=2,
+            queue=queue_name,
+            calendar="ops",
+            calendar_policy="next_business_day",
+        ),
+    )
     control = services.job_create(tenant, services.JobSpec(name="control", task_name=ECHO, every=2, queue=queue_name))
     processes.worker(queue_name)
     processes.beat("beat", "--max-sleep", "1")
 
     wait_for(lambda: JobRun.objects.filter(job=skipping).count() >= 2, timeout=60, what="skipped fires")
-    wait_for(lambda: JobRun.objects.filter(job=control, state=RunState.SUCCEEDED).count() >= 2, timeout=60,
-             what="the control job's runs")
+    wait_for(
+        lambda: JobRun.objects.filter(job=control, state=RunState.SUCCEEDED).count() >= 2,
+        timeout=60,
+        what="the control job's runs",
+    )
 
     reasons = set(JobRun.objects.filter(job=skipping).values_list("state", "reason"))
     assert reasons == {(RunState.SKIPPED, f"calendar: {today.isoformat()} is not a business day in ops (Company day)")}

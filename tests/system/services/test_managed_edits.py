@@ -19,8 +19,14 @@ from tests.integration.services.test_managed_edits import (  # noqa: F401 (fixtu
 
 @pytest.mark.django_db(transaction=True)  # the command runs in a process of its own
 def test_a_cli_edit_of_a_managed_job_warns_once_in_a_real_terminal_session(managed):
-    done = subprocess.run([sys.executable, "manage.py", "jobs", "edit", "acme/invoices", "--priority", "8", "--yes"],
-                          cwd=ROOT, env=process_env(), capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "manage.py", "jobs", "edit", "acme/invoices", "--priority", "8", "--yes"],
+        cwd=ROOT,
+        env=process_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("is drift until") == 1, done.stderr  # the command's warning, not a log line too

@@ -15,13 +15,18 @@ from tests.integration.services.test_schedules_as_code import declare, jobs_of, 
 @pytest.mark.django_db(transaction=True)
 def test_a_real_beat_and_worker_fire_a_job_created_by_apply(processes, queue_name, declare):
     services.tenant_create(slug="acme", name="Acme")
-    path = declare(f'owner = "live"\ntenant = "acme"\n[[jobs]]\nname = "tick"\nevery = 1\n'
-                   f'task = "scheduler_app.echo"\nqueue = "{queue_name}"\n')
+    path = declare(
+        f'owner = "live"\ntenant = "acme"\n[[jobs]]\nname = "tick"\nevery = 1\n'
+        f'task = "scheduler_app.echo"\nqueue = "{queue_name}"\n'
+    )
     assert run("apply", "--file", path)[0] == 0
     job = jobs_of("live")["tick"]
 
     processes.worker(queue_name)
     processes.beat("beat", "--max-sleep", "1")
 
-    wait_for(lambda: JobRun.objects.filter(job=job, state=RunState.SUCCEEDED).exists(), timeout=60,
-             what="a run of the applied job to succeed")
+    wait_for(
+        lambda: JobRun.objects.filter(job=job, state=RunState.SUCCEEDED).exists(),
+        timeout=60,
+        what="a run of the applied job to succeed",
+    )

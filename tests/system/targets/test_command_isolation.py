@@ -43,8 +43,13 @@ def command_user() -> str:
     try:
         pwd.getpwnam(COMMAND_USER)
     except KeyError:
-        made = os.geteuid() == 0 and subprocess.run(
-            ["useradd", "--system", "--no-create-home", COMMAND_USER], capture_output=True).returncode == 0
+        made = (
+            os.geteuid() == 0
+            and subprocess.run(
+                ["useradd", "--system", "--no-create-home", COMMAND_USER], capture_output=True
+            ).returncode
+            == 0
+        )
         if not made:
             unavailable(f"the user {COMMAND_USER} is missing and cannot be made (useradd needs root)")
     if os.geteuid() != 0:
@@ -71,21 +76,40 @@ def start_worker(settings, home, processes, queue_name):
 
     def start(user: str = "", prefix: tuple[str, ...] = (), **env: str):
         return processes.worker(
-            queue_name, concurrency=1, prefix=prefix, CRONFLEET_COMMANDS=json.dumps(allow_list(home)),
-            CRONFLEET_COMMAND_CWD=str(home / "a" / "runs"), CRONFLEET_COMMAND_USER=user,
-            CRONFLEET_COMMAND_MAX_DISK_BYTES=str(MAX_DISK), CRONFLEET_TEST_CANARY=CANARY, **env)
+            queue_name,
+            concurrency=1,
+            prefix=prefix,
+            CRONFLEET_COMMANDS=json.dumps(allow_list(home)),
+            CRONFLEET_COMMAND_CWD=str(home / "a" / "runs"),
+            CRONFLEET_COMMAND_USER=user,
+            CRONFLEET_COMMAND_MAX_DISK_BYTES=str(MAX_DISK),
+            CRONFLEET_TEST_CANARY=CANARY,
+            **env,
+        )
 
     return start
 
 
 def trigger(tenant, queue_name, name, params=None, *, timeout=20) -> JobRun:
     """Run command `name` once on the worker (one attempt) and wait for the run to end."""
-    job = services.job_create(tenant, services.JobSpec(
-        name=f"{name}-{uuid.uuid4().hex[:6]}", target_kind="command", every=3600, queue=queue_name,
-        command={"name": name, "params": params or {}}, timeout_seconds=timeout, max_attempts=1))
+    job = services.job_create(
+        tenant,
+        services.JobSpec(
+            name=f"{name}-{uuid.uuid4().hex[:6]}",
+            target_kind="command",
+            every=3600,
+            queue=queue_name,
+            command={"name": name, "params": params or {}},
+            timeout_seconds=timeout,
+            max_attempts=1,
+        ),
+    )
     run = services.job_trigger(job, actor="test")
-    wait_for(lambda: JobRun.objects.filter(id=run.id, state__in=TERMINAL_STATES).exists(),
-             timeout=timeout + 30, what=f"the {name} run to end")
+    wait_for(
+        lambda: JobRun.objects.filter(id=run.id, state__in=TERMINAL_STATES).exists(),
+        timeout=timeout + 30,
+        what=f"the {name} run to end",
+    )
     run.refresh_from_db()
     return run
 
@@ -98,7 +122,7 @@ def pool_pids(main_pid: int) -> list[int]:
             stat = Path(f"/proc/{name}/stat").read_bytes()
         except OSError:
             continue
-        if int(stat[stat.rindex(b")") + 2:].split()[1]) == main_pid:
+        if int(stat[stat.rindex(b")") + 2 :].split()[1]) == main_pid:
             found.append(int(name))
     return found
 
@@ -108,7 +132,7 @@ def alive(pid: int) -> bool:
         stat = Path(f"/proc/{pid}/stat").read_bytes()
     except FileNotFoundError:
         return False
-    return stat[stat.rindex(b")") + 2:].split()[0] not in (b"Z", b"X")
+    return stat[stat.rindex(b")") + 2 :].split()[0] not in (b"Z", b"X")
 
 
 def assert_environment_unread(run: JobRun, paths: list[str]) -> None:
@@ -125,7 +149,8 @@ def assert_environment_unread(run: JobRun, paths: list[str]) -> None:
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_command_run_as_the_command_user_cannot_read_the_worker_s_environment(
-        command_user, start_worker, tenant, queue_name):
+    command_user, start_worker, tenant, queue_name
+):
     worker = start_worker(command_user)
     paths = [f"/proc/{pid}/environ" for pid in (worker.pid, *pool_pids(worker.pid))]
     assert len(paths) == 2
@@ -138,7 +163,8 @@ def test_a_command_run_as_the_command_user_cannot_read_the_worker_s_environment(
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_command_of_the_worker_s_own_user_cannot_read_the_worker_s_environment(
-        unprivileged, start_worker, tenant, queue_name):
+    unprivileged, start_worker, tenant, queue_name
+):
     # No CRONFLEET_COMMAND_USER: only the worker's non-dumpable flag stands in the way.
     worker = start_worker("", prefix=unprivileged)
     paths = [f"/proc/{pid}/environ" for pid in (worker.pid, *pool_pids(worker.pid))]
@@ -163,7 +189,8 @@ def test_a_worker_that_cannot_switch_to_the_command_user_refuses_to_start(start_
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_run_that_writes_more_than_its_disk_bound_is_stopped_and_writes_nothing_outside(
-        command_user, start_worker, tenant, queue_name, home):
+    command_user, start_worker, tenant, queue_name, home
+):
     start_worker(command_user)
 
     run = trigger(tenant, queue_name, "fill", timeout=20)

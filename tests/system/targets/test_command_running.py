@@ -46,7 +46,12 @@ def test_hostile_value_is_one_literal_argv_element(value, config, script, tmp_pa
     assert (result.exit_code, result.timed_out, result.truncated) == (0, False, False)
     assert json.loads(result.stdout) == ["echo", value, "--", value, *rest]
     assert build_argv("echo", {"word": value, "rest": rest}, config) == [
-        script, "echo", value, "--", value, *rest,
+        script,
+        "echo",
+        value,
+        "--",
+        value,
+        *rest,
     ]
     assert sorted(os.listdir(tmp_path)) == ["prog.py", "runs"]  # nothing was created by a shell
     assert os.listdir(tmp_path / "runs") == []  # and the run's own directory is gone

@@ -22,8 +22,11 @@ def test_a_real_worker_retries_5xx_then_succeeds(receiver_for, http_job, process
     processes.worker(queue_name, **env)
     processes.beat("beat", "--max-sleep", "1", **env)
 
-    wait_for(lambda: JobRun.objects.filter(id=run.id, state=RunState.SUCCEEDED).exists(), timeout=60,
-             what="the run to succeed on its third attempt")
+    wait_for(
+        lambda: JobRun.objects.filter(id=run.id, state=RunState.SUCCEEDED).exists(),
+        timeout=60,
+        what="the run to succeed on its third attempt",
+    )
 
     run.refresh_from_db()
     assert run.attempt == 3 and len(receiver.requests) == 3
@@ -43,8 +46,9 @@ def test_a_real_worker_retries_5xx_then_succeeds(receiver_for, http_job, process
     ],
     ids=["429-retry-after", "timeout", "404", "410"],
 )
-def test_retry_sequences_with_a_real_worker(receiver_for, http_job, processes, queue_name, script, final_state,
-                                            requests, paused):
+def test_retry_sequences_with_a_real_worker(
+    receiver_for, http_job, processes, queue_name, script, final_state, requests, paused
+):
     receiver = receiver_for(*script)
     job = http_job(receiver.url, queue=queue_name, retry_backoff_seconds=1, max_attempts=3, timeout_seconds=1)
     run = services.job_trigger(job)
@@ -52,8 +56,11 @@ def test_retry_sequences_with_a_real_worker(receiver_for, http_job, processes, q
     processes.worker(queue_name, **env)
     processes.beat("beat", "--max-sleep", "1", **env)
 
-    wait_for(lambda: JobRun.objects.filter(id=run.id, state=final_state).exists(), timeout=60,
-             what=f"the run to end {final_state}")
+    wait_for(
+        lambda: JobRun.objects.filter(id=run.id, state=final_state).exists(),
+        timeout=60,
+        what=f"the run to end {final_state}",
+    )
 
     run.refresh_from_db()
     job.refresh_from_db()

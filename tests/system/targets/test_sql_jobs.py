@@ -19,18 +19,27 @@ def test_a_broken_allow_list_stops_start_up_naming_the_statement_and_key():
     assert "ImproperlyConfigured: CRONFLEET_SQL.nightly.sql: %(before)s is not a declared parameter" in done.stderr
 
 
-@pytest.mark.parametrize(("env", "message"), [
-    ({"CRONFLEET_SQL": "{nope"}, "CRONFLEET_SQL must be JSON"),
-    ({"CRONFLEET_SQL": "[]"}, "CRONFLEET_SQL must be a JSON object"),
-    ({"CRONFLEET_SQL_DATABASES": "{nope"}, "CRONFLEET_SQL_DATABASES must be JSON"),
-    ({"CRONFLEET_SQL_DATABASES": '{"default": "postgres://x@127.0.0.1/y"}'},
-     "CRONFLEET_SQL_DATABASES.default: an alias must be an identifier other than default"),
-    ({"CRONFLEET_SQL_DATABASES": '{"files": "sqlite:///tmp/x.db"}'},
-     "CRONFLEET_SQL_DATABASES.files: SQL jobs run on PostgreSQL"),
-    ({"CRONFLEET_SQL_DATABASES": '{"odd": "gopher://x"}'}, "CRONFLEET_SQL_DATABASES.odd: not a valid database URL"),
-    ({"CRONFLEET_SQL": json.dumps({"r": {"database": "reporting", "sql": "SELECT 1"}})},
-     "CRONFLEET_SQL.r.database: unknown database alias 'reporting'"),
-])
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"CRONFLEET_SQL": "{nope"}, "CRONFLEET_SQL must be JSON"),
+        ({"CRONFLEET_SQL": "[]"}, "CRONFLEET_SQL must be a JSON object"),
+        ({"CRONFLEET_SQL_DATABASES": "{nope"}, "CRONFLEET_SQL_DATABASES must be JSON"),
+        (
+            {"CRONFLEET_SQL_DATABASES": '{"default": "postgres://x@127.0.0.1/y"}'},
+            "CRONFLEET_SQL_DATABASES.default: an alias must be an identifier other than default",
+        ),
+        (
+            {"CRONFLEET_SQL_DATABASES": '{"files": "sqlite:///tmp/x.db"}'},
+            "CRONFLEET_SQL_DATABASES.files: SQL jobs run on PostgreSQL",
+        ),
+        ({"CRONFLEET_SQL_DATABASES": '{"odd": "gopher://x"}'}, "CRONFLEET_SQL_DATABASES.odd: not a valid database URL"),
+        (
+            {"CRONFLEET_SQL": json.dumps({"r": {"database": "reporting", "sql": "SELECT 1"}})},
+            "CRONFLEET_SQL.r.database: unknown database alias 'reporting'",
+        ),
+    ],
+)
 def test_bad_sql_settings_stop_start_up(env, message):
     done = check_settings(**env)
 
@@ -43,9 +52,10 @@ def test_an_extra_alias_is_a_database_cronfleet_never_migrates_into():
         CRONFLEET_SQL_DATABASES=json.dumps({"reporting": "postgres://reader@127.0.0.1:5432/reports"}),
         CRONFLEET_SQL=json.dumps({"count": {"database": "reporting", "sql": "SELECT count(*) FROM orders"}}),
         script="from django.conf import settings; from django.db import router; "
-               "from scheduler_app.models import Job\n"
-               "print(settings.DATABASES['reporting']['NAME'], settings.DATABASES['reporting']['USER'])\n"
-               "print(router.allow_migrate_model('reporting', Job), router.allow_migrate_model('default', Job))")
+        "from scheduler_app.models import Job\n"
+        "print(settings.DATABASES['reporting']['NAME'], settings.DATABASES['reporting']['USER'])\n"
+        "print(router.allow_migrate_model('reporting', Job), router.allow_migrate_model('default', Job))",
+    )
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["reports", "reader", "False", "True"]

@@ -31,7 +31,8 @@ def test_a_sql_job_runs_end_to_end_through_a_real_worker(tables, allow_list, ten
         db = connections[alias].settings_dict
         login = quote(db["USER"], safe="") + (f":{quote(db['PASSWORD'], safe='')}" if db["PASSWORD"] else "")
         env["CRONFLEET_SQL_DATABASES"] = json.dumps(
-            {"mariadb": f"mysql://{login}@{db['HOST']}:{db['PORT']}/{db['NAME']}"})
+            {"mariadb": f"mysql://{login}@{db['HOST']}:{db['PORT']}/{db['NAME']}"}
+        )
     job = sql_job(tenant, "add_item", {"id": 42, "name": "'; DROP TABLE sqljob_items; --"}, queue=queue_name)
     fired = sql_job(tenant, "record_fire", name="fire", queue=queue_name)
     processes.worker(queue_name, **env)
@@ -39,8 +40,11 @@ def test_a_sql_job_runs_end_to_end_through_a_real_worker(tables, allow_list, ten
     runs = [services.job_trigger(job, actor="test"), services.job_trigger(fired, actor="test")]
 
     for run in runs:
-        wait_for(lambda run=run: JobRun.objects.filter(id=run.id, finished_at__isnull=False).exists(),
-                 timeout=60, what="the SQL run to finish")
+        wait_for(
+            lambda run=run: JobRun.objects.filter(id=run.id, finished_at__isnull=False).exists(),
+            timeout=60,
+            what="the SQL run to finish",
+        )
         run.refresh_from_db()
         assert run.state == RunState.SUCCEEDED, (run.error, processes.log("worker"))
         assert result_of(run)["rows_affected"] == 1

@@ -31,7 +31,11 @@ from scheduler_app.models import Job, JobRun, db_now
 from tests.conftest import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-FAST = {"CRONFLEET_LEASE_SECONDS": "4", "CRONFLEET_HEARTBEAT_SECONDS": "1", "CRONFLEET_HTTP_ALLOWED_NETWORKS": "127.0.0.0/8"}
+FAST = {
+    "CRONFLEET_LEASE_SECONDS": "4",
+    "CRONFLEET_HEARTBEAT_SECONDS": "1",
+    "CRONFLEET_HTTP_ALLOWED_NETWORKS": "127.0.0.0/8",
+}
 
 
 class PausableProxy:
@@ -120,8 +124,7 @@ class SlowReceiver:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
 
 
-def test_a_cut_off_worker_calls_no_target_after_its_successor_started(processes, tenant, queue_name, settings,
-                                                                      request):
+def test_a_cut_off_worker_calls_no_target_after_its_successor_started(processes, tenant, queue_name, settings, request):
     from django.db import connection
 
     settings.CRONFLEET_HTTP_ALLOWED_NETWORKS = ["127.0.0.0/8"]  # the loopback receiver, when saved too
@@ -130,12 +133,25 @@ def test_a_cut_off_worker_calls_no_target_after_its_successor_started(processes,
     request.addfinalizer(proxy.close)
     db = connection.settings_dict
     through_proxy = f"postgres://{db['USER'] or 'postgres'}@127.0.0.1:{proxy.port}/{db['NAME']}"
-    jobs = [services.job_create(tenant, services.JobSpec(
-        name=f"slow-{number}", target_kind="http", every=3600, queue=queue_name, max_attempts=3,
-        retry_backoff_seconds=1, timeout_seconds=30,
-        http={"method": "POST", "url": receiver.url, "body": "{}"})) for number in range(12)]
-    processes.worker(queue_name, name="cut-off", concurrency=1, DATABASE_URL=through_proxy,
-                     CRONFLEET_HTTP_IN_FLIGHT="2", **FAST)
+    jobs = [
+        services.job_create(
+            tenant,
+            services.JobSpec(
+                name=f"slow-{number}",
+                target_kind="http",
+                every=3600,
+                queue=queue_name,
+                max_attempts=3,
+                retry_backoff_seconds=1,
+                timeout_seconds=30,
+                http={"method": "POST", "url": receiver.url, "body": "{}"},
+            ),
+        )
+        for number in range(12)
+    ]
+    processes.worker(
+        queue_name, name="cut-off", concurrency=1, DATABASE_URL=through_proxy, CRONFLEET_HTTP_IN_FLIGHT="2", **FAST
+    )
     processes.beat("beat", "--max-sleep", "1", **FAST)
     Job.objects.filter(id__in=[job.id for job in jobs]).update(next_run_at=db_now())
     services.wake_beats()
@@ -146,13 +162,19 @@ def test_a_cut_off_worker_calls_no_target_after_its_successor_started(processes,
     processes.worker(queue_name, name="successor", **FAST)
     # Until the successor has ended every run A did not: A, still cut off, has had all that
     # time to call what it still holds.
-    wait_for(lambda: JobRun.objects.filter(job__in=jobs, state="succeeded").count() == len(jobs), timeout=90,
-             what="every run succeeded, by A before the partition or by the successor after")
+    wait_for(
+        lambda: JobRun.objects.filter(job__in=jobs, state="succeeded").count() == len(jobs),
+        timeout=90,
+        what="every run succeeded, by A before the partition or by the successor after",
+    )
     proxy.resume()
 
     second = {key: at for key, attempt, at in receiver.arrivals if attempt == 2}
-    late = [(key, at - second[key]) for key, attempt, at in receiver.arrivals
-            if attempt == 1 and key in second and at > second[key]]
+    late = [
+        (key, at - second[key])
+        for key, attempt, at in receiver.arrivals
+        if attempt == 1 and key in second and at > second[key]
+    ]
     assert late == [], f"attempt 1 reached the target after attempt 2 did: {late}"
     first_after_pause = [at - paused_at for _, attempt, at in receiver.arrivals if attempt == 1 and at > paused_at]
     assert len(first_after_pause) < 6, first_after_pause  # A stopped calling within its lease, not at the end
@@ -162,10 +184,22 @@ def test_a_cut_off_worker_calls_no_target_after_its_successor_started(processes,
 def test_a_worker_killed_with_runs_in_flight_costs_them_one_lease(processes, tenant, queue_name, settings):
     settings.CRONFLEET_HTTP_ALLOWED_NETWORKS = ["127.0.0.0/8"]  # the loopback receiver, when saved too
     receiver = SlowReceiver(0.1, first_seconds=60)  # attempt 1 is in flight when the worker dies
-    jobs = [services.job_create(tenant, services.JobSpec(
-        name=f"inflight-{number}", target_kind="http", every=3600, queue=queue_name, max_attempts=3,
-        retry_backoff_seconds=1, timeout_seconds=120,
-        http={"method": "POST", "url": receiver.url, "body": "{}"})) for number in range(200)]
+    jobs = [
+        services.job_create(
+            tenant,
+            services.JobSpec(
+                name=f"inflight-{number}",
+                target_kind="http",
+                every=3600,
+                queue=queue_name,
+                max_attempts=3,
+                retry_backoff_seconds=1,
+                timeout_seconds=120,
+                http={"method": "POST", "url": receiver.url, "body": "{}"},
+            ),
+        )
+        for number in range(200)
+    ]
     doomed = processes.worker(queue_name, name="doomed", concurrency=1, **FAST)
     processes.beat("beat", "--max-sleep", "1", **FAST)
     Job.objects.filter(id__in=[job.id for job in jobs]).update(next_run_at=db_now())
@@ -174,8 +208,11 @@ def test_a_worker_killed_with_runs_in_flight_costs_them_one_lease(processes, ten
 
     processes.stop(doomed, signal.SIGKILL)
     processes.worker(queue_name, name="successor", **FAST)
-    wait_for(lambda: JobRun.objects.filter(job__in=jobs, state="succeeded").count() == len(jobs), timeout=90,
-             what="every run succeeded on the successor")
+    wait_for(
+        lambda: JobRun.objects.filter(job__in=jobs, state="succeeded").count() == len(jobs),
+        timeout=90,
+        what="every run succeeded on the successor",
+    )
 
     runs = list(JobRun.objects.filter(job__in=jobs))
     assert len(runs) == len(jobs)  # one run a fire, however many attempts

@@ -22,8 +22,11 @@ def test_a_worker_executes_scheduled_runs_end_to_end(tenant, processes, queue_na
     processes.worker(queue_name)
     processes.beat("beat", "--max-sleep", "1")
 
-    wait_for(lambda: JobRun.objects.filter(job=job, state=RunState.SUCCEEDED).count() >= 3,
-             timeout=60, what="three succeeded runs")
+    wait_for(
+        lambda: JobRun.objects.filter(job=job, state=RunState.SUCCEEDED).count() >= 3,
+        timeout=60,
+        what="three succeeded runs",
+    )
 
     done = list(JobRun.objects.filter(job=job, state=RunState.SUCCEEDED))
     for run in done:
@@ -39,19 +42,28 @@ def test_the_same_message_delivered_twice_executes_once(tenant, processes, queue
 
     processes.worker(queue_name, concurrency=2)
 
-    wait_for(lambda: JobRun.objects.filter(id=run.id, duplicate_deliveries=1, state=RunState.SUCCEEDED).exists(),
-             timeout=60, what="the run to succeed and the duplicate to be counted")
+    wait_for(
+        lambda: JobRun.objects.filter(id=run.id, duplicate_deliveries=1, state=RunState.SUCCEEDED).exists(),
+        timeout=60,
+        what="the run to succeed and the duplicate to be counted",
+    )
     run.refresh_from_db()
     assert [attempt["outcome"] for attempt in run.attempts] == ["succeeded"]
-    assert list(AuditEvent.objects.filter(run_id=run.id).values_list("action", flat=True)) == [
-        "run.duplicate_delivery"]
+    assert list(AuditEvent.objects.filter(run_id=run.id).values_list("action", flat=True)) == ["run.duplicate_delivery"]
 
 
 def test_a_failing_task_retries_with_backoff_and_ends_dead(tenant, processes, queue_name):
-    job = services.job_create(tenant, spec(
-        name="flaky", task_name="scheduler_app.fail", every=3600, queue=queue_name,
-        max_attempts=3, retry_backoff_seconds=1,
-    ))
+    job = services.job_create(
+        tenant,
+        spec(
+            name="flaky",
+            task_name="scheduler_app.fail",
+            every=3600,
+            queue=queue_name,
+            max_attempts=3,
+            retry_backoff_seconds=1,
+        ),
+    )
     run = services.job_trigger(job, actor="test")
     processes.worker(queue_name)
     processes.beat("beat", "--max-sleep", "1")

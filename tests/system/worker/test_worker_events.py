@@ -59,13 +59,17 @@ class Listener:
         self.connection.release()
 
     def of(self, task_ids: set[str]) -> list[tuple[str, str]]:
-        return [(event["type"], event["uuid"]) for event in self.events
-                if event["type"].startswith("task-") and event.get("uuid") in task_ids]
+        return [
+            (event["type"], event["uuid"])
+            for event in self.events
+            if event["type"].startswith("task-") and event.get("uuid") in task_ids
+        ]
 
 
 def _runs(tenant, queue_name: str, count: int) -> list[JobRun]:
-    job = services.job_create(tenant, services.JobSpec(name="events", task_name="scheduler_app.echo",
-                                                        every=3600, queue=queue_name))
+    job = services.job_create(
+        tenant, services.JobSpec(name="events", task_name="scheduler_app.echo", every=3600, queue=queue_name)
+    )
     return [services.job_trigger(job, actor="test") for _ in range(count)]
 
 
@@ -81,8 +85,7 @@ def test_the_workers_task_events_arrive_in_order_in_few_messages(tenant, process
         start_worker(processes, queue_name, "worker", "-P", pool, CRONFLEET_EVENT_FLUSH_SECONDS="1.0")
         runs = _runs(tenant, queue_name, 10)
         ids = {celery_task_id(run.id, 1) for run in runs}
-        wait_for(lambda: len(listener.of(ids)) == 3 * len(runs), timeout=60,
-                 what="three task events of each run")
+        wait_for(lambda: len(listener.of(ids)) == 3 * len(runs), timeout=60, what="three task events of each run")
         seen = listener.of(ids)
         for task_id in ids:
             assert [kind for kind, uuid in seen if uuid == task_id] == list(TASK_EVENTS)
@@ -106,5 +109,4 @@ def test_a_worker_that_stops_sends_the_events_it_still_holds(tenant, processes, 
         # Buffered for ten minutes (or until Celery's limit of 24 events): none sent yet.
         assert listener.of(ids) == []
         assert processes.stop(worker) == 0  # a warm shutdown
-        wait_for(lambda: len(listener.of(ids)) == 3 * len(runs), timeout=30,
-                 what="the stopped worker's task events")
+        wait_for(lambda: len(listener.of(ids)) == 3 * len(runs), timeout=30, what="the stopped worker's task events")

@@ -32,10 +32,17 @@ def sleeping_runs(tenant, queue: str, count: int, seconds: float | list[float]) 
     (or the run's own of a list)."""
     runs = []
     for i in range(count):
-        job = services.job_create(tenant, services.JobSpec(
-            name=f"sleeps-{i}", task_name="scheduler_app.sleep",
-            kwargs={"seconds": seconds[i] if isinstance(seconds, list) else seconds},
-            every=3600, queue=queue, max_attempts=2))
+        job = services.job_create(
+            tenant,
+            services.JobSpec(
+                name=f"sleeps-{i}",
+                task_name="scheduler_app.sleep",
+                kwargs={"seconds": seconds[i] if isinstance(seconds, list) else seconds},
+                every=3600,
+                queue=queue,
+                max_attempts=2,
+            ),
+        )
         runs.append(services.job_trigger(job, actor="test"))
     assert all(run.state == RunState.QUEUED for run in runs)
     return runs
@@ -79,18 +86,34 @@ def test_sigterm_to_the_whole_group_lets_every_busy_pool_process_finish_its_run(
     assert log.count("SIGTERM during the task") == 2, log
 
 
-def test_sigterm_to_the_whole_group_lets_http_runs_in_flight_end_and_be_written(tenant, processes, queue_name,
-                                                                               settings):
+def test_sigterm_to_the_whole_group_lets_http_runs_in_flight_end_and_be_written(
+    tenant, processes, queue_name, settings
+):
     """HTTP runs in flight live on the pool process's event loop, not in a task: a group
     SIGTERM lets each call answer and its end be written (worker/flight.py's drain)."""
     settings.CRONFLEET_HTTP_ALLOWED_NETWORKS = ["127.0.0.0/8"]
     receiver = Receiver([("hang", {"seconds": 4}, b"ok")] * 3)  # each answers 4 s after its call
-    runs = [services.job_trigger(services.job_create(tenant, services.JobSpec(
-        name=f"hook-{i}", target_kind="http", every=3600, queue=queue_name, max_attempts=2, timeout_seconds=30,
-        http={"method": "POST", "url": receiver.url, "headers": {}, "body": ""}))) for i in range(3)]
+    runs = [
+        services.job_trigger(
+            services.job_create(
+                tenant,
+                services.JobSpec(
+                    name=f"hook-{i}",
+                    target_kind="http",
+                    every=3600,
+                    queue=queue_name,
+                    max_attempts=2,
+                    timeout_seconds=30,
+                    http={"method": "POST", "url": receiver.url, "headers": {}, "body": ""},
+                ),
+            )
+        )
+        for i in range(3)
+    ]
     try:
-        worker = processes.worker(queue_name, name="flight", concurrency=1,
-                                  CRONFLEET_HTTP_ALLOWED_NETWORKS="127.0.0.0/8")
+        worker = processes.worker(
+            queue_name, name="flight", concurrency=1, CRONFLEET_HTTP_ALLOWED_NETWORKS="127.0.0.0/8"
+        )
         wait_for(lambda: len(receiver.requests) == 3, timeout=60, what="the three calls in flight")
 
         os.killpg(worker.pid, signal.SIGTERM)
@@ -143,16 +166,34 @@ def test_a_cold_shutdown_stops_busy_pool_processes_at_once(tenant, processes, qu
 
 def test_autoscale_still_shrinks_its_idle_pool_processes(tenant, processes, queue_name):
     """billiard's shrink() SIGTERMs idle pool processes: they exit at once, as before."""
-    argv = [sys.executable, "-m", "celery", "-A", "project", "worker", "-Q", queue_name, "--autoscale=3,1",
-            "-n", f"scale-{uuid.uuid4().hex[:6]}@%h", "--without-mingle", "--without-gossip", "--without-heartbeat",
-            "-l", "info"]
+    argv = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "project",
+        "worker",
+        "-Q",
+        queue_name,
+        "--autoscale=3,1",
+        "-n",
+        f"scale-{uuid.uuid4().hex[:6]}@%h",
+        "--without-mingle",
+        "--without-gossip",
+        "--without-heartbeat",
+        "-l",
+        "info",
+    ]
     worker = processes.start("scale", argv, AUTOSCALE_KEEPALIVE="1")  # idle a second, then shrink
     wait_for(lambda: "ready." in processes.log("scale") or worker.poll() is not None, timeout=60, what="ready")
     runs = sleeping_runs(tenant, queue_name, count=3, seconds=[1, 6, 6])  # one idle while two are busy
 
     wait_for(lambda: len(pool_processes(worker.pid)) > 1, timeout=60, what="the pool grown")
-    wait_for(lambda: JobRun.objects.filter(id__in=[run.id for run in runs], state=RunState.SUCCEEDED).count() == 3,
-             timeout=90, what="the three runs succeeded")
+    wait_for(
+        lambda: JobRun.objects.filter(id__in=[run.id for run in runs], state=RunState.SUCCEEDED).count() == 3,
+        timeout=90,
+        what="the three runs succeeded",
+    )
     wait_for(lambda: len(pool_processes(worker.pid)) == 1, timeout=30, what="the pool shrunk back to one process")
 
     log = processes.log("scale")

@@ -22,20 +22,28 @@ def host(settings):
     settings.ROOT_URLCONF = "tests.support.host_urls"  # pytest-django's settings fixture clears the URL caches
 
 
-@pytest.mark.parametrize(("name", "kwargs", "path", "view"), [
-    ("cronfleet:api:job-list", {}, "/cron/api/v1/jobs/", None),
-    ("cronfleet:api:me", {}, "/cron/api/v1/me", None),
-    ("cronfleet:schema", {}, "/cron/api/schema/", None),
-    ("cronfleet:docs", {}, "/cron/api/docs/", None),
-    ("cronfleet:ping", {"key": KEY}, f"/cron/ping/{KEY}", ping),
-    ("cronfleet:ping-signal", {"key": KEY, "action": "start"}, f"/cron/ping/{KEY}/start", ping),
-    ("cronfleet:ping-cell", {"cell": "eu1", "key": KEY}, f"/cron/ping/eu1/{KEY}", ping),
-    ("cronfleet:ping-cell-signal", {"cell": "eu1", "key": KEY, "action": "fail"}, f"/cron/ping/eu1/{KEY}/fail", ping),
-    ("cronfleet:healthz", {}, "/cron/healthz", None),
-    ("cronfleet:readyz", {}, "/cron/readyz", None),
-    ("cronfleet:metrics", {}, "/cron/metrics", None),
-    ("cronfleet:dashboard", {}, "/cron/dashboard/", None),
-])
+@pytest.mark.parametrize(
+    ("name", "kwargs", "path", "view"),
+    [
+        ("cronfleet:api:job-list", {}, "/cron/api/v1/jobs/", None),
+        ("cronfleet:api:me", {}, "/cron/api/v1/me", None),
+        ("cronfleet:schema", {}, "/cron/api/schema/", None),
+        ("cronfleet:docs", {}, "/cron/api/docs/", None),
+        ("cronfleet:ping", {"key": KEY}, f"/cron/ping/{KEY}", ping),
+        ("cronfleet:ping-signal", {"key": KEY, "action": "start"}, f"/cron/ping/{KEY}/start", ping),
+        ("cronfleet:ping-cell", {"cell": "eu1", "key": KEY}, f"/cron/ping/eu1/{KEY}", ping),
+        (
+            "cronfleet:ping-cell-signal",
+            {"cell": "eu1", "key": KEY, "action": "fail"},
+            f"/cron/ping/eu1/{KEY}/fail",
+            ping,
+        ),
+        ("cronfleet:healthz", {}, "/cron/healthz", None),
+        ("cronfleet:readyz", {}, "/cron/readyz", None),
+        ("cronfleet:metrics", {}, "/cron/metrics", None),
+        ("cronfleet:dashboard", {}, "/cron/dashboard/", None),
+    ],
+)
 def test_every_route_resolves_and_reverses_under_the_prefix(name, kwargs, path, view):
     assert reverse(name, kwargs=kwargs) == path
     found = resolve(path)

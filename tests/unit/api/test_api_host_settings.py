@@ -45,7 +45,8 @@ def cronfleet_routes() -> list[tuple[str, object]]:
 
 def test_the_walk_finds_the_routes_the_project_mounts():
     assert sorted(template for template, _ in cronfleet_routes()) == sorted(
-        template for template, _ in project_api_routes())
+        template for template, _ in project_api_routes()
+    )
 
 
 def test_every_api_view_names_its_own_policies():

@@ -21,11 +21,16 @@ def test_the_schema_generates_and_validates_without_warnings(tmp_path):
 
 def test_the_schema_declares_bearer_keys_and_the_error_shape():
     assert SCHEMA["components"]["securitySchemes"]["bearerAuth"] == {
-        "type": "http", "scheme": "bearer", "bearerFormat": "cf_[<cell>_]<prefix>_<secret>"}
+        "type": "http",
+        "scheme": "bearer",
+        "bearerFormat": "cf_[<cell>_]<prefix>_<secret>",
+    }
     operations = [op for ops in SCHEMA["paths"].values() for op in ops.values()]
     assert all({"bearerAuth": []} in op["security"] for op in operations)
-    assert all(op["responses"]["400"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Error"}
-               for op in operations)
+    assert all(
+        op["responses"]["400"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Error"}
+        for op in operations
+    )
 
 
 def test_the_docs_page_serves_swagger_ui_from_our_own_static_files(client):

@@ -11,14 +11,23 @@ from scheduler_app.models import Job, JobRun, RunState
 from tests.conftest import utc
 
 
-@pytest.mark.parametrize(("zone", "finished", "scheduled"), [
-    ("UTC", "12:00:03 UTC", "12:00:00 UTC"),
-    ("Europe/Berlin", "13:00:03 CET", "13:00:00 CET"),
-])
+@pytest.mark.parametrize(
+    ("zone", "finished", "scheduled"),
+    [
+        ("UTC", "12:00:03 UTC", "12:00:00 UTC"),
+        ("Europe/Berlin", "13:00:03 CET", "13:00:00 CET"),
+    ],
+)
 def test_a_run_line_gives_times_with_seconds_and_the_zone(zone, finished, scheduled):
-    run = JobRun(job=Job(name="heartbeat"), scheduled_at=utc(2024, 1, 1, 12, 0, 0), state=RunState.RETRYING,
-                 attempt=1, finished_at=utc(2024, 1, 1, 12, 0, 3), next_attempt_at=utc(2024, 1, 1, 12, 0, 5),
-                 error="RuntimeError: boom")
+    run = JobRun(
+        job=Job(name="heartbeat"),
+        scheduled_at=utc(2024, 1, 1, 12, 0, 0),
+        state=RunState.RETRYING,
+        attempt=1,
+        finished_at=utc(2024, 1, 1, 12, 0, 3),
+        next_attempt_at=utc(2024, 1, 1, 12, 0, 5),
+        error="RuntimeError: boom",
+    )
 
     with override_settings(TIME_ZONE=zone):
         line = DemoCommand().run_line(run)

@@ -34,8 +34,10 @@ def test_the_compose_file_is_valid_against_the_compose_spec_schema():
     schema_file = importlib.resources.files("check_jsonschema.builtin_schemas.vendor") / "compose-spec.json"
     schema = json.loads(schema_file.read_text())
 
-    errors = [f"{'/'.join(map(str, error.absolute_path))}: {error.message}"
-              for error in jsonschema.Draft202012Validator(schema).iter_errors(COMPOSE)]
+    errors = [
+        f"{'/'.join(map(str, error.absolute_path))}: {error.message}"
+        for error in jsonschema.Draft202012Validator(schema).iter_errors(COMPOSE)
+    ]
 
     assert errors == []
 

@@ -16,7 +16,6 @@ FIRES = "quota_fires_per_minute: waiting for room under the tenant's limit of {}
 CONCURRENCY = "quota_concurrency: waiting for room under the tenant's limit of {} concurrent runs"
 
 
-
 # --- the budget and the plan: pure ----------------------------------------------------------
 
 
@@ -67,8 +66,11 @@ T1, T2, T3 = T + timedelta(seconds=1), T + timedelta(seconds=2), T + timedelta(s
         ([row(1, 7, T1), row(2, 7, T2)], 5, ["queued", "queued"]),
         # other tenants, skipped and overlap-held rows are not the quota's business
         ([row(1, 8, T1), row(2, 8, T2), row(3, 7, T1)], 0, ["queued", "queued", "held"]),
-        ([row(1, 7, T1, "skipped", "coalesced"), row(2, 7, T2, "pending", "overlap_buffered: x"),
-          row(3, 7, T3)], 0, ["skipped", "pending", "held"]),
+        (
+            [row(1, 7, T1, "skipped", "coalesced"), row(2, 7, T2, "pending", "overlap_buffered: x"), row(3, 7, T3)],
+            0,
+            ["skipped", "pending", "held"],
+        ),
     ],
 )
 def test_hold_over_budget(rows, available, states):
@@ -86,11 +88,14 @@ def test_hold_over_budget(rows, available, states):
             assert dispatch.run_times(r.state, T) == (T, None, None, None)  # not sent: no dispatched_at
 
 
-@pytest.mark.parametrize(("state", "times"), [
-    ("queued", (T, T, T, None)),  # sent to the broker now: its first dispatch
-    ("pending", (T, None, None, None)),
-    ("skipped", (T, None, None, T)),
-])
+@pytest.mark.parametrize(
+    ("state", "times"),
+    [
+        ("queued", (T, T, T, None)),  # sent to the broker now: its first dispatch
+        ("pending", (T, None, None, None)),
+        ("skipped", (T, None, None, T)),
+    ],
+)
 def test_a_runs_times_follow_from_its_state(state, times):
     assert dispatch.run_times(state, T) == times
 

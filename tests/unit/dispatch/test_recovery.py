@@ -12,4 +12,6 @@ def test_failpoints_refuse_unknown_names_and_actions():
     with pytest.raises(ImproperlyConfigured, match="unknown action"):
         failpoints._parse("beat.after_commit=explode")
     assert failpoints._parse("beat.after_commit=kill@3, worker.before_target=sleep:0.5") == {
-        "beat.after_commit": ("kill", 3), "worker.before_target": ("sleep:0.5", 1)}
+        "beat.after_commit": ("kill", 3),
+        "worker.before_target": ("sleep:0.5", 1),
+    }

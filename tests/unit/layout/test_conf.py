@@ -28,12 +28,16 @@ def test_nothing_in_the_app_reads_a_cronfleet_setting_from_django_settings_direc
     direct = []
     for path in (ROOT / "scheduler_app").rglob("*.py"):
         for number, line in enumerate(path.read_text().splitlines(), 1):
-            if re.search(r"\bsettings\.CRONFLEET_|getattr\(settings, \"CRONFLEET_(?!SQL_DATABASE_ALIASES)", line) \
-                    and not line.lstrip().startswith("#"):
+            if re.search(
+                r"\bsettings\.CRONFLEET_|getattr\(settings, \"CRONFLEET_(?!SQL_DATABASE_ALIASES)", line
+            ) and not line.lstrip().startswith("#"):
                 direct.append(f"{path.relative_to(ROOT)}:{number}")
     # Docstrings may name the setting; code goes through app_settings.
-    code = [place for place in direct if "targets/sql/__init__" not in place and "statements.py" not in place
-            and "running.py" not in place]
+    code = [
+        place
+        for place in direct
+        if "targets/sql/__init__" not in place and "statements.py" not in place and "running.py" not in place
+    ]
     assert code == []
 
 
@@ -70,15 +74,21 @@ def values(**changes):
     return base | changes
 
 
-@pytest.mark.parametrize(("changes", "setting", "says"), [
-    ({"LEASE_SECONDS": 10, "HEARTBEAT_SECONDS": 6}, "CRONFLEET_HEARTBEAT_SECONDS", "at most half"),
-    ({"RETENTION_DAYS": 30, "RETENTION_FAILED_DAYS": 7}, "CRONFLEET_RETENTION_FAILED_DAYS", "at least"),
-    ({"VISIBILITY_TIMEOUT": 600, "MAX_JOB_TIMEOUT_SECONDS": 600}, "CRONFLEET_MAX_JOB_TIMEOUT_SECONDS",
-     "visibility timeout (600)"),
-    ({"RABBITMQ_QUEUE_TYPE": "stream"}, "CRONFLEET_RABBITMQ_QUEUE_TYPE", "one of classic, quorum"),
-    ({"END_SYNCHRONOUS_COMMIT": "maybe"}, "CRONFLEET_END_SYNCHRONOUS_COMMIT", "one of on, off"),
-    ({"RATE_LIMIT_REDIS_URL": "http://x"}, "CRONFLEET_RATE_LIMIT_REDIS_URL", "redis://"),
-])
+@pytest.mark.parametrize(
+    ("changes", "setting", "says"),
+    [
+        ({"LEASE_SECONDS": 10, "HEARTBEAT_SECONDS": 6}, "CRONFLEET_HEARTBEAT_SECONDS", "at most half"),
+        ({"RETENTION_DAYS": 30, "RETENTION_FAILED_DAYS": 7}, "CRONFLEET_RETENTION_FAILED_DAYS", "at least"),
+        (
+            {"VISIBILITY_TIMEOUT": 600, "MAX_JOB_TIMEOUT_SECONDS": 600},
+            "CRONFLEET_MAX_JOB_TIMEOUT_SECONDS",
+            "visibility timeout (600)",
+        ),
+        ({"RABBITMQ_QUEUE_TYPE": "stream"}, "CRONFLEET_RABBITMQ_QUEUE_TYPE", "one of classic, quorum"),
+        ({"END_SYNCHRONOUS_COMMIT": "maybe"}, "CRONFLEET_END_SYNCHRONOUS_COMMIT", "one of on, off"),
+        ({"RATE_LIMIT_REDIS_URL": "http://x"}, "CRONFLEET_RATE_LIMIT_REDIS_URL", "redis://"),
+    ],
+)
 def test_settings_at_odds_are_named_with_what_to_do(changes, setting, says):
     found = problems(values(**changes))
     assert [name for name, _ in found] == [setting]

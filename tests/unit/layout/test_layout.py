@@ -19,9 +19,17 @@ PACKAGES = ("scheduler_app", "project", "bench")
 # floor or above (so the beat and the worker, or the API and the admin, do not call each other).
 FLOORS = [
     ["scheduler_app.conf"],  # the settings and their defaults, read by every room
-    ["scheduler_app.schedules", "scheduler_app.validation", "scheduler_app.queues", "scheduler_app.fire",
-     "scheduler_app.migrationops", "scheduler_app.formats", "scheduler_app.redisclient",
-     "scheduler_app.fsbroker", "scheduler_app.cells"],
+    [
+        "scheduler_app.schedules",
+        "scheduler_app.validation",
+        "scheduler_app.queues",
+        "scheduler_app.fire",
+        "scheduler_app.migrationops",
+        "scheduler_app.formats",
+        "scheduler_app.redisclient",
+        "scheduler_app.fsbroker",
+        "scheduler_app.cells",
+    ],
     ["scheduler_app.models"],
     ["scheduler_app.ledger"],
     ["scheduler_app.observability"],
@@ -31,8 +39,13 @@ FLOORS = [
     ["scheduler_app.alerts"],
     ["scheduler_app.services"],
     ["scheduler_app.management"],  # the commands, and the text renderings the admin shares (tables.py)
-    ["scheduler_app.api", "scheduler_app.admin", "scheduler_app.tasks", "scheduler_app.webhooks",
-     "scheduler_app.checks"],
+    [
+        "scheduler_app.api",
+        "scheduler_app.admin",
+        "scheduler_app.tasks",
+        "scheduler_app.webhooks",
+        "scheduler_app.checks",
+    ],
     ["scheduler_app.apps", "scheduler_app.urls"],  # the URLs a project includes: the API's and the admin's pages
 ]
 
@@ -169,8 +182,13 @@ def test_every_module_of_the_product_stands_on_a_floor():
 
 
 def test_the_product_imports_neither_the_benchmarks_nor_the_celery_module():
-    wrong = sorted(f"{name} -> {target}" for name, targets in edges().items() if name.startswith("scheduler_app")
-                   for target in targets if target.startswith(("bench", "project")))
+    wrong = sorted(
+        f"{name} -> {target}"
+        for name, targets in edges().items()
+        if name.startswith("scheduler_app")
+        for target in targets
+        if target.startswith(("bench", "project"))
+    )
     assert wrong == []
 
 
@@ -178,7 +196,7 @@ def comment_above(lines: list[str], lineno: int) -> bool:
     """A comment on line `lineno` (1-based) or just above the run of imports it stands in."""
     if "#" in lines[lineno - 1]:
         return True
-    for line in reversed(lines[:lineno - 1]):
+    for line in reversed(lines[: lineno - 1]):
         text = line.strip()
         if text.startswith("#"):
             return True

@@ -19,9 +19,18 @@ HEADER = "| setting | default | what it does | who needs it |"
 # Cronfleet's own deployment (project/settings.py, gunicorn, compose), or read from the
 # environment by its processes, and the one Django setting the deployment derives.
 DEPLOYMENT_ONLY = {
-    "CRONFLEET_DEFAULT_QUEUE", "CRONFLEET_FAILPOINTS", "CRONFLEET_HOST", "CRONFLEET_LOG_FORMAT",
-    "CRONFLEET_LOG_LEVEL", "CRONFLEET_SQL_DATABASES", "CRONFLEET_SQL_DATABASE_ALIASES", "CRONFLEET_VAR_DIR",
-    "CRONFLEET_VERSION", "CRONFLEET_WEB_BIND", "CRONFLEET_WEB_PUBLISH", "CRONFLEET_WEB_THREADS",
+    "CRONFLEET_DEFAULT_QUEUE",
+    "CRONFLEET_FAILPOINTS",
+    "CRONFLEET_HOST",
+    "CRONFLEET_LOG_FORMAT",
+    "CRONFLEET_LOG_LEVEL",
+    "CRONFLEET_SQL_DATABASES",
+    "CRONFLEET_SQL_DATABASE_ALIASES",
+    "CRONFLEET_VAR_DIR",
+    "CRONFLEET_VERSION",
+    "CRONFLEET_WEB_BIND",
+    "CRONFLEET_WEB_PUBLISH",
+    "CRONFLEET_WEB_THREADS",
     "CRONFLEET_WEB_WORKERS",
 }
 # A default that is neither a literal nor Derived: a path under the machine's temporary directory.
@@ -99,14 +108,18 @@ def test_the_deployment_only_names_are_documented_and_read_somewhere():
     text = page()
     assert sorted(name for name in DEPLOYMENT_ONLY if name not in text) == []
     assert sorted(name for name in DEPLOYMENT_ONLY if name.removeprefix(PREFIX) in DEFAULTS) == []
-    sources = "\n".join(path.read_text(encoding="utf-8") for folder in ("project", "scheduler_app")
-                        for path in (ROOT / folder).rglob("*.py"))
+    sources = "\n".join(
+        path.read_text(encoding="utf-8")
+        for folder in ("project", "scheduler_app")
+        for path in (ROOT / folder).rglob("*.py")
+    )
     sources += (ROOT / "docker-compose.yml").read_text(encoding="utf-8")
     assert sorted(name for name in DEPLOYMENT_ONLY if name not in sources) == []
 
 
-@pytest.mark.parametrize("name", [name for name in DEFAULTS
-                                  if not isinstance(DEFAULTS[name], Derived) and name not in NOT_LITERAL])
+@pytest.mark.parametrize(
+    "name", [name for name in DEFAULTS if not isinstance(DEFAULTS[name], Derived) and name not in NOT_LITERAL]
+)
 def test_a_default_in_the_table_is_the_default(name):
     default = DEFAULTS[name]
     value = first_literal(rows()[name][1])

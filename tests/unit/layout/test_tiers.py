@@ -10,8 +10,11 @@ TIERS = ("unit", "integration", "system", "faults")
 
 
 def test_every_test_file_stands_in_a_tier():
-    loose = [str(path.relative_to(TESTS)) for path in TESTS.rglob("test_*.py")
-             if path.relative_to(TESTS).parts[0] not in TIERS]
+    loose = [
+        str(path.relative_to(TESTS))
+        for path in TESTS.rglob("test_*.py")
+        if path.relative_to(TESTS).parts[0] not in TIERS
+    ]
     assert loose == []
 
 
@@ -19,7 +22,6 @@ def test_the_tiers_that_refuse_processes_say_so_in_their_conftest():
     for tier in ("unit", "integration"):
         conftest = (TESTS / tier / "conftest.py").read_text()
         assert "subprocess.Popen" in conftest and "belongs in tests/system/" in conftest, tier
-
 
 
 class _Item:
@@ -44,5 +46,9 @@ def test_every_test_of_the_tiers_that_start_processes_is_slow():
     pytest_collection_modifyitems(None, [*items.values(), marked_already])
 
     assert {tier: "slow" in item.markers for tier, item in items.items()} == {
-        "unit": False, "integration": False, "system": True, "faults": True}
+        "unit": False,
+        "integration": False,
+        "system": True,
+        "faults": True,
+    }
     assert marked_already.markers == ["slow"]

@@ -23,14 +23,17 @@ def policy(settings):
 # --- the policy (pure) -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("policy", "failed", "expected"), [
-    (retention_policy.Policy(30, 90, 0), False, 30),
-    (retention_policy.Policy(30, 90, 0), True, 90),
-    (retention_policy.Policy(30, 10, 0), True, 30),  # failed and dead runs are never kept for less
-    (retention_policy.Policy(0, 90, 0), True, None),  # days 0: everything kept forever
-    (retention_policy.Policy(30, 0, 0), True, None),  # failed days 0: failed runs kept forever
-    (retention_policy.Policy(30, 0, 0), False, 30),
-])
+@pytest.mark.parametrize(
+    ("policy", "failed", "expected"),
+    [
+        (retention_policy.Policy(30, 90, 0), False, 30),
+        (retention_policy.Policy(30, 90, 0), True, 90),
+        (retention_policy.Policy(30, 10, 0), True, 30),  # failed and dead runs are never kept for less
+        (retention_policy.Policy(0, 90, 0), True, None),  # days 0: everything kept forever
+        (retention_policy.Policy(30, 0, 0), True, None),  # failed days 0: failed runs kept forever
+        (retention_policy.Policy(30, 0, 0), False, 30),
+    ],
+)
 def test_kept_days(policy, failed, expected):
     assert policy.kept_days(failed=failed) == expected
 
@@ -52,6 +55,8 @@ def test_units_for_walks_each_tenant_and_each_job_with_its_own_rules_in_two_clas
     units = retention.units_for(tenants, [(10, 2, {**blank, "retention_days": 5})], dict(tenants))
 
     assert [(u.kind, u.key, u.failed, u.days, u.own_rules) for u in units] == [
-        ("tenant", 1, False, 30, False), ("tenant", 1, True, 90, False),
-        ("job", 10, False, 5, False), ("job", 10, True, 90, False),
+        ("tenant", 1, False, 30, False),
+        ("tenant", 1, True, 90, False),
+        ("job", 10, False, 5, False),
+        ("job", 10, True, 90, False),
     ]

@@ -22,25 +22,37 @@ def sample(name: str, **labels) -> float:
 # --- pure ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("state", "reason", "labels"), [
-    ("queued", "", ("queued", "")),
-    ("skipped", "coalesced", ("skipped", "coalesced")),
-    ("skipped", "overlap_skip: run 7 still running", ("skipped", "overlap_skip")),
-    ("skipped", "outside_catchup_window: missed fires up to 2024-01-01T00:00:00+00:00",
-     ("skipped", "outside_catchup_window")),
-    ("pending", "quota_concurrency: waiting for room under the tenant's limit of 2 concurrent runs", ("held", "quota")),
-    ("pending", "overlap_buffered: waiting for run 7 still running", ("held", "overlap")),
-    ("skipped", "paused: missed fires from 2024-01-01T00:00:00+00:00", ("skipped", "paused")),
-    ("skipped", "Something Else With 123 Digits", ("skipped", "other")),
-])
+@pytest.mark.parametrize(
+    ("state", "reason", "labels"),
+    [
+        ("queued", "", ("queued", "")),
+        ("skipped", "coalesced", ("skipped", "coalesced")),
+        ("skipped", "overlap_skip: run 7 still running", ("skipped", "overlap_skip")),
+        (
+            "skipped",
+            "outside_catchup_window: missed fires up to 2024-01-01T00:00:00+00:00",
+            ("skipped", "outside_catchup_window"),
+        ),
+        (
+            "pending",
+            "quota_concurrency: waiting for room under the tenant's limit of 2 concurrent runs",
+            ("held", "quota"),
+        ),
+        ("pending", "overlap_buffered: waiting for run 7 still running", ("held", "overlap")),
+        ("skipped", "paused: missed fires from 2024-01-01T00:00:00+00:00", ("skipped", "paused")),
+        ("skipped", "Something Else With 123 Digits", ("skipped", "other")),
+    ],
+)
 def test_a_fires_labels_are_its_state_and_the_class_of_its_reason(state, reason, labels):
     assert metrics.fire_outcome(state, reason) == labels
 
 
 def test_recorded_fires_leave_out_fires_that_already_had_a_run():
-    rows = [dispatch.plan.RunRow(1, 1, NOW - timedelta(seconds=3), "queued", "", 1, 5),
-            dispatch.plan.RunRow(2, 1, NOW - timedelta(seconds=9), "skipped", "coalesced", 1, 5),
-            dispatch.plan.RunRow(2, 1, NOW - timedelta(seconds=1), "queued", "", 1, 5)]
+    rows = [
+        dispatch.plan.RunRow(1, 1, NOW - timedelta(seconds=3), "queued", "", 1, 5),
+        dispatch.plan.RunRow(2, 1, NOW - timedelta(seconds=9), "skipped", "coalesced", 1, 5),
+        dispatch.plan.RunRow(2, 1, NOW - timedelta(seconds=1), "queued", "", 1, 5),
+    ]
     inserted = [(10, 1, "queued"), (11, 2, "skipped")]  # job 2's queued fire had a run already
 
     found = metrics.recorded_fires(rows, inserted, {1: {"queue": ""}, 2: {"queue": "q2"}}, NOW)
@@ -49,11 +61,27 @@ def test_recorded_fires_leave_out_fires_that_already_had_a_run():
 
 
 def test_observe_turn_counts_fires_lags_and_the_turns_other_figures(queue_name):
-    before = {name: sample(name) for name in ("cronfleet_beat_turns_total", "cronfleet_runs_lost_total",
-                                              "cronfleet_runs_republished_total", "cronfleet_runs_published_total")}
-    turn = dispatch.TurnResult(published=3, lost=2, republished=1, held_back=[queue_name], recorded=[
-        (queue_name, "queued", "", 0.2), (queue_name, "queued", "", 7.0), (queue_name, "skipped", "coalesced", None),
-        (queue_name, "pending", "quota_fires_per_minute: ...", None)])
+    before = {
+        name: sample(name)
+        for name in (
+            "cronfleet_beat_turns_total",
+            "cronfleet_runs_lost_total",
+            "cronfleet_runs_republished_total",
+            "cronfleet_runs_published_total",
+        )
+    }
+    turn = dispatch.TurnResult(
+        published=3,
+        lost=2,
+        republished=1,
+        held_back=[queue_name],
+        recorded=[
+            (queue_name, "queued", "", 0.2),
+            (queue_name, "queued", "", 7.0),
+            (queue_name, "skipped", "coalesced", None),
+            (queue_name, "pending", "quota_fires_per_minute: ...", None),
+        ],
+    )
 
     metrics.observe_turn(turn, 0.04)
 

@@ -26,8 +26,12 @@ FLEET_DASHBOARD = json.loads((GRAFANA / "dashboards" / "cronfleet-fleet.json").r
 
 def dashboard_queries() -> list[str]:
     """Every panel's query of both dashboards (the fleet one's $cell read as any cell)."""
-    return [target["expr"].replace("$cell", ".*") for dashboard in (DASHBOARD, FLEET_DASHBOARD)
-            for panel in dashboard["panels"] for target in panel.get("targets", [])]
+    return [
+        target["expr"].replace("$cell", ".*")
+        for dashboard in (DASHBOARD, FLEET_DASHBOARD)
+        for panel in dashboard["panels"]
+        for target in panel.get("targets", [])
+    ]
 
 
 def alert_queries() -> list[str]:
@@ -48,8 +52,14 @@ def test_the_dashboard_and_the_alerts_name_only_metrics_that_exist():
 def test_the_alerts_cover_what_an_operator_must_hear_about():
     names = {rule["alert"] for group in ALERTS["groups"] for rule in group["rules"]}
 
-    assert names >= {"CronfleetNoLiveBeat", "CronfleetDispatchLagHigh", "CronfleetDueBacklogGrowing",
-                     "CronfleetFailureRateHigh", "CronfleetDeadRunsRising", "CronfleetNoLiveWorkerForQueue"}
+    assert names >= {
+        "CronfleetNoLiveBeat",
+        "CronfleetDispatchLagHigh",
+        "CronfleetDueBacklogGrowing",
+        "CronfleetFailureRateHigh",
+        "CronfleetDeadRunsRising",
+        "CronfleetNoLiveWorkerForQueue",
+    }
     for group in ALERTS["groups"]:
         for rule in group["rules"]:
             assert rule["labels"]["severity"] in {"warning", "critical"}, rule["alert"]
@@ -63,7 +73,8 @@ def test_the_dashboard_reads_the_provisioned_data_source():
     uids |= {target["datasource"]["uid"] for panel in DASHBOARD["panels"] for target in panel["targets"]}
     assert uids == {source["uid"]} and source["url"] == "http://prometheus:9090"
     assert DASHBOARD["uid"] == "cronfleet" and len({panel["id"] for panel in DASHBOARD["panels"]}) == len(
-        DASHBOARD["panels"])
+        DASHBOARD["panels"]
+    )
 
 
 # --- docker-compose.yml ---------------------------------------------------------------------------
@@ -75,8 +86,10 @@ def test_compose_runs_prometheus_and_grafana_provisioned_from_deploy():
 
     assert "./deploy/prometheus:/etc/prometheus:ro" in prometheus["volumes"]
     assert "--config.file=/etc/prometheus/prometheus.yml" in prometheus["command"]
-    assert {"./deploy/grafana/provisioning:/etc/grafana/provisioning:ro",
-            "./deploy/grafana/dashboards:/etc/grafana/dashboards:ro"} <= set(grafana["volumes"])
+    assert {
+        "./deploy/grafana/provisioning:/etc/grafana/provisioning:ro",
+        "./deploy/grafana/dashboards:/etc/grafana/dashboards:ro",
+    } <= set(grafana["volumes"])
     provider = yaml.safe_load((GRAFANA / "provisioning" / "dashboards" / "cronfleet.yml").read_text())
     assert provider["providers"][0]["options"]["path"] == "/etc/grafana/dashboards"
     assert grafana["environment"]["GF_SECURITY_ADMIN_PASSWORD"].startswith("${GRAFANA_ADMIN_PASSWORD:?")
@@ -95,15 +108,20 @@ def test_prometheus_scrapes_the_ports_the_beats_and_workers_serve():
 
     assert jobs["cronfleet-web"]["static_configs"][0]["targets"] == ["web:8000"]
     assert jobs["cronfleet-beat"]["dns_sd_configs"][0] == {
-        "names": ["beat"], "type": "A", "port": port_option(services["beat"]["command"]), "refresh_interval": "30s"}
+        "names": ["beat"],
+        "type": "A",
+        "port": port_option(services["beat"]["command"]),
+        "refresh_interval": "30s",
+    }
     assert jobs["cronfleet-worker"]["dns_sd_configs"][0]["port"] == port_option(services["worker"]["command"])
     assert "web" in (ROOT / ".env.example").read_text().split("DJANGO_ALLOWED_HOSTS=")[1].splitlines()[0].split(",")
 
 
 def test_prometheus_scrapes_the_web_with_the_token_compose_requires():
     web, prometheus = COMPOSE["services"]["web"], COMPOSE["services"]["prometheus"]
-    job = {job["job_name"]: job for job in yaml.safe_load((PROMETHEUS / "prometheus.yml").read_text())[
-        "scrape_configs"]}["cronfleet-web"]
+    job = {
+        job["job_name"]: job for job in yaml.safe_load((PROMETHEUS / "prometheus.yml").read_text())["scrape_configs"]
+    }["cronfleet-web"]
 
     # The web refuses to start under compose without a token, and Prometheus reads the same
     # value from the secret compose makes of it.

@@ -99,28 +99,38 @@ def check(cron: str, zone: str, where: tuple[str, str], policy: str) -> None:
         assert [at for at, _ in skipped] == [at for at in plain if at not in set(business)]
         for at, reason in skipped:
             day = local_day(zone, at)
-            assert reason == f"calendar: {day.isoformat()} is not a business day in {calendar.name} " \
-                             f"({calendar.names.get(day) or ('holiday' if day in calendar.holidays else day.strftime('%A'))})"
+            assert (
+                reason == f"calendar: {day.isoformat()} is not a business day in {calendar.name} "
+                f"({calendar.names.get(day) or ('holiday' if day in calendar.holidays else day.strftime('%A'))})"
+            )
         TOTALS.update(plain=len(in_window), runs=sum(map(inside, runs)), skipped=sum(inside(at) for at, _ in skipped))
         return
     assert skipped == []
     moved = {at: schedules.shift_fire(calendar, policy, zone, at) for at in plain}
     assert sorted({to for to in moved.values() if inside(to)}) == [at for at in runs if inside(at)], (
-        "the runs are not exactly the shifted fires")
+        "the runs are not exactly the shifted fires"
+    )
     for at, to in moved.items():
         assert (to == at) == calendar.is_business_day(local_day(zone, at))
         assert wall_time_kept(at, to, zone), f"{at} moved to {to}: the wall time changed"
         assert abs(to - at) < timedelta(days=15)
     window_runs = {to for at, to in moved.items() if inside(at)}
-    TOTALS.update(plain=len(in_window), runs=len(window_runs),
-                  moved=sum(1 for at in in_window if moved[at] != at),
-                  coalesced=len(in_window) - len(window_runs))
+    TOTALS.update(
+        plain=len(in_window),
+        runs=len(window_runs),
+        moved=sum(1 for at in in_window if moved[at] != at),
+        coalesced=len(in_window) - len(window_runs),
+    )
 
 
 # derandomize: the same examples every run, so the printed counts can be quoted.
 @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-@given(cron=st.sampled_from(CRONS), zone=st.sampled_from(ZONES), where=st.sampled_from(CALENDARS),
-       policy=st.sampled_from(list(schedules.CalendarPolicy)))
+@given(
+    cron=st.sampled_from(CRONS),
+    zone=st.sampled_from(ZONES),
+    where=st.sampled_from(CALENDARS),
+    policy=st.sampled_from(list(schedules.CalendarPolicy)),
+)
 def _each_example(cron, zone, where, policy):
     check(cron, zone, where, policy)
     TOTALS.update(examples=1, **{f"examples_{policy}": 1})
@@ -132,8 +142,10 @@ def test_calendar_fires_land_on_business_days_none_lost_or_doubled(capsys):
     _each_example()
 
     with capsys.disabled():
-        print(f"\ncalendar property over {WINDOW[0]:%Y}-{WINDOW[1] - timedelta(days=1):%Y}: "
-              + ", ".join(f"{key} {value}" for key, value in sorted(TOTALS.items())))
+        print(
+            f"\ncalendar property over {WINDOW[0]:%Y}-{WINDOW[1] - timedelta(days=1):%Y}: "
+            + ", ".join(f"{key} {value}" for key, value in sorted(TOTALS.items()))
+        )
     assert TOTALS["examples"] >= 40
 
 
@@ -146,8 +158,12 @@ def test_every_policy_country_and_a_dst_zone_is_checked_once_at_least():
 
 def test_a_month_end_fire_on_a_saturday_runs_the_friday_before():
     calendar = calendar_of("GB", "ENG")
-    schedule = schedules.Schedule(cron="0 18 31 * *", timezone="Europe/London", calendar=calendar,
-                                  calendar_policy=schedules.CalendarPolicy.PREVIOUS_BUSINESS_DAY)
+    schedule = schedules.Schedule(
+        cron="0 18 31 * *",
+        timezone="Europe/London",
+        calendar=calendar,
+        calendar_policy=schedules.CalendarPolicy.PREVIOUS_BUSINESS_DAY,
+    )
 
     # 2026-01-31 is a Saturday: the fire after December's runs on Friday the 30th, 18:00 local.
     fire = schedules.next_fire_after(schedule, datetime(2025, 12, 31, 18, tzinfo=UTC))

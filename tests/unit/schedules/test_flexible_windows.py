@@ -65,11 +65,13 @@ def test_the_least_loaded_minute_is_chosen_and_ties_go_by_the_key_the_same_way_e
 
 def test_the_profile_counts_other_zones_by_the_instant_and_spreads_jitter():
     window = schedules.parse_window("daily 01:00-03:00")
-    neighbours = schedules.Neighbours(crons=[
-        ("0 1 * * *", "Europe/Berlin", 0, 5),  # 01:00 Berlin
-        ("0 0 * * *", "UTC", 600, 10),  # 00:00 UTC is 01:00 Berlin in winter, moved by 0..599 s
-        ("0 5 * * *", "UTC", 0, 99),  # outside the window
-    ])
+    neighbours = schedules.Neighbours(
+        crons=[
+            ("0 1 * * *", "Europe/Berlin", 0, 5),  # 01:00 Berlin
+            ("0 0 * * *", "UTC", 600, 10),  # 00:00 UTC is 01:00 Berlin in winter, moved by 0..599 s
+            ("0 5 * * *", "UTC", 0, 99),  # outside the window
+        ]
+    )
 
     profile = schedules.load_profile(window, "Europe/Berlin", NOW, neighbours)
 

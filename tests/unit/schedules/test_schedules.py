@@ -240,16 +240,31 @@ def minutes(start: datetime, count: int) -> list[datetime]:
     [
         # Lord Howe goes back half an hour at 2024-04-06 15:00Z (02:00 LHDT -> 01:30 LHST), so
         # 01:30 happens at 14:30Z and again at 15:00Z. BUG: the fire at 15:00Z was missing.
-        ("30 * * * *", "Australia/Lord_Howe", U(2024, 4, 6, 14), U(2024, 4, 6, 16, 1),
-         [U(2024, 4, 6, 14, 30), U(2024, 4, 6, 15), U(2024, 4, 6, 16)]),
+        (
+            "30 * * * *",
+            "Australia/Lord_Howe",
+            U(2024, 4, 6, 14),
+            U(2024, 4, 6, 16, 1),
+            [U(2024, 4, 6, 14, 30), U(2024, 4, 6, 15), U(2024, 4, 6, 16)],
+        ),
         # ... and 02:00 LHST comes at 15:30Z. BUG: missing (next was 04:00 LHST = 17:30Z).
-        ("0 */2 * * *", "Australia/Lord_Howe", U(2024, 4, 6, 14), U(2024, 4, 6, 17, 31),
-         [U(2024, 4, 6, 15, 30), U(2024, 4, 6, 17, 30)]),
+        (
+            "0 */2 * * *",
+            "Australia/Lord_Howe",
+            U(2024, 4, 6, 14),
+            U(2024, 4, 6, 17, 31),
+            [U(2024, 4, 6, 15, 30), U(2024, 4, 6, 17, 30)],
+        ),
         # Chatham goes back an hour at 2024-04-06 14:00Z (03:45 CHADT -> 02:45 CHAST): 02:00-02:59
         # CHADT is 12:15Z-13:14Z, and 02:45-02:59 CHAST comes again at 14:00Z-14:14Z.
         # BUG: the second 02:45-02:59 was missing.
-        ("* 2 * * *", "Pacific/Chatham", U(2024, 4, 6, 12), U(2024, 4, 6, 16),
-         minutes(U(2024, 4, 6, 12, 15), 60) + minutes(U(2024, 4, 6, 14), 15)),
+        (
+            "* 2 * * *",
+            "Pacific/Chatham",
+            U(2024, 4, 6, 12),
+            U(2024, 4, 6, 16),
+            minutes(U(2024, 4, 6, 12, 15), 60) + minutes(U(2024, 4, 6, 14), 15),
+        ),
     ],
 )
 def test_hourly_and_finer_jobs_fire_at_every_real_instant_around_half_hour_and_45_minute_shifts(
@@ -402,20 +417,35 @@ def test_next_fire_after_interval_with_distant_anchor_does_not_skip_a_fire():
     ("schedule", "after", "expected"),
     [
         # Cron window: both ends inclusive.
-        (Schedule(cron="0 * * * *", start_at=U(2024, 1, 1, 5), end_at=U(2024, 1, 1, 8)), U(2024, 1, 1),
-         [U(2024, 1, 1, 5), U(2024, 1, 1, 6), U(2024, 1, 1, 7), U(2024, 1, 1, 8)]),
+        (
+            Schedule(cron="0 * * * *", start_at=U(2024, 1, 1, 5), end_at=U(2024, 1, 1, 8)),
+            U(2024, 1, 1),
+            [U(2024, 1, 1, 5), U(2024, 1, 1, 6), U(2024, 1, 1, 7), U(2024, 1, 1, 8)],
+        ),
         # start_at between fires: the first fire after it.
-        (Schedule(cron="0 * * * *", start_at=U(2024, 1, 1, 5, 30), end_at=U(2024, 1, 1, 7, 59)), U(2024, 1, 1),
-         [U(2024, 1, 1, 6), U(2024, 1, 1, 7)]),
+        (
+            Schedule(cron="0 * * * *", start_at=U(2024, 1, 1, 5, 30), end_at=U(2024, 1, 1, 7, 59)),
+            U(2024, 1, 1),
+            [U(2024, 1, 1, 6), U(2024, 1, 1, 7)],
+        ),
         # Interval with only start_at: counts from start_at, end_at inclusive.
-        (Schedule(every=3600, start_at=U(2024, 1, 1, 5, 30), end_at=U(2024, 1, 1, 7, 30)), U(2024, 1, 1),
-         [U(2024, 1, 1, 5, 30), U(2024, 1, 1, 6, 30), U(2024, 1, 1, 7, 30)]),
+        (
+            Schedule(every=3600, start_at=U(2024, 1, 1, 5, 30), end_at=U(2024, 1, 1, 7, 30)),
+            U(2024, 1, 1),
+            [U(2024, 1, 1, 5, 30), U(2024, 1, 1, 6, 30), U(2024, 1, 1, 7, 30)],
+        ),
         # Interval anchored earlier than start_at... and `after` beyond start_at.
-        (Schedule(every=3600, start_at=U(2024, 1, 1, 5, 30), end_at=U(2024, 1, 1, 7, 30)), U(2024, 1, 1, 6),
-         [U(2024, 1, 1, 6, 30), U(2024, 1, 1, 7, 30)]),
+        (
+            Schedule(every=3600, start_at=U(2024, 1, 1, 5, 30), end_at=U(2024, 1, 1, 7, 30)),
+            U(2024, 1, 1, 6),
+            [U(2024, 1, 1, 6, 30), U(2024, 1, 1, 7, 30)],
+        ),
         # One-off inside the window.
-        (Schedule(at=U(2024, 6, 1, 12), start_at=U(2024, 6, 1), end_at=U(2024, 6, 2)), U(2024, 1, 1),
-         [U(2024, 6, 1, 12)]),
+        (
+            Schedule(at=U(2024, 6, 1, 12), start_at=U(2024, 6, 1), end_at=U(2024, 6, 2)),
+            U(2024, 1, 1),
+            [U(2024, 6, 1, 12)],
+        ),
         # One-off before start_at / after end_at: never fires.
         (Schedule(at=U(2024, 6, 1, 12), start_at=U(2024, 6, 1, 13)), U(2024, 1, 1), []),
         (Schedule(at=U(2024, 6, 1, 12), end_at=U(2024, 6, 1, 11)), U(2024, 1, 1), []),
@@ -818,7 +848,7 @@ def assert_accounts_for_every_fire(schedule: Schedule, due_at: datetime, plan: P
         assert outside == [due_at]
         collapsed = [t for t in expected if t < min(recorded, default=end)]
         assert collapsed and collapsed[0] == due_at
-        expected = expected[len(collapsed):]
+        expected = expected[len(collapsed) :]
     assert sorted(recorded) == expected
 
 

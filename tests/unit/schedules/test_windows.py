@@ -12,7 +12,6 @@ from tests.conftest import utc
 LONDON = "Europe/London"
 
 
-
 # --- times -------------------------------------------------------------------------------
 
 

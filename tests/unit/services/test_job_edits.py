@@ -18,9 +18,11 @@ def test_preview_shows_utc_and_local_times_and_flags_dst_anomalies():
 
     fires = services.schedule_preview(schedule, count=3, after=datetime(2024, 3, 29, 12, tzinfo=UTC))
 
-    assert [fire["utc"] for fire in fires] == [datetime(2024, 3, 30, 1, 30, tzinfo=UTC),
-                                              datetime(2024, 3, 31, 1, 0, tzinfo=UTC),
-                                              datetime(2024, 4, 1, 0, 30, tzinfo=UTC)]
+    assert [fire["utc"] for fire in fires] == [
+        datetime(2024, 3, 30, 1, 30, tzinfo=UTC),
+        datetime(2024, 3, 31, 1, 0, tzinfo=UTC),
+        datetime(2024, 4, 1, 0, 30, tzinfo=UTC),
+    ]
     assert [f"{fire['local']:%H:%M%z}" for fire in fires] == ["02:30+0100", "03:00+0200", "02:30+0200"]
     assert [fire["anomaly"] and fire["anomaly"].split(":")[0] for fire in fires] == [None, "dst_gap", None]
 
@@ -31,13 +33,17 @@ def test_preview_flags_both_passes_of_a_repeated_hour():
     fires = services.schedule_preview(schedule, count=3, after=datetime(2024, 11, 3, 5, tzinfo=UTC))
 
     assert [fire["anomaly"] and fire["anomaly"].split(":")[0] for fire in fires] == [
-        "dst_repeated", "dst_repeated", None]
+        "dst_repeated",
+        "dst_repeated",
+        None,
+    ]
 
 
 def test_preview_count_is_bounded():
     with pytest.raises(services.InvalidInput) as caught:
-        services.schedule_preview(schedules.Schedule(every=60, anchor=datetime(2024, 1, 1, tzinfo=UTC)),
-                                  count=services.MAX_PREVIEW + 1)
+        services.schedule_preview(
+            schedules.Schedule(every=60, anchor=datetime(2024, 1, 1, tzinfo=UTC)), count=services.MAX_PREVIEW + 1
+        )
     assert caught.value.field == "count"
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from scheduler_app.targets.command import InvalidCommand, build_argv, run_command, validate_config
 
-PROGRAM = r'''
+PROGRAM = r"""
 import json, os, resource, subprocess, sys, time
 
 args = sys.argv[1:]
@@ -63,7 +63,7 @@ elif mode == "hide":  # N files of SIZE bytes, each deleted before it is written
 elif mode == "limits":
     names = ["RLIMIT_CORE", "RLIMIT_NOFILE", "RLIMIT_FSIZE", "RLIMIT_CPU"]
     print(json.dumps({n: resource.getrlimit(getattr(resource, n)) for n in names}))
-'''
+"""
 
 MAX_OUT = 100_000
 
@@ -278,7 +278,13 @@ def test_valid_config_accepted(config):
     assert validate_config(config) is None
     assert validate_config(entry()) is None
     assert validate_config({}) is None
-    assert build_argv("bad", {"day": "2024-01-01", "paths": ["a", "b"]}, entry()) == ["--day", "2024-01-01", "--", "a", "b"]
+    assert build_argv("bad", {"day": "2024-01-01", "paths": ["a", "b"]}, entry()) == [
+        "--day",
+        "2024-01-01",
+        "--",
+        "a",
+        "b",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -310,7 +316,10 @@ def test_valid_config_accepted(config):
         ("params.day.pattern", {"params": {"day": {"type": "str", "max_length": 5, "pattern": "("}}}),
         ("params.day.min", {"params": {"day": {"type": "int", "min": "1"}}}),
         ("params.day.maximum", {"params": {"day": {"type": "int", "maximum": 1}}}),
-        ("params.paths.max_items", {"params": {"day": {"type": "date"}, "paths": {"type": "str_list", "max_length": 3}}}),
+        (
+            "params.paths.max_items",
+            {"params": {"day": {"type": "date"}, "paths": {"type": "str_list", "max_length": 3}}},
+        ),
         ("timeout", {"timeout": 0}),
         ("timeout", {"timeout": True}),
         ("cwd", {"cwd": "relative/dir"}),

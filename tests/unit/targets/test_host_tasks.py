@@ -25,35 +25,46 @@ def extract(day: str = "today") -> str:
 # --- patterns (no database) --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("name", "allowed"), [
-    ("billing.extract", True),
-    ("billing.tasks.close_day", True),  # * crosses dots, as fnmatch does
-    ("reports.daily_sales", True),
-    ("scheduler_app.echo", True),  # an exact name, as before patterns
-    ("odd-name!", True),  # an exact entry allows its name, whatever it looks like
-    ("billing", False),
-    ("billingx.extract", False),
-    ("Billing.extract", False),  # case-sensitive on every platform
-    ("reports.daily", False),
-    ("reports.weekly_sales", False),
-    ("scheduler_app.fail", False),
-    ("billing.x; rm -rf /", False),  # a pattern matches task names, not any string
-    ("billing.a b", False),
-    ("billing.", False),
-    ("billing..x", False),
-    ("billing.1x", False),
-    ("billing." + "x" * 200, False),  # longer than a job's task_name column
-    ("", False),
-    (None, False),
-])
+@pytest.mark.parametrize(
+    ("name", "allowed"),
+    [
+        ("billing.extract", True),
+        ("billing.tasks.close_day", True),  # * crosses dots, as fnmatch does
+        ("reports.daily_sales", True),
+        ("scheduler_app.echo", True),  # an exact name, as before patterns
+        ("odd-name!", True),  # an exact entry allows its name, whatever it looks like
+        ("billing", False),
+        ("billingx.extract", False),
+        ("Billing.extract", False),  # case-sensitive on every platform
+        ("reports.daily", False),
+        ("reports.weekly_sales", False),
+        ("scheduler_app.fail", False),
+        ("billing.x; rm -rf /", False),  # a pattern matches task names, not any string
+        ("billing.a b", False),
+        ("billing.", False),
+        ("billing..x", False),
+        ("billing.1x", False),
+        ("billing." + "x" * 200, False),  # longer than a job's task_name column
+        ("", False),
+        (None, False),
+    ],
+)
 def test_patterns_match_dotted_task_names_only(name, allowed):
     entries = ["billing.*", "reports.daily_*", "scheduler_app.echo", "odd-name!"]
 
     assert task_target.task_allowed(name, entries) is allowed
 
 
-@pytest.mark.parametrize("name", ["scheduler_app.execute_run", "scheduler_app.execute_runs",
-                                  "scheduler_app.execute_http_runs", "celery.backend_cleanup", "celery.chord_unlock"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "scheduler_app.execute_run",
+        "scheduler_app.execute_runs",
+        "scheduler_app.execute_http_runs",
+        "celery.backend_cleanup",
+        "celery.chord_unlock",
+    ],
+)
 def test_no_pattern_matches_an_internal_task(name):
     assert not task_target.task_allowed(name, ["*", "scheduler_app.*", "celery.*"])
     assert task_target.task_allowed(name, [name])  # listed by name: as before patterns
@@ -68,7 +79,8 @@ def test_the_refusal_names_the_setting_and_a_pattern_on_one_line(settings):
     assert refused.value.field == "task"
     assert refused.value.message == (
         "'billing.extract' is not an allowed task: add it (or a pattern such as 'billing.*') to "
-        "CRONFLEET_ALLOWED_TASKS in your settings (allowed now: scheduler_app.echo, reports.*)")
+        "CRONFLEET_ALLOWED_TASKS in your settings (allowed now: scheduler_app.echo, reports.*)"
+    )
     assert task_target.check(services.JobSpec(name="x", task_name="reports.daily")) == {}
 
 

@@ -35,6 +35,7 @@ def call(method: str, url: str, **kwargs) -> HttpResult:
 # Servers
 # --------------------------------------------------------------------------------------
 
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
@@ -168,6 +169,7 @@ def header(request: dict, name: str) -> list[str]:
 # Tests
 # --------------------------------------------------------------------------------------
 
+
 def test_get_json_response(http_server):
     payload = json.dumps({"ok": True}).encode()
     server = http_server(
@@ -192,7 +194,9 @@ def test_get_json_response(http_server):
 def test_post_body_and_custom_headers_arrive(http_server):
     server = http_server(lambda h: send(h, 201, b"created"))
 
-    result = call("post", server.url + "/in", body=b'{"a": 1}', headers={"Content-Type": "application/json", "X-Tenant": "t1"})
+    result = call(
+        "post", server.url + "/in", body=b'{"a": 1}', headers={"Content-Type": "application/json", "X-Tenant": "t1"}
+    )
 
     assert result.status == 201 and result.body == b"created"
     req = server.requests[0]
@@ -447,8 +451,11 @@ def test_resolver_answer_is_checked(http_server):
 
     with pytest.raises(BlockedTarget):
         httpclient.request(
-            "GET", f"http://public.example.test:{server.server_address[1]}/", timeout=2,
-            max_response_bytes=100, resolver=resolver,
+            "GET",
+            f"http://public.example.test:{server.server_address[1]}/",
+            timeout=2,
+            max_response_bytes=100,
+            resolver=resolver,
         )
     assert server.connections == 0
 

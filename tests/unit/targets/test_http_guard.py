@@ -108,7 +108,9 @@ def test_allowed_networks_open_loopback(address):
     assert address_allowed(ipaddress.ip_address(address), LOOPBACK_NET) == (True, "allowed")
 
 
-@pytest.mark.parametrize(("address", "category"), [("10.0.0.1", "private"), ("::1", "loopback"), ("169.254.169.254", "metadata")])
+@pytest.mark.parametrize(
+    ("address", "category"), [("10.0.0.1", "private"), ("::1", "loopback"), ("169.254.169.254", "metadata")]
+)
 def test_allowed_networks_open_only_what_is_listed(address, category):
     assert address_allowed(ipaddress.ip_address(address), LOOPBACK_NET) == (False, category)
 
@@ -123,12 +125,16 @@ def test_metadata_stays_blocked_even_if_its_network_is_allowed():
 # resolve_and_check
 # --------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("host", ["127.0.0.1", "2130706433", "0x7f000001", "0177.0.0.1", "127.1", "::1", "::ffff:127.0.0.1"])
+
+@pytest.mark.parametrize(
+    "host", ["127.0.0.1", "2130706433", "0x7f000001", "0177.0.0.1", "127.1", "::1", "::ffff:127.0.0.1"]
+)
 def test_encoded_loopback_forms_refused_via_real_resolver(host):
     # Sanity: the real resolver does turn these into loopback (it accepts the encoding).
     infos = socket.getaddrinfo(host, 80, socket.AF_UNSPEC, socket.SOCK_STREAM)
-    assert infos and all(ipaddress.ip_address(i[4][0]).is_loopback or
-                         ipaddress.ip_address(i[4][0]).ipv4_mapped for i in infos)
+    assert infos and all(
+        ipaddress.ip_address(i[4][0]).is_loopback or ipaddress.ip_address(i[4][0]).ipv4_mapped for i in infos
+    )
     with pytest.raises(BlockedTarget) as exc:
         resolve_and_check(host, 80, allowed_networks=[])
     assert exc.value.reason == "ssrf_blocked"
@@ -164,8 +170,9 @@ def test_dns_rebinding_public_then_loopback_refused():
     assert "loopback" in exc.value.detail
 
 
-@pytest.mark.parametrize(("address", "category"), [("10.20.30.40", "private"), ("fd12:3456::7", "private"),
-                                                    ("169.254.169.254", "metadata")])
+@pytest.mark.parametrize(
+    ("address", "category"), [("10.20.30.40", "private"), ("fd12:3456::7", "private"), ("169.254.169.254", "metadata")]
+)
 def test_a_refusal_names_the_class_of_address_and_only_the_log_has_the_address(address, category, caplog):
     with pytest.raises(BlockedTarget) as exc:
         resolve_and_check("internal.example", 443, resolver=_stub_resolver(address))
@@ -200,6 +207,7 @@ def test_resolve_rejects_bad_port(port):
 # --------------------------------------------------------------------------------------
 # check_url
 # --------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     ("url", "expected"),
@@ -256,6 +264,7 @@ def test_check_url_refuses(url, reason):
 # --------------------------------------------------------------------------------------
 # connect_checked, against a real listener on 127.0.0.1 only
 # --------------------------------------------------------------------------------------
+
 
 class Listener:
     def __init__(self):
@@ -349,7 +358,9 @@ def test_connect_uses_checked_address_and_falls_through(listener):
             (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", listener.port)),
         ]
 
-    sock = connect_checked("svc.internal.test", listener.port, timeout=2, allowed_networks=LOOPBACK_NET, resolver=resolver)
+    sock = connect_checked(
+        "svc.internal.test", listener.port, timeout=2, allowed_networks=LOOPBACK_NET, resolver=resolver
+    )
     try:
         assert sock.getpeername() == ("127.0.0.1", listener.port)
     finally:

@@ -33,35 +33,74 @@ def make_ca_and_leaf(folder, dns_name: str):
     identifiers are there because Python 3.13 verifies strictly (VERIFY_X509_STRICT)."""
     now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = (x509.CertificateBuilder().subject_name(_name("cronfleet test CA")).issuer_name(_name("cronfleet test CA"))
-          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-          .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                       content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                       key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
-          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-          .sign(ca_key, hashes.SHA256()))
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(_name("cronfleet test CA"))
+        .issuer_name(_name("cronfleet test CA"))
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
     leaf_key = ec.generate_private_key(ec.SECP256R1())
-    leaf = (x509.CertificateBuilder().subject_name(_name(dns_name)).issuer_name(ca.subject)
-            .public_key(leaf_key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(dns_name)]), critical=False)
-            .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-            .sign(ca_key, hashes.SHA256()))
+    leaf = (
+        x509.CertificateBuilder()
+        .subject_name(_name(dns_name))
+        .issuer_name(ca.subject)
+        .public_key(leaf_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(dns_name)]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
     paths = folder / "ca.pem", folder / "leaf.pem", folder / "leaf.key"
     paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     paths[1].write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
-    paths[2].write_bytes(leaf_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                serialization.NoEncryption()))
+    paths[2].write_bytes(
+        leaf_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
     return paths
 
 
 def call_to(url: str, host: str, port: int) -> Call:
-    return Call(run_id=1, attempt=1, fire_key="job1@x", scheduled_at="", method="POST", url=url,
-                host=("https", host, port), path="/hook", headers={}, body=b"{}", secrets=(), timeout=5.0,
-                max_response_bytes=1024, allowed_networks=LOOPBACK)
+    return Call(
+        run_id=1,
+        attempt=1,
+        fire_key="job1@x",
+        scheduled_at="",
+        method="POST",
+        url=url,
+        host=("https", host, port),
+        path="/hook",
+        headers={},
+        body=b"{}",
+        secrets=(),
+        timeout=5.0,
+        max_response_bytes=1024,
+        allowed_networks=LOOPBACK,
+    )
 
 
 async def post_once(cert_pem, key_pem, name: str):
@@ -83,8 +122,9 @@ async def post_once(cert_pem, key_pem, name: str):
     port = site._server.sockets[0].getsockname()[1]
     http = aclient.session(connections=10)
     try:
-        result = await aclient.request(http, call_to(f"https://{name}:{port}/hook", name, port),
-                                       signed_headers={}, deadline=time.monotonic() + 5)
+        result = await aclient.request(
+            http, call_to(f"https://{name}:{port}/hook", name, port), signed_headers={}, deadline=time.monotonic() + 5
+        )
         return result, seen, port
     finally:
         await http.close()

@@ -66,9 +66,7 @@ def test_signature_header_needs_a_secret():
 
 
 def test_headers():
-    h = headers(
-        [parse_secret(SECRET)], MSG_ID, TIMESTAMP, BODY, attempt=3, scheduled_at="2021-02-21T15:02:00Z"
-    )
+    h = headers([parse_secret(SECRET)], MSG_ID, TIMESTAMP, BODY, attempt=3, scheduled_at="2021-02-21T15:02:00Z")
     assert h == {
         "webhook-id": MSG_ID,
         "webhook-timestamp": "1614265330",
