@@ -100,12 +100,14 @@ PY
 }
 
 # pytest-xdist workers per tier on two cores: the integration tier's tests wait on the
-# database, the system tier's on the processes they start; the fault scenarios measure lag
-# and run one at a time. An -n, -p no:xdist or --pdb of the caller's wins.
+# database, the system and fault tiers' on the processes they start (the fault scenarios'
+# lag bounds hold beside a bench, so beside one another too). An -n, -p no:xdist or --pdb
+# of the caller's wins.
 workers_for() {
   case $1 in
     integration) echo "-n 2" ;;
     system) echo "-n 3 --dist loadfile" ;;
+    faults) echo "-n 2" ;;
   esac
 }
 
