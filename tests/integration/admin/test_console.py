@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from scheduler_app import services
 from scheduler_app.models import AuditEvent, Job, JobRun, NodeKind, RunState, Tenant
-from tests.integration.admin.test_admin import fast_password_hashing, url  # noqa: F401 (an autouse fixture, the admin URL helper)
+from tests.integration.admin.test_admin import url
 
 TASK = "scheduler_app.echo"
 BASE = datetime(2024, 1, 1, 18, 33, 5, tzinfo=UTC)

@@ -12,7 +12,7 @@ from django.core.management import call_command
 
 from scheduler_app import alerts, services
 from scheduler_app.models import Alert, AlertKind, AlertRule, Job, JobRun, RunState, Tenant, Trigger, db_now
-from tests.integration.admin.test_admin import change_form, fast_password_hashing, url  # noqa: F401 (an autouse fixture)
+from tests.integration.admin.test_admin import change_form, url
 from tests.integration.api.test_api import client_for
 
 TASK = "scheduler_app.echo"

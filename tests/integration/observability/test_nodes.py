@@ -18,7 +18,6 @@ from project.celery import app
 from scheduler_app.models import Node, NodeKind, db_now
 from scheduler_app.observability import nodes
 from scheduler_app.observability.nodes import Registration, node_states
-from tests.unit.observability.test_nodes import fast_password_hashing  # noqa: F401 (an autouse fixture)
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from scheduler_app.dispatch.windows import cancel_in_windows, turn_windows
 from scheduler_app.models import AuditEvent, Job, JobRun, MaintenanceWindow, RunState, db_now
 from scheduler_app.services.windows import window_create, window_delete, window_update
 from tests.conftest import utc
-from tests.unit.schedules.test_windows import LONDON, fast_password_hashing  # noqa: F401 (an autouse fixture)
+from tests.unit.schedules.test_windows import LONDON
 
 GRACE = timedelta(seconds=60)
 

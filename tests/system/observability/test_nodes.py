@@ -12,7 +12,6 @@ import pytest
 from scheduler_app.models import Node, NodeKind
 from tests.conftest import wait_for
 from tests.integration.observability.test_nodes import states
-from tests.unit.observability.test_nodes import fast_password_hashing  # noqa: F401 (an autouse fixture)
 
 # --- real processes -----------------------------------------------------------------------
 

@@ -11,7 +11,6 @@ from scheduler_app import services
 from scheduler_app.models import AuditEvent, JobRun, RunState, db_now
 from scheduler_app.services.windows import window_create
 from tests.conftest import wait_for
-from tests.unit.schedules.test_windows import fast_password_hashing  # noqa: F401 (an autouse fixture)
 
 ECHO = "scheduler_app.echo"
 

@@ -10,11 +10,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT, process_env
-from tests.integration.services.test_managed_edits import (  # noqa: F401 (fixtures; fast_password_hashing autouse)
-    acme,
-    fast_password_hashing,
-    managed,
-)
+from tests.integration.services.test_managed_edits import acme, managed  # noqa: F401 (fixtures)
 
 
 @pytest.mark.django_db(transaction=True)  # the command runs in a process of its own
