@@ -222,6 +222,7 @@ def deliver(alert_id: int, now: datetime) -> bool:
         return False
     alert = Alert.objects.select_related("job__tenant", "rule").get(id=alert_id)
     rule = alert.rule
+    log: list[dict[str, object]]
     log, ok, sent = [], True, False
     if rule is not None and rule.webhook_url:
         error = send_webhook(alert, rule.webhook_url, now)

@@ -131,6 +131,7 @@ def run_findings(rule: AlertRule, run: JobRun, since: datetime, until: datetime)
         )
     if rule.max_start_lag_seconds is not None and started and run.trigger == Trigger.SCHEDULE and run.attempt == 1:
         lag = run_start_lag(run)
+        assert lag is not None  # started: run.started_at is set
         if lag > rule.max_start_lag_seconds:
             shown, limit = seconds_pair(lag, rule.max_start_lag_seconds)
             found.append(

@@ -26,7 +26,7 @@ RULE_FIELDS = (
     "cooldown_seconds",
 )
 # What a rule holds for a field not given when it is created or replaced as a whole (PUT).
-RULE_DEFAULTS = {
+RULE_DEFAULTS: dict[str, object] = {
     "enabled": True,
     "no_success_seconds": None,
     "grace_seconds": 0,

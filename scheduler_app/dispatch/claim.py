@@ -112,7 +112,7 @@ CLAIM_COLUMNS = ", ".join(f"job.{name}" for name in CLAIM_FIELDS)
 _CLAIM_DATETIMES = [i for i, name in enumerate(CLAIM_FIELDS) if name.endswith("_at")]
 
 
-def job_dicts(rows: list[tuple]) -> list[dict]:
+def job_dicts(rows: list[tuple] | list[list]) -> list[dict]:
     """Claimed rows as dicts of CLAIM_FIELDS; SQLite returns datetimes as text."""
     if connection.vendor == "sqlite" and rows:
         convert = connection.ops.convert_datetimefield_value
@@ -155,7 +155,8 @@ class FairOrder:
         self.backlog = False  # the last claim was a full batch: more is probably due
 
     def usable(self, now: datetime) -> bool:
-        return bool(self.ids) and self.made_at <= now < self.made_at + self.lifetime
+        # With ids, made_at is set: the refresh that listed them set it (unless it failed part way).
+        return bool(self.ids) and self.made_at <= now < self.made_at + self.lifetime  # type: ignore[operator]
 
     def refresh(self, now: datetime, *, horizon: int, held_back: Sequence[str] = ()) -> None:
         started = time.monotonic()

@@ -166,7 +166,7 @@ def active_runs(job_ids: list[int]) -> dict[int, list[tuple[int, str, str]]]:
     return found
 
 
-def cancel_runs(cancel: dict[int, str], now: datetime) -> list[tuple[int, str]]:
+def cancel_runs(cancel: dict[int, str], now: datetime) -> list[tuple[str, str]]:
     """Cancel runs replaced by a newer fire; return (celery task id, state it had) of each."""
     cancelled = []
     for run_id, reason in cancel.items():

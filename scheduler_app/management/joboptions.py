@@ -393,6 +393,7 @@ def parse_params(command: str, items: list[str]) -> dict[str, object]:
     command's int parameters become numbers."""
     specs = (app_settings.COMMANDS.get(command) or {}).get("params") or {}
     params: dict[str, object] = {}
+    value: str | int
     for item in items:
         key, found, value = item.partition("=")
         if not found or not key:

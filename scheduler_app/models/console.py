@@ -2,7 +2,8 @@
 evaluates them), and the per-minute rollup of finished runs behind the dashboard
 (scheduler_app/observability/dashboard.py).
 
-Imports nothing of the project but Django: models.py imports these models from here.
+Imports nothing of the project but Django (and models/choices.py, Django's TextChoices for the type
+checker): models.py imports these models from here.
 """
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
+from scheduler_app.models.choices import TextChoices
 
-class AlertKind(models.TextChoices):
+
+class AlertKind(TextChoices):
     NO_SUCCESS = "no_success"  # no successful run within period + grace: the dead-man's switch
     FAILED = "failed"  # a run ended failed or dead
     START_LAG = "start_lag"  # a run started later than max_start_lag_seconds after its fire time

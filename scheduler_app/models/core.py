@@ -10,6 +10,7 @@ from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from scheduler_app import schedules
+from scheduler_app.models.choices import TextChoices
 
 
 def db_now() -> datetime:
@@ -83,7 +84,7 @@ class Tenant(models.Model):
         return self.slug
 
 
-class TargetKind(models.TextChoices):
+class TargetKind(TextChoices):
     TASK = "task"  # a registered Celery task: task_name, args, kwargs
     HTTP = "http"  # target_config: method, url, headers, body
     COMMAND = "command"  # target_config: name, params (an allow-listed program)
@@ -91,7 +92,7 @@ class TargetKind(models.TextChoices):
     MONITOR = "monitor"  # target_config: grace_seconds; runs elsewhere and pings in (models/checkins.py)
 
 
-class OverlapPolicy(models.TextChoices):
+class OverlapPolicy(TextChoices):
     ALLOW = "allow"  # every fire runs, whatever is still running
     SKIP = "skip"  # a fire while an earlier run is active is recorded as skipped
     BUFFER_ONE = "buffer_one"  # hold one fire (pending) until the active run ends; skip the rest
@@ -371,7 +372,7 @@ def misfire_rules_of(policy: str, grace: timedelta, catchup_window_seconds: int,
     )
 
 
-class RunState(models.TextChoices):
+class RunState(TextChoices):
     PENDING = "pending"  # recorded, held back (not yet published)
     QUEUED = "queued"  # recorded and published to the broker
     RUNNING = "running"
@@ -388,7 +389,7 @@ ACTIVE_STATES = (RunState.QUEUED, RunState.RUNNING, RunState.RETRYING)  # a run 
 TERMINAL_STATES = (RunState.SUCCEEDED, RunState.FAILED, RunState.DEAD, RunState.SKIPPED, RunState.CANCELLED)
 
 
-class Trigger(models.TextChoices):
+class Trigger(TextChoices):
     SCHEDULE = "schedule"
     MANUAL = "manual"
     BACKFILL = "backfill"

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from django.db import models
 
+from scheduler_app.models.choices import TextChoices
 
-class NodeKind(models.TextChoices):
+
+class NodeKind(TextChoices):
     BEAT = "beat"
     WORKER = "worker"
 

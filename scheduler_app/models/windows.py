@@ -8,16 +8,17 @@ from datetime import timedelta
 
 from django.db import models
 
+from scheduler_app.models.choices import TextChoices
 from scheduler_app.models.core import Tenant
 from scheduler_app.schedules.windows import WindowTimes
 
 
-class WindowAction(models.TextChoices):
+class WindowAction(TextChoices):
     SKIP = "skip"  # a fire inside the window is recorded as skipped
     DEFER = "defer"  # fires inside are skipped and one coalesced run fires at the window's end
 
 
-class RunningPolicy(models.TextChoices):
+class RunningPolicy(TextChoices):
     LET_FINISH = "let_finish"
     CANCEL = "cancel"  # runs of the selected jobs still running while the window is open are cancelled
 

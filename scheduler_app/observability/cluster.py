@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -88,7 +89,7 @@ class Snapshot:
         return [node for node in self.nodes if node.node.kind == kind and node.live]
 
 
-def known_queues(nodes: list[NodeState], queued: list[str] = ()) -> list[str]:
+def known_queues(nodes: list[NodeState], queued: Sequence[str] = ()) -> list[str]:
     """The queues worth a depth: the default, CRONFLEET_QUEUES, the `queued` ones (where runs
     wait), and every queue a node that has not stopped consumes (workers) or has claimed
     jobs for (beats)."""

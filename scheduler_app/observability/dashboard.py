@@ -235,6 +235,10 @@ def last_hour(cursor, found: Overview, now: datetime, tenant_id: int | None = No
     minutes = [end - HOUR + MINUTE * i for i in range(60)]
     index = {minute: i for i, minute in enumerate(minutes)}
     counts = {state: [0] * 60 for state in OUTCOMES}
+    p50: list[float | None]
+    p99: list[float | None]
+    dispatch50: list[float | None]
+    dispatch99: list[float | None]
     p50, p99, dispatch50, dispatch99 = [None] * 60, [None] * 60, [None] * 60, [None] * 60
     cursor.execute(scoped(HOUR_SQL, tenant_id), {"start": minutes[0], "end": end, "tenant": tenant_id})
     for minute, state, count, d50, d99, lag50, lag99 in cursor.fetchall():
@@ -446,7 +450,7 @@ def forecast(
     calendars (group_fires). Overdue jobs count in the first minute."""
     start = truncate(now)
     minutes = [start + MINUTE * i for i in range(60)]
-    counts = defaultdict(int)
+    counts: defaultdict[datetime, int] = defaultdict(int)
     for group in groups:
         for at in group_fires(group[:7], start, start + HOUR, calendars):
             counts[max(truncate(at), start)] += group[7]

@@ -136,7 +136,7 @@ def read_in_python(end: datetime) -> tuple[list[tuple], dict[str, int]]:
         if job_id in timed and (median := median_duration(job_id)) is not None:
             group[1] += median
             group[2] += 1
-    in_flight = defaultdict(int)
+    in_flight: defaultdict[str, int] = defaultdict(int)
     for queue in JobRun.objects.filter(state__in=(RunState.QUEUED, RunState.RUNNING)).values_list(
         "job__queue", flat=True
     )[:IN_FLIGHT_CAP]:
@@ -199,7 +199,8 @@ def most_in_one_window(events: list[tuple[datetime, float]], seconds: float) -> 
 
 def queue_durations(rows: list[tuple]) -> dict[str, float]:
     """The mean of the known job medians in each queue: the duration of its jobs without one."""
-    sums, counts = defaultdict(float), defaultdict(int)
+    sums: defaultdict[str, float] = defaultdict(float)
+    counts: defaultdict[str, int] = defaultdict(int)
     for row in rows:
         sums[queue_name(row[0])] += row[-2]
         counts[queue_name(row[0])] += row[-1]

@@ -7,6 +7,7 @@ import enum
 import re
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from cronsim import CronSim, CronSimError
 
@@ -95,8 +96,9 @@ class Schedule:
     jitter_seed: int = 0
     # A business-day calendar and what a fire on another day does (schedules/calendars.py:
     # skip, next_business_day, previous_business_day); None for most jobs, which pay nothing.
-    # A calendars.BusinessCalendar (typed loosely: calendars.py imports this module).
-    calendar: object | None = None
+    # A calendars.BusinessCalendar or None, typed as Any: calendars.py imports this module (so
+    # this one cannot name it, even for the type checker alone), and `object` would refuse every use.
+    calendar: Any = None
     calendar_policy: str = "skip"
 
     @property

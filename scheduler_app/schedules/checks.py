@@ -128,10 +128,12 @@ def shortest_gap_at_offset_changes(schedule: Schedule, after: datetime, *, under
     window = timedelta(seconds=under)
     until = min(after + GAP_CHECK_YEARS * 365 * DAY, schedule.end_at or LATEST_INSTANT, LATEST_INSTANT)
     gaps = []
-    change: datetime | None = after
-    while (change := first_offset_change(schedule.timezone, change, until)) is not None:
-        fires, cursor = [], change - window
-        while (cursor := next_fire_after(schedule, cursor)) is not None and cursor < change + window:
+    change = first_offset_change(schedule.timezone, after, until)
+    while change is not None:
+        fires, cursor = [], next_fire_after(schedule, change - window)
+        while cursor is not None and cursor < change + window:
             fires.append(cursor)
+            cursor = next_fire_after(schedule, cursor)
         gaps += [(b - a).total_seconds() for a, b in zip(fires, fires[1:])]
+        change = first_offset_change(schedule.timezone, change, until)
     return min((gap for gap in gaps if gap < under), default=None)

@@ -64,6 +64,7 @@ def _next_wildcard_fire(cron: str, zone_name: str, after: datetime) -> datetime 
     cursor = after
     while True:
         offset = (cursor + MICROSECOND).astimezone(tzinfo_of(zone_name)).utcoffset()
+        assert offset is not None  # an aware time in a ZoneInfo
         wall = next(CronSim(cron, (cursor + offset).replace(tzinfo=None)), None)
         if wall is None:
             return None

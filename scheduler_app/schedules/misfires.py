@@ -60,9 +60,12 @@ def plan_fires(
     cursor: datetime | None = due_at
     if due_at < window_start:
         last_outside = last_fire_at_or_before(schedule, window_start - timedelta(microseconds=1))
-        note = f"{SkipReason.OUTSIDE_CATCHUP_WINDOW}: missed fires up to {last_outside.isoformat()}"
-        plan.skipped.append((due_at, note))
-        cursor = next_fire_after(schedule, last_outside) if last_outside else due_at
+        if last_outside is not None:
+            note = f"{SkipReason.OUTSIDE_CATCHUP_WINDOW}: missed fires up to {last_outside.isoformat()}"
+            plan.skipped.append((due_at, note))
+            cursor = next_fire_after(schedule, last_outside)
+        else:  # no fire before the window (due_at is none: a start moved later): none missed there
+            cursor = next_fire_after(schedule, due_at - timedelta(microseconds=1))
 
     on_time_from = now - rules.grace
     latest_missed = run_all_from = None

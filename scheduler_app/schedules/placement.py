@@ -158,9 +158,11 @@ def fires_between(cron: str, zone_name: str, start: datetime, end: datetime) -> 
     Cached: the same neighbours are counted again for every job placed in the same window
     on the same day, and the answer is a pure function of the arguments.
     """
-    schedule, fires, cursor = Schedule(cron=cron, timezone=zone_name), [], start - timedelta(microseconds=1)
-    while (cursor := next_fire_after(schedule, cursor)) is not None and cursor < end:
+    schedule, fires = Schedule(cron=cron, timezone=zone_name), []
+    cursor = next_fire_after(schedule, start - timedelta(microseconds=1))
+    while cursor is not None and cursor < end:
         fires.append(cursor)
+        cursor = next_fire_after(schedule, cursor)
     return tuple(fires)
 
 

@@ -37,7 +37,8 @@ class WindowTimes:
         if self.recurring:
             minutes = int(self.duration.total_seconds() // 60)
             return f"cron {self.cron} ({self.zone}) for {minutes} min"
-        return f"{self.starts_at.isoformat()} to {self.ends_at.isoformat()}"
+        # A one-off window has both: services.windows.check_window_fields, every write's check.
+        return f"{self.starts_at.isoformat()} to {self.ends_at.isoformat()}"  # type: ignore[union-attr]
 
 
 def _starts(times: WindowTimes) -> Schedule:

@@ -65,9 +65,10 @@ def end_of_second_pass(zone_name: str, after: datetime) -> datetime:
     """The wall time (in the zone) at which the repeated hour holding `after` ends."""
     tz = tzinfo_of(zone_name)
     local = after.astimezone(tz)
-    earlier = local.replace(fold=0).utcoffset()
-    # The clocks went back at most `earlier - local.utcoffset()` ago.
-    change = first_offset_change(zone_name, after - (earlier - local.utcoffset()), after)
+    earlier, offset = local.replace(fold=0).utcoffset(), local.utcoffset()
+    assert earlier is not None and offset is not None  # local is aware, in a ZoneInfo
+    # The clocks went back at most `earlier - offset` ago.
+    change = first_offset_change(zone_name, after - (earlier - offset), after)
     assert change is not None
     return (change + earlier).replace(tzinfo=tz)
 

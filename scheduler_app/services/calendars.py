@@ -127,7 +127,7 @@ def check_calendar_fields(fields: dict) -> dict:
     unknown = set(fields) - set(CALENDAR_FIELDS)
     if unknown:
         raise InvalidInput(sorted(unknown)[0], "is not a calendar field")
-    checked = {}
+    checked: dict[str, object] = {}
     if "country" in fields or "subdivision" in fields:
         checked["country"], checked["subdivision"] = check_country(fields.get("country"), fields.get("subdivision"))
     if "weekdays" in fields:

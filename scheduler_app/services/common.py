@@ -46,9 +46,10 @@ def admitted_manual(tenant_id: int, now: datetime, count: int) -> tuple[int, str
     return go, reason
 
 
-def admission_fields(go: bool, reason: str, now: datetime) -> dict:
-    """The columns of a run that goes to the broker now, or waits for its tenant's quota
-    (its times as the beat records them: dispatch.run_times)."""
+def admission_fields(go: int, reason: str, now: datetime) -> dict:
+    """The columns of a run that goes to the broker now (`go` true: a bool, or admitted()'s
+    count of one), or waits for its tenant's quota (its times as the beat records them:
+    dispatch.run_times)."""
     state = RunState.QUEUED if go else RunState.PENDING
     _, enqueued_at, dispatched_at, _ = run_times(state, now)
     fields = {"state": state, "enqueued_at": enqueued_at, "dispatched_at": dispatched_at}

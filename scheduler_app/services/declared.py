@@ -14,6 +14,7 @@ import importlib
 import importlib.util
 import json
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -388,13 +389,16 @@ def apply_plan(
 
 
 def apply_step(step: Step, prune: str, done: Applied) -> None:
+    # make_plan's steps: a create has its declaration, a change that and its job, a remove its job.
     actor = managed_actor(step.owner)
     if step.action == "create":
+        assert step.declared is not None
         tenant = Tenant.objects.get(slug=step.declared.tenant)
         job = job_create(tenant, step.declared.spec, actor=actor)
         mark(job, step.owner)
         done.created += 1
     elif step.action == "change":
+        assert step.declared is not None and step.job is not None
         job = step.job
         if not job.managed_by:
             Job.objects.filter(id=job.id).update(managed_by=step.owner)
@@ -409,9 +413,11 @@ def apply_step(step: Step, prune: str, done: Applied) -> None:
         if step.drift:
             done.overwritten.append(step.label)
     elif prune == "delete":
+        assert step.job is not None
         job_delete(step.job, actor=actor)
         done.deleted += 1
     else:
+        assert step.job is not None
         job_pause(step.job, note=PRUNE_NOTE.format(owner=step.owner), actor=actor)
         done.paused += 1
 
@@ -441,7 +447,7 @@ def spec_table(spec: JobSpec) -> dict:
     return table
 
 
-def to_toml(data: dict, *, comments: list[str] = ()) -> str:
+def to_toml(data: dict, *, comments: Sequence[str] = ()) -> str:
     """A group (owner, tenant, jobs) as TOML that read_file reads back."""
     lines = [f"# {line}" for line in comments]
     lines += [f"{toml_key(key)} = {toml_value(value)}" for key, value in data.items() if key != "jobs"]

@@ -257,6 +257,7 @@ def base_spec(name: str, task: str, args, kwargs, description: str) -> services.
 
 def check_task(result: Translation) -> Translation:
     """Refuse a translated source whose task the workers may not run, keeping its schedule."""
+    assert result.spec is not None  # both callers set it just before
     task = result.spec.task_name
     if not task_target.task_allowed(task):
         result.refusal = f"task {task!r} is not in CRONFLEET_ALLOWED_TASKS"
@@ -362,6 +363,7 @@ def interval_start(row: PeriodicTask, spec: services.JobSpec, notes: list[str], 
     counts its last run 30 years back), then every interval; a job's interval fires at whole
     seconds from start_at, so a start_time with a fraction of a second starts at the next one
     (else the first fire would be one interval later)."""
+    assert spec.start_at is not None  # the one caller checked
     if spec.start_at.microsecond:
         spec.start_at = spec.start_at.replace(microsecond=0) + timedelta(seconds=1)
         notes.append(
@@ -549,8 +551,8 @@ def settings_sources(row_names: set[str], now: datetime) -> list[tuple[Outcome, 
         for name, entry in entries.items():
             outcome = Outcome(origin, str(name), "")
             if name in seen:
-                first, earlier = seen[name]
-                if earlier == entry:
+                first, first_entry = seen[name]
+                if first_entry == entry:
                     continue
                 refusal = f"also in {first}, with a different entry: imported from {first}"
                 sources.append((outcome, Translation(refusal=refusal)))

@@ -46,8 +46,10 @@ def check_job_retention(job: Job, changes: Mapping) -> dict[str, int | None]:
     after = {**own_fields(job), **values}
     bounds, sources = retention_bounds(job.tenant)
     for name in FIELDS:  # days first: a job's days bound what its failed runs keep too
-        if over_bound(after[name], bounds[name], days=name != "retention_keep_last"):
-            raise InvalidInput(name, bound_message(name, job.tenant, bounds[name], sources[name]))
+        bound = bounds[name]
+        if over_bound(after[name], bound, days=name != "retention_keep_last"):
+            assert bound is not None  # over_bound is False without one
+            raise InvalidInput(name, bound_message(name, job.tenant, bound, sources[name]))
     return values
 
 

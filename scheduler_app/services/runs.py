@@ -34,7 +34,8 @@ def job_backfill(job: Job, *, start: datetime, end: datetime, dry_run: bool, act
         raise InvalidInput("end", "must be after start")
     if end > now:
         raise InvalidInput("end", "must not be in the future (backfill fills the past)")
-    fires, cursor = [], start - timedelta(microseconds=1)
+    fires: list[datetime] = []
+    cursor = start - timedelta(microseconds=1)
     while (at := schedules.next_fire_after(job.schedule, cursor)) is not None and at <= end:
         if len(fires) == MAX_BACKFILL:
             raise InvalidInput("end", f"the range holds more than {MAX_BACKFILL} fires; backfill a shorter one")

@@ -79,7 +79,7 @@ TENANT_LIMITS = {  # field: (lowest, highest); None (no limit) is allowed for al
 def tenant_update(tenant: Tenant, changes: dict, *, actor: str = "") -> Tenant:
     """Change a tenant's name, zone, active flag, quotas or weight. Quotas apply from the
     next write or dispatch; jobs already saved are not re-checked."""
-    values = {}
+    values: dict[str, object] = {}
     for key, value in changes.items():
         if key == "name":
             values[key] = check_name("name", value)

@@ -81,7 +81,7 @@ def check_window_fields(fields: dict) -> dict:
     if unknown:
         raise InvalidInput(sorted(unknown)[0], "is not a maintenance window field")
     zone = check_zone(fields.get("zone") or "UTC")
-    checked = {
+    checked: dict[str, object] = {
         "zone": zone,
         "description": check_line("description", fields.get("description") or "")[:500],
         "action": _choice("action", fields.get("action") or WindowAction.SKIP, WindowAction),

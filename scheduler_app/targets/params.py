@@ -21,6 +21,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from datetime import UTC, date, datetime
+from typing import TypeGuard
 
 from scheduler_app.validation import InvalidInput, check_instant_text
 
@@ -48,11 +49,11 @@ def check_bounds(field: str, spec: Mapping, value, error: Callable[[str, str], E
         raise error(field, f"must be <= {spec['max']}")
 
 
-def is_int(value: object) -> bool:
+def is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def is_number(value: object) -> bool:
+def is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
@@ -70,7 +71,7 @@ def check_declaration(
     if not isinstance(spec, Mapping):
         raise error(field, "must be a mapping")
     ptype = spec.get("type")
-    if ptype not in type_keys:
+    if not isinstance(ptype, str) or ptype not in type_keys:
         raise error(f"{field}.type", f"unsupported type {ptype!r}; use one of {', '.join(type_keys)}")
     unknown = sorted(map(str, set(spec) - type_keys[ptype]))
     if unknown:

@@ -40,6 +40,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from celery.signals import worker_process_shutdown
 from django.db import DatabaseError, connection
@@ -58,6 +59,9 @@ from scheduler_app.worker.execution import Outcome
 from scheduler_app.worker.hostslots import FairSlots
 from scheduler_app.worker.leases import LEASES
 from scheduler_app.worker.transitions import Started
+
+if TYPE_CHECKING:
+    import aiohttp
 
 logger = logging.getLogger(__name__)
 
@@ -110,9 +114,10 @@ class Flight:
         self._room = threading.Condition()
         self._pending = 0  # runs handed over and not yet ended, in this process
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()  # _Group and _Finished, for the database thread
+        # The event loop thread's: set before _ensure_started lets anything use them.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._slots: FairSlots | None = None
-        self._session = None
+        self._session: aiohttp.ClientSession | None = None
         self._tasks: set[asyncio.Task] = set()
 
     @staticmethod
@@ -244,8 +249,10 @@ class Flight:
             if isinstance(prepared, Call):
                 attempts.append(_Attempt(run, prepared, sent + prepared.timeout, group.queue, origin))
             else:  # refused before any traffic (a URL the guard refuses, a secret that cannot be read)
-                finished.append(_Finished(_Attempt(run, None, 0.0, group.queue), exc=prepared))
+                # An attempt with no Call, against its type: _end reads only its started and queue.
+                finished.append(_Finished(_Attempt(run, None, 0.0, group.queue), exc=prepared))  # type: ignore[arg-type]
         if attempts:
+            assert self._loop is not None  # this thread starts once the loop is made
             self._loop.call_soon_threadsafe(self._launch, attempts)
         group.done.set_result(Handed(len(ours), list(duplicates.values()), others))
 
@@ -262,10 +269,11 @@ class Flight:
                     secrets[tenant_id] = tenant_signing_secrets(tenants[tenant_id], run.now)
                 except Exception as exc:  # noqa: BLE001 - recorded on each of the tenant's runs
                     secrets[tenant_id] = exc
+            secret = secrets[tenant_id]
             try:
-                if isinstance(secrets[tenant_id], BaseException):
-                    raise secrets[tenant_id]
-                prepared.append(prepare(run.run, run.job, run.now, secrets[tenant_id]))
+                if isinstance(secret, BaseException):
+                    raise secret
+                prepared.append(prepare(run.run, run.job, run.now, secret))
             except Exception as exc:  # noqa: BLE001 - the run's outcome
                 prepared.append(exc)
         return prepared
@@ -300,6 +308,7 @@ class Flight:
     # -- the event loop thread
 
     def _launch(self, attempts: list[_Attempt]) -> None:
+        assert self._loop is not None  # this runs on it
         for attempt in attempts:
             task = self._loop.create_task(self._attempt(attempt))
             self._tasks.add(task)  # the loop keeps only weak references to its tasks
@@ -308,6 +317,7 @@ class Flight:
     async def _attempt(self, attempt: _Attempt) -> None:
         began = time.monotonic()
         call, slots = attempt.call, self._slots
+        assert slots is not None  # made with the loop this runs on
         outcome = _Finished(attempt)
         answered = "error"  # how it ended, for cronfleet_http_responses
         try:
@@ -328,6 +338,7 @@ class Flight:
 
     async def _take_slot(self, attempt: _Attempt) -> None:
         call, slots = attempt.call, self._slots
+        assert slots is not None  # made with the loop this runs on
         metrics.HTTP_WAITING.inc()
         try:
             async with asyncio.timeout(max(0.0, attempt.deadline - time.monotonic())):
@@ -345,6 +356,7 @@ class Flight:
         call = attempt.call
         if not LEASES.holds(call.run_id):
             raise execution.LeaseUnconfirmed()
+        assert self._session is not None  # opened on the loop before it took any work
         metrics.HTTP_IN_FLIGHT.inc()
         try:
             return await aclient.request(
@@ -355,6 +367,7 @@ class Flight:
 
     def _show_slots(self) -> None:
         """FairSlots' on_change: a host started or stopped waiting."""
+        assert self._slots is not None  # the FairSlots calling
         metrics.HTTP_HOSTS_SATURATED.set(self._slots.saturated_hosts())
 
 

@@ -108,7 +108,7 @@ class TerminateInTime(bootsteps.StartStopStep):
             ordered(pid)
             return terminate_job(pid, signal)
 
-        noted_terminate_job._cronfleet = True
+        noted_terminate_job._cronfleet = True  # type: ignore[attr-defined]  # a marker on the function
         pool.terminate_job = noted_terminate_job  # TaskPool.on_start set it, from billiard's pool
 
     def terminate(self, parent) -> None:

@@ -24,6 +24,7 @@ import os
 import shutil
 import sys
 import tempfile
+from typing import TYPE_CHECKING
 
 import click
 from celery import bootsteps
@@ -31,6 +32,9 @@ from celery.signals import after_setup_logger, after_setup_task_logger, worker_i
 
 from scheduler_app.observability import logformat
 from scheduler_app.worker import redisacks, shutdown
+
+if TYPE_CHECKING:
+    from scheduler_app.observability.nodes import HeartbeatThread
 
 logger = logging.getLogger("scheduler_app.worker")
 
@@ -90,7 +94,7 @@ class ObserveWorker(bootsteps.StartStopStep):
 
     def __init__(self, parent, metrics_port: int | None = None, metrics_address: str | None = None, **options) -> None:
         super().__init__(parent, **options)
-        self.heartbeat = None
+        self.heartbeat: HeartbeatThread | None = None
         logformat.set_node(parent.hostname)
         if logformat.json_wanted():
             parent.quiet = True  # no banner: every line on stdout and stderr is JSON

@@ -272,7 +272,7 @@ def loaded(model: type[Model], alias: str, values: dict) -> Model:
     """An instance of `model` as a query with only(`values`) gives it, without Model.__init__:
     filling every other field's default was a third of a batched run's CPU. A field not
     given is not a silent default: Django loads it on first access (a deferred field)."""
-    instance = model.__new__(model)
+    instance = model.__new__(model)  # type: ignore[call-overload]  # Model is Any (Django ships no types)
     instance._state = ModelState()
     instance._state.adding, instance._state.db = False, alias
     instance.__dict__.update(values)

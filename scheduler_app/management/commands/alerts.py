@@ -209,7 +209,7 @@ class Command(OneLineErrors, BaseCommand):
 
 
 def rule_changes(options: dict) -> dict:
-    changes = {}
+    changes: dict[str, object] = {}
     for option, (field, whole, nullable) in DURATIONS.items():
         text = options.get(option.replace("-", "_"))
         if text is not None:

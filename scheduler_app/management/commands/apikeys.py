@@ -37,9 +37,12 @@ class Command(OneLineErrors, BaseCommand):
         self.run_action("apikeys", action, **options)
 
     def do_add(self, *, tenant: str | None, staff: bool, name: str, **options) -> None:
-        owner = None if staff else services.tenant_by_slug(tenant)
+        owner = None
+        if not staff:
+            assert tenant is not None  # --tenant or --staff: a required group
+            owner = services.tenant_by_slug(tenant)
         key, raw = services.apikey_create(tenant=owner, name=name or "cli", actor="cli")
-        self.stdout.write(f"Created {'staff' if staff else owner.slug} API key {key.prefix} ({key.name}).")
+        self.stdout.write(f"Created {'staff' if owner is None else owner.slug} API key {key.prefix} ({key.name}).")
         self.stdout.write("The key (shown once; send it as 'Authorization: Bearer <key>'):")
         self.stdout.write(raw)
 

@@ -26,7 +26,7 @@ class Command(BaseCommand):
     help = "Show Cronfleet's version and the settings module in effect."
     # No checks: this is what one runs to find out what is installed, including when the
     # settings are wrong enough for a check to fail.
-    requires_system_checks = []
+    requires_system_checks: list[str] = []
 
     def get_version(self) -> str:
         # What --version prints, as is: the distribution's name and version.

@@ -293,11 +293,13 @@ class Command(BaseCommand):
     def stop_children(self) -> None:
         started = [c for c in self.children if c.process is not None]
         for child in started:
+            assert child.process is not None  # started
             if child.process.poll() is None:
                 # The child only: a Celery worker stops its own pool processes (warm shutdown).
                 child.process.terminate()
         deadline = time.monotonic() + STOP_GRACE_SECONDS
         for child in started:
+            assert child.process is not None  # started
             while child.process.poll() is None and time.monotonic() < deadline and self.signals < 2:
                 time.sleep(0.05)
             if child.process.poll() is None:
@@ -328,6 +330,7 @@ class Command(BaseCommand):
         seen: set[int] = set()
         while not self.stopping.is_set():
             for child in self.children:
+                assert child.process is not None  # handle() watches once every child started
                 code = child.process.poll()
                 if code is not None:
                     how = f"was killed by {_signal_name(-code)}" if code < 0 else f"exited with code {code}"

@@ -86,7 +86,7 @@ class Command(OneLineErrors, BaseCommand):
     def show(self, obj) -> None:
         if obj is None:
             policy, sources = retention_policy.resolve()
-            described = {
+            described: dict = {
                 "effective": {
                     "days": policy.days,
                     "failed_days": policy.kept_days(failed=True) or 0,

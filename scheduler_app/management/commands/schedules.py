@@ -93,6 +93,7 @@ class Command(OneLineErrors, BaseCommand):
         self.stdout.write("")
         self.stdout.write(f"{SIGNS[step.action]} {what} {step.label}")
         if step.action == "create":
+            assert step.declared is not None  # a create step has its declaration
             spec = step.declared.spec
             self.stdout.write(f"    {schedule_text(spec)}; {target_text(spec)} (from {step.declared.source})")
         if step.adopted:

@@ -120,7 +120,10 @@ class Command(OneLineErrors, BaseCommand):
         return {key: value for key, value in given.items() if value is not None}
 
     def do_add(self, *, tenant: str | None, deployment: bool, name: str, **options) -> None:
-        owner = None if deployment else services.tenant_by_slug(tenant)
+        owner = None
+        if not deployment:
+            assert tenant is not None  # --tenant or --deployment: a required group
+            owner = services.tenant_by_slug(tenant)
         window = window_create(owner, name=name, actor="cli", **self.fields_of(options))
         self.stdout.write(f"Created maintenance window {label_of(window)}: {self.summary(window)}")
 

@@ -123,6 +123,7 @@ def _placeholder(element: str) -> str | None:
 
 def _validate_param_spec(field: str, spec: object) -> None:
     ptype = paramspecs.check_declaration(field, spec, _TYPE_KEYS, InvalidCommand)
+    assert isinstance(spec, Mapping)  # check_declaration refuses anything else
     if ptype == "choice":  # each choice becomes an argv element
         for index, choice in enumerate(spec["choices"]):
             problem = _bad_char(choice)
@@ -410,6 +411,7 @@ class _Watched:
             os.close(report_w)
         self.report_r = report_r
         self.report: dict = {}
+        assert self.proc.stdout is not None and self.proc.stderr is not None  # both subprocess.PIPE
         self.buffers = {self.proc.stdout: bytearray(), self.proc.stderr: bytearray()}
         self.truncated = False
         self.stopped = ""  # "timeout" or "disk" once the worker stopped the run

@@ -135,7 +135,8 @@ def main(argv: list[str]) -> int:
     report_fd = spec["status_fd"]
     os.set_inheritable(report_fd, False)
     signal.signal(signal.SIGTERM, _stop)
-    report = {"status": None, "stopped": False, "spawn_error": "", "subreaper": False}
+    report: dict[str, object] = {"status": None, "stopped": False, "spawn_error": "", "subreaper": False}
+    errors_w: int | None
     errors_r, errors_w = os.pipe()  # close-on-exec: EOF once the program started
     pid = None
     try:

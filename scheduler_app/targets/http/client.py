@@ -176,6 +176,8 @@ class _CheckedMixin:
 
     _guard_args: dict
     _watchdog: _Watchdog
+    host: str  # http.client.HTTPConnection's, the class this is mixed into
+    port: int
 
     def _checked_socket(self) -> socket.socket:
         wd = self._watchdog

@@ -205,7 +205,9 @@ def embedded_ipv4(ip: IPAddress) -> tuple[str, list[ipaddress.IPv4Address]] | No
     if ip in _SIXTOFOUR:
         return "6to4", [_v4(n >> 80)]
     if ip in _TEREDO:
-        server, client = ip.teredo  # client is the de-obfuscated (XORed) address
+        teredo = ip.teredo
+        assert teredo is not None  # ip is in 2001::/32, Teredo's prefix
+        server, client = teredo  # client is the de-obfuscated (XORed) address
         return "teredo", [server, client]
     return None
 

@@ -115,7 +115,7 @@ def classify_error(exc: BaseException, vendor: str) -> StatementError:
             kind, retryable = PG_CODES.get(code) or PG_CLASSES.get(code[:2]) or _by_class(cause)
             return StatementError(kind, f"SQLSTATE {code}: {message}", retryable=retryable)
     else:
-        args = getattr(cause, "args", ())
+        args: tuple = getattr(cause, "args", ())
         code = args[0] if args and params.is_int(args[0]) else None
         if code is not None:
             # 2000-2999: the client library's own errors (server gone away, lost connection...).

@@ -89,7 +89,7 @@ def parse_cli_params(name: str, items: list[str], config: Mapping) -> dict:
             value = lowered in ("true", "1", "yes")
         if ptype in ("int_list", "str_list"):
             params.setdefault(key, [])
-            params[key].append(value)  # type: ignore[union-attr]
+            params[key].append(value)  # type: ignore[attr-defined]  # the list setdefault put there
         elif key in params:
             raise InvalidInput(field, "is given twice (only list parameters take several values)")
         else:

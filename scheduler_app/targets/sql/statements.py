@@ -116,6 +116,7 @@ def placeholders(field: str, sql: str) -> frozenset[str]:
 
 def _check_spec(field: str, spec: object, vendor: str) -> None:
     paramspecs.check_declaration(field, spec, _TYPE_KEYS, InvalidSql)
+    assert isinstance(spec, Mapping)  # check_declaration refuses anything else
     if "default" in spec:
         try:
             check_value(field, spec, spec["default"], vendor)

@@ -592,6 +592,22 @@ def test_the_celery_apps_beat_schedule_is_imported_and_an_entry_read_twice_count
     ]
 
 
+@override_settings(
+    CELERY_BEAT_SCHEDULE={"clash": {"task": TASK, "schedule": 5}},
+    CELERYBEAT_SCHEDULE={"clash": {"task": TASK, "schedule": 9}},
+)
+def test_a_name_in_two_places_does_not_stop_a_third_place_being_read(acme):
+    app_only = {"app-only": {"task": TASK, "schedule": 60}}
+    with mock.patch.object(type(current_app.conf), "beat_schedule", app_only, create=True):
+        report = import_(acme, from_db=False, from_settings=True)
+
+    assert [(found.origin, found.name, found.result) for found in report.outcomes] == [
+        ("CELERY_BEAT_SCHEDULE", "clash", "imported"),
+        ("CELERYBEAT_SCHEDULE", "clash", "skipped"),
+        ("app.conf.beat_schedule", "app-only", "imported"),
+    ]
+
+
 @override_settings(CELERY_BEAT_SCHEDULE=None, CELERYBEAT_SCHEDULE=None)
 def test_nothing_to_import_says_where_it_looked(acme):
     assert run("--tenant", "acme").splitlines()[1] == (

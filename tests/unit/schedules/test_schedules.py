@@ -859,6 +859,20 @@ def test_plan_fires_runs_on_time_fire(policy, late):
     assert plan == Plan(fires=[U(2024, 5, 1, 12)], skipped=[], next_run_at=U(2024, 5, 1, 12, 10))
 
 
+@pytest.mark.parametrize("policy", list(MisfirePolicy))
+def test_plan_fires_with_no_fire_before_the_catchup_window_skips_nothing_there(policy):
+    """A due time before the schedule's start (moved later since): no fire lies before the
+    catch-up window, so nothing is skipped as outside it, and planning starts at the start."""
+    schedule = Schedule(cron="*/10 * * * *", start_at=U(2024, 5, 1, 12, 40))
+    plan = plan_fires(
+        schedule, U(2024, 5, 1, 11), U(2024, 5, 1, 13), rules(policy, catchup_window=timedelta(minutes=30))
+    )
+
+    assert not [at for at, reason in plan.skipped if reason.startswith(SkipReason.OUTSIDE_CATCHUP_WINDOW)]
+    assert min(plan.fires + [at for at, _ in plan.skipped]) == U(2024, 5, 1, 12, 40)
+    assert U(2024, 5, 1, 13) in plan.fires  # on time
+
+
 def test_plan_fires_treats_fire_just_past_grace_as_missed():
     now = U(2024, 5, 1, 12) + GRACE + US
     assert plan_fires(EVERY_10, U(2024, 5, 1, 12), now, rules(MisfirePolicy.SKIP)).skipped == [

@@ -132,6 +132,11 @@ def test_a_good_allow_list_is_accepted():
             "CRONFLEET_SQL.report.params.regions.type",
             "unsupported type 'text'",
         ),
+        (  # a type that is no string (a list, a mapping) gets the same answer, not a TypeError
+            {"params": {"day": {"type": ["date"]}, "regions": {"type": "text"}, "min_total": {"type": "float"}}},
+            "CRONFLEET_SQL.report.params.day.type",
+            "unsupported type ['date']",
+        ),
         (
             {
                 "params": {"day": {"type": "date"}, "regions": {"type": "str_list", "max_items": 3}},
