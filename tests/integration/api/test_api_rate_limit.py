@@ -183,7 +183,12 @@ def test_a_redis_that_accepts_but_never_answers_trips_the_breaker_and_no_request
     assert all(answer.json()["rate_limit"]["enabled"] is False for answer in after)
     assert black_hole.accepted == 1
 
-    time.sleep(1.2)  # the breaker's retry time passes
+    wait_for(
+        lambda: time.monotonic() >= throttling.counter.closed_at,
+        timeout=5,
+        interval=0.05,
+        what="the breaker's retry time to pass",
+    )
     probing = api.get("/api/v1/me")
 
     # A background probe asks Redis; the request did not wait for it: the probe's connection
