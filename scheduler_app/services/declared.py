@@ -17,10 +17,13 @@ import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
+from functools import reduce
+from operator import or_
 from pathlib import Path
 
 from django.apps import apps
 from django.db import transaction
+from django.db.models import Count, Q, QuerySet
 
 from scheduler_app.conf import app_settings
 from scheduler_app.models import AuditEvent, Job, Tenant, db_now
@@ -75,10 +78,29 @@ class Declared:
         return f"{self.tenant}/{self.spec.name}"
 
 
+@dataclass
+class Declarations:
+    """What a file and the apps declare: the jobs, and the scope they are declared in, each
+    (owner, tenant) a job is declared under or a group with no jobs names (with the source
+    naming it first). Plan and apply touch an owner's jobs in the tenants of its scope only."""
+
+    jobs: list[Declared] = field(default_factory=list)
+    scope: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def add_job(self, item: Declared) -> None:
+        self.jobs.append(item)
+        self.scope.setdefault((item.owner, item.tenant), item.source)
+
+    def add(self, other: Declarations) -> None:
+        self.jobs += other.jobs
+        for pair, source in other.scope.items():
+            self.scope.setdefault(pair, source)
+
+
 # --- reading declarations ------------------------------------------------------------------
 
 
-def read_file(path: str | Path) -> list[Declared]:
+def read_file(path: str | Path) -> Declarations:
     path = Path(path)
     try:
         data = tomllib.loads(path.read_text())
@@ -102,19 +124,19 @@ def app_modules() -> list[tuple[str, dict]]:
     return found
 
 
-def read_all(path: str | Path | None = None) -> list[Declared]:
+def read_all(path: str | Path | None = None) -> Declarations:
     """The declarations of `path` (else CRONFLEET_SCHEDULES_FILE, when set) and of the apps'
     `schedules.py` modules, checked for duplicates."""
     path = path or app_settings.SCHEDULES_FILE
-    declared: list[Declared] = read_file(path) if path else []
+    found = read_file(path) if path else Declarations()
     problems: list[str] = []
     for name, value in app_modules():
         try:
-            declared += read_groups(name, value)
+            found.add(read_groups(name, value))
         except DeclarationError as exc:
             problems += exc.problems
     seen: dict[tuple[str, str], Declared] = {}
-    for item in declared:
+    for item in found.jobs:
         if item.key in seen:
             problems.append(
                 f"{item.source}: job {item.label}: declared twice (also in {seen[item.key].source}, "
@@ -123,37 +145,40 @@ def read_all(path: str | Path | None = None) -> list[Declared]:
         seen.setdefault(item.key, item)
     if problems:
         raise DeclarationError(problems)
-    return declared
+    return found
 
 
-def read_groups(source: str, data, owner: str = "", tenant: str = "") -> list[Declared]:
+def read_groups(source: str, data, owner: str = "", tenant: str = "") -> Declarations:
     """The jobs of a group (a dict with owner, tenant, jobs and nested groups), inheriting the
-    owner and tenant of the groups around it."""
+    owner and tenant of the groups around it. A group that declares no job at all (neither
+    jobs nor groups) names its owner and tenant all the same: they are in scope, with none."""
     if not isinstance(data, dict):
         raise DeclarationError([f"{source}: must be a table (dict) with owner, tenant and jobs"])
     unknown = sorted(set(data) - GROUP_KEYS)
     if unknown:
         raise DeclarationError([f"{source}: {unknown[0]}: unknown key (a group has {', '.join(sorted(GROUP_KEYS))})"])
     owner, tenant = data.get("owner", owner), data.get("tenant", tenant)
-    declared, problems = [], []
+    found, problems = Declarations(), []
     jobs = data.get("jobs", [])
     if not isinstance(jobs, list):
         problems.append(f"{source}: jobs: must be an array of tables ([[jobs]])")
         jobs = []
     for index, raw in enumerate(jobs, 1):
         try:
-            declared.append(read_job(source, index, raw, owner, tenant))
+            found.add_job(read_job(source, index, raw, owner, tenant))
         except DeclarationError as exc:
             problems += exc.problems
     groups = data.get("groups", [])
     for group in groups if isinstance(groups, list) else [groups]:
         try:
-            declared += read_groups(source, group, owner, tenant)
+            found.add(read_groups(source, group, owner, tenant))
         except DeclarationError as exc:
             problems += exc.problems
+    if not jobs and not groups and all(isinstance(value, str) and value for value in (owner, tenant)):
+        found.scope.setdefault((owner, tenant), source)
     if problems:
         raise DeclarationError(problems)
-    return declared
+    return found
 
 
 def read_job(source: str, index: int, raw, owner: str, tenant: str) -> Declared:
@@ -250,6 +275,8 @@ class Plan:
     owners: list[str]
     steps: list[Step]
     fingerprint: str
+    scope: list[tuple[str, str]] = field(default_factory=list)  # (owner, tenant): the jobs it may touch
+    warnings: list[str] = field(default_factory=list)  # jobs of the owners outside the scope, left alone
 
     def of(self, action: str) -> list[Step]:
         return [step for step in self.steps if step.action == action]
@@ -263,15 +290,46 @@ class Plan:
         return [step for step in self.steps if step.action != "unchanged"]
 
 
-def make_plan(declared: list[Declared], *, owner: str | None = None, prune: str = "pause") -> Plan:
-    """What apply would do for the owners in scope (`owner`, else every owner declared)."""
+def in_scope(declarations: Declarations, owner: str | None) -> tuple[list[Declared], dict[tuple[str, str], str]]:
+    """The jobs and the (owner, tenant) scope of `owner`, else of every owner declared."""
+    if owner is None:
+        return declarations.jobs, declarations.scope
+    jobs = [item for item in declarations.jobs if item.owner == owner]
+    return jobs, {pair: source for pair, source in declarations.scope.items() if pair[0] == owner}
+
+
+def managed_in(scope) -> QuerySet[Job]:
+    """The jobs managed by each (owner, tenant) of `scope`: an owner's jobs in other tenants
+    are not among them (two teams both called `ops` in two tenants never meet here)."""
+    by_tenant: dict[str, set[str]] = {}
+    for owner, tenant in scope:
+        by_tenant.setdefault(tenant, set()).add(owner)
+    if not by_tenant:
+        return Job.objects.none()
+    return Job.objects.filter(
+        reduce(or_, (Q(tenant__slug=tenant, managed_by__in=owners) for tenant, owners in by_tenant.items()))
+    )
+
+
+def make_plan(declarations: Declarations, *, owner: str | None = None, prune: str = "pause") -> Plan:
+    """What apply would do for the owners in scope (`owner`, else every owner declared), each
+    in the tenants it is declared in."""
     now = db_now()
-    if owner is not None:
-        declared = [item for item in declared if item.owner == owner]
-    owners = sorted({item.owner for item in declared} | ({owner} if owner else set()))
-    problems: list[str] = []
+    declared, scope = in_scope(declarations, owner)
+    owners = sorted({pair[0] for pair in scope} | ({owner} if owner else set()))
+    tenants = {tenant.slug: tenant for tenant in Tenant.objects.filter(slug__in={pair[1] for pair in scope})}
+    with_jobs = {(item.owner, item.tenant) for item in declared}
+    problems = [
+        f"{source}: group of owner {name!r}: tenant: no tenant {slug!r}"
+        for (name, slug), source in sorted(scope.items())
+        if slug not in tenants and (name, slug) not in with_jobs
+    ]
+    keys = {item.key for item in declared}
+    leftover = managed_in(scope).select_related("tenant").order_by("tenant__slug", "name")
+    removals = [job for job in leftover if (job.tenant.slug, job.name) not in keys]
+    if problems:
+        raise DeclarationError(problems)
     steps: list[Step] = []
-    tenants = {tenant.slug: tenant for tenant in Tenant.objects.filter(slug__in={item.tenant for item in declared})}
     for item in declared:
         try:
             steps.append(plan_declared(item, tenants, now))
@@ -279,11 +337,7 @@ def make_plan(declared: list[Declared], *, owner: str | None = None, prune: str 
             problems.append(f"{item.source}: job {item.label}: {exc.field}: {exc.message}")
     if problems:
         raise DeclarationError(problems)
-    keys = {item.key for item in declared}
-    leftover = Job.objects.filter(managed_by__in=owners).select_related("tenant").order_by("tenant__slug", "name")
-    for job in leftover:
-        if (job.tenant.slug, job.name) in keys:
-            continue
+    for job in removals:
         if prune == "pause" and not job.enabled and job.paused_note == PRUNE_NOTE.format(owner=job.managed_by):
             continue  # removed and paused by an earlier apply
         steps.append(
@@ -295,7 +349,37 @@ def make_plan(declared: list[Declared], *, owner: str | None = None, prune: str 
                 drift=drifted_fields(job) if job_digest(job) != job.managed_digest else [],
             )
         )
-    return Plan(owners=owners, steps=steps, fingerprint=fingerprint(owners, declared, steps, prune))
+    pairs = sorted(scope)
+    return Plan(
+        owners=owners,
+        steps=steps,
+        fingerprint=fingerprint(owners, pairs, declared, steps, prune),
+        scope=pairs,
+        warnings=outside_scope(owners, scope),
+    )
+
+
+def outside_scope(owners: list[str], scope) -> list[str]:
+    """A warning for each owner that also manages jobs in tenants out of the scope (the same
+    name used by another team, or a tenant this declaration does not name): left alone."""
+    rows = (
+        Job.objects.filter(managed_by__in=owners)
+        .values_list("managed_by", "tenant__slug")
+        .annotate(count=Count("id"))
+        .order_by("managed_by", "tenant__slug")
+    )
+    found: dict[str, list[tuple[str, int]]] = {}
+    for owner, tenant, count in rows:
+        if (owner, tenant) not in scope:
+            found.setdefault(owner, []).append((tenant, count))
+    warnings = []
+    for owner, where in found.items():
+        total = sum(count for _, count in where)
+        warnings.append(
+            f"owner {owner!r} also owns {total} job{'s' if total != 1 else ''} in tenant(s) "
+            f"{', '.join(tenant for tenant, _ in where)}, not touched"
+        )
+    return warnings
 
 
 def plan_declared(item: Declared, tenants: dict[str, Tenant], now: datetime) -> Step:
@@ -337,7 +421,9 @@ def spec_changes(spec: JobSpec) -> dict:
     return {f.name: getattr(spec, f.name) for f in fields(spec)}
 
 
-def fingerprint(owners: list[str], declared: list[Declared], steps: list[Step], prune: str) -> str:
+def fingerprint(
+    owners: list[str], scope: list[tuple[str, str]], declared: list[Declared], steps: list[Step], prune: str
+) -> str:
     """Of the declarations in scope and of the rows the plan read (each job's id and version,
     whether it is enabled and its managed columns): any change to either changes it."""
     rows = sorted(
@@ -346,7 +432,13 @@ def fingerprint(owners: list[str], declared: list[Declared], steps: list[Step], 
         if step.job is not None
     )
     text = canonical(
-        {"owners": owners, "prune": prune, "rows": rows, "declared": sorted(canonical(item.raw) for item in declared)}
+        {
+            "owners": owners,
+            "scope": scope,
+            "prune": prune,
+            "rows": rows,
+            "declared": sorted(canonical(item.raw) for item in declared),
+        }
     )
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -365,7 +457,7 @@ class Applied:
 
 
 def apply_plan(
-    declared: list[Declared], *, owner: str | None = None, prune: str = "pause", expected: str | None = None
+    declarations: Declarations, *, owner: str | None = None, prune: str = "pause", expected: str | None = None
 ) -> Applied:
     """Do what make_plan says, in one transaction, through the services (validated, audited,
     the beats woken); refuse, writing nothing, when `expected` is not the plan's fingerprint."""
@@ -373,9 +465,9 @@ def apply_plan(
         raise InvalidInput("prune", "must be pause or delete")
     with transaction.atomic():
         # The managed rows in scope are locked first, so the plan read here is the one applied.
-        scope = {item.owner for item in declared if owner in (None, item.owner)} | ({owner} if owner else set())
-        list(Job.objects.select_for_update().filter(managed_by__in=scope).values_list("id", flat=True))
-        plan = make_plan(declared, owner=owner, prune=prune)
+        scope = in_scope(declarations, owner)[1]
+        list(managed_in(scope).select_for_update(of=("self",)).values_list("id", flat=True))
+        plan = make_plan(declarations, owner=owner, prune=prune)
         if expected is not None and expected != plan.fingerprint:
             raise PlanMoved(
                 "fingerprint",

@@ -36,7 +36,9 @@ class Command(OneLineErrors, BaseCommand):
         ):
             sub = actions.add_parser(name, help=text)
             sub.add_argument(
-                "--owner", help="Only this owner's declarations and managed jobs (default: every owner declared)"
+                "--owner",
+                help="Only this owner's declarations and its managed jobs in the tenants they name "
+                "(default: every owner declared)",
             )
             sub.add_argument("--file", help="The TOML file of declarations (default: CRONFLEET_SCHEDULES_FILE)")
             sub.add_argument(
@@ -83,6 +85,7 @@ class Command(OneLineErrors, BaseCommand):
             self.stdout.write(f"No changes: {plural(len(plan.of('unchanged')), 'job')} up to date.")
         self.stdout.write("")
         self.stdout.write(summary(plan, prune))
+        self.print_warnings(plan)
         self.stdout.write(f"Fingerprint: {plan.fingerprint}")
         if plan.drifted:
             return DRIFT
@@ -110,12 +113,17 @@ class Command(OneLineErrors, BaseCommand):
         if step.digest_only:
             self.stdout.write("    (the fields match the declaration again; apply records them as applied)")
 
+    def print_warnings(self, plan: declared.Plan) -> None:
+        for warning in plan.warnings:
+            self.stdout.write(f"Warning: {warning}.")
+
     def print_applied(self, done: declared.Applied, prune: str) -> int:
         if not done.plan.to_do:
             self.stdout.write(
                 f"Nothing to do: {plural(len(done.plan.of('unchanged')), 'job')} already as declared "
                 f"(owners {', '.join(done.plan.owners) or '-'}); nothing changed."
             )
+            self.print_warnings(done.plan)
             return NOTHING
         removed = f"{done.paused} paused" if prune == "pause" else f"{done.deleted} deleted"
         self.stdout.write(
@@ -126,6 +134,7 @@ class Command(OneLineErrors, BaseCommand):
             self.stdout.write(
                 f"Drift overwritten (edited outside the declaration, set back): {', '.join(done.overwritten)}."
             )
+        self.print_warnings(done.plan)
         return NOTHING
 
 

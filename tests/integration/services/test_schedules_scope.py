@@ -1,0 +1,149 @@
+"""Schedules as code within its bounds (issue 40): an owner is scoped to the tenants its file
+declares, so two teams both called `ops` never prune each other; a tenant's quotas fail the
+plan, before any apply work; a file or a job over the API's bounds is one clean error. The
+command runs in this process against the real PostgreSQL. The rest of schedules as code:
+test_schedules_as_code.py."""
+
+from __future__ import annotations
+
+import io
+import textwrap
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from scheduler_app import services
+from scheduler_app.models import Job, Tenant
+
+OPS = """
+owner = "ops"
+tenant = "{tenant}"
+{jobs}
+"""
+
+
+def jobs_toml(*names: str, every: int = 600) -> str:
+    return "".join(f'\n[[jobs]]\nname = "{name}"\nevery = {every}\ntask = "scheduler_app.echo"\n' for name in names)
+
+
+@pytest.fixture
+def alpha(db) -> Tenant:
+    return services.tenant_create(slug="alpha", name="Alpha")
+
+
+@pytest.fixture
+def beta(db) -> Tenant:
+    return services.tenant_create(slug="beta", name="Beta")
+
+
+@pytest.fixture
+def declare(tmp_path):
+    """declare(name, text): write a declaration file; returns its path."""
+
+    def write(name: str, text: str) -> str:
+        path = tmp_path / name
+        path.write_text(textwrap.dedent(text))
+        return str(path)
+
+    return write
+
+
+def schedules(*args: str) -> tuple[int, str]:
+    """`manage.py schedules ...`: (exit code, output); an error's message as the output."""
+    out = io.StringIO()
+    try:
+        call_command("schedules", *args, stdout=out)
+    except SystemExit as exc:
+        return exc.code, out.getvalue()
+    except CommandError as exc:
+        return exc.returncode, str(exc)
+    return 0, out.getvalue()
+
+
+def fingerprint_of(out: str) -> str:
+    return out.split("Fingerprint: ")[1].split()[0]
+
+
+def state(tenant: Tenant) -> dict[str, tuple]:
+    return {
+        job.name: (job.version, job.enabled, job.managed_by)
+        for job in Job.objects.filter(tenant=tenant).order_by("name")
+    }
+
+
+# --- owners scoped to their tenants --------------------------------------------------------
+
+
+def test_pruning_betas_ops_leaves_alphas_ops_jobs_alone_and_warns(alpha, beta, declare):
+    # The probe: two teams call themselves ops, one in alpha, one in beta.
+    assert (
+        schedules("apply", "--file", declare("alpha-ops.toml", OPS.format(tenant="alpha", jobs=jobs_toml("a1", "a2"))))[
+            0
+        ]
+        == 0
+    )
+    before = state(alpha)
+    path = declare("beta-ops.toml", OPS.format(tenant="beta", jobs=jobs_toml("b1")))
+
+    code, plan = schedules("plan", "--file", path, "--prune", "delete")
+    code_apply, applied = schedules("apply", "--file", path, "--prune", "delete")
+
+    assert code == 2, plan
+    assert "Plan: 1 to create, 0 to change, 0 to remove (deleted), 0 unchanged." in plan
+    assert "Warning: owner 'ops' also owns 2 jobs in tenant(s) alpha, not touched." in plan
+    assert "alpha/" not in plan
+    assert code_apply == 0, applied
+    assert "1 created, 0 changed, 0 deleted" in applied
+    assert "Warning: owner 'ops' also owns 2 jobs in tenant(s) alpha, not touched." in applied
+    assert state(alpha) == before == {"a1": (1, True, "ops"), "a2": (1, True, "ops")}
+    assert state(beta) == {"b1": (1, True, "ops")}
+
+
+def test_a_group_with_no_jobs_prunes_its_owner_in_its_own_tenant_only(alpha, beta, declare):
+    schedules("apply", "--file", declare("alpha-ops.toml", OPS.format(tenant="alpha", jobs=jobs_toml("a1", "a2"))))
+    schedules("apply", "--file", declare("beta-ops.toml", OPS.format(tenant="beta", jobs=jobs_toml("b1"))))
+    before = state(alpha)
+    empty = declare("beta-empty.toml", OPS.format(tenant="beta", jobs=""))
+
+    code, plan = schedules("plan", "--file", empty, "--prune", "delete")
+    assert code == 2 and "- remove (delete) beta/b1" in plan and "1 to remove (deleted)" in plan, plan
+    assert "also owns 2 jobs in tenant(s) alpha, not touched" in plan
+    code, applied = schedules("apply", "--file", empty, "--prune", "delete")
+
+    assert code == 0 and "1 deleted" in applied, applied
+    assert state(beta) == {}
+    assert state(alpha) == before
+
+
+def test_owner_alone_touches_no_tenant_the_declarations_do_not_name(alpha, beta, declare):
+    schedules("apply", "--file", declare("alpha-ops.toml", OPS.format(tenant="alpha", jobs=jobs_toml("a1", "a2"))))
+    schedules("apply", "--file", declare("beta-ops.toml", OPS.format(tenant="beta", jobs=jobs_toml("b1"))))
+    nothing = declare("none.toml", "")
+
+    code, applied = schedules("apply", "--file", nothing, "--owner", "ops", "--prune", "delete")
+
+    assert code == 0, applied
+    assert "Warning: owner 'ops' also owns 3 jobs in tenant(s) alpha, beta, not touched." in applied
+    assert Job.objects.filter(managed_by="ops").count() == 3
+
+
+def test_a_plans_fingerprint_applies_and_ignores_the_owners_jobs_in_other_tenants(alpha, beta, declare):
+    schedules("apply", "--file", declare("alpha-ops.toml", OPS.format(tenant="alpha", jobs=jobs_toml("a1", "a2"))))
+    path = declare("beta-ops.toml", OPS.format(tenant="beta", jobs=jobs_toml("b1")))
+    code, plan = schedules("plan", "--file", path, "--prune", "delete")
+    # An edit of alpha's ops job is no business of beta's plan: its fingerprint holds.
+    services.job_update(Job.objects.get(tenant=alpha, name="a1"), {"priority": 9}, actor="cli")
+
+    code, applied = schedules("apply", "--file", path, "--prune", "delete", "--fingerprint", fingerprint_of(plan))
+
+    assert code == 0 and f"Applied plan {fingerprint_of(plan)}: 1 created" in applied, applied
+    # An edit of beta's ops job meanwhile does stale it.
+    code, plan = schedules("plan", "--file", path)
+    Job.objects.filter(tenant=beta, name="b1").update(priority=1, version=2)
+    assert schedules("apply", "--file", path, "--fingerprint", fingerprint_of(plan))[0] == 1
+
+
+def test_a_group_naming_a_tenant_that_does_not_exist_is_an_error(alpha, declare):
+    code, out = schedules("plan", "--file", declare("nope.toml", OPS.format(tenant="nope", jobs="")))
+
+    assert code == 1 and "nope.toml: group of owner 'ops': tenant: no tenant 'nope'" in out, out
