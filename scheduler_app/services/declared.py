@@ -313,7 +313,8 @@ def managed_in(scope) -> QuerySet[Job]:
 
 def make_plan(declarations: Declarations, *, owner: str | None = None, prune: str = "pause") -> Plan:
     """What apply would do for the owners in scope (`owner`, else every owner declared), each
-    in the tenants it is declared in."""
+    in the tenants it is declared in. Refuses (DeclarationError, before planning a job) a plan
+    that would leave a tenant over its max_jobs."""
     now = db_now()
     declared, scope = in_scope(declarations, owner)
     owners = sorted({pair[0] for pair in scope} | ({owner} if owner else set()))
@@ -327,6 +328,7 @@ def make_plan(declarations: Declarations, *, owner: str | None = None, prune: st
     keys = {item.key for item in declared}
     leftover = managed_in(scope).select_related("tenant").order_by("tenant__slug", "name")
     removals = [job for job in leftover if (job.tenant.slug, job.name) not in keys]
+    problems += quota_problems(declared, tenants, removals if prune == "delete" else [])
     if problems:
         raise DeclarationError(problems)
     steps: list[Step] = []
@@ -357,6 +359,34 @@ def make_plan(declarations: Declarations, *, owner: str | None = None, prune: st
         scope=pairs,
         warnings=outside_scope(owners, scope),
     )
+
+
+def quota_problems(declared: list[Declared], tenants: dict[str, Tenant], deletes: list[Job]) -> list[str]:
+    """A line for each tenant the plan would leave with more jobs than its max_jobs (its jobs
+    now, plus the declared names it does not have yet, less the jobs the plan deletes): the
+    apply would fail there, after all its work. A plan creating nothing there is let be."""
+    problems = []
+    for slug, tenant in sorted(tenants.items()):
+        mine = [item for item in declared if item.tenant == slug]
+        if tenant.max_jobs is None or not mine:
+            continue
+        names = sorted({item.spec.name for item in mine})
+        existing = sum(
+            Job.objects.filter(tenant=tenant, name__in=names[start : start + 5000]).count()
+            for start in range(0, len(names), 5000)
+        )
+        creates = len(names) - existing
+        if not creates:
+            continue
+        now = Job.objects.filter(tenant=tenant).count()
+        removed = sum(1 for job in deletes if job.tenant_id == tenant.id)
+        after = now + creates - removed
+        if after > tenant.max_jobs:
+            problems.append(
+                f"{mine[0].source}: tenant {slug}: max_jobs: applying would leave {after} jobs ({now} now, "
+                f"{creates} to create, {removed} to delete), more than its quota of {tenant.max_jobs} jobs (max_jobs)"
+            )
+    return problems
 
 
 def outside_scope(owners: list[str], scope) -> list[str]:
@@ -460,7 +490,8 @@ def apply_plan(
     declarations: Declarations, *, owner: str | None = None, prune: str = "pause", expected: str | None = None
 ) -> Applied:
     """Do what make_plan says, in one transaction, through the services (validated, audited,
-    the beats woken); refuse, writing nothing, when `expected` is not the plan's fingerprint."""
+    the beats woken); refuse, writing nothing, when `expected` is not the plan's fingerprint.
+    Removals go first, so a plan that deletes as many jobs as it creates fits a full quota."""
     if prune not in ("pause", "delete"):
         raise InvalidInput("prune", "must be pause or delete")
     with transaction.atomic():
@@ -475,7 +506,7 @@ def apply_plan(
                 "the declarations changed since; nothing applied, run plan again",
             )
         done = Applied(plan=plan)
-        for step in plan.to_do:
+        for step in sorted(plan.to_do, key=lambda step: step.action != "remove"):
             apply_step(step, prune, done)
     return done
 

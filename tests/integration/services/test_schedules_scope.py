@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import io
 import textwrap
+from unittest import mock
 
 import pytest
 from django.core.management import CommandError, call_command
 
 from scheduler_app import services
-from scheduler_app.models import Job, Tenant
+from scheduler_app.models import Job, Tenant, db_now
 
 OPS = """
 owner = "ops"
@@ -147,3 +148,52 @@ def test_a_group_naming_a_tenant_that_does_not_exist_is_an_error(alpha, declare)
     code, out = schedules("plan", "--file", declare("nope.toml", OPS.format(tenant="nope", jobs="")))
 
     assert code == 1 and "nope.toml: group of owner 'ops': tenant: no tenant 'nope'" in out, out
+
+
+# --- quotas in the plan --------------------------------------------------------------------
+
+
+def test_a_plan_over_the_tenants_max_jobs_fails_naming_the_tenant_and_writes_nothing(beta, declare):
+    Tenant.objects.filter(id=beta.id).update(max_jobs=3)
+    Job.objects.create(
+        tenant=beta, name="by-hand", task_name="scheduler_app.echo", every_seconds=600, next_run_at=db_now()
+    )
+    path = declare("beta-ops.toml", OPS.format(tenant="beta", jobs=jobs_toml(*(f"j{n}" for n in range(5)))))
+
+    # Refused before a single job is planned, let alone applied.
+    with mock.patch("scheduler_app.services.declared.plan_declared", side_effect=AssertionError("planned")):
+        code, plan = schedules("plan", "--file", path)
+        code_apply, applied = schedules("apply", "--file", path)
+
+    expected = (
+        f"{path}: tenant beta: max_jobs: applying would leave 6 jobs (1 now, 5 to create, 0 to delete), "
+        "more than its quota of 3 jobs (max_jobs)"
+    )
+    assert code == 1 and expected in plan, plan
+    assert code_apply == 1 and expected in applied and "nothing applied" in applied, applied
+    assert list(Job.objects.values_list("name", flat=True)) == ["by-hand"]
+
+
+def test_a_plan_that_deletes_as_many_as_it_creates_fits_a_full_quota(beta, declare):
+    Tenant.objects.filter(id=beta.id).update(max_jobs=2)
+    schedules("apply", "--file", declare("beta-ops.toml", OPS.format(tenant="beta", jobs=jobs_toml("old1", "old2"))))
+    path = declare("beta-ops.toml", OPS.format(tenant="beta", jobs=jobs_toml("new1", "new2")))
+
+    assert schedules("plan", "--file", path)[0] == 1  # pausing keeps the old ones: over the quota
+    code, plan = schedules("plan", "--file", path, "--prune", "delete")
+    code_apply, applied = schedules("apply", "--file", path, "--prune", "delete")
+
+    assert code == 2 and "2 to create, 0 to change, 2 to remove (deleted)" in plan, plan
+    assert code_apply == 0 and "2 created, 0 changed, 2 deleted" in applied, applied
+    assert sorted(state(beta)) == ["new1", "new2"]
+
+
+def test_a_schedule_faster_than_the_tenants_min_interval_fails_the_plan(beta, declare):
+    Tenant.objects.filter(id=beta.id).update(min_interval_seconds=300)
+    path = declare("beta-ops.toml", OPS.format(tenant="beta", jobs=jobs_toml("fast", every=60)))
+
+    code, plan = schedules("plan", "--file", path)
+
+    assert code == 1, plan
+    assert "job beta/fast: every: fires every 60 s; tenant 'beta' allows at least 300 s" in plan
+    assert "(min_interval_seconds)" in plan and not Job.objects.exists()
