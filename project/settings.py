@@ -324,6 +324,7 @@ CRONFLEET_ALLOWED_TASKS = env_list(
 # Schedules as code (docs/schedules-as-code.md): the TOML file `manage.py schedules` reads
 # (besides each app's schedules.py), and whether managed jobs refuse edits made elsewhere.
 CRONFLEET_SCHEDULES_FILE = env_str("CRONFLEET_SCHEDULES_FILE", "")
+CRONFLEET_SCHEDULES_MAX_FILE_BYTES = env_int("CRONFLEET_SCHEDULES_MAX_FILE_BYTES", 8 * 1024 * 1024, minimum=1024)
 CRONFLEET_MANAGED_JOBS_READ_ONLY = env_bool("CRONFLEET_MANAGED_JOBS_READ_ONLY", False)
 # How many due jobs one beat claims per transaction.
 CRONFLEET_BATCH_SIZE = env_int("CRONFLEET_BATCH_SIZE", 1000, minimum=1)

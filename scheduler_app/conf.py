@@ -90,6 +90,7 @@ DEFAULTS: dict[str, Any] = {
     "END_SYNCHRONOUS_COMMIT": "off",
     # --- schedules as code --------------------------------------------------------------
     "SCHEDULES_FILE": "",
+    "SCHEDULES_MAX_FILE_BYTES": 8 * 1024 * 1024,
     "MANAGED_JOBS_READ_ONLY": False,
     # --- retention ----------------------------------------------------------------------
     "RETENTION_DAYS": 30,

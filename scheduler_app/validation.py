@@ -7,6 +7,7 @@ admin and the CLI refuse the same things. No database, no clock, no Django.
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 from datetime import UTC, datetime
@@ -187,3 +188,41 @@ def check_end_at(field: str, end_at: datetime | None, now: datetime) -> None:
         raise InvalidInput(
             field, f"is in the past ({end_at.astimezone(UTC):%Y-%m-%d %H:%M:%S}Z); a job that has ended never fires"
         )
+
+
+# --- JSON values ------------------------------------------------------------------------
+# How deep a JSON value may nest (the API's bodies, a declared job's fields): code that
+# recurses through a value (json.dumps, the validators, a reader) runs out of stack far
+# deeper, so it is refused well before that, here and in the API's parser alike.
+MAX_DEPTH = 32
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def check_json(field: str, value, *, max_depth: int = MAX_DEPTH) -> None:
+    """Refuse, naming the path (`kwargs.a.0`), what jsonb or a reader would choke on: nesting
+    deeper than max_depth, NaN and infinities, NUL characters and lone surrogates in a
+    string or a key. Iterative: a value nested thousands deep is refused like one nested
+    33 deep, never with a RecursionError. A value at the top of `field` is at depth 1."""
+    pending = [((field,), value)]
+    while pending:
+        path, item = pending.pop()
+        if len(path) > max_depth:
+            raise InvalidInput(path[0], f"must not nest deeper than {max_depth} levels")
+        if isinstance(item, str):
+            _check_json_text(path, item, "text")
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise InvalidInput(".".join(path), f"must be a finite number ({item} is not one)")
+        elif isinstance(item, dict):
+            for key, inner in item.items():
+                if isinstance(key, str):
+                    _check_json_text(path, key, "a key")
+                pending.append(((*path, str(key)), inner))
+        elif isinstance(item, (list, tuple)):
+            pending.extend(((*path, str(index)), inner) for index, inner in enumerate(item))
+
+
+def _check_json_text(path: tuple[str, ...], text: str, what: str) -> None:
+    if "\x00" in text:
+        raise InvalidInput(".".join(path), f"{what} must not contain NUL (\\u0000) characters")
+    if _SURROGATE.search(text):
+        raise InvalidInput(".".join(path), f"{what} must not contain lone surrogates (\\ud800-\\udfff)")

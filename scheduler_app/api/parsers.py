@@ -17,8 +17,8 @@ from rest_framework.parsers import BaseParser
 
 from scheduler_app.api.errors import ApiError, PayloadTooLarge
 from scheduler_app.conf import app_settings
+from scheduler_app.validation import MAX_DEPTH  # the same bound as a declared job's fields
 
-MAX_DEPTH = 32
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 

@@ -28,6 +28,7 @@ from django.db.models import Count, Q, QuerySet
 from scheduler_app.conf import app_settings
 from scheduler_app.models import AuditEvent, Job, Tenant, db_now
 from scheduler_app.models.lifecycle import job_pause
+from scheduler_app.services import declared_bounds
 from scheduler_app.services.edits import (
     SPEC_FIELDS,
     job_spec_of,
@@ -38,7 +39,7 @@ from scheduler_app.services.edits import (
 )
 from scheduler_app.services.jobs import job_create, job_delete, job_resume
 from scheduler_app.services.jobspec import JobSpec, validate_spec
-from scheduler_app.validation import InvalidInput, check_name
+from scheduler_app.validation import MAX_DEPTH, InvalidInput, check_name
 
 # Keys of a group (the top level of a file is one) and of a job besides JobSpec's fields.
 GROUP_KEYS = frozenset({"owner", "tenant", "jobs", "groups"})
@@ -103,12 +104,30 @@ class Declarations:
 def read_file(path: str | Path) -> Declarations:
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text())
+        text = declared_bounds.read_text(path)
     except OSError as exc:
         raise DeclarationError([f"{path}: cannot be read ({exc.strerror or exc})"]) from None
+    except declared_bounds.TooLarge as exc:
+        raise DeclarationError([f"{path}: {exc}"]) from None
+    except UnicodeDecodeError as exc:
+        raise DeclarationError([f"{path}: is not valid UTF-8 (byte {exc.start})"]) from None
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise DeclarationError([f"{path}: not valid TOML: {exc}"]) from None
+    except RecursionError:
+        raise DeclarationError([f"{path}: {deep_problem(text)}"]) from None
     return read_groups(str(path), data)
+
+
+def deep_problem(text: str) -> str:
+    """Where a text too deep for tomllib nests past MAX_DEPTH, in the words of read_job."""
+    deep = declared_bounds.find_deep(text)
+    bound = f"must not nest deeper than {MAX_DEPTH} levels"
+    if deep is None:
+        return f"{bound} (arrays and inline tables)"
+    where = f"job {deep.name!r}" if deep.name is not None else (deep.table or "the top level")
+    return f"{where}: {deep.key or '(value)'}: {bound} (line {deep.line})"
 
 
 def app_modules() -> list[tuple[str, dict]]:
@@ -148,12 +167,14 @@ def read_all(path: str | Path | None = None) -> Declarations:
     return found
 
 
-def read_groups(source: str, data, owner: str = "", tenant: str = "") -> Declarations:
+def read_groups(source: str, data, owner: str = "", tenant: str = "", depth: int = 1) -> Declarations:
     """The jobs of a group (a dict with owner, tenant, jobs and nested groups), inheriting the
     owner and tenant of the groups around it. A group that declares no job at all (neither
     jobs nor groups) names its owner and tenant all the same: they are in scope, with none."""
     if not isinstance(data, dict):
         raise DeclarationError([f"{source}: must be a table (dict) with owner, tenant and jobs"])
+    if depth > MAX_DEPTH:
+        raise DeclarationError([f"{source}: groups: must not nest deeper than {MAX_DEPTH} levels"])
     unknown = sorted(set(data) - GROUP_KEYS)
     if unknown:
         raise DeclarationError([f"{source}: {unknown[0]}: unknown key (a group has {', '.join(sorted(GROUP_KEYS))})"])
@@ -171,7 +192,7 @@ def read_groups(source: str, data, owner: str = "", tenant: str = "") -> Declara
     groups = data.get("groups", [])
     for group in groups if isinstance(groups, list) else [groups]:
         try:
-            found.add(read_groups(source, group, owner, tenant))
+            found.add(read_groups(source, group, owner, tenant, depth + 1))
         except DeclarationError as exc:
             problems += exc.problems
     if not jobs and not groups and all(isinstance(value, str) and value for value in (owner, tenant)):
@@ -184,8 +205,13 @@ def read_groups(source: str, data, owner: str = "", tenant: str = "") -> Declara
 def read_job(source: str, index: int, raw, owner: str, tenant: str) -> Declared:
     if not isinstance(raw, dict):
         raise DeclarationError([f"{source}: job #{index}: must be a table"])
+    name = raw.get("name")
+    label = f"job {name!r}" if isinstance(name, str) and len(name) <= 200 else f"job #{index}"
+    try:
+        declared_bounds.check_job(raw)
+    except InvalidInput as exc:
+        raise DeclarationError([f"{source}: {label}: {exc.field}: {exc.message}"]) from None
     raw = dict(raw)
-    label = f"job {raw.get('name')!r}" if isinstance(raw.get("name"), str) else f"job #{index}"
     owner, tenant = raw.pop("owner", owner), raw.pop("tenant", tenant)
 
     def problem(name: str, message: str) -> DeclarationError:

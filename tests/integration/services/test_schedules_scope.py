@@ -197,3 +197,45 @@ def test_a_schedule_faster_than_the_tenants_min_interval_fails_the_plan(beta, de
     assert code == 1, plan
     assert "job beta/fast: every: fires every 60 s; tenant 'beta' allows at least 300 s" in plan
     assert "(min_interval_seconds)" in plan and not Job.objects.exists()
+
+
+# --- the API's bounds on a file ------------------------------------------------------------
+
+
+def test_a_file_over_the_size_limit_is_refused_unread(beta, declare, settings):
+    settings.CRONFLEET_SCHEDULES_MAX_FILE_BYTES = 4096
+    path = declare(
+        "beta-ops.toml", OPS.format(tenant="beta", jobs=jobs_toml("big")) + f'description = "{"x" * 5000}"\n'
+    )
+
+    code, out = schedules("apply", "--file", path)
+
+    assert code == 1 and "bytes, more than CRONFLEET_SCHEDULES_MAX_FILE_BYTES (4096); not read" in out, out
+    assert not Job.objects.exists()
+
+
+def test_kwargs_over_the_apis_body_limit_are_refused_naming_the_job_and_the_field(beta, declare):
+    blob = "x" * (256 * 1024)  # the API refuses a body this large (CRONFLEET_API_MAX_BODY_BYTES)
+    path = declare(
+        "beta-ops.toml", OPS.format(tenant="beta", jobs=jobs_toml("big")) + f'kwargs = {{blob = "{blob}"}}\n'
+    )
+
+    code, out = schedules("apply", "--file", path)
+
+    assert code == 1, out
+    assert f"{path}: job 'big': kwargs: is 262155 bytes as JSON, more than CRONFLEET_API_MAX_BODY_BYTES (262144)" in out
+    assert not Job.objects.exists()
+
+
+def test_kwargs_nested_five_thousand_deep_are_one_clean_error(beta, declare):
+    deep = "{a = " * 5000 + "1" + "}" * 5000
+    path = declare("beta-ops.toml", OPS.format(tenant="beta", jobs=jobs_toml("deep")) + f"kwargs = {deep}\n")
+
+    code, out = schedules("plan", "--file", path)
+
+    assert code == 1, out[:2000]
+    assert out == (
+        f"schedules: bad declarations, nothing planned:\n  {path}: job 'deep': kwargs: "
+        "must not nest deeper than 32 levels (line 10)"
+    )
+    assert "Traceback" not in out and "RecursionError" not in out
