@@ -203,7 +203,7 @@ def check_json(field: str, value, *, max_depth: int = MAX_DEPTH) -> None:
     deeper than max_depth, NaN and infinities, NUL characters and lone surrogates in a
     string or a key. Iterative: a value nested thousands deep is refused like one nested
     33 deep, never with a RecursionError. A value at the top of `field` is at depth 1."""
-    pending = [((field,), value)]
+    pending: list[tuple[tuple[str, ...], object]] = [((field,), value)]
     while pending:
         path, item = pending.pop()
         if len(path) > max_depth:

@@ -119,7 +119,8 @@ def find_deep(text: str, max_depth: int = MAX_DEPTH) -> Deep | None:
         i += 1
     for table in tables:
         if table["deep"] is not None:
-            return Deep(*table["deep"], table=table["header"], name=table["name"])
+            line, key = table["deep"]
+            return Deep(line, key, table=table["header"], name=table["name"])
     return None
 
 
