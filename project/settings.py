@@ -515,10 +515,15 @@ CRONFLEET_RATE_LIMIT_RETRY_SECONDS = env_int("CRONFLEET_RATE_LIMIT_RETRY_SECONDS
 
 # --- Check-ins (docs/check-ins.md) ----------------------------------------------------------
 # Monitored jobs ping /ping/<key>: the address shown in their ping URLs (the API's, the CLI's
-# and the admin's: where the machines that run them reach Cronfleet), and the pings each key
-# may send a minute (counted in Redis like the API's limits; off without Redis).
+# and the admin's: where the machines that run them reach Cronfleet), the pings each key may
+# send a minute and the pings with an unknown (or malformed) key each client address may send
+# a minute (both counted in Redis like the API's limits; off without Redis), and the runs of
+# its own (pings that found no open fire) a monitored job records an hour (counted in the
+# ledger; 0: pings only close fires).
 CRONFLEET_PING_BASE_URL = env_str("CRONFLEET_PING_BASE_URL", "http://localhost:8000").rstrip("/")
 CRONFLEET_PING_REQUESTS_PER_MINUTE = env_int("CRONFLEET_PING_REQUESTS_PER_MINUTE", 60, minimum=1)
+CRONFLEET_PING_UNKNOWN_PER_MINUTE = env_int("CRONFLEET_PING_UNKNOWN_PER_MINUTE", 60, minimum=1)
+CRONFLEET_PING_OWN_RUNS_PER_HOUR = env_int("CRONFLEET_PING_OWN_RUNS_PER_HOUR", 60, minimum=0)
 
 # --- Cells (docs/scaling.md: Routing) -------------------------------------------------------
 # The name of this cell where a deployment is several: API keys made here read

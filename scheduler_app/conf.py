@@ -122,6 +122,8 @@ DEFAULTS: dict[str, Any] = {
     "RATE_LIMIT_RETRY_SECONDS": 5,
     "PING_BASE_URL": "http://localhost:8000",
     "PING_REQUESTS_PER_MINUTE": 60,
+    "PING_UNKNOWN_PER_MINUTE": 60,
+    "PING_OWN_RUNS_PER_HOUR": 60,
     "ADMIN_LOGIN_FAILURES": 10,
     "ADMIN_LOGIN_WINDOW_SECONDS": 900,
     # --- cells and observability --------------------------------------------------------
@@ -138,6 +140,11 @@ DEFAULTS: dict[str, Any] = {
 CHOICES = {
     "RABBITMQ_QUEUE_TYPE": ("classic", "quorum"),
     "END_SYNCHRONOUS_COMMIT": ("on", "off", "local", "remote_write", "remote_apply"),
+}
+MINIMUMS = {
+    "PING_REQUESTS_PER_MINUTE": 1,
+    "PING_UNKNOWN_PER_MINUTE": 1,
+    "PING_OWN_RUNS_PER_HOUR": 0,  # 0: pings only close fires, they record no run of their own
 }
 
 
@@ -198,6 +205,9 @@ def problems(values: Mapping[str, Any]) -> list[tuple[str, str]]:
     for name, choices in CHOICES.items():
         if values[name] not in choices:
             found.append((PREFIX + name, f"must be one of {', '.join(choices)}, got {values[name]!r}"))
+    for name, minimum in MINIMUMS.items():
+        if values[name] < minimum:
+            found.append((PREFIX + name, f"must be at least {minimum}, got {values[name]!r}"))
     if values["HEARTBEAT_SECONDS"] * 2 > values["LEASE_SECONDS"]:
         found.append(
             (
