@@ -142,10 +142,13 @@ def fresh_claim_state():
 @pytest.fixture(autouse=True)
 def fresh_rate_limit_breaker(monkeypatch):
     """Each test starts with the API rate limits' breaker closed: it is one per process, and a
-    test that tripped it would otherwise turn every later request's rate limiting off."""
+    test that tripped it would otherwise turn every later request's rate limiting off. So do
+    the process's memories of addresses over their limits (API keys, ping keys)."""
     from scheduler_app.api import throttling
 
     monkeypatch.setattr(throttling, "counter", throttling.Counter())
+    for limit in (throttling.failed_auth, throttling.unknown_pings):
+        monkeypatch.setattr(limit, "refused", throttling.RefusedAddresses())
 
 
 @pytest.fixture

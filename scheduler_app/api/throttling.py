@@ -8,7 +8,9 @@ CRONFLEET_API_REQUESTS_PER_MINUTE) and its tenant's, shared by all the tenant's 
 larger of CRONFLEET_API_TENANT_REQUESTS_PER_MINUTE and the key limit), so making more keys
 does not multiply a tenant's budget. A failed authentication counts against its client
 address (CRONFLEET_API_FAILED_AUTH_PER_MINUTE); past that, the process that saw it refuses the
-address's bearer requests until the window ends without asking the database.
+address's bearer requests until the window ends without asking the database. Pings with an
+unknown key have a counter of their own per address (CRONFLEET_PING_UNKNOWN_PER_MINUTE, the
+same machinery), so neither kind of failure refuses the other kind of request.
 Windows follow this node's clock; a few seconds of skew between nodes moves a handful of
 requests into the neighbouring window.
 
@@ -50,7 +52,7 @@ MAX_REFUSED_ADDRESSES = 10_000
 
 @dataclass(frozen=True)
 class Limit:
-    counter: str  # "key:<prefix>", "tenant:<slug>", "user:<id>" or "auth-failed:<address>"
+    counter: str  # "key:<prefix>", "tenant:<slug>" or "user:<id>"
     per_minute: int
     what: str  # ends the 429's message: "more than N requests a minute <what>"
 
@@ -202,11 +204,11 @@ class KeyRateThrottle(BaseThrottle):
         raise exceptions.Throttled(wait=reset, detail=f"more than {limit.per_minute} requests a minute {limit.what}.")
 
 
-# --- failed authentication ------------------------------------------------------------
+# --- failures per client address: wrong API keys, unknown ping keys ---------------------
 
 
 class RefusedAddresses:
-    """Addresses over their failed-authentication limit, as this process saw them: refused
+    """Addresses over a limit of failures, as this process saw them: refused
     without asking Redis or the database until their window ends."""
 
     def __init__(self) -> None:
@@ -227,33 +229,59 @@ class RefusedAddresses:
         return end if end is not None and end > now else None
 
 
-refused = RefusedAddresses()
+class AddressLimit:
+    """Failures a client address may have in a window (a limit setting's number), counted in
+    Redis under "<name>:<address>"; past it, this process refuses the address from memory
+    until the window ends (check() costs no database query and no Redis call). Each limit
+    has its own counter and its own memory: the API's failed authentications never refuse a
+    ping, nor a ping's unknown keys an API request."""
+
+    def __init__(self, name: str, setting: str, what: str) -> None:
+        self.name, self.setting, self.what = name, setting, what
+        self.refused = RefusedAddresses()
+
+    def per_minute(self) -> int:
+        return getattr(app_settings, self.setting)
+
+    def too_many(self, reset: int) -> exceptions.Throttled:
+        return exceptions.Throttled(
+            wait=reset, detail=f"more than {self.per_minute()} {self.what} a minute from this address."
+        )
+
+    def check(self, request) -> None:
+        """Raise Throttled (429) when this process saw the address go over its limit in this window."""
+        now = time.time()
+        end = self.refused.refused_until(client_address(request), now)
+        if end is not None:
+            raise self.too_many(max(1, math.ceil(end - now)))
+
+    def count(self, request) -> None:
+        """Count one failure against the address; raise Throttled (429) once it is over the limit.
+        The failure that uses up the window's last one makes check() refuse the next request."""
+        address = client_address(request)
+        now = time.time()
+        counts = counter.hit([f"{self.name}:{address}"], now)
+        if counts is None or counts[0] < self.per_minute():
+            return
+        reset = window_reset(now)
+        self.refused.refuse(address, now + reset)
+        if counts[0] > self.per_minute():
+            raise self.too_many(reset)
 
 
-def too_many_failures(per_minute: int, reset: int) -> exceptions.Throttled:
-    return exceptions.Throttled(
-        wait=reset, detail=f"more than {per_minute} failed authentications a minute from this address."
-    )
+# Wrong API keys (CRONFLEET_API_FAILED_AUTH_PER_MINUTE) and pings with an unknown or malformed
+# ping key (CRONFLEET_PING_UNKNOWN_PER_MINUTE, api/pings.py), each per client address.
+failed_auth = AddressLimit("auth-failed", "API_FAILED_AUTH_PER_MINUTE", "failed authentications")
+unknown_pings = AddressLimit("ping-unknown", "PING_UNKNOWN_PER_MINUTE", "pings with an unknown key")
 
 
 def check_address(request) -> None:
     """Refuse (429) a bearer request from an address this process saw go over its limit of
     failed authentications in this window; costs no database query and no Redis call."""
-    now = time.time()
-    end = refused.refused_until(client_address(request), now)
-    if end is not None:
-        raise too_many_failures(app_settings.API_FAILED_AUTH_PER_MINUTE, max(1, math.ceil(end - now)))
+    failed_auth.check(request)
 
 
 def count_failure(request) -> None:
     """Count a failed authentication against its address; raise Throttled (429) once it is
     over the limit (the caller answers 401 otherwise)."""
-    address = client_address(request)
-    now = time.time()
-    counts = counter.hit([f"auth-failed:{address}"], now)
-    per_minute = app_settings.API_FAILED_AUTH_PER_MINUTE
-    if counts is None or counts[0] <= per_minute:
-        return
-    reset = window_reset(now)
-    refused.refuse(address, now + reset)
-    raise too_many_failures(per_minute, reset)
+    failed_auth.count(request)
