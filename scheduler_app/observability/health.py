@@ -9,8 +9,9 @@
 
 Both answer JSON; 200 when all is well, 503 naming what is not.
 
-- GET /metrics: Prometheus exposition of the cluster's gauges (cluster.py), and of the
-  beats' and workers' counters that share this host's PROMETHEUS_MULTIPROC_DIR (metrics.py).
+- GET /metrics: Prometheus exposition of the cluster's gauges (cluster.py), of the web's
+  own counters (pings dropped), and of the beats' and workers' counters that share this
+  host's PROMETHEUS_MULTIPROC_DIR (metrics.py).
   They name nodes (host and pid) and the queues tenants chose, so with CRONFLEET_METRICS_TOKEN
   set (docker-compose.yml requires one) only `Authorization: Bearer <token>` is answered; any
   other request gets 401. Without a token (development, tests, the first run) it is open, and
@@ -110,6 +111,16 @@ def metrics_authorized(request) -> bool:
     return hmac.compare_digest(given, f"Bearer {token}".encode())
 
 
+class WebCollector:
+    """The counters the web's processes keep (metrics.WEB_FAMILIES), for a web without
+    PROMETHEUS_MULTIPROC_DIR: this process's own counts (with the directory, every process's
+    are in its files, added up)."""
+
+    def collect(self):
+        for family in metrics.WEB_FAMILIES:
+            yield from family.collect()
+
+
 def metrics_view(request):
     if not metrics_authorized(request):
         response = HttpResponse(
@@ -122,4 +133,6 @@ def metrics_view(request):
     registry.register(ForecastCollector())
     if metrics.MULTIPROC_DIR:
         registry.register(metrics.LiveProcessesCollector(None, metrics.MULTIPROC_DIR))
+    else:  # the web's own counters (pings dropped), as the process that answers counted them
+        registry.register(WebCollector())
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

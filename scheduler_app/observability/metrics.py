@@ -138,6 +138,17 @@ HTTP_RESPONSES = Counter(
     "HTTP attempts by how they ended: the status class (2xx to 5xx), timeout, connection_error, blocked, not_called",
     ["outcome"],
 )
+# --- web -----------------------------------------------------------------------------------
+PING_DROP_REASONS = ("own_runs", "key_rate", "unknown_keys")
+PINGS_DROPPED = Counter(
+    "cronfleet_pings_dropped",
+    "Check-in pings answered without touching the ledger: the job's runs of its own at their hourly bound "
+    "(own_runs), over the key's pings a minute (key_rate), from an address over its unknown keys a minute "
+    "(unknown_keys)",
+    ["reason"],
+)
+WEB_FAMILIES = (PINGS_DROPPED,)  # counted in the web's processes, served by its /metrics
+
 FINISHED_STATES = ("succeeded", "failed", "retrying", "dead")
 _REASON_CLASS = re.compile(r"[a-z_]{1,40}")
 

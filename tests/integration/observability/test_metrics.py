@@ -216,7 +216,7 @@ def test_metrics_asks_for_the_token_when_one_is_set(client, db, settings):
     assert (refused.status_code, wrong.status_code, allowed.status_code) == (401, 401, 200)
 
 
-def test_every_name_the_cluster_collector_exposes_is_listed(client, db):
+def test_every_name_the_web_exposes_is_the_cluster_collectors_or_the_webs_own(client, db):
     found = {family.name for family in text_string_to_metric_families(client.get("/metrics").content.decode())}
 
-    assert found == cluster.NAMES
+    assert found == cluster.NAMES | {family._name for family in metrics.WEB_FAMILIES}
