@@ -29,7 +29,7 @@ from scheduler_app.services.calendars import (
     calendar_update,
     check_calendar_fields,
 )
-from scheduler_app.services.checkins import UnknownKey, ping_url, record_ping
+from scheduler_app.services.checkins import UnknownKey, canonical_key, monitored_job, ping_url, record_ping
 from scheduler_app.services.common import QuotaExceeded
 from scheduler_app.services.edits import (
     MAX_PREVIEW,
@@ -74,6 +74,8 @@ from scheduler_app.validation import InvalidInput, check_name
 
 __all__ = [
     "UnknownKey",
+    "canonical_key",
+    "monitored_job",
     "ping_url",
     "record_ping",
     "calendar_create",

@@ -15,7 +15,9 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
+from django.db.models import F
 from django.test import Client
+from prometheus_client import REGISTRY
 
 from scheduler_app import alerts, dispatch, services
 from scheduler_app.models import (
@@ -178,6 +180,103 @@ def test_pings_over_the_keys_limit_are_refused_with_429(tenant, settings):
     assert int(ping(client, key_of(job)).headers.get("Retry-After", "1")) >= 1
 
 
+def dropped(reason: str) -> float:
+    return REGISTRY.get_sample_value("cronfleet_pings_dropped_total", {"reason": reason}) or 0.0
+
+
+def test_a_job_records_at_most_its_bound_of_runs_of_its_own_an_hour_and_its_fires_are_still_closed(tenant, settings):
+    settings.CRONFLEET_PING_OWN_RUNS_PER_HOUR = 3
+    settings.CRONFLEET_PING_REQUESTS_PER_MINUTE = 1000
+    job, client = monitored(tenant), Client()
+    before = dropped("own_runs")
+
+    answers = [ping(client, key_of(job), body=f"run {n}".encode()) for n in range(5)]
+
+    assert [(answer.status_code, answer.content) for answer in answers[:3]] == [(200, b"OK\n")] * 3
+    assert {answer.status_code for answer in answers[3:]} == {200}
+    assert all(
+        answer.content.startswith(b"not recorded: this job recorded 3 runs of its own") for answer in answers[3:]
+    )
+    assert sorted(JobRun.objects.filter(job=job).values_list("result", flat=True)) == ["run 0", "run 1", "run 2"]
+    assert dropped("own_runs") - before == 2
+    metrics_page = Client().get("/metrics").content.decode()
+    assert 'cronfleet_pings_dropped_total{reason="own_runs"}' in metrics_page
+    # A fire is closed by its ping whatever the bound: only runs of its own are dropped.
+    fire_now(job)
+    fire = JobRun.objects.filter(job=job, state=RunState.PENDING).latest("scheduled_at")
+    assert ping(client, key_of(job), body=b"on time").content == b"OK\n"
+    fire.refresh_from_db()
+    assert (fire.state, fire.result) == (RunState.SUCCEEDED, "on time")
+    # The hour is the window: runs of its own older than an hour leave it.
+    JobRun.objects.filter(job=job).exclude(id=fire.id).update(
+        scheduled_at=F("scheduled_at") - timedelta(hours=1), created_at=F("created_at") - timedelta(hours=1)
+    )
+    runs = JobRun.objects.filter(job=job).count()
+    assert ping(client, key_of(job), body=b"later").content == b"OK\n"
+    assert JobRun.objects.filter(job=job).count() == runs + 1
+
+
+def test_pings_of_an_inactive_tenant_answer_404_and_record_nothing(tenant):
+    job, client = monitored(tenant), Client()
+    fire = fire_now(job)
+    Tenant.objects.filter(id=tenant.id).update(is_active=False)  # moved to another cell, say
+
+    answers = [ping(client, key_of(job)), ping(client, key_of(job), "start"), ping(client, key_of(job), "fail")]
+
+    assert {(answer.status_code, answer.content) for answer in answers} == {(404, b"not found\n")}
+    fire.refresh_from_db()
+    assert fire.state == RunState.PENDING
+    assert JobRun.objects.filter(job=job).count() == 1
+    with pytest.raises(services.UnknownKey):
+        services.record_ping(key_of(job))
+
+
+def test_a_run_of_its_own_at_an_instant_already_taken_is_answered_as_that_run(tenant):
+    # Two pings that found no open fire read the same clock: the second's run would break
+    # jobrun_one_per_fire (job, scheduled_at). It is the first's duplicate, not an error.
+    job = monitored(tenant)
+    now = db_now()
+    first = services.record_ping(key_of(job), "", b"first", now=now)
+
+    second = services.record_ping(key_of(job), "fail", b"second", now=now)
+
+    assert first.recorded and not first.duplicate
+    assert (second.run_id, second.state, second.recorded, second.duplicate) == (
+        first.run_id,
+        RunState.SUCCEEDED,
+        False,
+        True,
+    )
+    assert list(JobRun.objects.filter(job=job).values_list("result", flat=True)) == ["first"]
+    assert ping(Client(), key_of(job)).status_code == 200  # the ping's transaction is still usable
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_flood_of_pings_at_once_records_no_more_than_the_bound(tenant, settings):
+    settings.CRONFLEET_PING_OWN_RUNS_PER_HOUR = 3
+    job = monitored(tenant)
+    key = key_of(job)
+    results, errors = [], []
+
+    def one() -> None:
+        try:
+            results.append(services.record_ping(key))
+        except Exception as exc:  # reported below, with the test's failure
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=one) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+
+    assert errors == []
+    assert len(results) == 8 and sum(result.run_id is not None for result in results) == 3
+    assert JobRun.objects.filter(job=job).count() == 3
+
+
 @pytest.mark.django_db(transaction=True)
 def test_two_pings_at_once_close_the_open_run_once(tenant):
     job = monitored(tenant)
@@ -226,7 +325,7 @@ def test_two_pings_at_once_close_the_open_run_once(tenant):
         thread.join(timeout=30)
     assert errors == []
     assert len({ping.run_id for ping in results}) == 2, results  # never the same run twice
-    assert sorted(ping.recorded for ping in results) == [False, True]
+    assert sorted(ping.recorded for ping in results) == [False, True], results
     fire.refresh_from_db()
     assert fire.state == RunState.SUCCEEDED and fire.result in ("first", "second")
     assert JobRun.objects.filter(job=job, state=RunState.SUCCEEDED).count() == 2
