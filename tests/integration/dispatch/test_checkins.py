@@ -56,9 +56,11 @@ def key_of(job: Job) -> str:
 
 
 def fire_now(job: Job) -> JobRun:
-    """Make the job due and run one beat turn: its fire is recorded, waiting for a ping."""
+    """Make the job due and run one beat turn: its fire is recorded, waiting for a ping. The
+    fire is on the minute, as a cron job's are: one a second before now could be followed by
+    the next minute's, also due, when now is in a minute's first second."""
     now = db_now()
-    Job.objects.filter(id=job.id).update(next_run_at=now - timedelta(seconds=1))
+    Job.objects.filter(id=job.id).update(next_run_at=now.replace(second=0, microsecond=0))
     dispatch.run_turn(db_now(), batch_size=100, grace=GRACE)
     return JobRun.objects.filter(job=job).order_by("-scheduled_at").first()
 
