@@ -5,8 +5,10 @@ authentications. What pings record: tests/integration/dispatch/test_checkins.py.
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 
 import pytest
+import time_machine
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -17,6 +19,14 @@ from scheduler_app.api import throttling
 from scheduler_app.models import Job, JobRun, Tenant
 
 PER_KEY = "cronfleet:api-rate:ping:*"  # the per-key counters' Redis keys
+
+
+@pytest.fixture(autouse=True)
+def mid_minute():
+    """The limits count in one-minute windows of the clock: each test starts 5 s into one, so
+    none of its pings falls into the next and every count is exact."""
+    with time_machine.travel(datetime(2026, 1, 1, 12, 0, 5, tzinfo=UTC), tick=True):
+        yield
 
 
 @pytest.fixture
@@ -99,17 +109,12 @@ def test_an_address_over_its_unknown_key_limit_gets_429_without_a_query(tenant, 
 
     answers = unknown_pings(client, [str(uuid.uuid4()) for _ in range(12)])
 
-    # A window may end between two pings (it counts afresh): at most twice the limit are looked up.
-    assert [status for status, _ in answers].count(404) <= 6
+    assert [status for status, _ in answers] == [404] * 3 + [429] * 9
     assert answers[0] == (404, 1)  # one lookup (the unique ping key), no other query
-    refused = [queries for status, queries in answers if status == 429]
-    assert refused and refused == [0] * len(refused)
+    assert [queries for status, queries in answers if status == 429] == [0] * 9
     answer = client.get(f"/ping/{uuid.uuid4()}")
-    if answer.status_code == 429:  # else a new window began: its first unknown key is counted afresh
-        assert 1 <= int(answer["Retry-After"]) <= 60
-        assert answer.content.startswith(b"rate limited: more than 3 pings with an unknown key a minute")
-    else:
-        assert answer.status_code == 404
+    assert answer.status_code == 429 and 1 <= int(answer["Retry-After"]) <= 60
+    assert answer.content.startswith(b"rate limited: more than 3 pings with an unknown key a minute")
 
 
 def test_other_spellings_of_a_real_key_count_as_unknown_keys_and_are_never_looked_up(tenant, settings):
@@ -120,7 +125,7 @@ def test_other_spellings_of_a_real_key_count_as_unknown_keys_and_are_never_looke
     answers = unknown_pings(client, spellings(key, 12))
 
     assert {queries for _, queries in answers} == {0}
-    assert [status for status, _ in answers].count(404) <= 6 and 429 in {status for status, _ in answers}
+    assert [status for status, _ in answers] == [404] * 3 + [429] * 9
     assert Client(REMOTE_ADDR=fresh_address()).get(f"/ping/{key}").status_code == 200  # others are unaffected
 
 
