@@ -299,7 +299,8 @@ CELERY_ENABLE_UTC = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Celery's Django fixup closes every database connection before and after each task unless
 # this is set; a worker then connects to PostgreSQL once per run (a quarter of its time).
-# Keep the connection (tasks.drop_broken_connections closes one that stopped working).
+# Keep the connection (tasks.drop_broken_connections closes one that saw an error, and
+# worker/reconnect.py one the server closed while it sat idle).
 CELERY_DB_REUSE_MAX = env_int("CELERY_DB_REUSE_MAX", 1_000_000, minimum=0)
 # The worker's statements (a run's start, end and lease renewal) go out as named prepared
 # statements, planned once per connection: planning the start anew each time cost about as

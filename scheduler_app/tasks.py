@@ -48,7 +48,8 @@ def drop_broken_connections(**kwargs) -> None:
     """Workers keep their database connection from task to task (CELERY_DB_REUSE_MAX: a
     connection per run cost a quarter of a worker's time). One that saw an error (a
     database restart) is checked, and closed if it no longer works, so the next task
-    connects afresh; a healthy one costs nothing here."""
+    connects afresh; a healthy one costs nothing here. One the server closed while it
+    sat idle saw no error: the next start catches it (worker/reconnect.py)."""
     for conn in connections.all(initialized_only=True):
         if conn.errors_occurred:
             conn.close_if_unusable_or_obsolete()

@@ -39,6 +39,7 @@ from django.utils import timezone
 from scheduler_app.conf import app_settings
 from scheduler_app.ledger import autopause, chains
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, append_attempt
+from scheduler_app.worker.reconnect import drop_closed_connection
 
 # start_runs (PostgreSQL): move each (id, attempt) still queued to running and read, in the
 # same statement, every job column its target and outcome need, in the order given. A pair
@@ -213,6 +214,9 @@ class Ending:
 def start_runs(pairs: list[tuple[int, int]], *, worker: str, task_id: str = "") -> list[Started]:
     """Move each (run id, attempt) from queued to running, in one statement on PostgreSQL;
     the runs this delivery won, in the order given."""
+    # The connection kept since the last start may have been closed by a restarted server:
+    # checked here, once per batch, as Django would check it before reusing it (reconnect.py).
+    drop_closed_connection()
     params = {
         "worker": worker[:200],
         "task_id": task_id[:100],
