@@ -351,6 +351,22 @@ def processes(tmp_path):
 
 
 @pytest.fixture
+def private_database(transactional_db):
+    """This test's database ("cronfleet") on a PostgreSQL cluster of its own, migrated, for a
+    test that restarts its server: the test process and the processes it starts use it (take
+    it before `cluster`, so the tenant that fixture makes is in it too). Skipped without
+    PostgreSQL's server programs (tests/support/servers)."""
+    from tests.support import servers  # here: servers imports this module's wait_for
+
+    if servers.postgres_bindir() is None:
+        pytest.skip("needs PostgreSQL's initdb, pg_ctl and postgres (CRONFLEET_TEST_PG_BINDIR or pg_config)")
+    with servers.private_postgres() as server:
+        server.create_database("cronfleet")
+        with servers.database_on(server.host, server.port, "cronfleet"):
+            yield server
+
+
+@pytest.fixture
 def queue_name() -> str:
     """A broker queue of this test's own, so leftover messages never leak between tests."""
     return f"test-{uuid.uuid4().hex[:10]}"

@@ -18,20 +18,6 @@ from tests.faults.test_faults import WINDOW, assert_clean
 from tests.support import servers
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.faults]
-DATABASE = "cronfleet"
-
-
-@pytest.fixture
-def private_database(transactional_db):
-    """This test's database on a PostgreSQL cluster of its own, migrated: the test process
-    and the beats and workers it starts use it. Taken before `cluster`, so the tenant that
-    fixture makes is in it too."""
-    if servers.postgres_bindir() is None:
-        pytest.skip("needs PostgreSQL's initdb, pg_ctl and postgres (CRONFLEET_TEST_PG_BINDIR or pg_config)")
-    with servers.private_postgres() as server:
-        server.create_database(DATABASE)
-        with servers.database_on(server.host, server.port, DATABASE):
-            yield server
 
 
 @pytest.fixture

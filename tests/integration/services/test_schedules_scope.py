@@ -6,15 +6,14 @@ test_schedules_as_code.py."""
 
 from __future__ import annotations
 
-import io
 import textwrap
 from unittest import mock
 
 import pytest
-from django.core.management import CommandError, call_command
 
 from scheduler_app import services
 from scheduler_app.models import Job, Tenant, db_now
+from tests.integration.services.test_schedules_as_code import run as schedules
 
 OPS = """
 owner = "ops"
@@ -47,18 +46,6 @@ def declare(tmp_path):
         return str(path)
 
     return write
-
-
-def schedules(*args: str) -> tuple[int, str]:
-    """`manage.py schedules ...`: (exit code, output); an error's message as the output."""
-    out = io.StringIO()
-    try:
-        call_command("schedules", *args, stdout=out)
-    except SystemExit as exc:
-        return exc.code, out.getvalue()
-    except CommandError as exc:
-        return exc.returncode, str(exc)
-    return 0, out.getvalue()
 
 
 def fingerprint_of(out: str) -> str:

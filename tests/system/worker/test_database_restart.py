@@ -11,23 +11,9 @@ from django.db import connection
 
 from scheduler_app.models import Job, JobRun, RunState, Tenant, db_now
 from tests.conftest import wait_for
-from tests.support import servers
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-DATABASE = "cronfleet"
 RUNS = 10
-
-
-@pytest.fixture
-def private_database(transactional_db):
-    """This test's database on a PostgreSQL cluster of its own, migrated: the test process
-    and the beat and worker it starts use it."""
-    if servers.postgres_bindir() is None:
-        pytest.skip("needs PostgreSQL's initdb, pg_ctl and postgres (CRONFLEET_TEST_PG_BINDIR or pg_config)")
-    with servers.private_postgres() as server:
-        server.create_database(DATABASE)
-        with servers.database_on(server.host, server.port, DATABASE):
-            yield server
 
 
 def echoes_due_now(tenant, name: str, *, queue: str, batch: bool) -> list[Job]:
