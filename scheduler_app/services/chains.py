@@ -5,7 +5,7 @@ worker's end statement reads to know whether a run's end has children to start."
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 
 from django.db.models import Exists, OuterRef, RestrictedError
 
@@ -19,15 +19,19 @@ OWN_SCHEDULE = ("cron", "every", "at", "start_at", "end_at", "jitter_seconds", "
 MAX_CHAIN_DEPTH = 100  # a walk up the parents stops here (a loop already saved: not by these services)
 
 
-def after_job_of(tenant: Tenant, value) -> Job | None:
+def after_job_of(tenant: Tenant, value, *, among: Mapping[str, Job] | None = None) -> Job | None:
     """The parent a spec names (a job of `tenant`, by name or id); None for none. A job of
-    another tenant is not found: a chain stays within its tenant."""
+    another tenant is not found: a chain stays within its tenant. `among` (by name) stands
+    for the tenant's saved jobs when they are not saved yet (a tenant's import)."""
     if value is None or value == "":
         return None
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise InvalidInput("after_job", "must be the name (or id) of a job of the same tenant")
-    jobs = Job.objects.filter(tenant=tenant)
-    found = jobs.filter(id=value).first() if isinstance(value, int) else jobs.filter(name=value.strip()).first()
+    if among is not None:
+        found = among.get(value) if isinstance(value, str) else None
+    else:
+        jobs = Job.objects.filter(tenant=tenant)
+        found = jobs.filter(id=value).first() if isinstance(value, int) else jobs.filter(name=value.strip()).first()
     if found is None:
         what = f"with id {value}" if isinstance(value, int) else f"named {value!r}"
         raise InvalidInput("after_job", f"tenant {tenant.slug!r} has no job {what} (a chain stays within one tenant)")

@@ -3,6 +3,7 @@ in the error, the schedule normalised, the target (task, HTTP, command, SQL) che
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -134,6 +135,7 @@ def validate_spec(
     job_id: int | None = None,
     allow_any_registered: bool = False,
     kept_task: str = "",
+    parents: Mapping[str, Job] | None = None,
 ) -> tuple[schedules.Schedule, dict]:
     """Check every field of `spec`; return the normalised schedule and the model fields.
 
@@ -148,6 +150,9 @@ def validate_spec(
     staff with the add or change job permission, pass allow_any_registered=True: any task the
     Celery app registers then (targets/task.py). An edit passes as `kept_task` the task staff
     chose for the job beyond the allow-list, which stays allowed while the edit keeps it.
+
+    `parents` (jobs by name) stands for the tenant's saved jobs a chained job may follow, when
+    they are not saved yet: a tenant's import checks its document before writing any row.
     """
     if not tenant.is_active:
         raise InvalidInput("tenant", f"tenant {tenant.slug!r} is not active")
@@ -175,7 +180,7 @@ def validate_spec(
         )
     if check_schedule_quota and spec.at is not None and spec.at.tzinfo is not None and spec.at < now - PAST_GRACE:
         raise InvalidInput("at", "is in the past")
-    parent = chains.after_job_of(tenant, spec.after_job)
+    parent = chains.after_job_of(tenant, spec.after_job, among=parents)
     after_states = chains.check_after_states(spec.after_states, chained=parent is not None)
     flex = {"flex_window": "", "flex_scope": "", "flex_note": ""}
     if parent is not None and spec.flex_window:
@@ -279,7 +284,12 @@ def check_job_quota(tenant: Tenant) -> None:
     if tenant.max_jobs is None:
         return
     Tenant.objects.select_for_update().filter(id=tenant.id).first()
-    if Job.objects.filter(tenant=tenant).count() >= tenant.max_jobs:
+    check_job_count(tenant, Job.objects.filter(tenant=tenant).count())
+
+
+def check_job_count(tenant: Tenant, existing: int) -> None:
+    """Refuse one more job for a tenant holding `existing` jobs already, over its max_jobs."""
+    if tenant.max_jobs is not None and existing >= tenant.max_jobs:
         raise QuotaExceeded(
             "name", f"tenant {tenant.slug!r} has reached its quota of {tenant.max_jobs} jobs (max_jobs)"
         )

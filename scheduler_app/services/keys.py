@@ -16,7 +16,7 @@ from scheduler_app.cells import CELL_NAME
 from scheduler_app.conf import app_settings
 from scheduler_app.models import ApiKey, AuditEvent, Tenant, db_now
 from scheduler_app.services.common import QuotaExceeded
-from scheduler_app.validation import check_name
+from scheduler_app.validation import InvalidInput, check_name
 
 # cf_<prefix>_<secret>, or cf_<cell>_<prefix>_<secret> from a named cell (CRONFLEET_CELL). The
 # secret's length tells the two apart; deploy/nginx/cells.conf reads the cell with this pattern.
@@ -35,16 +35,38 @@ def check_key_quota(tenant: Tenant) -> None:
     """Refuse a new key for a tenant already holding CRONFLEET_MAX_API_KEYS_PER_TENANT
     unrevoked keys. Locks the tenant row, so concurrent creations are counted one at a time,
     until the caller's transaction ends (or a short one of its own)."""
-    limit = app_settings.MAX_API_KEYS_PER_TENANT
     with transaction.atomic():
         Tenant.objects.select_for_update().filter(id=tenant.id).first()
         active = ApiKey.objects.filter(tenant=tenant, revoked_at__isnull=True).count()
+    check_key_count(tenant, active)
+
+
+def check_key_count(tenant: Tenant, active: int) -> None:
+    """Refuse one more unrevoked key for a tenant holding `active` of them already."""
+    limit = app_settings.MAX_API_KEYS_PER_TENANT
     if active >= limit:
         raise QuotaExceeded(
             "tenant",
             f"tenant {tenant.slug!r} already has the most unrevoked API keys allowed "
             f"({limit}, CRONFLEET_MAX_API_KEYS_PER_TENANT); revoke one first",
         )
+
+
+KEY_PREFIX = re.compile(r"[0-9a-f]{12}")
+KEY_HASH = re.compile(r"[0-9a-f]{64}")
+
+
+def check_key_record(key: ApiKey) -> None:
+    """A key record brought from elsewhere (a moved tenant's, services/tenantmove.py) must be of
+    the form apikey_create makes: a name, a 12-hex-digit prefix, the cell's name (or none) and
+    a SHA-256 hex digest. Its secret cannot be checked, only that such a secret could exist."""
+    check_name("name", key.name)
+    if not isinstance(key.prefix, str) or not KEY_PREFIX.fullmatch(key.prefix):
+        raise InvalidInput("prefix", "must be 12 lowercase hexadecimal digits, as this app makes them")
+    if key.cell and not re.fullmatch(CELL_NAME, key.cell):
+        raise InvalidInput("cell", f"{key.cell!r} is not a cell name (CRONFLEET_CELL: {CELL_NAME})")
+    if not isinstance(key.key_hash, str) or not KEY_HASH.fullmatch(key.key_hash):
+        raise InvalidInput("key_hash", "must be a SHA-256 digest in lowercase hexadecimal, as this app makes them")
 
 
 def apikey_create(*, tenant: Tenant | None, name: str, actor: str = "") -> tuple[ApiKey, str]:

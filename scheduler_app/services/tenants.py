@@ -16,13 +16,23 @@ from scheduler_app.targets.http import signing as webhooks
 from scheduler_app.validation import InvalidInput, check_name
 
 
-def tenant_create(*, slug: str, name: str = "", timezone: str = "UTC", actor: str = "") -> Tenant:
+def check_slug(slug) -> str:
     if not isinstance(slug, str) or not slug or slugify(slug) != slug or len(slug) > 64:
         raise InvalidInput("slug", "use 1-64 lowercase letters, digits, hyphens or underscores")
+    return slug
+
+
+def check_timezone(timezone) -> str:
     try:
         schedules.zone(timezone)
     except schedules.InvalidSchedule as exc:
         raise InvalidInput("timezone", exc.message) from None
+    return timezone
+
+
+def tenant_create(*, slug: str, name: str = "", timezone: str = "UTC", actor: str = "") -> Tenant:
+    check_slug(slug)
+    check_timezone(timezone)
     name = check_name("name", name or slug)
     try:
         with transaction.atomic():
@@ -84,21 +94,23 @@ def tenant_update(tenant: Tenant, changes: dict, *, actor: str = "") -> Tenant:
         if key == "name":
             values[key] = check_name("name", value)
         elif key == "timezone":
-            try:
-                schedules.zone(value)
-            except schedules.InvalidSchedule as exc:
-                raise InvalidInput("timezone", exc.message) from None
-            values[key] = value
+            values[key] = check_timezone(value)
         elif key == "is_active":
             if not isinstance(value, bool):
                 raise InvalidInput(key, "must be true or false")
             values[key] = value
         elif key in TENANT_LIMITS:
-            nullable = key not in ("weight", "min_interval_seconds")
-            values[key] = None if value is None and nullable else check_int(key, value, *TENANT_LIMITS[key])
+            values[key] = check_tenant_limit(key, value)
         else:
             raise InvalidInput(key, "is not a tenant field that can be changed")
     return write_tenant_changes(tenant, values, actor=actor)
+
+
+def check_tenant_limit(key: str, value) -> int | None:
+    """A quota or the weight within TENANT_LIMITS; None (no limit) for all but weight and
+    min_interval_seconds."""
+    nullable = key not in ("weight", "min_interval_seconds")
+    return None if value is None and nullable else check_int(key, value, *TENANT_LIMITS[key])
 
 
 def write_tenant_changes(tenant: Tenant, values: dict, *, actor: str = "") -> Tenant:
