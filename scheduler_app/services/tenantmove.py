@@ -53,6 +53,7 @@ from scheduler_app.models import (
     Tenant,
     db_now,
 )
+from scheduler_app.services.tenantcheck import check_document, columns_of, rows
 from scheduler_app.targets.http import secrets as crypto
 from scheduler_app.validation import InvalidInput
 
@@ -89,23 +90,6 @@ def row_of(obj: models.Model) -> dict:
         for field in obj._meta.concrete_fields
         if not field.primary_key and not field.is_relation and field.attname not in SECRETS
     }
-
-
-def columns_of(model: type[models.Model], row, where: str) -> dict:
-    """A document row as `model`'s column values; a column this cell does not have is refused,
-    naming it (a document from a newer Cronfleet), one it has but the row lacks takes its default."""
-    if not isinstance(row, dict):
-        raise InvalidInput(where, "must be an object")
-    known = {
-        field.attname: field for field in model._meta.concrete_fields if not field.primary_key and not field.is_relation
-    }
-    unknown = sorted(set(row) - set(known))
-    if unknown:
-        raise InvalidInput(f"{where}.{unknown[0]}", f"is not a column of {model.__name__} in this cell")
-    try:
-        return {name: known[name].to_python(value) for name, value in row.items()}
-    except Exception as exc:  # noqa: BLE001 - Django's ValidationError and the parsers' own
-        raise InvalidInput(where, f"bad value: {exc}") from None
 
 
 # --- the cut -------------------------------------------------------------------------------
@@ -293,7 +277,8 @@ def tenant_import(document, *, late: bool = False, actor: str = "") -> Tenant:
     cut = parse_datetime(str(document.get("cut", "")))
     if cut is None or cut.tzinfo is None:
         raise InvalidInput("cut", "must be an instant with its UTC offset")
-    tenant_row = columns_of(Tenant, document.get("tenant"), "tenant")
+    # Every object as the API would take it, before anything is written (services/tenantcheck.py).
+    tenant_row = check_document(document, db_now())
     try:
         with transaction.atomic():
             now = db_now()
@@ -332,13 +317,6 @@ def tenant_import(document, *, late: bool = False, actor: str = "") -> Tenant:
     except IntegrityError as exc:
         raise InvalidInput("tenant", f"this cell already holds part of it: {str(exc).splitlines()[0]}") from None
     return tenant
-
-
-def rows(document: dict, key: str) -> list:
-    value = document.get(key, [])
-    if not isinstance(value, list):
-        raise InvalidInput(key, "must be a list")
-    return value
 
 
 def create_tenant(row: dict, document: dict) -> Tenant:
