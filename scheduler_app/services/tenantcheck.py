@@ -85,7 +85,7 @@ class DocumentRefused(InvalidInput):
     One problem reads as that problem; several, one line each."""
 
     def __init__(self, problems: list[InvalidInput], more: int = 0) -> None:
-        self.problems = problems
+        self.problems, self.more = problems, more
         if len(problems) == 1 and not more:
             super().__init__(problems[0].field, problems[0].message)
             return
@@ -271,14 +271,18 @@ def check_ping(columns: dict) -> None:
 
 
 def check_loops(problems: Problems, parents: dict[str, str]) -> None:
-    """No chain of the document leads back to itself (nor deeper than chains allow)."""
+    """No chain of the document leads back to itself (nor deeper than chains allow); each job
+    of a loop is named with it, a job that only leads into one is not."""
     for name in parents:
-        path = [name, parents[name]]
-        while path[-1] != name and path[-1] in parents and len(path) <= MAX_CHAIN_DEPTH:
+        path, seen = [name], {name}
+        while path[-1] in parents and len(path) <= MAX_CHAIN_DEPTH:
             path.append(parents[path[-1]])
-        if path[-1] == name:
+            if path[-1] in seen:
+                break
+            seen.add(path[-1])
+        if path[-1] == name and len(path) > 1:
             problems.add(f"job {name!r}: after_job", f"makes a loop: {' -> '.join(path)}")
-        elif len(path) > MAX_CHAIN_DEPTH:
+        elif len(path) > MAX_CHAIN_DEPTH and path[-1] not in path[:-1]:
             problems.add(f"job {name!r}: after_job", f"chains may be at most {MAX_CHAIN_DEPTH} jobs deep")
 
 
