@@ -15,13 +15,12 @@ cell it left drops its overrides when it writes its maps again.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from scheduler_app.conf import app_settings
 from scheduler_app.models import ApiKey, Monitor, Tenant
+from scheduler_app.services.privatefile import write_private
 from scheduler_app.validation import InvalidInput
 
 
@@ -60,17 +59,16 @@ def route_overrides() -> Routes:
 
 
 def write_routes(directory: Path) -> Routes:
-    """Write this cell's two override maps into `directory`, each replaced in one rename."""
+    """Write this cell's two override maps into `directory`, each replaced in one rename and
+    readable by its owner only: the ping keys in them are credentials (nginx's master, root,
+    reads them at reload)."""
     if not directory.is_dir():
         raise InvalidInput("out", f"{directory} is not a directory")
     routes, cell = route_overrides(), this_cell()
     for name, entries in zip(routes.names, (routes.keys, routes.pings), strict=True):
         text = "".join(f"{entry} {cell};\n" for entry in entries)
-        handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{name}.")
-        with os.fdopen(handle, "w") as out:
-            out.write(f"# written by `manage.py cells routes` in cell {cell}: {len(entries)} entries\n{text}")
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, directory / name)
+        header = f"# written by `manage.py cells routes` in cell {cell}: {len(entries)} entries\n"
+        write_private(directory / name, header + text)
     return routes
 
 

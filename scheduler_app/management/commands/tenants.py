@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import tempfile
 from datetime import timedelta
 from pathlib import Path
 
@@ -20,6 +18,7 @@ from scheduler_app.conf import app_settings
 from scheduler_app.management.tables import OneLineErrors, format_table
 from scheduler_app.models import ApiKey, Job, Monitor, Tenant, db_now
 from scheduler_app.services import tenantmove
+from scheduler_app.services.privatefile import write_private
 from scheduler_app.validation import InvalidInput
 
 MAX_LIMIT = 10000
@@ -159,7 +158,11 @@ class Command(OneLineErrors, BaseCommand):
         tenant = services.tenant_by_slug(slug, field="slug")
         instant = cut_instant(cut)
         document = services.tenant_export(
-            tenant, instant, write=lambda doc: write_private(Path(file), doc), with_runs=with_runs, actor="cli"
+            tenant,
+            instant,
+            write=lambda doc: write_private(Path(file), tenantmove.dumps(doc)),
+            with_runs=with_runs,
+            actor="cli",
         )
         self.stdout.write(
             f"Exported tenant {slug} to {file}: {len(document['jobs'])} jobs, "
@@ -235,18 +238,3 @@ def cut_instant(text: str):
     if instant is None or instant.tzinfo is None:
         raise InvalidInput("cut", f"{text!r} is not an instant with its UTC offset (e.g. 2030-01-01T09:00:00Z)")
     return instant
-
-
-def write_private(path: Path, document: dict) -> None:
-    """Write `document` as JSON readable by its owner only, whole or not at all."""
-    text = tenantmove.dumps(document)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise

@@ -1,0 +1,29 @@
+"""Files that hold secrets (a tenant's export document, the proxy's maps of moved keys),
+written readable by their owner only from their first byte, whatever the process umask, and
+replacing an older file in one rename, so no reader ever sees a part, nor the text at a
+wider mode."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+PRIVATE = 0o600
+
+
+def write_private(path: Path, text: str) -> None:
+    """Replace `path` with `text`, owner-only (0600), whole or not at all."""
+    # mkstemp creates the file 0600 with O_EXCL, never through the umask; the fchmod only
+    # says so where a reader of this code would look for the mode.
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        os.fchmod(handle, PRIVATE)
+        with os.fdopen(handle, "w") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
