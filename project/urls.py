@@ -12,6 +12,7 @@ from django.urls import include, path
 import project.admin  # noqa: F401 (Cronfleet's look on the admin site, before admin.site.urls below)
 from scheduler_app import urls as cronfleet
 from scheduler_app.api.handler import not_found
+from scheduler_app.observability.errors import server_error
 
 urlpatterns = [
     # Before admin/: the admin's catch-all would take admin/dashboard/.
@@ -21,3 +22,6 @@ urlpatterns = [
 
 # Unknown URLs under /api/ answer in the API's error shape; others get Django's page.
 handler404 = not_found
+# Every 500 page shows the id its error is logged under (scheduler_app/observability/errors.py),
+# the admin's included; the API's answer is JSON with the same id (ApiErrorMiddleware).
+handler500 = server_error

@@ -34,6 +34,7 @@ from scheduler_app.admin.common import when
 from scheduler_app.admin.windows import open_windows
 from scheduler_app.models import Alert, Job, JobRun, Node, Tenant, db_now
 from scheduler_app.observability import cluster, dashboard
+from scheduler_app.observability.errors import answers_server_errors
 from scheduler_app.observability.nodes import flight_of
 
 
@@ -79,6 +80,7 @@ SQLITE_NOTE = (
 )
 
 
+@answers_server_errors
 def dashboard_view(request):
     """The fleet's dashboard, or one tenant's (?tenant=<slug>)."""
     began = time.perf_counter()

@@ -30,6 +30,7 @@ from scheduler_app.admin.retention import IN_FORCE, RETENTION_FIELDS, RETENTION_
 from scheduler_app.conf import app_settings
 from scheduler_app.management.tables import describe_schedule, local_text, shorten, utc_text
 from scheduler_app.models import PRIORITY_MAX, PRIORITY_MIN, Calendar, Job, JobRun, TargetKind, db_now
+from scheduler_app.observability.errors import answers_server_errors
 from scheduler_app.services.edits import check_managed, managed_notice
 from scheduler_app.targets import monitor
 from scheduler_app.targets import sql as sqljobs
@@ -622,7 +623,7 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
         return [
             path(
                 "<path:object_id>/console/<str:action>/",
-                self.admin_site.admin_view(self.console_view),
+                self.admin_site.admin_view(answers_server_errors(self.console_view)),
                 name="scheduler_app_job_console",
             ),
             *super().get_urls(),

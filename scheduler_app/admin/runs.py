@@ -35,6 +35,7 @@ from scheduler_app.admin.common import ReadOnlyAdmin, actor, duration_text, stat
 from scheduler_app.ledger.lags import dispatch_lag, run_start_lag
 from scheduler_app.management.tables import shorten
 from scheduler_app.models import AuditEvent, Job, JobRun
+from scheduler_app.observability.errors import answers_server_errors
 
 LEDGER_COUNT_CAP = 10_000
 SEARCH_JOB_LIMIT = 50  # jobs a name search may match; more: type more of the name
@@ -358,7 +359,7 @@ class JobRunAdmin(ReadOnlyAdmin):
         return [
             path(
                 "<path:object_id>/replay/",
-                self.admin_site.admin_view(self.replay_view),
+                self.admin_site.admin_view(answers_server_errors(self.replay_view)),
                 name="scheduler_app_jobrun_replay",
             ),
             *super().get_urls(),

@@ -35,6 +35,7 @@ from rest_framework import exceptions
 from scheduler_app import services
 from scheduler_app.api import throttling
 from scheduler_app.conf import app_settings
+from scheduler_app.observability.errors import answers_server_errors
 from scheduler_app.observability.metrics import PINGS_DROPPED
 from scheduler_app.services.checkins import BODY_LIMIT, signal_of
 
@@ -73,6 +74,7 @@ def _unknown(request) -> HttpResponse:
 
 @csrf_exempt
 @require_http_methods(["GET", "POST", "HEAD"])
+@answers_server_errors(text=True)  # a 500 says the id its traceback is logged under
 def ping(request, key: str, action: str = "", cell: str = ""):
     try:
         signal_of(action)

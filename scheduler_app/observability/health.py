@@ -32,6 +32,7 @@ from scheduler_app.conf import app_settings
 from scheduler_app.models import NodeKind, db_now
 from scheduler_app.observability import metrics
 from scheduler_app.observability.cluster import ClusterCollector
+from scheduler_app.observability.errors import answers_server_errors
 from scheduler_app.observability.forecast import ForecastCollector
 from scheduler_app.observability.nodes import node_states
 from scheduler_app.queues import broker_errors
@@ -41,6 +42,7 @@ logger = logging.getLogger(__name__)
 BROKER_TIMEOUT_SECONDS = 2.0
 
 
+@answers_server_errors(text=True)
 def healthz(request):
     """200 when the database answers; 503 otherwise."""
     try:
@@ -90,6 +92,7 @@ def readiness() -> tuple[bool, dict]:
     return ready, found
 
 
+@answers_server_errors(text=True)
 def readyz(request):
     ready, found = readiness()
     return JsonResponse({"status": "ok" if ready else "error", **found}, status=200 if ready else 503)
@@ -121,6 +124,7 @@ class WebCollector:
             yield from family.collect()
 
 
+@answers_server_errors(text=True)
 def metrics_view(request):
     if not metrics_authorized(request):
         response = HttpResponse(
