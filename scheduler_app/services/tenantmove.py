@@ -29,9 +29,10 @@ it is a secret, written owner-only by the command.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import TextIO
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import IntegrityError, connection, models, transaction
@@ -66,6 +67,23 @@ SECRETS = {"webhook_secret_encrypted": "webhook_secret", "webhook_secret_previou
 RUNS_BATCH = 2000
 
 
+class RunRows:
+    """A document's finished runs, read as they are written (a server-side cursor, RUNS_BATCH
+    rows at a time), never held whole: `--with-runs` of a tenant with millions of runs costs
+    the memory of one batch. `written` counts the rows the last pass gave out."""
+
+    def __init__(self, runs: models.QuerySet | None, names: dict[int, str]) -> None:
+        self.runs, self.names, self.written = runs, names, 0
+
+    def __iter__(self) -> Iterator[dict]:
+        self.written = 0
+        if self.runs is None:
+            return
+        for run in self.runs.iterator(chunk_size=RUNS_BATCH):
+            self.written += 1
+            yield {**row_of(run), "job": self.names[run.job_id]}
+
+
 class DocumentEncoder(DjangoJSONEncoder):
     """Django's encoder, but instants to the microsecond (it keeps milliseconds): an interval's
     origin must not move."""
@@ -73,11 +91,23 @@ class DocumentEncoder(DjangoJSONEncoder):
     def default(self, o):
         if isinstance(o, datetime):
             return o.isoformat()
+        if isinstance(o, RunRows):
+            return list(o)
         return super().default(o)
 
 
 def dumps(document: dict) -> str:
+    """The document as one text (what dump() writes reads back the same)."""
     return json.dumps(document, cls=DocumentEncoder, indent=1)
+
+
+def dump(document: dict, out: TextIO) -> None:
+    """Write the document to `out`, its runs one line each as the database gives them out."""
+    head = dumps({**{key: value for key, value in document.items() if key != "runs"}, "runs": []})
+    out.write(head.removesuffix("[]\n}") + "[")  # the runs are the last member
+    for n, row in enumerate(document["runs"]):
+        out.write(("," if n else "") + "\n  " + json.dumps(row, cls=DocumentEncoder))
+    out.write("\n ]\n}\n")
 
 
 # --- rows ----------------------------------------------------------------------------------
@@ -142,7 +172,9 @@ def tenant_export(
     tenant: Tenant, cut: datetime, *, write: Callable[[dict], None], with_runs: bool = False, actor: str = ""
 ) -> dict:
     """Write the tenant's document with `write` and fence its jobs at `cut`, in one transaction
-    (a write that fails fences nothing). Returns the document."""
+    (a write that fails fences nothing). Returns the document. Its runs are a RunRows, read
+    from the database while `write` goes through them (dump() does), so `write` must write
+    them before it returns."""
     if cut.tzinfo is None:
         raise InvalidInput("cut", "must give its UTC offset (e.g. 2030-01-01T09:00:00Z)")
     with transaction.atomic():
@@ -175,6 +207,7 @@ def tenant_export(
         # out their fires before the cut, and nothing can unfence them (services refuse an
         # inactive tenant's job writes).
         Tenant.objects.filter(id=tenant.id).update(is_active=False)
+        write(document)
         AuditEvent.objects.create(
             tenant=tenant,
             action=EXPORTED,
@@ -182,12 +215,11 @@ def tenant_export(
             detail={
                 "cut": cut.isoformat(),
                 "jobs": len(jobs),
-                "runs": len(document["runs"]),
+                "runs": document["runs"].written,
                 # The bounds the fence replaced, so that no end_at is lost with the document.
                 "end_at_before": {row["name"]: row["end_at"].isoformat() for row in document["jobs"] if row["end_at"]},
             },
         )
-        write(document)
         if db_now() >= cut:
             raise InvalidInput("cut", "passed while the export ran: nothing was fenced; choose a later cut")
     wake_beats()
@@ -237,12 +269,10 @@ def export_document(tenant: Tenant, jobs: list[Job], cut: datetime, *, with_runs
         if job.id in rules:
             row["alert_rule"] = rules[job.id]
         job_rows.append(row)
-    runs = []
-    if with_runs:
-        finished = JobRun.objects.filter(tenant=tenant, state__in=TERMINAL_STATES, scheduled_at__lt=cut).order_by(
-            "scheduled_at", "id"
-        )
-        runs = [{**row_of(run), "job": names[run.job_id]} for run in finished.iterator(chunk_size=RUNS_BATCH)]
+    finished = JobRun.objects.filter(tenant=tenant, state__in=TERMINAL_STATES, scheduled_at__lt=cut).order_by(
+        "scheduled_at", "id"
+    )
+    runs = RunRows(finished if with_runs else None, names)
     return {
         "format": FORMAT,
         "cut": cut.isoformat(),

@@ -160,13 +160,13 @@ class Command(OneLineErrors, BaseCommand):
         document = services.tenant_export(
             tenant,
             instant,
-            write=lambda doc: write_private(Path(file), tenantmove.dumps(doc)),
+            write=lambda doc: write_private(Path(file), lambda out: tenantmove.dump(doc, out)),
             with_runs=with_runs,
             actor="cli",
         )
         self.stdout.write(
             f"Exported tenant {slug} to {file}: {len(document['jobs'])} jobs, "
-            f"{len(document['api_keys'])} API keys, {len(document['runs'])} runs."
+            f"{len(document['api_keys'])} API keys, {document['runs'].written} runs."
         )
         self.stdout.write(
             f"Its fires from {instant.isoformat()} on are the new cell's: import the file there "
