@@ -149,7 +149,7 @@ def test_a_cut_off_worker_calls_no_target_after_its_successor_started(processes,
         )
         for number in range(12)
     ]
-    processes.worker(
+    cut_off = processes.worker(
         queue_name, name="cut-off", concurrency=1, DATABASE_URL=through_proxy, CRONFLEET_HTTP_IN_FLIGHT="2", **FAST
     )
     processes.beat("beat", "--max-sleep", "1", **FAST)
@@ -179,6 +179,10 @@ def test_a_cut_off_worker_calls_no_target_after_its_successor_started(processes,
     first_after_pause = [at - paused_at for _, attempt, at in receiver.arrivals if attempt == 1 and at > paused_at]
     assert len(first_after_pause) < 6, first_after_pause  # A stopped calling within its lease, not at the end
     assert JobRun.objects.filter(job__in=jobs, attempt=2).exists()
+    # Stopped while the proxy flows again: A writes the outcomes it held (refused as stale) and
+    # exits, instead of waiting for a database the closed proxy no longer reaches until the
+    # teardown's SIGKILL.
+    processes.stop(cut_off)
 
 
 def test_a_worker_killed_with_runs_in_flight_costs_them_one_lease(processes, tenant, queue_name, settings):
