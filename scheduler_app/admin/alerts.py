@@ -133,7 +133,7 @@ class AlertAdmin(ReadOnlyAdmin):
 
     @admin.display(description="message")
     def short_message(self, alert):
-        return format_html('<span class="cf-cut" title="{}">{}</span>', alert.message, shorten(alert.message, 90))
+        return message_html(alert.message, 90)
 
     @admin.display(description="delivered")
     def delivery(self, alert):
@@ -143,6 +143,20 @@ class AlertAdmin(ReadOnlyAdmin):
 def kind_text(alert: Alert) -> str:
     """An alert's kind in words ('too long', not too_long)."""
     return alert.get_kind_display().lower()
+
+
+def message_html(message: str, width: int):
+    """An alert's message for a list: its reason whole (it may wrap), then the context after
+    it, which alone may be cut (by `width` characters and by the cell's width)."""
+    reason, context = alerts.split_message(message)
+    if not reason:  # recorded before messages led with their reason
+        return format_html('<span class="cf-cut" title="{}">{}</span>', message, shorten(message, width))
+    return format_html(
+        '<span class="cf-reason">{}</span> <span class="cf-cut" title="{}">— {}</span>',
+        reason,
+        message,
+        shorten(context, max(20, width - len(reason))),
+    )
 
 
 def delivery_text(alert: Alert) -> str:
@@ -167,6 +181,7 @@ def panel_context(job, now) -> dict:
                 "raised": when(alert.raised_at),
                 "kind": kind_text(alert),
                 "delivery": delivery_text(alert),
+                "message": message_html(alert.message, 200),
             }
             for alert in found
         ],

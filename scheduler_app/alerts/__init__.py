@@ -26,6 +26,7 @@ from scheduler_app.alerts.deliver import (
     deliver_pending,
     delivery_status,
     payload,
+    where_sent,
 )
 from scheduler_app.alerts.evaluate import (
     AUTO_PAUSED,
@@ -37,6 +38,7 @@ from scheduler_app.alerts.evaluate import (
     evaluate_due_rules,
     evaluate_rule,
     recent_alerts,
+    split_message,
 )
 from scheduler_app.alerts.rules import RULE_DEFAULTS, RULE_FIELDS, rule_delete, rule_set, validate_rule
 from scheduler_app.ledger import rollup
@@ -64,9 +66,11 @@ __all__ = [
     "roll_ups",
     "rule_delete",
     "rule_set",
+    "split_message",
     "start_deliverer",
     "stop_deliverer",
     "validate_rule",
+    "where_sent",
 ]
 logger = logging.getLogger(__name__)
 

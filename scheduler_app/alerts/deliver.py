@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.mail import send_mail
@@ -41,6 +42,8 @@ logger = logging.getLogger(__name__)
 DELIVERIES_PER_CHECK = 20
 DELIVERY_ATTEMPTS = 5
 DELIVERY_LEASE = timedelta(seconds=60)
+# A delivery_log entry of an alert whose rule has no webhook and no e-mail address.
+NO_CHANNEL = "none"
 
 
 class Deliverer(threading.Thread):
@@ -145,13 +148,47 @@ def lease() -> timedelta:
 
 
 def delivery_status(alert: Alert) -> str:
-    """delivered, suppressed (over its tenant's budget: never sent; the reason is in its
-    delivery_log), pending (to be tried, or being tried) or failed (gave up)."""
+    """delivered, no_channel (its rule had no webhook and no e-mail: sent nowhere),
+    suppressed (over its tenant's budget: never sent; the reason is in its delivery_log),
+    pending (to be tried, or being tried) or failed (gave up)."""
     if alert.delivered_at is not None:
         return "delivered"
     if alert.next_delivery_at is None:
-        return "suppressed"
+        return "no_channel" if had_no_channel(alert) else "suppressed"
     return "failed" if alert.delivery_attempts >= DELIVERY_ATTEMPTS else "pending"
+
+
+def had_no_channel(alert: Alert) -> bool:
+    """Whether the alert's last delivery found no channel on its rule (no_channel_entry())."""
+    log = alert.delivery_log or []
+    return bool(log) and log[-1].get("channel") == NO_CHANNEL
+
+
+def no_channel_entry(now: datetime) -> dict:
+    """The delivery_log entry of an alert whose rule had neither a webhook nor an e-mail
+    address: nothing sent, and nothing to retry (delivered_at and next_delivery_at stay NULL)."""
+    return {"channel": NO_CHANNEL, "at": now.isoformat(), "error": None, "note": "no channel"}
+
+
+def where_sent(alert: Alert) -> str:
+    """Where the alert's last attempt went: 'webhook HOST', 'N e-mails', both, or 'no channel'
+    ('' when it was never tried)."""
+    log = alert.delivery_log or []
+    if not log:
+        return ""
+    if log[-1].get("channel") == NO_CHANNEL:
+        return "no channel"
+    last_at = log[-1].get("at")
+    parts = []
+    for entry in log:
+        if entry.get("at") != last_at or entry.get("suppressed"):
+            continue
+        if entry.get("channel") == "webhook":
+            parts.append(f"webhook {entry['host']}" if entry.get("host") else "webhook")
+        elif entry.get("channel") == "email":
+            count = int(entry.get("recipients") or 0)
+            parts.append(f"{count} e-mail" + ("" if count == 1 else "s") if count else "e-mail")
+    return ", ".join(parts)
 
 
 def fair_pending(
@@ -212,7 +249,8 @@ def deliver(alert_id: int, now: datetime) -> bool:
     """Claim the alert (compare-and-set on delivering_until), send it on every channel of its
     rule, and record the outcome. False: another beat has it, or a channel failed. An e-mail
     over the tenant's hourly budget is not sent (logged as suppressed); an alert whose only
-    channel that was is recorded as suppressed (no next attempt)."""
+    channel that was is recorded as suppressed (no next attempt); one whose rule has neither a
+    webhook nor an e-mail address as sent nowhere (no_channel_entry(), never delivered)."""
     claimed = (
         Alert.objects.filter(id=alert_id, delivered_at__isnull=True, next_delivery_at__isnull=False)
         .filter(Q(delivering_until__isnull=True) | Q(delivering_until__lt=now))
@@ -224,12 +262,22 @@ def deliver(alert_id: int, now: datetime) -> bool:
     rule = alert.rule
     log: list[dict[str, object]]
     log, ok, sent = [], True, False
-    if rule is not None and rule.webhook_url:
+    if rule is None or not (rule.webhook_url or rule.emails):
+        # Nowhere to send it: recorded as such, never as delivered, and not retried.
+        Alert.objects.filter(id=alert_id).update(
+            delivery_attempts=alert.delivery_attempts + 1,
+            delivering_until=None,
+            next_delivery_at=None,
+            delivery_log=[*alert.delivery_log, no_channel_entry(now)][-20:],
+        )
+        return False
+    if rule.webhook_url:
         error = send_webhook(alert, rule.webhook_url, now)
-        log.append({"channel": "webhook", "at": now.isoformat(), "error": error})
+        host = urlsplit(rule.webhook_url).hostname or ""
+        log.append({"channel": "webhook", "at": now.isoformat(), "error": error, "host": host})
         ok &= error is None
         sent = True
-    if rule is not None and rule.emails:
+    if rule.emails:
         over = email_budget_exceeded(alert.tenant_id, now, len(rule.emails))
         if over:
             log.append(suppressed_entry("email", now, over))

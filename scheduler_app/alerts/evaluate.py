@@ -95,9 +95,12 @@ def evaluate_rule(rule: AlertRule, now: datetime) -> int:
                     AlertKind.NO_SUCCESS,
                     f"since:{silent_since.isoformat()}",
                     None,
-                    f"{job}: no successful run for {describe(now - silent_since)} "
-                    f"(expected one every {describe(timedelta(seconds=rule.no_success_seconds))} "
-                    f"+ {describe(timedelta(seconds=rule.grace_seconds))} grace)",
+                    compose(
+                        f"no successful run for {describe(now - silent_since)} "
+                        f"(expected one every {describe(timedelta(seconds=rule.no_success_seconds))} "
+                        f"+ {describe(timedelta(seconds=rule.grace_seconds))} grace)",
+                        f"job {job}",
+                    ),
                     {"last_success_at": rule.last_success_at.isoformat() if rule.last_success_at else None},
                 )
             )
@@ -124,8 +127,10 @@ def run_findings(rule: AlertRule, run: JobRun, since: datetime, until: datetime)
                 AlertKind.FAILED,
                 subject,
                 run.id,
-                f"{job}: run {run.id} ({run.scheduled_at:%Y-%m-%d %H:%M:%S}Z) ended {run.state} on attempt "
-                f"{run.attempt}: {run.error[:300]}",
+                compose(
+                    f"{run.state} on attempt {run.attempt}: {run.error[:300]}",
+                    f"run {run.id} ({run.scheduled_at:%Y-%m-%d %H:%M:%S}Z) of {job}",
+                ),
                 {"state": run.state, "error": run.error[:2000]},
             )
         )
@@ -139,7 +144,7 @@ def run_findings(rule: AlertRule, run: JobRun, since: datetime, until: datetime)
                     AlertKind.START_LAG,
                     subject,
                     run.id,
-                    f"{job}: run {run.id} started {shown} after its fire time (more than {limit})",
+                    compose(f"started {shown} after its fire time (more than {limit})", f"run {run.id} of {job}"),
                     {"start_lag_seconds": lag},
                 )
             )
@@ -152,7 +157,7 @@ def run_findings(rule: AlertRule, run: JobRun, since: datetime, until: datetime)
                     AlertKind.TOO_LONG,
                     subject,
                     run.id,
-                    f"{job}: run {run.id} took {shown} (more than {limit})",
+                    compose(f"took {shown} (more than {limit})", f"run {run.id} of {job}"),
                     {"duration_seconds": took},
                 )
             )
@@ -167,7 +172,7 @@ def run_findings(rule: AlertRule, run: JobRun, since: datetime, until: datetime)
                     AlertKind.TOO_SHORT,
                     subject,
                     run.id,
-                    f"{job}: run {run.id} took only {shown} (less than {limit})",
+                    compose(f"took only {shown} (less than {limit})", f"run {run.id} of {job}"),
                     {"duration_seconds": took},
                 )
             )
@@ -187,7 +192,7 @@ def auto_pause_findings(rule: AlertRule) -> list[tuple]:
             AUTO_PAUSED,
             f"at:{job.auto_paused_at.isoformat()}",
             None,
-            f"{job}: {job.paused_note}",
+            compose(job.paused_note, f"job {job}"),
             {
                 "auto_paused_at": job.auto_paused_at.isoformat(),
                 "consecutive_failures": job.consecutive_failures,
@@ -196,6 +201,24 @@ def auto_pause_findings(rule: AlertRule) -> list[tuple]:
             },
         )
     ]
+
+
+# An alert's message is its reason, then what it is about: "<reason> — <run, job>". The reason
+# comes first so that a list cutting the message short still shows it (split_message()).
+CONTEXT_MARK = " — "
+
+
+def compose(reason: str, context: str) -> str:
+    """An alert's message: the reason, whole, then the context (cut at the column's 1000)."""
+    reason = " ".join(reason.split()) or "(no reason given)"
+    return f"{reason}{CONTEXT_MARK}{context}"
+
+
+def split_message(message: str) -> tuple[str, str]:
+    """(reason, context) of a message compose() built; ("", message) for one recorded before
+    messages led with their reason (those read "<tenant>/<job>: ...")."""
+    reason, mark, context = message.partition(CONTEXT_MARK)
+    return (reason, context) if mark else ("", message)
 
 
 def record_alert(

@@ -205,11 +205,14 @@ class JobAlertRuleView(TenantScopedMixin, GenericAPIView):
 
 class DeliverySerializer(serializers.Serializer):
     status = serializers.ChoiceField(
-        choices=["delivered", "pending", "failed", "suppressed"],
+        choices=["delivered", "pending", "failed", "suppressed", "no_channel"],
         help_text="pending: to be tried again; failed: gave up after "
         f"{alerts.DELIVERY_ATTEMPTS} attempts; suppressed: not sent, over "
         "the tenant's hourly alert or e-mail budget (the reason in "
-        "last_error)",
+        "last_error); no_channel: sent nowhere, its rule has no webhook and no e-mail",
+    )
+    sent_to = serializers.CharField(
+        help_text="Where the last attempt went: 'webhook HOST', 'N e-mails', both, 'no channel', or ''"
     )
     delivered_at = serializers.DateTimeField(allow_null=True)
     attempts = serializers.IntegerField()
@@ -272,6 +275,7 @@ def delivery_of(alert: Alert) -> dict:
     last = (alert.delivery_log or [{}])[-1].get("error")
     return {
         "status": alerts.delivery_status(alert),
+        "sent_to": alerts.where_sent(alert),
         "delivered_at": alert.delivered_at,
         "attempts": alert.delivery_attempts,
         "next_attempt_at": alert.next_delivery_at,

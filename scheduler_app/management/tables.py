@@ -52,6 +52,18 @@ def shorten(text: str | None, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def shorten_message(message: str, width: int = 60) -> str:
+    """An alert's message on one line, cut to `width` characters but never before the end of
+    its reason (alerts.split_message): only the context after it is cut."""
+    reason, context = alerts.split_message(" ".join(_printable(message or "").split()))
+    if not reason:
+        return shorten(context, width)
+    room = width - len(reason) - 3
+    if len(reason) + 3 + len(context) <= width:
+        return f"{reason} — {context}"
+    return f"{reason} — {shorten(context, room)}" if room >= 8 else f"{reason} …"
+
+
 def utc_text(value: datetime | None) -> str:
     if value is None:
         return EMPTY
@@ -81,11 +93,15 @@ def plural(count: int, noun: str, nouns: str | None = None) -> str:
 
 
 def delivery_text(alert, at: Callable[[datetime], str], *, delivered: str | None = None) -> str:
-    """An alert's delivery: when it was delivered (or `delivered`, the word), not sent yet,
+    """An alert's delivery: when it was delivered (or `delivered`, the word) and where to,
+    sent nowhere (no channel), not sent yet,
     failing and retrying, or given up; with the number of attempts and the last error a
     channel answered. `at` writes a time (the admin's or the commands' format)."""
     if alert.delivered_at:
-        return delivered or at(alert.delivered_at)
+        where = alerts.where_sent(alert)
+        return (delivered or at(alert.delivered_at)) + (f" to {where}" if where else "")
+    if alerts.delivery_status(alert) == "no_channel":
+        return "not sent: no channel (its rule has no webhook and no e-mail)"
     errors = [entry.get("error") for entry in alert.delivery_log or [] if entry.get("error")]
     last = f"; last error: {shorten(str(errors[-1]), 200)}" if errors else ""
     tries = plural(alert.delivery_attempts, "attempt")

@@ -24,7 +24,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from scheduler_app import alerts, services
 from scheduler_app.management import tables
 from scheduler_app.management.commands.jobs import JOB_HELP, check_range, find_job
-from scheduler_app.management.tables import OneLineErrors, cell, format_table, shorten, utc_text
+from scheduler_app.management.tables import OneLineErrors, cell, format_table, shorten_message, utc_text
 from scheduler_app.models import Alert, AlertKind, AlertRule, Job
 
 MAX_LIMIT = 1000
@@ -252,7 +252,7 @@ def alerts_table(found: list[Alert], *, with_job: bool) -> str:
             alert.run_id,
             alert.suppressed,
             delivery_text(alert),
-            shorten(alert.message, 70),
+            shorten_message(alert.message, 70),
         )
         for alert in found
     ]

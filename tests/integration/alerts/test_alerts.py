@@ -38,7 +38,7 @@ def test_a_failed_run_raises_one_alert_and_the_next_check_none(job):
     assert alerts.evaluate_due_rules(now + timedelta(seconds=30)) == 0
 
     alert = Alert.objects.get()
-    assert alert.kind == AlertKind.FAILED and "ended dead" in alert.message and "RuntimeError: down" in alert.message
+    assert alert.kind == AlertKind.FAILED and alert.message.startswith("dead on attempt 1: RuntimeError: down — run ")
 
 
 def test_lag_and_duration_rules(job):

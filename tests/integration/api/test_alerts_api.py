@@ -221,6 +221,7 @@ def test_alerts_are_listed_newest_first_with_their_job_run_and_delivery(api, job
         "attempts": alerts.DELIVERY_ATTEMPTS,
         "next_attempt_at": None,
         "last_error": "http 500",
+        "sent_to": "webhook",
     }
 
 

@@ -195,7 +195,7 @@ def test_an_auto_pause_raises_one_alert_on_the_jobs_rule_each_time(make_job):
 
     alert = Alert.objects.get()
     assert alert.kind == alerts.AUTO_PAUSED and alert.next_delivery_at is not None
-    assert alert.message == f"{job}: {job.paused_note}" and alert.detail["consecutive_failures"] == 2
+    assert alert.message == f"{job.paused_note} — job {job}" and alert.detail["consecutive_failures"] == 2
 
     # Resumed, it pauses itself again: a second alert, not held back by the cool-down.
     services.job_resume(job)
