@@ -25,7 +25,7 @@ from scheduler_app.admin import chains, charts
 from scheduler_app.admin.common import actor, duration_text, when
 from scheduler_app.ledger.lags import run_start_lag
 from scheduler_app.management.tables import shorten
-from scheduler_app.models import Alert, AlertRule, Job, JobRun, db_now
+from scheduler_app.models import Alert, AlertRule, Job, JobRun, TargetKind, db_now
 
 RECENT_RUNS = 20
 TIMELINE = timedelta(hours=24)
@@ -139,6 +139,8 @@ def console_context(job: Job, *, can_operate: bool) -> dict:
         "cf_timeline": fire_timeline(job, now),
         "cf_last_failed": last_failed_run(job),
         "cf_can_operate": can_operate,
+        # A monitored job runs elsewhere: no trigger, replay or backfill (services refuse them).
+        "cf_monitored": job.target_kind == TargetKind.MONITOR,
         "cf_now": when(now),
         "cf_backfill_start": timezone.localtime(now - timedelta(hours=3)).strftime("%Y-%m-%d %H:%M:%S"),
         "cf_backfill_end": timezone.localtime(now).strftime("%Y-%m-%d %H:%M:%S"),

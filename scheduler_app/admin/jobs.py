@@ -815,8 +815,11 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
 
     @admin.action(description="Trigger selected jobs now", permissions=["operate"])
     def trigger_jobs(self, request, queryset):
-        runs = []
+        runs, monitored = [], []
         for job in self._selected(request, queryset):
+            if job.target_kind == TargetKind.MONITOR:  # runs elsewhere: services refuse a trigger
+                monitored.append(f"{job.tenant.slug}/{job.name}")
+                continue
             run, error = services.job_trigger_reporting(job, actor=actor(request))
             runs.append(run.pk)
             if error is not None:
@@ -828,6 +831,12 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
                 )
         if runs:
             self.message_user(request, f"Triggered {len(runs)} job(s): run(s) {', '.join(map(str, runs))}.")
+        if monitored:
+            self.message_user(
+                request,
+                f"Not triggered: {', '.join(monitored)}: a monitored job runs elsewhere and checks in.",
+                messages.WARNING,
+            )
 
 
 def last_run_state() -> Subquery:

@@ -34,7 +34,7 @@ from scheduler_app.admin import chains
 from scheduler_app.admin.common import ReadOnlyAdmin, actor, duration_text, state_badge, when
 from scheduler_app.ledger.lags import dispatch_lag, run_start_lag
 from scheduler_app.management.tables import shorten
-from scheduler_app.models import AuditEvent, Job, JobRun
+from scheduler_app.models import AuditEvent, Job, JobRun, TargetKind
 from scheduler_app.observability.errors import answers_server_errors
 
 LEDGER_COUNT_CAP = 10_000
@@ -371,7 +371,10 @@ class JobRunAdmin(ReadOnlyAdmin):
     def change_view(self, request, object_id, form_url="", extra_context=None):
         run = self.get_object(request, object_id)
         extra = {
-            "can_replay": run is not None and run.state in services.REPLAYABLE and self.has_operate_permission(request),
+            "can_replay": run is not None
+            and run.state in services.REPLAYABLE
+            and run.job.target_kind != TargetKind.MONITOR  # it runs elsewhere: services refuse a replay
+            and self.has_operate_permission(request),
             "subtitle": f"Run {run.pk} of {run.job} at {when(run.scheduled_at)}" if run else None,
             # The breadcrumb after the job's tenant/job link (str(run) says "job 12").
             "cf_run_label": f"run {run.pk} at {when(run.scheduled_at)}" if run else "",
@@ -387,7 +390,7 @@ class JobRunAdmin(ReadOnlyAdmin):
         try:
             run = services.run_replay(run, actor=actor(request))
         except services.InvalidInput as exc:
-            self.message_user(request, f"Not replayed: {exc.message}", messages.ERROR)
+            self.message_user(request, f"Not replayed: {exc.field}: {exc.message}", messages.ERROR)
         else:
             self.message_user(request, f"Run {run.pk} is queued again as attempt {run.attempt}.")
         return HttpResponseRedirect(reverse("admin:scheduler_app_jobrun_change", args=[run.pk]))

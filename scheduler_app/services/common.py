@@ -9,7 +9,7 @@ from datetime import datetime
 from scheduler_app.dispatch import run_times, tenant_budget
 from scheduler_app.dispatch.quotas import manual_admission
 from scheduler_app.dispatch.waker import wake_beats
-from scheduler_app.models import RunState
+from scheduler_app.models import RunState, TargetKind
 from scheduler_app.validation import InvalidInput
 
 
@@ -23,6 +23,17 @@ def check_int(field: str, value, low: int, high: int) -> int:
     if not low <= value <= high:
         raise InvalidInput(field, f"must be between {low} and {high}")
     return value
+
+
+def refuse_monitored(job, action: str) -> None:
+    """InvalidInput naming `target` when `job` is monitored: it runs elsewhere and checks in
+    (docs/check-ins.md), so a run Cronfleet recorded for it (trigger, replay, backfill) would
+    only end failed. `action` is what was asked ('triggered', 'replayed', 'backfilled')."""
+    if job.target_kind == TargetKind.MONITOR:
+        raise InvalidInput(
+            "target",
+            f"a monitored job runs elsewhere and checks in; it cannot be {action} here (its runs come from its pings)",
+        )
 
 
 def admitted(tenant_id: int, now: datetime, count: int) -> tuple[int, str]:

@@ -15,7 +15,7 @@ from scheduler_app.models import AuditEvent, Job, JobRun, Tenant, Trigger, db_no
 from scheduler_app.models.lifecycle import audit_job, record_skipped, skip_due_fires
 from scheduler_app.services import chains, flexible
 from scheduler_app.services.checkins import ensure_monitor
-from scheduler_app.services.common import admission_fields, admitted_manual
+from scheduler_app.services.common import admission_fields, admitted_manual, refuse_monitored
 from scheduler_app.services.jobspec import JobSpec, check_job_quota, validate_spec
 from scheduler_app.validation import InvalidInput, check_line, check_name
 
@@ -100,7 +100,8 @@ def job_resume(job: Job, *, actor: str = "") -> Job:
 def job_trigger(job: Job, *, actor: str = "") -> JobRun:
     """Record a manual run at the database's now and publish it after commit, or hold it as
     pending while the tenant is over its manual budget or dispatch quota (the beat queues it
-    in turn: its state goes pending, then queued)."""
+    in turn: its state goes pending, then queued). A monitored job is refused (InvalidInput)."""
+    refuse_monitored(job, "triggered")
     now = db_now()
     with transaction.atomic():
         go, reason = admitted_manual(job.tenant_id, now, 1)

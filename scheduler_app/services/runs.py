@@ -10,7 +10,7 @@ from scheduler_app import schedules
 from scheduler_app.dispatch.publish import RunMessage, publish_runs
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Trigger, db_now
 from scheduler_app.models.lifecycle import audit_job
-from scheduler_app.services.common import admission_fields, admitted, admitted_manual
+from scheduler_app.services.common import admission_fields, admitted, admitted_manual, refuse_monitored
 from scheduler_app.validation import InvalidInput
 
 MAX_BACKFILL = 1000
@@ -23,7 +23,8 @@ def job_backfill(job: Job, *, start: datetime, end: datetime, dry_run: bool, act
     """Record runs for the job's fire times in [start, end] that have none yet, and publish
     those within the tenant's manual budget (the rest wait as pending and the beat releases
     them as the tenant's manual runs finish); with dry_run, only say which. The range must
-    lie in the past."""
+    lie in the past. A monitored job is refused (InvalidInput naming `target`)."""
+    refuse_monitored(job, "backfilled")
     now = db_now()
     for field, value in (("start", start), ("end", end)):
         if not isinstance(value, datetime) or value.tzinfo is None:
@@ -90,11 +91,13 @@ REPLAYABLE = (RunState.FAILED, RunState.DEAD)
 def run_replay(run: JobRun, *, actor: str = "") -> JobRun:
     """Queue a failed or dead run again as its next attempt (same fire, same fire key).
 
-    The outcome it replaces stays in the audit trail.
+    The outcome it replaces stays in the audit trail. A monitored job's run is refused
+    (InvalidInput naming `target`): it runs elsewhere.
     """
     now = db_now()
     with transaction.atomic():
         locked = JobRun.objects.select_for_update().select_related("job").get(id=run.id)
+        refuse_monitored(locked.job, "replayed")
         if locked.state not in REPLAYABLE:
             raise InvalidInput("state", f"only failed or dead runs can be replayed; this one is {locked.state}")
         attempt = locked.attempt + 1
