@@ -143,6 +143,20 @@ def app_modules() -> list[tuple[str, dict]]:
     return found
 
 
+def check_something_declared(path: str | Path | None = None) -> None:
+    """InvalidInput naming `file` when there is nowhere to read declarations from: no `path`,
+    no CRONFLEET_SCHEDULES_FILE and no app with a `schedules.py` declaring SCHEDULES. A plan
+    of nothing would read "No changes" and an apply would do nothing, whatever the database
+    holds: a missing setting must not look like a clean plan. (An empty file is a declaration:
+    of no jobs.)"""
+    if not (path or app_settings.SCHEDULES_FILE) and not app_modules():
+        raise InvalidInput(
+            "file",
+            "nothing declared: give --file or set CRONFLEET_SCHEDULES_FILE "
+            "(or declare SCHEDULES in an app's schedules.py)",
+        )
+
+
 def read_all(path: str | Path | None = None) -> Declarations:
     """The declarations of `path` (else CRONFLEET_SCHEDULES_FILE, when set) and of the apps'
     `schedules.py` modules, checked for duplicates."""

@@ -3,7 +3,8 @@ schedules.py) kept in step with the database. The work is scheduler_app.services
 this command parses the options and prints the plan.
 
 Exit codes (as `terraform plan -detailed-exitcode`, with drift apart):
-0 nothing to do; 1 an error (bad declarations, a refused apply: nothing written);
+0 nothing to do; 1 an error (bad declarations, nothing declared at all, a refused apply:
+nothing written);
 2 plan: changes to apply; 3 plan: drift, a managed job edited outside its declaration.
 """
 
@@ -55,6 +56,7 @@ class Command(OneLineErrors, BaseCommand):
 
     def handle(self, *args, action: str, owner: str | None, file: str | None, prune: str, **options) -> None:
         try:
+            declared.check_something_declared(file)
             found = declared.read_all(file)
             if action == "plan":
                 plan = declared.make_plan(found, owner=owner, prune=prune)

@@ -441,3 +441,28 @@ def test_import_beat_to_file_round_trips_through_plan_and_apply(acme, tmp_path):
     assert run("plan", "--file", path)[0] == 0
     with pytest.raises(CommandError, match="exists already"):
         call_command("import_beat", "--tenant", "acme", "--to-file", path, stdout=io.StringIO())
+
+
+@pytest.mark.parametrize("action", ["plan", "apply"])
+def test_nothing_declared_is_an_error_naming_the_file_not_a_clean_plan(db, settings, action):
+    settings.CRONFLEET_SCHEDULES_FILE = ""
+    tenant = services.tenant_create(slug="acme", name="Acme")
+    services.job_create(tenant, services.JobSpec(name="kept", task_name="scheduler_app.echo", every=60))
+
+    code, out = run(action)
+
+    assert code == 1
+    assert out == (
+        f"schedules {action}: file: nothing declared: give --file or set CRONFLEET_SCHEDULES_FILE "
+        "(or declare SCHEDULES in an app's schedules.py)"
+    )
+    assert Job.objects.filter(name="kept", enabled=True).exists()
+
+
+def test_an_empty_file_is_still_a_declaration_of_no_jobs(db, tmp_path):
+    path = tmp_path / "empty.toml"
+    path.write_text("")
+
+    code, out = run("plan", "--file", str(path))
+
+    assert code == 0 and "No changes: 0 jobs up to date." in out, out
