@@ -363,6 +363,9 @@ CRONFLEET_QUEUE_HIGH_WATER = env_int("CRONFLEET_QUEUE_HIGH_WATER", 5000, minimum
 # at once; the rest wait as pending and the beat releases them as they finish, so one
 # tenant's backfill cannot bury the other tenants' fires (docs/fairness.md).
 CRONFLEET_MANUAL_RUNS_IN_FLIGHT = env_int("CRONFLEET_MANUAL_RUNS_IN_FLIGHT", 100, minimum=1)
+# Manual runs (triggers, replays, backfilled fires) one tenant may record per hour; more are
+# refused (403 in the API) and nothing is recorded. 0: unbounded.
+CRONFLEET_MANUAL_RUNS_PER_HOUR = env_int("CRONFLEET_MANUAL_RUNS_PER_HOUR", 1000, minimum=0)
 # Batched runs (Job.batch, or every job of a queue in CRONFLEET_BATCH_QUEUES): the beat puts
 # up to this many runs of one queue and target kind in one message.
 CRONFLEET_RUN_BATCH_SIZE = env_int("CRONFLEET_RUN_BATCH_SIZE", 100, minimum=1)

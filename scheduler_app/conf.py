@@ -80,6 +80,7 @@ DEFAULTS: dict[str, Any] = {
     "UNCONSUMED_EXPIRE_SECONDS": 3600,
     "QUEUE_HIGH_WATER": 5000,
     "MANUAL_RUNS_IN_FLIGHT": 100,
+    "MANUAL_RUNS_PER_HOUR": 1000,
     "RUN_BATCH_SIZE": 100,
     "BATCH_QUEUES": [],
     "BATCH_MAX_TIMEOUT_SECONDS": 60,
@@ -145,6 +146,7 @@ MINIMUMS = {
     "PING_REQUESTS_PER_MINUTE": 1,
     "PING_UNKNOWN_PER_MINUTE": 1,
     "PING_OWN_RUNS_PER_HOUR": 0,  # 0: pings only close fires, they record no run of their own
+    "MANUAL_RUNS_PER_HOUR": 0,  # 0: unbounded
 }
 
 

@@ -4,12 +4,13 @@ models/lifecycle.py's audit_job; waking the beats dispatch/waker.py's wake_beats
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from scheduler_app.conf import app_settings
 from scheduler_app.dispatch import run_times, tenant_budget
-from scheduler_app.dispatch.quotas import manual_admission
+from scheduler_app.dispatch.quotas import lock_tenants, manual_admission
 from scheduler_app.dispatch.waker import wake_beats
-from scheduler_app.models import RunState, TargetKind
+from scheduler_app.models import AuditEvent, RunState, TargetKind, Tenant
 from scheduler_app.validation import InvalidInput
 
 
@@ -55,6 +56,38 @@ def admitted_manual(tenant_id: int, now: datetime, count: int) -> tuple[int, str
     if go < count:
         wake_beats()
     return go, reason
+
+
+MANUAL_RUN_WINDOW = timedelta(hours=1)
+# The audit rows that record manual runs: one run each, or a backfill's `created` runs.
+MANUAL_RUN_ACTIONS = ("job.triggered", "run.replayed", "job.backfilled")
+
+
+def check_manual_runs_per_hour(tenant_id: int, now: datetime, count: int) -> None:
+    """Refuse `count` more manual runs (triggers, replays, backfilled fires) when the tenant
+    recorded CRONFLEET_MANUAL_RUNS_PER_HOUR of them in the hour before `now` (0: no bound).
+
+    Counted from the audit trail (audit_tenant_recent_idx), not the ledger: a replay writes
+    no new run, a backfill's runs carry past fire times, and deleting a job deletes its runs
+    but keeps its audit rows, so deleting and recreating a job does not reset the count.
+    Locks the tenant's row: call it inside the transaction that records the runs.
+    """
+    limit = app_settings.MANUAL_RUNS_PER_HOUR
+    if not limit:
+        return
+    lock_tenants([tenant_id])
+    recorded = AuditEvent.objects.filter(
+        tenant_id=tenant_id, created_at__gt=now - MANUAL_RUN_WINDOW, action__in=MANUAL_RUN_ACTIONS
+    ).values_list("action", "detail__created")
+    used = sum(int(created or 0) if action == "job.backfilled" else 1 for action, created in recorded)
+    if used + count > limit:
+        slug = Tenant.objects.filter(id=tenant_id).values_list("slug", flat=True).first()
+        raise QuotaExceeded(
+            "tenant",
+            f"tenant {slug!r} recorded {used} manual runs (triggers, replays, backfilled fires) in the "
+            f"last hour; {count} more would pass its bound of {limit} per hour "
+            "(CRONFLEET_MANUAL_RUNS_PER_HOUR); nothing was recorded",
+        )
 
 
 def admission_fields(go: int, reason: str, now: datetime) -> dict:

@@ -15,7 +15,12 @@ from scheduler_app.models import AuditEvent, Job, JobRun, Tenant, Trigger, db_no
 from scheduler_app.models.lifecycle import audit_job, record_skipped, skip_due_fires
 from scheduler_app.services import chains, flexible
 from scheduler_app.services.checkins import ensure_monitor
-from scheduler_app.services.common import admission_fields, admitted_manual, refuse_monitored
+from scheduler_app.services.common import (
+    admission_fields,
+    admitted_manual,
+    check_manual_runs_per_hour,
+    refuse_monitored,
+)
 from scheduler_app.services.jobspec import JobSpec, check_job_quota, validate_spec
 from scheduler_app.validation import InvalidInput, check_line, check_name
 
@@ -104,6 +109,7 @@ def job_trigger(job: Job, *, actor: str = "") -> JobRun:
     refuse_monitored(job, "triggered")
     now = db_now()
     with transaction.atomic():
+        check_manual_runs_per_hour(job.tenant_id, now, 1)
         go, reason = admitted_manual(job.tenant_id, now, 1)
         run = JobRun.objects.create(
             job=job,

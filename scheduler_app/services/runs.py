@@ -10,7 +10,13 @@ from scheduler_app import schedules
 from scheduler_app.dispatch.publish import RunMessage, publish_runs
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Trigger, db_now
 from scheduler_app.models.lifecycle import audit_job
-from scheduler_app.services.common import admission_fields, admitted, admitted_manual, refuse_monitored
+from scheduler_app.services.common import (
+    admission_fields,
+    admitted,
+    admitted_manual,
+    check_manual_runs_per_hour,
+    refuse_monitored,
+)
 from scheduler_app.validation import InvalidInput
 
 MAX_BACKFILL = 1000
@@ -49,6 +55,7 @@ def job_backfill(job: Job, *, start: datetime, end: datetime, dry_run: bool, act
         missing = [at for at in fires if at not in existing]
         created, held = [], 0
         if not dry_run and missing:
+            check_manual_runs_per_hour(job.tenant_id, now, len(missing))
             go, reason = admitted_manual(job.tenant_id, now, len(missing))
             created = JobRun.objects.bulk_create(
                 JobRun(
@@ -100,6 +107,7 @@ def run_replay(run: JobRun, *, actor: str = "") -> JobRun:
         refuse_monitored(locked.job, "replayed")
         if locked.state not in REPLAYABLE:
             raise InvalidInput("state", f"only failed or dead runs can be replayed; this one is {locked.state}")
+        check_manual_runs_per_hour(locked.tenant_id, now, 1)
         attempt = locked.attempt + 1
         go, reason = admitted(locked.tenant_id, now, 1)
         JobRun.objects.filter(id=run.id).update(

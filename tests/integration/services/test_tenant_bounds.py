@@ -1,0 +1,107 @@
+"""Bounds a tenant meets with no quota of its own (issue 40 item 6): manual runs per hour
+(CRONFLEET_MANUAL_RUNS_PER_HOUR), through the services and the API."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from rest_framework.test import APIClient
+
+from scheduler_app import services
+from scheduler_app.conf import app_settings
+from scheduler_app.models import AuditEvent, JobRun, RunState, Tenant, db_now
+
+
+def client_for(tenant: Tenant) -> APIClient:
+    _, raw = services.apikey_create(tenant=tenant, name="test key")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    return client
+
+
+def backfill(job, fires: int):
+    """Backfill the `fires` latest past fires of an every-second job."""
+    end = db_now().replace(microsecond=0) - timedelta(seconds=1)
+    return services.job_backfill(job, start=end - timedelta(seconds=fires - 1), end=end, dry_run=False)
+
+
+@pytest.fixture
+def every_second(make_job):
+    return make_job(cron="", every_seconds=1)
+
+
+def test_manual_runs_per_hour_has_a_default_bound():
+    assert app_settings.MANUAL_RUNS_PER_HOUR == 1000
+
+
+def test_a_backfill_past_the_hourly_bound_is_refused_whole(db, settings, every_second):
+    settings.CRONFLEET_MANUAL_RUNS_PER_HOUR = 10
+    backfill(every_second, 8)
+
+    with pytest.raises(services.QuotaExceeded) as refused:
+        backfill(every_second, 20)  # 12 missing fires: 8 + 12 > 10
+
+    assert refused.value.field == "tenant"
+    assert "CRONFLEET_MANUAL_RUNS_PER_HOUR" in refused.value.message
+    assert "recorded 8 manual runs" in refused.value.message
+    assert JobRun.objects.filter(job=every_second).count() == 8  # nothing of the refused one
+    backfill(every_second, 10)  # two missing fires still fit
+
+
+def test_triggers_and_replays_count_against_the_bound(db, settings, every_second):
+    settings.CRONFLEET_MANUAL_RUNS_PER_HOUR = 3
+    first = services.job_trigger(every_second)
+    services.job_trigger(every_second)
+    JobRun.objects.filter(id=first.id).update(state=RunState.FAILED)
+    services.run_replay(first)
+
+    with pytest.raises(services.QuotaExceeded):
+        services.job_trigger(every_second)
+    JobRun.objects.filter(id=first.id).update(state=RunState.DEAD)
+    with pytest.raises(services.QuotaExceeded):
+        services.run_replay(first)
+
+    assert JobRun.objects.filter(job=every_second).count() == 2
+    assert JobRun.objects.get(id=first.id).state == RunState.DEAD  # the refused replay changed nothing
+
+
+def test_only_the_last_hour_counts_and_deleting_the_job_resets_nothing(db, settings, tenant, make_job):
+    settings.CRONFLEET_MANUAL_RUNS_PER_HOUR = 2
+    job = make_job(cron="", every_seconds=1)
+    services.job_trigger(job)
+    services.job_trigger(job)
+    job.delete()  # its runs go; the audit rows that counted them stay
+    again = make_job(cron="", every_seconds=1)
+
+    with pytest.raises(services.QuotaExceeded):
+        services.job_trigger(again)
+    AuditEvent.objects.filter(tenant=tenant).update(created_at=db_now() - timedelta(minutes=61))
+    services.job_trigger(again)
+
+
+def test_other_tenants_and_zero_are_unbounded(db, settings, make_job, every_second):
+    settings.CRONFLEET_MANUAL_RUNS_PER_HOUR = 1
+    services.job_trigger(every_second)
+    other = make_job(tenant=Tenant.objects.create(slug="other", name="other"), cron="", every_seconds=1)
+    services.job_trigger(other)
+
+    settings.CRONFLEET_MANUAL_RUNS_PER_HOUR = 0
+    backfill(every_second, 50)
+
+
+def test_the_api_answers_403_naming_the_setting(db, settings, tenant, every_second):
+    settings.CRONFLEET_MANUAL_RUNS_PER_HOUR = 1
+    api = client_for(tenant)
+    assert api.post(f"/api/v1/jobs/{every_second.id}/trigger/").status_code == 201
+
+    refused = api.post(f"/api/v1/jobs/{every_second.id}/trigger/")
+    end = db_now().replace(microsecond=0) - timedelta(seconds=1)
+    body = {"start": (end - timedelta(seconds=4)).isoformat(), "end": end.isoformat(), "dry_run": False}
+    refused_backfill = api.post(f"/api/v1/jobs/{every_second.id}/backfill/", body, format="json")
+
+    assert refused.status_code == 403, refused.json()
+    [error] = refused.json()["errors"]
+    assert error["field"] == "tenant" and "CRONFLEET_MANUAL_RUNS_PER_HOUR" in error["message"]
+    assert refused_backfill.status_code == 403, refused_backfill.json()
+    assert JobRun.objects.filter(job=every_second).count() == 1
