@@ -531,7 +531,8 @@ class SchedulePreviewView(JobScopedMixin, GenericAPIView):
         )
         placement = None
         if spec.flex_window:  # where a job with this window would be placed now (nothing is saved)
-            spec, flex = services.spec_placed(self.tenant, spec, db_now())
+            # A tenant's queue-scoped preview counts its own jobs only; staff see the whole queue.
+            spec, flex = services.spec_placed(self.tenant, spec, db_now(), across_tenants=is_staff_caller(request))
             placement = flex["flex_note"]
         schedule = services.spec_schedule(self.tenant, spec)
         fires = services.schedule_preview(schedule, count=data["count"])

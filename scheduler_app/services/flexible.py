@@ -54,11 +54,14 @@ def check_scope(value) -> str:
     return value
 
 
-def scope_jobs(tenant_id: int, queue: str, scope: str) -> QuerySet:
+def scope_jobs(tenant_id: int, queue: str, scope: str, *, own_only: bool = False) -> QuerySet:
     """The enabled jobs with a schedule of their own whose fires a placement in `scope` avoids:
-    the tenant's, or every tenant's on the same Celery queue."""
+    the tenant's, or every tenant's on the same Celery queue (own_only: the tenant's there)."""
     jobs = Job.objects.filter(enabled=True, after_job__isnull=True)
-    return jobs.filter(queue=queue) if scope == "queue" else jobs.filter(tenant_id=tenant_id)
+    if scope == "queue":
+        jobs = jobs.filter(queue=queue)
+        return jobs.filter(tenant_id=tenant_id) if own_only else jobs
+    return jobs.filter(tenant_id=tenant_id)
 
 
 def neighbours_of(jobs: QuerySet, ranges: list[tuple[datetime, datetime]]) -> schedules.Neighbours:
@@ -126,26 +129,50 @@ def scope_label(tenant: Tenant, queue: str, scope: str) -> str:
 
 
 def profile_for(
-    tenant: Tenant, *, window: schedules.Window, zone_name: str, scope: str, queue: str, now: datetime, exclude_ids=()
+    tenant: Tenant,
+    *,
+    window: schedules.Window,
+    zone_name: str,
+    scope: str,
+    queue: str,
+    now: datetime,
+    exclude_ids=(),
+    own_only: bool = False,
 ) -> list[float]:
     """The planned fires per minute of `window` of the scope's jobs but `exclude_ids`."""
-    jobs = scope_jobs(tenant.id, queue, scope).exclude(id__in=list(exclude_ids))
+    jobs = scope_jobs(tenant.id, queue, scope, own_only=own_only).exclude(id__in=list(exclude_ids))
     neighbours = neighbours_of(jobs, window.occurrences(zone_name, now))
     return schedules.load_profile(window, zone_name, now, neighbours)
 
 
 def placed(
-    window: schedules.Window, zone_name: str, profile: list[float], *, key: str, label: str, now: datetime
+    window: schedules.Window,
+    zone_name: str,
+    profile: list[float],
+    *,
+    key: str,
+    label: str,
+    now: datetime,
+    shown: list[float] | None = None,
 ) -> Placement:
-    """The least loaded minute of `profile` as a Placement, with the sentence that explains it."""
+    """The least loaded minute of `profile` as a Placement, with the sentence that explains it.
+    `shown`: the counts the sentence may tell (a tenant's own jobs', when `profile` holds other
+    tenants' too); the choice is still `profile`'s."""
     bucket = schedules.choose_minute(profile, key)
     days = window.horizon_days
-    note = (
-        f"{window.time_text(bucket)} {zone_name}, chosen in {window.text} on {now:%Y-%m-%d}: "
-        f"{schedules.load_text(profile[bucket])} planned fires in that minute over the next "
-        f"{days} day{'s' if days > 1 else ''}, the fewest of the window's {window.length} minutes "
-        f"(busiest: {schedules.load_text(max(profile))}; {label})"
-    )
+    over = f"over the next {days} day{'s' if days > 1 else ''}"
+    if shown is None:
+        told = (
+            f"{schedules.load_text(profile[bucket])} planned fires in that minute {over}, the fewest of "
+            f"the window's {window.length} minutes (busiest: {schedules.load_text(max(profile))}; {label})"
+        )
+    else:
+        told = (
+            f"the least loaded of the window's {window.length} minutes on {label} {over}; "
+            f"of this tenant's jobs, {schedules.load_text(shown[bucket])} planned fires in that minute "
+            f"(busiest: {schedules.load_text(max(shown))})"
+        )
+    note = f"{window.time_text(bucket)} {zone_name}, chosen in {window.text} on {now:%Y-%m-%d}: {told}"
     return Placement(cron=window.cron_at(bucket), note=note[:MAX_NOTE])
 
 
@@ -159,20 +186,33 @@ def place(
     name: str,
     now: datetime,
     exclude_ids=(),
+    across_tenants: bool = False,
 ) -> Placement:
-    """Place a job named `name` of `tenant` in `window`: its scope's least loaded minute."""
-    profile = profile_for(
-        tenant, window=window, zone_name=zone_name, scope=scope, queue=queue, now=now, exclude_ids=exclude_ids
-    )
-    return placed(
-        window, zone_name, profile, key=f"{tenant.slug}/{name}", label=scope_label(tenant, queue, scope), now=now
-    )
+    """Place a job named `name` of `tenant` in `window`: its scope's least loaded minute.
+
+    A queue scope chooses among every tenant's jobs on the queue, but unless across_tenants
+    (staff previews) the note tells the counts of the tenant's own jobs only: the note is the
+    tenant's to read, and another tenant's planned fires per minute are not (issue 40)."""
+    where = dict(window=window, zone_name=zone_name, scope=scope, queue=queue, now=now, exclude_ids=exclude_ids)
+    profile = profile_for(tenant, **where)
+    shown = profile_for(tenant, **where, own_only=True) if scope == "queue" and not across_tenants else None
+    label = scope_label(tenant, queue, scope)
+    return placed(window, zone_name, profile, key=f"{tenant.slug}/{name}", label=label, now=now, shown=shown)
 
 
-def spec_placed(tenant: Tenant, spec, now: datetime, *, kept: Placement | None = None, exclude_id: int | None = None):
+def spec_placed(
+    tenant: Tenant,
+    spec,
+    now: datetime,
+    *,
+    kept: Placement | None = None,
+    exclude_id: int | None = None,
+    across_tenants: bool = False,
+):
     """(spec with its window placed as its cron, the job's flex_* fields) for a JobSpec with a
     flex_window. `kept` is the job's stored placement, kept when an edit leaves the window,
-    its zone and its scope alone; else the job is placed now (without `exclude_id`, itself)."""
+    its zone and its scope alone; else the job is placed now (without `exclude_id`, itself).
+    across_tenants: the note tells a queue's counts over every tenant (place())."""
     given = [field for field in ("cron", "every", "at") if getattr(spec, field) not in (None, "")]
     if given:
         raise InvalidInput(
@@ -196,6 +236,7 @@ def spec_placed(tenant: Tenant, spec, now: datetime, *, kept: Placement | None =
         name=spec.name,
         now=now,
         exclude_ids=[exclude_id] if exclude_id else (),
+        across_tenants=across_tenants,
     )
     fields = {"flex_window": window.text, "flex_scope": scope, "flex_note": chosen.note}
     return replace(spec, cron=chosen.cron, timezone=zone_name), fields

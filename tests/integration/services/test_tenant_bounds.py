@@ -1,5 +1,6 @@
 """Bounds a tenant meets with no quota of its own (issue 40 item 6): manual runs per hour
-(CRONFLEET_MANUAL_RUNS_PER_HOUR), through the services and the API."""
+(CRONFLEET_MANUAL_RUNS_PER_HOUR), and other tenants' planned fires in a queue-scoped window's
+placement, through the services and the API."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ from scheduler_app.conf import app_settings
 from scheduler_app.models import AuditEvent, JobRun, RunState, Tenant, db_now
 
 
-def client_for(tenant: Tenant) -> APIClient:
+def client_for(tenant: Tenant | None, **headers: str) -> APIClient:
+    """An API client with a fresh key of `tenant` (None: a staff key)."""
     _, raw = services.apikey_create(tenant=tenant, name="test key")
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}", **headers)
     return client
 
 
@@ -105,3 +107,56 @@ def test_the_api_answers_403_naming_the_setting(db, settings, tenant, every_seco
     assert error["field"] == "tenant" and "CRONFLEET_MANUAL_RUNS_PER_HOUR" in error["message"]
     assert refused_backfill.status_code == 403, refused_backfill.json()
     assert JobRun.objects.filter(job=every_second).count() == 1
+
+
+@pytest.fixture
+def other_tenant(db) -> Tenant:
+    return Tenant.objects.create(slug="other", name="other")
+
+
+QUEUE_WINDOW = {"schedule": {"window": "daily 01:00-01:02", "scope": "queue"}, "count": 1}
+
+
+def test_a_tenants_queue_scoped_preview_tells_only_its_own_jobs_counts(db, tenant, other_tenant):
+    for n in range(4):  # the other tenant's fixed jobs at 01:00 (one at 01:01), on the shared default queue
+        services.job_create(
+            other_tenant, services.JobSpec(name=f"a{n}", cron="0 1 * * *", task_name="scheduler_app.echo")
+        )
+    services.job_create(other_tenant, services.JobSpec(name="b", cron="1 1 * * *", task_name="scheduler_app.echo"))
+
+    preview = client_for(tenant).post("/api/v1/preview/", QUEUE_WINDOW, format="json")
+
+    assert preview.status_code == 200, preview.json()
+    note = preview.json()["placement"]
+    assert note.startswith("01:01 ")  # still chosen away from the queue's load
+    assert "of this tenant's jobs, 0 planned fires in that minute (busiest: 0)" in note, note
+
+
+def test_a_staff_queue_scoped_preview_still_tells_the_whole_queue(db, tenant, other_tenant):
+    for n in range(4):
+        services.job_create(
+            other_tenant, services.JobSpec(name=f"a{n}", cron="0 1 * * *", task_name="scheduler_app.echo")
+        )
+
+    staff = client_for(None, HTTP_X_CRONFLEET_TENANT=tenant.slug)
+    preview = staff.post("/api/v1/preview/", QUEUE_WINDOW, format="json")
+
+    assert preview.status_code == 200, preview.json()
+    assert "busiest: 0" not in preview.json()["placement"] and "the default queue" in preview.json()["placement"]
+
+
+def test_a_queue_scoped_job_stores_a_note_without_other_tenants_counts(db, tenant, other_tenant):
+    for n in range(4):
+        services.job_create(
+            other_tenant, services.JobSpec(name=f"a{n}", cron="0 1 * * *", task_name="scheduler_app.echo")
+        )
+
+    job = services.job_create(
+        tenant,
+        services.JobSpec(
+            name="flex", flex_window="daily 01:00-01:02", flex_scope="queue", task_name="scheduler_app.echo"
+        ),
+    )
+
+    assert job.cron == "1 1 * * *"
+    assert job.flex_note.endswith("of this tenant's jobs, 0 planned fires in that minute (busiest: 0)"), job.flex_note
