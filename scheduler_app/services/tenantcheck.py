@@ -165,32 +165,32 @@ def named(problems: Problems, kind: str, where: str, name, seen: set) -> str:
 
 
 def check_calendars(problems: Problems, calendar_rows: list) -> set[str]:
-    names: set[str] = set()
-    for i, row in enumerate(calendar_rows):
-        with problems.checking():
-            calendar = Calendar(**columns_of(Calendar, row, f"calendars[{i}]"))
-        if problems.failed:
-            continue
-        label = named(problems, "calendar", f"calendars[{i}]", calendar.name, names)
-        with problems.checking(label):
-            check_name("name", calendar.name, max_length=64)
-        with problems.checking(label):
-            check_calendar_fields({field: getattr(calendar, field) for field in CALENDAR_FIELDS})
-    return names
+    return check_named_rows(
+        problems, Calendar, "calendars", "calendar", calendar_rows, CALENDAR_FIELDS, check_calendar_fields
+    )
 
 
 def check_windows(problems: Problems, window_rows: list) -> None:
+    check_named_rows(problems, MaintenanceWindow, "windows", "window", window_rows, WINDOW_FIELDS, check_window_fields)
+
+
+def check_named_rows(
+    problems: Problems, model: type[models.Model], key: str, kind: str, document_rows: list, fields, check: Callable
+) -> set[str]:
+    """The document's `key` rows (calendars, windows) read as `model`s, each named once and
+    checked on `fields` by `check`, its service's own; the names read."""
     names: set[str] = set()
-    for i, row in enumerate(window_rows):
+    for i, row in enumerate(document_rows):
         with problems.checking():
-            window = MaintenanceWindow(**columns_of(MaintenanceWindow, row, f"windows[{i}]"))
+            item = model(**columns_of(model, row, f"{key}[{i}]"))
         if problems.failed:
             continue
-        label = named(problems, "window", f"windows[{i}]", window.name, names)
+        label = named(problems, kind, f"{key}[{i}]", item.name, names)
         with problems.checking(label):
-            check_name("name", window.name, max_length=64)
+            check_name("name", item.name, max_length=64)
         with problems.checking(label):
-            check_window_fields({field: getattr(window, field) for field in WINDOW_FIELDS})
+            check({field: getattr(item, field) for field in fields})
+    return names
 
 
 def check_jobs(problems: Problems, tenant: Tenant, job_rows: list, calendars: set[str], now) -> None:
