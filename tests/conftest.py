@@ -244,6 +244,13 @@ def take_broker_messages(queue: str) -> list[dict]:
     return messages
 
 
+def _kill_what_outlived(proc: subprocess.Popen) -> None:
+    """SIGKILL whatever is left of a stopped process's group (a pool process its parent left
+    behind), so no process of a test outlives it holding a session on the test database."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
 class Processes:
     """Starts real beat and worker processes and stops them all at teardown."""
 
@@ -322,6 +329,7 @@ class Processes:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
+        _kill_what_outlived(proc)
         return proc.returncode
 
     def stop_all(self, timeout: float = 30) -> None:
@@ -341,6 +349,8 @@ class Processes:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
+        for proc in procs:
+            _kill_what_outlived(proc)
 
 
 @pytest.fixture
