@@ -75,6 +75,10 @@ class PausableProxy:
             pass
         finally:  # one side gone: end the other, as a connection through no proxy would
             for end in (source, sink):
+                # shutdown() first, as in close(): the other pipe thread may be blocked in recv()
+                # on `end`, and a close() alone would leave PostgreSQL's session open.
+                with contextlib.suppress(OSError):
+                    end.shutdown(socket.SHUT_RDWR)
                 end.close()
 
     def close(self) -> None:
