@@ -267,25 +267,44 @@ def test_check_url_refuses(url, reason):
 
 
 class Listener:
+    """A listener on 127.0.0.1 that records the peer address of each connection it accepts,
+    in the order the kernel queued them."""
+
     def __init__(self):
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(8)
         self.sock.settimeout(0.1)
         self.port = self.sock.getsockname()[1]
-        self.accepted = 0
+        self.peers = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
+    @property
+    def accepted(self):
+        return len(self.peers)
+
     def _run(self):
         while not self._stop.is_set():
             try:
-                conn, _ = self.sock.accept()
+                conn, peer = self.sock.accept()
             except (TimeoutError, OSError):
                 continue
-            self.accepted += 1
+            self.peers.append(peer)
             conn.close()
+
+    def accepted_before_marker(self):
+        """The connections accepted before a marker connection made now: a connection made
+        earlier finished its handshake earlier, so the listen queue hands it out first. No
+        time to wait out: the marker's arrival bounds the check."""
+        marker = socket.create_connection(("127.0.0.1", self.port), timeout=2)
+        try:
+            mine = marker.getsockname()
+            assert _wait_for(lambda: mine in self.peers), "the marker connection was never accepted"
+            return self.peers[: self.peers.index(mine)]
+        finally:
+            marker.close()
 
     def close(self):
         self._stop.set()
@@ -314,8 +333,7 @@ def test_connect_refused_by_default(listener, host):
     with pytest.raises(BlockedTarget) as exc:
         connect_checked(host, listener.port, timeout=2, allowed_networks=[])
     assert exc.value.reason == "ssrf_blocked"
-    time.sleep(0.3)  # give a (wrongly) made connection time to be accepted
-    assert listener.accepted == 0
+    assert listener.accepted_before_marker() == []
 
 
 def test_connect_allowed_when_loopback_opened(listener):
@@ -325,17 +343,14 @@ def test_connect_allowed_when_loopback_opened(listener):
         assert sock.gettimeout() == 2
     finally:
         sock.close()
-    assert _wait_for(lambda: listener.accepted == 1)
-    time.sleep(0.2)
-    assert listener.accepted == 1
+    assert len(listener.accepted_before_marker()) == 1
 
 
 def test_connect_rebinding_stub_never_connects(listener):
     resolver = _stub_resolver("93.184.215.14", "127.0.0.1")
     with pytest.raises(BlockedTarget):
         connect_checked("rebind.example", listener.port, timeout=2, allowed_networks=[], resolver=resolver)
-    time.sleep(0.2)
-    assert listener.accepted == 0
+    assert listener.accepted_before_marker() == []
 
 
 def _closed_port():

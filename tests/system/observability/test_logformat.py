@@ -1,7 +1,7 @@
 """CRONFLEET_LOG_FORMAT=json: a real beat, worker and web server write one JSON object per
 line, with the run, job, tenant, attempt, fire key, queue and node where they apply; plain
 text stays the default. The formatter itself is tested in
-tests/unit/observability/test_logs.py."""
+tests/unit/observability/test_logformat.py."""
 
 from __future__ import annotations
 

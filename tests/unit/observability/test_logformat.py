@@ -1,6 +1,6 @@
 """CRONFLEET_LOG_FORMAT=json's formatter: one JSON object with the bound context of the run
 (run, job, tenant, attempt, fire key, queue, node) and the exception. Real processes writing
-it are tested in tests/system/observability/test_logs.py."""
+it are tested in tests/system/observability/test_logformat.py."""
 
 from __future__ import annotations
 
