@@ -544,6 +544,9 @@ def _check_cell() -> None:
 
 
 _check_cell()
+# A key the cells share (at least 32 characters): `tenants export` seals the document with a
+# MAC under it, and `tenants import` refuses a document without one, or changed since.
+CRONFLEET_TENANT_DOCUMENT_KEY = env_str("CRONFLEET_TENANT_DOCUMENT_KEY", "")
 
 # --- Observability (docs/operating.md: Monitoring) ------------------------------------------
 # Count finished runs per tenant too (cronfleet_tenant_runs_finished_total): one series per

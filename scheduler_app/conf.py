@@ -129,6 +129,7 @@ DEFAULTS: dict[str, Any] = {
     "ADMIN_LOGIN_WINDOW_SECONDS": 900,
     # --- cells and observability --------------------------------------------------------
     "CELL": "",
+    "TENANT_DOCUMENT_KEY": "",
     "METRICS_TENANT_LABELS": False,
     "METRICS_ADDRESS": "0.0.0.0",
     "METRICS_TOKEN": "",
@@ -234,6 +235,13 @@ def problems(values: Mapping[str, Any]) -> list[tuple[str, str]]:
                 f"timeout ({visibility}), or Redis hands a run's message to a second worker: lower it, or "
                 "raise visibility_timeout in the Celery app's broker_transport_options "
                 "(CELERY_VISIBILITY_TIMEOUT in Cronfleet's own deployment)",
+            )
+        )
+    if 0 < len(values["TENANT_DOCUMENT_KEY"]) < 32:
+        found.append(
+            (
+                PREFIX + "TENANT_DOCUMENT_KEY",
+                f"must be at least 32 characters (a random string the cells share), got {len(values['TENANT_DOCUMENT_KEY'])}",
             )
         )
     url = values["RATE_LIMIT_REDIS_URL"]

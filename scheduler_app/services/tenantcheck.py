@@ -34,9 +34,13 @@ from scheduler_app.services.keys import check_key_count, check_key_record
 from scheduler_app.services.tenants import TENANT_LIMITS, check_slug, check_tenant_limit, check_timezone
 from scheduler_app.services.windows import WINDOW_FIELDS, check_window_fields
 from scheduler_app.targets import task as task_target
+from scheduler_app.targets.http import signing
 from scheduler_app.validation import InvalidInput, check_line, check_name
 
 MAX_PROBLEMS = 50  # a document edited wholesale is refused with this many named, and a count of the rest
+# The webhook signing secrets, written apart from the row in clear: each cell encrypts them with
+# its own keys. Column -> document key.
+SECRETS = {"webhook_secret_encrypted": "webhook_secret", "webhook_secret_previous_encrypted": "webhook_secret_previous"}
 
 
 # --- rows ----------------------------------------------------------------------------------
@@ -132,6 +136,7 @@ def check_document(document: dict, now: datetime) -> dict:
         problems.raise_any()
     tenant = Tenant(**tenant_row)
     check_tenant(problems, tenant)
+    check_secrets(problems, document)
     # The jobs are checked as the tenant's once it is active here (the export left it inactive).
     active = Tenant(**{**tenant_row, "is_active": True})
     calendars = check_calendars(problems, rows(document, "calendars"))
@@ -153,6 +158,17 @@ def check_tenant(problems: Problems, tenant: Tenant) -> None:
     for check in checks:
         with problems.checking(label):
             check()
+
+
+def check_secrets(problems: Problems, document: dict) -> None:
+    """Each webhook signing secret the document gives in the form `tenants rotate-secret` makes
+    (whsec_ and base64 of at least 24 bytes); the message never holds the secret."""
+    for key in SECRETS.values():
+        if document.get(key):
+            try:
+                signing.parse_secret(document[key])
+            except ValueError as exc:
+                problems.add(key, str(exc))
 
 
 def named(problems: Problems, kind: str, where: str, name, seen: set) -> str:

@@ -54,7 +54,8 @@ from scheduler_app.models import (
     Tenant,
     db_now,
 )
-from scheduler_app.services.tenantcheck import check_document, columns_of, rows
+from scheduler_app.services import documentmac
+from scheduler_app.services.tenantcheck import SECRETS, check_document, columns_of, rows
 from scheduler_app.targets.http import secrets as crypto
 from scheduler_app.validation import InvalidInput
 
@@ -62,8 +63,6 @@ FORMAT = "cronfleet-tenant/1"
 TICK = timedelta(microseconds=1)
 EXPORTED = "tenant.exported"
 IMPORTED = "tenant.imported"
-# Written apart from the row, in clear: each cell encrypts with its own keys. Column -> document key.
-SECRETS = {"webhook_secret_encrypted": "webhook_secret", "webhook_secret_previous_encrypted": "webhook_secret_previous"}
 RUNS_BATCH = 2000
 
 
@@ -102,12 +101,28 @@ def dumps(document: dict) -> str:
 
 
 def dump(document: dict, out: TextIO) -> None:
-    """Write the document to `out`, its runs one line each as the database gives them out."""
+    """Write the document to `out`, its runs one line each as the database gives them out, and
+    with CRONFLEET_TENANT_DOCUMENT_KEY set, its MAC after them (services/documentmac.py)."""
+    key = documentmac.shared_key()
+    sink = documentmac.MacWriter(out, key) if key else out
     head = dumps({**{key: value for key, value in document.items() if key != "runs"}, "runs": []})
-    out.write(head.removesuffix("[]\n}") + "[")  # the runs are the last member
+    sink.write(head.removesuffix("[]\n}") + "[")  # the runs are the last member
     for n, row in enumerate(document["runs"]):
-        out.write(("," if n else "") + "\n  " + json.dumps(row, cls=DocumentEncoder))
-    out.write("\n ]\n}\n")
+        sink.write(("," if n else "") + "\n  " + json.dumps(row, cls=DocumentEncoder))
+    sink.write("\n ]")
+    if isinstance(sink, documentmac.MacWriter):
+        sink.seal()
+    else:
+        out.write("\n}\n")
+
+
+def load(text: str) -> dict:
+    """A document's text as dump() wrote it, its MAC checked where this cell has the key."""
+    text = documentmac.verified(text)
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise InvalidInput("file", f"not JSON: {exc}") from None
 
 
 # --- rows ----------------------------------------------------------------------------------

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from datetime import timedelta
 from pathlib import Path
 
@@ -177,9 +176,10 @@ class Command(OneLineErrors, BaseCommand):
 
     def do_import(self, *, file: str, late: bool, **options) -> None:
         try:
-            document = json.loads(Path(file).read_text())
+            text = Path(file).read_text()
         except (OSError, ValueError) as exc:
             raise InvalidInput("file", f"cannot read {file}: {exc}") from None
+        document = tenantmove.load(text)
         tenant = services.tenant_import(document, late=late, actor="cli")
         jobs = Job.objects.filter(tenant=tenant)
         first = jobs.exclude(next_run_at=None).order_by("next_run_at").values_list("next_run_at", flat=True).first()

@@ -8,6 +8,7 @@ too; every case is refused before the import's transaction, so no second cell is
 
 from __future__ import annotations
 
+import base64
 import copy
 import io
 import json
@@ -116,6 +117,11 @@ TAMPERED = {
     ),
     "key prefix not the app's": (lambda d: d["api_keys"][0].update(prefix="evil"), "api key 'evil': prefix"),
     "chain in a loop": (lambda d: job(d, "cron").update(after_job="child", cron=""), "job 'cron': after_job"),
+    "signing secret not whsec_": (lambda d: d.update(webhook_secret="hunter2"), "webhook_secret"),
+    "previous signing secret too short": (
+        lambda d: d.update(webhook_secret_previous="whsec_" + base64.b64encode(b"short").decode()),
+        "webhook_secret_previous",
+    ),
 }
 
 

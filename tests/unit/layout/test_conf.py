@@ -89,6 +89,7 @@ def values(**changes):
         ({"RATE_LIMIT_REDIS_URL": "http://x"}, "CRONFLEET_RATE_LIMIT_REDIS_URL", "redis://"),
         ({"PING_UNKNOWN_PER_MINUTE": 0}, "CRONFLEET_PING_UNKNOWN_PER_MINUTE", "at least 1, got 0"),
         ({"PING_OWN_RUNS_PER_HOUR": -1}, "CRONFLEET_PING_OWN_RUNS_PER_HOUR", "at least 0, got -1"),
+        ({"TENANT_DOCUMENT_KEY": "short"}, "CRONFLEET_TENANT_DOCUMENT_KEY", "at least 32 characters"),
     ],
 )
 def test_settings_at_odds_are_named_with_what_to_do(changes, setting, says):

@@ -1,0 +1,68 @@
+"""A MAC over a tenant document (docs/scaling.md), with a key the cells share
+(CRONFLEET_TENANT_DOCUMENT_KEY): an importing cell that has the key takes only a document an
+exporting cell with the same key wrote, unchanged.
+
+The MAC is the document's last member, `"mac": "hmac-sha256:<hex>"`, over the exact text
+before it, so the export can keep streaming its runs (MacWriter hashes what passes through)
+and the document stays JSON. A cell without the key writes no MAC and checks none.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+from typing import TextIO
+
+from scheduler_app.conf import app_settings
+from scheduler_app.validation import InvalidInput
+
+SCHEME = "hmac-sha256"
+# The tail dump() writes after the runs: the text before it is what the MAC covers.
+SEALED = re.compile(r',\n "mac": "' + SCHEME + r':(?P<mac>[0-9a-f]{64})"\n}\s*\Z')
+
+
+def shared_key() -> bytes:
+    return app_settings.TENANT_DOCUMENT_KEY.encode()
+
+
+def mac_of(text: str, key: bytes) -> str:
+    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
+
+
+class MacWriter:
+    """Writes to `out` and hashes what it writes; `seal()` ends the document with its MAC."""
+
+    def __init__(self, out: TextIO, key: bytes) -> None:
+        self.out = out
+        self.digest = hmac.new(key, digestmod=hashlib.sha256)
+
+    def write(self, text: str) -> None:
+        self.digest.update(text.encode())
+        self.out.write(text)
+
+    def seal(self) -> None:
+        self.out.write(f',\n "mac": "{SCHEME}:{self.digest.hexdigest()}"\n}}\n')
+
+
+def verified(text: str) -> str:
+    """The document's text, its MAC checked against this cell's key when it has one. Refused
+    (field `mac`) when the key is set and the MAC is missing or does not match; with no key set,
+    a MAC is left unchecked."""
+    key = shared_key()
+    if not key:
+        return text
+    sealed = SEALED.search(text)
+    if sealed is None:
+        raise InvalidInput(
+            "mac",
+            "the document carries no MAC, and this cell's CRONFLEET_TENANT_DOCUMENT_KEY requires "
+            "one: export it from a cell with the same key",
+        )
+    if not hmac.compare_digest(sealed["mac"], mac_of(text[: sealed.start()], key)):
+        raise InvalidInput(
+            "mac",
+            "does not match the document: it was changed after the export, or the exporting "
+            "cell's CRONFLEET_TENANT_DOCUMENT_KEY differs from this cell's",
+        )
+    return text
