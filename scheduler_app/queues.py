@@ -119,6 +119,24 @@ def queue_depths(queues: Iterable[str]) -> dict[str, int]:
     return depths
 
 
+def purge_queues(queues: Iterable[str]) -> dict[str, int]:
+    """Drop every message waiting in each of `queues` (on Redis, each priority step's list);
+    return how many each held (0 for a queue the broker does not know). One connection."""
+    purged: dict[str, int] = {}
+    with app.connection_for_write() as conn:
+        channel = conn.channel()
+        try:
+            for queue in queues:
+                try:
+                    purged[queue] = channel.queue_purge(queue_name(queue)) or 0
+                except conn.channel_errors:  # no such queue: nothing waited in it
+                    purged[queue] = 0
+                    channel = conn.channel()  # AMQP closed the channel that asked
+        finally:
+            channel.close()
+    return purged
+
+
 def _redis_depths(channel, queues: list[str]) -> dict[str, int]:
     """The depths of `queues` from kombu's Redis channel, in one pipeline: the lists of each
     priority step, named as the channel names them (its client adds global_keyprefix). A list

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from celery import current_app as celery_app
 from django.conf import settings
 from django.db import connection
 from kombu import Connection
@@ -210,6 +211,14 @@ def process_env(**extra: str) -> dict[str, str]:
     )
     env.update(extra)
     return env
+
+
+def reset_pools() -> None:
+    """Make this process's Celery app take its connection and producer pools again on next
+    use, for the broker it is now given (kombu keeps each broker's pools, so switching back
+    finds the earlier ones)."""
+    celery_app._pool = None
+    celery_app.amqp._producer_pool = None
 
 
 @pytest.fixture

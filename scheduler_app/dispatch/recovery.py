@@ -15,6 +15,7 @@ from django.db import connection, transaction
 from scheduler_app.conf import app_settings
 from scheduler_app.dispatch import sql
 from scheduler_app.dispatch.common import CONCURRENCY_REASON, FIRES_REASON, lock_clause, messages_for, one_pass
+from scheduler_app.dispatch.leftovers import purge_leftovers
 from scheduler_app.dispatch.publish import RunMessage
 from scheduler_app.ledger import autopause, chains
 from scheduler_app.models import AuditEvent, append_attempt
@@ -180,6 +181,8 @@ def republish_stale_runs(now: datetime, *, limit: int) -> list[RunMessage]:
     for queue in unconsumed:
         expire_unconsumed_runs(queue, now, last_consumed_at(nodes).get(queue_name(queue)), limit=limit)
         passed_over(queue, now, busy_before, limit=limit)
+    if unconsumed:  # the messages of runs just skipped, once none of the queue's runs waits
+        purge_leftovers(unconsumed, now, consumers=consumers)
     messages = messages_for(stale)
     if messages:
         logger.warning("publishing %s runs again (not started in time)", len(messages))

@@ -9,6 +9,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 
 from scheduler_app import schedules
+from scheduler_app.dispatch import leftovers
 from scheduler_app.dispatch.publish import RunMessage, publish_runs
 from scheduler_app.dispatch.waker import wake_beats
 from scheduler_app.models import AuditEvent, Job, JobRun, Tenant, Trigger, db_now
@@ -149,6 +150,7 @@ def job_delete(job: Job, *, actor: str = "") -> None:
     with transaction.atomic(), chains.refusing_orphans():
         audit_job(job, "job.deleted", actor)
         job.delete()
+        leftovers.purge_after_commit([job.queue])
         chains.refresh_has_children([job.after_job_id])
 
 
@@ -188,7 +190,9 @@ def jobs_bulk(tenant: Tenant, *, tag: str, action: str, note: str = "", actor: s
             )
         else:
             parents = set(Job.objects.filter(id__in=changed_ids).values_list("after_job_id", flat=True))
+            queues = set(Job.objects.filter(id__in=changed_ids).values_list("queue", flat=True))
             with chains.refusing_orphans():
                 Job.objects.filter(id__in=changed_ids).delete()
+            leftovers.purge_after_commit(queues)
             chains.refresh_has_children(parents)
     return len(changed)

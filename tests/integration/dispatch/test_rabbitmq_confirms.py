@@ -19,17 +19,9 @@ from scheduler_app.dispatch import publish
 from scheduler_app.dispatch.confirms import NotConfirmed
 from scheduler_app.dispatch.publish import MessageTemplates, RunMessage, publish_runs
 from scheduler_app.models import JobRun, RunState, celery_task_id
-from tests.conftest import AMQP_URL, wait_for
+from tests.conftest import AMQP_URL, reset_pools, wait_for
 
 pytestmark = pytest.mark.django_db
-
-
-def reset_pools() -> None:
-    """Make this process's Celery app take its connection and producer pools again on next
-    use, for the broker it is now given (kombu keeps each broker's pools, so switching back
-    finds the earlier ones)."""
-    app._pool = None
-    app.amqp._producer_pool = None
 
 
 @pytest.fixture
