@@ -1,6 +1,7 @@
 """The standalone deployment's URLs: Cronfleet's (scheduler_app/urls.py) at the root, so the
 API is at /api/v1/, the check-ins at /ping/..., /healthz, /readyz and /metrics, and the admin
-at /admin/ with the dashboard inside it at /admin/dashboard/, as they have always been.
+at /admin/ with the dashboard inside it at /admin/dashboard/, as they have always been, and
+the check-ins page at /admin/checkins/.
 
 A host project includes the app's URLs under a prefix of its choice instead
 (path("cron/", include("scheduler_app.urls"))) and keeps its own admin's look.
@@ -15,8 +16,11 @@ from scheduler_app.api.handler import not_found
 from scheduler_app.observability.errors import server_error
 
 urlpatterns = [
-    # Before admin/: the admin's catch-all would take admin/dashboard/.
-    path("", include((cronfleet.patterns(dashboard="admin/dashboard/"), cronfleet.app_name))),
+    # Before admin/: the admin's catch-all would take admin/dashboard/ and admin/checkins/.
+    path(
+        "",
+        include((cronfleet.patterns(dashboard="admin/dashboard/", checkins="admin/checkins/"), cronfleet.app_name)),
+    ),
     path("admin/", admin.site.urls),
 ]
 

@@ -68,7 +68,7 @@ class AlertRuleAdmin(admin.ModelAdmin):
                 "description": "Seconds. Leave a box empty to not watch that condition.",
             },
         ),
-        ("Where", {"fields": ("webhook_url", "emails", "cooldown_seconds")}),
+        ("Where", {"fields": ("webhook_url", "chat_url", "emails", "cooldown_seconds")}),
     )
 
     def get_readonly_fields(self, request, obj=None):
@@ -83,7 +83,12 @@ class AlertRuleAdmin(admin.ModelAdmin):
 
     @admin.display(description="tells")
     def channels(self, rule):
-        return ", ".join(filter(None, [rule.webhook_url and "webhook", *(rule.emails or [])])) or "-"
+        return (
+            ", ".join(
+                filter(None, [rule.webhook_url and "webhook", rule.chat_url and "Slack hook", *(rule.emails or [])])
+            )
+            or "-"
+        )
 
     def save_model(self, request, obj, form, change):
         adopt(obj, alerts.rule_set(obj.job, form.values, actor=actor(request)))

@@ -21,8 +21,9 @@ from django.utils.dateparse import parse_datetime
 
 from scheduler_app import services, validation
 from scheduler_app.admin import alerts as alerts_admin
-from scheduler_app.admin import chains, charts
+from scheduler_app.admin import chains, charts, checkins
 from scheduler_app.admin.common import actor, duration_text, when
+from scheduler_app.ledger import checkstatus
 from scheduler_app.ledger.lags import run_start_lag
 from scheduler_app.management.tables import shorten
 from scheduler_app.models import Alert, AlertRule, Job, JobRun, TargetKind, db_now
@@ -141,10 +142,19 @@ def console_context(job: Job, *, can_operate: bool) -> dict:
         "cf_can_operate": can_operate,
         # A monitored job runs elsewhere: no trigger, replay or backfill (services refuse them).
         "cf_monitored": job.target_kind == TargetKind.MONITOR,
+        "cf_checkin": checkin_badge(job, now),
         "cf_now": when(now),
         "cf_backfill_start": timezone.localtime(now - timedelta(hours=3)).strftime("%Y-%m-%d %H:%M:%S"),
         "cf_backfill_end": timezone.localtime(now).strftime("%Y-%m-%d %H:%M:%S"),
     }
+
+
+def checkin_badge(job: Job, now: datetime) -> str:
+    """A monitored job's check-in status as a badge ('' for other jobs)."""
+    if job.target_kind != TargetKind.MONITOR:
+        return ""
+    read = checkstatus.with_check_fields(Job.objects.filter(pk=job.pk)).only("id", "enabled", "target_kind").first()
+    return checkins.status_badge(checkstatus.status_of(read, now)) if read is not None else ""
 
 
 # --- the actions: each a POST to <job id>/console/<action>/ ----------------------------

@@ -16,7 +16,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
 from scheduler_app import schedules, services
-from scheduler_app.admin import chains, jobpage
+from scheduler_app.admin import chains, checkins, jobpage
 from scheduler_app.admin.common import (
     ACTION_LIMIT,
     AsciiSplitDateTimeField,
@@ -28,6 +28,7 @@ from scheduler_app.admin.common import (
 )
 from scheduler_app.admin.retention import IN_FORCE, RETENTION_FIELDS, RETENTION_FIELDSET, RetentionAdminMixin
 from scheduler_app.conf import app_settings
+from scheduler_app.ledger import checkstatus
 from scheduler_app.management.tables import describe_schedule, local_text, shorten, utc_text
 from scheduler_app.models import PRIORITY_MAX, PRIORITY_MIN, Calendar, Job, JobRun, TargetKind, db_now
 from scheduler_app.observability.errors import answers_server_errors
@@ -444,7 +445,7 @@ class ManagedFilter(admin.SimpleListFilter):
 
 @admin.register(Job)
 class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
-    list_display = ("title", "schedule", "status", "priority", "next_run_at", "last_run_state", "managed")
+    list_display = ("title", "schedule", "status", "checkin", "priority", "next_run_at", "last_run_state", "managed")
     list_filter = ("tenant", "enabled", PausedFilter, PriorityFilter, "misfire_policy", ManagedFilter)
     list_select_related = ("tenant",)
     search_fields = ("name",)
@@ -617,7 +618,8 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
         css = {"all": ("scheduler_app/console.css",)}
 
     def get_queryset(self, request):
-        return super().get_queryset(request).annotate(last_run_state=last_run_state())
+        # The check-in status's fields in the list's own statement (sub-selects, not a query a row).
+        return checkstatus.with_check_fields(super().get_queryset(request).annotate(last_run_state=last_run_state()))
 
     def get_urls(self):
         return [
@@ -701,6 +703,11 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
         """A monitored job's ping URL (docs/check-ins.md): its key is the only credential a ping needs."""
         monitor = getattr(job, "monitor", None) if job.target_kind == "monitor" else None
         return services.ping_url(monitor) if monitor is not None else "-"
+
+    @admin.display(description="check-in")
+    def checkin(self, job):
+        """A monitored job's status (new, up, late, down, paused; ledger/checkstatus.py); '-' for others."""
+        return checkins.status_badge(checkstatus.status_of(job))
 
     @admin.display(description="last run")
     def last_run_state(self, job):

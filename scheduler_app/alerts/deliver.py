@@ -1,5 +1,6 @@
 """Delivering the alerts evaluate.py records: by webhook (signed like HTTP jobs, through the
-same client and SSRF guard) and e-mail (Django's e-mail backend).
+same client and SSRF guard), to a chat's Slack-compatible incoming webhook (chat.py) and by
+e-mail (Django's e-mail backend).
 
 Exactly once with any number of beats: each alert is claimed by a compare-and-set on
 delivering_until (a lease, lease()); failures are retried with backoff up to
@@ -27,6 +28,7 @@ from django.core.mail import send_mail
 from django.db import DatabaseError, close_old_connections, connection
 from django.db.models import Q
 
+from scheduler_app.alerts import chat
 from scheduler_app.alerts.budget import email_budget_exceeded, suppressed_entry
 from scheduler_app.alerts.evaluate import check_every
 from scheduler_app.conf import app_settings
@@ -42,7 +44,7 @@ logger = logging.getLogger(__name__)
 DELIVERIES_PER_CHECK = 20
 DELIVERY_ATTEMPTS = 5
 DELIVERY_LEASE = timedelta(seconds=60)
-# A delivery_log entry of an alert whose rule has no webhook and no e-mail address.
+# A delivery_log entry of an alert whose rule has no webhook, no chat hook and no e-mail address.
 NO_CHANNEL = "none"
 
 
@@ -148,7 +150,7 @@ def lease() -> timedelta:
 
 
 def delivery_status(alert: Alert) -> str:
-    """delivered, no_channel (its rule had no webhook and no e-mail: sent nowhere),
+    """delivered, no_channel (its rule had no webhook, chat hook or e-mail: sent nowhere),
     suppressed (over its tenant's budget: never sent; the reason is in its delivery_log),
     pending (to be tried, or being tried) or failed (gave up)."""
     if alert.delivered_at is not None:
@@ -171,8 +173,8 @@ def no_channel_entry(now: datetime) -> dict:
 
 
 def where_sent(alert: Alert) -> str:
-    """Where the alert's last attempt went: 'webhook HOST', 'N e-mails', both, or 'no channel'
-    ('' when it was never tried)."""
+    """Where the alert's last attempt went: 'webhook HOST', 'Slack hook at HOST', 'N e-mails',
+    several of these, or 'no channel' ('' when it was never tried)."""
     log = alert.delivery_log or []
     if not log:
         return ""
@@ -185,6 +187,8 @@ def where_sent(alert: Alert) -> str:
             continue
         if entry.get("channel") == "webhook":
             parts.append(f"webhook {entry['host']}" if entry.get("host") else "webhook")
+        elif entry.get("channel") == chat.CHANNEL:
+            parts.append(f"Slack hook at {entry['host']}" if entry.get("host") else "Slack hook")
         elif entry.get("channel") == "email":
             count = int(entry.get("recipients") or 0)
             parts.append(f"{count} e-mail" + ("" if count == 1 else "s") if count else "e-mail")
@@ -249,8 +253,8 @@ def deliver(alert_id: int, now: datetime) -> bool:
     """Claim the alert (compare-and-set on delivering_until), send it on every channel of its
     rule, and record the outcome. False: another beat has it, or a channel failed. An e-mail
     over the tenant's hourly budget is not sent (logged as suppressed); an alert whose only
-    channel that was is recorded as suppressed (no next attempt); one whose rule has neither a
-    webhook nor an e-mail address as sent nowhere (no_channel_entry(), never delivered)."""
+    channel that was is recorded as suppressed (no next attempt); one whose rule has no webhook,
+    no chat hook and no e-mail address as sent nowhere (no_channel_entry(), never delivered)."""
     claimed = (
         Alert.objects.filter(id=alert_id, delivered_at__isnull=True, next_delivery_at__isnull=False)
         .filter(Q(delivering_until__isnull=True) | Q(delivering_until__lt=now))
@@ -262,7 +266,7 @@ def deliver(alert_id: int, now: datetime) -> bool:
     rule = alert.rule
     log: list[dict[str, object]]
     log, ok, sent = [], True, False
-    if rule is None or not (rule.webhook_url or rule.emails):
+    if rule is None or not (rule.webhook_url or rule.chat_url or rule.emails):
         # Nowhere to send it: recorded as such, never as delivered, and not retried.
         Alert.objects.filter(id=alert_id).update(
             delivery_attempts=alert.delivery_attempts + 1,
@@ -275,6 +279,12 @@ def deliver(alert_id: int, now: datetime) -> bool:
         error = send_webhook(alert, rule.webhook_url, now)
         host = urlsplit(rule.webhook_url).hostname or ""
         log.append({"channel": "webhook", "at": now.isoformat(), "error": error, "host": host})
+        ok &= error is None
+        sent = True
+    if rule.chat_url:
+        error = chat.send_chat(alert, rule.chat_url)
+        host = urlsplit(rule.chat_url).hostname or ""
+        log.append({"channel": chat.CHANNEL, "at": now.isoformat(), "error": error, "host": host})
         ok &= error is None
         sent = True
     if rule.emails:

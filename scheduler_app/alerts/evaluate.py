@@ -24,6 +24,7 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 
 from scheduler_app.alerts.budget import BUDGET_CHANNEL, alert_budget_exceeded, min_cooldown, suppressed_entry
+from scheduler_app.alerts.recovery import CHECKIN_UP, recovery_of
 from scheduler_app.conf import app_settings
 from scheduler_app.ledger.lags import run_start_lag
 from scheduler_app.models import Alert, AlertKind, AlertRule, Job, JobRun, RunState, Trigger
@@ -106,6 +107,8 @@ def evaluate_rule(rule: AlertRule, now: datetime) -> int:
             )
     found.extend(auto_pause_findings(rule))
     raised = sum(record_alert(rule, now, *finding) for finding in found[:ALERTS_PER_RULE])
+    # After the others: a down alert recorded just now is one a success in this window answers.
+    raised += sum(record_alert(rule, now, *finding) for finding in recovery_findings(rule, runs, until))
     rule.checked_until = until
     rule.next_check_at = now + timedelta(seconds=check_every())
     AlertRule.objects.filter(id=rule.id).update(
@@ -179,6 +182,37 @@ def run_findings(rule: AlertRule, run: JobRun, since: datetime, until: datetime)
     return found
 
 
+def recovery_findings(rule: AlertRule, runs: list[JobRun], until: datetime) -> list[tuple]:
+    """The "back up" finding of a monitored job's successful check-in that answers its newest
+    down alert (recovery.py), keyed on that alert: one per down alert, whatever the cool-down."""
+    job, found = rule.job, []
+    for run in runs:
+        if run.state != RunState.SUCCEEDED or run.finished_at is None or run.finished_at > until:
+            continue
+        back = recovery_of(job, run)
+        if back is None:
+            continue
+        down_for = back.back_at - back.down_since
+        found.append(
+            (
+                CHECKIN_UP,
+                f"down{back.down_alert_id}",
+                run.id,
+                compose(
+                    f"back up after {describe(down_for)}: a successful check-in at {back.back_at:%Y-%m-%d %H:%M:%S}Z",
+                    f"job {job}",
+                ),
+                {
+                    "down_alert_id": back.down_alert_id,
+                    "down_since": back.down_since.isoformat(),
+                    "back_at": back.back_at.isoformat(),
+                    "down_seconds": round(down_for.total_seconds(), 3),
+                },
+            )
+        )
+    return found[:1] if found else []
+
+
 def auto_pause_findings(rule: AlertRule) -> list[tuple]:
     """The finding of the job's pause after repeated failure, while it is paused so and the
     pause came after the rule was made. Judged on the job's row, not on a window of time: a
@@ -235,7 +269,8 @@ def record_alert(
     if last is not None and last["dedup_key"] == key:
         return 0
     cooldown = timedelta(seconds=max(rule.cooldown_seconds, min_cooldown()))
-    if last is not None and now - last["raised_at"] < cooldown and kind != AUTO_PAUSED:
+    # A pause waits for a person's resume and a recovery answers one down alert: neither floods.
+    if last is not None and now - last["raised_at"] < cooldown and kind not in (AUTO_PAUSED, CHECKIN_UP):
         Alert.objects.filter(id=last["id"]).update(suppressed=F("suppressed") + 1)
         return 0
     # Over the tenant's hourly budget: recorded, with the reason, and never sent (no next_delivery_at).

@@ -22,6 +22,7 @@ RULE_FIELDS = (
     "max_duration_seconds",
     "min_duration_seconds",
     "webhook_url",
+    "chat_url",
     "emails",
     "cooldown_seconds",
 )
@@ -35,6 +36,7 @@ RULE_DEFAULTS: dict[str, object] = {
     "max_duration_seconds": None,
     "min_duration_seconds": None,
     "webhook_url": "",
+    "chat_url": "",
     "emails": [],
     "cooldown_seconds": 3600,
 }
@@ -125,8 +127,8 @@ def validate_rule(changes: dict) -> dict:
                 raise InvalidInput(name, "must be a whole number of seconds, 0 to 366 days")
             if name == "cooldown_seconds" and value < min_cooldown():
                 raise InvalidInput(name, f"must be at least {min_cooldown()} s (CRONFLEET_ALERT_MIN_COOLDOWN_SECONDS)")
-        elif name == "webhook_url":
-            value = check_webhook_url(value)
+        elif name in ("webhook_url", "chat_url"):
+            value = check_webhook_url(value, name)
         elif name == "emails":
             value = check_emails(value)
         values[name] = value
@@ -136,20 +138,22 @@ def validate_rule(changes: dict) -> dict:
     return values
 
 
-def check_webhook_url(value) -> str:
+def check_webhook_url(value, field: str = "webhook_url") -> str:
+    """A rule's webhook or chat (Slack-compatible incoming webhook) URL, checked as HTTP jobs'
+    URLs are: the same SSRF guard, here and again at every delivery."""
     if value in ("", None):
         return ""
     if not isinstance(value, str) or len(value) > 2000:
-        raise InvalidInput("webhook_url", "must be a URL of at most 2000 characters")
+        raise InvalidInput(field, "must be a URL of at most 2000 characters")
     try:
         target = guard.check_url(value)
     except guard.BlockedTarget as exc:
-        raise InvalidInput("webhook_url", exc.detail) from None
-    check_url_path("webhook_url", value)
+        raise InvalidInput(field, exc.detail) from None
+    check_url_path(field, value)
     # A name is judged on what it resolves to at each delivery; an address, in any form, now.
     category = guard.literal_refusal(target.host, app_settings.HTTP_ALLOWED_NETWORKS)
     if category:  # an address refused at every delivery is refused now
-        raise InvalidInput("webhook_url", f"a {category} address is not allowed (CRONFLEET_HTTP_ALLOWED_NETWORKS)")
+        raise InvalidInput(field, f"a {category} address is not allowed (CRONFLEET_HTTP_ALLOWED_NETWORKS)")
     return value
 
 

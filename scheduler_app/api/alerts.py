@@ -95,6 +95,14 @@ class AlertRuleWriteSerializer(StrictSerializer):
         help_text="POSTed each alert as signed JSON (the tenant's webhook secrets, as HTTP jobs); the same "
         "network guard as HTTP jobs; empty: none (PUT default)",
     )
+    chat_url = StrictCharField(
+        required=False,
+        allow_blank=True,
+        max_length=2000,
+        trim_whitespace=False,
+        help_text="A Slack-compatible incoming webhook (Slack, Mattermost, Rocket.Chat), POSTed "
+        '{"text": ...} for each alert; the same network guard as HTTP jobs; empty: none (PUT default)',
+    )
     emails = serializers.ListField(
         child=StrictCharField(max_length=254),
         required=False,
@@ -209,10 +217,11 @@ class DeliverySerializer(serializers.Serializer):
         help_text="pending: to be tried again; failed: gave up after "
         f"{alerts.DELIVERY_ATTEMPTS} attempts; suppressed: not sent, over "
         "the tenant's hourly alert or e-mail budget (the reason in "
-        "last_error); no_channel: sent nowhere, its rule has no webhook and no e-mail",
+        "last_error); no_channel: sent nowhere, its rule has no webhook, no chat hook and no e-mail",
     )
     sent_to = serializers.CharField(
-        help_text="Where the last attempt went: 'webhook HOST', 'N e-mails', both, 'no channel', or ''"
+        help_text="Where the last attempt went: 'webhook HOST', 'Slack hook at HOST', 'N e-mails', several of "
+        "these, 'no channel', or ''"
     )
     delivered_at = serializers.DateTimeField(allow_null=True)
     attempts = serializers.IntegerField()

@@ -40,7 +40,7 @@ from scheduler_app.api.parsers import StrictJSONParser, check_body_headers
 from scheduler_app.api.renderers import JSONRenderer
 from scheduler_app.api.schema import ApiSchema, extend_schema
 from scheduler_app.api.throttling import KeyRateThrottle, limit_for, rate_limit_enabled, rate_limit_headers
-from scheduler_app.ledger import stats
+from scheduler_app.ledger import checkstatus, stats
 from scheduler_app.models import ApiKey, AuditEvent, Job, JobRun, Tenant, db_now
 
 TENANT_HEADER = "X-Cronfleet-Tenant"
@@ -356,7 +356,7 @@ class JobViewSet(JobScopedMixin, viewsets.GenericViewSet):
     @extend_schema(summary="The tenant's jobs, by id", parameters=[s.JobFilterSerializer])
     def list(self, request):
         filters = s.validated(s.JobFilterSerializer, request.query_params)
-        jobs = self.get_queryset()
+        jobs = checkstatus.with_check_fields(self.get_queryset())  # checkin_status in the page's one statement
         if "tag" in filters:
             jobs = jobs.tagged(filters["tag"])
         if filters["enabled"] is not None:

@@ -7,4 +7,4 @@ the jobs chained after it (chains.py).
 The API, the commands, the dashboard, the alerts and the beats' upkeep call these modules.
 """
 
-__all__ = ["autopause", "chains", "lags", "policy", "retention", "rollup", "stats"]
+__all__ = ["autopause", "chains", "checkstatus", "lags", "policy", "retention", "rollup", "stats"]

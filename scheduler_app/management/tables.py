@@ -101,7 +101,7 @@ def delivery_text(alert, at: Callable[[datetime], str], *, delivered: str | None
         where = alerts.where_sent(alert)
         return (delivered or at(alert.delivered_at)) + (f" to {where}" if where else "")
     if alerts.delivery_status(alert) == "no_channel":
-        return "not sent: no channel (its rule has no webhook and no e-mail)"
+        return "not sent: no channel (its rule has no webhook, no chat hook and no e-mail)"
     errors = [entry.get("error") for entry in alert.delivery_log or [] if entry.get("error")]
     last = f"; last error: {shorten(str(errors[-1]), 200)}" if errors else ""
     tries = plural(alert.delivery_attempts, "attempt")

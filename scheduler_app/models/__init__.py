@@ -3,7 +3,7 @@ keys), console (alert rules, alerts, the dashboard's minutes), ledger (the hourl
 nodes (beats and workers), calendars (business-day calendars). Every room imports them from here."""
 
 from scheduler_app.models.calendars import Calendar, business_calendars, public_holidays, supported_countries
-from scheduler_app.models.checkins import CHECKIN_PREFIX, STARTED_REASON, WAITING_REASON, Monitor
+from scheduler_app.models.checkins import CHECKIN_PREFIX, DEFAULT_GRACE_SECONDS, STARTED_REASON, WAITING_REASON, Monitor
 from scheduler_app.models.console import Alert, AlertKind, AlertRule, RunMinute
 from scheduler_app.models.core import (
     ACTIVE_STATES,
@@ -36,6 +36,7 @@ from scheduler_app.models.windows import MaintenanceWindow, RunningPolicy, Windo
 
 __all__ = [
     "CHECKIN_PREFIX",
+    "DEFAULT_GRACE_SECONDS",
     "STARTED_REASON",
     "WAITING_REASON",
     "Monitor",

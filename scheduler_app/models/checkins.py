@@ -17,6 +17,8 @@ from scheduler_app.models.core import Job, Tenant
 CHECKIN_PREFIX = "checkin:"
 WAITING_REASON = "checkin: waiting for a ping"
 STARTED_REASON = "checkin: started"
+# A monitored job's grace when its target_config names none (the services always store one).
+DEFAULT_GRACE_SECONDS = 300
 
 
 class Monitor(models.Model):

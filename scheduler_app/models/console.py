@@ -21,6 +21,7 @@ class AlertKind(TextChoices):
     TOO_LONG = "too_long"  # a run took longer than max_duration_seconds
     TOO_SHORT = "too_short"  # a run took less than min_duration_seconds
     AUTO_PAUSED = "auto_paused"  # the job paused itself after repeated failure (ledger.autopause)
+    CHECKIN_UP = "checkin_up"  # a monitored job that was down (and alerted) pinged success again
 
 
 class AlertRule(models.Model):
@@ -44,6 +45,13 @@ class AlertRule(models.Model):
         max_length=2000, blank=True, help_text="POSTed a signed JSON alert (the tenant's webhook secret, as HTTP jobs)"
     )
     emails = models.JSONField(default=list, blank=True, help_text="Addresses mailed each alert")
+    chat_url = models.CharField(
+        max_length=2000,
+        blank=True,
+        db_default="",
+        default="",
+        help_text='A Slack-compatible incoming webhook (Slack, Mattermost, Rocket.Chat): POSTed {"text": ...}',
+    )
     cooldown_seconds = models.PositiveIntegerField(
         default=3600, help_text="After an alert of one kind, further ones of that kind wait this long"
     )

@@ -224,8 +224,9 @@ def labelled(name: str, documentation: str, label: str, values: dict[str, float]
     return family
 
 
-# Every name ClusterCollector and its sibling forecast.ForecastCollector expose (the
-# dashboard's and the alerts' queries are checked against these and metrics.names()).
+# Every name ClusterCollector and its siblings forecast.ForecastCollector and checks.CheckCollector
+# expose (the dashboard's and the alerts' queries are checked against these and metrics.names());
+# checks' cronfleet_tenant_checks too, with CRONFLEET_METRICS_TENANT_LABELS only.
 NAMES = {
     "cronfleet_database_up",
     "cronfleet_broker_up",
@@ -242,4 +243,5 @@ NAMES = {
     "cronfleet_forecast_fires",
     "cronfleet_forecast_work_seconds",
     "cronfleet_forecast_workers",
+    "cronfleet_checks",
 }

@@ -9,7 +9,8 @@
 
 Both answer JSON; 200 when all is well, 503 naming what is not.
 
-- GET /metrics: Prometheus exposition of the cluster's gauges (cluster.py), of the web's
+- GET /metrics: Prometheus exposition of the cluster's gauges (cluster.py), of the check-ins'
+  statuses (checks.py), of the web's
   own counters (pings dropped), and of the beats' and workers' counters that share this
   host's PROMETHEUS_MULTIPROC_DIR (metrics.py).
   They name nodes (host and pid) and the queues tenants chose, so with CRONFLEET_METRICS_TOKEN
@@ -31,6 +32,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from scheduler_app.conf import app_settings
 from scheduler_app.models import NodeKind, db_now
 from scheduler_app.observability import metrics
+from scheduler_app.observability.checks import CheckCollector
 from scheduler_app.observability.cluster import ClusterCollector
 from scheduler_app.observability.errors import answers_server_errors
 from scheduler_app.observability.forecast import ForecastCollector
@@ -135,6 +137,7 @@ def metrics_view(request):
     registry = CollectorRegistry()
     registry.register(ClusterCollector())
     registry.register(ForecastCollector())
+    registry.register(CheckCollector())
     if metrics.MULTIPROC_DIR:
         registry.register(metrics.LiveProcessesCollector(None, metrics.MULTIPROC_DIR))
     else:  # the web's own counters (pings dropped), as the process that answers counted them

@@ -4,10 +4,10 @@ fire as a run waiting for its ping (dispatch/checkins.py), no message goes to a 
 
 from __future__ import annotations
 
+from scheduler_app.models import DEFAULT_GRACE_SECONDS as DEFAULT_GRACE_SECONDS  # re-exported: admin, dispatch
 from scheduler_app.targets.base import PermanentFailure
 from scheduler_app.validation import InvalidInput
 
-DEFAULT_GRACE_SECONDS = 300
 MAX_GRACE_SECONDS = 7 * 86400
 
 

@@ -21,7 +21,8 @@ from scheduler_app.api.serializers.fields import (
     StrictSerializer,
     validated,
 )
-from scheduler_app.models import PRIORITY_DEFAULT, PRIORITY_MAX, PRIORITY_MIN, Job, OverlapPolicy
+from scheduler_app.ledger import checkstatus
+from scheduler_app.models import PRIORITY_DEFAULT, PRIORITY_MAX, PRIORITY_MIN, Job, OverlapPolicy, TargetKind
 from scheduler_app.targets.http import HTTP_METHODS
 
 
@@ -407,6 +408,11 @@ class JobSerializer(serializers.ModelSerializer):
         allow_null=True,
         help_text="The job this one runs after (chains), by name; null: none",
     )
+    checkin_status = serializers.SerializerMethodField(
+        help_text="A monitored job's check-in status (docs/check-ins.md): new (no fire and no ping yet), up, "
+        "late (a fire waits for its ping within the grace), down (its last check-in failed or was missed) "
+        "or paused; null for jobs that are not monitored",
+    )
 
     class Meta:
         model = Job
@@ -446,8 +452,19 @@ class JobSerializer(serializers.ModelSerializer):
             "calendar_policy",
             "after_job",
             "after_states",  # chains: the parent, and its end states that start this job
+            "checkin_status",
         )
         read_only_fields = fields
+
+    @extend_schema_field(
+        serializers.ChoiceField(choices=list(checkstatus.STATUSES), allow_null=True)  # type: ignore[arg-type]
+    )
+    def get_checkin_status(self, job: Job) -> str | None:
+        if job.target_kind != TargetKind.MONITOR:
+            return None
+        if not hasattr(job, "cf_latest_state"):  # one job (a write's answer): read its latest run now
+            job = checkstatus.with_check_fields(Job.objects.filter(pk=job.pk)).get()
+        return checkstatus.status_of(job)
 
 
 class JobFilterSerializer(ListQuerySerializer):

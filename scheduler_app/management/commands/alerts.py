@@ -2,7 +2,7 @@
 
     manage.py alerts set JOB [--no-success 26h] [--grace 1h] [--on-failure | --no-on-failure]
                              [--max-lag S] [--max-duration S] [--min-duration S] [--webhook URL]
-                             [--email ADDR ...] [--no-email] [--cooldown S] [--disable | --enable]
+                             [--slack URL] [--email ADDR ...] [--no-email] [--cooldown S] [--disable | --enable]
     manage.py alerts show JOB
     manage.py alerts delete JOB [--yes]
     manage.py alerts list [--tenant SLUG] [--job JOB] [--kind KIND] [--undelivered] [--limit N]
@@ -45,6 +45,7 @@ OPTION_OF = {field: f"--{option}" for option, (field, _, _) in DURATIONS.items()
     "enabled": "--disable",
     "on_failure": "--on-failure",
     "webhook_url": "--webhook",
+    "chat_url": "--slack",
     "emails": "--email",
 }
 
@@ -98,6 +99,11 @@ class Command(OneLineErrors, BaseCommand):
         change.add_argument("--max-duration", metavar="DURATION", help="Alert when a run takes longer")
         change.add_argument("--min-duration", metavar="DURATION", help="Alert when a run succeeds faster")
         change.add_argument("--webhook", metavar="URL", help="POST each alert here, signed ('' for none)")
+        change.add_argument(
+            "--slack",
+            metavar="URL",
+            help="Post each alert to this Slack-compatible incoming webhook (Slack, Mattermost, Rocket.Chat; '' for none)",
+        )
         change.add_argument(
             "--email",
             metavar="ADDR",
@@ -220,6 +226,8 @@ def rule_changes(options: dict) -> dict:
         changes["enabled"] = options["enabled"]
     if options.get("webhook") is not None:
         changes["webhook_url"] = options["webhook"].strip()
+    if options.get("slack") is not None:
+        changes["chat_url"] = options["slack"].strip()
     if options.get("email") is not None and options.get("no_email"):
         raise services.InvalidInput("--email", "give --email or --no-email, not both")
     if options.get("email") is not None:
