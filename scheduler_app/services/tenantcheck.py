@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from datetime import datetime
 
@@ -78,6 +78,14 @@ def rows(document: dict, key: str) -> list:
     value = document.get(key, [])
     if not isinstance(value, list):
         raise InvalidInput(key, "must be a list")
+    return value
+
+
+def run_rows(document: dict) -> Iterable:
+    """The document's runs: a list, or a file's runs read as they are used (documentfile.FileRuns)."""
+    value = document.get("runs", [])
+    if isinstance(value, (str, bytes, dict)) or not isinstance(value, Iterable):
+        raise InvalidInput("runs", "must be a list")
     return value
 
 

@@ -29,7 +29,7 @@ it is a secret, written owner-only by the command.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TextIO
@@ -55,7 +55,7 @@ from scheduler_app.models import (
     db_now,
 )
 from scheduler_app.services import documentmac
-from scheduler_app.services.tenantcheck import SECRETS, check_document, columns_of, rows
+from scheduler_app.services.tenantcheck import SECRETS, check_document, columns_of, rows, run_rows
 from scheduler_app.targets.http import secrets as crypto
 from scheduler_app.validation import InvalidInput
 
@@ -114,15 +114,6 @@ def dump(document: dict, out: TextIO) -> None:
         sink.seal()
     else:
         out.write("\n}\n")
-
-
-def load(text: str) -> dict:
-    """A document's text as dump() wrote it, its MAC checked where this cell has the key."""
-    text = documentmac.verified(text)
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise InvalidInput("file", f"not JSON: {exc}") from None
 
 
 # --- rows ----------------------------------------------------------------------------------
@@ -351,7 +342,7 @@ def tenant_import(document, *, late: bool = False, actor: str = "") -> Tenant:
                 ApiKey(tenant=tenant, **columns_of(ApiKey, row, f"api_keys[{i}]"))
                 for i, row in enumerate(rows(document, "api_keys"))
             )
-            copied = create_runs(tenant, rows(document, "runs"), jobs)
+            copied = create_runs(tenant, run_rows(document), jobs)
             AuditEvent.objects.create(
                 tenant=tenant,
                 action=IMPORTED,
@@ -412,10 +403,10 @@ def create_jobs(tenant: Tenant, job_rows: list, calendars: dict[str, Calendar], 
     return by_name
 
 
-def create_runs(tenant: Tenant, run_rows: list, jobs: dict[str, Job]) -> int:
+def create_runs(tenant: Tenant, runs: Iterable, jobs: dict[str, Job]) -> int:
     """Bring the finished runs the export carried (history only: none of them runs again)."""
     batch, copied = [], 0
-    for i, raw in enumerate(run_rows):
+    for i, raw in enumerate(runs):
         raw = dict(raw) if isinstance(raw, dict) else raw
         if not isinstance(raw, dict) or raw.get("job") not in jobs:
             raise InvalidInput(f"runs[{i}].job", "must name a job of the document")

@@ -16,7 +16,7 @@ from scheduler_app import services
 from scheduler_app.conf import app_settings
 from scheduler_app.management.tables import OneLineErrors, format_table
 from scheduler_app.models import ApiKey, Job, Monitor, Tenant, db_now
-from scheduler_app.services import tenantmove
+from scheduler_app.services import documentfile, tenantmove
 from scheduler_app.services.privatefile import write_private
 from scheduler_app.validation import InvalidInput
 
@@ -175,11 +175,7 @@ class Command(OneLineErrors, BaseCommand):
             self.stderr.write(f"warning: {warning}")
 
     def do_import(self, *, file: str, late: bool, **options) -> None:
-        try:
-            text = Path(file).read_text()
-        except (OSError, ValueError) as exc:
-            raise InvalidInput("file", f"cannot read {file}: {exc}") from None
-        document = tenantmove.load(text)
+        document = documentfile.read_document(Path(file))
         tenant = services.tenant_import(document, late=late, actor="cli")
         jobs = Job.objects.filter(tenant=tenant)
         first = jobs.exclude(next_run_at=None).order_by("next_run_at").values_list("next_run_at", flat=True).first()

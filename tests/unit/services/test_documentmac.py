@@ -60,3 +60,21 @@ def test_without_a_key_nothing_is_checked():
 
     with override_settings(CRONFLEET_TENANT_DOCUMENT_KEY=""):
         assert documentmac.verified(text) == text
+
+
+@pytest.mark.parametrize(
+    ("change", "refused"),
+    [(lambda text: text, None), (lambda text: text.replace('"id": 2', '"id": 3'), "does not match")],
+    ids=["unchanged", "changed"],
+)
+def test_a_file_is_verified_in_blocks_as_the_text_is(tmp_path, monkeypatch, change, refused):
+    monkeypatch.setattr(documentmac, "BLOCK", 7)  # many blocks, one cut inside the tail's neighbour
+    path = tmp_path / "document.json"
+    path.write_text(change(sealed(PARTS * 50)))
+
+    with override_settings(CRONFLEET_TENANT_DOCUMENT_KEY=KEY):
+        if refused is None:
+            documentmac.verify_file(path)
+        else:
+            with pytest.raises(InvalidInput, match=refused):
+                documentmac.verify_file(path)
