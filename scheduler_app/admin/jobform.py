@@ -8,13 +8,11 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from scheduler_app import services
-from scheduler_app.admin import chains
+from scheduler_app.admin import chains, jobkinds
 from scheduler_app.admin.common import TagsField, jsonb_safe
-from scheduler_app.admin.retention import RETENTION_FIELDS
 from scheduler_app.conf import app_settings
 from scheduler_app.models import Calendar, Job, TargetKind, db_now
-from scheduler_app.services.edits import check_managed
-from scheduler_app.targets import monitor
+from scheduler_app.services.edits import Edit, check_managed
 from scheduler_app.targets import task as task_target
 
 TASK_HELP = (
@@ -57,19 +55,50 @@ def may_choose_any_task(request, obj=None) -> bool:
     return bool(user.is_active and user.is_staff and user.has_perm(perm))
 
 
-# services.InvalidInput.field -> the add form's field (None: a non-field error).
-SPEC_FIELD_TO_FORM = {"task": "task_name", "every": "every_seconds", "at": "run_at", "schedule": None, "anchor": None}
+# services.InvalidInput.field -> the form's field (None: a non-field error).
+SPEC_FIELD_TO_FORM = {
+    "task": "task_name",
+    "every": "every_seconds",
+    "at": "run_at",
+    "schedule": None,
+    "anchor": None,
+    "monitor": "grace_seconds",
+    "command": "command_name",
+    "command.name": "command_name",
+    "sql": "sql_name",
+    "sql.name": "sql_name",
+}
+
+
+def form_field_of(field: str) -> str | None:
+    """The form field a service's refusal belongs on: "http.url" on http_url, a command's or a
+    statement's parameter on its parameters, an item of a list ("tags.1") on the list."""
+    if field in SPEC_FIELD_TO_FORM:
+        return SPEC_FIELD_TO_FORM[field]
+    head, _, rest = field.partition(".")
+    if head == "http":
+        return "http_" + rest.partition(".")[0]
+    if head in ("command", "sql"):
+        return f"{head}_params"
+    return head
 
 
 def add_service_error(form: forms.Form, exc: services.InvalidInput) -> None:
-    """Show a service's refusal on the form field it names; an item of a list field
-    ("tags.1") on the list's field, saying which item."""
-    name, _, item = exc.field.partition(".")
-    field = SPEC_FIELD_TO_FORM.get(exc.field, name)
-    if field in form.fields:
-        form.add_error(field, f"{exc.field}: {exc.message}" if item else exc.message)
-    else:
+    """Show a service's refusal on the form field it names, saying which part of it when the
+    refusal names a part of the field ("tags.1", "command.params.day", "http.headers.X-Env")."""
+    field = form_field_of(exc.field)
+    if field not in form.fields:
         form.add_error(None, exc.message)
+        return
+    whole = exc.field in SPEC_FIELD_TO_FORM or exc.field.count(".") <= (1 if exc.field.startswith("http.") else 0)
+    form.add_error(field, exc.message if whole else f"{exc.field}: {exc.message}")
+
+
+def broken_parts(form: forms.Form) -> set[str]:
+    """The JobSpec keys or groups whose form fields are in error already."""
+    return {
+        jobkinds.GROUP_OF.get(name, jobkinds.FORM_TO_SPEC.get(name, name)) for name in form.errors if name != "__all__"
+    }
 
 
 def limit_calendars(form: forms.ModelForm, tenant_id: int | None) -> None:
@@ -93,82 +122,55 @@ FLEX_SCOPE_HELP = (
 )
 
 
-class JobAddForm(forms.ModelForm):
-    """Creates a job through services.job_create; validated by services.validate_spec."""
+FLEX_SCOPE_HELP = (
+    "Whose planned fires the window's placement avoids: the tenant's (blank) or every job's on "
+    "the same queue (docs/flexible-windows.md)"
+)
+# The form's fields that are JobSpec values under the same name, outside the kinds.
+PLAIN_FIELDS = (
+    "name",
+    "description",
+    "tags",
+    "timezone",
+    "queue",
+    "priority",
+    "timeout_seconds",
+    "max_attempts",
+    "retry_backoff_seconds",
+    "retry_backoff_max_seconds",
+    "misfire_policy",
+    "catchup_window_seconds",
+    "run_all_cap",
+    "overlap_policy",
+    "batch",
+    "pause_after_failures",
+)
+KIND_MODEL_FIELDS = (
+    "cron",
+    "every_seconds",
+    "run_at",
+    "flex_window",
+    "flex_scope",
+    "start_at",
+    "end_at",
+    "jitter_seconds",
+    "calendar",
+    "calendar_policy",
+    "after_job",
+    "after_states",
+    "task_name",
+    "args",
+    "kwargs",
+)
+JOB_EDITABLE = (*PLAIN_FIELDS, *KIND_MODEL_FIELDS)
 
-    task_name = forms.ChoiceField(
-        choices=(),
-        label="Task",
-        required=False,
-        help_text=f"What Cronfleet runs; blank for a check-in job. {TASK_HELP}",
-    )
-    check_in = forms.BooleanField(
-        required=False,
-        label="Check-in job",
-        help_text="Runs elsewhere and pings its check-in URL (docs/check-ins.md); Cronfleet runs nothing",
-    )
-    grace_seconds = forms.IntegerField(
-        required=False,
-        min_value=1,
-        max_value=monitor.MAX_GRACE_SECONDS,
-        help_text=f"A check-in job's grace after each fire; blank: {monitor.DEFAULT_GRACE_SECONDS}",
-    )
+
+class JobFormBase(jobkinds.KindFields, forms.ModelForm):
+    """What the add and change forms share: the kinds, the task chooser, the JSON checks."""
+
     tags = TagsField()
-    timezone = forms.CharField(
-        required=False, max_length=64, help_text="IANA zone the cron expression is read in; blank: the tenant's zone"
-    )
-
-    class Meta:
-        model = Job
-        fields = (
-            "tenant",
-            "name",
-            "description",
-            "tags",
-            "cron",
-            "timezone",
-            "every_seconds",
-            "run_at",
-            "flex_window",
-            "flex_scope",
-            "start_at",
-            "end_at",
-            "jitter_seconds",
-            "task_name",
-            "args",
-            "kwargs",
-            "queue",
-            "priority",
-            "timeout_seconds",
-            "max_attempts",
-            "retry_backoff_seconds",
-            "retry_backoff_max_seconds",
-            "misfire_policy",
-            "catchup_window_seconds",
-            "run_all_cap",
-            "overlap_policy",
-            "batch",
-            "pause_after_failures",
-            "calendar",
-            "calendar_policy",
-            "after_job",
-            "after_states",
-        )
-        help_texts = {
-            "cron": "5 fields or a nickname such as @daily",
-            "every_seconds": "Counted from now",
-            "flex_scope": FLEX_SCOPE_HELP,
-        }
-
-    spec: services.JobSpec | None = None
+    task_name = forms.ChoiceField(choices=(), label="Task", required=False, help_text=TASK_HELP)
     any_registered = False  # set by JobAdmin.get_form (may_choose_any_task)
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.fields["task_name"].choices = task_choices(any_registered=self.any_registered)
-        tenant = self.data.get("tenant") or self.initial.get("tenant")
-        limit_calendars(self, int(tenant) if str(tenant or "").isdigit() else None)
-        chains.limit_parents(self, int(tenant) if str(tenant or "").isdigit() else None)
 
     def clean_after_states(self):
         return chains.clean_after_states(self)
@@ -178,6 +180,48 @@ class JobAddForm(forms.ModelForm):
 
     def clean_kwargs(self):
         return jsonb_safe(self.cleaned_data.get("kwargs"))
+
+    def clean_kind_values(self) -> tuple[dict, dict]:
+        """The chosen kinds' JobSpec values (target, schedule); another kind's fields ignored."""
+        target, schedule = self.chosen_kinds()
+        self.ignore_other_kinds(target, schedule)
+        if target == TargetKind.TASK and not self.cleaned_data.get("task_name") and "task_name" not in self.errors:
+            self.add_error("task_name", "Choose a task (or another kind of target).")
+        try:
+            return self.target_spec(target), self.schedule_spec(schedule)
+        except ValidationError as exc:  # NaN or NUL in a JSON field of the target
+            self.add_error(f"{target}_params" if target in ("command", "sql") else "http_headers", exc)
+            return dict(jobkinds.TARGET_BLANKS), self.schedule_spec(schedule)
+
+
+class JobAddForm(JobFormBase):
+    """Creates a job through services.job_create; validated by services.validate_spec."""
+
+    task_name = forms.ChoiceField(
+        choices=(), label="Task", required=False, help_text=f"What Cronfleet runs. {TASK_HELP}"
+    )
+    timezone = forms.CharField(
+        required=False, max_length=64, help_text="IANA zone the schedule is read in; blank: the tenant's zone"
+    )
+
+    class Meta:
+        model = Job
+        fields = ("tenant", *JOB_EDITABLE)
+        help_texts = {
+            "cron": "5 fields or a nickname such as @daily",
+            "every_seconds": "Counted from now",
+            "flex_scope": FLEX_SCOPE_HELP,
+        }
+
+    spec: services.JobSpec | None = None
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["task_name"].choices = task_choices(any_registered=self.any_registered)
+        self.offer_kinds(None)
+        tenant = self.data.get("tenant") or self.initial.get("tenant")
+        limit_calendars(self, int(tenant) if str(tenant or "").isdigit() else None)
+        chains.limit_parents(self, int(tenant) if str(tenant or "").isdigit() else None)
 
     def clean_tags(self):
         tags = jsonb_safe(self.cleaned_data.get("tags"))
@@ -192,165 +236,82 @@ class JobAddForm(forms.ModelForm):
         tenant = data.get("tenant")
         if not data.get("timezone"):
             data["timezone"] = tenant.timezone if tenant else "UTC"
-        if self.errors or tenant is None:
+        target, schedule = self.clean_kind_values()
+        if tenant is None:
             return data
-        if not target_chosen(self, data):
-            return data
-        spec = services.JobSpec(
-            name=data["name"],
-            task_name=data.get("task_name") or "",
-            cron=data.get("cron") or "",
-            timezone=data["timezone"],
-            every=data.get("every_seconds"),
-            at=data.get("run_at"),
-            start_at=data.get("start_at"),
-            end_at=data.get("end_at"),
-            args=data.get("args"),
-            kwargs=data.get("kwargs"),
-            queue=data.get("queue") or "",
-            priority=data["priority"],
-            timeout_seconds=data["timeout_seconds"],
-            max_attempts=data["max_attempts"],
-            retry_backoff_seconds=data["retry_backoff_seconds"],
-            retry_backoff_max_seconds=data["retry_backoff_max_seconds"],
-            misfire_policy=data["misfire_policy"],
-            catchup_window_seconds=data["catchup_window_seconds"],
-            run_all_cap=data["run_all_cap"],
-            overlap_policy=data["overlap_policy"],
-            jitter_seconds=data["jitter_seconds"],
-            description=data.get("description") or "",
-            tags=data.get("tags"),
-            batch=bool(data.get("batch")),
-            pause_after_failures=data.get("pause_after_failures"),
-            calendar=data["calendar"].name if data.get("calendar") else "",
-            calendar_policy=data.get("calendar_policy") or "skip",
-            after_job=data["after_job"].name if data.get("after_job") else "",
-            after_states=data.get("after_states"),
-            flex_window=data.get("flex_window") or "",
-            flex_scope=data.get("flex_scope") or "",
+        values = {name: data[name] for name in PLAIN_FIELDS if data.get(name) is not None}
+        values.update(target, **schedule)
+        now = db_now()
+
+        def check(spec: dict) -> tuple[services.JobSpec, dict]:
+            job_spec = services.JobSpec(**spec)
+            _, fields = services.validate_spec(tenant, job_spec, now, allow_any_registered=self.any_registered)
+            return job_spec, fields
+
+        checked, refusals = jobkinds.collect_refusals(
+            check, values, jobkinds.aside_for_new(now), broken=broken_parts(self)
         )
-        if data.get("check_in"):
-            grace = data.get("grace_seconds")
-            spec.target_kind = TargetKind.MONITOR.value
-            spec.monitor = {"grace_seconds": grace if grace is not None else monitor.DEFAULT_GRACE_SECONDS}
-        try:
-            _, fields = services.validate_spec(tenant, spec, db_now(), allow_any_registered=self.any_registered)
-        except services.InvalidInput as exc:
+        for exc in refusals:
             add_service_error(self, exc)
+        if checked is None:
             return data
+        self.spec, fields = checked
         # Show the model validation what job_create will store (normalised cron and so on).
         data.update({name: value for name, value in fields.items() if name in self.fields})
-        self.spec = spec
         return data
 
 
-def target_chosen(form: JobAddForm, data: dict) -> bool:
-    """A task, or a check-in job (which has none): exactly one, each error on its field."""
-    if data.get("check_in") and data.get("task_name"):
-        form.add_error("task_name", "A check-in job runs no task: leave Task blank.")
-    elif not data.get("check_in") and not data.get("task_name"):
-        form.add_error("task_name", "Choose a task, or tick Check-in job.")
-    elif not data.get("check_in") and data.get("grace_seconds") is not None:
-        form.add_error("grace_seconds", "Grace is for check-in jobs only.")
-    else:
-        return True
-    return False
-
-
-# The change form's fields -> JobSpec names (the others have the same name in both).
-FORM_TO_SPEC = {"every_seconds": "every", "run_at": "at"}
-JOB_EDITABLE = (
-    "name",
-    "description",
-    "tags",
-    "cron",
-    "timezone",
-    "every_seconds",
-    "run_at",
-    "flex_window",
-    "flex_scope",
-    "start_at",
-    "end_at",
-    "task_name",
-    "args",
-    "kwargs",
-    "queue",
-    "priority",
-    "timeout_seconds",
-    "max_attempts",
-    "retry_backoff_seconds",
-    "retry_backoff_max_seconds",
-    "misfire_policy",
-    "catchup_window_seconds",
-    "run_all_cap",
-    "overlap_policy",
-    "jitter_seconds",
-    "batch",
-    "pause_after_failures",
-    "calendar",
-    "calendar_policy",
-    "after_job",
-    "after_states",
-)
-
-
-class JobChangeForm(forms.ModelForm):
+class JobChangeForm(JobFormBase):
     """Edits a saved job through services.job_update; services.plan_edit validates."""
-
-    tags = TagsField()
-    task_name = forms.ChoiceField(choices=(), label="Task", required=False, help_text=TASK_HELP)
 
     class Meta:
         model = Job
         fields = JOB_EDITABLE
         help_texts = {
-            "cron": "5 fields or a nickname such as @daily. For a job with a window, the minute placed "
-            "in it: a cron given here replaces the window",
+            "cron": "5 fields or a nickname such as @daily",
             "flex_scope": FLEX_SCOPE_HELP,
         }
 
     changes: dict | None = None
-    any_registered = False  # set by JobAdmin.get_form (may_choose_any_task)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["task_name"].choices = task_choices(
             any_registered=self.any_registered, current=self.instance.task_name
         )
+        self.offer_kinds(self.instance)
+        self.initial.setdefault("target_kind", self.instance.target_kind)
         limit_calendars(self, self.instance.tenant_id)
         chains.limit_parents(self, self.instance.tenant_id, self.instance.id)
-
-    def clean_after_states(self):
-        return chains.clean_after_states(self)
-
-    def clean_args(self):
-        return jsonb_safe(self.cleaned_data.get("args"))
-
-    def clean_kwargs(self):
-        return jsonb_safe(self.cleaned_data.get("kwargs"))
 
     def clean_tags(self):
         return jsonb_safe(self.cleaned_data.get("tags")) or []
 
     def clean(self):
         data = super().clean()
-        if self.errors:
-            return data
+        target, schedule = self.clean_kind_values()
+        changed = set(self.changed_data)
         # Retention fields are saved apart (admin/retention.py), not through job_update.
-        changes = {
-            FORM_TO_SPEC.get(name, name): data.get(name) for name in self.changed_data if name not in RETENTION_FIELDS
-        }
-        for text_field in ("cron", "description", "queue", "task_name", "timezone"):
+        changes = {name: data.get(name) for name in PLAIN_FIELDS if name in changed}
+        for text_field in ("description", "queue", "timezone"):
             if text_field in changes and changes[text_field] is None:
                 changes[text_field] = ""
-        if "calendar" in changes:  # the service takes the calendar by name, in the job's tenant
-            changes["calendar"] = changes["calendar"].name if changes["calendar"] else ""
-        if "after_job" in changes:  # and the parent job by name, in the job's tenant
-            changes["after_job"] = changes["after_job"].name if changes["after_job"] else ""
-        if changes.get("flex_window") == "" and "cron" not in changes and data.get("cron"):
-            changes["cron"] = data["cron"]  # a window cleared: the job stays at the minute placed in it
+        chosen_target, chosen_schedule = self.chosen_kinds()
+        if changed & {"target_kind", *jobkinds.TARGET_KINDS[chosen_target]}:
+            changes.update(target)  # a target given replaces the old one whole, as in the API
+        if changed & {"schedule_kind", *jobkinds.SCHEDULE_KINDS[chosen_schedule]}:
+            changes.update(schedule)
+        now = db_now()
+
+        def check(edit: dict) -> Edit:
+            return services.plan_edit(self.instance, edit, now, allow_any_registered=self.any_registered)
+
+        edit, refusals = jobkinds.collect_refusals(check, changes, jobkinds.aside_for_edit, broken=broken_parts(self))
+        for exc in refusals:
+            add_service_error(self, exc)
+        if edit is None:
+            return data
         try:
-            edit = services.plan_edit(self.instance, changes, db_now(), allow_any_registered=self.any_registered)
             if edit.diff and app_settings.MANAGED_JOBS_READ_ONLY:
                 check_managed(self.instance, actor="admin")  # refuses a job managed by schedules as code
         except services.InvalidInput as exc:

@@ -14,7 +14,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
 from scheduler_app import schedules, services
-from scheduler_app.admin import chains, jobpage
+from scheduler_app.admin import jobpage
 from scheduler_app.admin.common import (
     ACTION_LIMIT,
     AsciiSplitDateTimeField,
@@ -95,6 +95,72 @@ class ManagedFilter(admin.SimpleListFilter):
         return queryset.filter(managed_by="" if value == "-" else value)
 
 
+SCHEDULE_FIELDSET = (
+    "Schedule",
+    {
+        "fields": (
+            "schedule_kind",
+            "cron",
+            "every_seconds",
+            "run_at",
+            "flex_window",
+            "flex_scope",
+            "after_job",
+            "after_states",
+            "timezone",
+            "start_at",
+            "end_at",
+            "jitter_seconds",
+            "calendar",
+            "calendar_policy",
+        ),
+        "description": "Choose how the job is scheduled: only that kind's fields count. "
+        f"Datetimes are in the site's zone ({settings.TIME_ZONE}). A chain runs the job when a run of "
+        "another job of the tenant ends in one of its after states (a JSON list of succeeded, failed, "
+        "dead; blank: succeeded).",
+    },
+)
+TARGET_FIELDSET = (
+    "Target",
+    {
+        "fields": (
+            "target_kind",
+            "task_name",
+            "args",
+            "kwargs",
+            "http_method",
+            "http_url",
+            "http_headers",
+            "http_body",
+            "command_name",
+            "command_params",
+            "sql_name",
+            "sql_params",
+            "grace_seconds",
+            "queue",
+            "priority",
+            "timeout_seconds",
+            "batch",
+        ),
+        "description": "Choose what the job runs: only that kind's fields count.",
+    },
+)
+RETRIES_FIELDSET = (
+    "Retries, misfires and overlap",
+    {
+        "fields": (
+            "max_attempts",
+            "retry_backoff_seconds",
+            "retry_backoff_max_seconds",
+            "misfire_policy",
+            "catchup_window_seconds",
+            "run_all_cap",
+            "overlap_policy",
+        )
+    },
+)
+
+
 @admin.register(Job)
 class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
     list_display = ("title", "schedule", "status", "priority", "next_run_at", "last_run_state", "managed")
@@ -108,58 +174,10 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
     formfield_overrides = {models.DateTimeField: {"form_class": AsciiSplitDateTimeField}}
     add_fieldsets = (
         (None, {"fields": ("tenant", "name", "description", "tags")}),
-        (
-            "Schedule",
-            {
-                "fields": (
-                    "cron",
-                    "timezone",
-                    "every_seconds",
-                    "run_at",
-                    "flex_window",
-                    "flex_scope",
-                    "start_at",
-                    "end_at",
-                    "jitter_seconds",
-                    "calendar",
-                    "calendar_policy",
-                ),
-                "description": "Give exactly one of cron, every seconds, run at or flex window. "
-                f"Datetimes are in the site's zone ({settings.TIME_ZONE}).",
-            },
-        ),
-        (
-            "Target",
-            {
-                "fields": (
-                    "task_name",
-                    "args",
-                    "kwargs",
-                    "queue",
-                    "priority",
-                    "timeout_seconds",
-                    "batch",
-                    "check_in",
-                    "grace_seconds",
-                )
-            },
-        ),
-        (
-            "Retries, misfires and overlap",
-            {
-                "fields": (
-                    "max_attempts",
-                    "retry_backoff_seconds",
-                    "retry_backoff_max_seconds",
-                    "misfire_policy",
-                    "catchup_window_seconds",
-                    "run_all_cap",
-                    "overlap_policy",
-                )
-            },
-        ),
+        SCHEDULE_FIELDSET,
+        TARGET_FIELDSET,
+        RETRIES_FIELDSET,
         (PAUSE_TITLE, {"fields": ("pause_after_failures",), "description": PAUSE_DESCRIPTION}),
-        chains.CHAIN_FIELDSET,
     )
     fieldsets = (
         (
@@ -181,58 +199,19 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
         (
             "Schedule",
             {
+                **SCHEDULE_FIELDSET[1],
                 "fields": (
                     "schedule",
-                    "cron",
-                    "timezone",
-                    "every_seconds",
-                    "run_at",
+                    *SCHEDULE_FIELDSET[1]["fields"],
                     "anchor_at",
-                    "flex_window",
-                    "flex_scope",
                     "placement",
-                    "start_at",
-                    "end_at",
-                    "jitter_seconds",
-                    "calendar",
-                    "calendar_policy",
                     "next_run_at",
                     "next_fires",
-                )
+                ),
             },
         ),
-        (
-            "Target",
-            {
-                "fields": (
-                    "target_kind",
-                    "target_config",
-                    "sql_statement",
-                    "check_in_url",
-                    "task_name",
-                    "args",
-                    "kwargs",
-                    "queue",
-                    "priority",
-                    "timeout_seconds",
-                    "batch",
-                )
-            },
-        ),
-        (
-            "Retries, misfires and overlap",
-            {
-                "fields": (
-                    "max_attempts",
-                    "retry_backoff_seconds",
-                    "retry_backoff_max_seconds",
-                    "misfire_policy",
-                    "catchup_window_seconds",
-                    "run_all_cap",
-                    "overlap_policy",
-                )
-            },
-        ),
+        ("Target", {"fields": (*TARGET_FIELDSET[1]["fields"], "sql_statement", "check_in_url")}),
+        RETRIES_FIELDSET,
         (
             PAUSE_TITLE,
             {
@@ -241,7 +220,6 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
             },
         ),
         RETENTION_FIELDSET,
-        chains.CHAIN_FIELDSET,
         ("History", {"fields": ("links",)}),
     )
     readonly_fields = (
@@ -249,8 +227,6 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
         "enabled",
         "paused_note",
         "anchor_at",
-        "target_kind",
-        "target_config",
         "next_run_at",
         "version",
         "created_at",
@@ -268,6 +244,7 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
 
     class Media:
         css = {"all": ("scheduler_app/console.css",)}
+        js = ("scheduler_app/jobform.js",)  # shows the chosen kinds' fields only
 
     def get_queryset(self, request):
         return super().get_queryset(request).annotate(last_run_state=last_run_state())
