@@ -83,7 +83,8 @@ class AlertRuleAdmin(admin.ModelAdmin):
 
     @admin.display(description="tells")
     def channels(self, rule):
-        return ", ".join(filter(None, [rule.webhook_url and "webhook", *(rule.emails or [])])) or "-"
+        # A rule without one still records its alerts (listed here, on the dashboard and by the CLI).
+        return ", ".join(filter(None, [rule.webhook_url and "webhook", *(rule.emails or [])])) or "no channel"
 
     def save_model(self, request, obj, form, change):
         adopt(obj, alerts.rule_set(obj.job, form.values, actor=actor(request)))
