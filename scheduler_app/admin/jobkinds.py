@@ -132,7 +132,9 @@ class KindFields(forms.Form):
     target_kind = kind_select(
         TARGET_KINDS, TARGET_LABELS, "What Cronfleet runs at each fire; only this kind's fields count"
     )
-    http_method = forms.ChoiceField(choices=[(m, m) for m in HTTP_METHODS], initial="POST", label="Method")
+    http_method = forms.ChoiceField(
+        choices=[(m, m) for m in HTTP_METHODS], initial="POST", required=False, label="Method"
+    )
     http_url = forms.CharField(required=False, max_length=2048, label="URL", widget=forms.TextInput({"size": 80}))
     http_headers = forms.JSONField(
         required=False, initial=dict, label="Headers", help_text='A JSON object, e.g. {"X-Env": "prod"}'

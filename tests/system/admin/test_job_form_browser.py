@@ -97,3 +97,28 @@ def test_choosing_a_kind_shows_only_its_fields_and_the_job_is_saved(chromium, li
     wait_for(chromium, "return location.pathname.endsWith('/admin/scheduler_app/job/')")
     job = Job.objects.get(name="pinged")
     assert (job.target_kind, job.every_seconds, job.cron) == ("monitor", 600, "")
+
+
+def test_a_saved_job_s_page_shows_its_own_kinds_fields(chromium, live_server, staff):
+    job = services.job_create(
+        staff,
+        services.JobSpec(name="hook", target_kind="http", http={"url": "https://hooks.example.com/x"}, every=300),
+    )
+    chromium.log_in(
+        f"{live_server.url}/admin/login/",
+        "ops",
+        "a long passphrase 7",
+        until="document.body && document.body.innerText.includes('Cronfleet administration')",
+    )
+
+    chromium.get(f"{live_server.url}/admin/scheduler_app/job/{job.pk}/change/")
+    wait_for(chromium, "return !!document.querySelector('#id_target_kind')")
+
+    shown = chromium.js(SHOWN, FIELDS + SCHEDULE_FIELDS)
+    assert {name for name, visible in shown.items() if visible} == {
+        "http_url",
+        "http_headers",
+        "every_seconds",
+        "jitter_seconds",
+    }
+    assert chromium.js("return document.querySelector('#id_http_url').value") == "https://hooks.example.com/x"
