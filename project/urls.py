@@ -1,14 +1,15 @@
 """The standalone deployment's URLs: Cronfleet's (scheduler_app/urls.py) at the root, so the
 API is at /api/v1/, the check-ins at /ping/..., /healthz, /readyz and /metrics, and the admin
 at /admin/ with the dashboard inside it at /admin/dashboard/, as they have always been, and
-the check-ins page at /admin/checkins/.
+the check-ins page at /admin/checkins/; / redirects to the dashboard.
 
 A host project includes the app's URLs under a prefix of its choice instead
 (path("cron/", include("scheduler_app.urls"))) and keeps its own admin's look.
 """
 
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, reverse_lazy
+from django.views.generic import RedirectView
 
 import project.admin  # noqa: F401 (Cronfleet's look on the admin site, before admin.site.urls below)
 from scheduler_app import urls as cronfleet
@@ -22,6 +23,8 @@ urlpatterns = [
         include((cronfleet.patterns(dashboard="admin/dashboard/", checkins="admin/checkins/"), cronfleet.app_name)),
     ),
     path("admin/", admin.site.urls),
+    # This deployment serves no page outside the admin: / opens the dashboard (its login first).
+    path("", RedirectView.as_view(url=reverse_lazy("cronfleet:dashboard")), name="home"),
 ]
 
 # Unknown URLs under /api/ answer in the API's error shape; others get Django's page.

@@ -4,11 +4,11 @@ Every write goes through scheduler_app.services, as the CLI's do:
 
 - Tenants and jobs are created by services.tenant_create / services.job_create; the add
   forms check their input first (jobs with services.validate_spec) so mistakes come back
-  as form errors naming the field.
+  as form errors naming the field, all of them at once (jobform.py, jobkinds.py).
 - A job's change page saves through services.job_update (validated as a whole, version
-  bumped, next_run_at recomputed when the schedule changes, the diff audited). Its target
-  kind and an HTTP or command target are edited through the API. Pause, resume and
-  trigger are changelist actions calling the services.
+  bumped, next_run_at recomputed when the schedule changes, the diff audited). Both job
+  forms offer every target kind and schedule kind, showing the chosen kind's fields only.
+  Pause, resume and trigger are changelist actions calling the services.
 - A tenant's change page (name, zone, active flag, quotas, weight) saves through
   services.tenant_update. API keys are made by services.apikey_create: the key is shown
   once, in the confirmation message; afterwards only revoking is possible.

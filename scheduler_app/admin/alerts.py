@@ -83,11 +83,12 @@ class AlertRuleAdmin(admin.ModelAdmin):
 
     @admin.display(description="tells")
     def channels(self, rule):
+        # A rule without one still records its alerts (listed here, on the dashboard and by the CLI).
         return (
             ", ".join(
                 filter(None, [rule.webhook_url and "webhook", rule.chat_url and "Slack hook", *(rule.emails or [])])
             )
-            or "-"
+            or "no channel"
         )
 
     def save_model(self, request, obj, form, change):

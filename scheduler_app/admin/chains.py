@@ -8,15 +8,6 @@ from django.utils.html import format_html, format_html_join
 
 from scheduler_app.models import Job, JobRun
 
-CHAIN_FIELDSET = (
-    "Chain",
-    {
-        "fields": ("after_job", "after_states"),
-        "description": "Run when a run of another job of the tenant ends in one of these states (a JSON list of "
-        "succeeded, failed, dead; blank: succeeded), instead of a schedule: leave the schedule blank.",
-    },
-)
-
 
 def limit_parents(form, tenant_id: int | None, job_id: int | None = None) -> None:
     """Offer only the jobs of the job's tenant (not the job itself) as its parent; every

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
@@ -36,10 +36,34 @@ def _scale(maximum: float) -> float:
     return maximum
 
 
-def _clock_format(span: timedelta) -> str:
-    """An axis' time labels: the weekday too when the axis spans a day or more (a day's chart
-    began and ended at the same "23:45")."""
-    return "%a %H:%M" if span >= timedelta(hours=23) else "%H:%M"
+TICK_STEPS = tuple(timedelta(minutes=m) for m in (1, 2, 5, 10, 15, 30, 60, 120, 180, 360, 720, 1440))
+MAX_TICKS = 8
+
+
+def time_ticks(start: datetime, end: datetime) -> list[datetime]:
+    """Round instants to label an axis with, evenly spaced (every 10 minutes over an hour, every
+    3 hours over a day): the first step that needs at most MAX_TICKS."""
+    span = end - start
+    step = next((step for step in TICK_STEPS if span / step <= MAX_TICKS), TICK_STEPS[-1])
+    seconds = step.total_seconds()
+    first = datetime.fromtimestamp(-(-start.timestamp() // seconds) * seconds, tz=start.tzinfo)
+    return [first + step * i for i in range(int((end - first) / step) + 1)]
+
+
+def _tick_labels(start: datetime, end: datetime, top_y: float, bottom_y: float) -> str:
+    span = (end - start).total_seconds() or 1.0
+    inner_w = WIDTH - PAD_LEFT - PAD_RIGHT
+    parts = []
+    for at in time_ticks(start, end):
+        x = PAD_LEFT + inner_w * (at - start).total_seconds() / span
+        # A label at an end of the axis stays inside the chart.
+        anchor = "start" if x - PAD_LEFT < 16 else "end" if WIDTH - PAD_RIGHT - x < 16 else "middle"
+        label = at.strftime("%a %H:%M" if at.hour == at.minute == 0 and span >= 23 * 3600 else "%H:%M")
+        parts.append(
+            f'<line class="cf-grid cf-tick" x1="{x:.1f}" x2="{x:.1f}" y1="{top_y:.1f}" y2="{bottom_y + 3:.1f}"/>'
+            f'<text class="cf-axis" x="{x:.1f}" y="{HEIGHT - 5}" text-anchor="{anchor}">{escape(label)}</text>'
+        )
+    return "".join(parts)
 
 
 def _number(value: float) -> str:
@@ -57,12 +81,8 @@ def _frame(
         f"{_number(top * f)}</text>"
         for f in (0, 0.5, 1)
     )
-    clock = _clock_format(end - start)
-    x_labels = (
-        f'<text class="cf-axis" x="{PAD_LEFT}" y="{HEIGHT - 5}">{escape(start.strftime(clock))}</text>'
-        f'<text class="cf-axis" x="{WIDTH - PAD_RIGHT}" y="{HEIGHT - 5}" text-anchor="end">'
-        f"{escape(end.strftime(clock + ' %Z'))}</text>"
-    )
+    x_labels = _tick_labels(start, end, PAD_TOP, PAD_TOP + inner_h)
+    unit = f"{unit}, {end.strftime('%Z')}" if unit else end.strftime("%Z")
     keys = "".join(f'<span class="cf-key cf-series-{escape(name)}">{escape(name)}</span>' for name in legend)
     if not body:  # empty axes alone read as "broken" or "still loading"
         body = _no_data(PAD_TOP + inner_h / 2)
@@ -83,50 +103,89 @@ def _frame(
     )
 
 
+Axis = tuple[datetime, datetime]
+
+
+def _span(buckets: Sequence[datetime], step: timedelta, axis: Axis | None) -> Axis:
+    """The time axis: `axis`, or from the first bucket to the end of the last."""
+    if axis is not None:
+        return axis
+    end = buckets[-1] + step if buckets else datetime.fromtimestamp(step.total_seconds(), UTC)
+    return (buckets[0] if buckets else end, end)
+
+
+def _place(at: datetime, step: timedelta, axis: Axis) -> tuple[float, float]:
+    """The x range of the bucket [at, at + step) on the axis, cut at its ends (a partial
+    first or last bucket is drawn as wide as the part of it the axis holds)."""
+    start, end = axis
+    span = (end - start).total_seconds() or 1.0
+    inner_w = WIDTH - PAD_LEFT - PAD_RIGHT
+
+    def x(moment: datetime) -> float:
+        return PAD_LEFT + inner_w * min(max((moment - start).total_seconds() / span, 0), 1)
+
+    return x(at), x(at + step)
+
+
 def stacked_bars(
-    title: str, buckets: Sequence[datetime], series: Sequence[Series], *, step: timedelta, unit: str = ""
+    title: str,
+    buckets: Sequence[datetime],
+    series: Sequence[Series],
+    *,
+    step: timedelta,
+    unit: str = "",
+    axis: Axis | None = None,
 ) -> SafeString:
-    """One bar per bucket, its series stacked (counts per minute by outcome, say)."""
+    """One bar per bucket, its series stacked (counts per minute by outcome, say), on a time
+    axis from the first bucket to the end of the last, or `axis` (ending at now, say)."""
     totals = [sum(s.values[i] or 0 for s in series) for i in range(len(buckets))]
     top = _scale(max(totals, default=0))
-    inner_w, inner_h = WIDTH - PAD_LEFT - PAD_RIGHT, HEIGHT - PAD_TOP - PAD_BOTTOM
-    width = inner_w / max(len(buckets), 1)
+    inner_h = HEIGHT - PAD_TOP - PAD_BOTTOM
+    start, end = _span(buckets, step, axis)
     parts = []
     for i, at in enumerate(buckets):
+        left, right = _place(at, step, (start, end))
         base = 0.0
         for s in series:
             value = s.values[i] or 0
-            if not value:
+            if not value or right <= left:
                 continue
             h = inner_h * value / top
             y = PAD_TOP + inner_h * (1 - (base + value) / top)
             parts.append(
                 f'<rect class="cf-point cf-series-{escape(s.name)}" data-series="{escape(s.name)}" '
-                f'data-at="{at.isoformat()}" data-value="{value:g}" x="{PAD_LEFT + i * width:.2f}" y="{y:.2f}" '
-                f'width="{max(width - 0.5, 0.5):.2f}" height="{h:.2f}"><title>{escape(at.strftime("%H:%M"))} '
+                f'data-at="{at.isoformat()}" data-value="{value:g}" x="{left:.2f}" y="{y:.2f}" '
+                f'width="{max(right - left - 0.5, 0.5):.2f}" height="{h:.2f}"><title>{escape(at.strftime("%H:%M"))} '
                 f"{escape(s.name)}: {value:g}</title></rect>"
             )
             base += value
-    end = buckets[-1] + step if buckets else step
-    return _frame(title, top, buckets[0] if buckets else end, end, unit, "".join(parts), [s.name for s in series])
+    return _frame(title, top, start, end, unit, "".join(parts), [s.name for s in series])
 
 
 def lines(
-    title: str, buckets: Sequence[datetime], series: Sequence[Series], *, step: timedelta, unit: str = ""
+    title: str,
+    buckets: Sequence[datetime],
+    series: Sequence[Series],
+    *,
+    step: timedelta,
+    unit: str = "",
+    axis: Axis | None = None,
 ) -> SafeString:
-    """One polyline per series, a dot per bucket that has a value (lag percentiles, say)."""
+    """One polyline per series, a dot per bucket that has a value (lag percentiles, say), in
+    the middle of the part of its bucket the axis holds."""
     values = [v for s in series for v in s.values if v is not None]
     top = _scale(max(values, default=0))
-    inner_w, inner_h = WIDTH - PAD_LEFT - PAD_RIGHT, HEIGHT - PAD_TOP - PAD_BOTTOM
-    width = inner_w / max(len(buckets), 1)
+    inner_h = HEIGHT - PAD_TOP - PAD_BOTTOM
+    start, end = _span(buckets, step, axis)
     parts = []
     for s in series:
         points = []
         for i, at in enumerate(buckets):
             value = s.values[i]
-            if value is None:
+            left, right = _place(at, step, (start, end))
+            if value is None or right <= left:
                 continue
-            x, y = PAD_LEFT + (i + 0.5) * width, PAD_TOP + inner_h * (1 - min(value, top) / top)
+            x, y = (left + right) / 2, PAD_TOP + inner_h * (1 - min(value, top) / top)
             points.append((x, y))
             parts.append(
                 f'<circle class="cf-point cf-series-{escape(s.name)}" data-series="{escape(s.name)}" '
@@ -136,8 +195,7 @@ def lines(
         if len(points) > 1:
             path = " ".join(f"{x:.2f},{y:.2f}" for x, y in points)
             parts.insert(0, f'<polyline class="cf-line cf-series-{escape(s.name)}" points="{path}"/>')
-    end = buckets[-1] + step if buckets else step
-    return _frame(title, top, buckets[0] if buckets else end, end, unit, "".join(parts), [s.name for s in series])
+    return _frame(title, top, start, end, unit, "".join(parts), [s.name for s in series])
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,11 @@ finished in the last day (a demo-sized ledger: no rollup there, every minute is 
 
 One definition of the totals (totals_of): runs finished = succeeded + failed + dead, the
 failure rate = (failed + dead) / finished; the other outcomes (retrying, lost, cancelled,
-skipped) are counted apart. The last 24 h include the last hour: its minutes are always read
-live (from the hour's reading), only the minutes before it come from RunMinute, so the day
-never shows fewer runs than its last hour.
+skipped) are counted apart. Every panel counts the runs by when they finished, in the same
+windows (day_window): the last hour, and the 24 hours that end with it. The hour is read live;
+the day before it comes from RunMinute as far as the beats have rolled it up, and the minutes
+after that (a rollup running behind) are read live too, so the header's totals, the charts,
+the noisiest tenants and the failing jobs all add up to the same runs.
 
 It must render in well under 300 ms with ten million runs in the ledger, so nothing here
 reads more than an hour of runs:
@@ -15,10 +17,11 @@ reads more than an hour of runs:
 - the last hour is read live from the runs that finished in it, through
   jobrun_finished_brin (a BRIN index on finished_at: runs are written in about the order
   they finish, so a few hundred index bytes find an hour's pages);
-- the last day comes from RunMinute, one row per minute and tenant of finished runs by
+- the rest of the day comes from RunMinute, one row per minute and tenant of finished runs by
   outcome, rolled up by the beats (roll_up(), from alerts.roll_ups on a beat's background thread): a minute
   is rolled up once it is CLOSED_AFTER old, with INSERT ... ON CONFLICT DO NOTHING, so any
   number of beats may do it at once;
+- the minutes not rolled up yet are read live like the hour (normally a minute or two);
 - top failing jobs read only failed and dead runs (jobrun_state_recent_idx);
 - the forecast groups the jobs due within the hour by schedule and calendar (job_due_idx)
   and expands each group's fires once, its calendars read in one query as the beat reads
@@ -28,7 +31,7 @@ reads more than an hour of runs:
 
 overview(now, tenant_id=...) is the same for one tenant (/admin/dashboard/?tenant=<slug>):
 every statement gains "AND tenant_id = %(tenant)s" (RunMinute has a row per tenant and
-minute; the marker rows, tenant 0, still say which minutes are rolled up).
+minute; the marker rows, tenant 0, say which minutes are rolled up).
 """
 
 from __future__ import annotations
@@ -103,45 +106,45 @@ def truncate(at: datetime, step: timedelta = MINUTE) -> datetime:
 # to its first trip to the broker) and start lag (fire time to a worker's start), by the
 # minute the run finished in (the hour's runs are read through the BRIN index on finished_at).
 HOUR_SQL = """
-SELECT date_trunc('minute', finished_at) AS minute, state, count(*),
+SELECT date_trunc('minute', finished_at) AS minute, tenant_id, state, count(*),
        percentile_cont(0.5) WITHIN GROUP (ORDER BY {dispatch_lag}) FILTER (WHERE {first_fire}),
        percentile_cont(0.99) WITHIN GROUP (ORDER BY {dispatch_lag}) FILTER (WHERE {first_fire}),
        percentile_cont(0.5) WITHIN GROUP (ORDER BY {start_lag}) FILTER (WHERE {first_fire} AND started_at IS NOT NULL),
        percentile_cont(0.99) WITHIN GROUP (ORDER BY {start_lag}) FILTER (WHERE {first_fire} AND started_at IS NOT NULL)
   FROM scheduler_app_jobrun
  WHERE finished_at >= %(start)s AND finished_at < %(end)s {{hour_tenant}}
- GROUP BY GROUPING SETS ((1, 2), (1))
+ GROUP BY GROUPING SETS ((1, 3), (1), (2, 3))
 """.format(
     dispatch_lag=lags.DISPATCH_LAG_SQL,
     start_lag="extract(epoch FROM started_at - scheduled_at)",
     first_fire="trigger = 'schedule' AND attempt = 1",
 )
 
+# The minutes before the last hour that are rolled up, by quarter hour and tenant.
 DAY_SQL = """
-SELECT date_bin(%(bucket)s, minute, %(origin)s) AS bucket, tenant_id = 0 AS marker,
+SELECT date_bin(%(bucket)s, minute, %(origin)s) AS bucket, tenant_id,
        sum(succeeded), sum(failed), sum(dead), sum(retrying), sum(lost), sum(cancelled), sum(skipped)
   FROM scheduler_app_runminute
- WHERE minute >= %(start)s AND minute < %(end)s AND (tenant_id = 0 {or_tenant})
+ WHERE minute >= %(start)s AND minute < %(end)s AND tenant_id <> 0 {tenant}
  GROUP BY 1, 2
 """
 
-TENANTS_SQL = """
-SELECT tenant.slug, sum(m.succeeded + m.failed + m.dead) AS runs,
-       sum(m.failed + m.dead) AS failures
-  FROM scheduler_app_runminute AS m
-  JOIN scheduler_app_tenant AS tenant ON tenant.id = m.tenant_id
- WHERE m.minute >= %(start)s AND m.minute < %(end)s AND m.tenant_id <> 0 {m_tenant}
- GROUP BY tenant.slug
- ORDER BY runs DESC
- LIMIT %(top)s
+# The minutes before the last hour that are not rolled up yet, read live the same way.
+GAP_SQL = """
+SELECT date_bin(%(bucket)s, finished_at, %(origin)s) AS bucket, tenant_id, state, count(*)
+  FROM scheduler_app_jobrun
+ WHERE finished_at >= %(start)s AND finished_at < %(end)s {hour_tenant}
+ GROUP BY 1, 2, 3
 """
 
-# The state index leads with state: only the day's failed and dead runs are read.
+# The state index leads with state: only the failed and dead runs scheduled in the last two
+# days are read, and counted when they finished in the day's window (as the totals count them).
 FAILING_SQL = """
 SELECT failing.job_id, tenant.slug, job.name, failing.failures, failing.last_at
   FROM (SELECT job_id, count(*) AS failures, max(scheduled_at) AS last_at
           FROM scheduler_app_jobrun
-         WHERE state IN ('failed', 'dead') AND scheduled_at > %(start)s AND scheduled_at <= %(end)s {tenant}
+         WHERE state IN ('failed', 'dead') AND scheduled_at > %(oldest)s
+           AND finished_at >= %(start)s AND finished_at < %(end)s {tenant}
          GROUP BY job_id
          ORDER BY failures DESC, job_id
          LIMIT %(top)s) AS failing
@@ -170,15 +173,15 @@ class Overview:
     hour_dispatch_p50: list[float | None] = field(default_factory=list)
     hour_dispatch_p99: list[float | None] = field(default_factory=list)
     day_buckets: list[datetime] = field(default_factory=list)
-    day_counts: dict[str, list[float]] = field(default_factory=dict)  # runs per minute, averaged per bucket
+    day_counts: dict[str, list[int]] = field(default_factory=dict)  # runs per quarter hour
     day_failure_rate: list[float | None] = field(default_factory=list)
-    day_covered: float = 0.0  # share of the day's minutes rolled up
+    day_start: datetime | None = None  # the day's window: [day_start, hour_minutes[-1] + 1 minute)
     forecast_minutes: list[datetime] = field(default_factory=list)
     forecast: list[int] = field(default_factory=list)
     failing_jobs: list[tuple] = field(default_factory=list)
     auto_paused: list[tuple] = field(default_factory=list)  # (job id, tenant slug, name, paused at, note), newest first
     auto_paused_count: int = 0
-    noisy_tenants: list[tuple] = field(default_factory=list)
+    noisy_tenants: list[tuple] = field(default_factory=list)  # (slug, runs finished, failed + dead), TOP
     totals: dict[str, dict] = field(default_factory=dict)
     computed_in_python: bool = False  # the SQLite demo: overview_in_python()
 
@@ -192,28 +195,53 @@ def scoped(sql: str, tenant_id: int | None) -> str:
         # ranges; ANDed with jobrun_tenant_state_idx, PostgreSQL read all of the
         # tenant's entries first (1,000,000: 99 of 129 ms at 10,000,000 runs).
         hour_tenant="AND tenant_id + 0 = %(tenant)s" if one else "",
-        or_tenant="OR tenant_id = %(tenant)s" if one else "OR true",
-        m_tenant="AND m.tenant_id = %(tenant)s" if one else "",
     )
+
+
+def day_window(now: datetime) -> tuple[datetime, datetime, datetime]:
+    """The windows every panel counts in: (day start, hour start, end). Both end with the
+    current minute; the day is the 24 hours before that."""
+    end = truncate(now) + MINUTE
+    return end - DAY, end - HOUR, end
+
+
+def day_buckets(start: datetime, now: datetime) -> list[datetime]:
+    """The quarter hours from the one holding `start` to the one holding `now`."""
+    first = truncate(start, DAY_BUCKET)
+    return [first + DAY_BUCKET * i for i in range(int((truncate(now, DAY_BUCKET) - first) / DAY_BUCKET) + 1)]
 
 
 def overview(now: datetime, tenant_id: int | None = None) -> Overview:
     if connection.vendor != "postgresql":
         return overview_in_python(now, tenant_id)
     found = Overview(now=now)
+    day_start, _, end = day_window(now)
+    tenants: defaultdict[int, list[int]] = defaultdict(lambda: [0, 0])
     with connection.cursor() as cursor:
-        last_hour(cursor, found, now, tenant_id)
-        last_day(cursor, found, now, tenant_id)
-        day = {"start": now - DAY, "end": now, "top": TOP, "tenant": tenant_id}
-        cursor.execute(scoped(FAILING_SQL, tenant_id), day)
+        last_hour(cursor, found, now, tenant_id, tenants)
+        last_day(cursor, found, now, tenant_id, tenants)
+        window = {"oldest": day_start - DAY, "start": day_start, "end": end, "top": TOP, "tenant": tenant_id}
+        cursor.execute(scoped(FAILING_SQL, tenant_id), window)
         found.failing_jobs = cursor.fetchall()
-        cursor.execute(scoped(TENANTS_SQL, tenant_id), day)
-        found.noisy_tenants = cursor.fetchall()
         cursor.execute(scoped(FORECAST_SQL, tenant_id), {"end": now + HOUR, "tenant": tenant_id})
         groups = cursor.fetchall()
+    found.noisy_tenants = noisiest(tenants)
     found.forecast_minutes, found.forecast = forecast(groups, now, group_calendars(groups, now))
     auto_paused(found, tenant_id)
     return found
+
+
+def count_finished(tenants: dict[int, list[int]], tenant: int, state: str, count: int) -> None:
+    """Add `count` runs of `state` to a tenant's [runs finished, failed + dead] (totals_of's definition)."""
+    tenants[tenant][0] += count if state in FINISHED else 0
+    tenants[tenant][1] += count if state in ("failed", "dead") else 0
+
+
+def noisiest(tenants: dict[int, list[int]]) -> list[tuple]:
+    """The TOP tenants by runs finished in the day: (slug, runs, failed + dead)."""
+    top = sorted(((t, runs, failures) for t, (runs, failures) in tenants.items() if runs), key=lambda r: -r[1])[:TOP]
+    slugs = dict(Tenant.objects.filter(id__in=[row[0] for row in top]).values_list("id", "slug"))
+    return sorted(((slugs.get(t, str(t)), runs, failures) for t, runs, failures in top), key=lambda r: (-r[1], r[0]))
 
 
 def auto_paused(found: Overview, tenant_id: int | None) -> None:
@@ -230,9 +258,9 @@ def auto_paused(found: Overview, tenant_id: int | None) -> None:
     found.auto_paused_count = len(found.auto_paused) if len(found.auto_paused) < TOP else jobs.count()
 
 
-def last_hour(cursor, found: Overview, now: datetime, tenant_id: int | None = None) -> None:
-    end = truncate(now) + MINUTE
-    minutes = [end - HOUR + MINUTE * i for i in range(60)]
+def last_hour(cursor, found: Overview, now: datetime, tenant_id: int | None, tenants: dict) -> None:
+    _, start, end = day_window(now)
+    minutes = [start + MINUTE * i for i in range(60)]
     index = {minute: i for i, minute in enumerate(minutes)}
     counts = {state: [0] * 60 for state in OUTCOMES}
     p50: list[float | None]
@@ -240,8 +268,11 @@ def last_hour(cursor, found: Overview, now: datetime, tenant_id: int | None = No
     dispatch50: list[float | None]
     dispatch99: list[float | None]
     p50, p99, dispatch50, dispatch99 = [None] * 60, [None] * 60, [None] * 60, [None] * 60
-    cursor.execute(scoped(HOUR_SQL, tenant_id), {"start": minutes[0], "end": end, "tenant": tenant_id})
-    for minute, state, count, d50, d99, lag50, lag99 in cursor.fetchall():
+    cursor.execute(scoped(HOUR_SQL, tenant_id), {"start": start, "end": end, "tenant": tenant_id})
+    for minute, tenant, state, count, d50, d99, lag50, lag99 in cursor.fetchall():
+        if minute is None:  # the (tenant, state) rows of the grouping sets
+            count_finished(tenants, tenant, state, count)
+            continue
         i = index.get(minute)
         if i is None:
             continue
@@ -254,59 +285,53 @@ def last_hour(cursor, found: Overview, now: datetime, tenant_id: int | None = No
     found.totals["hour"] = totals_of({state: sum(values) for state, values in counts.items()})
 
 
-def last_day(cursor, found: Overview, now: datetime, tenant_id: int | None = None) -> None:
-    end = truncate(now, DAY_BUCKET) + DAY_BUCKET
-    buckets = [end - DAY + DAY_BUCKET * i for i in range(int(DAY / DAY_BUCKET))]
+def last_day(cursor, found: Overview, now: datetime, tenant_id: int | None, tenants: dict) -> None:
+    """The day before the last hour: its rolled-up minutes from RunMinute, the minutes the
+    beats have not rolled up yet read live from the runs (the same counts), then the hour's."""
+    day_start, hour_start, _ = day_window(now)
+    buckets = day_buckets(day_start, now)
     index = {bucket: i for i, bucket in enumerate(buckets)}
     sums = {state: [0] * len(buckets) for state in OUTCOMES}
-    covered = [0] * len(buckets)
-    live = found.hour_minutes[0]  # the last hour's minutes are read live (last_hour), not from RunMinute
     cursor.execute(
-        scoped(DAY_SQL, tenant_id),
-        {"bucket": DAY_BUCKET, "origin": buckets[0], "start": buckets[0], "end": live, "tenant": tenant_id},
+        "SELECT max(minute) FROM scheduler_app_runminute WHERE tenant_id = 0 AND minute >= %s AND minute < %s",
+        [day_start, hour_start],
     )
-    for bucket, marker, *values in cursor.fetchall():
-        i = index.get(bucket)
-        if i is None:
-            continue
-        if marker:  # counted below
-            continue
+    last = cursor.fetchone()[0]
+    rolled_end = last + MINUTE if last is not None else day_start
+    window = {"bucket": DAY_BUCKET, "origin": buckets[0], "tenant": tenant_id}
+    cursor.execute(scoped(DAY_SQL, tenant_id), {**window, "start": day_start, "end": rolled_end})
+    for bucket, tenant, *values in cursor.fetchall():
         for state, value in zip(OUTCOMES, values, strict=True):
-            sums[state][i] += value
-    cursor.execute(
-        "SELECT date_bin(%s, minute, %s), count(*) FROM scheduler_app_runminute "
-        "WHERE tenant_id = 0 AND minute >= %s AND minute < %s GROUP BY 1",
-        [DAY_BUCKET, buckets[0], buckets[0], live],
-    )
-    for bucket, minutes in cursor.fetchall():
-        if bucket in index:
-            covered[index[bucket]] = minutes
-    add_hour_into_day(found, index, sums, covered)
-    finish_day(found, buckets, sums, covered)
+            sums[state][index[bucket]] += value
+            count_finished(tenants, tenant, state, value)
+    cursor.execute(scoped(GAP_SQL, tenant_id), {**window, "start": rolled_end, "end": hour_start})
+    for bucket, tenant, state, count in cursor.fetchall():
+        if state in sums:
+            sums[state][index[bucket]] += count
+            count_finished(tenants, tenant, state, count)
+    add_hour_into_day(found, index, sums)
+    finish_day(found, buckets, sums, day_start)
 
 
-def add_hour_into_day(found: Overview, index: dict, sums: dict[str, list], covered: list[int]) -> None:
+def add_hour_into_day(found: Overview, index: dict, sums: dict[str, list]) -> None:
     """The last hour's live counts into the day's buckets (those minutes are not read from RunMinute)."""
     for i, minute in enumerate(found.hour_minutes):
         j = index.get(truncate(minute, DAY_BUCKET))
         if j is None:
             continue
-        covered[j] += 1
         for state, values in found.hour_counts.items():
             sums[state][j] += values[i]
 
 
-def finish_day(found: Overview, buckets: list[datetime], sums: dict[str, list], covered: list[int]) -> None:
-    per_minute = DAY_BUCKET / MINUTE
-    found.day_buckets = buckets
-    found.day_counts = {state: [value / per_minute for value in values] for state, values in sums.items()}
+def finish_day(found: Overview, buckets: list[datetime], sums: dict[str, list], day_start: datetime) -> None:
+    found.day_buckets, found.day_start = buckets, day_start
+    found.day_counts = sums
     found.day_failure_rate = [
         100 * (sums["failed"][i] + sums["dead"][i]) / finished
         if (finished := sums["succeeded"][i] + sums["failed"][i] + sums["dead"][i])
         else None
         for i in range(len(buckets))
     ]
-    found.day_covered = min(1.0, sum(covered) / (DAY / MINUTE))
     found.totals["day"] = totals_of({state: sum(values) for state, values in sums.items()})
 
 
@@ -339,23 +364,22 @@ def percentile_cont(values: list[float], fraction: float) -> float | None:
 
 def overview_in_python(now: datetime, tenant_id: int | None = None) -> Overview:
     """overview() without PostgreSQL's functions (percentile_cont, date_bin, date_trunc,
-    FILTER, GROUPING SETS): the runs that finished in the last day are read once and
-    counted here. Meant for the demo's small ledger; every minute is live (day_covered 1)."""
+    FILTER, GROUPING SETS): the runs that finished in the day's window are read once and
+    counted here, every minute live. Meant for the demo's small ledger."""
     found = Overview(now=now, computed_in_python=True)
-    hour_end = truncate(now) + MINUTE
-    found.hour_minutes = [hour_end - HOUR + MINUTE * i for i in range(60)]
+    day_start, hour_start, end = day_window(now)
+    found.hour_minutes = [hour_start + MINUTE * i for i in range(60)]
     hour_index = {minute: i for i, minute in enumerate(found.hour_minutes)}
-    day_end = truncate(now, DAY_BUCKET) + DAY_BUCKET
-    buckets = [day_end - DAY + DAY_BUCKET * i for i in range(int(DAY / DAY_BUCKET))]
+    buckets = day_buckets(day_start, now)
     day_index = {bucket: i for i, bucket in enumerate(buckets)}
     counts = {state: [0] * 60 for state in OUTCOMES}
     dispatch: list[list[float]] = [[] for _ in range(60)]
     start: list[list[float]] = [[] for _ in range(60)]
     sums = {state: [0] * len(buckets) for state in OUTCOMES}
-    runs = JobRun.objects.filter(finished_at__gte=buckets[0], finished_at__lt=max(day_end, hour_end))
+    runs = JobRun.objects.filter(finished_at__gte=day_start, finished_at__lt=end)
     if tenant_id is not None:
         runs = runs.filter(tenant_id=tenant_id)
-    tenants: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    tenants: defaultdict[int, list[int]] = defaultdict(lambda: [0, 0])
     for finished_at, state, tenant, trigger, attempt, scheduled_at, dispatched_at, enqueued_at, started_at in (
         runs.order_by()
         .values_list(
@@ -374,35 +398,27 @@ def overview_in_python(now: datetime, tenant_id: int | None = None) -> Overview:
         if state not in sums:
             continue
         minute = truncate(finished_at)
+        count_finished(tenants, tenant, state, 1)
         i = hour_index.get(minute)
-        if i is not None:  # the hour, by the minute it finished in
-            counts[state][i] += 1
-            if trigger == Trigger.SCHEDULE and attempt == 1:
-                if (reached := dispatched_at or enqueued_at) is not None:
-                    dispatch[i].append(lags.dispatch_lag(scheduled_at, reached))
-                if started_at is not None:
-                    start[i].append((started_at - scheduled_at).total_seconds())
-        elif (j := day_index.get(truncate(minute, DAY_BUCKET))) is not None and minute < found.hour_minutes[0]:
-            sums[state][j] += 1
-        if finished_at > now - DAY:
-            tenants[tenant][0] += state in FINISHED  # runs finished, as totals_of counts them
-            tenants[tenant][1] += state in (RunState.FAILED, RunState.DEAD)
+        if i is None:  # before the hour: counted by quarter hour
+            sums[state][day_index[truncate(minute, DAY_BUCKET)]] += 1
+            continue
+        counts[state][i] += 1  # the hour, by the minute it finished in
+        if trigger == Trigger.SCHEDULE and attempt == 1:
+            if (reached := dispatched_at or enqueued_at) is not None:
+                dispatch[i].append(lags.dispatch_lag(scheduled_at, reached))
+            if started_at is not None:
+                start[i].append((started_at - scheduled_at).total_seconds())
     found.hour_counts = counts
     found.hour_dispatch_p50 = [percentile_cont(values, 0.5) for values in dispatch]
     found.hour_dispatch_p99 = [percentile_cont(values, 0.99) for values in dispatch]
     found.hour_p50 = [percentile_cont(values, 0.5) for values in start]
     found.hour_p99 = [percentile_cont(values, 0.99) for values in start]
     found.totals["hour"] = totals_of({state: sum(values) for state, values in counts.items()})
-    covered = [int(DAY_BUCKET / MINUTE)] * len(buckets)
-    add_hour_into_day(found, day_index, sums, [0] * len(buckets))
-    finish_day(found, buckets, sums, covered)
-    found.day_covered = 1.0
-    slugs = dict(Tenant.objects.filter(id__in=list(tenants)).values_list("id", "slug"))
-    found.noisy_tenants = sorted(
-        ((slugs.get(t, str(t)), runs_, failures) for t, (runs_, failures) in tenants.items()),
-        key=lambda row: (-row[1], row[0]),
-    )[:TOP]
-    found.failing_jobs = failing_in_python(now, tenant_id)
+    add_hour_into_day(found, day_index, sums)
+    finish_day(found, buckets, sums, day_start)
+    found.noisy_tenants = noisiest(tenants)
+    found.failing_jobs = failing_in_python(day_start, end, tenant_id)
     due = Job.objects.filter(enabled=True, next_run_at__isnull=False, next_run_at__lt=now + HOUR)
     if tenant_id is not None:
         due = due.filter(tenant_id=tenant_id)
@@ -417,10 +433,13 @@ def overview_in_python(now: datetime, tenant_id: int | None = None) -> Overview:
     return found
 
 
-def failing_in_python(now: datetime, tenant_id: int | None) -> list[tuple]:
-    """FAILING_SQL through the ORM: the jobs with the most failed and dead runs scheduled in the last day."""
+def failing_in_python(start: datetime, end: datetime, tenant_id: int | None) -> list[tuple]:
+    """FAILING_SQL through the ORM: the jobs with the most failed and dead runs that finished in the window."""
     failing = JobRun.objects.filter(
-        state__in=(RunState.FAILED, RunState.DEAD), scheduled_at__gt=now - DAY, scheduled_at__lte=now
+        state__in=(RunState.FAILED, RunState.DEAD),
+        scheduled_at__gt=start - DAY,
+        finished_at__gte=start,
+        finished_at__lt=end,
     )
     if tenant_id is not None:
         failing = failing.filter(tenant_id=tenant_id)

@@ -29,8 +29,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS, OperationalError, connections
 from django.db.migrations.executor import MigrationExecutor
 
+from scheduler_app import alerts
 from scheduler_app.conf import app_settings
-from scheduler_app.models import Job, JobRun, RunState, Tenant, db_now
+from scheduler_app.models import AlertRule, Job, JobRun, RunState, Tenant, db_now
 from scheduler_app.services import InvalidInput, JobSpec, job_create, tenant_create
 
 TENANT_SLUG = "demo"
@@ -60,6 +61,10 @@ DEMO_JOBS = [
         description="Demo: a cron job at the start of every minute, Berlin time.",
     ),
 ]
+# The demo's alert rule: on every failed or dead run of "flaky", with no channel (the alerts are
+# listed in the admin, the dashboard and `alerts list`, and sent nowhere).
+DEMO_ALERT_JOB = "flaky"
+DEMO_ALERT_RULE = {"on_failure": True}
 # Harmless lines hidden from the children's output: kombu warns this for every
 # connection to a filesystem:// broker URL (which has no host by design).
 KNOWN_NOISE = ("No hostname was supplied. Reverting to default 'localhost'",)
@@ -179,6 +184,15 @@ class Command(BaseCommand):
             self.say(
                 f"demo: job {made} {tenant.slug}/{job.name:10} {job.schedule.describe():32} -> {job.task_name}{state}"
             )
+        self.seed_alert_rule(tenant)
+
+    def seed_alert_rule(self, tenant: Tenant) -> None:
+        """Give demo/flaky an alert rule on failure, unless it has a rule already (kept as is)."""
+        job = Job.objects.get(tenant=tenant, name=DEMO_ALERT_JOB)
+        if AlertRule.objects.filter(job=job).exists():
+            return
+        alerts.rule_set(job, DEMO_ALERT_RULE, actor="demo")
+        self.say(f"demo: alert rule on {tenant.slug}/{job.name}: on failure, no channel (listed in the admin)")
 
     def ensure_superuser(self, port: int) -> None:
         User = get_user_model()

@@ -412,7 +412,7 @@ def test_add_job_sets_priority_overlap_and_jitter(admin_client, tenant):
 
 
 def test_add_check_in_job_makes_its_ping_key_and_runs_no_task(admin_client, tenant):
-    response = admin_client.post(url("job", "add"), job_form(tenant, task_name="", check_in="on", grace_seconds="120"))
+    response = admin_client.post(url("job", "add"), job_form(tenant, target_kind="monitor", grace_seconds="120"))
 
     assert response.status_code == 302, response.context["adminform"].form.errors
     job = Job.objects.get(name="from-admin")
@@ -422,7 +422,7 @@ def test_add_check_in_job_makes_its_ping_key_and_runs_no_task(admin_client, tena
 
 
 def test_add_check_in_job_without_grace_takes_the_default(admin_client, tenant):
-    response = admin_client.post(url("job", "add"), job_form(tenant, task_name="", check_in="on"))
+    response = admin_client.post(url("job", "add"), job_form(tenant, target_kind="monitor"))
 
     assert response.status_code == 302, response.context["adminform"].form.errors
     assert Job.objects.get(name="from-admin").target_config == {"grace_seconds": 300}
@@ -483,17 +483,6 @@ def test_the_change_page_places_an_edited_window_again_and_a_cleared_one_keeps_t
     ("overrides", "field", "message"),
     [
         ({"cron": "", "flex_window": "nightly"}, "flex_window", "'nightly' is not a window"),
-        (
-            {"cron": "0 1 * * *", "flex_window": "daily 01:00-03:00"},
-            "flex_window",
-            "give a window or a schedule (cron)",
-        ),
-        (
-            {"cron": "", "flex_window": "daily 01:00-03:00", "jitter_seconds": "60"},
-            "jitter_seconds",
-            "must be 0 with a flex_window",
-        ),
-        ({"flex_scope": "queue"}, "flex_scope", "applies to a job with a flex_window only"),
     ],
 )
 def test_add_job_refuses_a_bad_window_on_its_field_and_writes_nothing(admin_client, tenant, overrides, field, message):
@@ -512,15 +501,13 @@ def test_add_job_refuses_a_bad_window_on_its_field_and_writes_nothing(admin_clie
         ({"cron": "*/5 * * * *", "jitter_seconds": "600"}, "jitter_seconds", "shortest gap"),
         ({"cron": "0 0 31 2 *"}, "cron", "Bad day-of-month in '0 0 31 2 *'"),
         ({"cron": "", "every_seconds": ""}, "__all__", "give exactly one of cron, every or at"),
-        ({"every_seconds": "60"}, "__all__", "give exactly one of cron, every or at"),
         ({"timezone": "Nowhere/Land"}, "timezone", "unknown time zone 'Nowhere/Land'"),
         ({"args": '{"a": 1}'}, "args", "must be a JSON array"),
         ({"kwargs": "[NaN]"}, "kwargs", "NaN and Infinity are not allowed"),
         ({"task_name": "os.system"}, "task_name", "Select a valid choice"),
-        ({"task_name": ""}, "task_name", "Choose a task, or tick Check-in job"),
-        ({"check_in": "on"}, "task_name", "A check-in job runs no task"),
-        ({"grace_seconds": "60"}, "grace_seconds", "Grace is for check-in jobs only"),
-        ({"task_name": "", "check_in": "on", "grace_seconds": "0"}, "grace_seconds", "greater than or equal to 1"),
+        ({"task_name": ""}, "task_name", "Choose a task"),
+        ({"target_kind": "monitor", "overlap_policy": "skip"}, "overlap_policy", "must be allow for a monitored job"),
+        ({"target_kind": "monitor", "grace_seconds": "0"}, "grace_seconds", "greater than or equal to 1"),
         ({"tags": '["one", 2]'}, "tags", "Give tags separated by commas"),
         ({"tags": "ok, " + "x" * 65}, "tags", "tags.1: "),
         ({"cron": "", "run_at_0": "2020-01-01", "run_at_1": "00:00:00"}, "run_at", "is in the past"),

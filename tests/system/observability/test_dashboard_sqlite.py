@@ -3,7 +3,8 @@ a real `manage.py migrate` into a throwaway CRONFLEET_VAR_DIR, runs seeded throu
 and the models in a subprocess that renders the pages with Django's test client
 (tests/support/embedded.py's DASHBOARD_SCRIPT), and the figures shown checked against the
 seeded runs. Needs no PostgreSQL or Redis; the same definition of the totals on PostgreSQL is
-tested in tests/integration/observability/test_dashboard_sqlite.py."""
+tested in tests/integration/observability/test_dashboard_sqlite.py, and that its header adds
+up to its panels in tests/integration/observability/test_dashboard_totals.py."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT
+from tests.support.dashboard_sums import disagreements, totals_and_sums
 from tests.support.embedded import DASHBOARD_SCRIPT, embedded_env
 
 
@@ -82,6 +84,14 @@ def test_the_totals_follow_one_definition_and_the_day_holds_the_hour(pages):
     assert text_of(html, "cf-day-failures") == "4"
     assert text_of(html, "cf-day-rate") == f"{100 * 4 / 17:.2f}"
     assert int(text_of(html, "cf-day-runs")) >= int(text_of(html, "cf-hour-runs"))
+
+
+@pytest.mark.parametrize("page", ["dashboard", "tenant"])
+def test_the_header_s_totals_equal_the_panels_sums(pages, page):
+    html = pages[page]["html"]
+
+    assert disagreements(html) == {}, totals_and_sums(html)
+    assert totals_and_sums(html)["day runs / day chart"] == (17, 17)
 
 
 def test_the_forecast_metrics_are_read_on_sqlite(pages):
