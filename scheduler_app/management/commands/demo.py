@@ -89,6 +89,14 @@ class Child:
         return self.process.pid
 
 
+def ping_base_for(port: int, no_web: bool, environ) -> str | None:
+    """The address check-in URLs start with in the demo: its web server's, unless the
+    environment names one (None: leave the setting as it is)."""
+    if no_web or environ.get("CRONFLEET_PING_BASE_URL"):
+        return None
+    return f"http://127.0.0.1:{port}"
+
+
 class Command(BaseCommand):
     help = (
         "Seed a demo tenant and jobs, run the web server, a beat and a worker, and print "
@@ -114,6 +122,13 @@ class Command(BaseCommand):
             signal.signal(signum, self.on_signal)
         self.check_migrated()
         self.describe_backends()
+        if base := ping_base_for(port, no_web, os.environ):
+            # Check-in URLs (the seeds', the job pages', the API's) name the demo's own address.
+            os.environ["CRONFLEET_PING_BASE_URL"] = settings.CRONFLEET_PING_BASE_URL = base
+            self.say(
+                f"demo: check-in URLs start with {base} "
+                f"(CRONFLEET_PING_BASE_URL; export it in other shells for `jobs add --monitor`)"
+            )
         self.seed()
         if not no_web:
             self.check_port_free(port)

@@ -7,6 +7,7 @@ import pytest
 from django.test import override_settings
 
 from scheduler_app.management.commands.demo import Command as DemoCommand
+from scheduler_app.management.commands.demo import ping_base_for
 from scheduler_app.models import Job, JobRun, RunState
 from tests.conftest import utc
 
@@ -34,3 +35,17 @@ def test_a_run_line_gives_times_with_seconds_and_the_zone(zone, finished, schedu
 
     next_try = scheduled.replace(":00 ", ":05 ")
     assert line == f"{finished}  heartbeat  {scheduled}  retrying    1  RuntimeError: boom (next try {next_try})"
+
+
+@pytest.mark.parametrize(
+    ("port", "no_web", "environ", "base"),
+    [
+        (8001, False, {}, "http://127.0.0.1:8001"),
+        (8001, False, {"CRONFLEET_PING_BASE_URL": ""}, "http://127.0.0.1:8001"),
+        (8001, False, {"CRONFLEET_PING_BASE_URL": "https://cron.example.com"}, None),
+        (8001, True, {}, None),
+    ],
+    ids=["the demo's port", "set empty", "set by the user", "no web"],
+)
+def test_check_in_urls_name_the_demos_own_address_unless_the_user_set_one(port, no_web, environ, base):
+    assert ping_base_for(port, no_web, environ) == base
