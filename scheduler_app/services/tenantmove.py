@@ -29,10 +29,11 @@ it is a secret, written owner-only by the command.
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import TextIO
+from typing import IO, TextIO
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import IntegrityError, connection, models, transaction
@@ -67,20 +68,52 @@ RUNS_BATCH = 2000
 
 
 class RunRows:
-    """A document's finished runs, read as they are written (a server-side cursor, RUNS_BATCH
-    rows at a time), never held whole: `--with-runs` of a tenant with millions of runs costs
-    the memory of one batch. `written` counts the rows the last pass gave out."""
+    """A document's finished runs, never held whole: `--with-runs` of a tenant with millions
+    of runs costs the memory of one batch.
 
-    def __init__(self, runs: models.QuerySet | None, names: dict[int, str]) -> None:
-        self.runs, self.names, self.written = runs, names, 0
+    read() takes them from the database (a server-side cursor, RUNS_BATCH rows at a time)
+    into a spool file, one line of JSON a run with its job's id, before the export locks the
+    jobs; lines() gives them back naming each run's job (`names`, the document's jobs), so
+    the jobs stay locked while the spool is copied into the document, not while the history
+    is read. `written` counts the rows the last pass gave out."""
 
-    def __iter__(self) -> Iterator[dict]:
+    def __init__(self, runs: models.QuerySet | None) -> None:
+        self.runs, self.written = runs, 0
+        self.names: dict[int, str] = {}
+        self.spool: IO[str] | None = None
+
+    def read(self) -> None:
+        if self.runs is None:
+            return
+        self.close()
+        self.spool = tempfile.TemporaryFile("w+", encoding="utf-8")
+        for run in self.runs.iterator(chunk_size=RUNS_BATCH):
+            self.spool.write(f"{run.job_id} {json.dumps(row_of(run), cls=DocumentEncoder)}\n")
+
+    def lines(self) -> Iterator[str]:
+        """Each run as one line of JSON, its job named first. A run whose job is not among
+        `names` (deleted since the spool was read, with its runs) is left out."""
         self.written = 0
         if self.runs is None:
             return
-        for run in self.runs.iterator(chunk_size=RUNS_BATCH):
-            self.written += 1
-            yield {**row_of(run), "job": self.names[run.job_id]}
+        if self.spool is None:
+            self.read()
+        assert self.spool is not None
+        self.spool.seek(0)
+        for line in self.spool:
+            job_id, row = line.rstrip("\n").split(" ", 1)
+            name = self.names.get(int(job_id))
+            if name is not None:
+                self.written += 1
+                yield '{"job": ' + json.dumps(name) + ", " + row[1:]
+
+    def __iter__(self) -> Iterator[dict]:
+        return (json.loads(line) for line in self.lines())
+
+    def close(self) -> None:
+        if self.spool is not None:
+            self.spool.close()
+            self.spool = None
 
 
 class DocumentEncoder(DjangoJSONEncoder):
@@ -107,8 +140,10 @@ def dump(document: dict, out: TextIO) -> None:
     sink = documentmac.MacWriter(out, key) if key else out
     head = dumps({**{key: value for key, value in document.items() if key != "runs"}, "runs": []})
     sink.write(head.removesuffix("[]\n}") + "[")  # the runs are the last member
-    for n, row in enumerate(document["runs"]):
-        sink.write(("," if n else "") + "\n  " + json.dumps(row, cls=DocumentEncoder))
+    runs = document["runs"]
+    lines = runs.lines() if isinstance(runs, RunRows) else (json.dumps(row, cls=DocumentEncoder) for row in runs)
+    for n, line in enumerate(lines):
+        sink.write(("," if n else "") + "\n  " + line)
     sink.write("\n ]")
     if isinstance(sink, documentmac.MacWriter):
         sink.seal()
@@ -179,8 +214,8 @@ def tenant_export(
 ) -> dict:
     """Write the tenant's document with `write` and fence its jobs at `cut`, in one transaction
     (a write that fails fences nothing). Returns the document. Its runs are a RunRows, read
-    from the database while `write` goes through them (dump() does), so `write` must write
-    them before it returns."""
+    into a spool before the jobs are locked and copied from it while `write` goes through
+    them (dump() does), so `write` must write them before it returns."""
     if cut.tzinfo is None:
         raise InvalidInput("cut", "must give its UTC offset (e.g. 2030-01-01T09:00:00Z)")
     with transaction.atomic():
@@ -199,13 +234,17 @@ def tenant_export(
                 "cut",
                 f"must be after this cell's now ({now.isoformat()}): fires up to now may be recorded here already",
             )
+        # The history first, while the beats go on claiming the jobs: the locks below last as
+        # long as the fence and the copy of the spool into the document, not this read.
+        runs = RunRows(finished_runs(tenant, cut) if with_runs else None)
+        runs.read()
         jobs = list(
             Job.objects.select_for_update(no_key=True, of=("self",))
             .filter(tenant=tenant)
             .select_related("calendar", "after_job")
             .order_by("id")
         )
-        document = export_document(tenant, jobs, cut, with_runs=with_runs)
+        document = export_document(tenant, jobs, cut, runs)
         for job in jobs:
             job.end_at, job.next_run_at = fenced(job, cut)
         save_fences(jobs)
@@ -259,8 +298,16 @@ def save_fences(jobs: list[Job]) -> None:
     Job.objects.bulk_update(jobs, ["end_at", "next_run_at", "version"], batch_size=500)
 
 
-def export_document(tenant: Tenant, jobs: list[Job], cut: datetime, *, with_runs: bool) -> dict:
-    names = {job.id: job.name for job in jobs}
+def finished_runs(tenant: Tenant, cut: datetime) -> models.QuerySet:
+    """The runs a document carries with `--with-runs`: the finished ones before the cut (open
+    runs finish in the old cell)."""
+    return JobRun.objects.filter(tenant=tenant, state__in=TERMINAL_STATES, scheduled_at__lt=cut).order_by(
+        "scheduled_at", "id"
+    )
+
+
+def export_document(tenant: Tenant, jobs: list[Job], cut: datetime, runs: RunRows) -> dict:
+    runs.names = {job.id: job.name for job in jobs}
     monitors = {monitor.job_id: monitor for monitor in Monitor.objects.filter(job__tenant=tenant)}
     rules = {rule.job_id: row_of(rule) for rule in AlertRule.objects.filter(job__tenant=tenant)}
     job_rows = []
@@ -275,10 +322,6 @@ def export_document(tenant: Tenant, jobs: list[Job], cut: datetime, *, with_runs
         if job.id in rules:
             row["alert_rule"] = rules[job.id]
         job_rows.append(row)
-    finished = JobRun.objects.filter(tenant=tenant, state__in=TERMINAL_STATES, scheduled_at__lt=cut).order_by(
-        "scheduled_at", "id"
-    )
-    runs = RunRows(finished if with_runs else None, names)
     return {
         "format": FORMAT,
         "cut": cut.isoformat(),

@@ -1,6 +1,8 @@
 """`tenants export --with-runs` streams the runs (services/tenantmove.py: RunRows, dump): read
-from the database a batch at a time and written as they come, so the export's memory is one
-batch's whatever the tenant's history, and the file reads back as the document."""
+from the database a batch at a time into a spool before the jobs are locked, and copied into
+the file from there, so the export's memory is one batch's whatever the tenant's history,
+the file reads back as the document, and the beats can claim the tenant's jobs while the
+history is read."""
 
 from __future__ import annotations
 
@@ -9,11 +11,13 @@ import json
 import tracemalloc
 from datetime import timedelta
 
+import psycopg
 import pytest
 from django.core.management import call_command
+from django.db import connection
 
 from scheduler_app import services
-from scheduler_app.models import AuditEvent, JobRun, RunState
+from scheduler_app.models import AuditEvent, JobRun, RunState, db_now
 from scheduler_app.services import tenantmove
 from tests.conftest import utc
 
@@ -67,9 +71,50 @@ def test_export_with_runs_writes_every_finished_run_holding_one_batch_at_a_time(
 
 def test_the_streamed_file_reads_back_as_the_document_in_one_text(history):
     jobs = list(history.jobs.select_related("calendar", "after_job"))
-    document = tenantmove.export_document(history, jobs, utc(2030, 1, 1), with_runs=True)
+    runs = tenantmove.RunRows(tenantmove.finished_runs(history, utc(2030, 1, 1)))
+    document = tenantmove.export_document(history, jobs, utc(2030, 1, 1), runs)
     out = io.StringIO()
 
     tenantmove.dump(document, out)
 
     assert json.loads(out.getvalue()) == json.loads(tenantmove.dumps(document))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_jobs_stay_claimable_while_the_history_is_read(history, monkeypatch):
+    """A second connection claims the tenant's jobs as a beat does (FOR NO KEY UPDATE SKIP
+    LOCKED): it gets the job while the export reads the runs, and not once the fence holds it."""
+    claimable: dict[str, int] = {}
+
+    def claim() -> int:
+        with psycopg.connect(**second_connection(), autocommit=True) as beat:
+            return beat.execute(
+                "SELECT count(*) FROM (SELECT id FROM scheduler_app_job WHERE tenant_id = %s "
+                "FOR NO KEY UPDATE SKIP LOCKED) AS claimed",
+                [history.id],
+            ).fetchone()[0]
+
+    read = tenantmove.RunRows.read
+
+    def read_and_look(self):
+        claimable["while the runs are read"] = claim()
+        read(self)
+
+    def write(document):
+        claimable["while the document is written"] = claim()
+        assert len(list(document["runs"])) == RUNS
+
+    monkeypatch.setattr(tenantmove.RunRows, "read", read_and_look)
+    services.tenant_export(history, db_now() + timedelta(minutes=10), write=write, with_runs=True, actor="test")
+
+    assert claimable == {"while the runs are read": 1, "while the document is written": 0}
+
+
+def second_connection() -> dict:
+    params = connection.settings_dict
+    return {
+        "dbname": params["NAME"],
+        "user": params["USER"] or "postgres",
+        "host": params["HOST"] or "127.0.0.1",
+        "port": params["PORT"] or 5432,
+    }
