@@ -1,10 +1,13 @@
-"""What the services share: the quota error, whole-number checks, and the dispatch-quota
-admission of runs recorded outside a beat. (The audit row of a job's change is
-models/lifecycle.py's audit_job; waking the beats dispatch/waker.py's wake_beats.)"""
+"""What the services share: the quota error, whole-number checks, named advisory locks, and
+the dispatch-quota admission of runs recorded outside a beat. (The audit row of a job's
+change is models/lifecycle.py's audit_job; waking the beats dispatch/waker.py's wake_beats.)"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
+
+from django.db import connection
 
 from scheduler_app.conf import app_settings
 from scheduler_app.dispatch import run_times, tenant_budget
@@ -24,6 +27,18 @@ def check_int(field: str, value, low: int, high: int) -> int:
     if not low <= value <= high:
         raise InvalidInput(field, f"must be between {low} and {high}")
     return value
+
+
+def lock_names(keys: Iterable[str]) -> None:
+    """Take a PostgreSQL transaction advisory lock on each of `keys`, in the order given, until
+    the caller's transaction ends: nothing but another such lock waits on them (no row is
+    locked). Callers give keys in one agreed order, so that no two lockers wait on each other.
+    Other databases go without (SQLite has one writer at a time)."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        for key in keys:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [key])
 
 
 def refuse_monitored(job, action: str) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Case, Count, F, Q, QuerySet, When
 from django.db.models.functions import Coalesce
 
@@ -22,6 +22,7 @@ from scheduler_app import schedules
 from scheduler_app.dispatch.waker import wake_beats
 from scheduler_app.models import Job, Tenant, db_now
 from scheduler_app.models.lifecycle import audit_job
+from scheduler_app.services.common import lock_names
 from scheduler_app.validation import InvalidInput
 
 logger = logging.getLogger(__name__)
@@ -108,18 +109,16 @@ def lock_placements(tenant_ids: Iterable[int], queues: Iterable[str] = ()) -> No
     each other. A placement read after the lock sees the job the previous holder placed, so two
     jobs added at the same moment take two minutes, not one.
 
-    PostgreSQL transaction advisory locks: nothing else waits on them (the tenant's row, which
-    the beat's quota reads share, is left alone). Other databases place without the lock.
+    PostgreSQL transaction advisory locks (common.lock_names): nothing else waits on them (the
+    tenant's row, which the beat's quota reads share, is left alone). Other databases place
+    without the lock.
     """
-    if connection.vendor != "postgresql":
-        return
-    keys = [
-        *(f"cronfleet.flex.tenant:{tenant_id}" for tenant_id in sorted(set(tenant_ids))),
-        *(f"cronfleet.flex.queue:{queue}" for queue in sorted(set(queues))),
-    ]
-    with connection.cursor() as cursor:
-        for key in keys:
-            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [key])
+    lock_names(
+        [
+            *(f"cronfleet.flex.tenant:{tenant_id}" for tenant_id in sorted(set(tenant_ids))),
+            *(f"cronfleet.flex.queue:{queue}" for queue in sorted(set(queues))),
+        ]
+    )
 
 
 def scope_label(tenant: Tenant, queue: str, scope: str) -> str:
