@@ -63,6 +63,10 @@ class TenantChangeSerializer(StrictSerializer):
     api_requests_per_minute = StrictIntegerField(
         allow_null=True, help_text="Per key; null: CRONFLEET_API_REQUESTS_PER_MINUTE"
     )
+    manual_runs_per_hour = StrictIntegerField(
+        allow_null=True,
+        help_text="Triggers, replays and backfilled fires per hour (0: unbounded); null: CRONFLEET_MANUAL_RUNS_PER_HOUR",
+    )
 
 
 class TenantCreateSerializer(TenantChangeSerializer):

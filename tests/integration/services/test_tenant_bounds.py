@@ -1,17 +1,23 @@
 """Bounds a tenant meets with no quota of its own (issue 40 item 6): manual runs per hour
-(CRONFLEET_MANUAL_RUNS_PER_HOUR), and other tenants' planned fires in a queue-scoped window's
-placement, through the services and the API."""
+(CRONFLEET_MANUAL_RUNS_PER_HOUR, or the tenant's own manual_runs_per_hour), and other
+tenants' planned fires in a queue-scoped window's placement, through the services, the API,
+the CLI, the admin and tenant documents. Another tenant's queue: test_queue_tenants.py."""
 
 from __future__ import annotations
 
+import io
+import json
 from datetime import timedelta
 
 import pytest
+from django.core.management import call_command
+from django.urls import reverse
 from rest_framework.test import APIClient
 
 from scheduler_app import services
 from scheduler_app.conf import app_settings
 from scheduler_app.models import AuditEvent, JobRun, RunState, Tenant, db_now
+from scheduler_app.services import tenantmove
 
 
 def client_for(tenant: Tenant | None, **headers: str) -> APIClient:
@@ -160,3 +166,75 @@ def test_a_queue_scoped_job_stores_a_note_without_other_tenants_counts(db, tenan
 
     assert job.cron == "1 1 * * *"
     assert job.flex_note.endswith("of this tenant's jobs, 0 planned fires in that minute (busiest: 0)"), job.flex_note
+
+
+# --- a tenant's own bound on manual runs (Tenant.manual_runs_per_hour) ----------------------
+
+
+def test_a_tenants_own_manual_runs_per_hour_overrides_the_setting(db, settings, tenant, every_second):
+    services.tenant_update(tenant, {"manual_runs_per_hour": 2})
+    services.job_trigger(every_second)
+    services.job_trigger(every_second)
+
+    with pytest.raises(services.QuotaExceeded) as refused:
+        services.job_trigger(every_second)
+
+    assert "its bound of 2 per hour (the tenant's manual_runs_per_hour)" in refused.value.message
+    settings.CRONFLEET_MANUAL_RUNS_PER_HOUR = 1
+    services.tenant_update(tenant, {"manual_runs_per_hour": 0})  # 0: unbounded, whatever the setting
+    backfill(every_second, 20)
+    services.tenant_update(tenant, {"manual_runs_per_hour": None})  # null: the setting's again
+    with pytest.raises(services.QuotaExceeded) as again:
+        services.job_trigger(every_second)
+    assert "CRONFLEET_MANUAL_RUNS_PER_HOUR" in again.value.message
+
+
+def test_the_cli_sets_and_clears_a_tenants_manual_runs_per_hour(db, tenant):
+    out = io.StringIO()
+    call_command("tenants", "set", tenant.slug, "--manual-runs-per-hour", "5", stdout=out)
+
+    assert "manual-runs-per-hour" in out.getvalue()
+    assert Tenant.objects.get(id=tenant.id).manual_runs_per_hour == 5
+    call_command("tenants", "set", tenant.slug, "--manual-runs-per-hour", "none", stdout=io.StringIO())
+    assert Tenant.objects.get(id=tenant.id).manual_runs_per_hour is None
+
+
+def test_the_tenant_endpoint_sets_it_for_staff_only(db, tenant):
+    staff, own = client_for(None), client_for(tenant)
+    url = f"/api/v1/tenants/{tenant.slug}/"
+
+    changed = staff.patch(url, {"manual_runs_per_hour": 5}, format="json")
+    refused = own.patch(url, {"manual_runs_per_hour": 0}, format="json")
+    negative = staff.patch(url, {"manual_runs_per_hour": -1}, format="json")
+
+    assert changed.status_code == 200 and changed.json()["manual_runs_per_hour"] == 5
+    assert refused.status_code == 403
+    assert negative.status_code == 400 and negative.json()["errors"][0]["field"] == "manual_runs_per_hour"
+    assert own.get("/api/v1/me/").json()["tenant"]["manual_runs_per_hour"] == 5
+    assert AuditEvent.objects.get(action="tenant.updated").detail["changes"] == {"manual_runs_per_hour": [None, 5]}
+
+
+def test_the_admins_tenant_page_sets_it(admin_client, tenant):
+    data = {"name": tenant.name, "timezone": tenant.timezone, "is_active": "on", "min_interval_seconds": "0"}
+    data.update(weight="1", manual_runs_per_hour="7")
+
+    response = admin_client.post(reverse("admin:scheduler_app_tenant_change", args=[tenant.pk]), data)
+
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert Tenant.objects.get(id=tenant.id).manual_runs_per_hour == 7
+
+
+def test_a_tenant_document_carries_it_and_an_import_holds_it_to_its_bounds(db, tenant):
+    services.tenant_update(tenant, {"manual_runs_per_hour": 7})
+    written: list[dict] = []
+    services.tenant_export(tenant, db_now() + timedelta(days=1), write=written.append, actor="test")
+    document = json.loads(tenantmove.dumps(written[0]))
+    document["tenant"]["slug"] = "moved"
+    tampered = {**document, "tenant": {**document["tenant"], "slug": "tampered", "manual_runs_per_hour": 10**9}}
+
+    with pytest.raises(services.InvalidInput) as refused:
+        tenantmove.tenant_import(tampered, actor="test")
+    moved = tenantmove.tenant_import(document, actor="test")
+
+    assert refused.value.field == "tenant 'tampered': manual_runs_per_hour"
+    assert moved.manual_runs_per_hour == 7
