@@ -1,8 +1,8 @@
 """Bounds a tenant meets with no quota of its own (issue 40 item 6): manual runs per hour
 (CRONFLEET_MANUAL_RUNS_PER_HOUR, or the tenant's own manual_runs_per_hour), jobs
 (CRONFLEET_MAX_JOBS_PER_TENANT, max_jobs' default), and other tenants' planned fires in a
-queue-scoped window's placement, through the services, the API, the CLI, the admin and
-tenant documents. Another tenant's queue: test_queue_tenants.py."""
+queue-scoped window's placement and its rebalance, through the services, the API, the CLI,
+the admin and tenant documents. Another tenant's queue: test_queue_tenants.py."""
 
 from __future__ import annotations
 
@@ -264,3 +264,25 @@ def test_a_tenant_without_max_jobs_holds_at_most_the_settings_default(db, settin
     services.tenant_update(tenant, {"max_jobs": None})
     add("four")
     assert Job.objects.filter(tenant=tenant).count() == 4
+
+
+# --- jobs rebalance: the notes it stores ------------------------------------------------------
+
+
+def test_a_rebalance_stores_notes_that_tell_a_tenant_only_its_own_counts(db, tenant, other_tenant):
+    window = {"flex_window": "daily 01:00-01:02", "flex_scope": "queue", "task_name": "scheduler_app.echo"}
+    mine = services.job_create(tenant, services.JobSpec(name="flex", **window))
+    minute = mine.cron.split()[0]
+    for n in range(4):  # the other tenant's fixed jobs land on the minute mine took, on the shared queue
+        services.job_create(
+            other_tenant, services.JobSpec(name=f"a{n}", cron=f"{minute} 1 * * *", task_name="scheduler_app.echo")
+        )
+
+    [move] = services.jobs_rebalance(queue="", actor="test")
+
+    assert move.moved  # away from the other tenant's load
+    mine.refresh_from_db()
+    assert "of this tenant's jobs, 0 planned fires in that minute (busiest: 0)" in mine.flex_note, mine.flex_note
+    why = client_for(tenant).get(f"/api/v1/jobs/{mine.id}/").json()["schedule"]["why"]
+    audited = AuditEvent.objects.get(action="job.rebalanced").detail["note"]
+    assert why == audited == mine.flex_note
