@@ -41,9 +41,12 @@ class Tenant(models.Model):
     webhook_secret_previous_encrypted = models.TextField(blank=True, editable=False)
     webhook_secret_previous_until = models.DateTimeField(null=True, blank=True, editable=False)
 
-    # Quotas (NULL: no limit). Jobs and the interval are checked when a job is written; fires
-    # per minute and concurrent runs at dispatch, where runs over the limit wait as pending.
-    max_jobs = models.PositiveIntegerField(null=True, blank=True)
+    # Quotas (NULL: no limit, but for max_jobs and manual_runs_per_hour, whose NULL is their
+    # setting's default). Jobs and the interval are checked when a job is written; fires per
+    # minute and concurrent runs at dispatch, where runs over the limit wait as pending.
+    max_jobs = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Jobs the tenant may hold; blank: CRONFLEET_MAX_JOBS_PER_TENANT"
+    )
     min_interval_seconds = models.PositiveIntegerField(
         default=0, help_text="The shortest interval between two fires a job may ask for (0: any)"
     )
@@ -54,6 +57,13 @@ class Tenant(models.Model):
     weight = models.PositiveSmallIntegerField(default=1)
     # API requests each of the tenant's keys may make per minute (NULL: the setting's default).
     api_requests_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    # Triggers, replays and backfilled fires the tenant may record in any hour (services/common.py).
+    manual_runs_per_hour = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Manual runs (triggers, replays, backfilled fires) per hour (0: unbounded); "
+        "blank: CRONFLEET_MANUAL_RUNS_PER_HOUR",
+    )
     # Retention of the tenant's finished runs (scheduler_app.ledger.retention); NULL: the setting.
     retention_days = models.PositiveIntegerField(
         null=True, blank=True, help_text="Days finished runs are kept (0: forever); blank: CRONFLEET_RETENTION_DAYS"
@@ -312,6 +322,9 @@ class Job(models.Model):
             models.Index(fields=["calendar"], name="job_calendar_idx", condition=Q(calendar__isnull=False)),
             # A job's children (chains): a run's end, the checks of a save, the job page.
             models.Index(fields=["after_job"], name="job_after_idx", condition=Q(after_job__isnull=False)),
+            # jobspec.check_queue_tenant() asks whether another tenant's jobs use a named queue;
+            # flexible.scope_jobs() reads a named queue's jobs.
+            models.Index(fields=["queue", "tenant"], name="job_queue_tenant_idx", condition=~Q(queue="")),
             # retention.Pruner lists the few jobs with a retention of their own (JOB_RETENTION_SET).
             models.Index(
                 fields=["tenant", "id"],

@@ -1,14 +1,17 @@
-"""What the services share: the quota error, whole-number checks, and the dispatch-quota
-admission of runs recorded outside a beat. (The audit row of a job's change is
-models/lifecycle.py's audit_job; waking the beats dispatch/waker.py's wake_beats.)"""
+"""What the services share: the quota error, whole-number checks, named advisory locks, and
+the dispatch-quota admission of runs recorded outside a beat. (The audit row of a job's
+change is models/lifecycle.py's audit_job; waking the beats dispatch/waker.py's wake_beats.)"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
+
+from django.db import connection
 
 from scheduler_app.conf import app_settings
 from scheduler_app.dispatch import run_times, tenant_budget
-from scheduler_app.dispatch.quotas import lock_tenants, manual_admission
+from scheduler_app.dispatch.quotas import manual_admission
 from scheduler_app.dispatch.waker import wake_beats
 from scheduler_app.models import AuditEvent, RunState, TargetKind, Tenant
 from scheduler_app.validation import InvalidInput
@@ -24,6 +27,18 @@ def check_int(field: str, value, low: int, high: int) -> int:
     if not low <= value <= high:
         raise InvalidInput(field, f"must be between {low} and {high}")
     return value
+
+
+def lock_names(keys: Iterable[str]) -> None:
+    """Take a PostgreSQL transaction advisory lock on each of `keys`, in the order given, until
+    the caller's transaction ends: nothing but another such lock waits on them (no row is
+    locked). Callers give keys in one agreed order, so that no two lockers wait on each other.
+    Other databases go without (SQLite has one writer at a time)."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        for key in keys:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [key])
 
 
 def refuse_monitored(job, action: str) -> None:
@@ -65,28 +80,34 @@ MANUAL_RUN_ACTIONS = ("job.triggered", "run.replayed", "job.backfilled")
 
 def check_manual_runs_per_hour(tenant_id: int, now: datetime, count: int) -> None:
     """Refuse `count` more manual runs (triggers, replays, backfilled fires) when the tenant
-    recorded CRONFLEET_MANUAL_RUNS_PER_HOUR of them in the hour before `now` (0: no bound).
+    recorded its bound of them in the hour before `now`: its manual_runs_per_hour, else
+    CRONFLEET_MANUAL_RUNS_PER_HOUR (0: no bound).
 
     Counted from the audit trail (audit_tenant_recent_idx), not the ledger: a replay writes
     no new run, a backfill's runs carry past fire times, and deleting a job deletes its runs
     but keeps its audit rows, so deleting and recreating a job does not reset the count.
-    Locks the tenant's row: call it inside the transaction that records the runs.
+    Locks the tenant's row (read with its bound in one statement): call it inside the
+    transaction that records the runs.
     """
-    limit = app_settings.MANUAL_RUNS_PER_HOUR
+    slug, own = (
+        Tenant.objects.select_for_update(no_key=True)
+        .filter(id=tenant_id)
+        .values_list("slug", "manual_runs_per_hour")
+        .get()
+    )
+    limit = app_settings.MANUAL_RUNS_PER_HOUR if own is None else own
     if not limit:
         return
-    lock_tenants([tenant_id])
     recorded = AuditEvent.objects.filter(
         tenant_id=tenant_id, created_at__gt=now - MANUAL_RUN_WINDOW, action__in=MANUAL_RUN_ACTIONS
     ).values_list("action", "detail__created")
     used = sum(int(created or 0) if action == "job.backfilled" else 1 for action, created in recorded)
     if used + count > limit:
-        slug = Tenant.objects.filter(id=tenant_id).values_list("slug", flat=True).first()
+        source = "CRONFLEET_MANUAL_RUNS_PER_HOUR" if own is None else "the tenant's manual_runs_per_hour"
         raise QuotaExceeded(
             "tenant",
             f"tenant {slug!r} recorded {used} manual runs (triggers, replays, backfilled fires) in the "
-            f"last hour; {count} more would pass its bound of {limit} per hour "
-            "(CRONFLEET_MANUAL_RUNS_PER_HOUR); nothing was recorded",
+            f"last hour; {count} more would pass its bound of {limit} per hour ({source}); nothing was recorded",
         )
 
 

@@ -150,6 +150,7 @@ def plan_edit(job: Job, changes: dict, now: datetime, *, allow_any_registered: b
         job_id=job.id,
         allow_any_registered=allow_any_registered,
         kept_task=job.task_name if task_target.chosen_in_admin(job) else "",
+        kept_queue=job.queue,
     )
     if fields["after_job_id"] != job.after_job_id:
         chains.check_no_loop(job, Job.objects.filter(id=fields["after_job_id"]).first())

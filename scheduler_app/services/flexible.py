@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Case, Count, F, Q, QuerySet, When
 from django.db.models.functions import Coalesce
 
@@ -22,6 +22,7 @@ from scheduler_app import schedules
 from scheduler_app.dispatch.waker import wake_beats
 from scheduler_app.models import Job, Tenant, db_now
 from scheduler_app.models.lifecycle import audit_job
+from scheduler_app.services.common import lock_names
 from scheduler_app.validation import InvalidInput
 
 logger = logging.getLogger(__name__)
@@ -108,18 +109,16 @@ def lock_placements(tenant_ids: Iterable[int], queues: Iterable[str] = ()) -> No
     each other. A placement read after the lock sees the job the previous holder placed, so two
     jobs added at the same moment take two minutes, not one.
 
-    PostgreSQL transaction advisory locks: nothing else waits on them (the tenant's row, which
-    the beat's quota reads share, is left alone). Other databases place without the lock.
+    PostgreSQL transaction advisory locks (common.lock_names): nothing else waits on them (the
+    tenant's row, which the beat's quota reads share, is left alone). Other databases place
+    without the lock.
     """
-    if connection.vendor != "postgresql":
-        return
-    keys = [
-        *(f"cronfleet.flex.tenant:{tenant_id}" for tenant_id in sorted(set(tenant_ids))),
-        *(f"cronfleet.flex.queue:{queue}" for queue in sorted(set(queues))),
-    ]
-    with connection.cursor() as cursor:
-        for key in keys:
-            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [key])
+    lock_names(
+        [
+            *(f"cronfleet.flex.tenant:{tenant_id}" for tenant_id in sorted(set(tenant_ids))),
+            *(f"cronfleet.flex.queue:{queue}" for queue in sorted(set(queues))),
+        ]
+    )
 
 
 def scope_label(tenant: Tenant, queue: str, scope: str) -> str:
@@ -304,36 +303,38 @@ def jobs_rebalance(
 
 def _rebalance_scope(members: list[Job], now: datetime) -> list[Move]:
     """Place `members` (one scope's flexible jobs) one by one over the scope's other jobs; each
-    placed job counts as a neighbour for those after it."""
-    profiles: dict[tuple[str, str], list[float]] = {}
+    placed job counts as a neighbour for those after it.
+
+    A queue scope's members may be several tenants' jobs: each is placed over them all, but its
+    note tells its own tenant's counts only, as place() does (the note is the tenant's to read)."""
+    # (tenant id, window, zone): planned fires per minute; tenant id None: the whole scope's.
+    profiles: dict[tuple[int | None, str, str], list[float]] = {}
     ids = [job.id for job in members]
     moves = []
     for job in members:
         window = schedules.parse_window(job.flex_window)
-        place_key = (window.text, job.timezone)
-        if place_key not in profiles:
-            profiles[place_key] = profile_for(
-                job.tenant,
-                window=window,
-                zone_name=job.timezone,
-                scope=job.flex_scope,
-                queue=job.queue,
-                now=now,
-                exclude_ids=ids,
-            )
+        where = dict(window=window, zone_name=job.timezone, scope=job.flex_scope, queue=job.queue, now=now)
+        whole = (None, window.text, job.timezone)
+        if whole not in profiles:
+            profiles[whole] = profile_for(job.tenant, **where, exclude_ids=ids)
+        own = (job.tenant_id, window.text, job.timezone) if job.flex_scope == "queue" else None
+        if own is not None and own not in profiles:
+            profiles[own] = profile_for(job.tenant, **where, exclude_ids=ids, own_only=True)
         chosen = placed(
             window,
             job.timezone,
-            profiles[place_key],
+            profiles[whole],
             key=f"{job.tenant.slug}/{job.name}",
             label=scope_label(job.tenant, job.queue, job.flex_scope),
             now=now,
+            shown=profiles[own] if own is not None else None,
         )
         moves.append(Move(job=job, before=job.cron, after=chosen.cron, note=chosen.note))
         added = schedules.Neighbours(crons=[(chosen.cron, job.timezone, 0, 1)])
-        for (text, zone_name), profile in profiles.items():
-            extra = schedules.load_profile(schedules.parse_window(text), zone_name, now, added)
-            profiles[(text, zone_name)] = [a + b for a, b in zip(profile, extra, strict=True)]
+        for (owner, text, zone_name), profile in profiles.items():
+            if owner is None or owner == job.tenant_id:
+                extra = schedules.load_profile(schedules.parse_window(text), zone_name, now, added)
+                profiles[(owner, text, zone_name)] = [a + b for a, b in zip(profile, extra, strict=True)]
     return moves
 
 

@@ -21,7 +21,7 @@ from scheduler_app.models import (
 )
 from scheduler_app.services import chains, flexible
 from scheduler_app.services.calendars import job_calendar
-from scheduler_app.services.common import QuotaExceeded, check_int
+from scheduler_app.services.common import QuotaExceeded, check_int, lock_names
 from scheduler_app.targets import task as task_target
 from scheduler_app.validation import (
     InvalidInput,
@@ -93,6 +93,35 @@ def check_queue(name) -> str:
         raise InvalidInput("queue", str(exc)) from None
 
 
+def shared_queue(name: str) -> bool:
+    """Whether every tenant's jobs may use queue `name`: the default queue (blank, or
+    CRONFLEET_QUEUE by name), the CRONFLEET_BATCH_QUEUES, and, when CRONFLEET_QUEUES lists the
+    deployment's queues, each of them (the operator shared them by listing them)."""
+    return not name or bool(app_settings.QUEUES) or name == app_settings.QUEUE or name in app_settings.BATCH_QUEUES
+
+
+def check_queue_tenant(tenant: Tenant, queue: str) -> None:
+    """Refuse a queue that is not shared (shared_queue) and that another tenant's jobs use.
+
+    With CRONFLEET_QUEUES unset a job may name any well-formed queue, so a named queue is the
+    dedicated queue of the tenant whose jobs use it: another tenant's jobs there would take its
+    workers (issue 40). The refusal does not say whose it is. The queue's name is locked first
+    (a transaction advisory lock), so that of two tenants claiming a fresh queue at once the
+    second waits, then sees the first one's job: call it inside the transaction that saves the
+    job. `tenant` may be unsaved (a document's, before import): every job is then another's.
+    """
+    if shared_queue(queue):
+        return
+    lock_names([f"cronfleet.queue:{queue}"])
+    # The non-blank test matches job_queue_tenant_idx's condition, so the index answers.
+    if Job.objects.filter(queue=queue).exclude(queue="").exclude(tenant_id=tenant.id).exists():
+        raise InvalidInput(
+            "queue",
+            f"queue {queue!r} is used by another tenant's jobs; name a queue of this tenant's own, "
+            "or leave it blank for the default queue",
+        )
+
+
 def check_batch(spec: JobSpec) -> bool:
     """Batched runs share their batch's time limit: only short targets may be batched."""
     if not isinstance(spec.batch, bool):
@@ -135,6 +164,7 @@ def validate_spec(
     job_id: int | None = None,
     allow_any_registered: bool = False,
     kept_task: str = "",
+    kept_queue: str = "",
     parents: Mapping[str, Job] | None = None,
 ) -> tuple[schedules.Schedule, dict]:
     """Check every field of `spec`; return the normalised schedule and the model fields.
@@ -150,6 +180,9 @@ def validate_spec(
     staff with the add or change job permission, pass allow_any_registered=True: any task the
     Celery app registers then (targets/task.py). An edit passes as `kept_task` the task staff
     chose for the job beyond the allow-list, which stays allowed while the edit keeps it.
+
+    A queue another tenant's jobs use is refused (check_queue_tenant), but for `kept_queue`, the
+    queue an edited job is on already, which stays allowed while the edit keeps it.
 
     `parents` (jobs by name) stands for the tenant's saved jobs a chained job may follow, when
     they are not saved yet: a tenant's import checks its document before writing any row.
@@ -197,6 +230,9 @@ def validate_spec(
         schedule = spec_schedule(tenant, spec, anchor=anchor or now.replace(microsecond=0), jitter_seed=jitter_seed)
         if check_schedule_quota:
             check_min_interval(tenant, schedule, now)
+    queue = check_queue(spec.queue)
+    if queue != kept_queue:
+        check_queue_tenant(tenant, queue)
     fields = dict(
         name=name,
         task_name=spec.task_name if spec.target_kind == TargetKind.TASK else "",
@@ -204,7 +240,7 @@ def validate_spec(
         kwargs=kwargs,
         target_kind=spec.target_kind,
         target_config=target_config,
-        queue=check_queue(spec.queue),
+        queue=queue,
         priority=check_int("priority", spec.priority, PRIORITY_MIN, PRIORITY_MAX),
         timeout_seconds=check_int("timeout_seconds", spec.timeout_seconds, 1, app_settings.MAX_JOB_TIMEOUT_SECONDS),
         max_attempts=check_int("max_attempts", spec.max_attempts, 1, MAX_ATTEMPTS),
@@ -278,21 +314,30 @@ def check_min_interval(tenant: Tenant, schedule: schedules.Schedule, now: dateti
         )
 
 
+def job_quota(tenant: Tenant) -> tuple[int | None, str]:
+    """The most jobs `tenant` may hold (None: no bound) and where that comes from: its max_jobs,
+    else CRONFLEET_MAX_JOBS_PER_TENANT (0: no bound). With every job firing at most once a
+    second and pinging in at most CRONFLEET_PING_OWN_RUNS_PER_HOUR runs of its own, this is
+    what bounds how fast a tenant's schedules can grow the ledger by default."""
+    if tenant.max_jobs is not None:
+        return tenant.max_jobs, "max_jobs"
+    return app_settings.MAX_JOBS_PER_TENANT or None, "max_jobs, by default CRONFLEET_MAX_JOBS_PER_TENANT"
+
+
 def check_job_quota(tenant: Tenant) -> None:
-    """Refuse a new job over the tenant's max_jobs. Call inside the creating transaction:
+    """Refuse a new job over the tenant's job_quota. Call inside the creating transaction:
     the tenant row lock serialises concurrent creations."""
-    if tenant.max_jobs is None:
+    if job_quota(tenant)[0] is None:
         return
     Tenant.objects.select_for_update().filter(id=tenant.id).first()
     check_job_count(tenant, Job.objects.filter(tenant=tenant).count())
 
 
 def check_job_count(tenant: Tenant, existing: int) -> None:
-    """Refuse one more job for a tenant holding `existing` jobs already, over its max_jobs."""
-    if tenant.max_jobs is not None and existing >= tenant.max_jobs:
-        raise QuotaExceeded(
-            "name", f"tenant {tenant.slug!r} has reached its quota of {tenant.max_jobs} jobs (max_jobs)"
-        )
+    """Refuse one more job for a tenant holding `existing` jobs already, over its job_quota."""
+    quota, source = job_quota(tenant)
+    if quota is not None and existing >= quota:
+        raise QuotaExceeded("name", f"tenant {tenant.slug!r} has reached its quota of {quota} jobs ({source})")
 
 
 def validate_target(spec: JobSpec, tenant: Tenant, *, allow_any_registered: bool = False, kept_task: str = "") -> dict:

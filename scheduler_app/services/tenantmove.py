@@ -56,6 +56,7 @@ from scheduler_app.models import (
     db_now,
 )
 from scheduler_app.services import documentmac
+from scheduler_app.services.jobspec import check_queue_tenant
 from scheduler_app.services.tenantcheck import SECRETS, check_document, columns_of, rows, run_rows
 from scheduler_app.targets.http import secrets as crypto
 from scheduler_app.validation import InvalidInput
@@ -381,6 +382,9 @@ def tenant_import(document, *, late: bool = False, actor: str = "") -> Tenant:
                 for i, row in enumerate(rows(document, "windows"))
             )
             jobs = create_jobs(tenant, rows(document, "jobs"), calendars, cut)
+            # Again under the queues' locks: another tenant may have claimed one since the check.
+            for queue in sorted({job.queue for job in jobs.values()}):
+                check_queue_tenant(tenant, queue)
             ApiKey.objects.bulk_create(
                 ApiKey(tenant=tenant, **columns_of(ApiKey, row, f"api_keys[{i}]"))
                 for i, row in enumerate(rows(document, "api_keys"))

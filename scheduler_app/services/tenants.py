@@ -76,13 +76,16 @@ def tenant_rotate_webhook_secret(tenant: Tenant, *, overlap: timedelta = timedel
     return secret
 
 
-TENANT_LIMITS = {  # field: (lowest, highest); None (no limit) is allowed for all but weight and min_interval_seconds
+# field: (lowest, highest). None is allowed for all but weight and min_interval_seconds: no
+# limit, or for max_jobs, api_requests_per_minute and manual_runs_per_hour the setting's default.
+TENANT_LIMITS = {
     "max_jobs": (0, 10_000_000),
     "min_interval_seconds": (0, 366 * 86400),
     "max_fires_per_minute": (0, 10_000_000),
     "max_concurrent_runs": (0, 10_000_000),
     "weight": (1, 1000),
     "api_requests_per_minute": (1, 10_000_000),
+    "manual_runs_per_hour": (0, 10_000_000),  # 0: unbounded
 }
 
 
@@ -107,8 +110,8 @@ def tenant_update(tenant: Tenant, changes: dict, *, actor: str = "") -> Tenant:
 
 
 def check_tenant_limit(key: str, value) -> int | None:
-    """A quota or the weight within TENANT_LIMITS; None (no limit) for all but weight and
-    min_interval_seconds."""
+    """A quota or the weight within TENANT_LIMITS; None (no limit, or the setting's default)
+    for all but weight and min_interval_seconds."""
     nullable = key not in ("weight", "min_interval_seconds")
     return None if value is None and nullable else check_int(key, value, *TENANT_LIMITS[key])
 

@@ -55,13 +55,17 @@ class TenantChangeSerializer(StrictSerializer):
     name = StrictCharField(max_length=200, trim_whitespace=False)
     timezone = StrictCharField(max_length=64)
     is_active = StrictBooleanField()
-    max_jobs = StrictIntegerField(allow_null=True, help_text="null: no limit")
+    max_jobs = StrictIntegerField(allow_null=True, help_text="null: CRONFLEET_MAX_JOBS_PER_TENANT")
     min_interval_seconds = StrictIntegerField(help_text="The shortest interval between fires a job may ask for")
     max_fires_per_minute = StrictIntegerField(allow_null=True, help_text="null: no limit")
     max_concurrent_runs = StrictIntegerField(allow_null=True, help_text="null: no limit")
     weight = StrictIntegerField(max_value=32767, help_text="Fair share at dispatch")
     api_requests_per_minute = StrictIntegerField(
         allow_null=True, help_text="Per key; null: CRONFLEET_API_REQUESTS_PER_MINUTE"
+    )
+    manual_runs_per_hour = StrictIntegerField(
+        allow_null=True,
+        help_text="Triggers, replays and backfilled fires per hour (0: unbounded); null: CRONFLEET_MANUAL_RUNS_PER_HOUR",
     )
 
 

@@ -31,6 +31,13 @@ QUOTA_OPTIONS = {  # option name: Tenant field
     "max-concurrent-runs": "max_concurrent_runs",
     "weight": "weight",
     "api-requests-per-minute": "api_requests_per_minute",
+    "manual-runs-per-hour": "manual_runs_per_hour",
+}
+# What 'none' means for the fields whose NULL is a setting's default rather than no limit.
+NONE_IS_DEFAULT = {
+    "max_jobs": "CRONFLEET_MAX_JOBS_PER_TENANT",
+    "api_requests_per_minute": "CRONFLEET_API_REQUESTS_PER_MINUTE",
+    "manual_runs_per_hour": "CRONFLEET_MANUAL_RUNS_PER_HOUR; 0: unbounded",
 }
 
 
@@ -75,7 +82,7 @@ class Command(OneLineErrors, BaseCommand):
                 type=_limit,
                 metavar="N|none",
                 default=UNSET,
-                help=f"{field} ('none': no limit)",
+                help=f"{field} ('none': {NONE_IS_DEFAULT.get(field, 'no limit')})",
             )
         change.add_argument("--active", choices=["yes", "no"], help="Whether the tenant's keys and new jobs work")
 

@@ -157,7 +157,8 @@ def test_hourly_any_minute_is_placed_as_an_hourly_expression():
 
 
 @pytest.mark.django_db
-def test_the_queue_scope_avoids_other_tenants_jobs_on_the_queue_and_the_tenant_scope_does_not():
+def test_the_queue_scope_avoids_other_tenants_jobs_on_the_queue_and_the_tenant_scope_does_not(settings):
+    settings.CRONFLEET_QUEUES = ["reports"]  # a queue the tenants share (else it is one tenant's own)
     first, second = make_tenant(), make_tenant()
     for n in range(4):
         services.job_create(
@@ -254,7 +255,8 @@ def test_jobs_of_a_tenant_added_at_the_same_instant_are_placed_as_if_one_after_t
 
 
 @pytest.mark.django_db(transaction=True)
-def test_queue_scope_jobs_of_tenants_added_at_the_same_instant_are_placed_one_after_the_other():
+def test_queue_scope_jobs_of_tenants_added_at_the_same_instant_are_placed_one_after_the_other(settings):
+    settings.CRONFLEET_QUEUES = ["nightly"]  # a queue the tenants share (else it is one tenant's own)
     tenants = [make_tenant() for _ in range(4)]
 
     def add_one(tenant, name, window, **fields):

@@ -1,17 +1,24 @@
 """Bounds a tenant meets with no quota of its own (issue 40 item 6): manual runs per hour
-(CRONFLEET_MANUAL_RUNS_PER_HOUR), and other tenants' planned fires in a queue-scoped window's
-placement, through the services and the API."""
+(CRONFLEET_MANUAL_RUNS_PER_HOUR, or the tenant's own manual_runs_per_hour), jobs
+(CRONFLEET_MAX_JOBS_PER_TENANT, max_jobs' default), and other tenants' planned fires in a
+queue-scoped window's placement and its rebalance, through the services, the API, the CLI,
+the admin and tenant documents. Another tenant's queue: test_queue_tenants.py."""
 
 from __future__ import annotations
 
+import io
+import json
 from datetime import timedelta
 
 import pytest
+from django.core.management import call_command
+from django.urls import reverse
 from rest_framework.test import APIClient
 
 from scheduler_app import services
 from scheduler_app.conf import app_settings
-from scheduler_app.models import AuditEvent, JobRun, RunState, Tenant, db_now
+from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Tenant, db_now
+from scheduler_app.services import tenantmove
 
 
 def client_for(tenant: Tenant | None, **headers: str) -> APIClient:
@@ -160,3 +167,122 @@ def test_a_queue_scoped_job_stores_a_note_without_other_tenants_counts(db, tenan
 
     assert job.cron == "1 1 * * *"
     assert job.flex_note.endswith("of this tenant's jobs, 0 planned fires in that minute (busiest: 0)"), job.flex_note
+
+
+# --- a tenant's own bound on manual runs (Tenant.manual_runs_per_hour) ----------------------
+
+
+def test_a_tenants_own_manual_runs_per_hour_overrides_the_setting(db, settings, tenant, every_second):
+    services.tenant_update(tenant, {"manual_runs_per_hour": 2})
+    services.job_trigger(every_second)
+    services.job_trigger(every_second)
+
+    with pytest.raises(services.QuotaExceeded) as refused:
+        services.job_trigger(every_second)
+
+    assert "its bound of 2 per hour (the tenant's manual_runs_per_hour)" in refused.value.message
+    settings.CRONFLEET_MANUAL_RUNS_PER_HOUR = 1
+    services.tenant_update(tenant, {"manual_runs_per_hour": 0})  # 0: unbounded, whatever the setting
+    backfill(every_second, 20)
+    services.tenant_update(tenant, {"manual_runs_per_hour": None})  # null: the setting's again
+    with pytest.raises(services.QuotaExceeded) as again:
+        services.job_trigger(every_second)
+    assert "CRONFLEET_MANUAL_RUNS_PER_HOUR" in again.value.message
+
+
+def test_the_cli_sets_and_clears_a_tenants_manual_runs_per_hour(db, tenant):
+    out = io.StringIO()
+    call_command("tenants", "set", tenant.slug, "--manual-runs-per-hour", "5", stdout=out)
+
+    assert "manual-runs-per-hour" in out.getvalue()
+    assert Tenant.objects.get(id=tenant.id).manual_runs_per_hour == 5
+    call_command("tenants", "set", tenant.slug, "--manual-runs-per-hour", "none", stdout=io.StringIO())
+    assert Tenant.objects.get(id=tenant.id).manual_runs_per_hour is None
+
+
+def test_the_tenant_endpoint_sets_it_for_staff_only(db, tenant):
+    staff, own = client_for(None), client_for(tenant)
+    url = f"/api/v1/tenants/{tenant.slug}/"
+
+    changed = staff.patch(url, {"manual_runs_per_hour": 5}, format="json")
+    refused = own.patch(url, {"manual_runs_per_hour": 0}, format="json")
+    negative = staff.patch(url, {"manual_runs_per_hour": -1}, format="json")
+
+    assert changed.status_code == 200 and changed.json()["manual_runs_per_hour"] == 5
+    assert refused.status_code == 403
+    assert negative.status_code == 400 and negative.json()["errors"][0]["field"] == "manual_runs_per_hour"
+    assert own.get("/api/v1/me/").json()["tenant"]["manual_runs_per_hour"] == 5
+    assert AuditEvent.objects.get(action="tenant.updated").detail["changes"] == {"manual_runs_per_hour": [None, 5]}
+
+
+def test_the_admins_tenant_page_sets_it(admin_client, tenant):
+    data = {"name": tenant.name, "timezone": tenant.timezone, "is_active": "on", "min_interval_seconds": "0"}
+    data.update(weight="1", manual_runs_per_hour="7")
+
+    response = admin_client.post(reverse("admin:scheduler_app_tenant_change", args=[tenant.pk]), data)
+
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert Tenant.objects.get(id=tenant.id).manual_runs_per_hour == 7
+
+
+def test_a_tenant_document_carries_it_and_an_import_holds_it_to_its_bounds(db, tenant):
+    services.tenant_update(tenant, {"manual_runs_per_hour": 7})
+    written: list[dict] = []
+    services.tenant_export(tenant, db_now() + timedelta(days=1), write=written.append, actor="test")
+    document = json.loads(tenantmove.dumps(written[0]))
+    document["tenant"]["slug"] = "moved"
+    tampered = {**document, "tenant": {**document["tenant"], "slug": "tampered", "manual_runs_per_hour": 10**9}}
+
+    with pytest.raises(services.InvalidInput) as refused:
+        tenantmove.tenant_import(tampered, actor="test")
+    moved = tenantmove.tenant_import(document, actor="test")
+
+    assert refused.value.field == "tenant 'tampered': manual_runs_per_hour"
+    assert moved.manual_runs_per_hour == 7
+
+
+# --- jobs: CRONFLEET_MAX_JOBS_PER_TENANT, the default of max_jobs ------------------------------
+
+
+def test_a_tenant_without_max_jobs_holds_at_most_the_settings_default(db, settings, tenant):
+    assert app_settings.MAX_JOBS_PER_TENANT == 10_000
+    settings.CRONFLEET_MAX_JOBS_PER_TENANT = 2
+
+    def add(name: str):
+        return services.job_create(tenant, services.JobSpec(name=name, every=60, task_name="scheduler_app.echo"))
+
+    add("one")
+    add("two")
+    with pytest.raises(services.QuotaExceeded) as refused:
+        add("three")
+
+    assert refused.value.field == "name"
+    assert refused.value.message.endswith("quota of 2 jobs (max_jobs, by default CRONFLEET_MAX_JOBS_PER_TENANT)")
+    services.tenant_update(tenant, {"max_jobs": 3})  # the tenant's own quota overrides the default
+    add("three")
+    settings.CRONFLEET_MAX_JOBS_PER_TENANT = 0  # 0: unbounded
+    services.tenant_update(tenant, {"max_jobs": None})
+    add("four")
+    assert Job.objects.filter(tenant=tenant).count() == 4
+
+
+# --- jobs rebalance: the notes it stores ------------------------------------------------------
+
+
+def test_a_rebalance_stores_notes_that_tell_a_tenant_only_its_own_counts(db, tenant, other_tenant):
+    window = {"flex_window": "daily 01:00-01:02", "flex_scope": "queue", "task_name": "scheduler_app.echo"}
+    mine = services.job_create(tenant, services.JobSpec(name="flex", **window))
+    minute = mine.cron.split()[0]
+    for n in range(4):  # the other tenant's fixed jobs land on the minute mine took, on the shared queue
+        services.job_create(
+            other_tenant, services.JobSpec(name=f"a{n}", cron=f"{minute} 1 * * *", task_name="scheduler_app.echo")
+        )
+
+    [move] = services.jobs_rebalance(queue="", actor="test")
+
+    assert move.moved  # away from the other tenant's load
+    mine.refresh_from_db()
+    assert "of this tenant's jobs, 0 planned fires in that minute (busiest: 0)" in mine.flex_note, mine.flex_note
+    why = client_for(tenant).get(f"/api/v1/jobs/{mine.id}/").json()["schedule"]["why"]
+    audited = AuditEvent.objects.get(action="job.rebalanced").detail["note"]
+    assert why == audited == mine.flex_note

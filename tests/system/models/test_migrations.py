@@ -55,6 +55,7 @@ def test_the_concurrent_migrations_run_backwards_and_forwards_on_postgres():
             "jobrun_finished_brin",
             "jobrun_tenant_state_idx",
             "job_tenant_due_idx",
+            "job_queue_tenant_idx",
         }
         dropped = {"scheduler_app_jobrun_job_id_4f251f58", "scheduler_app_jobrun_tenant_id_1bb4eedc"}
         assert made <= latest and not dropped & latest
