@@ -366,9 +366,6 @@ CRONFLEET_MANUAL_RUNS_IN_FLIGHT = env_int("CRONFLEET_MANUAL_RUNS_IN_FLIGHT", 100
 # Manual runs (triggers, replays, backfilled fires) one tenant may record per hour; more are
 # refused (403 in the API) and nothing is recorded. 0: unbounded.
 CRONFLEET_MANUAL_RUNS_PER_HOUR = env_int("CRONFLEET_MANUAL_RUNS_PER_HOUR", 1000, minimum=0)
-# Jobs a tenant without a max_jobs of its own may hold, which bounds how fast its schedules
-# and pings can grow the ledger (docs/api.md: Quotas). 0: unbounded.
-CRONFLEET_MAX_JOBS_PER_TENANT = env_int("CRONFLEET_MAX_JOBS_PER_TENANT", 10_000, minimum=0)
 # Batched runs (Job.batch, or every job of a queue in CRONFLEET_BATCH_QUEUES): the beat puts
 # up to this many runs of one queue and target kind in one message.
 CRONFLEET_RUN_BATCH_SIZE = env_int("CRONFLEET_RUN_BATCH_SIZE", 100, minimum=1)

@@ -53,7 +53,6 @@ DEFAULTS: dict[str, Any] = {
     "HTTP_IN_FLIGHT_PER_HOST": Derived(lambda conf: max(1, conf.HTTP_IN_FLIGHT // 2), int, "HTTP_IN_FLIGHT // 2"),
     "ENCRYPTION_KEYS": [],
     "RESULT_MAX_BYTES": 8192,
-    "MAX_JOBS_PER_TENANT": 10_000,
     "MAX_JOB_TIMEOUT_SECONDS": Derived(
         lambda conf: _max_job_timeout(), int, "3600, or less where a Redis broker's visibility timeout needs it"
     ),
@@ -149,7 +148,6 @@ MINIMUMS = {
     "PING_UNKNOWN_PER_MINUTE": 1,
     "PING_OWN_RUNS_PER_HOUR": 0,  # 0: pings only close fires, they record no run of their own
     "MANUAL_RUNS_PER_HOUR": 0,  # 0: unbounded
-    "MAX_JOBS_PER_TENANT": 0,  # 0: unbounded
 }
 
 

@@ -1,7 +1,7 @@
 """Defaults that bound a tenant (issue 40): a tenant's own bound on manual runs per hour
-(Tenant.manual_runs_per_hour, NULL: CRONFLEET_MANUAL_RUNS_PER_HOUR), max_jobs' NULL read as
-CRONFLEET_MAX_JOBS_PER_TENANT (its help text only), and the index that tells whether another
-tenant's jobs use a named queue (job_queue_tenant_idx), built CONCURRENTLY on PostgreSQL.
+(Tenant.manual_runs_per_hour, NULL: CRONFLEET_MANUAL_RUNS_PER_HOUR), and the index that tells
+whether another tenant's jobs use a named queue (job_queue_tenant_idx), built CONCURRENTLY on
+PostgreSQL.
 
 The new column is NULL for every row, so the tenant table is not rewritten."""
 
@@ -26,13 +26,6 @@ class Migration(migrations.Migration):
                 help_text="Manual runs (triggers, replays, backfilled fires) per hour (0: unbounded); "
                 "blank: CRONFLEET_MANUAL_RUNS_PER_HOUR",
                 null=True,
-            ),
-        ),
-        migrations.AlterField(
-            model_name="tenant",
-            name="max_jobs",
-            field=models.PositiveIntegerField(
-                blank=True, help_text="Jobs the tenant may hold; blank: CRONFLEET_MAX_JOBS_PER_TENANT", null=True
             ),
         ),
         AddIndexConcurrentlyOnPostgres(

@@ -44,9 +44,7 @@ class Tenant(models.Model):
     # Quotas (NULL: no limit, but for max_jobs and manual_runs_per_hour, whose NULL is their
     # setting's default). Jobs and the interval are checked when a job is written; fires per
     # minute and concurrent runs at dispatch, where runs over the limit wait as pending.
-    max_jobs = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Jobs the tenant may hold; blank: CRONFLEET_MAX_JOBS_PER_TENANT"
-    )
+    max_jobs = models.PositiveIntegerField(null=True, blank=True)
     min_interval_seconds = models.PositiveIntegerField(
         default=0, help_text="The shortest interval between two fires a job may ask for (0: any)"
     )

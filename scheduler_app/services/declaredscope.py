@@ -12,7 +12,6 @@ from typing import Any, Protocol
 from django.db.models import Count, Q, QuerySet
 
 from scheduler_app.models import Job, Tenant
-from scheduler_app.services.jobspec import job_quota
 
 
 class DeclaredJob(Protocol):
@@ -43,8 +42,7 @@ def quota_problems(declared: Sequence[DeclaredJob], tenants: dict[str, Tenant], 
     problems = []
     for slug, tenant in sorted(tenants.items()):
         mine = [item for item in declared if item.tenant == slug]
-        quota, source = job_quota(tenant)
-        if quota is None or not mine:
+        if tenant.max_jobs is None or not mine:
             continue
         names = sorted({item.spec.name for item in mine})
         existing = sum(
@@ -57,10 +55,10 @@ def quota_problems(declared: Sequence[DeclaredJob], tenants: dict[str, Tenant], 
         now = Job.objects.filter(tenant=tenant).count()
         removed = sum(1 for job in deletes if job.tenant_id == tenant.id)
         after = now + creates - removed
-        if after > quota:
+        if after > tenant.max_jobs:
             problems.append(
                 f"{mine[0].source}: tenant {slug}: max_jobs: applying would leave {after} jobs ({now} now, "
-                f"{creates} to create, {removed} to delete), more than its quota of {quota} jobs ({source})"
+                f"{creates} to create, {removed} to delete), more than its quota of {tenant.max_jobs} jobs (max_jobs)"
             )
     return problems
 

@@ -33,7 +33,6 @@ from django_celery_beat.tzcrontab import TzAwareCrontab
 from scheduler_app import schedules, services
 from scheduler_app.conf import app_settings, celery_broker_url
 from scheduler_app.models import PRIORITY_DEFAULT, PRIORITY_MAX, Job, Tenant, db_now
-from scheduler_app.services.jobspec import check_job_count
 from scheduler_app.targets import task as task_target
 
 TAG = "celery-beat"
@@ -598,9 +597,15 @@ def apply(
             compare(existing, spec, translation, now, outcome)
             return 0
         services.validate_spec(tenant, spec, now)
-        if dry_run:
-            check_job_count(tenant, Job.objects.filter(tenant=tenant).count() + planned)
-        else:  # job_create checks max_jobs itself, under the tenant's row lock
+        if (
+            dry_run
+            and tenant.max_jobs is not None
+            and (Job.objects.filter(tenant=tenant).count() + planned >= tenant.max_jobs)
+        ):
+            raise services.QuotaExceeded(
+                "name", f"tenant {tenant.slug!r} has reached its quota of {tenant.max_jobs} jobs (max_jobs)"
+            )
+        if not dry_run:  # job_create checks max_jobs itself, under the tenant's row lock
             with transaction.atomic():
                 job = services.job_create(tenant, spec, actor=actor)
                 if translation.paused:

@@ -314,30 +314,21 @@ def check_min_interval(tenant: Tenant, schedule: schedules.Schedule, now: dateti
         )
 
 
-def job_quota(tenant: Tenant) -> tuple[int | None, str]:
-    """The most jobs `tenant` may hold (None: no bound) and where that comes from: its max_jobs,
-    else CRONFLEET_MAX_JOBS_PER_TENANT (0: no bound). With every job firing at most once a
-    second and pinging in at most CRONFLEET_PING_OWN_RUNS_PER_HOUR runs of its own, this is
-    what bounds how fast a tenant's schedules can grow the ledger by default."""
-    if tenant.max_jobs is not None:
-        return tenant.max_jobs, "max_jobs"
-    return app_settings.MAX_JOBS_PER_TENANT or None, "max_jobs, by default CRONFLEET_MAX_JOBS_PER_TENANT"
-
-
 def check_job_quota(tenant: Tenant) -> None:
-    """Refuse a new job over the tenant's job_quota. Call inside the creating transaction:
+    """Refuse a new job over the tenant's max_jobs. Call inside the creating transaction:
     the tenant row lock serialises concurrent creations."""
-    if job_quota(tenant)[0] is None:
+    if tenant.max_jobs is None:
         return
     Tenant.objects.select_for_update().filter(id=tenant.id).first()
     check_job_count(tenant, Job.objects.filter(tenant=tenant).count())
 
 
 def check_job_count(tenant: Tenant, existing: int) -> None:
-    """Refuse one more job for a tenant holding `existing` jobs already, over its job_quota."""
-    quota, source = job_quota(tenant)
-    if quota is not None and existing >= quota:
-        raise QuotaExceeded("name", f"tenant {tenant.slug!r} has reached its quota of {quota} jobs ({source})")
+    """Refuse one more job for a tenant holding `existing` jobs already, over its max_jobs."""
+    if tenant.max_jobs is not None and existing >= tenant.max_jobs:
+        raise QuotaExceeded(
+            "name", f"tenant {tenant.slug!r} has reached its quota of {tenant.max_jobs} jobs (max_jobs)"
+        )
 
 
 def validate_target(spec: JobSpec, tenant: Tenant, *, allow_any_registered: bool = False, kept_task: str = "") -> dict:

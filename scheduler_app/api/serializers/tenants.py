@@ -55,7 +55,7 @@ class TenantChangeSerializer(StrictSerializer):
     name = StrictCharField(max_length=200, trim_whitespace=False)
     timezone = StrictCharField(max_length=64)
     is_active = StrictBooleanField()
-    max_jobs = StrictIntegerField(allow_null=True, help_text="null: CRONFLEET_MAX_JOBS_PER_TENANT")
+    max_jobs = StrictIntegerField(allow_null=True, help_text="null: no limit")
     min_interval_seconds = StrictIntegerField(help_text="The shortest interval between fires a job may ask for")
     max_fires_per_minute = StrictIntegerField(allow_null=True, help_text="null: no limit")
     max_concurrent_runs = StrictIntegerField(allow_null=True, help_text="null: no limit")

@@ -35,7 +35,6 @@ QUOTA_OPTIONS = {  # option name: Tenant field
 }
 # What 'none' means for the fields whose NULL is a setting's default rather than no limit.
 NONE_IS_DEFAULT = {
-    "max_jobs": "CRONFLEET_MAX_JOBS_PER_TENANT",
     "api_requests_per_minute": "CRONFLEET_API_REQUESTS_PER_MINUTE",
     "manual_runs_per_hour": "CRONFLEET_MANUAL_RUNS_PER_HOUR; 0: unbounded",
 }

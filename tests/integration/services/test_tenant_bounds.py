@@ -1,8 +1,8 @@
 """Bounds a tenant meets with no quota of its own (issue 40 item 6): manual runs per hour
-(CRONFLEET_MANUAL_RUNS_PER_HOUR, or the tenant's own manual_runs_per_hour), jobs
-(CRONFLEET_MAX_JOBS_PER_TENANT, max_jobs' default), and other tenants' planned fires in a
-queue-scoped window's placement and its rebalance, through the services, the API, the CLI,
-the admin and tenant documents. Another tenant's queue: test_queue_tenants.py."""
+(CRONFLEET_MANUAL_RUNS_PER_HOUR, or the tenant's own manual_runs_per_hour), and other
+tenants' planned fires in a queue-scoped window's placement and its rebalance, through the
+services, the API, the CLI, the admin and tenant documents. Another tenant's queue:
+test_queue_tenants.py."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from rest_framework.test import APIClient
 
 from scheduler_app import services
 from scheduler_app.conf import app_settings
-from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Tenant, db_now
+from scheduler_app.models import AuditEvent, JobRun, RunState, Tenant, db_now
 from scheduler_app.services import tenantmove
 
 
@@ -239,31 +239,6 @@ def test_a_tenant_document_carries_it_and_an_import_holds_it_to_its_bounds(db, t
 
     assert refused.value.field == "tenant 'tampered': manual_runs_per_hour"
     assert moved.manual_runs_per_hour == 7
-
-
-# --- jobs: CRONFLEET_MAX_JOBS_PER_TENANT, the default of max_jobs ------------------------------
-
-
-def test_a_tenant_without_max_jobs_holds_at_most_the_settings_default(db, settings, tenant):
-    assert app_settings.MAX_JOBS_PER_TENANT == 10_000
-    settings.CRONFLEET_MAX_JOBS_PER_TENANT = 2
-
-    def add(name: str):
-        return services.job_create(tenant, services.JobSpec(name=name, every=60, task_name="scheduler_app.echo"))
-
-    add("one")
-    add("two")
-    with pytest.raises(services.QuotaExceeded) as refused:
-        add("three")
-
-    assert refused.value.field == "name"
-    assert refused.value.message.endswith("quota of 2 jobs (max_jobs, by default CRONFLEET_MAX_JOBS_PER_TENANT)")
-    services.tenant_update(tenant, {"max_jobs": 3})  # the tenant's own quota overrides the default
-    add("three")
-    settings.CRONFLEET_MAX_JOBS_PER_TENANT = 0  # 0: unbounded
-    services.tenant_update(tenant, {"max_jobs": None})
-    add("four")
-    assert Job.objects.filter(tenant=tenant).count() == 4
 
 
 # --- jobs rebalance: the notes it stores ------------------------------------------------------
