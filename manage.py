@@ -94,6 +94,13 @@ def startup_error(exc: BaseException) -> tuple[str | None, int]:
 
     if isinstance(exc, ImproperlyConfigured):
         return one_line(exc), 2
+    try:
+        from scheduler_app.management.tables import NO_TABLES, missing_tables
+    except ImportError:  # the benchmarks' settings without the app, say
+        pass
+    else:
+        if missing_tables(exc):
+            return NO_TABLES, 1
     if isinstance(exc, OperationalError) and not database_connected():
         return f"cannot reach the database at DATABASE_URL ({database_address()}): {one_line(exc)}", 1
     return None, 0

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 
 from django.core.management.base import CommandError, SystemCheckError
+from django.db import DatabaseError, connection
 
 from scheduler_app import alerts, schedules
 from scheduler_app.validation import InvalidInput
@@ -76,15 +78,53 @@ def local_text(value: datetime, zone_name: str) -> str:
     return f"{local.isoformat(sep=' ', timespec='seconds')} {local.tzname()}"
 
 
+def zone_text(value: datetime, zone_name: str) -> str:
+    """`value` as a clock in the zone `zone_name` reads it, with the zone's abbreviation:
+    '2026-12-06 09:30:20 CET'."""
+    local = value.astimezone(schedules.zone(zone_name))
+    return f"{local:%Y-%m-%d %H:%M:%S} {local.tzname()}"
+
+
+def fire_text(value: datetime, zone_name: str) -> str:
+    """One fire on one line: its time in the job's zone, and in UTC only when that zone is
+    not UTC ('2026-12-06 09:30:20 CET (08:30:20Z)', '2026-12-06 08:30:20 UTC')."""
+    if is_utc(zone_name):
+        return zone_text(value, "UTC")
+    utc = value.astimezone(UTC)
+    same_day = utc.date() == value.astimezone(schedules.zone(zone_name)).date()
+    return (
+        f"{zone_text(value, zone_name)} ({utc:%H:%M:%SZ})"
+        if same_day
+        else f"{zone_text(value, zone_name)} ({utc_text(value)})"
+    )
+
+
+def is_utc(zone_name: str) -> bool:
+    return zone_name in {"UTC", "Etc/UTC", "Etc/Universal", "Universal", "Zulu", "Etc/Zulu", "GMT+0", "Etc/UCT", "UCT"}
+
+
 def fires_table(fires: Sequence[datetime], zone_name: str, *, notes: Sequence[str | None] = ()) -> str:
-    """Fire times in the job's zone and in UTC, numbered from 1; a "note" column when any of
-    `notes` (one per fire, e.g. a DST anomaly) is set."""
-    rows = [(index, local_text(fire, zone_name), utc_text(fire)) for index, fire in enumerate(fires, 1)]
+    """Fire times numbered from 1: one time per fire in the job's zone, with a UTC column only
+    when that zone is not UTC; a "note" column when any of `notes` (one per fire: a DST
+    anomaly, a fire the job's calendar skips or moves) is set."""
+    headers = ["#", zone_name] if is_utc(zone_name) else ["#", zone_name, "UTC"]
+    rows = [
+        (index, zone_text(fire, zone_name), *(() if is_utc(zone_name) else (utc_text(fire),)))
+        for index, fire in enumerate(fires, 1)
+    ]
     if any(notes):
-        return format_table(
-            ["#", f"local ({zone_name})", "UTC", "note"], [(*row, note) for row, note in zip(rows, notes, strict=True)]
-        )
-    return format_table(["#", f"local ({zone_name})", "UTC"], rows)
+        return format_table([*headers, "note"], [(*row, note) for row, note in zip(rows, notes, strict=True)])
+    return format_table(headers, rows)
+
+
+def preview_table(fires: Sequence[dict], zone_name: str) -> str:
+    """fires_table of a preview (services.schedule_preview): each fire's DST anomaly and
+    what the job's calendar does to it (skipped, or moved) in its note."""
+    return fires_table(
+        [fire["utc"] for fire in fires],
+        zone_name,
+        notes=["; ".join(filter(None, (fire["anomaly"], fire["calendar"]))) for fire in fires],
+    )
 
 
 def plural(count: int, noun: str, nouns: str | None = None) -> str:
@@ -123,6 +163,26 @@ def describe_schedule(cron: str, zone_name: str, every: int | None, run_at: date
     return f"once at {utc_text(run_at)}"
 
 
+NO_TABLES = "the database has no Cronfleet tables: run ./manage.py migrate"
+# What SQLite, PostgreSQL and MariaDB say of a table that is not there.
+MISSING_TABLE = re.compile(r"no such table: |relation \"[^\"]+\" does not exist|Table '[^']+' doesn't exist")
+
+
+def missing_tables(exc: BaseException) -> bool:
+    """Whether `exc` is a query on a table the database does not have: a database never
+    migrated (an empty SQLite file, a fresh PostgreSQL database)."""
+    return isinstance(exc, DatabaseError) and MISSING_TABLE.search(str(exc)) is not None
+
+
+def require_tables() -> None:
+    """For a command that would otherwise retry a missing table for ever (runbeat): refuse
+    to start on a database never migrated."""
+    from scheduler_app.models import Job  # here: the models are ready once a command runs
+
+    if Job._meta.db_table not in connection.introspection.table_names():
+        raise CommandError(NO_TABLES, returncode=1)
+
+
 class OneLineErrors:
     """Mixin for commands: from the command line a CommandError prints as the single line
     `<message>` (no 'CommandError:' prefix, no traceback) and exits with its returncode.
@@ -139,7 +199,12 @@ class OneLineErrors:
 
     def execute(self, *args, **options):
         try:
-            return super().execute(*args, **options)
+            try:
+                return super().execute(*args, **options)
+            except DatabaseError as exc:
+                if not missing_tables(exc):
+                    raise
+                raise CommandError(NO_TABLES, returncode=1) from None
         except CommandError as exc:
             if (
                 not getattr(self, "_called_from_command_line", False)

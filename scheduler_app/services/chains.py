@@ -115,8 +115,19 @@ def refusing_orphans() -> Iterator[None]:
         ) from None
 
 
+# A parent's end as a chained job's schedule reads it: "after extract succeeds".
+STATE_VERBS = {"succeeded": "succeeds", "failed": "fails", "dead": "dies"}
+
+
+def after_text(parent_name: str, states: Iterable[str]) -> str:
+    """What starts a chained job's runs, in words: 'after extract succeeds', 'after extract
+    fails or dies'."""
+    verbs = [STATE_VERBS.get(state, f"ends {state}") for state in states] or [STATE_VERBS["succeeded"]]
+    return f"after {parent_name} {' or '.join(verbs)}"
+
+
 def describe(job: Job, schedule: schedules.Schedule) -> str:
     """What starts the job's runs: its schedule, or its parent's ends."""
     if job.after_job_id is None:
         return schedule.describe()
-    return f"after {job.after_job.name} ends {'/'.join(job.after_states)}"
+    return after_text(job.after_job.name, job.after_states)

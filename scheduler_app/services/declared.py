@@ -15,7 +15,7 @@ import importlib.util
 import json
 import tomllib
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from scheduler_app.conf import app_settings
 from scheduler_app.models import AuditEvent, Job, Tenant, db_now
 from scheduler_app.models.lifecycle import job_pause
 from scheduler_app.services import declared_bounds
+from scheduler_app.services.declaredproblems import every_problem
 from scheduler_app.services.declaredscope import managed_in, outside_scope, quota_problems
 from scheduler_app.services.edits import (
     SPEC_FIELDS,
@@ -239,7 +240,7 @@ def read_job(source: str, index: int, raw, owner: str, tenant: str) -> Declared:
     values = {ALIASES.get(key, key): value for key, value in raw.items()}
     unknown = sorted(set(values) - SPEC_FIELDS - {"target_kind"})
     if unknown:
-        raise problem(unknown[0], "is not a job field")
+        raise DeclarationError([f"{source}: {label}: {key}: is not a job field" for key in unknown])
     if "name" not in values:
         raise problem("name", "missing")
     for kind in ("http", "command", "sql"):
@@ -354,14 +355,21 @@ def make_plan(declarations: Declarations, *, owner: str | None = None, prune: st
     leftover = managed_in(scope).select_related("tenant").order_by("tenant__slug", "name")
     removals = [job for job in leftover if (job.tenant.slug, job.name) not in keys]
     problems += quota_problems(declared, tenants, removals if prune == "delete" else [])
-    if problems:
+    if problems:  # before planning a job: a plan over quota may declare many thousands
         raise DeclarationError(problems)
     steps: list[Step] = []
     for item in declared:
         try:
             steps.append(plan_declared(item, tenants, now))
         except InvalidInput as exc:
-            problems.append(f"{item.source}: job {item.label}: {exc.field}: {exc.message}")
+
+            def check(spec: JobSpec, item: Declared = item) -> Step:
+                return plan_declared(replace(item, spec=spec), tenants, now)
+
+            problems += [
+                f"{item.source}: job {item.label}: {found.field}: {found.message}"
+                for found in every_problem(exc, item.spec, check)
+            ]
     if problems:
         raise DeclarationError(problems)
     for job in removals:

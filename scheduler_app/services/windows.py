@@ -7,6 +7,7 @@ the API, the admin, the commands (docs/maintenance-windows.md)."""
 
 from __future__ import annotations
 
+import enum
 import logging
 from datetime import UTC, datetime
 
@@ -14,7 +15,7 @@ from django.db import IntegrityError, transaction
 
 from scheduler_app import schedules
 from scheduler_app.dispatch.waker import wake_beats
-from scheduler_app.models import AuditEvent, MaintenanceWindow, RunningPolicy, TargetKind, Tenant, WindowAction
+from scheduler_app.models import AuditEvent, MaintenanceWindow, RunningPolicy, TargetKind, Tenant, WindowAction, db_now
 from scheduler_app.schedules.windows import next_opening
 from scheduler_app.validation import InvalidInput, check_line, check_name, check_tags
 
@@ -152,9 +153,16 @@ def window_get(tenant: Tenant | None, name: str) -> MaintenanceWindow:
     return found
 
 
-def window_create(tenant: Tenant | None, *, name: str, actor: str = "", **fields) -> MaintenanceWindow:
+def window_create(
+    tenant: Tenant | None, *, name: str, actor: str = "", refuse_over: bool = False, **fields
+) -> MaintenanceWindow:
+    """Make a window. With `refuse_over` (a person typing one: `windows add`), a one-off
+    window already over is refused naming ends_at: it would select nothing, ever, and is most
+    likely a date typed wrong. A tenant's import keeps its past windows as they were."""
     name = check_name("name", name, max_length=64)
     checked = check_window_fields(fields)
+    if refuse_over and checked["ends_at"] is not None and checked["ends_at"] <= db_now():
+        raise InvalidInput("ends_at", f"the window is already over (it ended {checked['ends_at'].isoformat()})")
     try:
         with transaction.atomic():
             window = MaintenanceWindow.objects.create(tenant=tenant, name=name, **checked)
@@ -188,8 +196,18 @@ def open_or_next(window: MaintenanceWindow, now: datetime) -> tuple[datetime, da
     return next_opening(window.times, now)
 
 
+def plain(value):
+    """An audit detail's value as JSON and a log line read it: instants in ISO 8601, a choice
+    by its value ('skip', not WindowAction.SKIP)."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, enum.Enum):
+        return value.value
+    return value
+
+
 def _audit(window: MaintenanceWindow, action: str, actor: str, detail: dict) -> None:
-    shown = {key: value.isoformat() if isinstance(value, datetime) else value for key, value in detail.items()}
+    shown = {key: plain(value) for key, value in detail.items()}
     if window.tenant_id is None:
         audit_log.info("%s %s by %s: %s", action, window.name, actor or "-", shown)
         return

@@ -32,10 +32,12 @@ from scheduler_app.management.tables import (
     fires_table,
     format_table,
     plural,
+    preview_table,
     shorten,
     utc_text,
 )
 from scheduler_app.models import Job, JobRun, RunState, Tenant, db_now
+from scheduler_app.services.chains import after_text
 from scheduler_app.targets import sql as sqljobs
 
 MAX_LIMIT = 1000
@@ -179,12 +181,17 @@ class Command(OneLineErrors, BaseCommand):
         if job.flex_window:
             self.stdout.write(f"placement: {job.flex_note}")
         self.stdout.write(f"target: {target_text(job)}")
+        if job.after_job_id is not None:
+            self.stdout.write(f"next fires: none of its own; it runs {schedule_text(job)}")
+            return
         if job.next_run_at is None:
             self.stdout.write("next fires: none (the schedule has no fire left)")
             return
-        fires = services.job_preview(job, count=SHOW_FIRES, after=job.next_run_at - timedelta(microseconds=1))
+        fires = services.schedule_preview(
+            job.schedule, count=SHOW_FIRES, after=job.next_run_at - timedelta(microseconds=1)
+        )
         self.stdout.write("next fires:")
-        self.stdout.write(fires_table(fires, job.timezone))
+        self.stdout.write(preview_table(fires, job.timezone))
 
     # --- edit / delete --------------------------------------------------------------
 
@@ -347,7 +354,7 @@ class Command(OneLineErrors, BaseCommand):
         self.stdout.write(
             fires_table(fires, job.timezone, notes=[schedules.calendar_note(schedule, at) for at in fires])
             if fires
-            else "(no fires left)"
+            else no_fires_text(job)
         )
 
         self.stdout.write("")
@@ -435,15 +442,9 @@ class Command(OneLineErrors, BaseCommand):
         if job is not None and found.flex_window:
             self.stdout.write(f"placement: {found.flex_note}")
         if not fires:
-            self.stdout.write("(no fires left)")
+            self.stdout.write(no_fires_text(found) if job is not None else "(no fires left)")
             return
-        self.stdout.write(
-            fires_table(
-                [fire["utc"] for fire in fires],
-                schedule.timezone,
-                notes=["; ".join(filter(None, (fire["anomaly"], fire["calendar"]))) for fire in fires],
-            )
-        )
+        self.stdout.write(preview_table(fires, schedule.timezone))
 
     # --- rebalance ------------------------------------------------------------------
 
@@ -516,10 +517,17 @@ def job_label(job: Job) -> str:
 
 def schedule_text(job: Job) -> str:
     if job.after_job_id is not None:  # chains: no schedule of its own (one query, for chained jobs only)
-        return f"after {job.after_job.name} ends {'/'.join(job.after_states)}"
+        return after_text(job.after_job.name, job.after_states)
     if job.flex_window:
         return f"window {job.flex_window} ({job.timezone}), placed at cron {job.cron}"
     return describe_schedule(job.cron, job.timezone, job.every_seconds, job.run_at)
+
+
+def no_fires_text(job: Job) -> str:
+    """In place of a fires table that is empty: a chained job runs after its parent instead."""
+    if job.after_job_id is not None:
+        return f"(none of its own: it runs {schedule_text(job)})"
+    return "(no fires left)"
 
 
 def status_text(job: Job) -> str:

@@ -19,6 +19,7 @@ from scheduler_app.dispatch.observe import BeatObserver
 from scheduler_app.dispatch.vacuum import job_vacuum, ledger_analyze
 from scheduler_app.dispatch.waker import Waker
 from scheduler_app.ledger import retention
+from scheduler_app.management.tables import OneLineErrors, require_tables
 from scheduler_app.models import db_now
 from scheduler_app.queues import broker_errors
 
@@ -28,7 +29,7 @@ DELIVERER_STOP_SECONDS = 5.0  # how long a stopping beat waits for an alert bein
 SWEEP_EVERY = 2.0  # seconds between looks for runs to publish again (a few queries and a broker call)
 
 
-class Command(BaseCommand):
+class Command(OneLineErrors, BaseCommand):
     help = "Turn due jobs into runs and publish them to Celery. Safe to run several copies at once."
     # Not the URL checks: they import the whole URLconf (the REST API and its schema
     # libraries), about 30 MiB a beat never uses.
@@ -84,6 +85,7 @@ class Command(BaseCommand):
         if max_sleep <= 0:
             self.stderr.write("runbeat: --max-sleep must be positive")
             raise SystemExit(2)
+        require_tables()  # a missing table is no outage to wait out
         self.stop = threading.Event()
         signal.signal(signal.SIGTERM, self.on_signal)
         signal.signal(signal.SIGINT, self.on_signal)

@@ -23,7 +23,7 @@ import scheduler_app
 from scheduler_app import hints
 from scheduler_app.conf import app_settings
 from scheduler_app.ledger import stats
-from scheduler_app.management.tables import format_table, shorten, utc_text
+from scheduler_app.management.tables import NO_TABLES, OneLineErrors, format_table, missing_tables, shorten, utc_text
 from scheduler_app.models import NodeKind
 from scheduler_app.observability import cluster
 from scheduler_app.observability.nodes import flight_of
@@ -206,7 +206,7 @@ def render(status: dict) -> str:
     return "\n".join(lines)
 
 
-class Command(BaseCommand):
+class Command(OneLineErrors, BaseCommand):
     help = "Show beats and workers, the due backlog, queue depths, lags, recent runs and failing jobs."
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -233,6 +233,8 @@ class Command(BaseCommand):
         try:
             status = gather()
         except DatabaseError as exc:
+            if missing_tables(exc):
+                raise CommandError(NO_TABLES, returncode=1) from None
             raise CommandError(f"the database did not answer: {exc}") from None
         if as_json:
             self.stdout.write(json.dumps(status, default=str, ensure_ascii=False))

@@ -6,9 +6,11 @@ TENANT/NAME, or NAME alone for the deployment's (docs/maintenance-windows.md).""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.core.management.base import BaseCommand, CommandParser
 
-from scheduler_app import services
+from scheduler_app import schedules, services
 from scheduler_app.management.tables import OneLineErrors, format_table
 from scheduler_app.models import MaintenanceWindow, db_now
 from scheduler_app.services.windows import open_or_next, window_create, window_delete, window_get, window_update
@@ -27,12 +29,34 @@ def label_of(window: MaintenanceWindow) -> str:
     return f"{window.tenant.slug}/{window.name}" if window.tenant_id is not None else window.name
 
 
-def when_text(window: MaintenanceWindow, now) -> str:
+def local_words(at: datetime, zone_name: str) -> str:
+    """An instant as the window's zone reads it: 'Sun 2026-12-06 22:00 CET'."""
+    local = at.astimezone(schedules.zone(zone_name))
+    return f"{local:%a %Y-%m-%d %H:%M} {local.tzname()}"
+
+
+def state_of(window: MaintenanceWindow, now: datetime) -> tuple[str, str]:
+    """(open, closed or upcoming; when, in the window's zone)."""
     found = open_or_next(window, now) if window.enabled else None
     if found is None:
-        return "disabled" if not window.enabled else "will not open again"
+        return "closed", "disabled" if not window.enabled else "over: will not open again"
     start, end = found
-    return f"open until {end.isoformat()}" if start <= now else f"opens {start.isoformat()} until {end.isoformat()}"
+    if start <= now:
+        return "open", f"until {local_words(end, window.zone)}"
+    return "upcoming", f"opens {local_words(start, window.zone)}, until {local_words(end, window.zone)}"
+
+
+def when_text(window: MaintenanceWindow, now: datetime) -> str:
+    state, when = state_of(window, now)
+    return f"{state}: {when}"
+
+
+def span_text(window: MaintenanceWindow) -> str:
+    """The window's times: its recurrence, or its one-off span in its zone."""
+    times = window.times
+    if times.recurring or times.starts_at is None or times.ends_at is None:
+        return times.describe()
+    return f"{local_words(times.starts_at, window.zone)} to {local_words(times.ends_at, window.zone)}"
 
 
 class Command(OneLineErrors, BaseCommand):
@@ -124,7 +148,7 @@ class Command(OneLineErrors, BaseCommand):
         if not deployment:
             assert tenant is not None  # --tenant or --deployment: a required group
             owner = services.tenant_by_slug(tenant)
-        window = window_create(owner, name=name, actor="cli", **self.fields_of(options))
+        window = window_create(owner, name=name, actor="cli", refuse_over=True, **self.fields_of(options))
         self.stdout.write(f"Created maintenance window {label_of(window)}: {self.summary(window)}")
 
     def do_update(self, *, window: str, **options) -> None:
@@ -148,19 +172,21 @@ class Command(OneLineErrors, BaseCommand):
             (
                 w.tenant.slug if w.tenant_id else "(deployment)",
                 w.name,
-                w.times.describe(),
+                *state_of(w, now),
+                span_text(w),
                 w.action,
                 w.running_policy,
                 ", ".join(w.tags) or "-",
                 ", ".join(w.target_kinds) or "-",
-                when_text(w, now),
             )
             for w in windows
         ]
         if not rows:
             self.stdout.write("(no maintenance windows)")
             return
-        self.stdout.write(format_table(["tenant", "name", "when", "action", "running", "tags", "kinds", "now"], rows))
+        self.stdout.write(
+            format_table(["tenant", "name", "state", "now", "times", "action", "running", "tags", "kinds"], rows)
+        )
 
     def do_show(self, *, window: str, **options) -> None:
         found = find_window(window)
@@ -181,6 +207,6 @@ class Command(OneLineErrors, BaseCommand):
         if window.target_kinds:
             selector.append("kinds " + ", ".join(window.target_kinds))
         return (
-            f"{window.times.describe()}, {window.action} fires, {window.running_policy} running runs, "
+            f"{span_text(window)}, {window.action} fires, {window.running_policy} running runs, "
             f"jobs: {' and '.join(selector) or 'all'}{'' if window.enabled else ' (disabled)'}"
         )

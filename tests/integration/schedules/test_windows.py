@@ -370,7 +370,9 @@ def test_the_cli_adds_lists_shows_disables_and_deletes_windows(tenant):
     )
     listed = run("windows", "list", "--tenant", tenant.slug)
     assert "sunday" in listed and "all-hands" in listed and "(deployment)" in listed
-    assert "opens 2030-01-01T10:00:00+00:00" in run("windows", "show", "all-hands")
+    assert "now: upcoming: opens Tue 2030-01-01 10:00 UTC, until Tue 2030-01-01 11:00 UTC" in run(
+        "windows", "show", "all-hands"
+    )
     run("windows", "disable", f"{tenant.slug}/sunday")
     assert not MaintenanceWindow.objects.get(name="sunday").enabled
     assert "Deleted" in run("windows", "delete", f"{tenant.slug}/sunday")

@@ -13,32 +13,15 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
-import time
-import urllib.error
-import urllib.request
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
+from tests.support.docs import REPO, blocks, free_port, fresh_env, paste, shown, wait_for_web
+
 README = REPO / "README.md"
-DEMO_PORT = "127.0.0.1:8000"
 START_SECONDS = 180  # demo.sh checks the venv, migrates and starts web, beat and worker
 BLOCK_SECONDS = 180
-
-FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n", re.S | re.M)
-HEADING = re.compile(r"^(#{2,3}) (.+)$", re.M)
-
-
-def blocks(text: str) -> list[tuple[str, str, str]]:
-    """(heading, language, body) of every fenced block, under its nearest heading."""
-    found = []
-    for match in FENCE.finditer(text):
-        headings = HEADING.findall(text[: match.start()])
-        found.append((headings[-1][1] if headings else "", match.group(1), match.group(2)))
-    return found
 
 
 def block(heading: str, language: str = "sh") -> str:
@@ -57,37 +40,6 @@ def examples(heading: str) -> list[tuple[str, str]]:
             command, _, output = chunk.partition("\n")
             pairs.append((command, output.strip()))
     return pairs
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def fresh_env(home: Path, var_dir: Path) -> dict[str, str]:
-    """A new terminal: PATH and HOME, and where the demo keeps its data."""
-    return {"PATH": os.environ["PATH"], "HOME": str(home), "LANG": "C.UTF-8", "CRONFLEET_VAR_DIR": str(var_dir)}
-
-
-def paste(body: str, env: dict[str, str], port: int) -> subprocess.CompletedProcess:
-    """Run a block as pasted, stopping at the first command that fails."""
-    script = "set -e -o pipefail\n" + body.replace(DEMO_PORT, f"127.0.0.1:{port}")
-    return subprocess.run(
-        ["bash", "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=BLOCK_SECONDS
-    )
-
-
-def wait_for_web(port: int, demo: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + START_SECONDS
-    while time.monotonic() < deadline:
-        assert demo.poll() is None, f"./demo.sh exited with {demo.returncode}:\n{log.read_text()}"
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2):
-                return
-        except (urllib.error.URLError, OSError):
-            time.sleep(0.5)
-    pytest.fail(f"./demo.sh did not answer on port {port} within {START_SECONDS} s:\n{log.read_text()}")
 
 
 @pytest.fixture
@@ -110,7 +62,11 @@ def demo(tmp_path):
             start_new_session=True,
         )
     try:
-        wait_for_web(port, process, log)
+        stopped = wait_for_web(
+            port, lambda: None if process.poll() is None else f"exited with {process.returncode}", START_SECONDS
+        )
+        if stopped is not None:
+            pytest.fail(f"./demo.sh: {stopped}:\n{log.read_text()}")
         yield env, port, log
     finally:
         os.killpg(process.pid, signal.SIGINT)
@@ -132,10 +88,6 @@ def json_documents(text: str, context: str) -> list:
             pytest.fail(f"the REST block printed something other than JSON at {text[at : at + 80]!r}:\n{context}")
         documents.append(document)
     return documents
-
-
-def shown(result: subprocess.CompletedProcess) -> str:
-    return f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
 
 
 @pytest.mark.slow
