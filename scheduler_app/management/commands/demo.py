@@ -123,8 +123,9 @@ class Command(BaseCommand):
         self.check_migrated()
         self.describe_backends()
         if base := ping_base_for(port, no_web, os.environ):
-            # Check-in URLs (the seeds', the job pages', the API's) name the demo's own address.
-            os.environ["CRONFLEET_PING_BASE_URL"] = settings.CRONFLEET_PING_BASE_URL = base
+            # The web, beat and worker it starts read it (project/settings.py): the job pages'
+            # and the API's check-in URLs name the demo's own address.
+            os.environ["CRONFLEET_PING_BASE_URL"] = base
             self.say(
                 f"demo: check-in URLs start with {base} "
                 f"(CRONFLEET_PING_BASE_URL; export it in other shells for `jobs add --monitor`)"
