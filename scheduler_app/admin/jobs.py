@@ -24,9 +24,10 @@ from scheduler_app.admin.common import (
 )
 from scheduler_app.admin.jobform import JobAddForm, JobChangeForm, may_choose_any_task
 from scheduler_app.admin.retention import IN_FORCE, RETENTION_FIELDSET, RetentionAdminMixin
+from scheduler_app.admin.schedulelabel import schedule_label
 from scheduler_app.conf import app_settings
 from scheduler_app.ledger import checkstatus
-from scheduler_app.management.tables import describe_schedule, local_text, shorten, utc_text
+from scheduler_app.management.tables import fire_text, shorten
 from scheduler_app.models import PRIORITY_MAX, PRIORITY_MIN, Job, JobRun, TargetKind
 from scheduler_app.observability.errors import answers_server_errors
 from scheduler_app.services.edits import managed_notice
@@ -166,7 +167,7 @@ RETRIES_FIELDSET = (
 class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
     list_display = ("title", "schedule", "status", "checkin", "priority", "next_run_at", "last_run_state", "managed")
     list_filter = ("tenant", "enabled", PausedFilter, PriorityFilter, "misfire_policy", ManagedFilter)
-    list_select_related = ("tenant",)
+    list_select_related = ("tenant", "after_job")
     search_fields = ("name",)
     autocomplete_fields = ("tenant",)
     show_facets = admin.ShowFacets.NEVER
@@ -316,8 +317,7 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="schedule")
     def schedule(self, job):
-        placed = describe_schedule(job.cron, job.timezone, job.every_seconds, job.run_at)
-        return f"window {job.flex_window}, placed at {placed}" if job.flex_window else placed
+        return schedule_label(job)
 
     @admin.display(description="placement")
     def placement(self, job):
@@ -356,11 +356,10 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
         schedule = job.schedule
         rows = format_html_join(
             "",
-            "<li>{} &nbsp; ({}) <b class='cf-dst'>{}</b> <i class='cf-calendar'>{}</i></li>",
+            "<li>{} <b class='cf-dst'>{}</b> <i class='cf-calendar'>{}</i></li>",
             (
                 (
-                    local_text(fire, job.timezone),
-                    utc_text(fire),
+                    fire_text(fire, job.timezone),
                     schedules.fire_anomaly(schedule, fire) or "",
                     schedules.calendar_note(schedule, fire) or "",
                 )
