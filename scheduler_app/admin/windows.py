@@ -8,11 +8,11 @@ from __future__ import annotations
 from datetime import datetime
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.db.models import Q
 
 from scheduler_app.admin.common import TagsField, actor, adopt, when
-from scheduler_app.models import MaintenanceWindow, TargetKind
+from scheduler_app.models import MaintenanceWindow, TargetKind, db_now
 from scheduler_app.schedules.windows import open_at
 from scheduler_app.services.windows import (
     WINDOW_FIELDS,
@@ -89,6 +89,11 @@ class WindowAdmin(admin.ModelAdmin):
             form.cleaned_data.get("tenant"), name=form.cleaned_data["name"], actor=actor(request), **fields
         )
         adopt(obj, created)
+        if created.ends_at is not None and created.ends_at <= db_now():
+            messages.warning(
+                request,
+                f"The window {created.name!r} is already over (it ended {created.ends_at:%Y-%m-%d %H:%M} UTC): it selects nothing.",
+            )
 
     def delete_model(self, request, obj):
         window_delete(obj, actor=actor(request))

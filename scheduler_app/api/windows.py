@@ -124,7 +124,9 @@ class WindowViewSet(ApiViewMixin, viewsets.GenericViewSet):
                 "name the tenant the window is for (its slug) in this header, or give "
                 '"deployment": true for a window of the whole deployment',
             )
-        window = window_create(None if deployment else self.tenant, name=data.pop("name"), actor=actor(request), **data)
+        window = window_create(
+            None if deployment else self.tenant, name=data.pop("name"), actor=actor(request), refuse_over=True, **data
+        )
         return Response(self.shown(window), status=status.HTTP_201_CREATED)
 
     @extend_schema(summary="Change a maintenance window", request=WindowWriteSerializer, responses=WindowSerializer)

@@ -156,7 +156,7 @@ def window_get(tenant: Tenant | None, name: str) -> MaintenanceWindow:
 def window_create(
     tenant: Tenant | None, *, name: str, actor: str = "", refuse_over: bool = False, **fields
 ) -> MaintenanceWindow:
-    """Make a window. With `refuse_over` (a person typing one: `windows add`), a one-off
+    """Make a window. With `refuse_over` (a person typing one: `windows add`, the API), a one-off
     window already over is refused naming ends_at: it would select nothing, ever, and is most
     likely a date typed wrong. A tenant's import keeps its past windows as they were."""
     name = check_name("name", name, max_length=64)

@@ -242,8 +242,8 @@ def client_of(tenant=None, *, staff: bool = False) -> APIClient:
 
 BODY = {
     "name": "db-upgrade",
-    "starts_at": "2026-06-01T10:00:00Z",
-    "ends_at": "2026-06-01T11:00:00Z",
+    "starts_at": "2030-06-01T10:00:00Z",
+    "ends_at": "2030-06-01T11:00:00Z",
     "action": "defer",
     "tags": ["db"],
     "target_kinds": ["task"],
@@ -269,7 +269,7 @@ def test_the_api_makes_lists_changes_and_deletes_a_window(tenant):
 @pytest.mark.parametrize(
     ("body", "field"),
     [
-        ({**BODY, "ends_at": "2026-06-01T09:00:00Z"}, "ends_at"),
+        ({**BODY, "ends_at": "2030-06-01T09:00:00Z"}, "ends_at"),
         ({**BODY, "zone": "Mars/Olympus"}, "zone"),
         ({**BODY, "action": "later"}, "action"),
         ({**BODY, "colour": "red"}, "colour"),
@@ -280,6 +280,23 @@ def test_the_api_refuses_bad_input_naming_the_field(tenant, body, field):
 
     assert response.status_code == 400
     assert [error["field"] for error in response.json()["errors"]] == [field]
+
+
+def test_the_api_refuses_a_window_already_over_and_the_admin_warns_of_one(tenant, admin_client):
+    over = {**BODY, "starts_at": "2020-06-01T10:00:00Z", "ends_at": "2020-06-01T11:00:00Z"}
+
+    response = client_of(tenant).post("/api/v1/windows/", over, format="json")
+
+    assert response.status_code == 400
+    assert [(e["field"], "already over" in e["message"]) for e in response.json()["errors"]] == [("ends_at", True)]
+    assert not MaintenanceWindow.objects.exists()
+    add = reverse("admin:scheduler_app_maintenancewindow_add")
+    made = admin_client.post(
+        add, admin_form(tenant, starts_at="2020-01-01T10:00:00Z", ends_at="2020-01-01T11:00:00Z"), follow=True
+    )
+    shown = [str(message) for message in made.context["messages"]]
+    assert any("is already over (it ended 2020-01-01 11:00 UTC)" in message for message in shown), shown
+    assert MaintenanceWindow.objects.filter(name="freeze").exists()  # made as asked, with the warning
 
 
 def test_another_tenants_key_cannot_see_change_or_delete_a_window(tenant):
