@@ -120,12 +120,6 @@ FLEX_SCOPE_HELP = (
     "Whose planned fires the window's placement avoids: the tenant's (blank) or every job's on "
     "the same queue (docs/flexible-windows.md)"
 )
-
-
-FLEX_SCOPE_HELP = (
-    "Whose planned fires the window's placement avoids: the tenant's (blank) or every job's on "
-    "the same queue (docs/flexible-windows.md)"
-)
 # The form's fields that are JobSpec values under the same name, outside the kinds.
 PLAIN_FIELDS = (
     "name",
@@ -133,17 +127,7 @@ PLAIN_FIELDS = (
     "tags",
     "timezone",
     "queue",
-    "priority",
-    "timeout_seconds",
-    "max_attempts",
-    "retry_backoff_seconds",
-    "retry_backoff_max_seconds",
-    "misfire_policy",
-    "catchup_window_seconds",
-    "run_all_cap",
-    "overlap_policy",
-    "batch",
-    "pause_after_failures",
+    *jobkinds.POLICY_FIELDS,
 )
 KIND_MODEL_FIELDS = (
     "cron",

@@ -106,6 +106,22 @@ REFUSED_GROUP = {
     "after_states": "schedule",
 }
 
+# The JobSpec values of how a job runs, beside what and when (its retries, misfires, overlap,
+# priority and limits): the form's plain fields, each with the services' default.
+POLICY_FIELDS = (
+    "priority",
+    "timeout_seconds",
+    "max_attempts",
+    "retry_backoff_seconds",
+    "retry_backoff_max_seconds",
+    "misfire_policy",
+    "catchup_window_seconds",
+    "run_all_cap",
+    "overlap_policy",
+    "batch",
+    "pause_after_failures",
+)
+
 
 def names_choices(names, current: str = "") -> list:
     """An allow-list's names to choose from (and the job's own, when the list no longer has it)."""
@@ -277,22 +293,7 @@ def neutral_values(now: datetime) -> dict[str, dict[str, Any]]:
         "args": {"args": []},
         "kwargs": {"kwargs": {}},
         "queue": {"queue": ""},
-        **{
-            name: {name: getattr(services.JobSpec, name)}
-            for name in (
-                "priority",
-                "timeout_seconds",
-                "max_attempts",
-                "retry_backoff_seconds",
-                "retry_backoff_max_seconds",
-                "misfire_policy",
-                "catchup_window_seconds",
-                "run_all_cap",
-                "overlap_policy",
-                "batch",
-                "pause_after_failures",
-            )
-        },
+        **{name: {name: getattr(services.JobSpec, name)} for name in POLICY_FIELDS},
     }
 
 

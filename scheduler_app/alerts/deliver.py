@@ -12,7 +12,6 @@ alerts either.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import logging
 import threading
@@ -31,12 +30,10 @@ from django.db.models import Q
 from scheduler_app.alerts import chat
 from scheduler_app.alerts.budget import email_budget_exceeded, suppressed_entry
 from scheduler_app.alerts.evaluate import check_every
+from scheduler_app.alerts.post import post_alert
 from scheduler_app.conf import app_settings
 from scheduler_app.models import Alert, db_now
-from scheduler_app.targets.http import client as httpclient
-from scheduler_app.targets.http import guard as netguard
 from scheduler_app.targets.http import signing
-from scheduler_app.targets.http.perform import UNCALLABLE, uncallable
 from scheduler_app.targets.http.secrets import tenant_signing_secrets
 
 logger = logging.getLogger(__name__)
@@ -337,26 +334,7 @@ def send_webhook(alert: Alert, url: str, now: datetime) -> str | None:
         attempt=alert.delivery_attempts + 1,
         scheduled_at=alert.raised_at.isoformat(),
     )
-    try:
-        response = httpclient.request(
-            "POST",
-            url,
-            headers={"Content-Type": "application/json"},
-            signed_headers=signed,
-            body=body,
-            timeout=float(app_settings.ALERT_DELIVERY_TIMEOUT_SECONDS),
-            max_response_bytes=4096,
-            allowed_networks=[ipaddress.ip_network(net) for net in app_settings.HTTP_ALLOWED_NETWORKS],
-            user_agent="Cronfleet-Alert/1",
-        )
-    except (netguard.BlockedTarget, httpclient.HttpTimeout, httpclient.HttpConnectionError, OSError, ValueError) as exc:
-        if uncallable(exc):  # the tenant reads this: not which internal names exist
-            logger.warning("alert %s: webhook %r cannot be called: %s", alert.id, url, exc)
-            return f"{UNCALLABLE}: the webhook's host cannot be called"
-        if isinstance(exc, netguard.BlockedTarget):
-            return f"{exc.reason}: {exc.detail}"
-        return f"{type(exc).__name__}: {exc}"
-    return None if 200 <= response.status < 300 else f"http {response.status}"
+    return post_alert(alert, url, body, hook="webhook", signed_headers=signed)
 
 
 def send_email(alert: Alert, addresses: list[str]) -> str | None:
