@@ -109,6 +109,10 @@ def check(spec, tenant: str | None = None, *, any_registered: bool = False, kept
     app registers; `kept` is a task staff chose for the job being edited, which an edit that
     keeps it keeps. Either way beyond the allow-list, the job is marked CHOSEN_IN_ADMIN."""
     name = spec.task_name
+    if name == "":
+        raise InvalidInput(
+            "task", "the job has no target: name a task, or give it another one (http, command, sql, a check-in)"
+        )
     if task_allowed(name):
         return {}
     if kept and name == kept:

@@ -6,6 +6,7 @@ host's task registered here, HOST_TASK, is also tests/integration/targets/test_h
 from __future__ import annotations
 
 import sys
+from types import SimpleNamespace
 
 import pytest
 from celery import current_app, shared_task
@@ -103,3 +104,11 @@ def test_the_celery_app_is_named_as_celery_takes_it(monkeypatch):
     assert hints.worker_command(["celery"]) == "celery -A project worker -Q celery"
     monkeypatch.delitem(sys.modules, "project.celery")
     assert hints.celery_app_argument() == "cronfleet"  # its name, when no proj.celery module holds it
+
+
+def test_a_job_without_a_target_is_told_so_not_that_a_blank_task_is_refused():
+    with pytest.raises(InvalidInput) as refused:
+        task_target.check(SimpleNamespace(task_name=""))
+
+    assert refused.value.field == "task"
+    assert refused.value.message.startswith("the job has no target: name a task, or give it another one")
