@@ -18,6 +18,7 @@ from scheduler_app.services.windows import (
     WINDOW_FIELDS,
     check_window_fields,
     merged_fields,
+    when_text,
     window_create,
     window_delete,
     window_update,
@@ -66,7 +67,7 @@ class WindowForm(forms.ModelForm):
 @admin.register(MaintenanceWindow)
 class WindowAdmin(admin.ModelAdmin):
     form = WindowForm
-    list_display = ("name", "tenant", "when", "action", "running_policy", "enabled", "updated_at")
+    list_display = ("name", "tenant", "when", "state", "action", "running_policy", "enabled", "updated_at")
     list_filter = ("enabled", "action", "tenant")
     list_select_related = ("tenant",)
     search_fields = ("name",)
@@ -76,6 +77,11 @@ class WindowAdmin(admin.ModelAdmin):
     @admin.display(description="when")
     def when(self, window: MaintenanceWindow) -> str:
         return window.times.describe()
+
+    @admin.display(description="state")
+    def state(self, window: MaintenanceWindow) -> str:
+        """Open, closed or upcoming, and when, in the window's zone (as `windows list` says)."""
+        return when_text(window, db_now())
 
     def get_readonly_fields(self, request, obj=None):
         return ("tenant", "name", "created_at", "updated_at") if obj is not None else ()

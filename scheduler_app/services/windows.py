@@ -214,3 +214,28 @@ def _audit(window: MaintenanceWindow, action: str, actor: str, detail: dict) -> 
     AuditEvent.objects.create(
         tenant_id=window.tenant_id, action=action, actor=actor, detail={"window": window.name, **shown}
     )
+
+
+# --- in words (the commands' list and show, the admin's list) ---------------------------
+
+
+def local_words(at: datetime, zone_name: str) -> str:
+    """An instant as the window's zone reads it: 'Sun 2026-12-06 22:00 CET'."""
+    local = at.astimezone(schedules.zone(zone_name))
+    return f"{local:%a %Y-%m-%d %H:%M} {local.tzname()}"
+
+
+def state_of(window: MaintenanceWindow, now: datetime) -> tuple[str, str]:
+    """(open, closed or upcoming; when, in the window's zone)."""
+    found = open_or_next(window, now) if window.enabled else None
+    if found is None:
+        return "closed", "disabled" if not window.enabled else "over: will not open again"
+    start, end = found
+    if start <= now:
+        return "open", f"until {local_words(end, window.zone)}"
+    return "upcoming", f"opens {local_words(start, window.zone)}, until {local_words(end, window.zone)}"
+
+
+def when_text(window: MaintenanceWindow, now: datetime) -> str:
+    state, when = state_of(window, now)
+    return f"{state}: {when}"

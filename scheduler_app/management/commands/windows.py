@@ -6,14 +6,20 @@ TENANT/NAME, or NAME alone for the deployment's (docs/maintenance-windows.md).""
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from django.core.management.base import BaseCommand, CommandParser
 
-from scheduler_app import schedules, services
+from scheduler_app import services
 from scheduler_app.management.tables import OneLineErrors, format_table
 from scheduler_app.models import MaintenanceWindow, db_now
-from scheduler_app.services.windows import open_or_next, window_create, window_delete, window_get, window_update
+from scheduler_app.services.windows import (
+    local_words,
+    state_of,
+    when_text,
+    window_create,
+    window_delete,
+    window_get,
+    window_update,
+)
 
 WINDOW_HELP = "The window, as TENANT/NAME (NAME alone: a deployment-wide window)"
 
@@ -27,28 +33,6 @@ def find_window(label: str) -> MaintenanceWindow:
 
 def label_of(window: MaintenanceWindow) -> str:
     return f"{window.tenant.slug}/{window.name}" if window.tenant_id is not None else window.name
-
-
-def local_words(at: datetime, zone_name: str) -> str:
-    """An instant as the window's zone reads it: 'Sun 2026-12-06 22:00 CET'."""
-    local = at.astimezone(schedules.zone(zone_name))
-    return f"{local:%a %Y-%m-%d %H:%M} {local.tzname()}"
-
-
-def state_of(window: MaintenanceWindow, now: datetime) -> tuple[str, str]:
-    """(open, closed or upcoming; when, in the window's zone)."""
-    found = open_or_next(window, now) if window.enabled else None
-    if found is None:
-        return "closed", "disabled" if not window.enabled else "over: will not open again"
-    start, end = found
-    if start <= now:
-        return "open", f"until {local_words(end, window.zone)}"
-    return "upcoming", f"opens {local_words(start, window.zone)}, until {local_words(end, window.zone)}"
-
-
-def when_text(window: MaintenanceWindow, now: datetime) -> str:
-    state, when = state_of(window, now)
-    return f"{state}: {when}"
 
 
 def span_text(window: MaintenanceWindow) -> str:

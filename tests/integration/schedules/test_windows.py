@@ -471,3 +471,18 @@ def test_the_dashboard_says_in_maintenance_until_the_end_for_the_tenants_open_wi
     assert "later" not in page
     elsewhere = admin_client.get(reverse("cronfleet:dashboard") + f"?tenant={other.slug}").content.decode()
     assert "In maintenance until" not in elsewhere
+
+
+def test_the_admins_window_list_says_open_closed_or_upcoming_in_the_windows_zone(admin_client, tenant):
+    now = db_now()
+    window_create(
+        tenant, name="now", zone=LONDON, starts_at=now - timedelta(minutes=5), ends_at=now + timedelta(hours=1)
+    )
+    window_create(tenant, name="later", starts_at="2030-06-01T10:00:00Z", ends_at="2030-06-01T11:00:00Z")
+    window_create(tenant, name="past", starts_at="2020-06-01T10:00:00Z", ends_at="2020-06-01T11:00:00Z")
+
+    html = admin_client.get(reverse("admin:scheduler_app_maintenancewindow_changelist")).content.decode()
+
+    assert "open: until " in html
+    assert "upcoming: opens Sat 2030-06-01 10:00 UTC, until Sat 2030-06-01 11:00 UTC" in html
+    assert "closed: over: will not open again" in html
