@@ -78,17 +78,7 @@ def start_processes(root: Path, queue: str) -> list[subprocess.Popen]:
         "warning",
     ]
     beat = [sys.executable, "manage.py", "runbeat", "--max-sleep", "1"]
-    procs = [
-        subprocess.Popen(
-            argv,
-            cwd=root,
-            env=env,
-            stdout=(logs / f"{name}.log").open("wb"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        for name, argv in (("worker", worker), ("beat", beat))
-    ]
+    procs = floodsetup.start(root, env, logs, {"worker": worker, "beat": beat})
     print(f"logs in {logs}", flush=True)
     time.sleep(8)  # the worker's and the beat's start
     return procs

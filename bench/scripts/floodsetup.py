@@ -50,6 +50,22 @@ def fresh_database(base: str, name: str) -> None:
         conn.execute(f'CREATE DATABASE "{name}"')
 
 
+def start(root: Path, env: dict[str, str], logs: Path, processes: dict[str, list[str]]) -> list[subprocess.Popen]:
+    """Start each of `processes` (name -> argv) in `root`, each leading a session of its own
+    (stop() ends its whole group), its output in `logs`/<name>.log."""
+    return [
+        subprocess.Popen(
+            argv,
+            cwd=root,
+            env=env,
+            stdout=(logs / f"{name}.log").open("wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        for name, argv in processes.items()
+    ]
+
+
 def stop(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)

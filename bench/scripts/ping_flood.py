@@ -103,17 +103,7 @@ def start_processes(root: Path, port: int) -> list[subprocess.Popen]:
         "warning",
     ]
     beat = [sys.executable, "manage.py", "runbeat", "--max-sleep", "1"]
-    procs = [
-        subprocess.Popen(
-            argv,
-            cwd=root,
-            env=env,
-            stdout=(logs / f"{name}.log").open("wb"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        for name, argv in (("web", web), ("worker", worker), ("beat", beat))
-    ]
+    procs = floodsetup.start(root, env, logs, {"web": web, "worker": worker, "beat": beat})
     print(f"logs in {logs}", flush=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
