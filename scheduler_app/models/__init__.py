@@ -1,5 +1,5 @@
-"""The app's models, one module a family: core (tenants, jobs, the run ledger, audit and API
-keys), console (alert rules, alerts, the dashboard's minutes), ledger (the hourly rollup),
+"""The app's models, one module a family: tenants (tenants and API keys), core (jobs, the run
+ledger and audit), console (alert rules, alerts, the dashboard's minutes), ledger (the hourly rollup),
 nodes (beats and workers), calendars (business-day calendars). Every room imports them from here."""
 
 from scheduler_app.models.calendars import Calendar, business_calendars, public_holidays, supported_countries
@@ -13,7 +13,6 @@ from scheduler_app.models.core import (
     PRIORITY_MAX,
     PRIORITY_MIN,
     TERMINAL_STATES,
-    ApiKey,
     AuditEvent,
     Job,
     JobQuerySet,
@@ -21,7 +20,6 @@ from scheduler_app.models.core import (
     OverlapPolicy,
     RunState,
     TargetKind,
-    Tenant,
     Trigger,
     append_attempt,
     celery_task_id,
@@ -32,6 +30,7 @@ from scheduler_app.models.core import (
 )
 from scheduler_app.models.ledger import RunHour
 from scheduler_app.models.nodes import Node, NodeKind
+from scheduler_app.models.tenants import ApiKey, Tenant
 from scheduler_app.models.windows import MaintenanceWindow, RunningPolicy, WindowAction
 
 __all__ = [

@@ -11,7 +11,7 @@ import holidays
 from django.db import models
 
 from scheduler_app import schedules
-from scheduler_app.models.core import Tenant
+from scheduler_app.models.tenants import Tenant
 
 # Years around the current one whose public holidays a calendar's dates hold: enough for
 # the beat's next fires and a preview; further out only weekdays and hand-added dates count.

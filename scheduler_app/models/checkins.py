@@ -8,7 +8,8 @@ import uuid
 
 from django.db import models
 
-from scheduler_app.models.core import Job, Tenant
+from scheduler_app.models.core import Job
+from scheduler_app.models.tenants import Tenant
 
 # Reasons of a monitored job's open runs start with this: the beat records a fire as
 # `pending` "checkin: waiting for a ping" (never published) and /start moves it to

@@ -9,7 +9,7 @@ from datetime import timedelta
 from django.db import models
 
 from scheduler_app.models.choices import TextChoices
-from scheduler_app.models.core import Tenant
+from scheduler_app.models.tenants import Tenant
 from scheduler_app.schedules.windows import WindowTimes
 
 
