@@ -5,12 +5,12 @@ docs.DocsView beside them and handler.no_route mapped last for unknown paths und
 from django.urls import path, re_path
 from rest_framework.routers import SimpleRouter
 
-from scheduler_app.api import alerts, calendars, retention, views
+from scheduler_app.api import alerts, calendars, retention, tenants, views
 from scheduler_app.api import windows as maintenance_windows
 
 router = SimpleRouter()
-router.register("tenants", views.TenantViewSet, basename="tenant")
-router.register("keys", views.ApiKeyViewSet, basename="apikey")
+router.register("tenants", tenants.TenantViewSet, basename="tenant")
+router.register("keys", tenants.ApiKeyViewSet, basename="apikey")
 router.register("jobs", views.JobViewSet, basename="job")
 router.register("runs", views.RunViewSet, basename="run")
 router.register("alerts", alerts.AlertViewSet, basename="alert")
@@ -18,10 +18,10 @@ router.register("calendars", calendars.CalendarViewSet, basename="calendar")
 router.register("windows", maintenance_windows.WindowViewSet, basename="window")
 
 urlpatterns = [
-    path("me", views.MeView.as_view(), name="me"),
+    path("me", tenants.MeView.as_view(), name="me"),
     # The same with the slash every other route has (a GET only: nothing is posted to it);
     # left out of the schema, which documents /me once.
-    path("me/", views.MeView.as_view(schema=None), name="me-slash"),
+    path("me/", tenants.MeView.as_view(schema=None), name="me-slash"),
     path("preview/", views.SchedulePreviewView.as_view(), name="preview"),
     path("stats/", views.StatsView.as_view(), name="stats"),
     # Beside the router's routes, with its pattern for the object's key.

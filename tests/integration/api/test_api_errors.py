@@ -8,7 +8,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from scheduler_app import services
-from scheduler_app.api import views
+from scheduler_app.api import tenants
 from scheduler_app.models import Tenant
 
 SECRET_SETTING = "super-secret-broker-password"
@@ -63,7 +63,7 @@ def test_a_server_error_is_a_json_500_whose_id_is_logged_with_the_traceback(api,
     def fail(self, request):
         raise RuntimeError("the view broke")
 
-    monkeypatch.setattr(views.MeView, "get", fail)
+    monkeypatch.setattr(tenants.MeView, "get", fail)
 
     response = api.get("/api/v1/me")
 
