@@ -52,7 +52,7 @@ from scheduler_app.services.jobs import (
     job_trigger_reporting,
     jobs_bulk,
 )
-from scheduler_app.services.jobspec import PAST_GRACE, JobSpec, spec_schedule, validate_spec
+from scheduler_app.services.jobspec import PAST_GRACE, JobSpec, lock_queues, spec_schedule, validate_spec
 from scheduler_app.services.keys import apikey_authenticate, apikey_create, apikey_revoke, check_key_quota
 from scheduler_app.services.retention import (
     check_job_retention,
@@ -129,5 +129,6 @@ __all__ = [
     "tenant_update",
     "upcoming_fires",
     "validate_spec",
+    "lock_queues",
     "wake_beats",
 ]

@@ -37,7 +37,7 @@ from scheduler_app.services.edits import (
     plan_edit,
 )
 from scheduler_app.services.jobs import job_create, job_delete, job_resume
-from scheduler_app.services.jobspec import JobSpec, validate_spec
+from scheduler_app.services.jobspec import JobSpec, lock_queues, validate_spec
 from scheduler_app.validation import MAX_DEPTH, InvalidInput, check_name
 
 # Keys of a group (the top level of a file is one) and of a job besides JobSpec's fields.
@@ -478,8 +478,11 @@ def apply_plan(
         raise InvalidInput("prune", "must be pause or delete")
     with transaction.atomic():
         # The managed rows in scope are locked first, so the plan read here is the one applied.
-        scope = in_scope(declarations, owner)[1]
+        jobs, scope = in_scope(declarations, owner)
         list(managed_in(scope).select_for_update(of=("self",)).values_list("id", flat=True))
+        # Every dedicated queue a declaration names, at once and in order (not one by one as
+        # each job is saved): two applies naming the same fresh queues never deadlock.
+        lock_queues(item.spec.queue for item in jobs)
         plan = make_plan(declarations, owner=owner, prune=prune)
         if expected is not None and expected != plan.fingerprint:
             raise PlanMoved(

@@ -482,6 +482,8 @@ def import_schedules(
     now = db_now()
     sources = read_sources(from_db=from_db, from_settings=from_settings, now=now)
     with transaction.atomic():
+        if not dry_run:  # the dedicated queues all at once, in order (jobspec.lock_queues)
+            services.lock_queues(translation.spec.queue for _, translation in sources if translation.spec)
         planned = 0
         for outcome, translation in sources:
             planned += apply(tenant, outcome, translation, now, dry_run=dry_run, planned=planned, actor=actor)

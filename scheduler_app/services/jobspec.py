@@ -3,7 +3,7 @@ in the error, the schedule normalised, the target (task, HTTP, command, SQL) che
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -100,6 +100,16 @@ def shared_queue(name: str) -> bool:
     return not name or bool(app_settings.QUEUES) or name == app_settings.QUEUE or name in app_settings.BATCH_QUEUES
 
 
+def lock_queues(names: Iterable[object]) -> None:
+    """Lock the names of the queues among `names` that are not shared, in one order (sorted),
+    for the caller's transaction (check_queue_tenant's lock). A writer that will save jobs on
+    several queues takes them all first: two such writers naming them in opposite orders then
+    wait for one another instead of deadlocking."""
+    lock_names(
+        sorted({f"cronfleet.queue:{name}" for name in names if isinstance(name, str) and not shared_queue(name)})
+    )
+
+
 def check_queue_tenant(tenant: Tenant, queue: str) -> None:
     """Refuse a queue that is not shared (shared_queue) and that another tenant's jobs use.
 
@@ -112,7 +122,7 @@ def check_queue_tenant(tenant: Tenant, queue: str) -> None:
     """
     if shared_queue(queue):
         return
-    lock_names([f"cronfleet.queue:{queue}"])
+    lock_queues([queue])
     # The non-blank test matches job_queue_tenant_idx's condition, so the index answers.
     if Job.objects.filter(queue=queue).exclude(queue="").exclude(tenant_id=tenant.id).exists():
         raise InvalidInput(

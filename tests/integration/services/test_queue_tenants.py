@@ -23,6 +23,7 @@ from django_celery_beat.models import CrontabSchedule, PeriodicTask
 from scheduler_app import services
 from scheduler_app.models import Job, Tenant, db_now
 from scheduler_app.services import importbeat, tenantmove
+from scheduler_app.services.common import lock_names
 from tests.conftest import wait_for
 from tests.integration.admin.test_admin_job_calendars import add_form
 from tests.integration.services.test_schedules_as_code import run as schedules
@@ -190,14 +191,15 @@ def test_a_tenant_document_naming_another_tenants_queue_is_refused(alpha):
 # --- the race ---------------------------------------------------------------------------------
 
 
-def waiting_on_advisory_lock() -> bool:
+def advisory_waiters() -> int:
+    """Connections of this database waiting for an advisory lock now."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_stat_clear_snapshot()")  # else a transaction reads one snapshot
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
             " AND wait_event_type = 'Lock' AND wait_event = 'advisory'"
         )
-        return cursor.fetchone()[0] > 0
+        return cursor.fetchone()[0]
 
 
 @pytest.mark.django_db(transaction=True)  # the racer's own connection sees the first one's commit
@@ -219,10 +221,56 @@ def test_two_tenants_claiming_a_fresh_queue_at_once_cannot_both_win():
         add(alpha, "first", "fresh")  # saved, not committed: invisible to the racer
         racer.start()
         # Until the racer waits for the queue's lock, or (without the lock) has saved its job.
-        wait_for(lambda: outcome or waiting_on_advisory_lock(), timeout=30, what="the racer")
+        wait_for(lambda: outcome or advisory_waiters(), timeout=30, what="the racer")
     racer.join(timeout=30)
 
     assert not racer.is_alive()
     [result] = outcome
     assert isinstance(result, services.InvalidInput) and result.field == "queue", result
     assert list(Job.objects.filter(queue="fresh").values_list("tenant__slug", flat=True)) == ["alpha"]
+
+
+@pytest.mark.django_db(transaction=True)  # each apply commits on its own connection
+def test_two_applies_naming_fresh_queues_in_opposite_orders_never_deadlock(tmp_path):
+    # Alpha's file saves a job on q1 then one on q2, beta's on q2 then q1. Locked one by one as
+    # each job is saved, beta would hold q2 and wait for q1 while alpha holds q1 and waits for
+    # q2: PostgreSQL would abort one apply with a deadlock error. apply_plan locks them sorted.
+    services.tenant_create(slug="alpha", name="Alpha")
+    services.tenant_create(slug="beta", name="Beta")
+    files = {}
+    for tenant, queues in (("alpha", ("q1", "q2")), ("beta", ("q2", "q1"))):
+        jobs = "".join(
+            f'\n[[jobs]]\nname = "j{n}"\nevery = 600\ntask = "{TASK}"\nqueue = "{queue}"\n'
+            for n, queue in enumerate(queues)
+        )
+        files[tenant] = tmp_path / f"{tenant}.toml"
+        files[tenant].write_text(f'owner = "ops"\ntenant = "{tenant}"\n{jobs}')
+    outcome: dict[str, tuple[int, str] | BaseException] = {}
+
+    def apply(tenant: str) -> None:
+        try:
+            outcome[tenant] = schedules("apply", "--file", str(files[tenant]))
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            outcome[tenant] = exc
+        finally:
+            connections.close_all()
+
+    appliers = {tenant: threading.Thread(target=apply, args=(tenant,)) for tenant in files}
+    with transaction.atomic():
+        lock_names(["cronfleet.queue:q2"])  # held until both appliers wait
+        appliers["beta"].start()  # waits for q2
+        wait_for(lambda: advisory_waiters() >= 1 or outcome, timeout=30, what="beta waiting for q2")
+        assert not outcome, outcome
+        appliers["alpha"].start()
+        wait_for(lambda: advisory_waiters() >= 2, timeout=30, what="alpha waiting too")
+    for thread in appliers.values():
+        thread.join(timeout=60)
+
+    assert not any(thread.is_alive() for thread in appliers.values())
+    results = sorted(outcome.values(), key=lambda result: result[0] if isinstance(result, tuple) else -1)
+    assert all(isinstance(result, tuple) for result in results), outcome  # no deadlock error
+    (won, won_out), (lost, lost_out) = results
+    assert won == 0 and "2 created" in won_out, outcome
+    assert lost == 1 and "queue 'q" in lost_out and "used by another tenant's jobs" in lost_out, outcome
+    owners = set(Job.objects.filter(queue__in=("q1", "q2")).values_list("tenant__slug", flat=True))
+    assert len(owners) == 1 and Job.objects.filter(queue__in=("q1", "q2")).count() == 2
