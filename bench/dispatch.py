@@ -37,7 +37,7 @@ from django.db import connection, transaction
 
 from bench import common
 from scheduler_app.conf import app_settings
-from scheduler_app.dispatch import sql
+from scheduler_app.dispatch import laps, sql
 from scheduler_app.dispatch.plan import RunRow, advance_params, insert_params
 from scheduler_app.models import Job, JobRun, RunState, db_now
 
@@ -75,6 +75,8 @@ class BeatFigures:
     turns: int = 0
     published: int = 0
     exit_code: int | None = None
+    steps: dict[str, float] = field(default_factory=dict)  # seconds per turn step (dispatch/laps.py)
+    step_turns: int = 0  # the turns those seconds are over (every turn, idle ones too)
 
 
 @dataclass
@@ -176,9 +178,13 @@ TURN_LINE = re.compile(r"beat turn: claimed (\d+) jobs, published (\d+) runs")
 
 
 def read_turns(children: common.Children, beat: BeatFigures) -> None:
-    for match in TURN_LINE.finditer(children.log(f"beat{beat.number}")):
+    log = children.log(f"beat{beat.number}")
+    for match in TURN_LINE.finditer(log):
         beat.turns += 1
         beat.published += int(match.group(2))
+    told = laps.parse_line(log)  # the line a beat logs as it stops
+    if told is not None:
+        beat.step_turns, beat.steps = told
 
 
 def redis_messages(client, queue: str) -> int:
@@ -487,7 +493,31 @@ def report(out_write, opts: Options, out: Outcome, broker: str) -> bool:
         ],
         indent="    ",
     )
+    report_steps(w, out.beats)
     return common.print_checks(w, out.checks)
+
+
+def report_steps(w, beats: list[BeatFigures]) -> None:
+    """Where the beats' turns went, step by step (dispatch/laps.py), over their whole lives."""
+    totals: dict[str, float] = {}
+    for beat in beats:
+        for step, seconds in beat.steps.items():
+            totals[step] = totals.get(step, 0.0) + seconds
+    turns = sum(beat.step_turns for beat in beats)
+    if not totals or not turns:
+        w("  turn steps: no beat told them (it did not stop cleanly)")
+        return
+    spent = sum(totals.values())
+    w(f"  turn steps, all beats ({turns} turns, {spent:.2f} s in turns; idle turns included)")
+    common.table(
+        w,
+        ["step", "seconds", "ms per turn", "share"],
+        [
+            (step, f"{seconds:.3f}", f"{seconds / turns * 1000:.3f}", f"{seconds / spent:.1%}")
+            for step, seconds in sorted(totals.items(), key=lambda item: -item[1])
+        ],
+        indent="    ",
+    )
 
 
 def run(command, opts: Options) -> bool:

@@ -1,7 +1,8 @@
 """What a beat process reports about itself: its metrics and its node row.
 
 runbeat makes one BeatObserver and hands it every completed turn. The observer counts the
-turn (metrics.observe_turn: in-process counters, derived from the TurnResult) and heartbeats
+turn (metrics.observe_turn: in-process counters, derived from the TurnResult; the seconds of
+its steps add up, told in one line when the beat stops: dispatch/laps.py) and heartbeats
 the node at most every nodes.BEAT_HEARTBEAT_SECONDS, with the queues the beat has claimed
 for. A heartbeat that fails is logged and skipped: it must never cost the beat a turn (the
 node only looks stale for a while). With a metrics port, the process serves its metrics.
@@ -15,6 +16,7 @@ import socket
 
 from django.db import DatabaseError
 
+from scheduler_app.dispatch.laps import StepTotals
 from scheduler_app.dispatch.turn import TurnResult
 from scheduler_app.models import NodeKind
 from scheduler_app.observability import logformat, metrics, nodes
@@ -30,12 +32,14 @@ class BeatObserver:
         logformat.set_node(self.node.name)
         self.queues: set[str] = set()
         self.queues_changed = False
+        self.steps = StepTotals()
         if metrics_port:
             metrics.serve(metrics_port, metrics_address)
 
     def turn(self, turn: TurnResult, seconds: float) -> None:
         """Account for one completed turn that took `seconds`."""
         metrics.observe_turn(turn, seconds)
+        self.steps.add(turn.steps)
         queues = {queue for queue, *_ in turn.recorded} | {metrics.queue_label(queue) for queue in turn.held_back}
         if not queues <= self.queues:
             self.queues |= queues
@@ -58,6 +62,8 @@ class BeatObserver:
             stdout.write(text)
 
     def stop(self) -> None:
+        if self.steps.turns:
+            logger.info("%s", self.steps.line())
         try:
             self.node.stop()
         except DatabaseError as exc:

@@ -53,17 +53,26 @@ def run_times(state: str, now: datetime) -> tuple[datetime, datetime | None, dat
     return now, sent, sent, now if state == RunState.SKIPPED else None
 
 
-def plan_batch(jobs: list[dict], now: datetime, grace: timedelta, active: dict[int, list[tuple]], windows=None):
+def plan_batch(
+    jobs: list[dict],
+    now: datetime,
+    grace: timedelta,
+    active: dict[int, list[tuple]],
+    windows=None,
+    calendars: dict[int, schedules.BusinessCalendar] | None = None,
+):
     """Plan every claimed job's fires.
 
     `windows`, a dispatch.windows.BatchWindows or None, takes the fires inside maintenance
-    windows out of each job's plan (skipped or deferred to the window's end).
+    windows out of each job's plan (skipped or deferred to the window's end). `calendars`:
+    batch_calendars(jobs, now), read here when not given.
 
     Returns the run rows to insert, (job id, next_run_at) pairs, and the ids of active runs
     a `replace` job cancels.
     """
     cache = schedules.NextFireCache()
-    calendars = batch_calendars(jobs, now)
+    if calendars is None:
+        calendars = batch_calendars(jobs, now)
     rows: list[RunRow] = []
     advances: list[tuple[int, datetime | None]] = []
     cancel: dict[int, str] = {}

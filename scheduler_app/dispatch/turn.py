@@ -15,9 +15,11 @@ from scheduler_app.dispatch.backpressure import _backpressure
 from scheduler_app.dispatch.checkins import await_checkins, miss_checkins
 from scheduler_app.dispatch.claim import claim_due_jobs
 from scheduler_app.dispatch.common import QUOTA_PREFIX
+from scheduler_app.dispatch.laps import Laps
 from scheduler_app.dispatch.plan import (
     active_runs,
     advance_jobs,
+    batch_calendars,
     cancel_runs,
     insert_runs,
     plan_batch,
@@ -66,6 +68,7 @@ class TurnResult:
     recorded: list[tuple] = field(default_factory=list)  # (queue, state, reason, dispatch lag) per run recorded
     missed: int = 0  # monitored runs ended failed: no check-in within their grace (dispatch/checkins.py)
     window_cancelled: int = 0  # running runs cancelled by an open maintenance window (dispatch/windows.py)
+    steps: dict[str, float] = field(default_factory=dict)  # seconds per step of the turn (dispatch/laps.py)
 
 
 def run_turn(now: datetime, *, batch_size: int, grace: timedelta, sweep: bool = True) -> TurnResult:
@@ -74,26 +77,36 @@ def run_turn(now: datetime, *, batch_size: int, grace: timedelta, sweep: bool = 
     Dispatch due jobs; mark runs whose lease ran out as lost; requeue retries whose backoff
     is over; and, when `sweep` is set, publish again runs that were never started.
     """
+    lap = Laps()
     backpressure = _backpressure()
     held_back = backpressure.full()  # a broker call: before any lock is taken
+    lap("backpressure")
     windows = turn_windows(now)
-    dispatched = dispatch_due_jobs(now, limit=batch_size, grace=grace, held_back=held_back, windows=windows)
+    lap("windows")
+    dispatched = dispatch_due_jobs(now, limit=batch_size, grace=grace, held_back=held_back, windows=windows, lap=lap)
     backpressure.quiet_turns = backpressure.quiet_turns + 1 if held_back and not dispatched.claimed else 0
     if dispatched.messages:  # a hit stands for runs committed and not yet published
         failpoint("beat.after_commit")
     published = publish_runs(dispatched.messages)
     failpoint("beat.after_publish")
+    lap("publish")
     lost = mark_lost_runs(now, limit=batch_size)
+    lap("lost")
     missed = miss_checkins(now, limit=batch_size)
+    lap("checkins")
     retries = requeue_due_retries(now, limit=batch_size)
     published += publish_runs(retries)
     published += publish_runs(release_buffered_runs(now, limit=batch_size))
+    lap("retries")
     released = release_quota_held_runs(now, limit=batch_size, held_back=held_back)
     backpressure.note([{"queue": message.queue} for message in released])  # manual runs' queues are watched too
     published += publish_runs(released)
+    lap("quotas")
     republished = republish_stale_runs(now, limit=batch_size) if sweep else []
     published += publish_runs(republished)
+    lap("sweep")
     window_cancelled = cancel_in_windows(windows, now) if windows else 0
+    lap("windows")
     return TurnResult(
         claimed=dispatched.claimed,
         published=published,
@@ -108,6 +121,7 @@ def run_turn(now: datetime, *, batch_size: int, grace: timedelta, sweep: bool = 
         recorded=dispatched.recorded,
         missed=missed,
         window_cancelled=window_cancelled,
+        steps=lap.seconds,
     )
 
 
@@ -118,29 +132,44 @@ def dispatch_due_jobs(
     grace: timedelta,
     held_back: Sequence[str] = (),
     windows: list[BeatWindow] | None = None,
+    lap: Laps | None = None,
 ) -> Dispatched:
     """Claim up to `limit` due jobs, record their runs and advance their next fire times.
     `windows`: the turn's maintenance windows (dispatch/windows.py; read here when not given).
 
     Returns the messages to publish; the caller publishes them after this returns (the
-    transaction has committed by then).
+    transaction has committed by then). `lap` (dispatch/laps.py) times its steps.
     """
+    lap = lap or Laps()
     # durable: nobody may wrap this in an outer transaction and hold the locks longer.
     with transaction.atomic(durable=True):
         jobs = claim_due_jobs(now, limit=limit, held_back=held_back)
+        lap("claim")
         if not jobs:
             return Dispatched()
         _backpressure().note(jobs)
         active = active_runs([job["id"] for job in jobs if job["overlap_policy"] != OverlapPolicy.ALLOW])
-        rows, advances, cancel = plan_batch(jobs, now, grace, active, batch_windows(jobs, now, windows))
+        lap("overlap")
+        in_windows = batch_windows(jobs, now, windows)
+        lap("windows")
+        calendars = batch_calendars(jobs, now)
+        lap("calendars")
+        rows, advances, cancel = plan_batch(jobs, now, grace, active, in_windows, calendars)
+        lap("plan")
         failpoint("beat.after_claim")
         rows = await_checkins(rows, jobs)  # a monitored job's fires wait for a ping: nothing is published
+        lap("checkins")
         cancelled = cancel_runs(cancel, now)
+        lap("overlap")
         # After cancel_runs (which may wait for a run row): tenant locks are taken last, so
         # no beat waits for a run while holding a tenant another beat's sweep waits for.
         rows = hold_over_budget(rows, tenant_budgets({job["tenant_id"] for job in jobs}, now))
+        lap("quotas")
         inserted = insert_runs(rows, now)
+        lap("insert")
         advance_jobs(advances)
+        lap("advance")
+    lap("commit")
     revoke_running(cancelled)
     by_id = {job["id"]: job for job in jobs}
     messages = [

@@ -59,6 +59,11 @@ TURN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
 # --- beat ---------------------------------------------------------------------------------
 BEAT_TURNS = Counter("cronfleet_beat_turns", "Beat turns completed")
 BEAT_TURN_SECONDS = Histogram("cronfleet_beat_turn_duration_seconds", "How long a beat turn took", buckets=TURN_BUCKETS)
+BEAT_STEP_SECONDS = Counter(
+    "cronfleet_beat_step_seconds",
+    "Seconds the beat's turns spent in each step (claim, plan, insert, windows, checkins, ...: dispatch/laps.py)",
+    ["step"],
+)
 FIRES = Counter(
     "cronfleet_fires",
     "Fires the beat recorded as runs: queued, skipped (reason: why) or held (reason: quota or overlap)",
@@ -190,6 +195,8 @@ def observe_turn(turn, seconds: float) -> None:
     """Count one completed beat turn (a dispatch.TurnResult) that took `seconds`."""
     BEAT_TURNS.inc()
     BEAT_TURN_SECONDS.observe(seconds)
+    for step, spent in turn.steps.items():
+        BEAT_STEP_SECONDS.labels(step).inc(spent)
     tally: Tally[tuple[str, str, str]] = Tally()
     for queue, state, reason, lag in turn.recorded:
         tally[(queue, *fire_outcome(state, reason))] += 1

@@ -2,14 +2,17 @@
 a retry, not the beat (a real runbeat process: the system tier's test_runbeat)."""
 
 import signal
+from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
 from django.db import InterfaceError
 
 from scheduler_app import dispatch, services
+from scheduler_app.dispatch import laps
 from scheduler_app.ledger import retention
 from scheduler_app.management.commands import runbeat
+from scheduler_app.models import Job, JobRun, db_now
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -54,3 +57,28 @@ def test_the_database_lost_between_a_turn_and_the_sleep_costs_a_retry_not_the_be
 
     assert failures, "the database error was never raised"
     assert "beat turn failed: InterfaceError: the connection is closed" in caplog.text
+
+
+def test_a_beat_tells_where_its_turns_went_when_it_stops(tenant, queue_name, caplog):
+    """dispatch/laps.py: a turn that claimed a job times each of its steps, and the beat
+    tells their totals in one line as it stops (bench dispatch reads it back)."""
+    job = services.job_create(
+        tenant, services.JobSpec(name="every", task_name="scheduler_app.echo", every=60, queue=queue_name)
+    )
+    Job.objects.filter(id=job.id).update(next_run_at=db_now() - timedelta(seconds=1))  # due now
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with caplog.at_level("INFO", logger="scheduler_app.beat"):
+            call_command(runbeat.Command(), "--once")
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+    told = laps.parse_line(caplog.text)
+    assert told is not None, caplog.text
+    turns, steps = told
+    assert turns == 1
+    expected = {"claim", "overlap", "windows", "calendars", "plan", "checkins", "quotas", "insert", "advance"}
+    assert expected | {"commit", "publish", "lost", "retries", "sweep"} <= set(steps), steps
+    assert all(seconds >= 0 for seconds in steps.values())
+    assert JobRun.objects.filter(job=job).exists()  # the turn claimed and recorded the fire
