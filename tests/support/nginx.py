@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,3 +58,29 @@ def write_conf(directory: Path, port: int, upstreams: dict[str, int], *, include
         f"        include {SHIPPED}/cronfleet-cells-proxy.conf;\n    }}\n}}\n"
     )
     return conf
+
+
+def workers(master: int) -> set[int]:
+    """The pids of nginx master `master`'s worker processes (its children, read from /proc)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path("/proc", entry, "stat").read_text()
+            except OSError:  # gone meanwhile
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == master:  # the field after the state: the parent
+                found.add(int(entry))
+    return found
+
+
+def reload(master: int, timeout: float = 30) -> None:
+    """`nginx -s reload`, waited for: SIGHUP to `master`, then until every worker of the old
+    configuration has exited (till then one may still answer with the old maps) and a new one runs."""
+    old = workers(master)
+    os.kill(master, signal.SIGHUP)
+    deadline = time.monotonic() + timeout
+    while (now := workers(master)) & old or not now:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"nginx's old workers {sorted(now & old)} still run {timeout:g} s after the reload")
+        time.sleep(0.05)

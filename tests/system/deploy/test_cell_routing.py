@@ -12,9 +12,7 @@ from __future__ import annotations
 import http.client
 import io
 import json
-import os
 import shutil
-import signal
 import subprocess
 import sys
 from urllib.parse import urlsplit
@@ -152,7 +150,7 @@ def test_the_proxy_sends_each_request_to_its_cell_and_a_moved_tenant_follows_its
             call_command("cells", "routes", "--out", str(routes), stdout=io.StringIO())
         settings.CRONFLEET_CELL = "a"
         call_command("cells", "routes", "--out", str(routes), stdout=io.StringIO())
-        os.kill(server.pid, signal.SIGHUP)  # nginx -s reload
+        nginx.reload(server.pid)
 
         wait_for(
             lambda: tenant_of(proxy, acme_key) == (200, "b", "acme"),
