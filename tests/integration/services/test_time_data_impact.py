@@ -149,6 +149,24 @@ def test_the_command_names_a_bad_horizon():
         call_command("schedules", "impact", "--horizon", "soon")
 
 
+def test_the_plan_of_schedules_as_code_shows_the_impact_on_its_jobs(tenant, tmp_path, capsys):
+    declaration = tmp_path / "schedules.toml"
+    declaration.write_text(
+        f'owner = "ops"\ntenant = "{tenant.slug}"\n\n[[jobs]]\nname = "nightly"\ncron = "0 9 * * *"\n'
+        'timezone = "Asia/Tbilisi"\ntask = "scheduler_app.echo"\n'
+    )
+    call_command("schedules", "apply", "--file", str(declaration))
+    capsys.readouterr()
+
+    with timedata.zones_from(timedata.write_zone(tmp_path)):
+        call_command("schedules", "plan", "--file", str(declaration))  # exit 0: no change to apply
+    text = capsys.readouterr().out
+
+    assert "No changes: 1 job up to date." in text
+    assert "Time-data impact on these jobs (`schedules impact --apply` re-plans them):" in text
+    assert f"Tenant {tenant.slug}: 1 moved in 1 job (zone Asia/Tbilisi)" in text
+
+
 @override_settings(CRONFLEET_TIME_DATA_STARTUP_JOBS=1)
 def test_the_start_up_check_is_capped_and_sets_the_metric(tenant, tmp_path, caplog):
     tbilisi_job(tenant, "first")

@@ -83,7 +83,7 @@ def test_a_starting_beat_reports_a_changed_zone_and_a_new_holiday_before_their_f
 
     processes.beat("second", "--max-sleep", "1", **new_data)
     wait_for(lambda: "time data: checked" in processes.log("second"), timeout=60, what="the second start-up check")
-    assert "2 jobs changed, 0 alerts raised" in processes.log("second")
+    assert "2 changed, 0 alerts raised" in processes.log("second")
     assert alerts.count() == 2
 
     applied = subprocess.run(
