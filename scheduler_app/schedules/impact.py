@@ -109,20 +109,29 @@ def compare(
 def _check_held(schedule: Schedule, at: datetime, now: datetime, held: str) -> list[Change]:
     if is_fire(schedule, at):
         return []
-    near = _nearest_fire(schedule, at, not_before=now if held == "next_run_at" else None)
+    near = _nearest_fire(schedule, at, now=now)
     cause, source, detail = _why(schedule, at, near)
     kind = ChangeKind.MOVED if near is not None else ChangeKind.VANISHED
     return [Change(kind, at, near, cause, source, detail, held=held)]
 
 
-def _nearest_fire(schedule: Schedule, at: datetime, *, not_before: datetime | None) -> datetime | None:
+def _nearest_fire(schedule: Schedule, at: datetime, *, now: datetime) -> datetime | None:
+    """The fire nearest `at` within PAIR_LIMIT, the earlier on a tie. A past one only when it
+    is a zone's shift of the held fire (less than a day away, at another wall time): a held
+    fire the new data puts an hour earlier, with that hour begun, is still that fire (late),
+    while yesterday's fire at the same wall time has run already."""
     candidates = [next_fire_after(schedule, at), last_fire_at_or_before(schedule, at)]
     near = [
         fire
         for fire in candidates
-        if fire is not None and abs(fire - at) <= PAIR_LIMIT and (not_before is None or fire >= not_before)
+        if fire is not None and abs(fire - at) <= PAIR_LIMIT and (fire >= now or _shifted(schedule, at, fire))
     ]
     return min(near, key=lambda fire: (abs(fire - at), fire), default=None)
+
+
+def _shifted(schedule: Schedule, held: datetime, fire: datetime) -> bool:
+    tz = tzinfo_of(schedule.timezone)
+    return abs(fire - held) < timedelta(days=1) and held.astimezone(tz).time() != fire.astimezone(tz).time()
 
 
 def _appeared(schedule: Schedule, first: datetime, before: datetime, *, skip: datetime | None) -> list[Change]:

@@ -195,6 +195,11 @@ def _compare(schedule, next_run_at, held, report: Report) -> tuple[list[schedule
     if next_run_at is None or next_run_at <= report.now:
         return changes, None  # due already: the beat plans it under its misfire policy
     replan = schedules.next_fire_after(schedule, report.now - timedelta(microseconds=1))
+    for change in changes:
+        # The held fire moved into the past: it is still due, so the beat runs it at once
+        # (under the misfire policy; a fire that has a run already gets no second one).
+        if change.held == "next_run_at" and change.new is not None and (replan is None or change.new < replan):
+            replan = change.new
     return changes, (replan if replan != next_run_at else None)
 
 

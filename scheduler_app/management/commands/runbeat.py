@@ -104,8 +104,9 @@ class Command(OneLineErrors, BaseCommand):
         transient = (DatabaseError, InterfaceError, *broker_errors())  # e.g. redis.ConnectionError, amqp's errors
         try:
             startup_check()  # time-data changes, before the first turn fires a stale instant
-        except transient as exc:
-            logger.warning("time data: check skipped: %s: %s", type(exc).__name__, exc)
+        except Exception:
+            # A report, not a step of the beat: whatever stops it must not stop the beat.
+            logger.exception("time data: the start-up check failed; the beat starts without it")
         observer.say(self.stdout, f"runbeat: started (batch {batch_size}, max sleep {max_sleep}s, {connection.vendor})")
         try:
             while not self.stop.is_set():

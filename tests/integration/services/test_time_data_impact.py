@@ -110,6 +110,21 @@ def test_recorded_runs_are_checked_and_left_as_they_are(tenant, tmp_path):
     assert JobRun.objects.get(job=job).scheduled_at == recorded
 
 
+def test_apply_sets_a_fire_moved_into_the_past_due_so_the_beat_runs_it_at_once(tenant, tmp_path):
+    job = tbilisi_job(tenant)
+    held = job.next_run_at  # 09:00 at UTC+04:00
+    half_an_hour_past_the_new_fire = held - HOUR / 2
+
+    with timedata.zones_from(timedata.write_zone(tmp_path, seconds=5 * 3600, abbreviation="+05")):
+        report = impact.impact_report(tenant=tenant, now=half_an_hour_past_the_new_fire)
+        impact.impact_apply(report)
+
+    [change] = report.jobs[0].changes
+    assert (change.kind, change.old, change.new) == (ChangeKind.MOVED, held, held - HOUR)
+    job.refresh_from_db()
+    assert job.next_run_at == held - HOUR
+
+
 def test_apply_leaves_a_job_edited_since_the_report(tenant, tmp_path):
     job = tbilisi_job(tenant)
     with timedata.zones_from(timedata.write_zone(tmp_path)):

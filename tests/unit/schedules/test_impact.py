@@ -126,10 +126,19 @@ def test_compare_leaves_held_fires_past_the_horizon_and_reports_fires_before_it(
     ]
 
 
-def test_compare_checks_a_due_next_run_at_only_against_fires_from_now():
+def test_compare_pairs_a_held_fire_with_a_nearer_past_one():
+    # 06:00Z held, 05:00Z by the data now; at 05:30Z that fire is due, not tomorrow's.
+    at_half_past_five = utc(2030, 3, 4, 5, 30)
+
+    [change] = compare(DAILY_TBILISI, next_run_at=utc(2030, 3, 4, 6), now=at_half_past_five, horizon=HORIZON)
+
+    assert (change.kind, change.old, change.new) == (ChangeKind.MOVED, utc(2030, 3, 4, 6), utc(2030, 3, 4, 5))
+
+
+def test_compare_checks_a_due_next_run_at_too():
     [change] = compare(DAILY_TBILISI, next_run_at=utc(2030, 3, 4, 6), now=NOW, horizon=HORIZON)
 
-    assert (change.kind, change.old, change.new) == (ChangeKind.MOVED, utc(2030, 3, 4, 6), utc(2030, 3, 5, 5))
+    assert (change.kind, change.old, change.new) == (ChangeKind.MOVED, utc(2030, 3, 4, 6), utc(2030, 3, 4, 5))
 
 
 def test_intervals_and_one_offs_never_change_with_a_zone():
