@@ -165,7 +165,7 @@ def _compare_chunk(rows: list[dict], report: Report, memo: dict) -> None:
             row["start_at"],
             row["end_at"],
             row["jitter_seconds"],
-            row["jitter_seed"],
+            row["jitter_seed"] if row["jitter_seconds"] else 0,  # a seed without jitter moves nothing
             calendar,
             row["calendar_policy"],
         )
