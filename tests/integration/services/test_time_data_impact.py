@@ -5,13 +5,16 @@ re-planned by `schedules impact --apply`, counted on the beat's metric."""
 
 from __future__ import annotations
 
+import io
 import json
 from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
+from django.core.management.base import OutputWrapper
 from django.test import override_settings
 
+from bench import timedata as bench_timedata
 from scheduler_app import services
 from scheduler_app.models import Alert, AlertKind, AuditEvent, Job, JobRun, RunState
 from scheduler_app.observability import metrics
@@ -199,3 +202,26 @@ def test_the_start_up_check_is_capped_and_sets_the_metric(tenant, tmp_path, capl
 @override_settings(CRONFLEET_TIME_DATA_STARTUP_JOBS=0)
 def test_the_start_up_check_can_be_turned_off():
     assert impact.startup_check() is None
+
+
+class BenchCommand:
+    """What bench/timedata.py needs of the bench command: its stdout and its notes."""
+
+    def __init__(self) -> None:
+        self.out = io.StringIO()
+        self.stdout = OutputWrapper(self.out)
+        self.notes: list[str] = []
+
+    def note(self, message: str) -> None:
+        self.notes.append(message)
+
+
+def test_bench_timedata_checks_every_job_and_finds_no_change():
+    command = BenchCommand()
+
+    ok = bench_timedata.run(command, bench_timedata.Options(jobs=30))
+
+    out = command.out.getvalue()
+    assert ok, out
+    assert "jittered  30 jobs checked in" in out and "shared    30 jobs checked in" in out
+    assert out.count("0 changed (ok)") == 2
