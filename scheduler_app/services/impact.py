@@ -268,7 +268,7 @@ def startup_check() -> Report | None:
         else ""
     )
     logger.info(
-        "time data: checked %s jobs%s: %s jobs changed, %s alerts raised",
+        "time data: checked %s jobs%s: %s changed, %s alerts raised",
         report.checked,
         capped,
         len(report.jobs),
