@@ -155,3 +155,18 @@ def test_a_change_has_one_fingerprint_per_job():
 
     assert change.fingerprint(7) == again.fingerprint(7)
     assert change.fingerprint(7) != change.fingerprint(8)
+
+
+def test_compare_reports_a_fire_a_removed_holiday_brings_back_before_the_held_one():
+    # Held: Wednesday 09:00, where Tuesday's fire had moved (Tuesday was a holiday then).
+    schedule = Schedule(cron="0 9 * * *", timezone="UTC", calendar=bank(), calendar_policy="next_business_day")
+
+    [change] = compare(schedule, next_run_at=utc(2030, 3, 6, 9), now=utc(2030, 3, 4, 12), horizon=HORIZON)
+
+    assert (change.kind, change.new, change.cause, change.source) == (
+        ChangeKind.APPEARED,
+        utc(2030, 3, 5, 9),
+        Cause.CALENDAR,
+        "bank",
+    )
+    assert change.detail == "2030-03-05 is a business day"
