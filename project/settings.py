@@ -451,6 +451,10 @@ CRONFLEET_ALERT_MIN_COOLDOWN_SECONDS = env_int("CRONFLEET_ALERT_MIN_COOLDOWN_SEC
 CRONFLEET_ALERT_MAX_EMAILS_PER_RULE = env_int("CRONFLEET_ALERT_MAX_EMAILS_PER_RULE", 10, minimum=1)
 CRONFLEET_ALERT_TENANT_ALERTS_PER_HOUR = env_int("CRONFLEET_ALERT_TENANT_ALERTS_PER_HOUR", 120, minimum=1)
 CRONFLEET_ALERT_TENANT_EMAILS_PER_HOUR = env_int("CRONFLEET_ALERT_TENANT_EMAILS_PER_HOUR", 200, minimum=0)
+# Time-data impact (docs/time-data.md): how far ahead held fires are checked against the zone and
+# holiday data installed, and how many jobs (the soonest due) a beat checks when it starts (0: none).
+CRONFLEET_TIME_DATA_HORIZON_DAYS = env_int("CRONFLEET_TIME_DATA_HORIZON_DAYS", 30, minimum=1)
+CRONFLEET_TIME_DATA_STARTUP_JOBS = env_int("CRONFLEET_TIME_DATA_STARTUP_JOBS", 10000, minimum=0)
 # E-mailed alerts go through Django's e-mail backend: SMTP at EMAIL_HOST unless
 # DJANGO_EMAIL_BACKEND names another (django.core.mail.backends.console.EmailBackend, say).
 EMAIL_BACKEND = env_str("DJANGO_EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")

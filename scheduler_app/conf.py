@@ -112,6 +112,9 @@ DEFAULTS: dict[str, Any] = {
     "ALERT_MAX_EMAILS_PER_RULE": 10,
     "ALERT_TENANT_ALERTS_PER_HOUR": 120,
     "ALERT_TENANT_EMAILS_PER_HOUR": 200,
+    # --- time-data impact (docs/time-data.md) ---------------------------------------------
+    "TIME_DATA_HORIZON_DAYS": 30,
+    "TIME_DATA_STARTUP_JOBS": 10000,
     # --- the API, pings and the admin's login ---------------------------------------------
     "API_MAX_BODY_BYTES": 256 * 1024,
     "MAX_API_KEYS_PER_TENANT": 20,

@@ -135,6 +135,13 @@ HTTP_WAITING = Gauge(
     [],
     multiprocess_mode="livesum",
 )
+TIME_DATA_CHANGES = Gauge(
+    "cronfleet_time_data_changes",
+    "Fires jobs hold that the zone and holiday data installed moved, or that vanished, and fires that "
+    "appeared before a held one, as this beat found when it started (kind: moved, appeared, vanished)",
+    ["kind"],
+    multiprocess_mode="livemax",
+)
 HTTP_HOSTS_SATURATED = Gauge(
     "cronfleet_http_hosts_saturated", "Target hosts with attempts waiting for a slot", [], multiprocess_mode="livesum"
 )
@@ -215,6 +222,12 @@ def observe_turn(turn, seconds: float) -> None:
             counter.inc(count)
     for queue in turn.held_back:
         BACKPRESSURE_HOLDS.labels(queue_label(queue)).inc()
+
+
+def observe_time_data(counts) -> None:
+    """The start-up time-data check's counts by kind (services/impact.py)."""
+    for kind in ("moved", "appeared", "vanished"):
+        TIME_DATA_CHANGES.labels(kind).set(counts.get(kind, 0))
 
 
 def observe_delivery(outcome, queue: str, *, tenant_labels: bool = False) -> None:

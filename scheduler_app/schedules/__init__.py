@@ -15,7 +15,8 @@ zones and their offset changes), fires.py (the next and last fires, jitter, prev
 flags), calendars.py (business days; fires skipped or moved by a calendar), checks.py (a
 schedule validated, its shortest gap), misfires.py (the fires a beat records for a due job
 under its misfire policy), placement.py (flexible windows: the load per minute of a window,
-its least loaded minute).
+its least loaded minute), impact.py (the fires a job holds checked against the zone and holiday
+data installed now).
 """
 
 from scheduler_app.schedules.base import (
@@ -51,6 +52,12 @@ from scheduler_app.schedules.fires import (
     next_fire_after,
     preview,
 )
+from scheduler_app.schedules.impact import (
+    Cause,
+    Change,
+    ChangeKind,
+    compare,
+)
 from scheduler_app.schedules.misfires import (
     MisfireRules,
     NextFireCache,
@@ -72,6 +79,10 @@ from scheduler_app.schedules.zones import (
 __all__ = [
     "BusinessCalendar",
     "CalendarPolicy",
+    "Cause",
+    "Change",
+    "ChangeKind",
+    "compare",
     "calendar_note",
     "shift_fire",
     "GAP_CHECK_YEARS",

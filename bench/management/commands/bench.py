@@ -16,6 +16,7 @@ Figures are never asserted by tests: they are for reading.
                               [--target-lag L]
     manage.py bench console --jobs N [--rows R] [--requests X] [--reseed] [--explain]
     manage.py bench flexible --jobs N [--window "daily 01:00-03:00"]
+    manage.py bench timedata --jobs N
 
 
 `ledger` (bench/ledger.py) seeds R finished runs for N jobs and prints
@@ -25,7 +26,8 @@ plans of the hot statements, and how fast beats prune while L jobs fire every se
 ledger of R runs it seeds once and keeps (tenants "console-*", which `bench` does not delete).
 `flexible` (bench/flexible.py) adds N nightly jobs one by one three ways (a flexible window,
 jitter over the window, a fixed time at its start) and prints the peak and mean fires per
-minute in the window, and the time per job added.
+minute in the window, and the time per job added. `timedata` (bench/timedata.py) times the
+time-data check (`schedules impact`, a beat's start-up check) over N jobs.
 
 Each scenario is a module of bench/ (dispatch.py, peers.py, steady.py,
 e2e.py); what they share is in common.py. This command parses the arguments, checks that
@@ -47,7 +49,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, transaction
 
-from bench import autoscale, console, dispatch, e2e, flexible, http, ledger, peers, steady
+from bench import autoscale, console, dispatch, e2e, flexible, http, ledger, peers, steady, timedata
 from bench.common import PREFIX
 from scheduler_app.conf import app_settings
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Tenant
@@ -63,7 +65,18 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "scenario",
-            choices=["dispatch", "peers", "steady", "e2e", "http", "ledger", "console", "flexible", "autoscale"],
+            choices=[
+                "dispatch",
+                "peers",
+                "steady",
+                "e2e",
+                "http",
+                "ledger",
+                "console",
+                "flexible",
+                "autoscale",
+                "timedata",
+            ],
             help="What to measure",
         )
         parser.add_argument("--jobs", type=int, required=True, help="Jobs (N)")
@@ -321,6 +334,8 @@ class Command(BaseCommand):
                 )
             elif scenario == "flexible":
                 ok = flexible.run(self, flexible.Options(jobs=jobs, window=options["window"]))
+            elif scenario == "timedata":
+                ok = timedata.run(self, timedata.Options(jobs=jobs))
             elif scenario == "autoscale":
                 ok = autoscale.run(
                     self,

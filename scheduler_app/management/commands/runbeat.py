@@ -22,6 +22,7 @@ from scheduler_app.ledger import retention
 from scheduler_app.management.tables import OneLineErrors, require_tables
 from scheduler_app.models import db_now
 from scheduler_app.queues import broker_errors
+from scheduler_app.services.impact import startup_check
 
 logger = logging.getLogger("scheduler_app.beat")
 RETRY_PAUSE = 1.0  # seconds
@@ -101,6 +102,11 @@ class Command(OneLineErrors, BaseCommand):
         # InterfaceError ("the connection is closed") is not a DatabaseError: a connection that
         # died with its server (a failover) raises it.
         transient = (DatabaseError, InterfaceError, *broker_errors())  # e.g. redis.ConnectionError, amqp's errors
+        try:
+            startup_check()  # time-data changes, before the first turn fires a stale instant
+        except Exception:
+            # A report, not a step of the beat: whatever stops it must not stop the beat.
+            logger.exception("time data: the start-up check failed; the beat starts without it")
         observer.say(self.stdout, f"runbeat: started (batch {batch_size}, max sleep {max_sleep}s, {connection.vendor})")
         try:
             while not self.stop.is_set():

@@ -1,21 +1,25 @@
 """`manage.py schedules plan|apply`: jobs declared as code (a TOML file, each app's
 schedules.py) kept in step with the database. The work is scheduler_app.services.declared's;
-this command parses the options and prints the plan.
+this command parses the options and prints the plan, with the time-data impact on the jobs it
+covers. `manage.py schedules impact`: every job's held fires checked against the zone and
+holiday data installed (services/impact.py, docs/time-data.md), `--apply` re-plans them.
 
 Exit codes (as `terraform plan -detailed-exitcode`, with drift apart):
 0 nothing to do; 1 an error (bad declarations, nothing declared at all, a refused apply:
 nothing written);
 2 plan: changes to apply; 3 plan: drift, a managed job edited outside its declaration.
+impact: 0 no change, 2 changes found (0 once --apply re-planned them), 1 an error.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from scheduler_app.management.tables import OneLineErrors, plural, utc_text
-from scheduler_app.services import declared
+from scheduler_app.services import declared, impact, tenant_by_slug
 from scheduler_app.validation import InvalidInput
 
 NOTHING, ERROR, CHANGES, DRIFT = 0, 1, 2, 3
@@ -53,14 +57,32 @@ class Command(OneLineErrors, BaseCommand):
                     "--fingerprint",
                     help="Refuse unless the plan is still the one with this fingerprint (as printed by plan)",
                 )
+        sub = actions.add_parser(
+            "impact",
+            help="Check every enabled job's held fires (next_run_at, runs not yet started) against the zone "
+            "and holiday data installed; report fires moved, appeared or vanished, per tenant",
+        )
+        sub.add_argument(
+            "--horizon", default=None, help="How far ahead: 30d, 12h (default: CRONFLEET_TIME_DATA_HORIZON_DAYS)"
+        )
+        sub.add_argument("--tenant", help="Only this tenant's jobs (slug)")
+        sub.add_argument("--json", action="store_true", help="Print the report as JSON")
+        sub.add_argument("--apply", action="store_true", help="Re-plan the changed jobs' next_run_at (audited)")
+        sub.add_argument("--alert", action="store_true", help="Raise an alert per change (once per change)")
 
-    def handle(self, *args, action: str, owner: str | None, file: str | None, prune: str, **options) -> None:
+    def handle(self, *args, action: str, **options) -> None:
+        if action == "impact":
+            return self.run_impact(**options)
+        self.run_declared(action, **options)
+
+    def run_declared(self, action: str, owner: str | None, file: str | None, prune: str, **options) -> None:
         try:
             declared.check_something_declared(file)
             found = declared.read_all(file)
             if action == "plan":
                 plan = declared.make_plan(found, owner=owner, prune=prune)
                 code = self.print_plan(plan, prune)
+                self.print_plan_impact(plan)
             else:
                 done = declared.apply_plan(found, owner=owner, prune=prune, expected=options.get("fingerprint"))
                 code = self.print_applied(done, prune)
@@ -92,6 +114,73 @@ class Command(OneLineErrors, BaseCommand):
         if plan.drifted:
             return DRIFT
         return CHANGES if plan.to_do else NOTHING
+
+    def print_plan_impact(self, plan: declared.Plan) -> None:
+        """The time-data impact on the jobs the plan covers that exist (apply leaves their
+        next_run_at as it is unless it changes their schedule)."""
+        ids = [step.job.id for step in plan.steps if step.job is not None and step.action in ("change", "unchanged")]
+        if not ids:
+            return
+        found = impact.impact_report(job_ids=ids)
+        if found.jobs:
+            self.stdout.write("")
+            self.stdout.write("Time-data impact on these jobs (`schedules impact --apply` re-plans them):")
+            self.print_impact_jobs(found)
+
+    def run_impact(self, *, horizon, tenant, json: bool, apply: bool, alert: bool, **options) -> None:
+        try:
+            span = impact.check_horizon(horizon) if horizon is not None else impact.default_horizon()
+            scope = tenant_by_slug(tenant) if tenant else None
+        except InvalidInput as exc:
+            raise CommandError(f"schedules impact: {exc.field}: {exc.message}", returncode=ERROR) from None
+        found = impact.impact_report(horizon=span, tenant=scope)
+        replanned = impact.impact_apply(found, actor="cli") if apply else 0
+        raised = impact.raise_alerts(found) if alert else 0
+        if json:
+            self.stdout.write(dumps({**impact.report_json(found), "replanned": replanned, "alerts_raised": raised}))
+        else:
+            self.print_impact(found, replanned if apply else None, raised if alert else None)
+        if found.jobs and not apply:
+            self.stdout.flush()
+            sys.exit(CHANGES)
+
+    def print_impact(self, found: impact.Report, replanned: int | None, raised: int | None) -> None:
+        data = impact.data_sources()
+        zones = ", ".join(data["zoneinfo_path"]) or "none"
+        package = f"; then the tzdata package {data['tzdata_package']}" if data["tzdata_package"] else ""
+        self.stdout.write(f"Time data: zoneinfo {zones}{package}; holidays {data['holidays']}.")
+        days = found.horizon.total_seconds() / 86400
+        horizon = f"{days:g} days" if days >= 1 else f"{found.horizon.total_seconds() / 3600:g} h"
+        self.stdout.write(
+            f"Checked {plural(found.checked, 'enabled job')} over the next {horizon} ({utc_text(found.now)})."
+        )
+        if not found.jobs:
+            self.stdout.write("No fire moved, appeared or vanished.")
+            return
+        self.print_impact_jobs(found)
+        self.stdout.write("")
+        counts = found.counts()
+        self.stdout.write(
+            f"Impact: {counts['moved']} moved, {counts['appeared']} appeared, {counts['vanished']} vanished, "
+            f"in {plural(len(found.jobs), 'job')} of {plural(len(found.by_tenant()), 'tenant')}."
+        )
+        if replanned is not None:
+            self.stdout.write(f"Re-planned {plural(replanned, 'job')}: next_run_at set to the fire the data says now.")
+        elif any(item.replan for item in found.jobs):
+            self.stdout.write("Fix: `manage.py schedules impact --apply` sets their next_run_at as the data says now.")
+        if raised is not None:
+            self.stdout.write(f"Alerts raised: {raised} (changes alerted before are not raised again).")
+
+    def print_impact_jobs(self, found: impact.Report) -> None:
+        for tenant, items in found.by_tenant().items():
+            self.stdout.write("")
+            self.stdout.write(f"Tenant {tenant}: {impact.tenant_summary(items)}")
+            for item in items:
+                replan = f"; next_run_at {utc_text(item.next_run_at)} -> {utc_text(item.replan)}" if item.replan else ""
+                done = " (re-planned)" if item.replanned else ""
+                self.stdout.write(f"  {item.name}{replan}{done}")
+                for change in item.changes:
+                    self.stdout.write(f"    {impact.change_text(change)}")
 
     def print_step(self, step: declared.Step, prune: str) -> None:
         what = {"create": "create", "change": "change", "remove": f"remove ({prune})"}[step.action]
@@ -138,6 +227,10 @@ class Command(OneLineErrors, BaseCommand):
             )
         self.print_warnings(done.plan)
         return NOTHING
+
+
+def dumps(data) -> str:
+    return json.dumps(data, indent=2, sort_keys=True)
 
 
 def summary(plan: declared.Plan, prune: str) -> str:
