@@ -102,11 +102,10 @@ class Command(OneLineErrors, BaseCommand):
         # InterfaceError ("the connection is closed") is not a DatabaseError: a connection that
         # died with its server (a failover) raises it.
         transient = (DatabaseError, InterfaceError, *broker_errors())  # e.g. redis.ConnectionError, amqp's errors
-        try:
-            startup_check()  # time-data changes, before the first turn fires a stale instant
-        except Exception:
-            # A report, not a step of the beat: whatever stops it must not stop the beat.
-            logger.exception("time data: the start-up check failed; the beat starts without it")
+        # Time-data changes (services/impact.py): a report, on a thread of its own, so that the
+        # first turn never waits for it (the check reads up to CRONFLEET_TIME_DATA_STARTUP_JOBS jobs).
+        checker = threading.Thread(target=check_time_data, name="time-data-check", daemon=True)
+        checker.start()
         observer.say(self.stdout, f"runbeat: started (batch {batch_size}, max sleep {max_sleep}s, {connection.vendor})")
         try:
             while not self.stop.is_set():
@@ -159,6 +158,7 @@ class Command(OneLineErrors, BaseCommand):
                 if pause is not None:
                     waker.sleep(pause)
         finally:
+            checker.join(timeout=DELIVERER_STOP_SECONDS)  # its connection closes with it
             alerts.stop_deliverer(timeout=DELIVERER_STOP_SECONDS)
             for step in upkeep:
                 step.wait(timeout=DELIVERER_STOP_SECONDS)  # a VACUUM under way finishes on its own anyway
@@ -169,3 +169,14 @@ class Command(OneLineErrors, BaseCommand):
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         logger.info("%s: finishing the current turn", signal.strsignal(signum))
         self.stop.set()
+
+
+def check_time_data() -> None:
+    """The start-up time-data check, on its own thread and database connection."""
+    try:
+        startup_check()
+    except Exception:
+        # A report, not a step of the beat: whatever stops it must not stop the beat.
+        logger.exception("time data: the start-up check failed; the beat goes on without it")
+    finally:
+        connection.close()
