@@ -1,6 +1,7 @@
 """The app's models, one module a family: core (tenants, jobs, the run ledger, audit and API
 keys), console (alert rules, alerts, the dashboard's minutes), ledger (the hourly rollup),
-nodes (beats and workers), calendars (business-day calendars). Every room imports them from here."""
+nodes (beats and workers), objectives (fleet objectives and their events by hour), calendars
+(business-day calendars). Every room imports them from here."""
 
 from scheduler_app.models.calendars import Calendar, business_calendars, public_holidays, supported_countries
 from scheduler_app.models.checkins import CHECKIN_PREFIX, DEFAULT_GRACE_SECONDS, STARTED_REASON, WAITING_REASON, Monitor
@@ -32,6 +33,7 @@ from scheduler_app.models.core import (
 )
 from scheduler_app.models.ledger import RunHour
 from scheduler_app.models.nodes import Node, NodeKind
+from scheduler_app.models.objectives import Objective, ObjectiveHour, ObjectiveKind
 from scheduler_app.models.windows import MaintenanceWindow, RunningPolicy, WindowAction
 
 __all__ = [
@@ -58,6 +60,9 @@ __all__ = [
     "JobRun",
     "Node",
     "NodeKind",
+    "Objective",
+    "ObjectiveHour",
+    "ObjectiveKind",
     "OverlapPolicy",
     "RunHour",
     "RunMinute",
