@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connections
 from prometheus_client import CollectorRegistry, generate_latest
 
 from scheduler_app.ledger import objectives
@@ -151,3 +152,22 @@ def test_the_exporter_shows_each_objective_with_its_counters_target_and_budget(t
     assert f"cronfleet_objective_target{{{labels}}} 0.995" in text
     assert f"cronfleet_objective_error_budget_remaining{{{labels}}} 1.0" in text  # no hour counted yet
     assert "cronfleet_objective_attainment{" not in text  # no event in the window: no attainment
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_objective_another_beat_is_counting_is_skipped(make_job, tenant):
+    objective = declare(tenant, kind="success", target="99%")
+    run(make_job(), DECLARED + timedelta(minutes=1))
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cursor:  # a second beat counts `objective`
+            cursor.execute("BEGIN")
+            cursor.execute("SELECT id FROM scheduler_app_objective WHERE id = %s FOR UPDATE", [objective.id])
+            assert objectives.count_events(DECLARED + timedelta(minutes=5)) == 0
+            cursor.execute("ROLLBACK")
+    finally:
+        other.close()
+
+    assert objectives.count_events(DECLARED + timedelta(minutes=5)) == 1
+    objective.refresh_from_db()
+    assert objective.total_events == 1
