@@ -1,6 +1,7 @@
 """The proof of the fleet objectives' alerts: a real Prometheus, with deploy/prometheus's
-objective rules, scrapes a real web server while a real beat counts a tenant's objective and
-a real worker runs its jobs; a run of failures makes the fast burn-rate alert fire, and what
+objective rules, scrapes a real web server while a real beat counts a tenant's objectives and
+a real worker runs its jobs. A run of failures makes the fast burn-rate alert of the success
+objective fire; fires on a queue no worker consumes make the start objective's fire; what
 Prometheus reads (events, good events, budget left) matches the ledger."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import yaml
 from scheduler_app import services
 from scheduler_app.models import JobRun, RunState, db_now
 from scheduler_app.services.objectives import objective_create
-from tests.conftest import ROOT, wait_for
+from tests.conftest import ROOT, take_broker_messages, wait_for
 from tests.support.observing import free_ports, start_worker
 from tests.support.web import get_or_none
 from tests.system.observability.test_monitoring import tool
@@ -23,6 +24,7 @@ from tests.system.observability.test_prometheus import Prometheus
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 FAILURES = 5
+UNSTARTED = 3
 
 
 def config(web: int) -> dict:
@@ -47,6 +49,10 @@ def test_a_run_of_failures_makes_the_burn_rate_alert_fire(tenant, processes, que
     assert check.returncode == 0, check.stdout + check.stderr
     objective = objective_create(tenant, name="runs", kind="success", target="99%")
     label = f'objective="{objective}"'
+    # The jobs tagged "idle" wait on a queue nobody consumes: their fires never start.
+    idle_queue = f"{queue_name}-idle"
+    starts = objective_create(tenant, name="idle-starts", kind="start", threshold_seconds=2, tag="idle", target="99%")
+    start_label = f'objective="{starts}"'
 
     server = processes.start(
         "web",
@@ -87,6 +93,13 @@ def test_a_run_of_failures_makes_the_burn_rate_alert_fire(tenant, processes, que
                 name=f"broken-{n}", task_name="scheduler_app.fail", at=now, queue=queue_name, max_attempts=1
             ),
         )
+    for n in range(UNSTARTED):
+        services.job_create(
+            tenant,
+            services.JobSpec(
+                name=f"waits-{n}", task_name="scheduler_app.echo", at=now, queue=idle_queue, tags=["idle"]
+            ),
+        )
     wait_for(
         lambda: JobRun.objects.filter(state=RunState.DEAD).count() == FAILURES,
         timeout=60,
@@ -97,15 +110,35 @@ def test_a_run_of_failures_makes_the_burn_rate_alert_fire(tenant, processes, que
         timeout=60,
         what="Prometheus to read the beat's count of the failures",
     )
-    wait_for(
-        lambda: prom.alerts().get("CronfleetObjectiveBudgetBurningFast") == "firing",
-        timeout=60,
-        what="the fast burn-rate alert to fire",
-    )
+    wait_for(lambda: str(objective) in burning(prom), timeout=60, what="the fast burn-rate alert to fire")
 
     assert prom.value(f"cronfleet_objective_good_events_total{{{label}}}") == 0
     assert prom.value(f"cronfleet_objective_attainment{{{label}}}") == 0
     # 5 bad events where the target allows 1 % of 5: the budget is overspent 99 times over.
     assert prom.value(f"cronfleet_objective_error_budget_remaining{{{label}}}") == pytest.approx(1 - 5 / 0.05)
-    [alert] = [a for a in prom.get("/api/v1/alerts")["data"]["alerts"] if a["labels"]["alertname"].endswith("Fast")]
-    assert alert["labels"]["objective"] == str(objective) and alert["labels"]["severity"] == "critical"
+    try:
+        # Each waiting fire is a bad start event once its 2 seconds are over: the page fires for it too.
+        wait_for(
+            lambda: prom.value(f"cronfleet_objective_events_total{{{start_label}}}") == UNSTARTED,
+            timeout=60,
+            what="Prometheus to read the fires that did not start",
+        )
+        wait_for(
+            lambda: str(starts) in burning(prom),
+            timeout=60,
+            what="the fast burn-rate alert of the start objective to fire",
+        )
+        assert JobRun.objects.filter(job__queue=idle_queue, started_at__isnull=True).count() == UNSTARTED
+        assert prom.value(f"cronfleet_objective_good_events_total{{{start_label}}}") == 0
+        assert burning(prom) == {str(objective): "critical", str(starts): "critical"}
+    finally:
+        take_broker_messages(idle_queue)
+
+
+def burning(prom: Prometheus) -> dict[str, str]:
+    """{objective: severity} of the fast burn-rate alerts firing."""
+    return {
+        alert["labels"]["objective"]: alert["labels"]["severity"]
+        for alert in prom.get("/api/v1/alerts")["data"]["alerts"]
+        if alert["labels"]["alertname"] == "CronfleetObjectiveBudgetBurningFast" and alert["state"] == "firing"
+    }
