@@ -245,11 +245,13 @@ NAMES = {
     "cronfleet_forecast_work_seconds",
     "cronfleet_forecast_workers",
     "cronfleet_checks",
-    "cronfleet_objective_events_total",
-    "cronfleet_objective_good_events_total",
+    "cronfleet_objective_events",
+    "cronfleet_objective_good_events",
     "cronfleet_objective_target",
     "cronfleet_objective_window_seconds",
     "cronfleet_objective_attainment",
     "cronfleet_objective_error_budget_remaining",
     "cronfleet_objective_counted_seconds",
 }
+# The counters among them (their samples end in _total).
+COUNTERS = {"cronfleet_objective_events", "cronfleet_objective_good_events"}

@@ -21,7 +21,7 @@ OBJECTIVES = yaml.safe_load((PROMETHEUS / "objectives.yml").read_text())
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 METRIC = re.compile(r"\bcronfleet_[a-z_]+\b")
 BURN_RATE = re.compile(r"\bcronfleet:objective_burn_rate:rate[0-9a-z]+\b")
-KNOWN = metrics.names() | cluster.NAMES
+KNOWN = metrics.names() | cluster.NAMES | {f"{name}_total" for name in cluster.COUNTERS}
 
 FLEET_DASHBOARD = json.loads((GRAFANA / "dashboards" / "cronfleet-fleet.json").read_text())
 
