@@ -66,6 +66,9 @@ class ObjectiveAdmin(admin.ModelAdmin):
     autocomplete_fields = ("tenant",)
     show_facets = admin.ShowFacets.NEVER
 
+    def has_change_permission(self, request, obj=None):
+        return False  # declared and removed, never edited: its page is read-only
+
     def get_readonly_fields(self, request, obj=None):
         if obj is None:
             return ()
@@ -99,8 +102,6 @@ class ObjectiveAdmin(admin.ModelAdmin):
         return percent(self.window(objective).budget_left)
 
     def save_model(self, request, obj, form, change):
-        if change:
-            return  # read-only once declared
         fields = {name: form.cleaned_data[name] for name in OBJECTIVE_FIELDS}
         created = objective_create(
             form.cleaned_data.get("tenant"), name=form.cleaned_data["name"], actor=actor(request), **fields

@@ -82,3 +82,16 @@ def test_the_objectives_panel_needs_view_objective(client, acme):
 
     assert "needs the permission scheduler_app.view_objective" in without and "acme/runs" not in without
     assert "acme/runs" in with_it
+
+
+def test_an_objective_s_page_is_read_only(admin_client, acme):
+    objective = objective_create(acme, name="runs", kind="success", target="99%")
+    url = reverse("admin:scheduler_app_objective_change", args=[objective.pk])
+
+    page = admin_client.get(url)
+    posted = admin_client.post(url, {"target": "50%"})
+
+    assert page.status_code == 200 and 'name="_save"' not in page.content.decode()
+    assert posted.status_code == 403
+    objective.refresh_from_db()
+    assert objective.target == 0.99
