@@ -12,8 +12,9 @@ An event is decided at one instant, and counted once that instant is COUNT_AFTER
   good when its first attempt started by then. A fire the beat skipped as missed (coalesced,
   outside its catch-up window, the misfire policy, the run_all cap) is a bad event; one
   skipped for its overlap policy or a maintenance window, or cancelled, is no event. A fire
-  the beat records later than COUNT_AFTER past its decision (every beat down) is not counted:
-  that outage is CronfleetNoLiveBeat's.
+  recorded after the counting passed its decision is not counted (a beat back after every
+  beat was down may count before its first turn records the missed fires): that outage is
+  CronfleetNoLiveBeat's.
 
 count_events() runs on a beat's background thread (alerts.roll_ups), every
 CRONFLEET_ALERT_CHECK_SECONDS: each objective is locked while it is counted (others skip it),
