@@ -13,7 +13,8 @@ Every write goes through scheduler_app.services, as the CLI's do:
   services.tenant_update. API keys are made by services.apikey_create: the key is shown
   once, in the confirmation message; afterwards only revoking is possible.
 - Deleting a job calls services.job_delete (audited). Tenants are not deleted here.
-- Runs and audit events are read-only records.
+- Runs and audit events are read-only records; fleet objectives are declared and removed,
+  never edited (objectives.py).
 - The login form is throttled per username and address (login.py).
 
 The ledger and the audit trail grow to millions of rows: their lists never count the
@@ -30,4 +31,16 @@ from the app's section (templates/admin/scheduler_app/app_index.html). Cronfleet
 deployment names the site after itself in project/admin.py.
 """
 
-from scheduler_app.admin import alerts, apikeys, audit, calendars, jobs, login, nodes, runs, tenants, windows  # noqa: F401 (registers the models)
+from scheduler_app.admin import (  # noqa: F401 (registers the models)
+    alerts,
+    apikeys,
+    audit,
+    calendars,
+    jobs,
+    login,
+    nodes,
+    objectives,
+    runs,
+    tenants,
+    windows,
+)

@@ -11,6 +11,9 @@ each broker queue's depth and the live workers consuming it) come from cluster.s
 the same reading as /metrics and `manage.py status`: one broker connection for every queue.
 A broker that does not answer is said on the page; the rest of the page still renders.
 
+The objectives panel shows each fleet objective's attainment and error budget left over its
+window (admin/objectives.objective_rows); without view_objective it says so instead.
+
 It shows runs, failing jobs, alerts' texts, tenants and nodes: a staff user without the view
 permission of any of these gets a 403 page naming what is missing (as the admin's own lists
 would refuse them), not a dashboard with some panels silently empty.
@@ -31,6 +34,8 @@ from django.urls import NoReverseMatch, reverse
 from scheduler_app.admin import charts
 from scheduler_app.admin.alerts import dashboard_alerts
 from scheduler_app.admin.common import when
+from scheduler_app.admin.objectives import VIEW_PERMISSION as VIEW_OBJECTIVE
+from scheduler_app.admin.objectives import objective_rows
 from scheduler_app.admin.windows import open_windows
 from scheduler_app.models import Alert, Job, JobRun, Node, Tenant, db_now
 from scheduler_app.observability import cluster, dashboard
@@ -170,6 +175,10 @@ def dashboard_view(request):
             fleet=fleet_panel(),
             alerts=dashboard_alerts(now, context["tenant"].pk if context["tenant"] else None),
             maintenance=open_windows(now, context["tenant"].pk if context["tenant"] else None),
+            objectives=objective_rows(now, context["tenant"].pk if context["tenant"] else None)
+            if request.user.has_perm(VIEW_OBJECTIVE)
+            else None,
+            view_objective=VIEW_OBJECTIVE,
         )
     context["render_ms"] = round((time.perf_counter() - began) * 1000)
     return TemplateResponse(request, "admin/cronfleet_dashboard.html", context)

@@ -9,9 +9,9 @@ job that paused itself after repeated failure (auto_paused, ledger.autopause).
 
 No extra process: runbeat calls on_beat_turn() after every turn, which evaluates at most
 every CRONFLEET_ALERT_CHECK_SECONDS per beat, then wakes the beat's background thread
-(start_deliverer), which delivers and then rolls up (roll_ups: the dashboard's minutes and
-the stats' hours, whose statements grow with the fire rate and so stay off the beat's
-turns); without one (`runbeat --once`, tests) on_beat_turn does both inline.
+(start_deliverer), which delivers and then rolls up (roll_ups: the dashboard's minutes,
+the stats' hours and the objectives' events, whose statements grow with the fire rate and so
+stay off the beat's turns); without one (`runbeat --once`, tests) on_beat_turn does both inline.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from scheduler_app.alerts.evaluate import (
     split_message,
 )
 from scheduler_app.alerts.rules import RULE_DEFAULTS, RULE_FIELDS, rule_delete, rule_set, validate_rule
-from scheduler_app.ledger import rollup
+from scheduler_app.ledger import objectives, rollup
 from scheduler_app.models import db_now
 from scheduler_app.observability import dashboard
 
@@ -99,10 +99,11 @@ def on_beat_turn() -> bool:
 
 
 def roll_ups() -> None:
-    """The dashboard's per-minute counts and the stats' hourly counts and lag histograms, up
-    to now (both idempotent across beats)."""
+    """The dashboard's per-minute counts, the stats' hourly counts and lag histograms, and the
+    fleet objectives' events, up to now (each idempotent across beats)."""
     dashboard.roll_up(db_now())
     rollup.roll_up(db_now())
+    objectives.count_events(db_now())
 
 
 def start_deliverer() -> Deliverer:

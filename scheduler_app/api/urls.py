@@ -5,7 +5,7 @@ docs.DocsView beside them and handler.no_route mapped last for unknown paths und
 from django.urls import path, re_path
 from rest_framework.routers import SimpleRouter
 
-from scheduler_app.api import alerts, calendars, retention, tenants, views
+from scheduler_app.api import alerts, calendars, objectives, retention, tenants, views
 from scheduler_app.api import windows as maintenance_windows
 
 router = SimpleRouter()
@@ -16,6 +16,7 @@ router.register("runs", views.RunViewSet, basename="run")
 router.register("alerts", alerts.AlertViewSet, basename="alert")
 router.register("calendars", calendars.CalendarViewSet, basename="calendar")
 router.register("windows", maintenance_windows.WindowViewSet, basename="window")
+router.register("objectives", objectives.ObjectiveViewSet, basename="objective")
 
 urlpatterns = [
     path("me", tenants.MeView.as_view(), name="me"),

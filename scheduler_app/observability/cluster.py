@@ -224,8 +224,9 @@ def labelled(name: str, documentation: str, label: str, values: dict[str, float]
     return family
 
 
-# Every name ClusterCollector and its siblings forecast.ForecastCollector and checks.CheckCollector
-# expose (the dashboard's and the alerts' queries are checked against these and metrics.names());
+# Every name ClusterCollector and its siblings forecast.ForecastCollector, checks.CheckCollector
+# and objectives.ObjectiveCollector expose (the dashboard's and the alerts' queries are
+# checked against these and metrics.names());
 # checks' cronfleet_tenant_checks too, with CRONFLEET_METRICS_TENANT_LABELS only.
 NAMES = {
     "cronfleet_database_up",
@@ -244,4 +245,13 @@ NAMES = {
     "cronfleet_forecast_work_seconds",
     "cronfleet_forecast_workers",
     "cronfleet_checks",
+    "cronfleet_objective_events",
+    "cronfleet_objective_good_events",
+    "cronfleet_objective_target",
+    "cronfleet_objective_window_seconds",
+    "cronfleet_objective_attainment",
+    "cronfleet_objective_error_budget_remaining",
+    "cronfleet_objective_counted_seconds",
 }
+# The counters among them (their samples end in _total).
+COUNTERS = {"cronfleet_objective_events", "cronfleet_objective_good_events"}

@@ -10,7 +10,7 @@
 Both answer JSON; 200 when all is well, 503 naming what is not.
 
 - GET /metrics: Prometheus exposition of the cluster's gauges (cluster.py), of the check-ins'
-  statuses (checks.py), of the web's
+  statuses (checks.py), of the fleet objectives (objectives.py), of the web's
   own counters (pings dropped), and of the beats' and workers' counters that share this
   host's PROMETHEUS_MULTIPROC_DIR (metrics.py).
   They name nodes (host and pid) and the queues tenants chose, so with CRONFLEET_METRICS_TOKEN
@@ -37,6 +37,7 @@ from scheduler_app.observability.cluster import ClusterCollector
 from scheduler_app.observability.errors import answers_server_errors
 from scheduler_app.observability.forecast import ForecastCollector
 from scheduler_app.observability.nodes import node_states
+from scheduler_app.observability.objectives import ObjectiveCollector
 from scheduler_app.queues import broker_errors
 
 logger = logging.getLogger(__name__)
@@ -138,6 +139,7 @@ def metrics_view(request):
     registry.register(ClusterCollector())
     registry.register(ForecastCollector())
     registry.register(CheckCollector())
+    registry.register(ObjectiveCollector())
     if metrics.MULTIPROC_DIR:
         registry.register(metrics.LiveProcessesCollector(None, metrics.MULTIPROC_DIR))
     else:  # the web's own counters (pings dropped), as the process that answers counted them

@@ -20,6 +20,7 @@ PARAMETERS = {
     ("tenants", "slug"): lambda a: a["tenant"].slug,
     ("calendars", "id"): lambda a: a["calendar"].id,
     ("windows", "id"): lambda a: a["window"].id,
+    ("objectives", "id"): lambda a: a["objective"].id,
 }
 
 

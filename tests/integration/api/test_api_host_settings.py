@@ -251,6 +251,7 @@ def test_another_tenant_s_key_never_reaches_the_tenant_s_objects(alpha, host):
         "keys": alpha["key"].id,
         "calendars": alpha["calendar"].id,
         "windows": alpha["window"].id,
+        "objectives": alpha["objective"].id,
     }
 
     for template, method, url in every_call(alpha):

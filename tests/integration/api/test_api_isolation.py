@@ -27,6 +27,7 @@ from scheduler_app.models import (
     Tenant,
     db_now,
 )
+from scheduler_app.services.objectives import objective_create
 from scheduler_app.services.windows import window_create
 from tests.integration.api.test_api import client_for, errors_of, make_tenant
 from tests.support.api_walk import API_PREFIX, METHODS, allowed_methods, api_routes, fill
@@ -101,6 +102,7 @@ def tenant_a(db) -> dict:
         starts_at="2030-01-01T00:00:00Z",
         ends_at="2030-01-01T01:00:00Z",
     )
+    objective = objective_create(tenant, name=f"{MARKER}-objective", kind="success", target="99%", tag=f"{MARKER}-tag")
     return {
         "tenant": tenant,
         "job": job,
@@ -109,6 +111,7 @@ def tenant_a(db) -> dict:
         "alert": alert,
         "calendar": calendar,
         "window": window,
+        "objective": objective,
     }
 
 

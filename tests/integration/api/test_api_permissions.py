@@ -19,6 +19,7 @@ from rest_framework.test import APIClient
 
 from scheduler_app import alerts, services
 from scheduler_app.models import Alert, ApiKey, AuditEvent, Job, JobRun, RunState, Tenant, db_now
+from scheduler_app.services.objectives import objective_create
 from scheduler_app.services.windows import window_create
 from tests.integration.api.test_api import errors_of, job_body, make_tenant
 from tests.support.api_walk import API_PREFIX, allowed_methods, api_routes, fill
@@ -60,6 +61,8 @@ WRITES = {
     ),
     ("windows/{id}/", "patch"): ({"action": "defer"}, ["change_maintenancewindow"], 200),
     ("windows/{id}/", "delete"): (None, ["delete_maintenancewindow"], 204),
+    ("objectives/", "post"): ({"name": "made-by-session", "kind": "success", "target": "99%"}, ["add_objective"], 201),
+    ("objectives/{id}/", "delete"): (None, ["delete_objective"], 204),
 }
 # POSTs that save nothing: reads, needing view_job.
 READ_POSTS = {
@@ -99,6 +102,7 @@ def alpha(db) -> dict:
     key, _ = services.apikey_create(tenant=tenant, name="deploy")
     calendar = services.calendar_create(tenant, name="uk-bank", country="GB")
     window = window_create(tenant, name="freeze", starts_at="2030-01-01T00:00:00Z", ends_at="2030-01-01T01:00:00Z")
+    objective = objective_create(tenant, name="fires", kind="start", threshold_seconds=60, target="99%")
     return {
         "tenant": tenant,
         "job": job,
@@ -107,6 +111,7 @@ def alpha(db) -> dict:
         "beta": make_tenant(),
         "calendar": calendar,
         "window": window,
+        "objective": objective,
     }
 
 

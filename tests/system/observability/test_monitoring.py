@@ -1,5 +1,5 @@
 """The ready-made monitoring checked by promtool: deploy/prometheus's scrape config, alert rules
-and their unit tests, and deploy/grafana's dashboard queries parsing as PromQL (what needs no
+(the fleet objectives' burn rates too) and their unit tests, and deploy/grafana's dashboard queries parsing as PromQL (what needs no
 promtool: tests/unit/observability/test_monitoring.py)."""
 
 from __future__ import annotations
@@ -45,14 +45,23 @@ def test_promtool_accepts_the_scrape_config_and_the_alert_rules(tmp_path):
 
     config = promtool("check", "config", str(tmp_path / "prometheus.yml"))
     rules = promtool("check", "rules", "alerts.yml")
+    objectives = promtool("check", "rules", "objectives.yml")
 
     assert config.returncode == 0, config.stdout + config.stderr
     assert rules.returncode == 0, rules.stdout + rules.stderr
     assert "SUCCESS: 10 rules found" in rules.stdout
+    assert objectives.returncode == 0, objectives.stdout + objectives.stderr
+    assert "SUCCESS: 11 rules found" in objectives.stdout  # 7 burn rates, 4 alerts
 
 
 def test_the_alerts_fire_on_the_series_they_are_about():
     done = promtool("test", "rules", "alerts_test.yml")
+
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_burn_rate_alerts_fire_on_the_windows_they_are_about():
+    done = promtool("test", "rules", "objectives_test.yml")
 
     assert done.returncode == 0, done.stdout + done.stderr
 

@@ -17,9 +17,11 @@ PROMETHEUS = ROOT / "deploy" / "prometheus"
 GRAFANA = ROOT / "deploy" / "grafana"
 DASHBOARD = json.loads((GRAFANA / "dashboards" / "cronfleet.json").read_text())
 ALERTS = yaml.safe_load((PROMETHEUS / "alerts.yml").read_text())
+OBJECTIVES = yaml.safe_load((PROMETHEUS / "objectives.yml").read_text())
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 METRIC = re.compile(r"\bcronfleet_[a-z_]+\b")
-KNOWN = metrics.names() | cluster.NAMES
+BURN_RATE = re.compile(r"\bcronfleet:objective_burn_rate:rate[0-9a-z]+\b")
+KNOWN = metrics.names() | cluster.NAMES | {f"{name}_total" for name in cluster.COUNTERS}
 
 FLEET_DASHBOARD = json.loads((GRAFANA / "dashboards" / "cronfleet-fleet.json").read_text())
 
@@ -35,7 +37,7 @@ def dashboard_queries() -> list[str]:
 
 
 def alert_queries() -> list[str]:
-    return [rule["expr"] for group in ALERTS["groups"] for rule in group["rules"]]
+    return [rule["expr"] for rules in (ALERTS, OBJECTIVES) for group in rules["groups"] for rule in group["rules"]]
 
 
 # --- names ------------------------------------------------------------------------------------
@@ -60,10 +62,20 @@ def test_the_alerts_cover_what_an_operator_must_hear_about():
         "CronfleetDeadRunsRising",
         "CronfleetNoLiveWorkerForQueue",
     }
-    for group in ALERTS["groups"]:
-        for rule in group["rules"]:
+    for group in ALERTS["groups"] + OBJECTIVES["groups"]:
+        for rule in (rule for rule in group["rules"] if "alert" in rule):
             assert rule["labels"]["severity"] in {"warning", "critical"}, rule["alert"]
             assert rule["annotations"]["summary"] and rule["annotations"]["description"], rule["alert"]
+
+
+def test_the_objective_alerts_read_burn_rates_that_are_recorded():
+    rules = [rule for group in OBJECTIVES["groups"] for rule in group["rules"]]
+    recorded = {rule["record"] for rule in rules if "record" in rule}
+    used = {name for rule in rules if "alert" in rule for name in BURN_RATE.findall(rule["expr"])}
+
+    assert used <= recorded
+    # The workbook's page: 1 hour and 5 minutes, 6 hours and 30 minutes.
+    assert {f"cronfleet:objective_burn_rate:rate{window}" for window in ("5m", "30m", "1h", "6h")} <= used
 
 
 def test_the_dashboard_reads_the_provisioned_data_source():
