@@ -451,6 +451,8 @@ CRONFLEET_ALERT_MIN_COOLDOWN_SECONDS = env_int("CRONFLEET_ALERT_MIN_COOLDOWN_SEC
 CRONFLEET_ALERT_MAX_EMAILS_PER_RULE = env_int("CRONFLEET_ALERT_MAX_EMAILS_PER_RULE", 10, minimum=1)
 CRONFLEET_ALERT_TENANT_ALERTS_PER_HOUR = env_int("CRONFLEET_ALERT_TENANT_ALERTS_PER_HOUR", 120, minimum=1)
 CRONFLEET_ALERT_TENANT_EMAILS_PER_HOUR = env_int("CRONFLEET_ALERT_TENANT_EMAILS_PER_HOUR", 200, minimum=0)
+# A bulk pause of more jobs than this waits for a second person's approval (docs/pauses.md).
+CRONFLEET_BULK_PAUSE_APPROVAL_OVER = env_int("CRONFLEET_BULK_PAUSE_APPROVAL_OVER", 100, minimum=0)
 # E-mailed alerts go through Django's e-mail backend: SMTP at EMAIL_HOST unless
 # DJANGO_EMAIL_BACKEND names another (django.core.mail.backends.console.EmailBackend, say).
 EMAIL_BACKEND = env_str("DJANGO_EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")

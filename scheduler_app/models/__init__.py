@@ -32,6 +32,7 @@ from scheduler_app.models.core import (
 )
 from scheduler_app.models.ledger import RunHour
 from scheduler_app.models.nodes import Node, NodeKind
+from scheduler_app.models.pauses import PauseRequest, PauseRequestState
 from scheduler_app.models.windows import MaintenanceWindow, RunningPolicy, WindowAction
 
 __all__ = [
@@ -59,6 +60,8 @@ __all__ = [
     "Node",
     "NodeKind",
     "OverlapPolicy",
+    "PauseRequest",
+    "PauseRequestState",
     "RunHour",
     "RunMinute",
     "RunState",

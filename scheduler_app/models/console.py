@@ -22,6 +22,7 @@ class AlertKind(TextChoices):
     TOO_SHORT = "too_short"  # a run took less than min_duration_seconds
     AUTO_PAUSED = "auto_paused"  # the job paused itself after repeated failure (ledger.autopause)
     CHECKIN_UP = "checkin_up"  # a monitored job that was down (and alerted) pinged success again
+    PAUSE_EXPIRED = "pause_expired"  # a pause ran out and said "alert": paused, not healthy (alerts/pauses.py)
 
 
 class AlertRule(models.Model):

@@ -15,7 +15,8 @@ zones and their offset changes), fires.py (the next and last fires, jitter, prev
 flags), calendars.py (business days; fires skipped or moved by a calendar), checks.py (a
 schedule validated, its shortest gap), misfires.py (the fires a beat records for a due job
 under its misfire policy), placement.py (flexible windows: the load per minute of a window,
-its least loaded minute).
+its least loaded minute), pauses.py (a pause's end: checked, due; a bulk pause's
+fingerprint).
 """
 
 from scheduler_app.schedules.base import (
@@ -57,6 +58,14 @@ from scheduler_app.schedules.misfires import (
     Plan,
     plan_fires,
 )
+from scheduler_app.schedules.pauses import (
+    DEFAULT_EXPIRY,
+    EXPIRIES,
+    MAX_PAUSE,
+    expiry_due,
+    pause_problem,
+    set_fingerprint,
+)
 from scheduler_app.schedules.placement import (
     Neighbours,
     Window,
@@ -70,6 +79,12 @@ from scheduler_app.schedules.zones import (
 )
 
 __all__ = [
+    "DEFAULT_EXPIRY",
+    "EXPIRIES",
+    "MAX_PAUSE",
+    "expiry_due",
+    "pause_problem",
+    "set_fingerprint",
     "BusinessCalendar",
     "CalendarPolicy",
     "calendar_note",
