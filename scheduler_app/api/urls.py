@@ -5,7 +5,7 @@ docs.DocsView beside them and handler.no_route mapped last for unknown paths und
 from django.urls import path, re_path
 from rest_framework.routers import SimpleRouter
 
-from scheduler_app.api import alerts, calendars, retention, views
+from scheduler_app.api import alerts, calendars, pauses, retention, views
 from scheduler_app.api import windows as maintenance_windows
 
 router = SimpleRouter()
@@ -16,6 +16,7 @@ router.register("runs", views.RunViewSet, basename="run")
 router.register("alerts", alerts.AlertViewSet, basename="alert")
 router.register("calendars", calendars.CalendarViewSet, basename="calendar")
 router.register("windows", maintenance_windows.WindowViewSet, basename="window")
+router.register("pause-requests", pauses.PauseRequestViewSet, basename="pauserequest")
 
 urlpatterns = [
     path("me", views.MeView.as_view(), name="me"),
@@ -24,6 +25,8 @@ urlpatterns = [
     path("me/", views.MeView.as_view(schema=None), name="me-slash"),
     path("preview/", views.SchedulePreviewView.as_view(), name="preview"),
     path("stats/", views.StatsView.as_view(), name="stats"),
+    path("paused/", pauses.PausedJobsView.as_view(), name="paused"),
+    path("pauses/", pauses.PauseManyView.as_view(), name="pauses"),
     # Beside the router's routes, with its pattern for the object's key.
     re_path(r"^tenants/(?P<slug>[^/.]+)/retention/$", retention.TenantRetentionView.as_view(), name="tenant-retention"),
     re_path(r"^jobs/(?P<id>[^/.]+)/retention/$", retention.JobRetentionView.as_view(), name="job-retention"),

@@ -20,6 +20,7 @@ PARAMETERS = {
     ("tenants", "slug"): lambda a: a["tenant"].slug,
     ("calendars", "id"): lambda a: a["calendar"].id,
     ("windows", "id"): lambda a: a["window"].id,
+    ("pause-requests", "id"): lambda a: a["pause_request"].id,
 }
 
 

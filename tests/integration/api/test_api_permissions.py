@@ -17,8 +17,8 @@ from django.contrib.auth.models import Permission, User
 from django.utils.crypto import get_random_string
 from rest_framework.test import APIClient
 
-from scheduler_app import alerts, services
-from scheduler_app.models import Alert, ApiKey, AuditEvent, Job, JobRun, RunState, Tenant, db_now
+from scheduler_app import alerts, schedules, services
+from scheduler_app.models import Alert, ApiKey, AuditEvent, Job, JobRun, PauseRequest, RunState, Tenant, db_now
 from scheduler_app.services.windows import window_create
 from tests.integration.api.test_api import errors_of, job_body, make_tenant
 from tests.support.api_walk import API_PREFIX, allowed_methods, api_routes, fill
@@ -60,6 +60,14 @@ WRITES = {
     ),
     ("windows/{id}/", "patch"): ({"action": "defer"}, ["change_maintenancewindow"], 200),
     ("windows/{id}/", "delete"): (None, ["delete_maintenancewindow"], 204),
+    ("pauses/", "post"): ({"tag": TAG, "note": "by a session"}, ["change_job"], 200),
+    # The fixture's request is another person's, of no job: approving it pauses nothing.
+    ("pause-requests/{id}/approve/", "post"): (
+        {"fingerprint": schedules.set_fingerprint("selection", [])},
+        ["approve_pauserequest", "change_job"],
+        200,
+    ),
+    ("pause-requests/{id}/refuse/", "post"): (None, ["change_job"], 200),
 }
 # POSTs that save nothing: reads, needing view_job.
 READ_POSTS = {
@@ -107,6 +115,14 @@ def alpha(db) -> dict:
         "beta": make_tenant(),
         "calendar": calendar,
         "window": window,
+        "pause_request": PauseRequest.objects.create(
+            tenant=tenant,
+            scope="selection",
+            job_ids=[],
+            fingerprint=schedules.set_fingerprint("selection", []),
+            requested_by="api:someone-else",
+            requested_at=db_now(),
+        ),
     }
 
 
