@@ -30,4 +30,16 @@ from the app's section (templates/admin/scheduler_app/app_index.html). Cronfleet
 deployment names the site after itself in project/admin.py.
 """
 
-from scheduler_app.admin import alerts, apikeys, audit, calendars, jobs, login, nodes, runs, tenants, windows  # noqa: F401 (registers the models)
+from scheduler_app.admin import (  # noqa: F401 (registers the models)
+    alerts,
+    apikeys,
+    audit,
+    calendars,
+    jobs,
+    login,
+    nodes,
+    pauses,
+    runs,
+    tenants,
+    windows,
+)

@@ -31,6 +31,7 @@ from django.urls import NoReverseMatch, reverse
 from scheduler_app.admin import charts
 from scheduler_app.admin.alerts import dashboard_alerts
 from scheduler_app.admin.common import when
+from scheduler_app.admin.pauses import paused_panel
 from scheduler_app.admin.windows import open_windows
 from scheduler_app.models import Alert, Job, JobRun, Node, Tenant, db_now
 from scheduler_app.observability import cluster, dashboard
@@ -170,6 +171,7 @@ def dashboard_view(request):
             fleet=fleet_panel(),
             alerts=dashboard_alerts(now, context["tenant"].pk if context["tenant"] else None),
             maintenance=open_windows(now, context["tenant"].pk if context["tenant"] else None),
+            paused=paused_panel(now, context["tenant"].pk if context["tenant"] else None),
         )
     context["render_ms"] = round((time.perf_counter() - began) * 1000)
     return TemplateResponse(request, "admin/cronfleet_dashboard.html", context)
