@@ -25,7 +25,7 @@ urlpatterns = [
     path("me/", views.MeView.as_view(schema=None), name="me-slash"),
     path("preview/", views.SchedulePreviewView.as_view(), name="preview"),
     path("stats/", views.StatsView.as_view(), name="stats"),
-    path("paused/", pauses.PausedJobsView.as_view(), name="paused"),
+    path("paused/", pauses.PausedJobsViewSet.as_view({"get": "list"}), name="paused"),
     path("pauses/", pauses.PauseManyView.as_view(), name="pauses"),
     # Beside the router's routes, with its pattern for the object's key.
     re_path(r"^tenants/(?P<slug>[^/.]+)/retention/$", retention.TenantRetentionView.as_view(), name="tenant-retention"),
