@@ -86,3 +86,20 @@ def test_the_user_who_asked_cannot_approve_in_the_admin(admin_client, admin_user
     assert f"Request {request.pk} not approved: actor:" in refused.content.decode()
     assert PauseRequest.objects.get().state == PauseRequestState.PENDING
     assert not Job.objects.filter(enabled=False).exists()
+
+
+def test_the_job_page_pauses_for_a_while_then_resume_and_says_so(admin_client, admin_user, jobs):
+    page = reverse("admin:scheduler_app_job_console", args=[jobs[0].pk, "pause"])
+
+    done = admin_client.post(page, {"note": "disk swap", "for": "4", "on_expiry": "resume"}, follow=True)
+    bad = admin_client.post(
+        reverse("admin:scheduler_app_job_console", args=[jobs[1].pk, "pause"]), {"for": "9999"}, follow=True
+    )
+
+    job = Job.objects.get(id=jobs[0].id)
+    html = done.content.decode()
+    assert (job.paused_note, job.paused_by, job.pause_expiry) == ("disk swap", f"admin:{admin_user.username}", "resume")
+    assert job.paused_until is not None and "then resume" in html and 'id="cf-paused-until"' in html
+    said = [str(message) for message in bad.context["messages"]]
+    assert said == ["pause: for: must be one of 1, 4, 24, 168 hours"], said
+    assert Job.objects.get(id=jobs[1].id).enabled
