@@ -67,13 +67,13 @@ class Command(OneLineErrors, BaseCommand):
             until=until,
             on_expiry=options["on_expiry"],
         )
-        what = f"tagged {tag!r}" if tag else "of the tenant"
+        what = f" tagged {tag!r}" if tag else " (every job of the tenant)"
         if done.request is None:
-            self.stdout.write(f"Paused {plural(done.count, 'job')} of {owner.slug} {what}.")
+            self.stdout.write(f"Paused {plural(done.count, 'job')} of {owner.slug}{what}.")
             return
         request = done.request
         self.stdout.write(
-            f"Pausing {plural(len(request.job_ids), 'job')} of {owner.slug} {what} needs a second person "
+            f"Pausing {plural(len(request.job_ids), 'job')} of {owner.slug}{what} needs a second person "
             f"(more than {pauses.approval_over()}): request {request.id}, fingerprint {request.fingerprint}.\n"
             "Another person approves it with:\n"
             f"./manage.py pauses approve {request.id} --fingerprint {request.fingerprint}"

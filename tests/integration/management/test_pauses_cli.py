@@ -71,7 +71,7 @@ def test_a_bulk_pause_over_the_threshold_is_approved_by_a_second_person(acme, se
 
 
 def test_pauses_tenant_at_the_threshold_pauses_at_once_and_refuse_refuses(acme, settings):
-    assert run("pauses", "tenant", "acme", "--by", "ann").strip() == "Paused 3 jobs of acme of the tenant."
+    assert run("pauses", "tenant", "acme", "--by", "ann").strip() == "Paused 3 jobs of acme (every job of the tenant)."
     settings.CRONFLEET_BULK_PAUSE_APPROVAL_OVER = 0
     services.jobs_bulk(acme, tag="night", action="resume")
     run("pauses", "tenant", "acme", "--by", "ann")
