@@ -8,7 +8,8 @@ Each beat runs expire_pauses() on its alerts turn (alerts.on_beat_turn). The job
 pause ran out are claimed with FOR UPDATE SKIP LOCKED, and the claim's WHERE is judged again
 on a row another beat changed meanwhile (PostgreSQL re-reads a locked row's newest version):
 a job resumed, or stamped pause_alerted_at, by one beat is not claimed by the next. The
-alert's dedup_key (the job and the pause's start) is the safety net under that.
+alert's dedup_key (the job, the pause's start and its end) is the safety net under that; a
+pause given a new end alerts again when that one passes.
 """
 
 from __future__ import annotations
@@ -99,7 +100,8 @@ def alert_expired(job: Job, now: datetime) -> int:
                 "job": job.id,
                 "tenant": job.tenant_id,
                 "kind": AlertKind.PAUSE_EXPIRED.value,
-                "key": f"job{job.id}:{AlertKind.PAUSE_EXPIRED.value}:at:{start.isoformat()}"[:200],
+                "key": f"job{job.id}:{AlertKind.PAUSE_EXPIRED.value}:at:{start.isoformat()}:until:"
+                f"{job.paused_until.isoformat()}"[:200],
                 "run": None,
                 "message": compose(reason, f"job {job}")[:1000],
                 "detail": json.dumps(pause_of(job)),

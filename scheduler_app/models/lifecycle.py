@@ -29,7 +29,8 @@ def job_pause(job: Job, *, note: str = "", actor: str = "", until: datetime | No
     """Stop a job firing. next_run_at is kept so resume can record what was missed.
 
     Who (`actor`), why (`note`), when, and until when (`until`, then `on_expiry`: resume or
-    alert, alert by default) are kept on the job until it is resumed.
+    alert, alert by default) are kept on the job until it is resumed. A paused job given an
+    `until` gets that new end (audited as job.pause_extended); without one, nothing changes.
 
     The job row is locked first, so a beat that has claimed the job finishes its turn (the
     fire gets its run) before the pause; a fire already due that no beat has claimed yet is
@@ -39,10 +40,18 @@ def job_pause(job: Job, *, note: str = "", actor: str = "", until: datetime | No
     note = check_line("note", note)
     with transaction.atomic():
         fields = pause_fields(note=note, actor=actor, now=db_now(), until=until, on_expiry=on_expiry)
-        if Job.objects.select_for_update(no_key=True).filter(id=job.id, enabled=True).exists():
+        locked = Job.objects.select_for_update(no_key=True).filter(id=job.id).values("enabled", "paused_note").first()
+        if locked is not None and locked["enabled"]:
             skip_due_fires([job.id])
             Job.objects.filter(id=job.id).update(**fields, version=F("version") + 1)
             audit_job(job, "job.paused", actor, **pause_detail(fields))
+        elif locked is not None and until is not None:
+            # Paused already: a new end (and what then, who said so, why if given); the pause
+            # keeps its start, so its age stays the truth.
+            kept = {"paused_note": note[:500] if note else locked["paused_note"]}
+            changes = {name: fields[name] for name in ("paused_by", "paused_until", "pause_expiry", "pause_alerted_at")}
+            Job.objects.filter(id=job.id).update(**changes, **kept)
+            audit_job(job, "job.pause_extended", actor, **pause_detail({**fields, **kept}))
     job.refresh_from_db()
     return job
 

@@ -384,9 +384,11 @@ class Command(OneLineErrors, BaseCommand):
         until = pause_end(options.get("until"), options.get("for_"), db_now())
         by = cli_actor(options["by"]) if options.get("by") else "cli"
         job = services.job_pause(job, note=note, actor=by, until=until, on_expiry=options.get("on_expiry") or "")
+        end = f" until {utc_text(job.paused_until)}, then {job.pause_expiry}" if job.paused_until else ""
         if was_enabled:
-            end = f" until {utc_text(job.paused_until)}, then {job.pause_expiry}" if job.paused_until else ""
             self.stdout.write(f"Paused job {job_label(job)}{end}.")
+        elif until is not None:
+            self.stdout.write(f"Job {job_label(job)} was already paused: it now stays paused{end}.")
         else:
             self.stdout.write(f"Job {job_label(job)} was already paused.")
 

@@ -128,3 +128,17 @@ def test_two_beats_at_once_resume_and_alert_each_pause_once(make_job):
     assert AuditEvent.objects.filter(job_id__in=resumes, action="job.resumed").count() == 15
     assert Alert.objects.filter(job_id__in=alerted, kind=AlertKind.PAUSE_EXPIRED).count() == 15
     assert Job.objects.filter(id__in=resumes, enabled=True).count() == 15
+
+
+def test_a_paused_job_given_a_new_end_alerts_again_when_that_one_passes(make_job):
+    job = paused(make_job(), on_expiry="alert")
+    alerts.expire_pauses(db_now() + LATER)
+
+    job = services.job_pause(job, actor="api:bob", until=db_now() + timedelta(hours=3))
+    first_end = alerts.expire_pauses(db_now() + LATER)
+    second_end = alerts.expire_pauses(db_now() + LATER + LATER)
+
+    assert (job.paused_by, job.paused_note, job.pause_alerted_at) == ("api:bob", "disk swap", None)
+    assert (first_end.alerted, second_end.alerted) == (0, 1)
+    assert Alert.objects.filter(job=job, kind=AlertKind.PAUSE_EXPIRED).count() == 2
+    assert AuditEvent.objects.filter(job=job, action="job.pause_extended", actor="api:bob").count() == 1

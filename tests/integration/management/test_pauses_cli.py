@@ -81,3 +81,13 @@ def test_pauses_tenant_at_the_threshold_pauses_at_once_and_refuse_refuses(acme, 
     assert refused.startswith("Refused request")
     assert PauseRequest.objects.get().state == PauseRequestState.REFUSED
     assert "No bulk pause is waiting." in run("pauses", "requests")
+
+
+def test_jobs_pause_of_a_paused_job_with_an_end_gives_it_that_end(acme):
+    run("jobs", "pause", "acme/c", "--note", "waiting")
+
+    said = run("jobs", "pause", "acme/c", "--for", "1d", "--on-expiry", "resume", "--by", "ann")
+
+    job = Job.objects.get(name="c")
+    assert "was already paused: it now stays paused until " in said and said.rstrip().endswith("then resume.")
+    assert (job.paused_note, job.paused_by, job.pause_expiry) == ("waiting", "cli:ann", "resume")
