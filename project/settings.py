@@ -455,6 +455,8 @@ CRONFLEET_ALERT_TENANT_EMAILS_PER_HOUR = env_int("CRONFLEET_ALERT_TENANT_EMAILS_
 # holiday data installed, and how many jobs (the soonest due) a beat checks when it starts (0: none).
 CRONFLEET_TIME_DATA_HORIZON_DAYS = env_int("CRONFLEET_TIME_DATA_HORIZON_DAYS", 30, minimum=1)
 CRONFLEET_TIME_DATA_STARTUP_JOBS = env_int("CRONFLEET_TIME_DATA_STARTUP_JOBS", 10000, minimum=0)
+# A bulk pause of more jobs than this waits for a second person's approval (docs/pauses.md).
+CRONFLEET_BULK_PAUSE_APPROVAL_OVER = env_int("CRONFLEET_BULK_PAUSE_APPROVAL_OVER", 100, minimum=0)
 # E-mailed alerts go through Django's e-mail backend: SMTP at EMAIL_HOST unless
 # DJANGO_EMAIL_BACKEND names another (django.core.mail.backends.console.EmailBackend, say).
 EMAIL_BACKEND = env_str("DJANGO_EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")

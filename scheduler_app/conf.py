@@ -115,6 +115,8 @@ DEFAULTS: dict[str, Any] = {
     # --- time-data impact (docs/time-data.md) ---------------------------------------------
     "TIME_DATA_HORIZON_DAYS": 30,
     "TIME_DATA_STARTUP_JOBS": 10000,
+    # --- pauses ---------------------------------------------------------------------------
+    "BULK_PAUSE_APPROVAL_OVER": 100,
     # --- the API, pings and the admin's login ---------------------------------------------
     "API_MAX_BODY_BYTES": 256 * 1024,
     "MAX_API_KEYS_PER_TENANT": 20,
@@ -151,6 +153,7 @@ MINIMUMS = {
     "PING_UNKNOWN_PER_MINUTE": 1,
     "PING_OWN_RUNS_PER_HOUR": 0,  # 0: pings only close fires, they record no run of their own
     "MANUAL_RUNS_PER_HOUR": 0,  # 0: unbounded
+    "BULK_PAUSE_APPROVAL_OVER": 0,  # 0: every bulk pause of a job or more waits for a second person
 }
 
 

@@ -40,6 +40,7 @@ from scheduler_app.admin import (  # noqa: F401 (registers the models)
     login,
     nodes,
     objectives,
+    pauses,
     runs,
     tenants,
     windows,

@@ -36,6 +36,7 @@ from scheduler_app.admin.alerts import dashboard_alerts
 from scheduler_app.admin.common import when
 from scheduler_app.admin.objectives import VIEW_PERMISSION as VIEW_OBJECTIVE
 from scheduler_app.admin.objectives import objective_rows
+from scheduler_app.admin.pauses import paused_panel
 from scheduler_app.admin.windows import open_windows
 from scheduler_app.models import Alert, Job, JobRun, Node, Tenant, db_now
 from scheduler_app.observability import cluster, dashboard
@@ -179,6 +180,7 @@ def dashboard_view(request):
             if request.user.has_perm(VIEW_OBJECTIVE)
             else None,
             view_objective=VIEW_OBJECTIVE,
+            paused=paused_panel(now, context["tenant"].pk if context["tenant"] else None),
         )
     context["render_ms"] = round((time.perf_counter() - began) * 1000)
     return TemplateResponse(request, "admin/cronfleet_dashboard.html", context)

@@ -177,10 +177,19 @@ def operate(model_admin, request, object_id: str, action: str):
     return HttpResponseRedirect(reverse("admin:scheduler_app_job_change", args=[job.pk]))
 
 
+PAUSE_HOURS = ("1", "4", "24", "168")  # the job page's "for how long" choices
+
+
 def do_pause(job: Job, request):
     note = request.POST.get("note") or f"paused in the admin by {request.user}"
-    services.job_pause(job, note=note, actor=actor(request))
-    return f"Paused {job}.", messages.SUCCESS
+    hours = request.POST.get("for") or ""
+    if hours and hours not in PAUSE_HOURS:
+        raise services.InvalidInput("for", f"must be one of {', '.join(PAUSE_HOURS)} hours")
+    until = db_now() + timedelta(hours=int(hours)) if hours else None
+    on_expiry = (request.POST.get("on_expiry") or "") if until else ""
+    job = services.job_pause(job, note=note, actor=actor(request), until=until, on_expiry=on_expiry)
+    end = f" until {when(job.paused_until)}, then {job.pause_expiry}" if job.paused_until else ""
+    return f"Paused {job}{end}.", messages.SUCCESS
 
 
 def do_resume(job: Job, request):

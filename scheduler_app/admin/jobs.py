@@ -192,6 +192,10 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
                     "tags",
                     "enabled",
                     "paused_note",
+                    "paused_by",
+                    "paused_at",
+                    "paused_until",
+                    "pause_expiry",
                     "version",
                     "created_at",
                     "updated_at",
@@ -228,6 +232,10 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
         "tenant",
         "enabled",
         "paused_note",
+        "paused_by",
+        "paused_at",
+        "paused_until",
+        "pause_expiry",
         "anchor_at",
         "next_run_at",
         "version",
@@ -433,12 +441,24 @@ class JobAdmin(RetentionAdminMixin, admin.ModelAdmin):
 
     @admin.action(description="Pause selected jobs", permissions=["operate"])
     def pause_jobs(self, request, queryset):
-        done = 0
-        for job in self._selected(request, queryset):
-            if job.enabled:
-                services.job_pause(job, note=f"paused in the admin by {request.user}", actor=actor(request))
-                done += 1
-        self.message_user(request, f"Paused {done} job(s).")
+        """Through services/pauses.py: more jobs than CRONFLEET_BULK_PAUSE_APPROVAL_OVER wait
+        for a second person (Pause requests)."""
+        ids = [job.id for job in self._selected(request, queryset)]
+        if not ids:
+            return
+        done = services.pause_bulk(
+            None, scope="selection", job_ids=ids, note=f"paused in the admin by {request.user}", actor=actor(request)
+        )
+        if done.request is None:
+            self.message_user(request, f"Paused {done.count} job(s).")
+            return
+        waiting = done.request
+        self.message_user(
+            request,
+            f"Pausing {len(waiting.job_ids)} jobs needs a second person: pause request {waiting.id} "
+            f"(fingerprint {waiting.fingerprint}) waits for another user's approval.",
+            messages.WARNING,
+        )
 
     @admin.action(description="Resume selected jobs", permissions=["operate"])
     def resume_jobs(self, request, queryset):

@@ -1,10 +1,12 @@
 """Alerts per job: the dead-man's switch (no success within a period plus grace), failed or
 dead runs, start lag above a threshold, durations above a maximum or below a minimum, and a
-job that paused itself after repeated failure (auto_paused, ledger.autopause).
+job that paused itself after repeated failure (auto_paused, ledger.autopause); and pauses
+that ran out (pauses.py: resumed, or one pause_expired alert, "paused, not healthy").
 
 - rules.py: the rules, one per job, written through rule_set() / rule_delete() by the API,
   the CLI and the admin;
 - evaluate.py: the beats evaluate due rules and record alerts, exactly once;
+- pauses.py: the beats resume or alert the jobs whose pause ran out, exactly once;
 - deliver.py: the alerts are sent by webhook and e-mail, exactly once, with retries.
 
 No extra process: runbeat calls on_beat_turn() after every turn, which evaluates at most
@@ -40,6 +42,7 @@ from scheduler_app.alerts.evaluate import (
     recent_alerts,
     split_message,
 )
+from scheduler_app.alerts.pauses import Expired, expire_pauses
 from scheduler_app.alerts.rules import RULE_DEFAULTS, RULE_FIELDS, rule_delete, rule_set, validate_rule
 from scheduler_app.ledger import objectives, rollup
 from scheduler_app.models import db_now
@@ -60,6 +63,8 @@ __all__ = [
     "describe_seconds",
     "evaluate_due_rules",
     "evaluate_rule",
+    "expire_pauses",
+    "Expired",
     "on_beat_turn",
     "payload",
     "recent_alerts",
@@ -88,6 +93,8 @@ def on_beat_turn() -> bool:
     _last_check = time.monotonic()
     now = db_now()
     raised = evaluate_due_rules(now)
+    expired = expire_pauses(now)  # pauses that ran out: resumed, or alerted once
+    raised += expired.alerted
     if _deliverer is not None and _deliverer.is_alive():
         _deliverer.wake()
     else:

@@ -5,7 +5,7 @@ docs.DocsView beside them and handler.no_route mapped last for unknown paths und
 from django.urls import path, re_path
 from rest_framework.routers import SimpleRouter
 
-from scheduler_app.api import alerts, calendars, objectives, retention, tenants, views
+from scheduler_app.api import alerts, calendars, objectives, pauses, retention, tenants, views
 from scheduler_app.api import windows as maintenance_windows
 
 router = SimpleRouter()
@@ -17,6 +17,7 @@ router.register("alerts", alerts.AlertViewSet, basename="alert")
 router.register("calendars", calendars.CalendarViewSet, basename="calendar")
 router.register("windows", maintenance_windows.WindowViewSet, basename="window")
 router.register("objectives", objectives.ObjectiveViewSet, basename="objective")
+router.register("pause-requests", pauses.PauseRequestViewSet, basename="pauserequest")
 
 urlpatterns = [
     path("me", tenants.MeView.as_view(), name="me"),
@@ -25,6 +26,8 @@ urlpatterns = [
     path("me/", tenants.MeView.as_view(schema=None), name="me-slash"),
     path("preview/", views.SchedulePreviewView.as_view(), name="preview"),
     path("stats/", views.StatsView.as_view(), name="stats"),
+    path("paused/", pauses.PausedJobsViewSet.as_view({"get": "list"}), name="paused"),
+    path("pauses/", pauses.PauseManyView.as_view(), name="pauses"),
     # Beside the router's routes, with its pattern for the object's key.
     re_path(r"^tenants/(?P<slug>[^/.]+)/retention/$", retention.TenantRetentionView.as_view(), name="tenant-retention"),
     re_path(r"^jobs/(?P<id>[^/.]+)/retention/$", retention.JobRetentionView.as_view(), name="job-retention"),

@@ -267,8 +267,11 @@ class JobViewSet(JobScopedMixin, viewsets.GenericViewSet):
     @action(detail=True, methods=["post"])
     def pause(self, request, id=None):
         job = self.get_object()
-        note = s.validated(s.PauseSerializer, request.data).get("note", "")
-        return Response(s.JobSerializer(services.job_pause(job, note=note, actor=actor(request))).data)
+        data = s.validated(s.PauseSerializer, request.data)
+        job = services.job_pause(
+            job, note=data.get("note", ""), actor=actor(request), until=data["until"], on_expiry=data["on_expiry"]
+        )
+        return Response(s.JobSerializer(job).data)
 
     @extend_schema(summary="Resume a paused job from now", request=None, responses=s.JobSerializer)
     @action(detail=True, methods=["post"])
@@ -337,9 +340,10 @@ class JobViewSet(JobScopedMixin, viewsets.GenericViewSet):
         return Response(s.BackfillResultSerializer(result).data)
 
     @extend_schema(
-        summary="Pause, resume or delete every job carrying a tag",
+        summary="Pause, resume or delete every job carrying a tag (a pause over "
+        "CRONFLEET_BULK_PAUSE_APPROVAL_OVER jobs: 202, a request for a second person)",
         request=s.BulkSerializer,
-        responses=s.BulkResultSerializer,
+        responses={200: s.BulkResultSerializer, 202: s.BulkResultSerializer},
         examples=[
             OpenApiExample(
                 "Pause a batch", request_only=True, value={"tag": "reports", "action": "pause", "note": "maintenance"}
@@ -350,10 +354,21 @@ class JobViewSet(JobScopedMixin, viewsets.GenericViewSet):
     def bulk(self, request):
         data = s.validated(s.BulkSerializer, request.data)
         p.require(request, BULK_PERMISSIONS[data["action"]])
-        count = services.jobs_bulk(
-            self.tenant, tag=data["tag"], action=data["action"], note=data.get("note", ""), actor=actor(request)
+        done = services.jobs_bulk(
+            self.tenant,
+            tag=data["tag"],
+            action=data["action"],
+            note=data.get("note", ""),
+            actor=actor(request),
+            until=data["until"],
+            on_expiry=data["on_expiry"],
         )
-        return Response(s.BulkResultSerializer({"tag": data["tag"], "action": data["action"], "count": count}).data)
+        waiting = done.request
+        answer = {"tag": data["tag"], "action": data["action"], "count": done.count}
+        if waiting is not None:  # over CRONFLEET_BULK_PAUSE_APPROVAL_OVER: a second person approves it
+            answer.update(request=waiting.id, fingerprint=waiting.fingerprint)
+        code = status.HTTP_202_ACCEPTED if waiting is not None else status.HTTP_200_OK
+        return Response(s.BulkResultSerializer(answer).data, status=code)
 
 
 class SchedulePreviewView(JobScopedMixin, GenericAPIView):

@@ -113,7 +113,15 @@ def auto_pause(job_id: int, *, actor: str, now: datetime | None = None) -> bool:
         now = now or db_now()
         skip_due_fires([job.id])
         Job.objects.filter(id=job.id).update(
-            enabled=False, auto_paused_at=now, paused_note=note, version=F("version") + 1
+            enabled=False,
+            auto_paused_at=now,
+            paused_note=note,
+            paused_by=actor[:200],
+            paused_at=now,
+            paused_until=None,
+            pause_expiry="",
+            pause_alerted_at=None,
+            version=F("version") + 1,
         )
         audit_job(
             job,

@@ -1,6 +1,7 @@
 """The app's models, one module a family: tenants (tenants and API keys), core (jobs, the run
 ledger and audit), console (alert rules, alerts, the dashboard's minutes), ledger (the hourly rollup),
-nodes (beats and workers), objectives (fleet objectives and their events by hour), calendars
+nodes (beats and workers), objectives (fleet objectives and their events by hour), pauses (bulk
+pause requests), calendars
 (business-day calendars). Every room imports them from here."""
 
 from scheduler_app.models.calendars import Calendar, business_calendars, public_holidays, supported_countries
@@ -32,6 +33,7 @@ from scheduler_app.models.core import (
 from scheduler_app.models.ledger import RunHour
 from scheduler_app.models.nodes import Node, NodeKind
 from scheduler_app.models.objectives import Objective, ObjectiveHour, ObjectiveKind
+from scheduler_app.models.pauses import PauseRequest, PauseRequestState
 from scheduler_app.models.tenants import ApiKey, Tenant
 from scheduler_app.models.windows import MaintenanceWindow, RunningPolicy, WindowAction
 
@@ -63,6 +65,8 @@ __all__ = [
     "ObjectiveHour",
     "ObjectiveKind",
     "OverlapPolicy",
+    "PauseRequest",
+    "PauseRequestState",
     "RunHour",
     "RunMinute",
     "RunState",

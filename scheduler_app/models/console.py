@@ -23,6 +23,7 @@ class AlertKind(TextChoices):
     AUTO_PAUSED = "auto_paused"  # the job paused itself after repeated failure (ledger.autopause)
     CHECKIN_UP = "checkin_up"  # a monitored job that was down (and alerted) pinged success again
     TIME_DATA = "time_data"  # new zone or holiday data moved a fire the job holds (services/impact.py)
+    PAUSE_EXPIRED = "pause_expired"  # a pause ran out and said "alert": paused, not healthy (alerts/pauses.py)
 
 
 class AlertRule(models.Model):

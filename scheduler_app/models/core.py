@@ -158,6 +158,15 @@ class Job(models.Model):
 
     enabled = models.BooleanField(default=True, help_text="Paused jobs do not fire")
     paused_note = models.CharField(max_length=500, blank=True)
+    # Who paused the job and when; until when and what then (docs/pauses.md): at paused_until
+    # the beats' pass (alerts/pauses.py) resumes the job or raises one pause_expired alert,
+    # stamping pause_alerted_at so that no beat raises it again.
+    paused_by = models.CharField(max_length=200, blank=True, default="", db_default="", editable=False)
+    paused_at = models.DateTimeField(null=True, blank=True, editable=False)
+    paused_until = models.DateTimeField(null=True, blank=True, editable=False)
+    # "resume" or "alert" (schedules.EXPIRIES) when paused_until is set, else "".
+    pause_expiry = models.CharField(max_length=8, blank=True, default="", db_default="", editable=False)
+    pause_alerted_at = models.DateTimeField(null=True, blank=True, editable=False)
     next_run_at = models.DateTimeField(null=True, blank=True)  # UTC; NULL when nothing is left to fire
 
     # Target
@@ -255,6 +264,12 @@ class Job(models.Model):
                 fields=["tenant", "priority", "next_run_at", "id"],
                 name="job_tenant_due_idx",
                 condition=Q(enabled=True, next_run_at__isnull=False),
+            ),
+            # alerts.pauses.expire_pauses() reads the paused jobs whose pause ran out, by expiry.
+            models.Index(
+                fields=["paused_until"],
+                name="job_pause_expiry_idx",
+                condition=Q(enabled=False, paused_until__isnull=False, pause_alerted_at__isnull=True),
             ),
             # Deleting a calendar (PROTECT) and editing one (next fires again) find its jobs.
             models.Index(fields=["calendar"], name="job_calendar_idx", condition=Q(calendar__isnull=False)),

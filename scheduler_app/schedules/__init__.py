@@ -16,7 +16,7 @@ flags), calendars.py (business days; fires skipped or moved by a calendar), chec
 schedule validated, its shortest gap), misfires.py (the fires a beat records for a due job
 under its misfire policy), placement.py (flexible windows: the load per minute of a window,
 its least loaded minute), impact.py (the fires a job holds checked against the zone and holiday
-data installed now).
+data installed now), pauses.py (a pause's end: checked, due; a bulk pause's fingerprint).
 """
 
 from scheduler_app.schedules.base import (
@@ -64,6 +64,14 @@ from scheduler_app.schedules.misfires import (
     Plan,
     plan_fires,
 )
+from scheduler_app.schedules.pauses import (
+    DEFAULT_EXPIRY,
+    EXPIRIES,
+    MAX_PAUSE,
+    expiry_due,
+    pause_problem,
+    set_fingerprint,
+)
 from scheduler_app.schedules.placement import (
     Neighbours,
     Window,
@@ -77,6 +85,12 @@ from scheduler_app.schedules.zones import (
 )
 
 __all__ = [
+    "DEFAULT_EXPIRY",
+    "EXPIRIES",
+    "MAX_PAUSE",
+    "expiry_due",
+    "pause_problem",
+    "set_fingerprint",
     "BusinessCalendar",
     "CalendarPolicy",
     "Cause",

@@ -10,6 +10,7 @@
 - flexible: flexible windows (a job placed at its window's least loaded minute; rebalance);
 - retention: a tenant's or a job's retention (a job's within its tenant's bound);
 - importbeat: the import of django-celery-beat's periodic tasks;
+- pauses: bulk pauses (a second person's approval over a threshold), the paused jobs;
 - common: the quota error, whole-number checks, admission.
 
 Services validate their input (raising InvalidInput naming the field, before anything is
@@ -54,6 +55,14 @@ from scheduler_app.services.jobs import (
 )
 from scheduler_app.services.jobspec import PAST_GRACE, JobSpec, lock_queues, spec_schedule, validate_spec
 from scheduler_app.services.keys import apikey_authenticate, apikey_create, apikey_revoke, check_key_quota
+from scheduler_app.services.pauses import (
+    BulkPause,
+    pause_bulk,
+    pause_request_approve,
+    pause_request_refuse,
+    paused_jobs,
+    pending_requests,
+)
 from scheduler_app.services.retention import (
     check_job_retention,
     clamp_all_jobs,
@@ -98,6 +107,12 @@ __all__ = [
     "job_create",
     "job_delete",
     "job_pause",
+    "BulkPause",
+    "pause_bulk",
+    "pause_request_approve",
+    "pause_request_refuse",
+    "paused_jobs",
+    "pending_requests",
     "job_preview",
     "job_resume",
     "job_set_retention",

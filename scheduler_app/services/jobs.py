@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import secrets
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.db import IntegrityError, transaction
-from django.db.models import F
 
-from scheduler_app import schedules
 from scheduler_app.dispatch import leftovers
 from scheduler_app.dispatch.publish import RunMessage, publish_runs
 from scheduler_app.dispatch.waker import wake_beats
 from scheduler_app.models import AuditEvent, Job, JobRun, Tenant, Trigger, db_now
-from scheduler_app.models.lifecycle import audit_job, record_skipped, skip_due_fires
-from scheduler_app.services import chains, flexible
+from scheduler_app.models.lifecycle import audit_job, first_fire, job_resume
+from scheduler_app.services import chains, flexible, pauses
 from scheduler_app.services.checkins import ensure_monitor
 from scheduler_app.services.common import (
     admission_fields,
@@ -24,14 +22,6 @@ from scheduler_app.services.common import (
 )
 from scheduler_app.services.jobspec import JobSpec, check_job_quota, validate_spec
 from scheduler_app.validation import InvalidInput, check_line, check_name
-
-
-def first_fire(schedule: schedules.Schedule, now: datetime) -> datetime | None:
-    """The first fire at or after `now` (a one-off in the recent past fires at once); None
-    for a schedule with nothing to fire (a chained job's)."""
-    if schedule.at is not None and schedule.at <= now:
-        return schedule.at
-    return schedules.next_fire_after(schedule, now - timedelta(microseconds=1))
 
 
 def job_create(tenant: Tenant, spec: JobSpec, *, actor: str = "", allow_any_registered: bool = False) -> Job:
@@ -64,42 +54,6 @@ def job_create(tenant: Tenant, spec: JobSpec, *, actor: str = "", allow_any_regi
             wake_beats()
     except IntegrityError:
         raise InvalidInput("name", f"tenant {tenant.slug!r} already has a job named {name!r}") from None
-    return job
-
-
-def job_resume(job: Job, *, actor: str = "") -> Job:
-    """Start a paused job again from now. Fires missed while paused are recorded as one
-    skipped run (at the first of them), not run."""
-    now = db_now()
-    with transaction.atomic():
-        job = Job.objects.select_for_update().get(id=job.id)
-        if job.enabled:
-            return job
-        missed_from = job.next_run_at
-        next_run_at = first_fire(job.schedule, now) if job.schedule.at is None else job.next_run_at
-        if missed_from is not None and missed_from < now and job.schedule.at is None:
-            record_skipped(
-                job, missed_from, now, f"paused: missed fires from {missed_from.isoformat()} until {now.isoformat()}"
-            )
-            next_run_at = schedules.next_fire_after(job.schedule, now - timedelta(microseconds=1))
-        # A job that paused itself (ledger.autopause) counts its failures in a row afresh.
-        Job.objects.filter(id=job.id).update(
-            enabled=True,
-            paused_note="",
-            next_run_at=next_run_at,
-            version=job.version + 1,
-            consecutive_failures=0,
-            auto_paused_at=None,
-        )
-        audit_job(
-            job,
-            "job.resumed",
-            actor,
-            next_run_at=next_run_at.isoformat() if next_run_at else None,
-            **({"auto_paused_at": job.auto_paused_at.isoformat()} if job.auto_paused_at else {}),
-        )
-        wake_beats()
-    job.refresh_from_db()
     return job
 
 
@@ -157,42 +111,43 @@ def job_delete(job: Job, *, actor: str = "") -> None:
 BULK_ACTIONS = ("pause", "resume", "delete")
 
 
-def jobs_bulk(tenant: Tenant, *, tag: str, action: str, note: str = "", actor: str = "") -> int:
-    """Pause, resume or delete every job of `tenant` tagged `tag`; return how many changed."""
+def jobs_bulk(
+    tenant: Tenant,
+    *,
+    tag: str,
+    action: str,
+    note: str = "",
+    actor: str = "",
+    until: datetime | None = None,
+    on_expiry: str = "",
+) -> pauses.BulkPause:
+    """Pause, resume or delete every job of `tenant` tagged `tag`. A pause of more jobs than
+    CRONFLEET_BULK_PAUSE_APPROVAL_OVER waits for a second person (services/pauses.py):
+    the answer's `request` is then set and nothing is paused yet."""
     tag, note = check_name("tag", tag, max_length=64), check_line("note", note)
     if action not in BULK_ACTIONS:
         raise InvalidInput("action", f"must be one of {', '.join(BULK_ACTIONS)}")
+    if action == "pause":
+        return pauses.pause_bulk(
+            tenant, scope=pauses.scope_of(tag=tag), note=note, actor=actor, until=until, on_expiry=on_expiry
+        )
     ids = list(Job.objects.filter(tenant=tenant).tagged(tag).values_list("id", flat=True))
     if action == "resume":
         paused = list(Job.objects.filter(id__in=ids, enabled=False))
-        return sum(1 for job in paused if job_resume(job, actor=actor).enabled)
+        return pauses.BulkPause(sum(1 for job in paused if job_resume(job, actor=actor).enabled))
     with transaction.atomic():
-        targets = Job.objects.filter(id__in=ids)
-        if action == "pause":
-            targets = targets.filter(enabled=True)
-        changed = list(targets.select_for_update().values_list("id", "name"))
+        changed = list(Job.objects.filter(id__in=ids).select_for_update().values_list("id", "name"))
         AuditEvent.objects.bulk_create(
             AuditEvent(
-                tenant=tenant,
-                job_id=None if action == "delete" else job_id,
-                job_name=name,
-                action=f"job.{'paused' if action == 'pause' else 'deleted'}",
-                actor=actor,
-                detail={"tag": tag, "note": note[:500]} if action == "pause" else {"tag": tag},
+                tenant=tenant, job_id=None, job_name=name, action="job.deleted", actor=actor, detail={"tag": tag}
             )
-            for job_id, name in changed
+            for _, name in changed
         )
         changed_ids = [job_id for job_id, _ in changed]
-        if action == "pause":
-            skip_due_fires(changed_ids)
-            Job.objects.filter(id__in=changed_ids).update(
-                enabled=False, paused_note=note[:500], version=F("version") + 1
-            )
-        else:
-            parents = set(Job.objects.filter(id__in=changed_ids).values_list("after_job_id", flat=True))
-            queues = set(Job.objects.filter(id__in=changed_ids).values_list("queue", flat=True))
-            with chains.refusing_orphans():
-                Job.objects.filter(id__in=changed_ids).delete()
-            leftovers.purge_after_commit(queues)
-            chains.refresh_has_children(parents)
-    return len(changed)
+        parents = set(Job.objects.filter(id__in=changed_ids).values_list("after_job_id", flat=True))
+        queues = set(Job.objects.filter(id__in=changed_ids).values_list("queue", flat=True))
+        with chains.refusing_orphans():
+            Job.objects.filter(id__in=changed_ids).delete()
+        leftovers.purge_after_commit(queues)
+        chains.refresh_has_children(parents)
+    return pauses.BulkPause(len(changed))

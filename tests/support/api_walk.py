@@ -21,6 +21,7 @@ PARAMETERS = {
     ("calendars", "id"): lambda a: a["calendar"].id,
     ("windows", "id"): lambda a: a["window"].id,
     ("objectives", "id"): lambda a: a["objective"].id,
+    ("pause-requests", "id"): lambda a: a["pause_request"].id,
 }
 
 

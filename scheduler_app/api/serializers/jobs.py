@@ -308,6 +308,10 @@ class JobWriteSerializer(StrictSerializer):
         "id",
         "enabled",
         "paused_note",
+        "paused_by",
+        "paused_at",
+        "paused_until",
+        "pause_expiry",
         "next_run_at",
         "version",
         "created_at",
@@ -439,6 +443,11 @@ class JobSerializer(serializers.ModelSerializer):
             "batch",
             "enabled",
             "paused_note",
+            # who paused the job, when, until when and what then (resume or alert; docs/pauses.md)
+            "paused_by",
+            "paused_at",
+            "paused_until",
+            "pause_expiry",
             "next_run_at",
             "version",
             "created_at",
@@ -477,6 +486,16 @@ class JobFilterSerializer(ListQuerySerializer):
 
 class PauseSerializer(StrictSerializer):
     note = StrictCharField(required=False, allow_blank=True, max_length=500, help_text="Why (kept until resumed)")
+    until = AwareDateTimeField(
+        required=False, allow_null=True, default=None, help_text="When the pause ends (then on_expiry happens)"
+    )
+    on_expiry = serializers.ChoiceField(
+        choices=list(schedules.EXPIRIES),
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="At `until`: resume the job, or raise one alert (paused, not healthy); default alert",
+    )
 
 
 class PreviewQuerySerializer(QuerySerializer):
@@ -551,13 +570,20 @@ class BackfillResultSerializer(serializers.Serializer):
     dry_run = serializers.BooleanField()
 
 
-class BulkSerializer(StrictSerializer):
+class BulkSerializer(PauseSerializer):
     tag = StrictCharField(max_length=64)
     action = serializers.ChoiceField(choices=services.BULK_ACTIONS)
-    note = StrictCharField(required=False, allow_blank=True, max_length=500)
 
 
 class BulkResultSerializer(serializers.Serializer):
     tag = serializers.CharField()
     action = serializers.ChoiceField(choices=services.BULK_ACTIONS)
     count = serializers.IntegerField(help_text="How many jobs changed")
+    request = serializers.IntegerField(
+        required=False,
+        help_text="A pause of more jobs than CRONFLEET_BULK_PAUSE_APPROVAL_OVER: the pause request waiting "
+        "for a second person (pause-requests/), nothing paused yet",
+    )
+    fingerprint = serializers.CharField(
+        required=False, help_text="The waiting request's fingerprint, which its approval names"
+    )

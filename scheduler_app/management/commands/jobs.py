@@ -25,6 +25,7 @@ from scheduler_app.management.joboptions import (
     job_fields,
     parse_instant,
 )
+from scheduler_app.management.pausing import add_pause_options, cli_actor, pause_end, paused_table
 from scheduler_app.management.tables import (
     OneLineErrors,
     cell,
@@ -66,11 +67,14 @@ LIST_FIELDS = (
 RUN_FIELDS = ("id", "scheduled_at", "trigger", "state", "attempt", "reason", "error", "started_at", "finished_at")
 # Runs a deletion cuts short: their results will never be recorded.
 ACTIVE_STATES = (RunState.PENDING, RunState.QUEUED, RunState.RUNNING, RunState.RETRYING)
-ACTIONS = "{add,edit,delete,list,show,pause,resume,trigger,preview,runs,rebalance}"
+ACTIONS = "{add,edit,delete,list,show,pause,paused,resume,trigger,preview,runs,rebalance}"
 
 
 class Command(OneLineErrors, BaseCommand):
-    help = "Manage jobs. Subcommands: add, edit, delete, list, show, pause, resume, trigger, preview, runs, rebalance."
+    help = (
+        "Manage jobs. Subcommands: add, edit, delete, list, show, pause, paused, resume, trigger, preview, runs, "
+        "rebalance."
+    )
     # call_command("jobs", "edit", ..., stdin=...) answers the confirmation from a file (tests).
     stealth_options = ("stdin",)
 
@@ -111,9 +115,13 @@ class Command(OneLineErrors, BaseCommand):
         show = sub.add_parser("show", help="Show a job, its next fires and its last runs")
         show.add_argument("job", metavar="JOB", help=JOB_HELP)
 
-        pause = sub.add_parser("pause", help="Stop a job firing")
+        pause = sub.add_parser("pause", help="Stop a job firing (until an end, with --until or --for)")
         pause.add_argument("job", metavar="JOB", help=JOB_HELP)
-        pause.add_argument("--note", default="", metavar="TEXT", help="Why (kept until resumed, 500 characters)")
+        add_pause_options(pause)
+        pause.add_argument("--by", metavar="NAME", help="Who pauses (recorded as cli:NAME; default cli)")
+
+        paused = sub.add_parser("paused", help="List the paused jobs: why, who, for how long, until when")
+        paused.add_argument("--tenant", metavar="SLUG", default="")
 
         resume = sub.add_parser("resume", help="Start a paused job again from now (missed fires are skipped)")
         resume.add_argument("job", metavar="JOB", help=JOB_HELP)
@@ -373,11 +381,23 @@ class Command(OneLineErrors, BaseCommand):
     def do_pause(self, *, job: str, note: str, **options) -> None:
         job = find_job(job)
         was_enabled = job.enabled
-        job = services.job_pause(job, note=note, actor="cli")
+        until = pause_end(options.get("until"), options.get("for_"), db_now())
+        by = cli_actor(options["by"]) if options.get("by") else "cli"
+        job = services.job_pause(job, note=note, actor=by, until=until, on_expiry=options.get("on_expiry") or "")
+        end = f" until {utc_text(job.paused_until)}, then {job.pause_expiry}" if job.paused_until else ""
         if was_enabled:
-            self.stdout.write(f"Paused job {job_label(job)}.")
+            self.stdout.write(f"Paused job {job_label(job)}{end}.")
+        elif until is not None:
+            self.stdout.write(f"Job {job_label(job)} was already paused: it now stays paused{end}.")
         else:
             self.stdout.write(f"Job {job_label(job)} was already paused.")
+
+    def do_paused(self, *, tenant: str, **options) -> None:
+        jobs = Job.objects.select_related("tenant")
+        if tenant:
+            jobs = jobs.filter(tenant=services.tenant_by_slug(tenant, field="tenant"))
+        found = list(services.paused_jobs(jobs)[:MAX_LIMIT])
+        self.stdout.write(paused_table(found, db_now()) if found else "No job is paused.")
 
     def do_resume(self, *, job: str, **options) -> None:
         job = find_job(job)

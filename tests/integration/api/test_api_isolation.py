@@ -13,7 +13,7 @@ from datetime import timedelta
 
 import pytest
 
-from scheduler_app import alerts, services
+from scheduler_app import alerts, schedules, services
 from scheduler_app.models import (
     Alert,
     AlertRule,
@@ -23,6 +23,7 @@ from scheduler_app.models import (
     Job,
     JobRun,
     MaintenanceWindow,
+    PauseRequest,
     RunState,
     Tenant,
     db_now,
@@ -44,6 +45,7 @@ BODIES = {
     ("jobs/{id}/backfill/", "post"): {"start": "2020-01-01T00:00:00Z", "end": "2020-01-02T00:00:00Z", "dry_run": False},
     ("tenants/{slug}/", "patch"): {"is_active": False},
     ("keys/", "post"): {"name": "b's own key"},
+    ("pauses/", "post"): {"tag": TAG, "note": "stolen"},
     ("jobs/{id}/alerts/", "put"): {"enabled": False, "webhook_url": "https://b.example.com/stolen"},
     ("jobs/{id}/alerts/", "patch"): {"emails": ["b@example.com"]},
 }
@@ -103,6 +105,15 @@ def tenant_a(db) -> dict:
         ends_at="2030-01-01T01:00:00Z",
     )
     objective = objective_create(tenant, name=f"{MARKER}-objective", kind="success", target="99%", tag=f"{MARKER}-tag")
+    pause_request = PauseRequest.objects.create(
+        tenant=tenant,
+        scope="tenant",
+        job_ids=[job.id],
+        fingerprint=schedules.set_fingerprint("tenant", [job.id]),
+        note=f"{MARKER} pause",
+        requested_by=f"api:{MARKER}",
+        requested_at=db_now(),
+    )
     return {
         "tenant": tenant,
         "job": job,
@@ -112,6 +123,7 @@ def tenant_a(db) -> dict:
         "calendar": calendar,
         "window": window,
         "objective": objective,
+        "pause_request": pause_request,
     }
 
 
@@ -126,6 +138,7 @@ def state_of(a: dict) -> list:
         list(Alert.objects.filter(tenant=a["tenant"]).values()),
         list(Calendar.objects.filter(tenant=a["tenant"]).values()),
         list(MaintenanceWindow.objects.filter(tenant=a["tenant"]).values()),
+        list(PauseRequest.objects.filter(tenant=a["tenant"]).values()),
     ]
 
 

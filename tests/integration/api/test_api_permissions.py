@@ -17,8 +17,8 @@ from django.contrib.auth.models import Permission, User
 from django.utils.crypto import get_random_string
 from rest_framework.test import APIClient
 
-from scheduler_app import alerts, services
-from scheduler_app.models import Alert, ApiKey, AuditEvent, Job, JobRun, RunState, Tenant, db_now
+from scheduler_app import alerts, schedules, services
+from scheduler_app.models import Alert, ApiKey, AuditEvent, Job, JobRun, PauseRequest, RunState, Tenant, db_now
 from scheduler_app.services.objectives import objective_create
 from scheduler_app.services.windows import window_create
 from tests.integration.api.test_api import errors_of, job_body, make_tenant
@@ -63,6 +63,14 @@ WRITES = {
     ("windows/{id}/", "delete"): (None, ["delete_maintenancewindow"], 204),
     ("objectives/", "post"): ({"name": "made-by-session", "kind": "success", "target": "99%"}, ["add_objective"], 201),
     ("objectives/{id}/", "delete"): (None, ["delete_objective"], 204),
+    ("pauses/", "post"): ({"tag": TAG, "note": "by a session"}, ["change_job"], 200),
+    # The fixture's request is another person's, of no job: approving it pauses nothing.
+    ("pause-requests/{id}/approve/", "post"): (
+        {"fingerprint": schedules.set_fingerprint("selection", [])},
+        ["approve_pauserequest", "change_job"],
+        200,
+    ),
+    ("pause-requests/{id}/refuse/", "post"): (None, ["change_job"], 200),
 }
 # POSTs that save nothing: reads, needing view_job.
 READ_POSTS = {
@@ -112,6 +120,14 @@ def alpha(db) -> dict:
         "calendar": calendar,
         "window": window,
         "objective": objective,
+        "pause_request": PauseRequest.objects.create(
+            tenant=tenant,
+            scope="selection",
+            job_ids=[],
+            fingerprint=schedules.set_fingerprint("selection", []),
+            requested_by="api:someone-else",
+            requested_at=db_now(),
+        ),
     }
 
 

@@ -29,7 +29,7 @@ def test_a_bulk_pause_records_the_due_fires_too(make_job, tenant):
     jobs = [make_job(every_seconds=60, anchor_at=due, next_run_at=due, tags=["night"]) for _ in range(3)]
     later = make_job(every_seconds=60, anchor_at=due, next_run_at=due + timedelta(hours=1), tags=["night"])
 
-    assert services.jobs_bulk(tenant, tag="night", action="pause") == 4
+    assert services.jobs_bulk(tenant, tag="night", action="pause").count == 4
 
     assert sorted(JobRun.objects.values_list("job_id", "state")) == sorted((j.id, "skipped") for j in jobs)
     assert not JobRun.objects.filter(job=later).exists()

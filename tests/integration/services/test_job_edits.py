@@ -209,15 +209,15 @@ def test_bulk_pause_resume_and_delete_touch_only_the_tagged_jobs_of_the_tenant(t
     untagged = services.job_create(tenant, spec(name="day", every=60, tags=["daily"]))
     foreign = services.job_create(other, spec(name="n0", every=60, tags=["nightly"]))
 
-    assert services.jobs_bulk(tenant, tag="nightly", action="pause", note="freeze") == 3
+    assert services.jobs_bulk(tenant, tag="nightly", action="pause", note="freeze").count == 3
     assert set(Job.objects.filter(enabled=False).values_list("id", flat=True)) == {job.id for job in tagged}
     assert set(Job.objects.filter(enabled=False).values_list("paused_note", flat=True)) == {"freeze"}
-    assert services.jobs_bulk(tenant, tag="nightly", action="pause") == 0  # already paused
+    assert services.jobs_bulk(tenant, tag="nightly", action="pause").count == 0  # already paused
 
-    assert services.jobs_bulk(tenant, tag="nightly", action="resume") == 3
+    assert services.jobs_bulk(tenant, tag="nightly", action="resume").count == 3
     assert not Job.objects.filter(enabled=False).exists()
 
-    assert services.jobs_bulk(tenant, tag="nightly", action="delete", actor="test") == 3
+    assert services.jobs_bulk(tenant, tag="nightly", action="delete", actor="test").count == 3
     assert set(Job.objects.values_list("id", flat=True)) == {untagged.id, foreign.id}
     assert AuditEvent.objects.filter(action="job.deleted", detail__tag="nightly").count() == 3
 
