@@ -1,8 +1,7 @@
 """The app's models, one module a family: tenants (tenants and API keys), core (jobs, the run
 ledger and audit), console (alert rules, alerts, the dashboard's minutes), ledger (the hourly rollup),
 nodes (beats and workers), objectives (fleet objectives and their events by hour), pauses (bulk
-pause requests), calendars
-(business-day calendars). Every room imports them from here."""
+pause requests), calendars (business-day calendars). Every room imports them from here."""
 
 from scheduler_app.models.calendars import Calendar, business_calendars, public_holidays, supported_countries
 from scheduler_app.models.checkins import CHECKIN_PREFIX, DEFAULT_GRACE_SECONDS, STARTED_REASON, WAITING_REASON, Monitor
