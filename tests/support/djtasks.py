@@ -2,7 +2,6 @@
 scheduler_app/djangotasks."""
 
 from scheduler_app import taskapi
-from scheduler_app.djangotasks import periodic
 from scheduler_app.fire import current_fire
 
 task = taskapi.require().task
@@ -27,15 +26,3 @@ def describe(context, label):
 @task
 def boom():
     raise ValueError("boom went the task")
-
-
-@periodic(cron="0 3 * * *", timezone="Europe/Paris", max_attempts=5)
-@task
-def nightly():
-    return "night"
-
-
-@periodic(every=60, name="minutely-sum", args=[1, 2])
-@task
-def summed(a, b):
-    return a + b

@@ -4,6 +4,9 @@ declaration taken away is paused as plan says."""
 
 from __future__ import annotations
 
+import copy
+import importlib
+
 import pytest
 
 from scheduler_app import services, taskapi
@@ -13,15 +16,20 @@ from scheduler_app.services import declared
 if taskapi.api is None:
     pytest.skip("neither django.tasks nor the django-tasks backport is installed", allow_module_level=True)
 
-from tests.support import djtasks  # noqa: E402, F401 - declares the periodic tasks
-
-MODULE = "tests.support.djtasks"
+MODULE = "tests.support.djperiodic"
 OWNER = f"code:{MODULE}"
 
 
 @pytest.fixture
 def tenant(db) -> Tenant:
-    return Tenant.objects.create(slug="djtasks", name="django.tasks")
+    """The backend's tenant, with the periodic declarations of tests/support/djperiodic.py
+    registered for this test only."""
+    saved = [copy.deepcopy(registry) for registry in (taskapi._bound, taskapi._periodic, taskapi._modules)]
+    importlib.reload(importlib.import_module(MODULE))
+    yield Tenant.objects.create(slug="djtasks", name="django.tasks")
+    for registry, before in zip((taskapi._bound, taskapi._periodic, taskapi._modules), saved):
+        registry.clear()
+        registry.update(before)
 
 
 def plan(**options) -> declared.Plan:
@@ -34,12 +42,12 @@ def test_apply_makes_the_declared_periodic_tasks_jobs_of_their_module(tenant):
     assert first.owners == [OWNER]
     assert sorted(step.label for step in first.of("create")) == [
         "djtasks/minutely-sum",
-        "djtasks/tests.support.djtasks.nightly",
+        "djtasks/tests.support.djperiodic.nightly",
     ]
     declared.apply_plan(declared.read_all(), owner=OWNER)
-    nightly = Job.objects.get(tenant=tenant, name="tests.support.djtasks.nightly")
+    nightly = Job.objects.get(tenant=tenant, name="tests.support.djperiodic.nightly")
     assert (nightly.task_name, nightly.cron, nightly.timezone) == (
-        "django:tests.support.djtasks.nightly",
+        "django:tests.support.djperiodic.nightly",
         "0 3 * * *",
         "Europe/Paris",
     )
@@ -51,12 +59,12 @@ def test_apply_makes_the_declared_periodic_tasks_jobs_of_their_module(tenant):
 
 def test_an_edit_outside_the_declaration_is_drift(tenant):
     declared.apply_plan(declared.read_all(), owner=OWNER)
-    nightly = Job.objects.get(tenant=tenant, name="tests.support.djtasks.nightly")
+    nightly = Job.objects.get(tenant=tenant, name="tests.support.djperiodic.nightly")
 
     services.job_update(nightly, {"max_attempts": 9}, actor="admin:alice")
 
     (step,) = plan().drifted
-    assert step.label == "djtasks/tests.support.djtasks.nightly"
+    assert step.label == "djtasks/tests.support.djperiodic.nightly"
     assert step.drift == ["max_attempts"]
 
 
@@ -66,10 +74,10 @@ def test_a_declaration_taken_away_is_paused_by_apply(tenant, monkeypatch):
     monkeypatch.setitem(taskapi._periodic, MODULE, kept)
 
     (step,) = plan().of("remove")
-    assert step.label == "djtasks/tests.support.djtasks.nightly"
+    assert step.label == "djtasks/tests.support.djperiodic.nightly"
     declared.apply_plan(declared.read_all(), owner=OWNER)
 
-    nightly = Job.objects.get(tenant=tenant, name="tests.support.djtasks.nightly")
+    nightly = Job.objects.get(tenant=tenant, name="tests.support.djperiodic.nightly")
     assert not nightly.enabled
     assert Job.objects.get(tenant=tenant, name="minutely-sum").enabled
 
