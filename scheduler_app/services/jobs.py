@@ -34,9 +34,13 @@ def first_fire(schedule: schedules.Schedule, now: datetime) -> datetime | None:
     return schedules.next_fire_after(schedule, now - timedelta(microseconds=1))
 
 
-def job_create(tenant: Tenant, spec: JobSpec, *, actor: str = "", allow_any_registered: bool = False) -> Job:
+def job_create(
+    tenant: Tenant, spec: JobSpec, *, actor: str = "", allow_any_registered: bool = False, wake: bool = True
+) -> Job:
     """Make a job of `spec` for `tenant`. allow_any_registered=True comes from the admin's job
-    form only, for staff: the task may be any the Celery app registers (validate_spec)."""
+    form only, for staff: the task may be any the Celery app registers (validate_spec).
+    wake=False leaves the beats asleep: for a caller that records the job's only fire itself
+    (services/taskcalls.py), so that nothing is left for a beat to do."""
     seed = secrets.randbelow(2**31)
     name = spec.name
     try:
@@ -61,7 +65,8 @@ def job_create(tenant: Tenant, spec: JobSpec, *, actor: str = "", allow_any_regi
                 task=job.task_name,
                 **({"placement": job.flex_note} if job.flex_window else {}),
             )
-            wake_beats()
+            if wake:
+                wake_beats()
     except IntegrityError:
         raise InvalidInput("name", f"tenant {tenant.slug!r} already has a job named {name!r}") from None
     return job

@@ -30,7 +30,7 @@ def task_call_record(
     with transaction.atomic():
         now = db_now()
         deferred = run_after is not None and run_after > now
-        job = job_create(tenant, replace(spec, at=run_after if deferred else now), actor=actor)
+        job = job_create(tenant, replace(spec, at=run_after if deferred else now), actor=actor, wake=deferred)
         if deferred:
             return job, None
         go, reason = admitted(tenant.id, now, 1)

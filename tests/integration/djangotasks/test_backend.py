@@ -166,3 +166,12 @@ def test_a_job_of_another_tenant_may_not_name_a_django_task(db):
 
     assert refused.value.field == "task"
     assert "bound to a Cronfleet task backend of tenant 'other'" in refused.value.message
+
+
+def test_only_a_deferred_call_wakes_the_beats(tenant, django_capture_on_commit_callbacks):
+    with mock.patch(PUBLISH), mock.patch("scheduler_app.services.jobs.wake_beats") as wake:
+        with django_capture_on_commit_callbacks(execute=True):
+            djtasks.add.enqueue(1, 1)
+        assert not wake.called  # its fire is recorded: nothing for a beat to do
+        djtasks.add.using(run_after=db_now() + timedelta(minutes=5)).enqueue(1, 1)
+        assert wake.called
