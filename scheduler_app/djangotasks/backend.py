@@ -92,6 +92,8 @@ class CronfleetBackend(taskapi.BaseTaskBackend):
         )
 
     def enqueue(self, task, args, kwargs):
+        """Record the call (and its run, when due now) in the caller's transaction; its
+        TaskResult, whose id is the call's job id."""
         self.validate_task(task)
         result = api.TaskResult(  # checks args and kwargs are JSON, as Django's backends do
             task=task,
@@ -107,7 +109,7 @@ class CronfleetBackend(taskapi.BaseTaskBackend):
             errors=[],
             worker_ids=[],
         )
-        name = f"{task.module_path[:NAME_ROOM]}#{secrets_token()}"
+        name = f"{task.module_path[:NAME_ROOM]}#{secrets.token_hex(6)}"
         job, run = services.task_call_record(
             self.tenant_row(),
             self.spec(task, result.args, result.kwargs, name),
@@ -117,6 +119,8 @@ class CronfleetBackend(taskapi.BaseTaskBackend):
         return results.task_result(task, job, run, backend=self.alias)
 
     def get_result(self, result_id: str):
+        """The call's TaskResult as its job and latest run say now (ResultDoesNotExist for an
+        id that is not a django.tasks job of this backend's tenant)."""
         job, run = self.read(result_id)
         task = self.task_of(job)
         return results.task_result(task, job, run, backend=self.alias)
@@ -140,7 +144,3 @@ class CronfleetBackend(taskapi.BaseTaskBackend):
         except ImportError:
             raise taskapi.ResultDoesNotExist(f"{job.id}: its task {path!r} is not importable here") from None
         return task.using(backend=self.alias) if task.backend != self.alias else task
-
-
-def secrets_token() -> str:
-    return secrets.token_hex(6)
