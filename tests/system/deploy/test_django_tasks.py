@@ -29,7 +29,9 @@ from tests.system.deploy.test_adoption import (  # noqa: F401 - wheel and databa
     wheel,
 )
 
-pytestmark = pytest.mark.slow
+# Most of its time is a new virtual environment and its installs (two minutes and more on a
+# loaded machine): a bound above the suite's 300 s, as a safety net, not a figure.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 CALLS = 6  # enqueued calls of shop.tasks.record
 FIRES = 3  # fires of each periodic task the test waits for
