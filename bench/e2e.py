@@ -86,12 +86,13 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def start_workers(children: Children, app: str, queue: str, opts: Options) -> list[str]:
-    return [start_worker(children, app, queue, number, opts) for number in range(opts.workers)]
+def start_workers(children: Children, app: str, queue: str, opts, env: dict[str, str] | None = None) -> list[str]:
+    return [start_worker(children, app, queue, number, opts, env) for number in range(opts.workers)]
 
 
-def start_worker(children: Children, app: str, queue: str, number: int, opts) -> str:
-    """Worker `number` (the child f"{app}-worker{number}") with opts' -c and -P; its node name."""
+def start_worker(children: Children, app: str, queue: str, number: int, opts, env: dict[str, str] | None = None) -> str:
+    """Worker `number` (the child f"{app}-worker{number}") with opts' -c and -P, in `env`
+    (default: child_env()); its node name."""
     name = f"bench{number}-{uuid.uuid4().hex[:6]}@{socket.gethostname()}"
     children.start(
         f"{app}-worker{number}",
@@ -116,7 +117,7 @@ def start_worker(children: Children, app: str, queue: str, number: int, opts) ->
             "-l",
             "warning",
         ],
-        child_env(),
+        env or child_env(),
     )
     return name
 

@@ -14,3 +14,5 @@ BENCH_BASE_SETTINGS = os.environ.get("CRONFLEET_BENCH_BASE_SETTINGS", "project.s
 _base = importlib.import_module(BENCH_BASE_SETTINGS)
 globals().update({name: getattr(_base, name) for name in dir(_base) if name.isupper()})
 INSTALLED_APPS = [*_base.INSTALLED_APPS, "bench"]
+# `bench tasks`: Django's task API on Cronfleet's backend, as its workers have it.
+TASKS = importlib.import_module("bench.tasks_settings").TASKS

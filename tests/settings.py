@@ -45,3 +45,14 @@ if "mariadb" in DATABASES:  # noqa: F405
 # The suite's users log in with passwords thousands of times: PBKDF2 would spend 0.4 s on each
 # (the processes tests start use project.settings and its hashers).
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# Django's task API on Cronfleet's backend, for tests/integration/djangotasks (tasks in
+# tests/support/djtasks.py), writing to the tenant those tests make. Django 5.2 without the
+# django-tasks backport reads no TASKS.
+TASKS = {
+    "default": {
+        "BACKEND": "scheduler_app.djangotasks.CronfleetBackend",
+        "QUEUES": ["default", "reports"],
+        "OPTIONS": {"TENANT": "djtasks", "MAX_ATTEMPTS": 2, "RETRY_BACKOFF_SECONDS": 0},
+    }
+}

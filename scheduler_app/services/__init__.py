@@ -11,6 +11,7 @@
 - retention: a tenant's or a job's retention (a job's within its tenant's bound);
 - importbeat: the import of django-celery-beat's periodic tasks;
 - pauses: bulk pauses (a second person's approval over a threshold), the paused jobs;
+- taskcalls: one call of a django.tasks task as a one-off job, its run recorded when due;
 - common: the quota error, whole-number checks, admission.
 
 Services validate their input (raising InvalidInput naming the field, before anything is
@@ -70,6 +71,7 @@ from scheduler_app.services.retention import (
     tenant_set_retention,
 )
 from scheduler_app.services.runs import REPLAYABLE, job_backfill, run_replay
+from scheduler_app.services.taskcalls import task_call_record
 from scheduler_app.services.tenantmove import tenant_export, tenant_import
 from scheduler_app.services.tenants import (
     TENANT_LIMITS,
@@ -133,6 +135,7 @@ __all__ = [
     "run_replay",
     "schedule_preview",
     "spec_schedule",
+    "task_call_record",
     "tenant_by_slug",
     "tenant_create",
     "tenant_export",

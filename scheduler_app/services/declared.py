@@ -22,6 +22,7 @@ from pathlib import Path
 from django.apps import apps
 from django.db import transaction
 
+from scheduler_app import taskapi
 from scheduler_app.conf import app_settings
 from scheduler_app.models import AuditEvent, Job, Tenant, db_now
 from scheduler_app.models.lifecycle import job_pause
@@ -130,7 +131,9 @@ def deep_problem(text: str) -> str:
 
 
 def app_modules() -> list[tuple[str, dict]]:
-    """(module name, SCHEDULES) of each installed app's `schedules` module that has one."""
+    """(module name, SCHEDULES) of each installed app's `schedules` module that has one, then
+    the periodic django.tasks declarations (taskapi.periodic_groups), but a module's group
+    that declares none in a tenant that does not exist (nothing of it to prune there)."""
     found = []
     for config in apps.get_app_configs():
         name = f"{config.name}.schedules"
@@ -139,7 +142,10 @@ def app_modules() -> list[tuple[str, dict]]:
         value = getattr(importlib.import_module(name), "SCHEDULES", None)
         if value is not None:
             found.append((name, value))
-    return found
+    groups = taskapi.periodic_groups()
+    empty = {group["tenant"] for _, group in groups if "jobs" not in group}
+    existing = set(Tenant.objects.filter(slug__in=empty).values_list("slug", flat=True)) if empty else set()
+    return found + [(source, group) for source, group in groups if "jobs" in group or group["tenant"] in existing]
 
 
 def check_something_declared(path: str | Path | None = None) -> None:

@@ -24,9 +24,13 @@ from scheduler_app.services.jobspec import JobSpec, check_job_quota, validate_sp
 from scheduler_app.validation import InvalidInput, check_line, check_name
 
 
-def job_create(tenant: Tenant, spec: JobSpec, *, actor: str = "", allow_any_registered: bool = False) -> Job:
+def job_create(
+    tenant: Tenant, spec: JobSpec, *, actor: str = "", allow_any_registered: bool = False, wake: bool = True
+) -> Job:
     """Make a job of `spec` for `tenant`. allow_any_registered=True comes from the admin's job
-    form only, for staff: the task may be any the Celery app registers (validate_spec)."""
+    form only, for staff: the task may be any the Celery app registers (validate_spec).
+    wake=False leaves the beats asleep: for a caller that records the job's only fire itself
+    (services/taskcalls.py), so that nothing is left for a beat to do."""
     seed = secrets.randbelow(2**31)
     name = spec.name
     try:
@@ -51,7 +55,8 @@ def job_create(tenant: Tenant, spec: JobSpec, *, actor: str = "", allow_any_regi
                 task=job.task_name,
                 **({"placement": job.flex_note} if job.flex_window else {}),
             )
-            wake_beats()
+            if wake:
+                wake_beats()
     except IntegrityError:
         raise InvalidInput("name", f"tenant {tenant.slug!r} already has a job named {name!r}") from None
     return job

@@ -27,11 +27,12 @@ from fnmatch import fnmatchcase
 
 from celery import current_app as app
 
-from scheduler_app import hints
+from scheduler_app import hints, taskapi
 from scheduler_app.conf import app_settings
 from scheduler_app.fire import FireContext, firing
 from scheduler_app.ledger.chains import parent_fire
 from scheduler_app.queues import EXECUTE_HTTP_RUNS, EXECUTE_RUN, EXECUTE_RUNS
+from scheduler_app.targets import djangotask
 from scheduler_app.targets.base import PermanentFailure
 from scheduler_app.validation import InvalidInput
 
@@ -113,6 +114,8 @@ def check(spec, tenant: str | None = None, *, any_registered: bool = False, kept
         raise InvalidInput(
             "task", "the job has no target: name a task, or give it another one (http, command, sql, a check-in)"
         )
+    if taskapi.is_task_name(name):  # a django.tasks task: its backend's tenant only (djangotask.py)
+        return djangotask.check(name, tenant)
     if task_allowed(name):
         return {}
     if kept and name == kept:
@@ -131,20 +134,12 @@ def check(spec, tenant: str | None = None, *, any_registered: bool = False, kept
 def perform(started):
     """Run the job's task in this worker process and return its result."""
     run, job = started.run, started.job
-    if not (task_allowed(job.task_name) or chosen_in_admin(job)):
+    django_task = taskapi.is_task_name(job.task_name)
+    if not (django_task or task_allowed(job.task_name) or chosen_in_admin(job)):
         raise PermanentFailure(
             f"task {job.task_name!r} is not in {SETTING} (taken off it since the job was saved?): "
             "allow it in the settings, or have staff choose it in the admin"
         )
-    if job.task_name not in app.tasks:
-        app.loader.import_default_modules()  # tasks.py of every installed app
-    try:
-        task = app.tasks[job.task_name]
-    except KeyError:
-        raise PermanentFailure(
-            f"task {job.task_name!r} is not registered in this worker: its Celery app "
-            f"({hints.celery_app_argument()}) does not import the task's module"
-        ) from None
     context = FireContext(
         fire_key=run.fire_key,
         attempt=run.attempt,
@@ -158,4 +153,18 @@ def perform(started):
         parent_key, parent_id = parent_fire(run)
         context = replace(context, parent_fire_key=parent_key, parent_run_id=parent_id)
     with firing(context):
-        return task(*job.args, **job.kwargs)
+        if django_task:
+            return djangotask.perform(started, job.args, job.kwargs)
+        return celery_task(job.task_name)(*job.args, **job.kwargs)
+
+
+def celery_task(name: str):
+    if name not in app.tasks:
+        app.loader.import_default_modules()  # tasks.py of every installed app
+    try:
+        return app.tasks[name]
+    except KeyError:
+        raise PermanentFailure(
+            f"task {name!r} is not registered in this worker: its Celery app "
+            f"({hints.celery_app_argument()}) does not import the task's module"
+        ) from None

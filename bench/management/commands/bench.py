@@ -17,6 +17,7 @@ Figures are never asserted by tests: they are for reading.
     manage.py bench console --jobs N [--rows R] [--requests X] [--reseed] [--explain]
     manage.py bench flexible --jobs N [--window "daily 01:00-03:00"]
     manage.py bench timedata --jobs N
+    manage.py bench tasks --jobs N [--workers W] [--concurrency C] [--pool P] [--no-floor] [--repeat X]
 
 
 `ledger` (bench/ledger.py) seeds R finished runs for N jobs and prints
@@ -28,6 +29,8 @@ ledger of R runs it seeds once and keeps (tenants "console-*", which `bench` doe
 jitter over the window, a fixed time at its start) and prints the peak and mean fires per
 minute in the window, and the time per job added. `timedata` (bench/timedata.py) times the
 time-data check (`schedules impact`, a beat's start-up check) over N jobs.
+`tasks` (bench/djangotasks.py) enqueues N django.tasks calls on Cronfleet's backend, each in its
+own transaction, beside N plain Celery calls, and prints enqueue-to-finish for both.
 
 Each scenario is a module of bench/ (dispatch.py, peers.py, steady.py,
 e2e.py); what they share is in common.py. This command parses the arguments, checks that
@@ -49,7 +52,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, transaction
 
-from bench import autoscale, console, dispatch, e2e, flexible, http, ledger, peers, steady, timedata
+from bench import autoscale, console, dispatch, djangotasks, e2e, flexible, http, ledger, peers, steady, timedata
 from bench.common import PREFIX
 from scheduler_app.conf import app_settings
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Tenant
@@ -76,6 +79,7 @@ class Command(BaseCommand):
                 "flexible",
                 "autoscale",
                 "timedata",
+                "tasks",
             ],
             help="What to measure",
         )
@@ -131,18 +135,21 @@ class Command(BaseCommand):
         parser.add_argument("--rate", type=float, default=None, help="steady: fires per second (R)")
         parser.add_argument("--seconds", type=float, default=None, help="steady: seconds of steady load (T)")
         parser.add_argument(
-            "--workers", type=int, default=None, help="e2e, steady: Celery worker processes (default 1, steady 2)"
+            "--workers",
+            type=int,
+            default=None,
+            help="e2e, steady, tasks: Celery worker processes (default 1, steady 2)",
         )
         parser.add_argument(
-            "--concurrency", type=int, default=None, help="e2e, steady: each worker's -c (default 2, steady 4)"
+            "--concurrency", type=int, default=None, help="e2e, steady, tasks: each worker's -c (default 2, steady 4)"
         )
         parser.add_argument(
             "--pool",
             choices=["prefork", "threads", "solo"],
             default="prefork",
-            help="e2e, steady: each worker's -P (default prefork)",
+            help="e2e, steady, tasks: each worker's -P (default prefork)",
         )
-        parser.add_argument("--no-floor", action="store_true", help="e2e, steady: skip the plain-Celery floor")
+        parser.add_argument("--no-floor", action="store_true", help="e2e, steady, tasks: skip the plain-Celery floor")
         parser.add_argument(
             "--batch",
             type=int,
@@ -256,7 +263,14 @@ class Command(BaseCommand):
             raise CommandError(f"bench: cannot reach the broker {self.broker_label()}: {exc}", returncode=2) from None
         self.verbosity = options.get("verbosity", 1)
         # Queues each scenario fills, flushed before and after (a scenario adds its own).
-        self.extra_queues: list[str] = [dispatch.QUEUE, dispatch.FLOOR_QUEUE, e2e.QUEUE, peers.QUEUE, steady.QUEUE]
+        self.extra_queues: list[str] = [
+            dispatch.QUEUE,
+            dispatch.FLOOR_QUEUE,
+            e2e.QUEUE,
+            peers.QUEUE,
+            steady.QUEUE,
+            djangotasks.QUEUE,
+        ]
 
         self.clean()
         # SIGTERM (and SIGINT, which a shell ignores in background jobs) must still stop the
@@ -330,6 +344,19 @@ class Command(BaseCommand):
                         load=min(options.get("load") or 0, jobs),
                         repeat=options.get("repeat") or 3,
                         timeout=timeout,
+                    ),
+                )
+            elif scenario == "tasks":
+                ok = djangotasks.run(
+                    self,
+                    djangotasks.Options(
+                        jobs=jobs,
+                        workers=options["workers"] or 1,
+                        concurrency=options["concurrency"] or 2,
+                        pool=options["pool"],
+                        timeout=timeout,
+                        floor=not options["no_floor"],
+                        repeat=options["repeat"] or 1,
                     ),
                 )
             elif scenario == "flexible":

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from scheduler_app import taskapi
 from tests.conftest import ROOT, process_env
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -102,6 +103,15 @@ def test_bench_steady_runs_beats_and_workers_and_its_checks_pass():
     assert "start lag p50/p99/max s" in done.stdout
     assert "plain Celery no-op at the same rate (floor)" in done.stdout
     assert "target: 1,000 fires/s" in done.stdout
+
+
+def test_bench_tasks_runs_django_tasks_calls_beside_the_floor_and_its_checks_pass():
+    if taskapi.api is None:
+        pytest.skip("Django 5.2 has no django.tasks without the backport: pip install django-tasks")
+    done = bench("tasks", "--jobs", "20", timeout=600)
+
+    assert re.search(r"plain Celery \.delay\(\) \(floor\) +20 ", done.stdout)
+    assert re.search(r"cronfleet: calls succeeded +21/21 +ok", done.stdout)
 
 
 def test_bench_autoscale_scales_real_workers_under_each_controller_and_its_checks_pass():

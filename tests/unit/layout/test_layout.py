@@ -29,6 +29,7 @@ FLOORS = [
         "scheduler_app.redisclient",
         "scheduler_app.fsbroker",
         "scheduler_app.cells",
+        "scheduler_app.taskapi",
     ],
     ["scheduler_app.models"],
     ["scheduler_app.ledger"],
@@ -38,6 +39,7 @@ FLOORS = [
     ["scheduler_app.dispatch", "scheduler_app.worker"],
     ["scheduler_app.alerts"],
     ["scheduler_app.services"],
+    ["scheduler_app.djangotasks"],  # the django.tasks backend: enqueue through the services
     ["scheduler_app.management"],  # the commands, and the text renderings the admin shares (tables.py)
     [
         "scheduler_app.api",
