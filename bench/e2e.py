@@ -25,10 +25,10 @@ from django.test.utils import CaptureQueriesContext
 
 from bench import floor
 from bench.common import Children, tree_cpu
+from scheduler_app.http.secrets import encryption_keys
 from scheduler_app.models import Job, JobRun, RunState, Tenant, db_now
 from scheduler_app.queues import redis_list_keys
 from scheduler_app.services import wake_beats
-from scheduler_app.targets.http.secrets import encryption_keys
 
 QUEUE = "bench-e2e"
 PREFIX = "bench-"

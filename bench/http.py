@@ -33,10 +33,10 @@ from django.db import connection, transaction
 from bench.common import Children, num, status_kb, tree_cpu, tree_pids
 from bench.e2e import child_env, wait_ready, work_left
 from scheduler_app.conf import app_settings
+from scheduler_app.http.signing import InvalidSignature, verify
 from scheduler_app.models import Job, JobRun, RunState, Tenant, db_now
 from scheduler_app.queues import redis_list_keys
 from scheduler_app.services import tenant_signing_secrets, wake_beats
-from scheduler_app.targets.http.signing import InvalidSignature, verify
 
 PREFIX = "bench-"
 TENANTS = 10

@@ -35,8 +35,8 @@ import time
 
 import aiohttp
 
-from scheduler_app.targets.http import guard
-from scheduler_app.targets.http.client import (
+from scheduler_app.http import guard
+from scheduler_app.http.client import (
     HttpConnectionError,
     HttpResult,
     HttpTimeout,
@@ -80,7 +80,7 @@ async def request(
     signed_headers: dict[str, str],
     deadline: float,
 ) -> HttpResult:
-    """Send `call` (perform.Call) once over `http`; its answer by `deadline` (time.monotonic())."""
+    """Send `call` (call.Call) once over `http`; its answer by `deadline` (time.monotonic())."""
     header_list = [
         (name, value) for name, value in build_headers(call.headers, signed_headers, USER_AGENT) if name != "Connection"
     ]  # the blocking client closes; this one keeps connections alive
