@@ -1,8 +1,8 @@
 """The concurrent HTTP client: one attempt as a coroutine, many in flight on one event loop.
 
-Built on aiohttp for its HTTP/1.1 parser and its keep-alive pool per host (a C parser and
-connection reuse are most of what a thousand attempts in flight cost). The SSRF guard is
-ours and stays as strong as the blocking client's (client.py), whatever aiohttp would do:
+HTTP/1.1 on the event loop's own transports, each answer parsed by httptools (pool.py):
+keep-alive connections pooled per checked address, no HTTP library's per-request objects.
+The SSRF guard is ours and as strong as the blocking client's (client.py):
 
 * the URL is vetted by guard.check_url before anything else (Call.host and Call.path are
   its result);
@@ -10,90 +10,91 @@ ours and stays as strong as the blocking client's (client.py), whatever aiohttp 
   judges every address it answered (the same function the blocking client uses); the
   checked answer serves the same host for RESOLVED_SECONDS (an IP literal is checked as
   the resolver would answer it, without one);
-* aiohttp is handed the checked address itself as the URL's host, so it resolves nothing
-  (its own resolver never runs for an IP literal) and cannot reach another address; the
-  original name stays the Host header and, for https, the TLS server name that the
-  certificate is verified against (ssl.create_default_context: verified, as everywhere);
-* redirects are never followed, nothing is decompressed, no cookie is kept (one session
-  serves every tenant), no proxy is taken from the environment;
+* a connection is opened to a checked address itself, and pooled under it, so nothing
+  resolves the name again and no other address can be reached; the original name stays
+  the Host header and, for https, the TLS server name that the certificate is verified
+  against (ssl.create_default_context: verified, as everywhere);
+* redirects are never followed, nothing is decompressed (Accept-Encoding: identity), no
+  cookie is kept, no proxy is taken from the environment;
 * `deadline` bounds the whole attempt (resolve, connect, TLS, request, status, headers,
   body): asyncio.timeout cancels it there, so a server that drips a byte at a time cannot
-  keep it alive; at most max_response_bytes of the body are read.
+  keep it alive; at most max_response_bytes of the body are kept, and a connection whose
+  answer was cut short is closed.
 
-A pooled connection was made to a checked address; a new one is made only after a new
-resolution and check. Errors come out as the blocking client's: guard.BlockedTarget,
-client.HttpTimeout, client.HttpConnectionError.
+Errors come out as the blocking client's: guard.BlockedTarget, client.HttpTimeout,
+client.HttpConnectionError (a name the resolver does not know: its socket.gaierror).
 """
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
+import re
 import socket
 import ssl
 import time
 
-import aiohttp
-
 from scheduler_app.http import guard
-from scheduler_app.http.client import (
-    HttpConnectionError,
-    HttpResult,
-    HttpTimeout,
-    build_headers,
-    joined_headers,
-)
+from scheduler_app.http.client import HttpConnectionError, HttpResult, HttpTimeout, build_headers, joined_headers
+from scheduler_app.http.pool import Connection, Pool
 
-_READ_CHUNK = 64 * 1024
+try:  # the event loop this client runs fastest on, where it is installed
+    import uvloop
+except ImportError:  # pragma: no cover - asyncio's own loop serves as well, more slowly
+    uvloop = None  # type: ignore[assignment]
+
 USER_AGENT = "Cronfleet-Webhook/1"
 RESOLVED_SECONDS = 2.0  # how long a name's checked addresses serve the next attempts
 RESOLVED_MAX = 10_000  # names kept at most (then all forgotten at once)
 _resolved: dict[tuple, tuple[float, list]] = {}  # (host, port, allowed networks) -> (until, checked addresses)
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+_TARGET = re.compile(r"/[\x21-\x7e]*")  # a request target as sent: printable ASCII, no space
 
 
-def session(*, connections: int, keepalive_seconds: float = 15.0) -> aiohttp.ClientSession:
-    """The session a worker process's event loop shares between all its attempts: at most
-    `connections` open connections (busy and idle), idle ones closed after
-    `keepalive_seconds`. Made inside the running loop."""
-    connector = aiohttp.TCPConnector(
-        limit=connections,
-        limit_per_host=0,
-        use_dns_cache=False,
-        ssl=ssl.create_default_context(),
-        keepalive_timeout=keepalive_seconds,
-        enable_cleanup_closed=True,
-    )
-    return aiohttp.ClientSession(
-        connector=connector,
-        cookie_jar=aiohttp.DummyCookieJar(),
-        auto_decompress=False,
-        trust_env=False,
-        skip_auto_headers=("Accept", "Content-Type"),
-        timeout=aiohttp.ClientTimeout(total=None),
-    )
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """A new event loop for a thread of its own: uvloop's when installed, else asyncio's.
+    No loop policy is set: the process's other loops stay what they were."""
+    return uvloop.new_event_loop() if uvloop is not None else asyncio.new_event_loop()
 
 
-async def request(
-    http: aiohttp.ClientSession,
-    call,
-    *,
-    signed_headers: dict[str, str],
-    deadline: float,
-) -> HttpResult:
-    """Send `call` (call.Call) once over `http`; its answer by `deadline` (time.monotonic())."""
-    header_list = [
-        (name, value) for name, value in build_headers(call.headers, signed_headers, USER_AGENT) if name != "Connection"
-    ]  # the blocking client closes; this one keeps connections alive
+def session(*, connections: int, keepalive_seconds: float = 15.0) -> Pool:
+    """The connections a worker process's event loop shares between all its attempts: at
+    most `connections` open (busy and idle), idle ones closed after `keepalive_seconds`.
+    Made inside the running loop; close() (or `async with`) closes those left idle."""
+    return Pool(connections=connections, keepalive_seconds=keepalive_seconds)
+
+
+async def request(pool: Pool, call, *, signed_headers: dict[str, str], deadline: float) -> HttpResult:
+    """Send `call` (call.Call) once over `pool`; its answer by `deadline` (time.monotonic())."""
     scheme, host, port = call.host
     started = time.monotonic()
     if deadline <= started:
         raise HttpTimeout("request deadline exceeded")
+    message = _message(call, signed_headers)  # ValueError before anything is sent
     try:
         async with asyncio.timeout(deadline - started):
             addresses = await _resolve_checked(host, port, call.allowed_networks)
-            return await _send(http, call, header_list, addresses, started)
+            return await _send(pool, call, message, addresses, started)
     except TimeoutError:
         raise HttpTimeout("request deadline exceeded") from None
+
+
+def _message(call, signed_headers: dict[str, str]) -> bytes:
+    """The request's bytes: its line, headers (validated by client.build_headers, as the
+    blocking client's) and body."""
+    scheme, host, port = call.host
+    if not _TARGET.fullmatch(call.path):
+        raise ValueError("the URL's path and query must be printable ASCII")
+    default_port = guard.ALLOWED_SCHEMES[scheme]
+    host_header = (f"[{host}]" if ":" in host else host) + ("" if port == default_port else f":{port}")
+    lines = [f"{call.method} {call.path} HTTP/1.1", f"Host: {host_header}"]
+    # The blocking client closes each connection; this one keeps them alive.
+    lines += [f"{n}: {v}" for n, v in build_headers(call.headers, signed_headers, USER_AGENT) if n != "Connection"]
+    body = call.body
+    if body or call.method in _BODY_METHODS:
+        lines.append(f"Content-Length: {len(body)}")
+    lines.append("\r\n")
+    return "\r\n".join(lines).encode("latin-1") + body
 
 
 async def _resolve_checked(host: str, port: int, allowed_networks) -> list[guard.Addr]:
@@ -120,57 +121,51 @@ async def _resolve_checked(host: str, port: int, allowed_networks) -> list[guard
         return checked
     family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
     sockaddr = (host, port, 0, 0) if ip.version == 6 else (host, port)
-    return guard.check_resolved(host, [(family, socket.SOCK_STREAM, 6, "", sockaddr)], allowed_networks)
+    checked = guard.check_resolved(host, [(family, socket.SOCK_STREAM, 6, "", sockaddr)], allowed_networks)
+    _resolved[key] = (now + RESOLVED_SECONDS, checked)
+    return checked
 
 
-async def _send(http, call, header_list, addresses, started: float) -> HttpResult:
-    scheme, host, port = call.host
-    default_port = guard.ALLOWED_SCHEMES[scheme]
-    host_header = (f"[{host}]" if ":" in host else host) + ("" if port == default_port else f":{port}")
-    headers = [("Host", host_header), *header_list]
-    body = call.body if call.body or call.method in ("POST", "PUT", "PATCH") else None
+async def _send(pool: Pool, call, message: bytes, addresses, started: float) -> HttpResult:
+    scheme, host, _ = call.host
     last_error: BaseException | None = None
     for family, sockaddr in addresses:  # in resolver order, the next one if a connection fails
-        ip = sockaddr[0]
-        url = f"{scheme}://{f'[{ip}]' if family == socket.AF_INET6 else ip}:{port}{call.path}"
         try:
-            async with http.request(
-                call.method,
-                url,
-                headers=headers,
-                data=body,
-                allow_redirects=False,
-                server_hostname=host if scheme == "https" else None,
-            ) as response:
-                return await _read(response, call.max_response_bytes, started)
-        except aiohttp.ClientConnectorError as exc:  # nothing was sent: another address may answer
+            connection = await pool.connect(scheme, family, sockaddr[0], sockaddr[1], host)
+        except (ssl.SSLError, ssl.CertificateError) as exc:  # refused by TLS: no other address will do
+            raise HttpConnectionError(f"{type(exc).__name__}: {exc}") from exc
+        except OSError as exc:  # nothing was sent: another address may answer
             last_error = exc
             continue
-        except (aiohttp.ClientError, OSError) as exc:
+        try:
+            answer = await _exchange(pool, connection, call, message, scheme, family, sockaddr, host)
+        except OSError as exc:
             raise HttpConnectionError(f"{type(exc).__name__}: {exc}") from exc
+        body = b"".join(answer.chunks)
+        return HttpResult(
+            status=answer.status,
+            headers=joined_headers(answer.headers),
+            body=body[: call.max_response_bytes],
+            truncated=answer.truncated,
+            elapsed=time.monotonic() - started,
+        )
     raise HttpConnectionError(f"{type(last_error).__name__}: {last_error}") from last_error
 
 
-async def _read(response: aiohttp.ClientResponse, max_response_bytes: int, started: float) -> HttpResult:
-    result_headers = joined_headers(response.headers.items())
-    limit = max_response_bytes + 1
-    chunks: list[bytes] = []
-    received = 0
-    while received < limit:
-        chunk = await response.content.read(min(_READ_CHUNK, limit - received))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        received += len(chunk)
-    truncated = received > max_response_bytes
-    if truncated:
-        response.close()  # the rest is never read: this connection cannot be reused
-    elif response.content_length is not None and received < response.content_length:
-        raise HttpConnectionError("connection closed before the end of the body")
-    return HttpResult(
-        status=response.status,
-        headers=result_headers,
-        body=b"".join(chunks)[:max_response_bytes],
-        truncated=truncated,
-        elapsed=time.monotonic() - started,
-    )
+async def _exchange(pool: Pool, connection: Connection, call, message: bytes, scheme, family, sockaddr, host):
+    """The answer over `connection`; over a new one to the same checked address if a kept
+    connection was closed by the server before any byte of the answer came (as keep-alive
+    clients do: the server had closed it while idle)."""
+    head_only = call.method == "HEAD"
+    try:
+        return await connection.exchange(message, limit=call.max_response_bytes, head_only=head_only)
+    except HttpConnectionError:
+        if connection.requests == 1 or connection.got_bytes:
+            raise
+    finally:
+        pool.release(connection)
+    connection = await pool.connect(scheme, family, sockaddr[0], sockaddr[1], host)
+    try:
+        return await connection.exchange(message, limit=call.max_response_bytes, head_only=head_only)
+    finally:
+        pool.release(connection)

@@ -40,7 +40,6 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 from celery.signals import worker_process_shutdown
 from django.db import DatabaseError, connection
@@ -60,9 +59,6 @@ from scheduler_app.worker.execution import Outcome
 from scheduler_app.worker.hostslots import FairSlots
 from scheduler_app.worker.leases import LEASES
 from scheduler_app.worker.transitions import Started
-
-if TYPE_CHECKING:
-    import aiohttp
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +114,7 @@ class Flight:
         # The event loop thread's: set before _ensure_started lets anything use them.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._slots: FairSlots | None = None
-        self._session: aiohttp.ClientSession | None = None
+        self._session: aclient.Pool | None = None
         self._tasks: set[asyncio.Task] = set()
 
     @staticmethod
@@ -176,7 +172,7 @@ class Flight:
             self._pid = os.getpid()
 
     def _loop_forever(self, ready: threading.Event) -> None:
-        loop = asyncio.new_event_loop()
+        loop = aclient.new_event_loop()
         asyncio.set_event_loop(loop)
         self._loop = loop
         total = app_settings.HTTP_IN_FLIGHT

@@ -9,6 +9,7 @@ for both."""
 from __future__ import annotations
 
 import email.utils
+import functools
 import ipaddress
 import logging
 import time
@@ -56,7 +57,7 @@ def prepare(run, job, now, secrets: list[str] | None = None) -> Call:
     BlockedTarget (as a PermanentFailure) when the URL is refused as it stands."""
     config = job.target_config
     try:
-        target = guard.check_url(config["url"])
+        target = checked_url(config["url"])
     except guard.BlockedTarget as exc:
         raise PermanentFailure(f"{exc.reason}: {exc.detail}") from None
     if secrets is None:
@@ -72,11 +73,30 @@ def prepare(run, job, now, secrets: list[str] | None = None) -> Call:
         path=target.path_and_query,
         headers={**config.get("headers", {}), **chain_headers(run)},
         body=config.get("body", "").encode(),
-        secrets=tuple(signing.parse_secret(s) for s in secrets),
+        secrets=tuple(parsed_secret(s) for s in secrets),
         timeout=float(job.timeout_seconds),
         max_response_bytes=app_settings.HTTP_MAX_RESPONSE_BYTES,
-        allowed_networks=tuple(ipaddress.ip_network(net) for net in app_settings.HTTP_ALLOWED_NETWORKS),
+        allowed_networks=networks(tuple(app_settings.HTTP_ALLOWED_NETWORKS)),
     )
+
+
+# What prepare() works out of a job's config and the settings is the same for every run of
+# a job: each is pure, and kept (a group of a thousand runs parsed one URL a thousand times).
+@functools.lru_cache(maxsize=4096)
+def checked_url(url: str) -> guard.ParsedTarget:
+    """guard.check_url(url), kept (a refusal is not: it raises again each time)."""
+    return guard.check_url(url)
+
+
+@functools.lru_cache(maxsize=1024)
+def parsed_secret(text: str) -> bytes:
+    return signing.parse_secret(text)
+
+
+@functools.lru_cache(maxsize=16)
+def networks(allowed: tuple[str, ...]) -> tuple:
+    """CRONFLEET_HTTP_ALLOWED_NETWORKS as the guard reads them."""
+    return tuple(ipaddress.ip_network(net) for net in allowed)
 
 
 # A chained run's request names its parent's fire (docs/chains.md).
