@@ -32,7 +32,6 @@ are handed back to the task, which runs them in turn.
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
 import gc
 import logging
@@ -104,7 +103,6 @@ class _Finished:
     exc: BaseException | None = None
     seconds: float | None = None
     waited: float = 0.0  # from the group's start to this attempt's call (its wait for a slot)
-    answered: str | None = None  # how the call ended, for cronfleet_http_responses (None: never made)
 
 
 class Flight:
@@ -118,11 +116,6 @@ class Flight:
         self._slots: FairSlots | None = None
         self._session: aclient.Pool | None = None
         self._tasks: set[asyncio.Task] = set()
-        # Attempts waiting for a slot and being sent, counted by the event loop thread; the
-        # database thread sets the gauges from them at each tick (bookkeeping per tick, not
-        # per attempt).
-        self._waiting = 0
-        self._sending = 0
 
     @staticmethod
     def enabled() -> bool:
@@ -219,8 +212,6 @@ class Flight:
                     flush_at = now + TICK_SECONDS  # the database is away: the same outcomes again soon
             if now >= renew_at:
                 renew_at = now + TICK_SECONDS
-                metrics.HTTP_WAITING.set(self._waiting)
-                metrics.HTTP_IN_FLIGHT.set(self._sending)
                 try:
                     LEASES.renew_due()
                 except Exception:  # noqa: BLE001 - this thread must outlive any one failure
@@ -301,16 +292,13 @@ class Flight:
             LEASES.release([f.attempt.started.run.id for f in finished])
             self._release(len(finished))
             return True
-        tenant_labels = app_settings.METRICS_TENANT_LABELS
         for f in finished:
             run = f.attempt.started
             metrics.observe_delivery(
                 replace(outcomes[run.run.id], started=run, seconds=f.seconds),
                 f.attempt.queue,
-                tenant_labels=tenant_labels,
+                tenant_labels=app_settings.METRICS_TENANT_LABELS,
             )
-        for answered, count in collections.Counter(f.answered for f in finished if f.answered).items():
-            metrics.HTTP_RESPONSES.labels(answered).inc(count)
         self._release(len(finished))
         return True
 
@@ -342,13 +330,13 @@ class Flight:
             answered = _failure_class(exc) if answered == "error" else answered
             outcome.exc = failure_of(call, exc)
         outcome.seconds = time.monotonic() - began
-        outcome.answered = answered
+        metrics.HTTP_RESPONSES.labels(answered).inc()
         self._inbox.put(outcome)
 
     async def _take_slot(self, attempt: _Attempt) -> None:
         call, slots = attempt.call, self._slots
         assert slots is not None  # made with the loop this runs on
-        self._waiting += 1
+        metrics.HTTP_WAITING.inc()
         try:
             async with asyncio.timeout(max(0.0, attempt.deadline - time.monotonic())):
                 await slots.acquire(call.host)
@@ -358,7 +346,7 @@ class Flight:
                 f"({slots.in_flight.get(call.host, 0)} attempts in flight to it)"
             ) from None
         finally:
-            self._waiting -= 1
+            metrics.HTTP_WAITING.dec()
 
     async def _send(self, attempt: _Attempt):
         """The answer to this attempt, signed and sent now, if its lease still holds."""
@@ -366,13 +354,13 @@ class Flight:
         if not LEASES.holds(call.run_id):
             raise execution.LeaseUnconfirmed()
         assert self._session is not None  # opened on the loop before it took any work
-        self._sending += 1
+        metrics.HTTP_IN_FLIGHT.inc()
         try:
             return await aclient.request(
                 self._session, call, signed_headers=call.signed_headers(time.time()), deadline=attempt.deadline
             )
         finally:
-            self._sending -= 1
+            metrics.HTTP_IN_FLIGHT.dec()
 
     def _show_slots(self) -> None:
         """FairSlots' on_change: a host started or stopped waiting."""
