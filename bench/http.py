@@ -2,11 +2,13 @@
 local receiver (bench/receiver.py) that answers after --latency seconds; one beat
 (`manage.py runbeat`) and one worker started as the README starts it (`celery -A project
 worker`, no other flag), until every run has ended. Beside it, in the same command and
-against the same receiver, the floor: a plain asyncio client (bench/httpfloor.py) with as
-many requests in flight as the worker may hold (its processes x CRONFLEET_HTTP_IN_FLIGHT).
+against the same receiver, two floors (bench/httpfloor.py), each with as many requests in
+flight as the worker may hold (its processes x CRONFLEET_HTTP_IN_FLIGHT): an asyncio client
+on the loop's bare streams (hand-written HTTP/1.1, keep-alive: the limit), and an aiohttp
+client (an HTTP library's cost included).
 
 Printed: webhooks delivered per second (the ledger's runs over the last end minus the
-spike) and as a share of the floor's; start lag p50/p99/max in the ledger (started -
+spike) and as a share of each floor's; start lag p50/p99/max in the ledger (started -
 scheduled) and at the receiver (arrival - scheduled); signatures verified at the receiver;
 database transactions per run (every process's, from pg_stat_database); the worker's peak
 RSS per process and the most PostgreSQL connections its processes held at once.
@@ -33,10 +35,10 @@ from django.db import connection, transaction
 from bench.common import Children, num, status_kb, tree_cpu, tree_pids
 from bench.e2e import child_env, wait_ready, work_left
 from scheduler_app.conf import app_settings
+from scheduler_app.http.signing import InvalidSignature, verify
 from scheduler_app.models import Job, JobRun, RunState, Tenant, db_now
 from scheduler_app.queues import redis_list_keys
 from scheduler_app.services import tenant_signing_secrets, wake_beats
-from scheduler_app.targets.http.signing import InvalidSignature, verify
 
 PREFIX = "bench-"
 TENANTS = 10
@@ -120,13 +122,16 @@ def in_flight(opts: Options) -> int:
     return opts.in_flight if opts.in_flight is not None else app_settings.HTTP_IN_FLIGHT
 
 
-def measure_floor(opts: Options, note) -> Result:
+FLOORS = {"streams": "bare-stream asyncio client", "aiohttp": "aiohttp client"}
+
+
+def measure_floor(opts: Options, note, client: str) -> Result:
     children = Children()
     port = free_port()
     try:
         start_receiver(children, "floor-receiver", port, opts, hang=False)
         k = worker_processes(opts) * in_flight(opts)
-        note(f"floor: asyncio client, {opts.jobs} POSTs, {k} in flight")
+        note(f"floor: {FLOORS[client]}, {opts.jobs} POSTs, {k} in flight")
         cpu_before = children.cpu()
         proc = children.start(
             "floor-client",
@@ -134,6 +139,8 @@ def measure_floor(opts: Options, note) -> Result:
                 sys.executable,
                 "-m",
                 "bench.httpfloor",
+                "--client",
+                client,
                 "--requests",
                 str(opts.jobs),
                 "--in-flight",
@@ -148,12 +155,14 @@ def measure_floor(opts: Options, note) -> Result:
         proc.wait(timeout=opts.timeout)
         figures = json.loads(children.log("floor-client").strip().splitlines()[-1])
         result = Result(
-            f"asyncio client, {k} in flight (floor)",
+            f"{FLOORS[client]}, {k} in flight (floor)",
             runs=figures["requests"] - figures["failed"],
             seconds=figures["seconds"],
             worker_cpu=children.cpu() - cpu_before,
         )
-        result.checks.append(("floor: every POST answered 200", f"{figures['failed']} failed", figures["failed"] == 0))
+        result.checks.append(
+            (f"floor, {client}: every POST answered 200", f"{figures['failed']} failed", figures["failed"] == 0)
+        )
         return result
     finally:
         children.stop_all()
@@ -330,19 +339,20 @@ def report(out, opts: Options, results: list[Result]) -> bool:
         + " ".join(f"{x:.2f}" for x in os.getloadavg())
     )
     out(
-        f"  {'':<38}{'runs':>7}{'seconds':>9}{'runs/s':>9}{'start lag p50/p99/max s':>26}"
+        f"  {'':<52}{'runs':>7}{'seconds':>9}{'runs/s':>9}{'start lag p50/p99/max s':>26}"
         f"{'arrival p50/p99/max s':>24}{'xacts/run':>11}{'RSS MiB':>9}{'PG conns':>10}{'CPU ms/run':>12}"
     )
     for r in results:
         out(
-            f"  {r.label:<38}{r.runs:>7}{num(r.seconds, 2):>9}{num(r.rate, 0):>9}{_triple(r.lag):>26}"
+            f"  {r.label:<52}{r.runs:>7}{num(r.seconds, 2):>9}{num(r.rate, 0):>9}{_triple(r.lag):>26}"
             f"{_triple(r.arrival):>24}{num(r.transactions, 2):>11}{num(r.rss_mib, 0):>9}"
             f"{num(r.connections, 0):>10}{num(r.worker_cpu / r.runs * 1000 if r.runs and r.worker_cpu else None, 2):>12}"
         )
-    floor = next((r for r in results if "floor" in r.label), None)
     ours = next((r for r in results if r.label.startswith("cronfleet (")), None)
-    if floor and ours and floor.rate and ours.rate:
-        out(f"  cronfleet / floor: {ours.rate / floor.rate:.0%} of the floor's webhooks per second")
+    for floor in (r for r in results if "floor" in r.label):
+        if ours and floor.rate and ours.rate:
+            name = floor.label.split(",")[0]
+            out(f"  cronfleet / {name}: {ours.rate / floor.rate:.2f} of its webhooks per second")
     hung = next((r for r in results if "hanging" in r.label), None)
     if hung and ours and ours.others_p99 and hung.others_p99 is not None:
         out(
@@ -361,7 +371,7 @@ def _triple(values) -> str:
 
 
 def run(command, opts: Options) -> bool:
-    results = [measure_floor(opts, command.note)] if opts.floor else []
+    results = [measure_floor(opts, command.note, client) for client in FLOORS] if opts.floor else []
     results.append(measure_cronfleet(opts, command.note, command.clean, hang=False))
     if opts.hang:
         results.append(measure_cronfleet(opts, command.note, command.clean, hang=True))

@@ -32,9 +32,9 @@ from scheduler_app.alerts.budget import email_budget_exceeded, suppressed_entry
 from scheduler_app.alerts.evaluate import check_every
 from scheduler_app.alerts.post import post_alert
 from scheduler_app.conf import app_settings
+from scheduler_app.http import signing
+from scheduler_app.http.secrets import tenant_signing_secrets
 from scheduler_app.models import Alert, db_now
-from scheduler_app.targets.http import signing
-from scheduler_app.targets.http.secrets import tenant_signing_secrets
 
 logger = logging.getLogger(__name__)
 

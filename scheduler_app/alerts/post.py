@@ -9,10 +9,10 @@ import logging
 from urllib.parse import urlsplit
 
 from scheduler_app.conf import app_settings
+from scheduler_app.http import client as httpclient
+from scheduler_app.http import guard as netguard
+from scheduler_app.http.call import UNCALLABLE, uncallable
 from scheduler_app.models import Alert
-from scheduler_app.targets.http import client as httpclient
-from scheduler_app.targets.http import guard as netguard
-from scheduler_app.targets.http.perform import UNCALLABLE, uncallable
 
 logger = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from django.db import transaction
 
 from scheduler_app.alerts.budget import min_cooldown
 from scheduler_app.conf import app_settings
+from scheduler_app.http import guard
 from scheduler_app.models import AlertRule, AuditEvent, Job, JobRun, RunState, db_now
-from scheduler_app.targets.http import guard
 from scheduler_app.validation import InvalidInput, check_url_path
 
 RULE_FIELDS = (

@@ -11,7 +11,7 @@ class Tenant(models.Model):
     name = models.CharField(max_length=200)
     timezone = models.CharField(max_length=64, default="UTC", help_text="Default zone for new cron jobs")
     is_active = models.BooleanField(default=True)
-    # Webhook signing secrets (whsec_...), encrypted at rest (scheduler_app.targets.http.secrets): they must
+    # Webhook signing secrets (whsec_...), encrypted at rest (scheduler_app.http.secrets): they must
     # be readable to sign. During a rotation the previous one also signs until its deadline.
     webhook_secret_encrypted = models.TextField(blank=True, editable=False)
     webhook_secret_previous_encrypted = models.TextField(blank=True, editable=False)

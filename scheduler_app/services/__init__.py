@@ -23,6 +23,7 @@ that uses it.
 """
 
 from scheduler_app.dispatch.waker import wake_beats
+from scheduler_app.http.secrets import tenant_signing_secrets
 from scheduler_app.models.lifecycle import job_pause
 from scheduler_app.services.calendars import (
     calendar_create,
@@ -80,7 +81,6 @@ from scheduler_app.services.tenants import (
     tenant_rotate_webhook_secret,
     tenant_update,
 )
-from scheduler_app.targets.http.secrets import tenant_signing_secrets
 from scheduler_app.validation import InvalidInput, check_name
 
 __all__ = [

@@ -24,6 +24,7 @@ from django.db import models
 
 from scheduler_app.alerts.rules import RULE_FIELDS, validate_rule
 from scheduler_app.cells import CELL_NAME
+from scheduler_app.http import signing
 from scheduler_app.models import AlertRule, ApiKey, Calendar, Job, MaintenanceWindow, Monitor, Tenant
 from scheduler_app.services import flexible
 from scheduler_app.services.calendars import CALENDAR_FIELDS, check_calendar_fields
@@ -34,7 +35,6 @@ from scheduler_app.services.keys import check_key_count, check_key_record
 from scheduler_app.services.tenants import TENANT_LIMITS, check_slug, check_tenant_limit, check_timezone
 from scheduler_app.services.windows import WINDOW_FIELDS, check_window_fields
 from scheduler_app.targets import task as task_target
-from scheduler_app.targets.http import signing
 from scheduler_app.validation import InvalidInput, check_line, check_name
 
 MAX_PROBLEMS = 50  # a document edited wholesale is refused with this many named, and a count of the rest

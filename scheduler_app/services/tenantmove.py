@@ -42,6 +42,7 @@ from django.utils.dateparse import parse_datetime
 from scheduler_app import schedules
 from scheduler_app.dispatch import pgarrays
 from scheduler_app.dispatch.waker import wake_beats
+from scheduler_app.http import secrets as crypto
 from scheduler_app.models import (
     TERMINAL_STATES,
     AlertRule,
@@ -58,7 +59,6 @@ from scheduler_app.models import (
 from scheduler_app.services import documentmac
 from scheduler_app.services.jobspec import check_queue_tenant
 from scheduler_app.services.tenantcheck import SECRETS, check_document, columns_of, rows, run_rows
-from scheduler_app.targets.http import secrets as crypto
 from scheduler_app.validation import InvalidInput
 
 FORMAT = "cronfleet-tenant/1"

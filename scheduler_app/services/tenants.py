@@ -9,10 +9,10 @@ from django.db import IntegrityError, transaction
 from django.utils.text import slugify
 
 from scheduler_app import schedules
+from scheduler_app.http import secrets as crypto
+from scheduler_app.http import signing as webhooks
 from scheduler_app.models import AuditEvent, Tenant, db_now
 from scheduler_app.services.common import check_int
-from scheduler_app.targets.http import secrets as crypto
-from scheduler_app.targets.http import signing as webhooks
 from scheduler_app.validation import InvalidInput, check_name
 
 

@@ -18,12 +18,12 @@ of its own, whatever the pool and its concurrency:
 - the event loop thread: each attempt waits for a slot (hostslots.FairSlots: the process's
   cap and its host's fair share), checks that its lease is still held (leases.holds: a
   worker cut off from the database calls no target its successor may already have
-  called), is signed at that moment and sent by targets/http/aclient.py within its
+  called), is signed at that moment and sent by http/aclient.py within its
   deadline, counted from its start, and its outcome goes back to the database thread.
 
 What each run keeps is what it has when called in turn: its own row and attempt, the start
 and end compare-and-sets, its lease, the whole-attempt deadline, the response-size bound,
-the signature, the retry classes of perform.answer(), the recorded status, latency and body.
+the signature, the retry classes of the HTTP target's answer(), the recorded status, latency and body.
 Celery shows the group's task as done when it is in flight; each run's outcome is on its
 row and in the metrics. Runs of other kinds in a group (a job edited since it was queued)
 are handed back to the task, which runs them in turn.
@@ -40,28 +40,25 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 from celery.signals import worker_process_shutdown
 from django.db import DatabaseError, connection
 from django.utils import timezone
 
 from scheduler_app.conf import app_settings
+from scheduler_app.http import aclient, guard
+from scheduler_app.http.call import Call
+from scheduler_app.http.client import HttpTimeout
+from scheduler_app.http.secrets import tenant_signing_secrets
 from scheduler_app.models import Tenant
 from scheduler_app.observability import metrics
 from scheduler_app.targets import RetryableFailure
-from scheduler_app.targets.http import aclient, guard
-from scheduler_app.targets.http.client import HttpTimeout
-from scheduler_app.targets.http.perform import Call, answer, failure_of, prepare
-from scheduler_app.targets.http.secrets import tenant_signing_secrets
+from scheduler_app.targets.http import answer, failure_of, prepare
 from scheduler_app.worker import execution
 from scheduler_app.worker.execution import Outcome
 from scheduler_app.worker.hostslots import FairSlots
 from scheduler_app.worker.leases import LEASES
 from scheduler_app.worker.transitions import Started
-
-if TYPE_CHECKING:
-    import aiohttp
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +114,7 @@ class Flight:
         # The event loop thread's: set before _ensure_started lets anything use them.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._slots: FairSlots | None = None
-        self._session: aiohttp.ClientSession | None = None
+        self._session: aclient.Pool | None = None
         self._tasks: set[asyncio.Task] = set()
 
     @staticmethod
@@ -175,7 +172,7 @@ class Flight:
             self._pid = os.getpid()
 
     def _loop_forever(self, ready: threading.Event) -> None:
-        loop = asyncio.new_event_loop()
+        loop = aclient.new_event_loop()
         asyncio.set_event_loop(loop)
         self._loop = loop
         total = app_settings.HTTP_IN_FLIGHT

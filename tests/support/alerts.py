@@ -11,8 +11,8 @@ import time
 from datetime import datetime, timedelta
 
 from scheduler_app import alerts
+from scheduler_app.http import signing as webhooks
 from scheduler_app.models import AlertRule, Job, JobRun
-from scheduler_app.targets.http import signing as webhooks
 
 
 def run_of(job: Job, at: datetime, state: str, *, lag: float = 1.0, took: float = 5.0, **fields) -> JobRun:

@@ -5,7 +5,7 @@ and body."""
 from __future__ import annotations
 
 from scheduler_app.conf import app_settings
-from scheduler_app.targets.http import guard
+from scheduler_app.http import guard
 from scheduler_app.validation import InvalidInput, check_headers, check_url_path
 
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")

@@ -1,61 +1,29 @@
 """One HTTP attempt: the job's URL called once, signed the Standard Webhooks way, and the
 answer classified (a retry or not).
 
-prepare() makes the attempt's Call (its request and secrets) while the database is at
-hand; the blocking client (client.py, perform()) or the concurrent one (aclient.py, driven
-by worker/flight.py) sends it; failure_of() and answer() say what came of it, the same way
+prepare() makes the attempt's Call (scheduler_app/http/call.py: its request and secrets)
+while the database is at hand; the blocking client (http/client.py, perform()) or the
+concurrent one (http/aclient.py, driven by worker/flight.py) sends it; failure_of() and answer() say what came of it, the same way
 for both."""
 
 from __future__ import annotations
 
 import email.utils
+import functools
 import ipaddress
 import logging
-import socket
 import time
 import urllib.parse
-from dataclasses import dataclass
 
 from scheduler_app.conf import app_settings
+from scheduler_app.http import client, guard, signing
+from scheduler_app.http.call import UNCALLABLE, Call, uncallable
+from scheduler_app.http.secrets import tenant_signing_secrets
 from scheduler_app.ledger.chains import parent_fire
 from scheduler_app.models import db_now
 from scheduler_app.targets.base import PermanentFailure, RetryableFailure, to_text
-from scheduler_app.targets.http import client, guard, signing
-from scheduler_app.targets.http.secrets import tenant_signing_secrets
 
 logger = logging.getLogger(__name__)
-
-# The run's error when its host may not be called or does not resolve (failure_of).
-UNCALLABLE = "ssrf_blocked or unresolvable"
-
-
-@dataclass(frozen=True)
-class Call:
-    """One attempt's request, made ready while the database is at hand (the tenant's
-    secrets are read here), so that what remains, signing and sending it, needs none:
-    the blocking client sends it at once, the worker's concurrent executor when a slot
-    for its host is free (worker/flight.py)."""
-
-    run_id: int
-    attempt: int
-    fire_key: str
-    scheduled_at: str
-    method: str
-    url: str
-    host: tuple[str, str, int]  # (scheme, host, port): what shares a slot and a connection pool
-    path: str  # with the query, as guard.check_url gave it
-    headers: dict
-    body: bytes
-    secrets: tuple[bytes, ...]
-    timeout: float
-    max_response_bytes: int
-    allowed_networks: tuple
-
-    def signed_headers(self, at: float) -> dict[str, str]:
-        """The Standard Webhooks headers of this attempt signed at Unix time `at`."""
-        return signing.headers(
-            list(self.secrets), self.fire_key, int(at), self.body, attempt=self.attempt, scheduled_at=self.scheduled_at
-        )
 
 
 def perform(started) -> dict:
@@ -89,7 +57,7 @@ def prepare(run, job, now, secrets: list[str] | None = None) -> Call:
     BlockedTarget (as a PermanentFailure) when the URL is refused as it stands."""
     config = job.target_config
     try:
-        target = guard.check_url(config["url"])
+        target = checked_url(config["url"])
     except guard.BlockedTarget as exc:
         raise PermanentFailure(f"{exc.reason}: {exc.detail}") from None
     if secrets is None:
@@ -105,11 +73,30 @@ def prepare(run, job, now, secrets: list[str] | None = None) -> Call:
         path=target.path_and_query,
         headers={**config.get("headers", {}), **chain_headers(run)},
         body=config.get("body", "").encode(),
-        secrets=tuple(signing.parse_secret(s) for s in secrets),
+        secrets=tuple(parsed_secret(s) for s in secrets),
         timeout=float(job.timeout_seconds),
         max_response_bytes=app_settings.HTTP_MAX_RESPONSE_BYTES,
-        allowed_networks=tuple(ipaddress.ip_network(net) for net in app_settings.HTTP_ALLOWED_NETWORKS),
+        allowed_networks=networks(tuple(app_settings.HTTP_ALLOWED_NETWORKS)),
     )
+
+
+# What prepare() works out of a job's config and the settings is the same for every run of
+# a job: each is pure, and kept (a group of a thousand runs parsed one URL a thousand times).
+@functools.lru_cache(maxsize=4096)
+def checked_url(url: str) -> guard.ParsedTarget:
+    """guard.check_url(url), kept (a refusal is not: it raises again each time)."""
+    return guard.check_url(url)
+
+
+@functools.lru_cache(maxsize=1024)
+def parsed_secret(text: str) -> bytes:
+    return signing.parse_secret(text)
+
+
+@functools.lru_cache(maxsize=16)
+def networks(allowed: tuple[str, ...]) -> tuple:
+    """CRONFLEET_HTTP_ALLOWED_NETWORKS as the guard reads them."""
+    return tuple(ipaddress.ip_network(net) for net in allowed)
 
 
 # A chained run's request names its parent's fire (docs/chains.md).
@@ -123,13 +110,6 @@ def chain_headers(run) -> dict:
         return {}
     key, run_id = parent_fire(run)
     return {HEADER_PARENT_RUN_ID: str(run_id), **({HEADER_PARENT_FIRE_KEY: key} if key else {})}
-
-
-# What getaddrinfo says of a name that has no address (of any family, or of those asked for).
-_NO_ADDRESS = {
-    socket.EAI_NONAME,
-    *(getattr(socket, code) for code in ("EAI_NODATA", "EAI_ADDRFAMILY") if hasattr(socket, code)),
-}
 
 
 def failure_of(call: Call, exc: BaseException) -> BaseException:
@@ -150,16 +130,6 @@ def failure_of(call: Call, exc: BaseException) -> BaseException:
     if isinstance(exc, (client.HttpConnectionError, OSError)):
         return RetryableFailure(f"connection_error: {type(exc).__name__}: {exc}")
     return exc
-
-
-def uncallable(exc: BaseException) -> bool:
-    """Whether a client's exception is a refused address or a name with no address, which
-    a tenant must not tell apart (the blocking client wraps the resolver's gaierror in
-    HttpConnectionError; the concurrent one lets it through)."""
-    if isinstance(exc, guard.BlockedTarget):
-        return exc.reason == guard.SSRF_BLOCKED
-    cause = exc if isinstance(exc, socket.gaierror) else exc.__cause__
-    return isinstance(cause, socket.gaierror) and cause.errno in _NO_ADDRESS
 
 
 def answer(call: Call, response: client.HttpResult, clock) -> dict:

@@ -26,6 +26,7 @@ from django.db import connection
 
 from scheduler_app import schedules, services
 from scheduler_app.alerts.rules import rule_set
+from scheduler_app.http.secrets import tenant_signing_secrets
 from scheduler_app.models import (
     AlertRule,
     ApiKey,
@@ -40,7 +41,6 @@ from scheduler_app.models import (
 )
 from scheduler_app.services import tenantmove
 from scheduler_app.services.windows import window_create
-from scheduler_app.targets.http.secrets import tenant_signing_secrets
 from tests.support import servers
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the second cell's connection sees committed rows

@@ -10,11 +10,11 @@ from datetime import timedelta
 import pytest
 
 from scheduler_app import services
+from scheduler_app.http import aclient
+from scheduler_app.http import secrets as crypto
+from scheduler_app.http import signing as webhooks
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, db_now
 from scheduler_app.targets.base import PermanentFailure, RetryableFailure
-from scheduler_app.targets.http import aclient
-from scheduler_app.targets.http import secrets as crypto
-from scheduler_app.targets.http import signing as webhooks
 from scheduler_app.targets.http.perform import failure_of, prepare
 from scheduler_app.worker import execution
 from tests.conftest import NOW

@@ -170,8 +170,8 @@ def test_tenants_rotate_secret_prints_a_secret_that_signs(tenant, capsys):
 
 
 def test_a_new_tenant_has_an_encrypted_signing_secret(db):
+    from scheduler_app.http import secrets as crypto
     from scheduler_app.models import db_now
-    from scheduler_app.targets.http import secrets as crypto
 
     tenant = services.tenant_create(slug="fresh")
 

@@ -14,8 +14,8 @@ from aiohttp import web
 from django.utils.dateparse import parse_datetime
 
 from scheduler_app import services
+from scheduler_app.http import signing as webhooks
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, db_now
-from scheduler_app.targets.http import signing as webhooks
 from scheduler_app.worker import flight
 from scheduler_app.worker.hostslots import FairSlots
 from scheduler_app.worker.leases import LEASES

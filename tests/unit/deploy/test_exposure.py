@@ -9,7 +9,7 @@ import ipaddress
 
 import pytest
 
-from scheduler_app.targets.http import guard
+from scheduler_app.http import guard
 
 
 @pytest.mark.parametrize(

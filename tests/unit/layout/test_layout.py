@@ -35,6 +35,7 @@ FLOORS = [
     ["scheduler_app.ledger"],
     ["scheduler_app.observability"],
     ["scheduler_app.hints"],  # what to do next, in the words of a host project or the deployment
+    ["scheduler_app.http"],  # outgoing HTTP: the SSRF guard, the clients, signing, shared by targets, worker, alerts
     ["scheduler_app.targets"],
     ["scheduler_app.dispatch", "scheduler_app.worker"],
     ["scheduler_app.alerts"],

@@ -1,4 +1,4 @@
-"""The concurrent client's TLS (targets/http/aclient.py) against a local HTTPS receiver whose
+"""The concurrent client's TLS (scheduler_app/http/aclient.py) against a local HTTPS receiver whose
 certificate a CA made here signs: verified against the name in the URL, not the address it
 was handed, and refused when the name or the CA does not match."""
 
@@ -17,9 +17,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from scheduler_app.targets.http import aclient
-from scheduler_app.targets.http.client import HttpConnectionError
-from scheduler_app.targets.http.perform import Call
+from scheduler_app.http import aclient
+from scheduler_app.http.call import Call
+from scheduler_app.http.client import HttpConnectionError
 
 LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
 

@@ -1,6 +1,6 @@
-"""scheduler_app.targets.http.client over HTTPS against a loopback TLS server whose self-signed
+"""scheduler_app.http.client over HTTPS against a loopback TLS server whose self-signed
 certificate the openssl program makes (127.0.0.1 only; the servers and `call` are
-tests/unit/targets/test_http_client.py's)."""
+tests/unit/http/test_http_client.py's)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import socket
 
 import pytest
 
-from scheduler_app.targets.http import client as httpclient
-from scheduler_app.targets.http.client import HttpConnectionError
-from tests.unit.targets.test_http_client import call, raw_server  # noqa: F401 (raw_server: a fixture)
+from scheduler_app.http import client as httpclient
+from scheduler_app.http.client import HttpConnectionError
+from tests.unit.http.test_http_client import call, raw_server  # noqa: F401 (raw_server: a fixture)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""SSRF guard (scheduler_app.targets.http.guard). No database; no traffic anywhere but 127.0.0.1."""
+"""SSRF guard (scheduler_app.http.guard). No database; no traffic anywhere but 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from scheduler_app.targets.http.guard import (
+from scheduler_app.http.guard import (
     BlockedTarget,
     ParsedTarget,
     address_allowed,

@@ -1,4 +1,4 @@
-"""Standard Webhooks signing and verification (scheduler_app.targets.http.signing). Pure: no database."""
+"""Standard Webhooks signing and verification (scheduler_app.http.signing). Pure: no database."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import secrets
 
 import pytest
 
-from scheduler_app.targets.http import signing as webhooks
-from scheduler_app.targets.http.signing import (
+from scheduler_app.http import signing as webhooks
+from scheduler_app.http.signing import (
     InvalidSignature,
     headers,
     new_secret,

@@ -24,7 +24,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from scheduler_app.targets.http import guard as netguard
+from scheduler_app.http import guard as netguard
 
 ALLOWED_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"})
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})

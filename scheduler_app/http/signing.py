@@ -43,7 +43,7 @@ Python standard library). For example, in a Django view::
     import time
 
     from django.http import HttpResponse, HttpResponseBadRequest
-    from scheduler_app.targets.http.signing import InvalidSignature, verify
+    from scheduler_app.webhooks import InvalidSignature, verify
 
     SECRETS = ["whsec_...current...", "whsec_...previous, during rotation..."]
 

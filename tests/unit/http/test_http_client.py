@@ -1,5 +1,5 @@
-"""scheduler_app.targets.http.client against small loopback servers (no database, 127.0.0.1 only).
-HTTPS with a real certificate, made by the openssl program, is tests/system/targets/test_http_client.py."""
+"""scheduler_app.http.client against small loopback servers (no database, 127.0.0.1 only).
+HTTPS with a real certificate, made by the openssl program, is tests/system/http/test_http_client.py."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from scheduler_app.targets.http import client as httpclient
-from scheduler_app.targets.http.client import HttpConnectionError, HttpResult, HttpTimeout
-from scheduler_app.targets.http.guard import BlockedTarget
+from scheduler_app.http import client as httpclient
+from scheduler_app.http.client import HttpConnectionError, HttpResult, HttpTimeout
+from scheduler_app.http.guard import BlockedTarget
 
 LOOPBACK = [ipaddress.ip_network("127.0.0.0/8")]
 

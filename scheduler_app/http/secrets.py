@@ -17,8 +17,8 @@ from django.conf import settings
 from django.db import transaction
 
 from scheduler_app.conf import app_settings
+from scheduler_app.http.signing import new_secret
 from scheduler_app.models import Tenant
-from scheduler_app.targets.http.signing import new_secret
 
 
 def encryption_keys() -> list[str]:
