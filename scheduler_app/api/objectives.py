@@ -13,13 +13,13 @@ from rest_framework import status, viewsets
 from rest_framework.response import Response
 
 from scheduler_app.api import permissions as p
-from scheduler_app.api.auth import actor, is_staff_caller
+from scheduler_app.api.auth import actor
 from scheduler_app.api.errors import ApiError
 from scheduler_app.api.pagination import KeysetPagination
 from scheduler_app.api.schema import extend_schema
 from scheduler_app.api.serializers import ListQuerySerializer, validated
 from scheduler_app.api.serializers.objectives import ObjectiveSerializer, ObjectiveWriteSerializer
-from scheduler_app.api.views import NO_CONTENT, TENANT_HEADER, ApiViewMixin, caller_tenant
+from scheduler_app.api.views import NO_CONTENT, TENANT_HEADER, DeploymentScopedMixin
 from scheduler_app.ledger.objectives import window_of
 from scheduler_app.models import Objective, db_now
 from scheduler_app.services.objectives import objective_create, objective_delete
@@ -41,12 +41,11 @@ EXAMPLES = [
 ]
 
 
-class ObjectiveViewSet(ApiViewMixin, viewsets.GenericViewSet):
+class ObjectiveViewSet(DeploymentScopedMixin, viewsets.GenericViewSet):
     queryset = Objective.objects.select_related("tenant")
     serializer_class = ObjectiveSerializer
     pagination_class = KeysetPagination
     lookup_url_kwarg = "id"
-    acts_for_tenant = True  # schema.ApiSchema documents the X-Cronfleet-Tenant header
     required_permissions = {
         "list": (VIEW_OBJECTIVE,),
         "retrieve": (VIEW_OBJECTIVE,),
@@ -54,17 +53,11 @@ class ObjectiveViewSet(ApiViewMixin, viewsets.GenericViewSet):
         "destroy": (DELETE_OBJECTIVE,),
     }
 
-    def initial(self, request, *args, **kwargs):
-        super().initial(request, *args, **kwargs)
-        self.staff = is_staff_caller(request)
-        # A staff caller naming no tenant acts on the fleet-wide objectives only.
-        self.tenant = None if self.staff and not request.headers.get(TENANT_HEADER) else caller_tenant(request)
-
     def get_queryset(self):
+        # A staff caller naming no tenant: the fleet-wide objectives only.
         queryset = super().get_queryset()
-        if getattr(self, "swagger_fake_view", False):  # schema generation: no request, no tenant
-            return queryset.none()
-        return queryset.filter(tenant=self.tenant) if self.tenant is not None else queryset.filter(tenant__isnull=True)
+        deployment = self.scoped(queryset)
+        return deployment if deployment is not None else queryset.filter(tenant=self.tenant)
 
     def shown(self, objectives: list[Objective]) -> list[dict]:
         windows = window_of(objectives, db_now())

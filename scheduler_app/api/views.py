@@ -175,6 +175,27 @@ class TenantScopedMixin(ApiViewMixin):
             raise ApiError(field, "not found")
 
 
+class DeploymentScopedMixin(ApiViewMixin):
+    """A view of objects that are a tenant's or the whole deployment's (tenant NULL: maintenance
+    windows, fleet objectives). A staff caller naming no tenant (X-Cronfleet-Tenant) acts on the
+    deployment's own (self.tenant None); every other caller on its tenant's. Each view's
+    get_queryset says which of the two it lists, through scoped()."""
+
+    acts_for_tenant = True  # schema.ApiSchema documents the X-Cronfleet-Tenant header
+
+    def initial(self, request, *args, **kwargs):
+        super().initial(request, *args, **kwargs)
+        self.staff = is_staff_caller(request)
+        self.tenant = None if self.staff and not request.headers.get(TENANT_HEADER) else caller_tenant(request)
+
+    def scoped(self, queryset):
+        """The deployment's objects for a staff caller naming no tenant, else None: the view
+        narrows `queryset` to the tenant's itself. None of them at schema generation."""
+        if getattr(self, "swagger_fake_view", False):  # schema generation: no request, no tenant
+            return queryset.none()
+        return queryset.filter(tenant__isnull=True) if self.tenant is None else None
+
+
 def page_of(view, queryset, serializer_class) -> Response:
     page = view.paginate_queryset(queryset)
     return view.get_paginated_response(serializer_class(page, many=True).data)

@@ -16,13 +16,13 @@ from rest_framework import status, viewsets
 from rest_framework.response import Response
 
 from scheduler_app.api import permissions as p
-from scheduler_app.api.auth import actor, is_staff_caller
+from scheduler_app.api.auth import actor
 from scheduler_app.api.errors import ApiError
 from scheduler_app.api.pagination import KeysetPagination
 from scheduler_app.api.schema import extend_schema
 from scheduler_app.api.serializers import ListQuerySerializer, validated
 from scheduler_app.api.serializers.windows import WindowSerializer, WindowWriteSerializer
-from scheduler_app.api.views import NO_CONTENT, TENANT_HEADER, ApiViewMixin, caller_tenant
+from scheduler_app.api.views import NO_CONTENT, TENANT_HEADER, DeploymentScopedMixin
 from scheduler_app.models import MaintenanceWindow, db_now
 from scheduler_app.services.windows import window_create, window_delete, window_update
 from scheduler_app.validation import InvalidInput
@@ -60,12 +60,11 @@ EXAMPLES = [
 ]
 
 
-class WindowViewSet(ApiViewMixin, viewsets.GenericViewSet):
+class WindowViewSet(DeploymentScopedMixin, viewsets.GenericViewSet):
     queryset = MaintenanceWindow.objects.select_related("tenant")
     serializer_class = WindowSerializer
     pagination_class = KeysetPagination
     lookup_url_kwarg = "id"
-    acts_for_tenant = True  # schema.ApiSchema documents the X-Cronfleet-Tenant header
     required_permissions = {
         "list": (VIEW_WINDOW,),
         "retrieve": (VIEW_WINDOW,),
@@ -74,19 +73,11 @@ class WindowViewSet(ApiViewMixin, viewsets.GenericViewSet):
         "destroy": (DELETE_WINDOW,),
     }
 
-    def initial(self, request, *args, **kwargs):
-        super().initial(request, *args, **kwargs)
-        self.staff = is_staff_caller(request)
-        # A staff caller naming no tenant acts on the deployment's windows only.
-        self.tenant = None if self.staff and not request.headers.get(TENANT_HEADER) else caller_tenant(request)
-
     def get_queryset(self):
+        # A staff caller naming no tenant: the deployment's windows; a tenant's caller: its own and those.
         queryset = super().get_queryset()
-        if getattr(self, "swagger_fake_view", False):  # schema generation: no request, no tenant
-            return queryset.none()
-        if self.tenant is None:
-            return queryset.filter(tenant__isnull=True)
-        return queryset.filter(Q(tenant=self.tenant) | Q(tenant__isnull=True))
+        deployment = self.scoped(queryset)
+        return deployment if deployment is not None else queryset.filter(Q(tenant=self.tenant) | Q(tenant__isnull=True))
 
     def writable(self) -> MaintenanceWindow:
         window = self.get_object()
