@@ -222,6 +222,26 @@ class Host:
         self.procs.append((proc, log))
         return proc
 
+    def start_fleet(self) -> tuple[list[subprocess.Popen], subprocess.Popen]:
+        """Two runbeats and the host's own Celery worker (`celery -A hostsite worker`), ready."""
+        beats = [self.start(f"beat{i}", "python", "manage.py", "runbeat", "--max-sleep", "0.5") for i in (1, 2)]
+        worker = self.start(
+            "worker",
+            "celery",
+            "-A",
+            "hostsite",
+            "worker",
+            "-l",
+            "info",
+            "-c",
+            "2",
+            "--without-mingle",
+            "--without-gossip",
+        )
+        wait_for(lambda: "ready." in self.log(worker) or worker.poll() is not None, timeout=90, what="worker ready")
+        assert worker.poll() is None, self.log(worker)
+        return beats, worker
+
     def log(self, proc: subprocess.Popen) -> str:
         return next(log for p, log in self.procs if p is proc).read_text(errors="replace")
 
@@ -320,22 +340,7 @@ def test_a_host_project_adopts_cronfleet_and_runs_its_tasks_once_per_fire(
         imported = host.manage("import_beat", "--tenant", "host", "--from-db", "--from-settings", "--disable-source")
         assert "close-day" in imported and "reminders" in imported, imported
 
-        beats = [host.start(f"beat{i}", "python", "manage.py", "runbeat", "--max-sleep", "0.5") for i in (1, 2)]
-        worker = host.start(
-            "worker",
-            "celery",
-            "-A",
-            "hostsite",
-            "worker",
-            "-l",
-            "info",
-            "-c",
-            "2",
-            "--without-mingle",
-            "--without-gossip",
-        )
-        wait_for(lambda: "ready." in host.log(worker) or worker.poll() is not None, timeout=90, what="worker ready")
-        assert worker.poll() is None, host.log(worker)
+        beats, worker = host.start_fleet()
         wait_for(
             lambda: all(len(fires_recorded(host).get(task, [])) >= FIRES for task in ("close_day", "send_reminders")),
             timeout=120,

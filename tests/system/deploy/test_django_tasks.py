@@ -175,22 +175,7 @@ def test_a_host_project_runs_its_django_tasks_once_each_and_its_periodic_tasks_o
         enqueued = printed(host.manage("shell", "-c", ENQUEUE.format(calls=CALLS)), "IDS ")
         ids = enqueued["ids"]
 
-        beats = [host.start(f"beat{i}", "python", "manage.py", "runbeat", "--max-sleep", "0.5") for i in (1, 2)]
-        worker = host.start(
-            "worker",
-            "celery",
-            "-A",
-            "hostsite",
-            "worker",
-            "-l",
-            "info",
-            "-c",
-            "2",
-            "--without-mingle",
-            "--without-gossip",
-        )
-        wait_for(lambda: "ready." in host.log(worker) or worker.poll() is not None, timeout=90, what="worker ready")
-        assert worker.poll() is None, host.log(worker)
+        beats, _worker = host.start_fleet()
 
         def results() -> dict:
             return printed(host.manage("shell", "-c", RESULTS.format(ids=json.dumps(ids))), "RESULTS ")
