@@ -38,6 +38,7 @@ ResultDoesNotExist: Any = getattr(exceptions, "TaskResultDoesNotExist", None)
 
 PREFIX = "django:"  # a job's task_name for a django.tasks task: "django:billing.tasks.close_day"
 OWNER_PREFIX = "code:"  # the owner of a module's periodic declarations in schedules as code
+CALL_TAG = "django-tasks"  # every call's one-off job carries it: `jobs` commands and the API filter by it
 
 _bound: dict[str, set[str]] = {}  # module path -> tenants of the Cronfleet backends it is bound to
 _periodic: dict[str, dict[str, dict]] = {}  # module -> job name -> declared job table (with "tenant")

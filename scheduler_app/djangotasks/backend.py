@@ -30,7 +30,7 @@ JOB_OPTIONS = {
     "RETRY_BACKOFF_MAX_SECONDS": "retry_backoff_max_seconds",
     "TIMEOUT_SECONDS": "timeout_seconds",
 }
-TAG = "django-tasks"  # every call's job carries it: `jobs` commands and the API filter by it
+TAG = taskapi.CALL_TAG
 NAME_ROOM = 180  # of Job.name's 200 characters, for the task's path (the rest: '#' and a token)
 
 

@@ -82,6 +82,7 @@ from django.db.models import Q
 
 from scheduler_app.conf import app_settings
 from scheduler_app.ledger.policy import FIELDS, Policy, resolve
+from scheduler_app.ledger.spentcalls import prune_spent_calls
 from scheduler_app.models import (
     JOB_RETENTION_SET,
     TERMINAL_STATES,
@@ -259,6 +260,7 @@ class Progress:
     doomed: int = 0  # runs the policy lets go (in a dry run: would delete)
     pruned: int = 0  # runs deleted
     audit_pruned: int = 0  # audit events deleted (dry run: would delete)
+    calls_pruned: int = 0  # spent django.tasks calls' jobs deleted with the audit (ledger/spentcalls.py)
     seconds: float = 0.0  # spent in the statements
 
 
@@ -429,11 +431,14 @@ class Pruner:
         if now - at < LOG_SECONDS and not force:
             return
         pruned, audit = self.progress.pruned - then.pruned, self.progress.audit_pruned - then.audit_pruned
-        if pruned or audit:
+        calls = self.progress.calls_pruned - then.calls_pruned
+        if pruned or audit or calls:
             logger.info(
-                "retention: deleted %s runs and %s audit events in %.0fs (%s runs looked at, %.1fs in statements)",
+                "retention: deleted %s runs, %s audit events and %s spent task calls in %.0fs "
+                "(%s runs looked at, %.1fs in statements)",
                 pruned,
                 audit,
+                calls,
                 now - at,
                 self.progress.examined - then.examined,
                 self.progress.seconds - then.seconds,
@@ -499,28 +504,32 @@ class Pruner:
                 unit.visit_at = clock + self.check_seconds
 
     def prune_audit(self, now: datetime) -> None:
-        days = app_settings.RETENTION_AUDIT_DAYS
+        """A batch of old audit events about runs, and of spent django.tasks calls' jobs
+        (ledger/spentcalls.py; in a dry run both are counted all at once)."""
         clock = self.clock()
-        if not days:
-            self.audit_at = clock + self.check_seconds
-            return
-        params = {"cutoff": now - timedelta(days=days), "limit": self.batch_size}
-        tenant = ""
-        if self.tenant_id is not None:
-            tenant, params["tenant"] = "AND tenant_id = %(tenant)s", self.tenant_id
-        lock = "FOR UPDATE SKIP LOCKED" if connection.features.has_select_for_update_skip_locked else ""
-        adapt = connection.ops.adapt_datetimefield_value
-        params["cutoff"] = adapt(params["cutoff"])
-        with connection.cursor() as cursor:
-            if self.dry_run:
-                cursor.execute(COUNT_AUDIT.format(tenant=tenant), params)
-                self.progress.audit_pruned += cursor.fetchone()[0]
-                self.audit_at = float("inf")  # counted all at once
-                return
-            cursor.execute(PRUNE_AUDIT.format(tenant=tenant, lock=lock), params)
-            deleted = cursor.rowcount
-        self.progress.audit_pruned += deleted
-        self.audit_at = clock if deleted >= self.batch_size else clock + self.check_seconds
+        calls = prune_spent_calls(self.batch_size, tenant_id=self.tenant_id, dry_run=self.dry_run)
+        self.progress.calls_pruned += calls
+        days = app_settings.RETENTION_AUDIT_DAYS
+        deleted = 0
+        if days:
+            params = {"cutoff": now - timedelta(days=days), "limit": self.batch_size}
+            tenant = ""
+            if self.tenant_id is not None:
+                tenant, params["tenant"] = "AND tenant_id = %(tenant)s", self.tenant_id
+            lock = "FOR UPDATE SKIP LOCKED" if connection.features.has_select_for_update_skip_locked else ""
+            params["cutoff"] = connection.ops.adapt_datetimefield_value(params["cutoff"])
+            with connection.cursor() as cursor:
+                if self.dry_run:
+                    cursor.execute(COUNT_AUDIT.format(tenant=tenant), params)
+                    self.progress.audit_pruned += cursor.fetchone()[0]
+                else:
+                    cursor.execute(PRUNE_AUDIT.format(tenant=tenant, lock=lock), params)
+                    deleted = cursor.rowcount
+                    self.progress.audit_pruned += deleted
+        if self.dry_run:
+            self.audit_at = float("inf")  # counted all at once
+        else:
+            self.audit_at = clock if max(deleted, calls) >= self.batch_size else clock + self.check_seconds
 
     # -- the walks --
 

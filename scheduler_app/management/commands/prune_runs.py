@@ -61,6 +61,10 @@ class Command(OneLineErrors, BaseCommand):
                 ],
             )
         )
+        if progress.calls_pruned:  # ledger/spentcalls.py
+            self.stdout.write(
+                f"spent django.tasks calls' jobs {'to delete' if dry_run else 'deleted'}: {progress.calls_pruned:,}"
+            )
         self.stdout.write(
             f"prune_runs: {'dry run, nothing deleted' if dry_run else 'done'} in "
             f"{progress.seconds:.1f}s of statements, {progress.batches} batches"
