@@ -65,8 +65,10 @@ def worker_env() -> dict[str, str]:
 
 
 def measure_floor(opts: Options, note) -> Result:
+    """N plain Celery calls of a no-op, one message each, timed until the floor's queue has
+    drained (e2e.messages_left: nothing waiting, nothing unacknowledged)."""
     client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
-    client.delete(floor.COUNTER, *redis_list_keys(floor.QUEUE))
+    client.delete(*floor.UNACKED, *redis_list_keys(floor.QUEUE))
     children = Children()
     try:
         names = e2e.start_workers(children, "bench.floor", floor.QUEUE, opts)
@@ -77,15 +79,15 @@ def measure_floor(opts: Options, note) -> Result:
             floor.noop.apply_async(args=[number], queue=floor.QUEUE)
         enqueued = time.monotonic() - started
         deadline = started + opts.timeout
-        while int(client.get(floor.COUNTER) or 0) < opts.jobs and time.monotonic() < deadline:
+        while (left := e2e.messages_left(client)) and time.monotonic() < deadline:
             time.sleep(0.02)
-        done = int(client.get(floor.COUNTER) or 0)
+        done = opts.jobs - left
         result = Result("plain Celery .delay() (floor)", done, enqueued, time.monotonic() - started, statements=0)
         result.checks.append(("floor: every call ran", f"{done}/{opts.jobs}", done == opts.jobs))
         return result
     finally:
         children.stop_all()
-        client.delete(floor.COUNTER, *redis_list_keys(floor.QUEUE))
+        client.delete(*floor.UNACKED, *redis_list_keys(floor.QUEUE))
         client.close()
 
 

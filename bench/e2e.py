@@ -84,6 +84,11 @@ def child_env() -> dict[str, str]:
     # Whatever secret key each child has, it reads and writes tenants' webhook secrets with
     # this process's keys: the bench seeds the tenants and checks the signatures it receives.
     env.setdefault("CRONFLEET_ENCRYPTION_KEYS", ",".join(encryption_keys()))
+    # A starting beat's time-data check (services/impact.py) reads the jobs the bench seeded,
+    # whose next fires it set by hand rather than from their schedules: it would report each one
+    # (an alert apiece) and spend the beats' CPU inside the measured window. `bench timedata`
+    # measures that check on its own.
+    env.setdefault("CRONFLEET_TIME_DATA_STARTUP_JOBS", "0")
     return env
 
 

@@ -55,7 +55,7 @@ from django.db import connection, transaction
 from bench import autoscale, console, dispatch, djangotasks, e2e, flexible, http, ledger, peers, steady, timedata
 from bench.common import PREFIX
 from scheduler_app.conf import app_settings
-from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Tenant
+from scheduler_app.models import Alert, AuditEvent, Job, JobRun, RunState, Tenant
 from scheduler_app.queues import redis_list_keys
 
 
@@ -474,10 +474,12 @@ class Command(BaseCommand):
         job = Job._meta.db_table
         run = JobRun._meta.db_table
         audit = AuditEvent._meta.db_table
+        alert = Alert._meta.db_table
         bench_tenants = f"SELECT id FROM {tenant} WHERE slug LIKE %s"
         pattern = PREFIX + "%"
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(f"DELETE FROM {audit} WHERE tenant_id IN ({bench_tenants})", [pattern])
+            cursor.execute(f"DELETE FROM {alert} WHERE tenant_id IN ({bench_tenants})", [pattern])
             # Other tenants' audit rows cannot name bench jobs or runs, but if one did the
             # deletes below would fail on its foreign key: detach it as SET_NULL would.
             cursor.execute(
