@@ -58,6 +58,7 @@ from tests.integration.api.test_api_isolation import state_of as state_of_tenant
 from tests.integration.api.test_api_permissions import WRITES, alpha, session_for, staff_user  # noqa: F401 (alpha: a fixture)
 from tests.support.api_walk import METHODS, allowed_methods, fill
 from tests.unit.api.test_api_host_settings import cronfleet_routes
+from tests.unit.api.test_api_schema import assets_elsewhere
 
 # --- the host's URLconf: Cronfleet under /cron/, beside the host's own pages and API --------------
 
@@ -468,4 +469,4 @@ def test_the_docs_page_points_at_the_schema_by_name_under_the_host_s_prefix(db, 
     text = page.content.decode()
     assert page.status_code == 200
     assert f'url: "{escapejs("/cron/api/schema/")}"' in text and "<title>Cronfleet API</title>" in text
-    assert "drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js" in text and "cdn" not in text.lower()
+    assert "drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js" in text and not assets_elsewhere(text)
