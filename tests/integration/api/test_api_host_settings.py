@@ -57,8 +57,8 @@ from tests.integration.api.test_api import client_for
 from tests.integration.api.test_api_isolation import state_of as state_of_tenant
 from tests.integration.api.test_api_permissions import WRITES, alpha, session_for, staff_user  # noqa: F401 (alpha: a fixture)
 from tests.support.api_walk import METHODS, allowed_methods, fill
+from tests.support.pages import assets_elsewhere
 from tests.unit.api.test_api_host_settings import cronfleet_routes
-from tests.unit.api.test_api_schema import assets_elsewhere
 
 # --- the host's URLconf: Cronfleet under /cron/, beside the host's own pages and API --------------
 

@@ -5,11 +5,12 @@ That the live API answers as the schema says is tests/integration/api/test_api_s
 from __future__ import annotations
 
 import json
-import re
 
 from django.core.management import call_command
 from drf_spectacular.generators import SchemaGenerator
 from drf_spectacular.renderers import OpenApiJsonRenderer
+
+from tests.support.pages import assets_elsewhere
 
 SCHEMA = json.loads(OpenApiJsonRenderer().render(SchemaGenerator().get_schema(request=None, public=True)))
 
@@ -32,15 +33,6 @@ def test_the_schema_declares_bearer_keys_and_the_error_shape():
         op["responses"]["400"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Error"}
         for op in operations
     )
-
-
-# A script, style sheet or image the page loads from another host (an absolute or scheme-relative
-# URL), such as a CDN's. Not the word "cdn" anywhere: the page's random CSRF token may spell it.
-ELSEWHERE = re.compile(r"""(?:src|href)\s*=\s*["'](?:https?:)?//""", re.IGNORECASE)
-
-
-def assets_elsewhere(page: str) -> list[str]:
-    return ELSEWHERE.findall(page)
 
 
 def test_the_docs_page_serves_swagger_ui_from_our_own_static_files(client):
