@@ -66,29 +66,16 @@ def worker_env() -> dict[str, str]:
 
 def measure_floor(opts: Options, note) -> Result:
     """N plain Celery calls of a no-op, one message each, timed until the floor's queue has
-    drained (e2e.messages_left: nothing waiting, nothing unacknowledged)."""
-    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
-    client.delete(*floor.UNACKED, *redis_list_keys(floor.QUEUE))
-    children = Children()
-    try:
-        names = e2e.start_workers(children, "bench.floor", floor.QUEUE, opts)
-        e2e.wait_ready(floor.app, names, children)
-        note(f"floor: {opts.workers} worker(s) ready; {opts.jobs} calls, one message each")
-        started = time.monotonic()
+    drained (e2e.drain_floor)."""
+
+    def publish() -> None:
         for number in range(opts.jobs):
             floor.noop.apply_async(args=[number], queue=floor.QUEUE)
-        enqueued = time.monotonic() - started
-        deadline = started + opts.timeout
-        while (left := e2e.messages_left(client)) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        done = opts.jobs - left
-        result = Result("plain Celery .delay() (floor)", done, enqueued, time.monotonic() - started, statements=0)
-        result.checks.append(("floor: every call ran", f"{done}/{opts.jobs}", done == opts.jobs))
-        return result
-    finally:
-        children.stop_all()
-        client.delete(*floor.UNACKED, *redis_list_keys(floor.QUEUE))
-        client.close()
+
+    done, enqueued, seconds, _ = e2e.drain_floor(opts, note, f"{opts.jobs} calls, one message each", publish)
+    result = Result("plain Celery .delay() (floor)", done, enqueued, seconds, statements=0)
+    result.checks.append(("floor: every call ran", f"{done}/{opts.jobs}", done == opts.jobs))
+    return result
 
 
 def statements_per_enqueue(noop) -> float:

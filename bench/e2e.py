@@ -146,6 +146,21 @@ def wait_ready(control_app, names: list[str], children: Children) -> None:
 
 
 def measure_floor(opts: Options, note) -> Result:
+    def publish() -> None:
+        with floor.app.producer_or_acquire() as producer, producer.batch(max_size=1000):
+            for number in range(opts.jobs):
+                floor.noop.apply_async(args=[number], queue=floor.QUEUE, producer=producer)
+
+    done, _, elapsed, cpu = drain_floor(opts, note, f"publishing {opts.jobs} no-op messages", publish)
+    result = Result("plain Celery no-op (floor)", runs=done, seconds=elapsed, worker_cpu=cpu, statements=0)
+    result.checks.append(("floor: all messages run", f"{done}/{opts.jobs}", done == opts.jobs))
+    return result
+
+
+def drain_floor(opts, note, what: str, publish) -> tuple[int, float, float, float]:
+    """The plain Celery floor: its workers started and ready, `publish()` sends opts.jobs
+    no-op messages, then wait until its queue has drained (messages_left). Returns (messages
+    run, seconds publishing, seconds to drained, the workers' CPU seconds)."""
     import redis
 
     client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
@@ -154,24 +169,14 @@ def measure_floor(opts: Options, note) -> Result:
     try:
         names = start_workers(children, "bench.floor", floor.QUEUE, opts)
         wait_ready(floor.app, names, children)
-        note(f"floor: {opts.workers} worker(s) ready; publishing {opts.jobs} no-op messages")
+        note(f"floor: {opts.workers} worker(s) ready; {what}")
         cpu_before, started = children.cpu(), time.monotonic()
-        with floor.app.producer_or_acquire() as producer, producer.batch(max_size=1000):
-            for number in range(opts.jobs):
-                floor.noop.apply_async(args=[number], queue=floor.QUEUE, producer=producer)
+        publish()
+        published = time.monotonic() - started
         deadline = started + opts.timeout
         while (left := messages_left(client)) and time.monotonic() < deadline:
             time.sleep(0.02)
-        done, elapsed = opts.jobs - left, time.monotonic() - started
-        result = Result(
-            "plain Celery no-op (floor)",
-            runs=done,
-            seconds=elapsed,
-            worker_cpu=children.cpu() - cpu_before,
-            statements=0,
-        )
-        result.checks.append(("floor: all messages run", f"{done}/{opts.jobs}", done == opts.jobs))
-        return result
+        return opts.jobs - left, published, time.monotonic() - started, children.cpu() - cpu_before
     finally:
         children.stop_all()
         client.delete(*floor.UNACKED, *redis_list_keys(floor.QUEUE))
