@@ -7,9 +7,9 @@ tenant slugs (a query when a tenant is new to the process).
 Messages go through the broker's default exchange ("") with the queue name as routing
 key. Celery's own `apply_async` routes through the `celery` direct exchange, which on
 Redis costs a round trip per message to read the exchange's bindings; the default
-exchange needs no lookup on Redis and means the same thing on RabbitMQ. With kombu's
-`Producer.batch()` the Redis transport pipelines the pushes, so a batch of a thousand
-messages is a handful of round trips.
+exchange needs no lookup on Redis and means the same thing on RabbitMQ. On Redis the
+messages are written as kombu's transport writes them, from templates (rediswire.py), in
+pipelines of a thousand pushes; elsewhere kombu's `Producer.batch()` publishes them.
 
 On RabbitMQ (CRONFLEET_RABBITMQ_CONFIRM_PUBLISH, the default) a queue's messages go out on a
 channel in confirm mode and the call waits for the node's confirms once, after the last of
@@ -28,6 +28,7 @@ from kombu import Producer
 from scheduler_app.conf import app_settings
 from scheduler_app.dispatch import shadow
 from scheduler_app.dispatch.confirms import CONFIRM_TIMEOUT_SECONDS, Confirms
+from scheduler_app.dispatch.rediswire import RedisWire
 from scheduler_app.models import PRIORITY_DEFAULT, PRIORITY_MAX, celery_task_id
 from scheduler_app.queues import EXECUTE_HTTP_RUNS, EXECUTE_RUN, EXECUTE_RUNS, broker_errors, queue_name, task_queue
 
@@ -120,36 +121,53 @@ def _publish_queue(name: str, messages: list[RunMessage], templates: MessageTemp
     alone, batches = batched(messages, app_settings.RUN_BATCH_SIZE)
     with app.producer_or_acquire() as producer:
         driver_type = producer.connection.transport.driver_type
-        confirms = None
-        if driver_type == "amqp" and app_settings.RABBITMQ_CONFIRM_PUBLISH:
-            confirms = Confirms.of(producer.connection)
-            producer = Producer(confirms.channel)
-        try:
-            # Declared once per call (kombu caches it per connection), so a queue no worker has
-            # consumed yet still keeps its messages; with the arguments a worker declares it with
-            # (RabbitMQ compares them).
+        bodies = (
+            (body, headers, properties, broker_priority(priority, driver_type))
+            for body, headers, properties, priority in _bodies(alone, batches, templates)
+        )
+        wire = RedisWire(producer.channel) if driver_type == "redis" else None
+        if wire is not None and wire.handles(name):
             producer.maybe_declare(task_queue(name))
-            with producer.batch(max_size=PUBLISH_BATCH):
-                for body, headers, properties, priority in _bodies(alone, batches, templates):
-                    producer.publish(
-                        body,
-                        exchange="",
-                        routing_key=name,
-                        headers=headers,
-                        serializer="json",
-                        delivery_mode=2,
-                        priority=broker_priority(priority, driver_type),
-                        **properties,
-                    )
-                    if confirms is not None:
-                        confirms.sent()
-            if confirms is not None:
-                confirms.wait(CONFIRM_TIMEOUT_SECONDS)
-        except BaseException:
-            if confirms is not None:
-                confirms.discard()  # the next publish starts on a fresh channel
-            raise
+            wire.push(name, bodies, batch=PUBLISH_BATCH)
+        else:
+            _publish_kombu(
+                producer, name, bodies, confirm=driver_type == "amqp" and app_settings.RABBITMQ_CONFIRM_PUBLISH
+            )
     return len(messages)
+
+
+def _publish_kombu(producer: Producer, name: str, bodies: Iterable[tuple], *, confirm: bool) -> None:
+    """kombu's publish of each (body, headers, properties, broker priority), in its batches;
+    with `confirm`, on a channel in confirm mode, waiting for the node's confirms once."""
+    confirms = None
+    if confirm:
+        confirms = Confirms.of(producer.connection)
+        producer = Producer(confirms.channel)
+    try:
+        # Declared once per call (kombu caches it per connection), so a queue no worker has
+        # consumed yet still keeps its messages; with the arguments a worker declares it with
+        # (RabbitMQ compares them).
+        producer.maybe_declare(task_queue(name))
+        with producer.batch(max_size=PUBLISH_BATCH):
+            for body, headers, properties, priority in bodies:
+                producer.publish(
+                    body,
+                    exchange="",
+                    routing_key=name,
+                    headers=headers,
+                    serializer="json",
+                    delivery_mode=2,
+                    priority=priority,
+                    **properties,
+                )
+                if confirms is not None:
+                    confirms.sent()
+        if confirms is not None:
+            confirms.wait(CONFIRM_TIMEOUT_SECONDS)
+    except BaseException:
+        if confirms is not None:
+            confirms.discard()  # the next publish starts on a fresh channel
+        raise
 
 
 def _bodies(alone: list[RunMessage], batches: list[list[RunMessage]], templates: MessageTemplates):
@@ -164,11 +182,13 @@ def _bodies(alone: list[RunMessage], batches: list[list[RunMessage]], templates:
 def batched(messages: list[RunMessage], size: int) -> tuple[list[RunMessage], list[list[RunMessage]]]:
     """The messages to send alone, and the batches (up to `size` runs of one target kind,
     in the order given: a batch starts with its highest priority) to send as one message."""
-    alone = [message for message in messages if not message.batched]
+    alone: list[RunMessage] = []
     by_kind: dict[str, list[RunMessage]] = {}
     for message in messages:
         if message.batched:
             by_kind.setdefault(message.target_kind, []).append(message)
+        else:
+            alone.append(message)
     batches = [runs[start : start + size] for runs in by_kind.values() for start in range(0, len(runs), size)]
     return alone, batches
 
