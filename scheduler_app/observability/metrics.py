@@ -1,7 +1,7 @@
 """Prometheus metrics of beats and workers, named cronfleet_*, as in-process counters.
 
 Nothing here queries anything: a beat derives its figures from each turn's TurnResult
-(observe_turn), a worker from each delivery's Outcome (observe_delivery). The cluster's
+(observe_turn), a worker from its deliveries' Outcomes (observe_deliveries). The cluster's
 gauges, read from the database and the broker at scrape time, are cluster.py's.
 
 Exposition (serve):
@@ -26,6 +26,7 @@ import glob
 import logging
 import os
 import re
+from bisect import bisect_left
 from collections import Counter as Tally
 from collections.abc import Iterable
 
@@ -205,12 +206,15 @@ def observe_turn(turn, seconds: float) -> None:
     for step, spent in turn.steps.items():
         BEAT_STEP_SECONDS.labels(step).inc(spent)
     tally: Tally[tuple[str, str, str]] = Tally()
+    lags: dict[str, list[float]] = {}
     for queue, state, reason, lag in turn.recorded:
         tally[(queue, *fire_outcome(state, reason))] += 1
         if lag is not None:
-            DISPATCH_LAG.labels(queue).observe(lag)
+            lags.setdefault(queue, []).append(lag)
     for labels, count in tally.items():  # one increment per label set, not per fire
         FIRES.labels(*labels).inc(count)
+    for queue, queue_lags in lags.items():
+        observe_many(DISPATCH_LAG.labels(queue), queue_lags)
     for counter, count in (
         (PUBLISHED, turn.published),
         (REPUBLISHED, turn.republished),
@@ -230,31 +234,55 @@ def observe_time_data(counts) -> None:
         TIME_DATA_CHANGES.labels(kind).set(counts.get(kind, 0))
 
 
-def observe_delivery(outcome, queue: str, *, tenant_labels: bool = False) -> None:
-    """Count one delivery of execute_run that ended with `outcome` (an execution.Outcome)."""
-    started = outcome.started
-    if started is not None:
-        run = started.run
-        START_LAG.labels(queue).observe(
-            start_lag(
-                attempt=run.attempt,
-                trigger=run.trigger,
-                scheduled_at=run.scheduled_at,
-                enqueued_at=run.enqueued_at,
-                started_at=run.started_at,
+def observe_deliveries(outcomes: Iterable, queue: str, *, tenant_labels: bool = False) -> None:
+    """Count deliveries of execute_run that ended with `outcomes` (execution.Outcome each):
+    one write a series (and a histogram bucket) for the lot, not one per run."""
+    lags: list[float] = []
+    durations: dict[str, list[float]] = {}
+    tally: Tally[tuple[Counter, tuple[str, ...]]] = Tally()
+    for outcome in outcomes:
+        started = outcome.started
+        if started is not None:
+            run = started.run
+            lags.append(
+                start_lag(
+                    attempt=run.attempt,
+                    trigger=run.trigger,
+                    scheduled_at=run.scheduled_at,
+                    enqueued_at=run.enqueued_at,
+                    started_at=run.started_at,
+                )
             )
-        )
-    if outcome.state == "duplicate":
-        DUPLICATES.labels(queue).inc()
-    elif outcome.state == "stale":
-        STALE_WRITES.labels(queue).inc()
-    elif started is not None and outcome.state in FINISHED_STATES:
-        target = started.job.target_kind
-        RUNS_FINISHED.labels(queue, target, outcome.state).inc()
-        if outcome.seconds is not None:
-            RUN_DURATION.labels(queue, target).observe(outcome.seconds)
-        if tenant_labels:
-            TENANT_RUNS_FINISHED.labels(started.tenant, outcome.state).inc()
+        if outcome.state == "duplicate":
+            tally[DUPLICATES, (queue,)] += 1
+        elif outcome.state == "stale":
+            tally[STALE_WRITES, (queue,)] += 1
+        elif started is not None and outcome.state in FINISHED_STATES:
+            target = started.job.target_kind
+            tally[RUNS_FINISHED, (queue, target, outcome.state)] += 1
+            if outcome.seconds is not None:
+                durations.setdefault(target, []).append(outcome.seconds)
+            if tenant_labels:
+                tally[TENANT_RUNS_FINISHED, (started.tenant, outcome.state)] += 1
+    if lags:
+        observe_many(START_LAG.labels(queue), lags)
+    for target, seconds in durations.items():
+        observe_many(RUN_DURATION.labels(queue, target), seconds)
+    for (counter, labels), count in tally.items():
+        counter.labels(*labels).inc(count)
+
+
+def observe_many(histogram, amounts: list[float]) -> None:
+    """`histogram.observe(amount)` for each of `amounts` (finite numbers), with one write to
+    its sum and one to each bucket that gets any: a write is a locked write to a shared file
+    under PROMETHEUS_MULTIPROC_DIR. Reads prometheus_client's own fields of a histogram's
+    child, as its observe() does (tests/unit/observability/test_metrics.py holds the
+    two side by side)."""
+    histogram._raise_if_not_observable()
+    histogram._sum.inc(sum(amounts))
+    per_bucket = Tally(bisect_left(histogram._upper_bounds, amount) for amount in amounts)
+    for index, count in per_bucket.items():
+        histogram._buckets[index].inc(count)
 
 
 def initialise_worker(queues: Iterable[str]) -> None:

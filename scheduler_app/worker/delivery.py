@@ -50,7 +50,9 @@ def delivery_queue(request) -> str:
 
 def report(task, outcome: Outcome) -> str:
     """Count the delivery; return what the task returns, or raise what Celery should see."""
-    metrics.observe_delivery(outcome, delivery_queue(task.request), tenant_labels=app_settings.METRICS_TENANT_LABELS)
+    metrics.observe_deliveries(
+        [outcome], delivery_queue(task.request), tenant_labels=app_settings.METRICS_TENANT_LABELS
+    )
     run_id, attempt = (list(task.request.args or ()) + [None, None])[:2]
     if outcome.state == "duplicate":
         announce_duplicate(task, run_id, attempt, outcome.detail)
@@ -73,9 +75,7 @@ def called_task(outcome: Outcome) -> str:
 def report_batch(task, outcomes: list[Outcome]) -> list[str]:
     """report() for a batch: every run is counted; the batch is FAILURE when any of its runs
     did not succeed (each run's own state is on its row), and duplicates are just counted."""
-    queue = delivery_queue(task.request)
-    for outcome in outcomes:
-        metrics.observe_delivery(outcome, queue, tenant_labels=app_settings.METRICS_TENANT_LABELS)
+    metrics.observe_deliveries(outcomes, delivery_queue(task.request), tenant_labels=app_settings.METRICS_TENANT_LABELS)
     failed = [outcome for outcome in outcomes if outcome.state in FAILURES]
     if failed:
         states = ", ".join(f"{o.started.run.id if o.started else '?'} {o.state}{called_task(o)}" for o in failed)

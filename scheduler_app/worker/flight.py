@@ -39,6 +39,7 @@ import os
 import queue
 import threading
 import time
+from collections import Counter as Tally
 from dataclasses import dataclass, field, replace
 
 from celery.signals import worker_process_shutdown
@@ -103,6 +104,7 @@ class _Finished:
     exc: BaseException | None = None
     seconds: float | None = None
     waited: float = 0.0  # from the group's start to this attempt's call (its wait for a slot)
+    answered: str = ""  # how the attempt ended, for cronfleet_http_responses ("": refused before any traffic)
 
 
 class Flight:
@@ -290,15 +292,18 @@ class Flight:
                 "writing %s HTTP runs' outcomes failed; they are retried when their lease runs out", len(finished)
             )
             LEASES.release([f.attempt.started.run.id for f in finished])
+            _count_responses(finished)
             self._release(len(finished))
             return True
+        by_queue: dict[str, list] = {}
         for f in finished:
             run = f.attempt.started
-            metrics.observe_delivery(
-                replace(outcomes[run.run.id], started=run, seconds=f.seconds),
-                f.attempt.queue,
-                tenant_labels=app_settings.METRICS_TENANT_LABELS,
+            by_queue.setdefault(f.attempt.queue, []).append(
+                replace(outcomes[run.run.id], started=run, seconds=f.seconds)
             )
+        for queue_label, ended in by_queue.items():
+            metrics.observe_deliveries(ended, queue_label, tenant_labels=app_settings.METRICS_TENANT_LABELS)
+        _count_responses(finished)
         self._release(len(finished))
         return True
 
@@ -330,12 +335,14 @@ class Flight:
             answered = _failure_class(exc) if answered == "error" else answered
             outcome.exc = failure_of(call, exc)
         outcome.seconds = time.monotonic() - began
-        metrics.HTTP_RESPONSES.labels(answered).inc()
+        outcome.answered = answered  # counted with its outcome, in _end
         self._inbox.put(outcome)
 
     async def _take_slot(self, attempt: _Attempt) -> None:
         call, slots = attempt.call, self._slots
         assert slots is not None  # made with the loop this runs on
+        if slots.try_take(call.host):  # most of the time: no wait, no timer, nothing to count
+            return
         metrics.HTTP_WAITING.inc()
         try:
             async with asyncio.timeout(max(0.0, attempt.deadline - time.monotonic())):
@@ -370,6 +377,12 @@ class Flight:
 
 class NoSlot(RetryableFailure):
     """The attempt's deadline came while it waited for a slot: a timeout, retried."""
+
+
+def _count_responses(finished: list[_Finished]) -> None:
+    """cronfleet_http_responses: one increment per way of ending, for the lot."""
+    for answered, count in Tally(f.answered for f in finished if f.answered).items():
+        metrics.HTTP_RESPONSES.labels(answered).inc(count)
 
 
 def _failure_class(exc: BaseException) -> str:

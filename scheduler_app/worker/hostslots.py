@@ -35,9 +35,15 @@ class FairSlots:
         """Hosts with attempts waiting (their share, or the process's slots, taken)."""
         return len(self._waiting)  # a host's queue is dropped when it empties
 
-    async def acquire(self, host: Hashable) -> None:
+    def try_take(self, host: Hashable) -> bool:
+        """Take a slot for `host` now if one is free to it and no other host waits for one."""
         if self._may_take(host) and not self._others_could_take():
             self._take(host)
+            return True
+        return False
+
+    async def acquire(self, host: Hashable) -> None:
+        if self.try_take(host):
             return
         future = asyncio.get_running_loop().create_future()
         if host not in self._waiting:

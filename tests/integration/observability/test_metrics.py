@@ -56,7 +56,7 @@ def test_a_dispatch_records_each_fires_queue_outcome_and_lag(make_job, make_run,
 
 
 def delivered(outcome, queue: str) -> None:
-    metrics.observe_delivery(outcome, queue, tenant_labels=True)
+    metrics.observe_deliveries([outcome], queue, tenant_labels=True)
 
 
 def test_a_delivery_counts_its_outcome_duration_and_start_lag_without_retry_backoff(make_job, make_run, queue_name):

@@ -312,3 +312,22 @@ def test_fair_slots_give_a_freed_slot_to_the_least_busy_waiting_host():
         return slots.in_flight
 
     assert asyncio.run(scenario()) == {"slow": 2, "b": 1, "a": 1}
+
+
+def test_a_slot_is_taken_at_once_only_while_free_to_the_host():
+    async def scenario():
+        slots = FairSlots(total=2, per_host=1)
+        assert slots.try_take("a")
+        assert not slots.try_take("a")  # a's share is taken: it would wait
+        waiting = asyncio.ensure_future(slots.acquire("a"))
+        await asyncio.sleep(0)
+        assert slots.try_take("b")  # a waits, but could not take it anyway
+        assert not slots.try_take("c")  # none left
+        slots.release("a")  # handed to the waiting attempt of a's, not left for the taking
+        await asyncio.sleep(0)
+        assert waiting.done() and slots.in_flight == {"a": 1, "b": 1}
+        assert not slots.try_take("c")
+        slots.release("b")
+        assert slots.try_take("c")
+
+    asyncio.run(scenario())

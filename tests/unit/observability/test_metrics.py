@@ -104,3 +104,28 @@ def test_a_forked_exporter_without_a_multiprocess_directory_is_refused(monkeypat
     with pytest.raises(metrics.MissingMultiprocDir, match="PROMETHEUS_MULTIPROC_DIR"):
         metrics.process_registry(forked=True)
     assert metrics.process_registry(forked=False) is REGISTRY
+
+
+def test_observe_many_writes_what_observing_each_amount_writes():
+    from prometheus_client import CollectorRegistry, Histogram
+
+    registry = CollectorRegistry()
+    buckets = (0.1, 0.5, 1.0, 5.0)
+    each = Histogram("each_seconds", "one observe a sample", ["queue"], buckets=buckets, registry=registry)
+    many = Histogram("many_seconds", "observe_many", ["queue"], buckets=buckets, registry=registry)
+    amounts = [-1.0, 0.0, 0.1, 0.10001, 0.5, 0.7, 1.0, 4.99, 5.0, 5.01, 1e9, 0.3, 0.3]
+    for amount in amounts:
+        each.labels("q").observe(amount)
+    metrics.observe_many(many.labels("q"), amounts)
+
+    def samples(name: str) -> dict:
+        return {
+            (sample.name.removeprefix(name), tuple(sorted(sample.labels.items()))): sample.value
+            for metric in registry.collect()
+            if metric.name == name
+            for sample in metric.samples
+            if not sample.name.endswith("_created")
+        }
+
+    assert samples("each_seconds") == samples("many_seconds")
+    assert samples("many_seconds")[("_bucket", (("le", "+Inf"), ("queue", "q")))] == len(amounts)
