@@ -6,8 +6,9 @@ when the project sets it (override_settings included) and the default below when
 Cronfleet's own deployment (project/settings.py) reads the environment and sets the same names.
 
 `problems()` holds the checks between settings (a heartbeat within half the lease, ...): the
-app's system checks (checks.py) run them, and so does project/settings.py at start-up. No
-Django import at the top: the project's settings module imports this one while it loads.
+app's system checks (checks.py) run them, and so does project/settings.py at start-up. The
+project's settings module imports this one while it loads: nothing at the top may read
+Django's settings (django.core.signals does not).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+from django.core.signals import setting_changed
 
 PREFIX = "CRONFLEET_"
 
@@ -172,7 +175,12 @@ def kind_of(name: str) -> type | tuple[type, ...]:
 
 
 class AppSettings:
-    """`app_settings.NAME`: Django's CRONFLEET_NAME if set, else its default; read anew each time."""
+    """`app_settings.NAME`: Django's CRONFLEET_NAME if set, else its default.
+
+    A plain value is kept once read (a webhook run reads several; Django's settings object
+    is slow to ask), and forgotten whenever Django says a setting changed (override_settings
+    and pytest-django's `settings` fixture say so). A derived value is worked out anew each
+    time: it may read the Celery app's configuration, which says nothing when it changes."""
 
     def __getattr__(self, name: str) -> Any:
         if name not in DEFAULTS:
@@ -180,10 +188,18 @@ class AppSettings:
         from django.conf import settings  # here: project/settings.py imports this module while it loads
 
         value = getattr(settings, PREFIX + name, DEFAULTS[name])
-        return value.compute(self) if isinstance(value, Derived) else value
+        if isinstance(value, Derived):
+            return value.compute(self)
+        self.__dict__[name] = value  # found without __getattr__ from now on
+        return value
+
+    def forget(self, **kwargs) -> None:
+        """Read every setting anew (a receiver of Django's setting_changed)."""
+        self.__dict__.clear()
 
 
 app_settings = AppSettings()
+setting_changed.connect(app_settings.forget)
 
 
 def celery_broker_url() -> str:

@@ -46,12 +46,14 @@ def test_a_setting_the_project_leaves_out_reads_as_its_default():
 
     holder = settings._wrapped
     saved = holder.__dict__.pop("CRONFLEET_LEASE_SECONDS", None)
+    app_settings.forget()  # behind Django's back: no setting_changed says so
     try:
         assert not hasattr(settings, "CRONFLEET_LEASE_SECONDS")
         assert app_settings.LEASE_SECONDS == DEFAULTS["LEASE_SECONDS"] == 30
     finally:
         if saved is not None:
             holder.CRONFLEET_LEASE_SECONDS = saved
+        app_settings.forget()
 
 
 def test_an_override_is_read_at_once_and_derived_defaults_follow_it():
@@ -61,6 +63,14 @@ def test_an_override_is_read_at_once_and_derived_defaults_follow_it():
 
         if not hasattr(settings, "CRONFLEET_HTTP_IN_FLIGHT_PER_HOST"):
             assert app_settings.HTTP_IN_FLIGHT_PER_HOST == 20
+
+
+def test_a_value_kept_once_read_gives_way_to_an_override_and_comes_back_after_it():
+    before = app_settings.HEARTBEAT_SECONDS
+    assert app_settings.HEARTBEAT_SECONDS == before  # kept: read from the accessor's own attribute
+    with override_settings(CRONFLEET_HEARTBEAT_SECONDS=before + 1):
+        assert app_settings.HEARTBEAT_SECONDS == before + 1
+    assert app_settings.HEARTBEAT_SECONDS == before
 
 
 def test_an_unknown_name_is_an_attribute_error_naming_it():
