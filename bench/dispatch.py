@@ -27,6 +27,7 @@ message building.
 from __future__ import annotations
 
 import re
+import statistics
 import sys
 import time
 from dataclasses import dataclass, field
@@ -63,6 +64,7 @@ class Options:
     grace: int | None = None  # the beats' CRONFLEET_MISFIRE_GRACE_SECONDS; None: the setting's
     floor_jobs: int = 100_000  # fires the floor writes (at most N); 0: no floor
     misfire_policy: str = "run_once"  # the seeded jobs'
+    repeat: int = 1  # spikes one after the other, each reported with its floor; then the medians
 
 
 @dataclass
@@ -522,5 +524,33 @@ def report_steps(w, beats: list[BeatFigures]) -> None:
 
 def run(command, opts: Options) -> bool:
     client = command.redis
-    outcome = measure(opts, command.note, client)
-    return report(command.stdout.write, opts, outcome, command.broker_label())
+    ok, outcomes = True, []
+    for number in range(1, opts.repeat + 1):
+        if number > 1:
+            command.note(f"round {number} of {opts.repeat}")
+            command.clean()  # the last round's tenants, jobs and runs; the queues flushed
+        outcome = measure(opts, command.note, client)
+        ok = report(command.stdout.write, opts, outcome, command.broker_label()) and ok
+        outcomes.append(outcome)
+    if opts.repeat > 1:
+        report_rounds(command.stdout.write, outcomes)
+    return ok
+
+
+def report_rounds(w, outcomes: list[Outcome]) -> None:
+    """The rounds' rates beside their floors, and the medians."""
+    rates = [out.rate for out in outcomes if out.rate]
+    floors = [fires / secs for out in outcomes if out.floor for fires, secs in [out.floor]]
+    shares = [out.rate / (out.floor[0] / out.floor[1]) for out in outcomes if out.rate and out.floor]
+    w(f"bench dispatch: {len(outcomes)} rounds")
+    if rates:
+        w(f"  median fires/s {statistics.median(rates):,.0f}  (rounds: {', '.join(f'{r:,.0f}' for r in rates)})")
+    if floors:
+        w(
+            f"  median floor fires/s {statistics.median(floors):,.0f}  (rounds: {', '.join(f'{f:,.0f}' for f in floors)})"
+        )
+    if shares:
+        w(
+            f"  cronfleet / floor: median {statistics.median(shares):.0%}  "
+            f"(rounds: {', '.join(f'{s:.0%}' for s in shares)}; lowest {min(shares):.0%})"
+        )

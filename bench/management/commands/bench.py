@@ -4,6 +4,7 @@ Figures are never asserted by tests: they are for reading.
 
     manage.py bench dispatch --jobs N [--beats K] [--batch-size B] [--schedule interval|once|cron]
                              [--lead S] [--grace S] [--misfire-policy P] [--floor-jobs F] [--timeout S]
+                             [--repeat X]
     manage.py bench peers --jobs N [--cap S] [--beats K] [--lead S]
     manage.py bench steady --jobs N --rate R --seconds T [--beats K] [--workers W] [--concurrency C]
                            [--pool prefork|threads|solo] [--batch B] [--no-floor]
@@ -189,7 +190,8 @@ class Command(BaseCommand):
             type=int,
             default=None,
             help="ledger: spikes per ledger size, the median (default 3); e2e: rounds of the floor "
-            "then Cronfleet, each round's share of the floor and the median (default 1)",
+            "then Cronfleet, each round's share of the floor and the median (default 1); dispatch: "
+            "spikes, each with its floor after it, and the median share (default 1)",
         )
         parser.add_argument(
             "--requests",
@@ -319,6 +321,7 @@ class Command(BaseCommand):
                         grace=options["grace"],
                         floor_jobs=max(0, options["floor_jobs"]),
                         misfire_policy=options["misfire_policy"],
+                        repeat=options["repeat"] or 1,
                     ),
                 )
             elif scenario == "peers":
