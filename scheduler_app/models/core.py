@@ -70,6 +70,9 @@ JOB_RETENTION_SET = (
 )
 
 
+JOB_NAME_UNIQUE = "job_name_unique_per_tenant"  # services tell a name taken from other errors by it
+
+
 class Job(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="jobs")
     name = models.CharField(max_length=200)
@@ -244,9 +247,11 @@ class Job(models.Model):
 
     objects = JobQuerySet.as_manager()
 
+    NAME_UNIQUE = JOB_NAME_UNIQUE
+
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["tenant", "name"], name="job_name_unique_per_tenant"),
+            models.UniqueConstraint(fields=["tenant", "name"], name=JOB_NAME_UNIQUE),
             models.CheckConstraint(condition=Q(priority__lte=PRIORITY_MAX), name="job_priority_in_range"),
         ]
         indexes = [

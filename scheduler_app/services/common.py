@@ -1,4 +1,5 @@
-"""What the services share: the quota error, whole-number checks, named advisory locks, and
+"""What the services share: the quota error, whole-number checks, unique violations told
+apart, named advisory locks, and
 the dispatch-quota admission of runs recorded outside a beat. (The audit row of a job's
 change is models/lifecycle.py's audit_job; waking the beats dispatch/waker.py's wake_beats.)"""
 
@@ -7,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from django.db import connection
+from django.db import IntegrityError, connection, models
 
 from scheduler_app.conf import app_settings
 from scheduler_app.dispatch import run_times, tenant_budget
@@ -27,6 +28,19 @@ def check_int(field: str, value, low: int, high: int) -> int:
     if not low <= value <= high:
         raise InvalidInput(field, f"must be between {low} and {high}")
     return value
+
+
+def violates(exc: IntegrityError, model: type[models.Model], constraint: str) -> bool:
+    """Whether `exc` broke `model`'s unique `constraint` (by its name on PostgreSQL, by its
+    columns in SQLite's message), and not another rule: a NOT NULL or a foreign key broken is
+    a different error, which callers let through rather than report as a name taken."""
+    diag = getattr(exc.__cause__, "diag", None)
+    if diag is not None:
+        return diag.constraint_name == constraint
+    unique = next(c for c in model._meta.constraints if c.name == constraint)
+    table = model._meta.db_table
+    columns = ", ".join(f"{table}.{model._meta.get_field(name).column}" for name in unique.fields)
+    return f"UNIQUE constraint failed: {columns}" in str(exc)
 
 
 def lock_names(keys: Iterable[str]) -> None:

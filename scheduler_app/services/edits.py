@@ -16,7 +16,7 @@ from scheduler_app.models import Job, TargetKind, db_now
 from scheduler_app.models.lifecycle import audit_job
 from scheduler_app.services import chains, flexible
 from scheduler_app.services.checkins import ensure_monitor
-from scheduler_app.services.common import check_int, jsonable
+from scheduler_app.services.common import check_int, jsonable, violates
 from scheduler_app.services.jobs import first_fire
 from scheduler_app.services.jobspec import JobSpec, validate_spec
 from scheduler_app.targets import task as task_target
@@ -203,7 +203,9 @@ def _update(job: Job, changes: dict, actor: str, allow_any_registered: bool) -> 
             if fields.get("target_kind") == TargetKind.MONITOR:
                 ensure_monitor(locked)  # a job made monitored gets its ping key
             wake_beats()
-    except IntegrityError:
+    except IntegrityError as exc:
+        if not violates(exc, Job, Job.NAME_UNIQUE):
+            raise
         raise InvalidInput("name", f"tenant {job.tenant.slug!r} already has a job named {fields['name']!r}") from None
     job.refresh_from_db()
     return job

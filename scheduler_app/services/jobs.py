@@ -19,6 +19,7 @@ from scheduler_app.services.common import (
     admitted_manual,
     check_manual_runs_per_hour,
     refuse_monitored,
+    violates,
 )
 from scheduler_app.services.jobspec import JobSpec, check_job_quota, validate_spec
 from scheduler_app.validation import InvalidInput, check_line, check_name
@@ -57,7 +58,9 @@ def job_create(
             )
             if wake:
                 wake_beats()
-    except IntegrityError:
+    except IntegrityError as exc:
+        if not violates(exc, Job, Job.NAME_UNIQUE):
+            raise
         raise InvalidInput("name", f"tenant {tenant.slug!r} already has a job named {name!r}") from None
     return job
 

@@ -4,7 +4,7 @@ in the error, the schedule normalised, the target (task, HTTP, command, SQL) che
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from datetime import datetime, timedelta
 
 from scheduler_app import queues, schedules, targets
@@ -161,6 +161,18 @@ def check_pause_after_failures(value) -> int | None:
     return value
 
 
+# The fields typed str: "" stands for "none" there, never None.
+TEXT_FIELDS = tuple(f.name for f in fields(JobSpec) if f.type == "str")
+
+
+def check_texts(spec: JobSpec) -> None:
+    """InvalidInput naming the first text field of `spec` given something else (None from a
+    caller's code, a number): it would otherwise reach a NOT NULL column, or a parser."""
+    for name in TEXT_FIELDS:
+        if not isinstance(getattr(spec, name), str):
+            raise InvalidInput(name, f"must be text, not {type(getattr(spec, name)).__name__}")
+
+
 def validate_spec(
     tenant: Tenant,
     spec: JobSpec,
@@ -199,6 +211,7 @@ def validate_spec(
     """
     if not tenant.is_active:
         raise InvalidInput("tenant", f"tenant {tenant.slug!r} is not active")
+    check_texts(spec)
     name = check_name("name", spec.name)
     target_config = validate_target(spec, tenant, allow_any_registered=allow_any_registered, kept_task=kept_task)
     args = [] if spec.args is None else spec.args

@@ -3,6 +3,7 @@
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import IntegrityError
 
 from scheduler_app import services
 from scheduler_app.models import ApiKey, AuditEvent, Job, JobRun, Tenant, db_now
@@ -59,6 +60,10 @@ def test_a_paused_job_is_not_due(tenant):
         ({"cron": "0 0 31 2 *"}, "cron"),
         ({"every": 10, "end_at": datetime(2020, 1, 1, tzinfo=UTC)}, "end_at"),
         ({"cron": "* * * * *", "timezone": "Mars/Olympus"}, "timezone"),
+        ({"every": 10, "cron": None}, "cron"),  # None, not "": once reported as a name taken
+        ({"every": 10, "timezone": None}, "timezone"),
+        ({"every": 10, "description": None}, "description"),
+        ({"every": 10, "queue": 7}, "queue"),
     ],
 )
 def test_job_create_refuses_bad_input_naming_the_field_and_writes_nothing(tenant, fields, field):
@@ -74,6 +79,21 @@ def test_job_names_are_unique_per_tenant(tenant):
 
     with pytest.raises(services.InvalidInput, match="already has a job named 'job'"):
         services.job_create(tenant, spec(every=10))
+
+
+def test_only_the_name_rule_is_reported_as_a_name_taken(tenant, monkeypatch):
+    """Another rule the database enforces (here NOT NULL, broken by a field that validation
+    is made to let through) is raised as what it is, not as 'already has a job named'."""
+    real = services.jobs.validate_spec
+
+    def lets_null_through(*args, **kwargs):
+        schedule, fields = real(*args, **kwargs)
+        return schedule, {**fields, "timezone": None}
+
+    monkeypatch.setattr(services.jobs, "validate_spec", lets_null_through)
+    with pytest.raises(IntegrityError):
+        services.job_create(tenant, spec(every=10))
+    assert not Job.objects.exists()
 
 
 @pytest.mark.parametrize(
