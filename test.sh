@@ -99,12 +99,13 @@ sys.exit(1 if missing else 0)
 PY
 }
 
-# pytest-xdist workers per tier on two cores: the integration tier's tests wait on the
-# database, the system and fault tiers' on the processes they start (the fault scenarios'
-# lag bounds hold beside a bench, so beside one another too). An -n, -p no:xdist or --pdb
-# of the caller's wins.
+# pytest-xdist workers per tier on two cores: the unit tier's tests keep a core busy each, the
+# integration tier's wait on the database, the system and fault tiers' on the processes they
+# start (the fault scenarios' lag bounds hold beside a bench, so beside one another too). An
+# -n, -p no:xdist or --pdb of the caller's wins.
 workers_for() {
   case $1 in
+    unit) echo "-n 2" ;;
     integration) echo "-n 2" ;;
     system) echo "-n 3 --dist loadfile" ;;
     faults) echo "-n 2" ;;

@@ -3,6 +3,7 @@ deferred to the window's end, and a running run cancelled when a `cancel` window
 
 from __future__ import annotations
 
+import signal
 from datetime import UTC, timedelta
 
 import pytest
@@ -77,7 +78,7 @@ def test_a_real_beat_cancels_a_running_run_when_a_cancel_window_opens(processes,
             tags=["db"],
         ),
     )
-    processes.worker(queue_name)
+    worker = processes.worker(queue_name)
     processes.beat("beat", "--max-sleep", "1")
     run = services.job_trigger(slow)
     wait_for(
@@ -99,3 +100,6 @@ def test_a_real_beat_cancels_a_running_run_when_a_cancel_window_opens(processes,
     run.refresh_from_db()
     assert run.reason.startswith("maintenance: reindex: cancelled, the window is open until ")
     assert AuditEvent.objects.filter(run_id=run.id, action="run.cancelled", actor="beat").exists()
+    # The task sleeps on, its run cancelled: a cold shutdown (SIGQUIT) ends the worker now,
+    # where a warm one would wait out the teardown's bound.
+    processes.stop(worker, signal.SIGQUIT)
