@@ -70,6 +70,9 @@ fi
 
 export DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/cronfleet}
 export CELERY_BROKER_URL=${CELERY_BROKER_URL:-redis://127.0.0.1:6379/15}
+# Bytecode is written: with PYTHONDONTWRITEBYTECODE set (some machines set it for everyone),
+# every beat, worker and manage.py the tests start would compile the project's modules again.
+unset PYTHONDONTWRITEBYTECODE
 # The servers the integration, system and fault tiers use: each one missing is named with the
 # command that starts it (the unit tier needs none).
 check_servers() {
