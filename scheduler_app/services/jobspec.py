@@ -161,16 +161,20 @@ def check_pause_after_failures(value) -> int | None:
     return value
 
 
-# The fields typed str: "" stands for "none" there, never None.
+# The fields typed str, where "" stands for "none" (a caller's None too).
 TEXT_FIELDS = tuple(f.name for f in fields(JobSpec) if f.type == "str")
 
 
-def check_texts(spec: JobSpec) -> None:
-    """InvalidInput naming the first text field of `spec` given something else (None from a
-    caller's code, a number): it would otherwise reach a NOT NULL column, or a parser."""
+def texts_checked(spec: JobSpec) -> JobSpec:
+    """`spec` with None in a text field read as "" ("none": cron=None beside every=10, the
+    tenant's zone for timezone=None), or InvalidInput naming the first text field given
+    something else (a number, a list), which would otherwise reach a parser or a NOT NULL
+    column."""
     for name in TEXT_FIELDS:
-        if not isinstance(getattr(spec, name), str):
-            raise InvalidInput(name, f"must be text, not {type(getattr(spec, name)).__name__}")
+        value = getattr(spec, name)
+        if value is not None and not isinstance(value, str):
+            raise InvalidInput(name, f"must be text, not {type(value).__name__}")
+    return replace(spec, **{name: "" for name in TEXT_FIELDS if getattr(spec, name) is None})
 
 
 def validate_spec(
@@ -211,7 +215,7 @@ def validate_spec(
     """
     if not tenant.is_active:
         raise InvalidInput("tenant", f"tenant {tenant.slug!r} is not active")
-    check_texts(spec)
+    spec = texts_checked(spec)
     name = check_name("name", spec.name)
     target_config = validate_target(spec, tenant, allow_any_registered=allow_any_registered, kept_task=kept_task)
     args = [] if spec.args is None else spec.args

@@ -60,10 +60,10 @@ def test_a_paused_job_is_not_due(tenant):
         ({"cron": "0 0 31 2 *"}, "cron"),
         ({"every": 10, "end_at": datetime(2020, 1, 1, tzinfo=UTC)}, "end_at"),
         ({"cron": "* * * * *", "timezone": "Mars/Olympus"}, "timezone"),
-        ({"every": 10, "cron": None}, "cron"),  # None, not "": once reported as a name taken
-        ({"every": 10, "timezone": None}, "timezone"),
-        ({"every": 10, "description": None}, "description"),
         ({"every": 10, "queue": 7}, "queue"),
+        ({"every": 10, "description": 3.5}, "description"),
+        ({"every": 10, "cron": ["* * * * *"]}, "cron"),
+        ({"every": 10, "calendar": {"name": "x"}}, "calendar"),
     ],
 )
 def test_job_create_refuses_bad_input_naming_the_field_and_writes_nothing(tenant, fields, field):
@@ -79,6 +79,17 @@ def test_job_names_are_unique_per_tenant(tenant):
 
     with pytest.raises(services.InvalidInput, match="already has a job named 'job'"):
         services.job_create(tenant, spec(every=10))
+
+
+def test_none_in_a_text_field_stands_for_none(tenant):
+    """cron=None beside every=10, timezone=None: once refused as 'already has a job named'
+    (the NOT NULL column broken); now read as "", as the JobSpec's defaults are."""
+    nones = services.job_create(tenant, spec(every=10, cron=None, timezone=None, queue=None, description=None))
+    defaults = services.job_create(tenant, spec(name="defaults", every=10))
+
+    fields = ("cron", "timezone", "queue", "description", "every_seconds")
+    assert [getattr(nones, f) for f in fields] == [getattr(defaults, f) for f in fields]
+    assert nones.cron == "" and nones.every_seconds == 10
 
 
 def test_only_the_name_rule_is_reported_as_a_name_taken(tenant, monkeypatch):
