@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from scheduler_app import queues, schedules, targets
 from scheduler_app.conf import app_settings
@@ -174,7 +175,8 @@ def texts_checked(spec: JobSpec) -> JobSpec:
         value = getattr(spec, name)
         if value is not None and not isinstance(value, str):
             raise InvalidInput(name, f"must be text, not {type(value).__name__}")
-    return replace(spec, **{name: "" for name in TEXT_FIELDS if getattr(spec, name) is None})
+    blanks: dict[str, Any] = {name: "" for name in TEXT_FIELDS if getattr(spec, name) is None}
+    return replace(spec, **blanks)
 
 
 def validate_spec(
