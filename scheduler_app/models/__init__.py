@@ -9,6 +9,7 @@ from scheduler_app.models.console import Alert, AlertKind, AlertRule, RunMinute
 from scheduler_app.models.core import (
     ACTIVE_STATES,
     ERROR_IN_HISTORY,
+    JOB_NAME_UNIQUE,
     JOB_RETENTION_SET,
     PRIORITY_DEFAULT,
     PRIORITY_MAX,
@@ -44,6 +45,7 @@ __all__ = [
     "Monitor",
     "ACTIVE_STATES",
     "ERROR_IN_HISTORY",
+    "JOB_NAME_UNIQUE",
     "JOB_RETENTION_SET",
     "PRIORITY_DEFAULT",
     "PRIORITY_MAX",

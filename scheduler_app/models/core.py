@@ -247,8 +247,6 @@ class Job(models.Model):
 
     objects = JobQuerySet.as_manager()
 
-    NAME_UNIQUE = JOB_NAME_UNIQUE
-
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["tenant", "name"], name=JOB_NAME_UNIQUE),

@@ -1,7 +1,7 @@
-"""What the services share: the quota error, whole-number checks, unique violations told
-apart, named advisory locks, and
-the dispatch-quota admission of runs recorded outside a beat. (The audit row of a job's
-change is models/lifecycle.py's audit_job; waking the beats dispatch/waker.py's wake_beats.)"""
+"""What the services share: the quota error, whole-number checks, a unique rule's violation
+told from other errors, named advisory locks, and the dispatch-quota admission of runs
+recorded outside a beat. (The audit row of a job's change is models/lifecycle.py's
+audit_job; waking the beats dispatch/waker.py's wake_beats.)"""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from django.db import IntegrityError, transaction
 from scheduler_app import schedules
 from scheduler_app.conf import app_settings
 from scheduler_app.dispatch.waker import wake_beats
-from scheduler_app.models import Job, TargetKind, db_now
+from scheduler_app.models import JOB_NAME_UNIQUE, Job, TargetKind, db_now
 from scheduler_app.models.lifecycle import audit_job
 from scheduler_app.services import chains, flexible
 from scheduler_app.services.checkins import ensure_monitor
@@ -204,7 +204,7 @@ def _update(job: Job, changes: dict, actor: str, allow_any_registered: bool) -> 
                 ensure_monitor(locked)  # a job made monitored gets its ping key
             wake_beats()
     except IntegrityError as exc:
-        if not violates(exc, Job, Job.NAME_UNIQUE):
+        if not violates(exc, Job, JOB_NAME_UNIQUE):
             raise
         raise InvalidInput("name", f"tenant {job.tenant.slug!r} already has a job named {fields['name']!r}") from None
     job.refresh_from_db()

@@ -10,7 +10,7 @@ from django.db import IntegrityError, transaction
 from scheduler_app.dispatch import leftovers
 from scheduler_app.dispatch.publish import RunMessage, publish_runs
 from scheduler_app.dispatch.waker import wake_beats
-from scheduler_app.models import AuditEvent, Job, JobRun, Tenant, Trigger, db_now
+from scheduler_app.models import JOB_NAME_UNIQUE, AuditEvent, Job, JobRun, Tenant, Trigger, db_now
 from scheduler_app.models.lifecycle import audit_job, first_fire, job_resume
 from scheduler_app.services import chains, flexible, pauses
 from scheduler_app.services.checkins import ensure_monitor
@@ -59,7 +59,7 @@ def job_create(
             if wake:
                 wake_beats()
     except IntegrityError as exc:
-        if not violates(exc, Job, Job.NAME_UNIQUE):
+        if not violates(exc, Job, JOB_NAME_UNIQUE):
             raise
         raise InvalidInput("name", f"tenant {tenant.slug!r} already has a job named {name!r}") from None
     return job
