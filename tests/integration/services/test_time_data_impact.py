@@ -16,7 +16,7 @@ from django.test import override_settings
 
 from bench import timedata as bench_timedata
 from scheduler_app import services
-from scheduler_app.models import Alert, AlertKind, AuditEvent, Job, JobRun, RunState
+from scheduler_app.models import Alert, AlertKind, AuditEvent, Job, JobRun, RunState, db_now
 from scheduler_app.observability import metrics
 from scheduler_app.schedules import Cause, ChangeKind
 from scheduler_app.services import impact
@@ -26,9 +26,18 @@ pytestmark = pytest.mark.django_db
 HOUR = timedelta(hours=1)
 
 
+def tbilisi_cron() -> str:
+    """Daily at the Tbilisi hour that is half a day from now at UTC+04:00, so neither the held
+    fire nor the one an hour later under UTC+03:00 falls between now and the next hour: a change
+    of zone then moves each fire and never makes one appear or vanish, whatever the clock says."""
+    hour = (db_now().hour + 12 + 4) % 24
+    return f"0 {hour} * * *"
+
+
 def tbilisi_job(tenant, name: str = "nightly") -> Job:
     return services.job_create(
-        tenant, services.JobSpec(name=name, task_name="scheduler_app.echo", cron="0 9 * * *", timezone="Asia/Tbilisi")
+        tenant,
+        services.JobSpec(name=name, task_name="scheduler_app.echo", cron=tbilisi_cron(), timezone="Asia/Tbilisi"),
     )
 
 
@@ -115,7 +124,7 @@ def test_recorded_runs_are_checked_and_left_as_they_are(tenant, tmp_path):
 
 def test_apply_sets_a_fire_moved_into_the_past_due_so_the_beat_runs_it_at_once(tenant, tmp_path):
     job = tbilisi_job(tenant)
-    held = job.next_run_at  # 09:00 at UTC+04:00
+    held = job.next_run_at  # at UTC+04:00
     half_an_hour_past_the_new_fire = held - HOUR / 2
 
     with timedata.zones_from(timedata.write_zone(tmp_path, seconds=5 * 3600, abbreviation="+05")):
@@ -170,7 +179,7 @@ def test_the_command_names_a_bad_horizon():
 def test_the_plan_of_schedules_as_code_shows_the_impact_on_its_jobs(tenant, tmp_path, capsys):
     declaration = tmp_path / "schedules.toml"
     declaration.write_text(
-        f'owner = "ops"\ntenant = "{tenant.slug}"\n\n[[jobs]]\nname = "nightly"\ncron = "0 9 * * *"\n'
+        f'owner = "ops"\ntenant = "{tenant.slug}"\n\n[[jobs]]\nname = "nightly"\ncron = "{tbilisi_cron()}"\n'
         'timezone = "Asia/Tbilisi"\ntask = "scheduler_app.echo"\n'
     )
     call_command("schedules", "apply", "--file", str(declaration))
