@@ -18,7 +18,6 @@ from __future__ import annotations
 import re
 
 import dj_database_url
-import psycopg.conninfo
 
 POSTGRES_SCHEMES = ("postgres", "postgresql", "pgsql", "postgis")
 _KEYWORD_FORM = re.compile(r"^\s*[a-z_]+\s*=")  # `host=...`: a libpq keyword/value string
@@ -92,6 +91,8 @@ def _is_port(text: str) -> bool:
 
 
 def _keyword_form(text: str, conn_max_age: int) -> dict:
+    import psycopg.conninfo  # here: a URL (and SQLite) needs no libpq client at start-up
+
     try:
         values = psycopg.conninfo.conninfo_to_dict(text)
     except psycopg.ProgrammingError as exc:

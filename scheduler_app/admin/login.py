@@ -22,7 +22,6 @@ import threading
 import time
 from collections import OrderedDict
 
-import redis
 from django.contrib import admin
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.core.exceptions import ValidationError
@@ -45,6 +44,8 @@ def attempt_key(username: str, address: str) -> str:
 
 class MemoryFailures:
     """Failure times per key in this process (no Redis configured)."""
+
+    errors: tuple[type[Exception], ...] = ()  # what its calls raise when the store does not answer
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -71,6 +72,9 @@ class RedisFailures:
     """Failure times per key in a Redis sorted set (score and member: the time)."""
 
     def __init__(self, url: str) -> None:
+        import redis  # here: the Redis client costs every process that loads the admin 0.2 s
+
+        self.errors = (redis.RedisError,)
         self.client = client_from_url(
             url, socket_timeout=REDIS_TIMEOUT_SECONDS, socket_connect_timeout=REDIS_TIMEOUT_SECONDS
         )
@@ -103,9 +107,10 @@ def failures():
 def refused_for(key: str, now: float) -> float | None:
     """Seconds until `key` may try again, or None when it may now."""
     limit, window = app_settings.ADMIN_LOGIN_FAILURES, app_settings.ADMIN_LOGIN_WINDOW_SECONDS
+    store = failures()
     try:
-        recent = sorted(failures().recent(key, now, window))
-    except redis.RedisError as exc:
+        recent = sorted(store.recent(key, now, window))
+    except store.errors as exc:
         logger.warning("admin login throttle: Redis did not answer (%s); login not throttled", exc)
         return None
     if len(recent) < limit:
@@ -115,9 +120,10 @@ def refused_for(key: str, now: float) -> float | None:
 
 
 def record_failure(key: str, now: float) -> None:
+    store = failures()
     try:
-        failures().record(key, now, app_settings.ADMIN_LOGIN_WINDOW_SECONDS)
-    except redis.RedisError as exc:
+        store.record(key, now, app_settings.ADMIN_LOGIN_WINDOW_SECONDS)
+    except store.errors as exc:
         logger.warning("admin login throttle: Redis did not answer (%s); failure not counted", exc)
 
 

@@ -29,10 +29,8 @@ import math
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 from rest_framework import exceptions
 from rest_framework.throttling import BaseThrottle
 
@@ -40,6 +38,9 @@ from scheduler_app.conf import app_settings
 from scheduler_app.models import ApiKey
 from scheduler_app.observability.callers import client_address
 from scheduler_app.redisclient import client_from_url
+
+if TYPE_CHECKING:
+    import redis
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +89,7 @@ class Counter:
         self.lock = threading.Lock()
         self.url = ""
         self.client: redis.Redis | None = None
+        self.errors: tuple[type[Exception], ...] = ()  # what the client raises when Redis does not answer
         self.closed_at = 0.0  # monotonic time before which Redis is not asked; 0: it answers
         self.probing = False
 
@@ -99,7 +101,14 @@ class Counter:
             return None
         with self.lock:
             if self.client is None or self.url != url:
+                # Imported here: the Redis client costs every process that loads the URLconf
+                # (each manage.py command's checks) 0.2 s, and most never ask Redis.
+                import redis
+                from redis.backoff import NoBackoff
+                from redis.retry import Retry
+
                 self.url, self.closed_at, self.probing = url, 0.0, False
+                self.errors = (redis.RedisError,)
                 self.client = client_from_url(
                     url,
                     socket_timeout=REDIS_TIMEOUT_SECONDS,
@@ -131,7 +140,7 @@ class Counter:
     def probe(self, client: redis.Redis) -> None:
         try:
             client.ping()
-        except redis.RedisError as exc:
+        except self.errors as exc:
             with self.lock:
                 if self.client is client:
                     self.closed_at = time.monotonic() + app_settings.RATE_LIMIT_RETRY_SECONDS
@@ -156,7 +165,7 @@ class Counter:
                     pipe.incr(name)
                     pipe.expire(name, WINDOW_SECONDS * 2)
                 replies = pipe.execute()
-        except redis.RedisError as exc:  # fail open, by design (see the module docstring)
+        except self.errors as exc:  # fail open, by design (see the module docstring)
             self.trip(exc)
             return None
         return replies[::2]

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import logging
 
-from kombu.transport import redis as kombu_redis
 from kombu.transport.virtual import base as virtual
 
 logger = logging.getLogger("scheduler_app.worker")
@@ -51,7 +50,10 @@ _original: dict = {}
 
 
 def install(**_signal) -> None:
-    """Put the guard on kombu.transport.redis.QoS (once; a worker_init receiver)."""
+    """Put the guard on kombu.transport.redis.QoS (once; a worker_init receiver). Imported
+    here: the Redis client it brings costs every manage.py command a quarter of a second."""
+    from kombu.transport import redis as kombu_redis
+
     if _original:
         return
     for name, guarded in (("restore_unacked", restore_unacked), ("ack", ack), ("reject", reject)):
