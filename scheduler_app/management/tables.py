@@ -8,6 +8,7 @@ import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 
+from django.core.checks import Tags
 from django.core.management.base import CommandError, SystemCheckError
 from django.db import DatabaseError, connection
 
@@ -183,12 +184,21 @@ def require_tables() -> None:
         raise CommandError(NO_TABLES, returncode=1)
 
 
+# The system checks a Cronfleet command runs: Django's on models and admin classes, and
+# Cronfleet's own. Not the URL checks: they import the whole URLconf (the REST API and its
+# schema libraries), a sixth of a command's start-up, for commands that serve no page
+# (`manage.py check` and runserver still run them).
+COMMAND_CHECKS = [Tags.models, Tags.compatibility, Tags.admin, "cronfleet"]
+
+
 class OneLineErrors:
     """Mixin for commands: from the command line a CommandError prints as the single line
     `<message>` (no 'CommandError:' prefix, no traceback) and exits with its returncode.
 
     call_command() still raises the CommandError, so callers and tests can catch it.
     """
+
+    requires_system_checks = COMMAND_CHECKS
 
     def run_action(self, command: str, action: str, **options) -> None:
         """Call self.do_<action>; bad input becomes one line naming the field (exit 2)."""

@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from django.core.checks import Tags
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import DatabaseError, InterfaceError, close_old_connections, connection, reset_queries
 
@@ -32,9 +31,8 @@ SWEEP_EVERY = 2.0  # seconds between looks for runs to publish again (a few quer
 
 class Command(OneLineErrors, BaseCommand):
     help = "Turn due jobs into runs and publish them to Celery. Safe to run several copies at once."
-    # Not the URL checks: they import the whole URLconf (the REST API and its schema
-    # libraries), about 30 MiB a beat never uses.
-    requires_system_checks = [Tags.models, Tags.compatibility, Tags.admin, "cronfleet"]
+    # The checks of every Cronfleet command (tables.COMMAND_CHECKS): not the URL checks, whose
+    # URLconf (the REST API and its schema libraries) is about 30 MiB a beat never uses.
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--once", action="store_true", help="Run one turn, then exit")
