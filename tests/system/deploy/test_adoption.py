@@ -177,12 +177,17 @@ class Host:
         self.home, self.venv, self.site = home, home / "venv", home / "site"
         self.ledger = home / "ledger.txt"
         self.procs: list[tuple[subprocess.Popen, Path]] = []
-        run([python, "-m", "venv", str(self.venv)], timeout=120)
+        # Without a pip of its own: this process's pip installs into it (`pip --python`).
+        run([python, "-m", "venv", "--without-pip", str(self.venv)], timeout=120)
         # The wheel and the host's Django release, as `pip install cronfleet Django==...` would.
         self.pip("install", "--quiet", f"{wheel}[celery-beat]", f"Django{django}", timeout=600)
 
     def pip(self, *args: str, timeout: float) -> None:
-        run([str(self.venv / "bin" / "python"), "-m", "pip", *args], timeout=timeout)
+        """pip run against the host's venv. --no-compile: the modules the host imports are
+        compiled as it imports them, not all of every package (most never are)."""
+        command, *rest = args
+        target = str(self.venv / "bin" / "python")
+        run([sys.executable, "-m", "pip", "--python", target, command, "--no-compile", *rest], timeout=timeout)
 
     def env(self) -> dict[str, str]:
         env = {
