@@ -101,8 +101,8 @@ class Counter:
             return None
         with self.lock:
             if self.client is None or self.url != url:
-                # Imported here: the Redis client costs every process that loads the URLconf
-                # (each manage.py command's checks) 0.2 s, and most never ask Redis.
+                # Imported here: most processes that load the URLconf never ask Redis, and the
+                # Redis client is a large part of their start-up.
                 import redis
                 from redis.backoff import NoBackoff
                 from redis.retry import Retry

@@ -48,10 +48,9 @@ _TARGET = re.compile(r"/[\x21-\x7e]*")  # a request target as sent: printable AS
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
     """A new event loop for a thread of its own: uvloop's when installed, else asyncio's.
-    No loop policy is set: the process's other loops stay what they were. Imported here, where
-    a loop is made: a process that makes none (every manage.py command) does not pay for it."""
+    No loop policy is set: the process's other loops stay what they were."""
     try:  # the event loop this client runs fastest on, where it is installed
-        import uvloop
+        import uvloop  # here, where a loop is made: a process that makes none does not load it
     except ImportError:  # pragma: no cover - asyncio's own loop serves as well, more slowly
         return asyncio.new_event_loop()
     return uvloop.new_event_loop()

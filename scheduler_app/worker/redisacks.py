@@ -50,8 +50,9 @@ _original: dict = {}
 
 
 def install(**_signal) -> None:
-    """Put the guard on kombu.transport.redis.QoS (once; a worker_init receiver). Imported
-    here: the Redis client it brings costs every manage.py command a quarter of a second."""
+    """Put the guard on kombu.transport.redis.QoS (once; a worker_init receiver)."""
+    # Here: the Redis client it imports is a large part of a process's start-up, and only the
+    # worker needs it.
     from kombu.transport import redis as kombu_redis
 
     if _original:
