@@ -8,6 +8,10 @@ from celery import Celery
 from celery.signals import after_setup_logger
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
+# Celery's Django fixup runs every system check as a worker starts and drops what they find;
+# their URL checks import the whole URLconf (the API, DRF, drf-spectacular) at every start.
+# Cronfleet's checks run with migrate, runbeat and `manage.py check`.
+os.environ.setdefault("CELERY_SKIP_CHECKS", "true")
 
 
 def check_settings(program: str) -> None:

@@ -32,7 +32,8 @@ SWEEP_EVERY = 2.0  # seconds between looks for runs to publish again (a few quer
 class Command(OneLineErrors, BaseCommand):
     help = "Turn due jobs into runs and publish them to Celery. Safe to run several copies at once."
     # The checks of every Cronfleet command (tables.COMMAND_CHECKS): not the URL checks, whose
-    # URLconf (the REST API and its schema libraries) is about 30 MiB a beat never uses.
+    # URLconf (the REST API and its schema libraries) is about 30 MiB a beat never uses, nor
+    # the admin's.
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--once", action="store_true", help="Run one turn, then exit")
