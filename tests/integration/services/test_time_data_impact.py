@@ -27,9 +27,9 @@ HOUR = timedelta(hours=1)
 
 
 def tbilisi_cron() -> str:
-    """Daily at the Tbilisi hour that is half a day from now at UTC+04:00, so neither the held
-    fire nor the one an hour later under UTC+03:00 falls between now and the next hour: a change
-    of zone then moves each fire and never makes one appear or vanish, whatever the clock says."""
+    """Daily at the Tbilisi hour that falls about half a day from now under UTC+04:00 and under
+    UTC+03:00 alike: the change of zone then moves each fire an hour and never makes one appear
+    (a fire today that the held data had already passed) or vanish, whatever hour it is."""
     hour = (db_now().hour + 12 + 4) % 24
     return f"0 {hour} * * *"
 
