@@ -14,6 +14,8 @@
 #                             the same in .venv-django6.0 with that Django release (Python 3.12
 #                             or newer: python3.12 on PATH, or pyenv's; PYTHON names another);
 #                             --django comes first, then --repeat
+#   ./test.sh [--django 6.0] --setup
+#                             make the virtual environment and install into it, run no test
 # Defaults: postgres://postgres@127.0.0.1:5432, redis://127.0.0.1:6379/15 and RabbitMQ at
 # amqp://guest:guest@127.0.0.1:5672// (the priority tests run a worker on each broker); set
 # DATABASE_URL / CELERY_BROKER_URL / CRONFLEET_TEST_AMQP_URL to use others (pytest creates
@@ -66,6 +68,10 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     "$venv/bin/python" -m pip install --quiet "Django~=$django.0"
   fi
   echo "$want" > "$stamp"
+fi
+if [ "${1:-}" = "--setup" ]; then
+  echo "test.sh: $venv is ready"
+  exit 0
 fi
 
 export DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/cronfleet}
@@ -136,8 +142,6 @@ run_pytest() {  # run_pytest TIER [pytest arguments]: TIER "" for paths of the c
   "$venv/bin/python" -m pytest "${extra[@]}" "$@"
 }
 
-export DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/cronfleet}
-export CELERY_BROKER_URL=${CELERY_BROKER_URL:-redis://127.0.0.1:6379/15}
 tiers=(unit integration system faults)
 
 repeat=1
