@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run Cronfleet's test suite against real PostgreSQL and Redis (and MariaDB for SQL jobs).
-#   ./test.sh                 every tier in order (unit, integration, system, faults), stopping
-#                             at the first that fails
+#   ./test.sh                 every tier: unit, then integration, then system and faults side by
+#                             side, stopping at the first step that fails
 #   ./test.sh -m "not slow"   the same without the tests that start processes (system, faults)
 #   ./test.sh unit            the unit tier (tests/unit): no database, server or process needed
 #   ./test.sh integration     tests/integration: the real servers, one process per xdist worker
@@ -142,8 +142,6 @@ run_pytest() {  # run_pytest TIER [pytest arguments]: TIER "" for paths of the c
   "$venv/bin/python" -m pytest "${extra[@]}" "$@"
 }
 
-tiers=(unit integration system faults)
-
 repeat=1
 if [ "${1:-}" = "--repeat" ]; then  # ./test.sh --repeat N [tier or paths] [pytest arguments]
   repeat=${2:?"test.sh: --repeat needs a count, e.g. --repeat 10 tests/system/dispatch"}
@@ -178,21 +176,77 @@ if [ -n "$has_paths" ]; then  # paths of the caller's: one pytest run, as they a
   exit 0
 fi
 
-# No paths: every tier in order, each with the caller's pytest arguments, stopping at the first
-# that fails (a tier whose tests the arguments all deselect is no failure).
-started=$SECONDS
-for tier in "${tiers[@]}"; do
-  [ "$tier" = "unit" ] || check_servers
-  echo "test.sh: the $tier tier (tests/$tier)"
-  tier_started=$SECONDS
+# No paths: every tier with the caller's pytest arguments: unit, then integration, then the
+# system and fault tiers side by side, stopping at the first step that fails (a tier whose
+# tests the arguments all deselect is no failure).
+run_tier() {  # run_tier TIER [pytest arguments]: its --repeat runs, stopping at the first failure
+  local tier=$1 run status
+  shift
   for ((run = 1; run <= repeat; run++)); do
-    [ "$repeat" = 1 ] || echo "test.sh: run $run of $repeat"
+    [ "$repeat" = 1 ] || echo "test.sh: the $tier tier, run $run of $repeat"
     status=0
     run_pytest "$tier" "tests/$tier" "$@" || status=$?
     if [ "$status" != 0 ] && [ "$status" != 5 ]; then
-      echo "test.sh: the $tier tier failed (pytest exit $status); the tiers after it were not run" >&2
-      exit "$status"
+      echo "test.sh: the $tier tier failed (pytest exit $status)" >&2
+      return "$status"
     fi
   done
+}
+
+started=$SECONDS
+for tier in unit integration; do
+  [ "$tier" = "unit" ] || check_servers
+  echo "test.sh: the $tier tier (tests/$tier)"
+  tier_started=$SECONDS
+  status=0
+  run_tier "$tier" "$@" || status=$?
+  if [ "$status" != 0 ]; then
+    echo "test.sh: the tiers after $tier were not run" >&2
+    exit "$status"
+  fi
   echo "test.sh: the $tier tier passed in $((SECONDS - tier_started)) s ($((SECONDS - started)) s so far)"
 done
+
+# The fault scenarios mostly wait (on leases, windows and the servers they restart) while the
+# system tier mostly computes, so the two run side by side: together they take little more
+# than the system tier alone. The fault tier has a test database of its own and Redis
+# databases eight below the system tier's (each tier's xdist workers take the ones below its
+# own); its output follows the system tier's.
+broker_db=${CELERY_BROKER_URL##*/}
+if ! [[ $broker_db =~ ^[0-9]+$ ]] || [ "$broker_db" -lt 10 ]; then
+  echo "test.sh: CELERY_BROKER_URL must end in a Redis database of 10 or more (the fault tier" \
+       "takes the ones eight below it), not ${CELERY_BROKER_URL}" >&2
+  exit 2
+fi
+check_servers
+echo "test.sh: the system and faults tiers side by side (tests/system, tests/faults)"
+tier_started=$SECONDS
+faults_log=$(mktemp)
+# A process group of its own (set -m), so that an interrupt reaches it through the trap below
+# and its tests tear down their servers as they do when run alone.
+set -m
+(
+  export CRONFLEET_TEST_DB_SUFFIX="${CRONFLEET_TEST_DB_SUFFIX:-}_faults"
+  export CELERY_BROKER_URL="${CELERY_BROKER_URL%/*}/$((broker_db - 8))"
+  run_tier faults "$@"
+) >"$faults_log" 2>&1 &
+faults=$!
+set +m
+trap 'kill -INT -- -$faults 2>/dev/null' INT TERM
+system_status=0
+run_tier system "$@" || system_status=$?
+faults_status=0
+wait "$faults" || faults_status=$?
+while kill -0 "$faults" 2>/dev/null; do  # the trap ended the wait: its tests are tearing down
+  wait "$faults" || faults_status=$?
+done
+trap - INT TERM
+echo "test.sh: the faults tier's output"
+cat "$faults_log"
+rm -f "$faults_log"
+if [ "$system_status" != 0 ] || [ "$faults_status" != 0 ]; then
+  echo "test.sh: the system tier exited $system_status and the faults tier $faults_status" >&2
+  [ "$system_status" != 0 ] && exit "$system_status"
+  exit "$faults_status"
+fi
+echo "test.sh: the system and faults tiers passed in $((SECONDS - tier_started)) s ($((SECONDS - started)) s so far)"
