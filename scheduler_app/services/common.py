@@ -30,17 +30,19 @@ def check_int(field: str, value, low: int, high: int) -> int:
     return value
 
 
-def violates(exc: IntegrityError, model: type[models.Model], constraint: str) -> bool:
-    """Whether `exc` broke `model`'s unique `constraint` (by its name on PostgreSQL, by its
-    columns in SQLite's message), and not another rule: a NOT NULL or a foreign key broken is
-    a different error, which callers let through rather than report as a name taken."""
+def violates(exc: IntegrityError, model: type[models.Model], *constraints: str) -> bool:
+    """Whether `exc` broke one of `model`'s unique `constraints` (by its name on PostgreSQL, by
+    its columns in SQLite's message), and not another rule: a NOT NULL or a foreign key broken
+    is a different error, which callers let through rather than report as a name taken."""
     diag = getattr(exc.__cause__, "diag", None)
     if diag is not None:
-        return diag.constraint_name == constraint
-    unique = next(c for c in model._meta.constraints if c.name == constraint)
+        return diag.constraint_name in constraints
     table = model._meta.db_table
-    columns = ", ".join(f"{table}.{model._meta.get_field(name).column}" for name in unique.fields)
-    return f"UNIQUE constraint failed: {columns}" in str(exc)
+    for unique in (c for c in model._meta.constraints if c.name in constraints):
+        columns = ", ".join(f"{table}.{model._meta.get_field(name).column}" for name in unique.fields)
+        if f"UNIQUE constraint failed: {columns}" in str(exc):
+            return True
+    return False
 
 
 def lock_names(keys: Iterable[str]) -> None:

@@ -7,6 +7,8 @@ from django.db import IntegrityError
 
 from scheduler_app import services
 from scheduler_app.models import ApiKey, AuditEvent, Job, JobRun, Tenant, db_now
+from scheduler_app.services.objectives import objective_create
+from scheduler_app.services.windows import window_create
 
 
 def spec(**fields):
@@ -105,6 +107,29 @@ def test_only_the_name_rule_is_reported_as_a_name_taken(tenant, monkeypatch):
     with pytest.raises(IntegrityError):
         services.job_create(tenant, spec(every=10))
     assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "create",
+    [
+        lambda tenant: window_create(
+            tenant, name="w", starts_at="2026-06-01T10:00:00Z", ends_at="2026-06-01T11:00:00Z"
+        ),
+        lambda tenant: services.calendar_create(tenant, name="c"),
+        lambda tenant: objective_create(tenant, name="o", kind="success", target="99%"),
+    ],
+    ids=["window", "calendar", "objective"],
+)
+@pytest.mark.django_db(transaction=True)  # the foreign key is checked as the service's own transaction commits
+def test_a_window_calendar_or_objective_of_a_tenant_gone_is_not_reported_as_a_name_taken(create):
+    """A tenant deleted meanwhile breaks the foreign key, not the name's rule: the error is
+    raised as what it is, not as 'already has a ... named', and nothing is written."""
+    gone = services.tenant_create(slug="gone")
+    Tenant.objects.filter(pk=gone.pk).delete()
+
+    with pytest.raises(IntegrityError):
+        create(gone)
+    assert not AuditEvent.objects.filter(tenant_id=gone.pk).exists()
 
 
 @pytest.mark.parametrize(
