@@ -3,7 +3,13 @@ ledger and audit), console (alert rules, alerts, the dashboard's minutes), ledge
 nodes (beats and workers), objectives (fleet objectives and their events by hour), pauses (bulk
 pause requests), calendars (business-day calendars). Every room imports them from here."""
 
-from scheduler_app.models.calendars import Calendar, business_calendars, public_holidays, supported_countries
+from scheduler_app.models.calendars import (
+    CALENDAR_NAME_UNIQUE,
+    Calendar,
+    business_calendars,
+    public_holidays,
+    supported_countries,
+)
 from scheduler_app.models.checkins import CHECKIN_PREFIX, DEFAULT_GRACE_SECONDS, STARTED_REASON, WAITING_REASON, Monitor
 from scheduler_app.models.console import Alert, AlertKind, AlertRule, RunMinute
 from scheduler_app.models.core import (
@@ -32,10 +38,22 @@ from scheduler_app.models.core import (
 )
 from scheduler_app.models.ledger import RunHour
 from scheduler_app.models.nodes import Node, NodeKind
-from scheduler_app.models.objectives import Objective, ObjectiveHour, ObjectiveKind
+from scheduler_app.models.objectives import (
+    OBJECTIVE_NAME_UNIQUE,
+    OBJECTIVE_NAME_UNIQUE_FLEET_WIDE,
+    Objective,
+    ObjectiveHour,
+    ObjectiveKind,
+)
 from scheduler_app.models.pauses import PauseRequest, PauseRequestState
 from scheduler_app.models.tenants import ApiKey, Tenant
-from scheduler_app.models.windows import MaintenanceWindow, RunningPolicy, WindowAction
+from scheduler_app.models.windows import (
+    WINDOW_NAME_UNIQUE,
+    WINDOW_NAME_UNIQUE_DEPLOYMENT_WIDE,
+    MaintenanceWindow,
+    RunningPolicy,
+    WindowAction,
+)
 
 __all__ = [
     "CHECKIN_PREFIX",
@@ -46,6 +64,11 @@ __all__ = [
     "ACTIVE_STATES",
     "ERROR_IN_HISTORY",
     "JOB_NAME_UNIQUE",
+    "CALENDAR_NAME_UNIQUE",
+    "OBJECTIVE_NAME_UNIQUE",
+    "OBJECTIVE_NAME_UNIQUE_FLEET_WIDE",
+    "WINDOW_NAME_UNIQUE",
+    "WINDOW_NAME_UNIQUE_DEPLOYMENT_WIDE",
     "JOB_RETENTION_SET",
     "PRIORITY_DEFAULT",
     "PRIORITY_MAX",

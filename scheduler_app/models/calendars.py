@@ -18,6 +18,9 @@ from scheduler_app.models.tenants import Tenant
 YEARS_BEFORE, YEARS_AFTER = 1, 5
 
 
+CALENDAR_NAME_UNIQUE = "calendar_name_unique_per_tenant"  # services tell a name taken from other errors by it
+
+
 class Calendar(models.Model):
     """Business days for jobs: weekdays, a country's (and subdivision's) public holidays,
     extra holidays by hand ({"YYYY-MM-DD": "name"}) and extra business days (which win)."""
@@ -60,7 +63,7 @@ class Calendar(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["tenant", "name"], name="calendar_name_unique_per_tenant"),
+            models.UniqueConstraint(fields=["tenant", "name"], name=CALENDAR_NAME_UNIQUE),
         ]
 
     def __str__(self) -> str:

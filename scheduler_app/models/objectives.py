@@ -16,6 +16,11 @@ class ObjectiveKind(TextChoices):
     SUCCESS = "success"  # runs that end succeeded (of those that end succeeded, failed or dead)
 
 
+# Services tell a name taken from other errors by these (a tenant's names, the fleet's).
+OBJECTIVE_NAME_UNIQUE = "objective_name_unique_per_tenant"
+OBJECTIVE_NAME_UNIQUE_FLEET_WIDE = "objective_name_unique_fleet_wide"
+
+
 class Objective(models.Model):
     """A tenant's jobs (tenant set), the jobs with a tag (tag set; in every tenant when no
     tenant), or both. The tallies are written by ledger/objectives.count_events only: every
@@ -44,9 +49,9 @@ class Objective(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["tenant", "name"], name="objective_name_unique_per_tenant"),
+            models.UniqueConstraint(fields=["tenant", "name"], name=OBJECTIVE_NAME_UNIQUE),
             models.UniqueConstraint(
-                fields=["name"], condition=models.Q(tenant__isnull=True), name="objective_name_unique_fleet_wide"
+                fields=["name"], condition=models.Q(tenant__isnull=True), name=OBJECTIVE_NAME_UNIQUE_FLEET_WIDE
             ),
         ]
 

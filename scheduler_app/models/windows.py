@@ -23,6 +23,11 @@ class RunningPolicy(TextChoices):
     CANCEL = "cancel"  # runs of the selected jobs still running while the window is open are cancelled
 
 
+# Services tell a name taken from other errors by these (a tenant's names, the deployment's).
+WINDOW_NAME_UNIQUE = "window_name_unique_per_tenant"
+WINDOW_NAME_UNIQUE_DEPLOYMENT_WIDE = "window_name_unique_deployment_wide"
+
+
 class MaintenanceWindow(models.Model):
     """One-off (starts_at, ends_at) or recurring (cron in `zone`, duration_minutes); the
     selector is `tags` (any of them) and `target_kinds`; both empty select every job."""
@@ -80,9 +85,9 @@ class MaintenanceWindow(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["tenant", "name"], name="window_name_unique_per_tenant"),
+            models.UniqueConstraint(fields=["tenant", "name"], name=WINDOW_NAME_UNIQUE),
             models.UniqueConstraint(
-                fields=["name"], condition=models.Q(tenant__isnull=True), name="window_name_unique_deployment_wide"
+                fields=["name"], condition=models.Q(tenant__isnull=True), name=WINDOW_NAME_UNIQUE_DEPLOYMENT_WIDE
             ),
         ]
 

@@ -15,7 +15,7 @@ from django.db import IntegrityError, transaction
 
 from scheduler_app import schedules
 from scheduler_app.dispatch.waker import wake_beats
-from scheduler_app.models import AuditEvent, Calendar, Job, Tenant, db_now, supported_countries
+from scheduler_app.models import CALENDAR_NAME_UNIQUE, AuditEvent, Calendar, Job, Tenant, db_now, supported_countries
 from scheduler_app.services.common import violates
 from scheduler_app.validation import InvalidInput, check_line, check_name
 
@@ -160,7 +160,7 @@ def calendar_create(tenant: Tenant, *, name: str, actor: str = "", **fields) -> 
             calendar = Calendar.objects.create(tenant=tenant, name=name, **checked)
             _audit(calendar, "calendar.created", actor, checked)
     except IntegrityError as exc:
-        if not violates(exc, Calendar, "calendar_name_unique_per_tenant"):
+        if not violates(exc, Calendar, CALENDAR_NAME_UNIQUE):
             raise
         raise InvalidInput("name", f"tenant {tenant.slug!r} already has a calendar {name!r}") from None
     return calendar

@@ -12,7 +12,15 @@ import math
 
 from django.db import IntegrityError, transaction
 
-from scheduler_app.models import AuditEvent, Objective, ObjectiveKind, Tenant, db_now
+from scheduler_app.models import (
+    OBJECTIVE_NAME_UNIQUE,
+    OBJECTIVE_NAME_UNIQUE_FLEET_WIDE,
+    AuditEvent,
+    Objective,
+    ObjectiveKind,
+    Tenant,
+    db_now,
+)
 from scheduler_app.services.common import violates
 from scheduler_app.validation import InvalidInput, check_name
 
@@ -92,7 +100,7 @@ def objective_create(tenant: Tenant | None, *, name: str, actor: str = "", **fie
             objective = Objective.objects.create(tenant=tenant, name=name, created_at=now, counted_until=now, **checked)
             _audit(objective, "objective.created", actor, checked)
     except IntegrityError as exc:
-        if not violates(exc, Objective, "objective_name_unique_per_tenant", "objective_name_unique_fleet_wide"):
+        if not violates(exc, Objective, OBJECTIVE_NAME_UNIQUE, OBJECTIVE_NAME_UNIQUE_FLEET_WIDE):
             raise
         owner = f"tenant {tenant.slug!r}" if tenant is not None else "the fleet"
         raise InvalidInput("name", f"{owner} already has an objective {name!r}") from None

@@ -15,7 +15,17 @@ from django.db import IntegrityError, transaction
 
 from scheduler_app import schedules
 from scheduler_app.dispatch.waker import wake_beats
-from scheduler_app.models import AuditEvent, MaintenanceWindow, RunningPolicy, TargetKind, Tenant, WindowAction, db_now
+from scheduler_app.models import (
+    WINDOW_NAME_UNIQUE,
+    WINDOW_NAME_UNIQUE_DEPLOYMENT_WIDE,
+    AuditEvent,
+    MaintenanceWindow,
+    RunningPolicy,
+    TargetKind,
+    Tenant,
+    WindowAction,
+    db_now,
+)
 from scheduler_app.schedules.windows import next_opening
 from scheduler_app.services.common import violates
 from scheduler_app.validation import InvalidInput, check_line, check_name, check_tags
@@ -170,7 +180,7 @@ def window_create(
             _audit(window, "window.created", actor, checked)
             wake_beats()
     except IntegrityError as exc:
-        if not violates(exc, MaintenanceWindow, "window_name_unique_per_tenant", "window_name_unique_deployment_wide"):
+        if not violates(exc, MaintenanceWindow, WINDOW_NAME_UNIQUE, WINDOW_NAME_UNIQUE_DEPLOYMENT_WIDE):
             raise
         owner = f"tenant {tenant.slug!r}" if tenant is not None else "the deployment"
         raise InvalidInput("name", f"{owner} already has a maintenance window {name!r}") from None

@@ -7,10 +7,16 @@ from __future__ import annotations
 import pytest
 from django.db import IntegrityError
 
-from scheduler_app.models import Calendar, MaintenanceWindow
+from scheduler_app.models import (
+    CALENDAR_NAME_UNIQUE,
+    WINDOW_NAME_UNIQUE,
+    WINDOW_NAME_UNIQUE_DEPLOYMENT_WIDE,
+    Calendar,
+    MaintenanceWindow,
+)
 from scheduler_app.services.common import violates
 
-WINDOW_RULES = ("window_name_unique_per_tenant", "window_name_unique_deployment_wide")
+WINDOW_RULES = (WINDOW_NAME_UNIQUE, WINDOW_NAME_UNIQUE_DEPLOYMENT_WIDE)
 
 
 @pytest.mark.parametrize(
@@ -40,5 +46,5 @@ def test_another_rule_is_not_a_name_taken(message):
 
 def test_only_the_rules_asked_about_count():
     taken = IntegrityError("UNIQUE constraint failed: scheduler_app_calendar.tenant_id, scheduler_app_calendar.name")
-    assert violates(taken, Calendar, "calendar_name_unique_per_tenant")
+    assert violates(taken, Calendar, CALENDAR_NAME_UNIQUE)
     assert not violates(taken, Calendar)
