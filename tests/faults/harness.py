@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -72,6 +73,9 @@ class Report:
     lost: int = 0  # runs with an attempt marked lost (its lease ran out)
     stale_writes: int = 0  # ends refused because a later attempt owned the run
     republished: int = 0  # runs published again after their first trip to the broker
+    # Where a republished run's lag went: (first publish - fire, last publish - first publish,
+    # first arrival - last publish) in seconds, for the diagnosis of a lag over its bound.
+    republish_paths: list[tuple[float, float, float]] = field(default_factory=list)
 
     def percentile(self, q: float) -> float:
         if not self.lags:
@@ -84,6 +88,14 @@ class Report:
         return (
             f"| {self.scenario} | {self.expected} | {self.delivered} | {skipped} | {self.raw_duplicates} | "
             f"{self.percentile(0.5):.2f} | {self.percentile(0.99):.2f} | {max(self.lags, default=0):.2f} |"
+        )
+
+    def republish_summary(self) -> str:
+        """The republished runs' lag in its three legs, each as its median and its maximum."""
+        legs = zip(*self.republish_paths, strict=True)
+        names = ("fire to first publish", "first publish to last", "last publish to arrival")
+        return "republished runs: " + ", ".join(
+            f"{name} {statistics.median(leg):.2f}/{max(leg):.2f} s" for name, leg in zip(names, legs, strict=True)
         )
 
 
@@ -219,6 +231,15 @@ class Cluster:
         for run in runs:
             key = fire_key(run["job_id"], run["scheduled_at"])
             known_keys.add(key)
+            if republished(run) and key in by_key:
+                arrived = min(d.arrived_at for d in by_key[key])
+                report.republish_paths.append(
+                    (
+                        (run["dispatched_at"] - run["scheduled_at"]).total_seconds(),
+                        (run["enqueued_at"] - run["dispatched_at"]).total_seconds(),
+                        (arrived - run["enqueued_at"]).total_seconds(),
+                    )
+                )
             if run["state"] == RunState.SKIPPED:
                 report.skipped[run["reason"].split(":")[0] or "(no reason)"] += 1
                 if not run["reason"]:
@@ -252,6 +273,8 @@ class Cluster:
         if report.percentile(0.99) > lag_bound:
             report.problems.append(f"p99 lag {report.percentile(0.99):.2f}s over the bound {lag_bound}s")
         print("\n" + report.row())
+        if report.republish_paths:
+            print(report.republish_summary())
         if report.problems:
             print("\n".join(report.problems[:20]))
         return report
@@ -259,13 +282,17 @@ class Cluster:
     def gather_evidence(self, report: Report, runs: list[dict]) -> None:
         report.reattempted = sum(run["attempt"] > 1 for run in runs)
         report.lost = sum(any(a.get("outcome") == "lost" for a in run["attempts"] or []) for run in runs)
-        report.republished = sum(
-            run["attempt"] == 1
-            and run["dispatched_at"] is not None  # not a retry's requeue
-            and run["enqueued_at"] > run["dispatched_at"]
-            for run in runs
-        )
+        report.republished = sum(republished(run) for run in runs)
         report.stale_writes = AuditEvent.objects.filter(tenant=self.tenant, action="run.stale_write_rejected").count()
+
+
+def republished(run: dict) -> bool:
+    """Whether a run was published again after its first trip to the broker."""
+    return (
+        run["attempt"] == 1
+        and run["dispatched_at"] is not None  # not a retry's requeue
+        and run["enqueued_at"] > run["dispatched_at"]
+    )
 
 
 def _expected_fires(job: Job, recorded: dict) -> list[datetime]:
