@@ -14,6 +14,9 @@ Flower up to that long after it happened; 0 restores Celery's own behaviour.
 
 Events still buffered when the consumer stops or shuts down are flushed first.
 
+The consumer also sets up Celery's native delayed delivery through the node it is connected
+to only (worker/delayed.py), so a RabbitMQ node that is down no longer holds up its start.
+
 This module imports nothing of Django at import time (the worker names its consumer class
 before Django is set up); settings are read when the first event is buffered.
 """
@@ -29,8 +32,16 @@ from celery.worker.consumer import Consumer as CeleryConsumer
 # was replaced after a lost connection, say) is planned again.
 OVERDUE_SECONDS = 5.0
 
+CELERY_DELAYED_DELIVERY = "celery.worker.consumer.delayed_delivery:DelayedDelivery"
+
 
 class Consumer(CeleryConsumer):
+    class Blueprint(CeleryConsumer.Blueprint):
+        default_steps = [
+            "scheduler_app.worker.delayed:DelayedDelivery" if step == CELERY_DELAYED_DELIVERY else step
+            for step in CeleryConsumer.Blueprint.default_steps
+        ]
+
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._flush_lock = threading.Lock()  # a threads pool sends events from its threads too
