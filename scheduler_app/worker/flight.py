@@ -67,6 +67,7 @@ FLUSH_SECONDS = 0.1  # outcomes wait at most this long to be written, in one sta
 FLUSH_RUNS = 500  # or until this many are waiting
 TICK_SECONDS = 0.5  # how often the database thread looks for leases due a renewal
 SHUTDOWN_SECONDS = 60  # the most a stopping pool process waits for its attempts to end
+GAUGE_SECONDS = 0.1  # cronfleet_http_in_flight follows the attempts being sent at most this late
 
 
 @dataclass
@@ -118,6 +119,8 @@ class Flight:
         self._slots: FairSlots | None = None
         self._session: aclient.Pool | None = None
         self._tasks: set[asyncio.Task] = set()
+        self._sending = 0  # attempts being sent or answered now (the loop's count)
+        self._gauge_planned = False  # an update of cronfleet_http_in_flight is planned on the loop
 
     @staticmethod
     def enabled() -> bool:
@@ -361,13 +364,29 @@ class Flight:
         if not LEASES.holds(call.run_id):
             raise execution.LeaseUnconfirmed()
         assert self._session is not None  # opened on the loop before it took any work
-        metrics.HTTP_IN_FLIGHT.inc()
+        self._sending += 1
+        self._show_sending()
         try:
             return await aclient.request(
                 self._session, call, signed_headers=call.signed_headers(time.time()), deadline=attempt.deadline
             )
         finally:
-            metrics.HTTP_IN_FLIGHT.dec()
+            self._sending -= 1
+            self._show_sending()
+
+    def _show_sending(self) -> None:
+        """Plan cronfleet_http_in_flight's update, GAUGE_SECONDS from the first change since
+        the last one: a multiprocess gauge's write takes a lock and checks the pid, and an
+        increment and a decrement per attempt cost the loop more than signing it."""
+        if self._gauge_planned:
+            return
+        assert self._loop is not None  # this runs on it
+        self._gauge_planned = True
+        self._loop.call_later(GAUGE_SECONDS, self._set_sending)
+
+    def _set_sending(self) -> None:
+        self._gauge_planned = False
+        metrics.HTTP_IN_FLIGHT.set(self._sending)
 
     def _show_slots(self) -> None:
         """FairSlots' on_change: a host started or stopped waiting."""

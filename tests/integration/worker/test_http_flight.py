@@ -16,6 +16,7 @@ from django.utils.dateparse import parse_datetime
 from scheduler_app import services
 from scheduler_app.http import signing as webhooks
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, db_now
+from scheduler_app.observability import metrics
 from scheduler_app.worker import flight
 from scheduler_app.worker.hostslots import FairSlots
 from scheduler_app.worker.leases import LEASES
@@ -147,6 +148,23 @@ def test_many_runs_are_in_flight_at_once_each_signed_and_recorded(receivers, que
     result = json.loads(next(iter(runs.values())).result)
     assert (result["status"], result["body"], result["truncated"]) == (200, '{"done": true}', False)
     assert result["latency_ms"] >= 300
+
+
+def test_the_in_flight_gauge_follows_the_attempts_being_sent(receivers, queued_runs):
+    held: dict[str, asyncio.Event] = {}
+
+    async def hold(request, body):  # on the receiver's loop, until the test lets them go
+        await held.setdefault("gate", asyncio.Event()).wait()
+        return await _ok()
+
+    receiver = receivers(hold)
+    pairs = queued_runs(receiver.url, count=20)
+    sending = metrics.HTTP_IN_FLIGHT._value.get
+    flight.FLIGHT.submit(pairs, worker="w", task_id="t")
+    wait_for(lambda: receiver.busy == 20 and sending() == 20, timeout=15, what="20 attempts in flight on the gauge")
+    receiver.loop.call_soon_threadsafe(held["gate"].set)
+    settled(pairs)
+    wait_for(lambda: sending() == 0, timeout=15, what="the gauge back to 0 once they ended")
 
 
 def test_a_second_delivery_of_a_group_starts_nothing_and_is_counted(receivers, queued_runs):
