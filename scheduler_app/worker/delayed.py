@@ -4,10 +4,10 @@ With quorum queues on RabbitMQ, Celery's consumer declares the `celery_delayed_*
 and queues of native delayed delivery (its DelayedDelivery step) on every start and restart,
 once for each URL in CELERY_BROKER_URL, before it takes any message. Given a cluster as
 kombu's failover list (`amqp://a//;amqp://b//;amqp://c//`), that step tries each node in
-turn, and a node that is down costs three refused connections and the sleeps between them:
-the worker took no message for about 17 s after a node of three died (the fault test
-tests/faults/test_rabbitmq_cluster.py), and does so again at every start while the node
-stays down.
+turn, and a node that is down costs three refused connections and the growing sleeps between
+them, during which the worker takes no message: after a node of three died, that was most of
+the outage (docs/operating.md, A cluster of three), and it comes back at every start while
+the node stays down.
 
 A cluster declares an exchange or a queue for all its nodes at once, so once is enough: this
 step declares them through the node the consumer is connected to (the one that answered),
