@@ -80,25 +80,22 @@ def test_the_quorum_queue_leader_killed_in_a_three_node_cluster_loses_no_fire(ra
     killed_at, killed_db = time.monotonic(), db_now()
     victim.kill()
     wait_for(lambda: BROKER_ERROR_LINE in beat_logs(cluster), timeout=30, what="a beat to find its node gone")
-    # A new leader, elected by the two nodes left; the killed node stays down.
+    # Served again: a run started through the nodes left, once they have elected a new leader
+    # and the workers have reconnected. Which node leads is asked of rabbitmqctl after the
+    # load: while the two nodes elect leaders for every quorum queue, on a loaded machine a
+    # listing of the queues outlasted the bound of its call.
     wait_for(
-        lambda: rabbitmq_cluster.leader(cluster.queue) in {node.name for node in survivors},
-        timeout=30,
-        interval=0.5,
-        what="a surviving node to lead the queue",
-    )
-    new_leader = rabbitmq_cluster.leader(cluster.queue)
-    # Served again: a run started through the nodes left (workers reconnect with a backoff).
-    wait_for(
-        lambda: started_since(cluster, killed_db) > 0, timeout=60, interval=0.2, what="a run started after the kill"
+        lambda: started_since(cluster, killed_db) > 0, timeout=90, interval=0.2, what="a run started after the kill"
     )
     outage = time.monotonic() - killed_at
     cluster.run_until((db_now() - cluster.start_at).total_seconds() + RUN_ON)
     connections = rabbitmq_cluster.connections()
     started_after = started_since(cluster, killed_db)
     cluster.finish()
+    new_leader = rabbitmq_cluster.leader(cluster.queue)
 
     assert not victim.running()
+    assert new_leader in {node.name for node in survivors}  # elected by the two nodes left
     # Fires due until the workers are back wait for them; then the designed republish bound applies.
     report = cluster.check(
         f"RabbitMQ cluster: quorum leader killed (confirms {confirms})",

@@ -33,6 +33,10 @@ from tests.support.servers.common import (
 RABBITMQ_SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 RABBITMQ_USER = "guest"  # RabbitMQ's default user: it may log in from the loopback only
 RABBITMQ_STOP_TIMEOUT = 30  # seconds for a node to shut down on SIGTERM before it is killed
+# The bound of one rabbitmqctl call, to catch a hang: each call boots an Erlang VM of its own,
+# which on a loaded machine takes seconds, and a listing of a cluster's queues while its nodes
+# elect leaders took longer than a minute.
+RABBITMQCTL_TIMEOUT = 180
 
 
 def rabbitmq_program() -> Path | None:
@@ -157,15 +161,15 @@ class RabbitMQNode:
                     os.kill(victim, signal.SIGKILL)
             self.proc.wait(timeout=10)
 
-    def ctl(self, *args: str) -> str:
-        """The output of `rabbitmqctl -n <node> <args>`, run with the node's cookie."""
-        program = self.program.parent / "rabbitmqctl"
+    def ctl(self, *args: str, program: str = "rabbitmqctl") -> str:
+        """The output of `rabbitmqctl -n <node> <args>` (or another of RabbitMQ's command-line
+        programs, such as rabbitmq-queues), run with the node's cookie."""
         env = {key: value for key, value in self.environment().items() if key != "RABBITMQ_DIST_PORT"}
         return run(
-            [str(program), "-n", self.name, *args],
+            [str(self.program.parent / program), "-n", self.name, *args],
             log=self.log,
-            what="rabbitmqctl",
-            timeout=60,
+            what=program,
+            timeout=RABBITMQCTL_TIMEOUT,
             env=env,
             cwd=self.directory,
         ).stdout
@@ -215,9 +219,9 @@ class RabbitMQCluster:
     def running(self) -> list[RabbitMQNode]:
         return [node for node in self.nodes if node.running()]
 
-    def ctl(self, *args: str) -> str:
+    def ctl(self, *args: str, program: str = "rabbitmqctl") -> str:
         """rabbitmqctl on the first node still running (the cluster answers for all of them)."""
-        return self.running()[0].ctl(*args)
+        return self.running()[0].ctl(*args, program=program)
 
     def members(self) -> list[str]:
         """The names of the nodes the cluster reports running."""
@@ -235,9 +239,10 @@ class RabbitMQCluster:
         return counts
 
     def leader(self, queue: str) -> str:
-        """The node that leads quorum queue `queue` ('' for a queue without one)."""
-        listed = json.loads(self.ctl("list_queues", "--quiet", "--formatter", "json", "name", "leader"))
-        return next((q.get("leader") or "" for q in listed if q["name"] == queue), "")
+        """The node that leads quorum queue `queue` ('' while none does), from the queue's own
+        Raft members (`rabbitmq-queues quorum_status`), not from a listing of every queue."""
+        members = json.loads(self.ctl("quorum_status", queue, "--formatter", "json", program="rabbitmq-queues"))
+        return next((m["Node Name"] for m in members if m.get("Raft State") == "leader"), "")
 
 
 @contextlib.contextmanager
