@@ -40,6 +40,10 @@ def tenant_create(*, slug: str, name: str = "", timezone: str = "UTC", actor: st
                 slug=slug, name=name, timezone=timezone, webhook_secret_encrypted=crypto.encrypt(webhooks.new_secret())
             )
     except IntegrityError:
+        # The slug taken is the one rule a caller can mend; any other broken rule is a fault
+        # of ours, raised as it is rather than reported as a name taken.
+        if not Tenant.objects.filter(slug=slug).exists():
+            raise
         raise InvalidInput("slug", f"tenant {slug!r} already exists") from None
 
 

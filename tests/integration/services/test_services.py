@@ -3,7 +3,7 @@
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import IntegrityError
+from django.db import IntegrityError, connection
 
 from scheduler_app import services
 from scheduler_app.models import ApiKey, AuditEvent, Job, JobRun, Tenant, db_now
@@ -107,6 +107,20 @@ def test_only_the_name_rule_is_reported_as_a_name_taken(tenant, monkeypatch):
     with pytest.raises(IntegrityError):
         services.job_create(tenant, spec(every=10))
     assert not Job.objects.exists()
+
+
+def test_a_tenant_is_reported_as_existing_only_when_its_slug_is_taken(tenant):
+    """A slug taken is named; another rule the database enforces (here a check constraint the
+    test adds, rolled back with it) is raised as what it is, and no tenant is written."""
+    with pytest.raises(services.InvalidInput) as taken:
+        services.tenant_create(slug=tenant.slug)
+    assert taken.value.field == "slug" and "already exists" in taken.value.message
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"ALTER TABLE {Tenant._meta.db_table} ADD CONSTRAINT test_no_refused CHECK (slug <> 'refused')")
+    with pytest.raises(IntegrityError):
+        services.tenant_create(slug="refused")
+    assert not Tenant.objects.filter(slug="refused").exists()
 
 
 @pytest.mark.parametrize(
