@@ -23,7 +23,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from scheduler_app import alerts, services
 from scheduler_app.management import tables
-from scheduler_app.management.commands.jobs import JOB_HELP, check_range, find_job
+from scheduler_app.management.jobtext import JOB_HELP, check_range, find_job
 from scheduler_app.management.tables import OneLineErrors, cell, format_table, shorten_message, utc_text
 from scheduler_app.models import Alert, AlertKind, AlertRule, Job
 

@@ -17,7 +17,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from scheduler_app import services
 from scheduler_app.ledger import policy as retention_policy
-from scheduler_app.management.commands.jobs import JOB_HELP, find_job
+from scheduler_app.management.jobtext import JOB_HELP, find_job
 from scheduler_app.management.tables import OneLineErrors, format_table
 from scheduler_app.models import Job
 
