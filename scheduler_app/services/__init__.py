@@ -10,6 +10,7 @@
 - flexible: flexible windows (a job placed at its window's least loaded minute; rebalance);
 - retention: a tenant's or a job's retention (a job's within its tenant's bound);
 - importbeat: the import of django-celery-beat's periodic tasks;
+- beatfields: what a beat source's schedule, zone and priority mean to Celery, as a job's;
 - pauses: bulk pauses (a second person's approval over a threshold), the paused jobs;
 - taskcalls: one call of a django.tasks task as a one-off job, its run recorded when due;
 - common: the quota error, whole-number checks, admission.

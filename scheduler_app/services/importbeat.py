@@ -31,21 +31,18 @@ from django_celery_beat.models import PeriodicTask, PeriodicTasks
 from django_celery_beat.tzcrontab import TzAwareCrontab
 
 from scheduler_app import schedules, services
-from scheduler_app.conf import app_settings, celery_broker_url
-from scheduler_app.models import PRIORITY_DEFAULT, PRIORITY_MAX, Job, Tenant, db_now
+from scheduler_app.conf import app_settings
+from scheduler_app.models import Job, Tenant, db_now
+from scheduler_app.services.beatfields import (
+    Untranslatable,
+    broker_priority,
+    crontab_schedule,
+    interval_seconds,
+    project_zone,
+)
 from scheduler_app.targets import task as task_target
 
 TAG = "celery-beat"
-# Celery's crontab field ranges: (attribute, lowest, highest).
-CRON_FIELDS = (
-    ("minute", 0, 59),
-    ("hour", 0, 23),
-    ("day_of_month", 1, 31),
-    ("month_of_year", 1, 12),
-    ("day_of_week", 0, 6),
-)
-# Days of the month that make "the n-th <weekday>" when Celery requires both fields to match.
-NTH_WEEK = {tuple(range(7 * n - 6, 7 * n + 1)): n for n in range(1, 5)}
 # The fields an import sets from its source: the ones compared when the job exists already.
 SOURCE_FIELDS = (
     "name",
@@ -66,10 +63,6 @@ ONE_MICROSECOND = timedelta(microseconds=1)
 # Where a beat schedule may be written, in the order they are read: the settings under their
 # current and their old (Celery 3) name, then the Celery app's own configuration.
 SCHEDULE_SOURCES = ("CELERY_BEAT_SCHEDULE", "CELERYBEAT_SCHEDULE", "app.conf.beat_schedule")
-
-
-class Untranslatable(ValueError):
-    """A source that no job can mean; the message says why."""
 
 
 @dataclass
@@ -144,93 +137,6 @@ class Report:
 
 
 # --- what a source means -----------------------------------------------------------------
-
-
-def project_zone() -> tuple[str, str]:
-    """The zone Celery reads a crontab without a zone in, and the setting that decides it."""
-    if getattr(settings, "CELERY_TIMEZONE", None):
-        return settings.CELERY_TIMEZONE, "CELERY_TIMEZONE"
-    if getattr(settings, "CELERY_ENABLE_UTC", True):
-        return "UTC", "CELERY_ENABLE_UTC without CELERY_TIMEZONE"
-    return settings.TIME_ZONE, "TIME_ZONE (no CELERY_TIMEZONE, CELERY_ENABLE_UTC off)"
-
-
-def field_text(values, low: int, high: int) -> str:
-    """A cron field selecting exactly `values` (Celery's expanded set) out of low..high."""
-    ordered = sorted(values)
-    if ordered == list(range(low, high + 1)):
-        return "*"
-    step = ordered[1] - ordered[0] if len(ordered) >= 3 else 0
-    if step > 1 and ordered == list(range(ordered[0], ordered[-1] + 1, step)):
-        if ordered[0] == low and ordered[-1] + step > high:
-            return f"*/{step}"  # (for day fields this also makes cron AND them, as Celery does)
-        if len(ordered) >= 4:
-            return f"{ordered[0]}-{ordered[-1]}/{step}"
-    runs: list[list[int]] = []
-    for value in ordered:
-        if runs and value == runs[-1][-1] + 1:
-            runs[-1].append(value)
-        else:
-            runs.append([value])
-    return ",".join(
-        str(run[0]) if len(run) == 1 else f"{run[0]},{run[1]}" if len(run) == 2 else f"{run[0]}-{run[-1]}"
-        for run in runs
-    )
-
-
-def cron_of(crontab: celery_schedules.crontab) -> str:
-    """The 5-field cron expression that fires when Celery's `crontab` does.
-
-    Celery fires on a day that matches day-of-month AND day-of-week; cron (and cronsim) fire
-    when either matches, unless one of the two fields starts with "*". Both restricted is
-    written as "the n-th weekday" (day_of_month 1-7 with Monday: 1#1) when it is one, or
-    with a "*/k" field, or refused.
-    """
-    minute, hour, dom, month, dow = (field_text(getattr(crontab, name), low, high) for name, low, high in CRON_FIELDS)
-    if not dom.startswith("*") and not dow.startswith("*"):
-        week = NTH_WEEK.get(tuple(sorted(crontab.day_of_month)))
-        if week is None:
-            raise Untranslatable(
-                f"day_of_month {dom} and day_of_week {dow} are both set: Celery fires on days matching both, "
-                "a cron expression on days matching either, and no cron expression says this one"
-            )
-        dom, dow = "*", ",".join(f"{day}#{week}" for day in sorted(crontab.day_of_week))
-    return f"{minute} {hour} {dom} {month} {dow}"
-
-
-def crontab_schedule(crontab: celery_schedules.crontab, zone_name: str) -> str:
-    """cron_of(crontab), checked as a job's schedule would be (one that never fires is refused)."""
-    cron = cron_of(crontab)
-    try:
-        schedules.validate(schedules.Schedule(cron=cron, timezone=zone_name))
-    except schedules.InvalidSchedule as exc:
-        raise Untranslatable(f"crontab {cron!r} ({zone_name}): {exc.message}") from None
-    return cron
-
-
-def interval_seconds(every: timedelta) -> int:
-    seconds = every.total_seconds()
-    if seconds < 1 or seconds != int(seconds):
-        raise Untranslatable(f"an interval of {every} is not a whole number of seconds (the shortest is 1 s)")
-    return int(seconds)
-
-
-def broker_priority(value: int | None, notes: list[str]) -> int:
-    """Our priority (0-9, higher first) for a Celery message priority as this project's broker
-    reads it: RabbitMQ takes the higher first, Redis (kombu) the lower first."""
-    if value is None:
-        return PRIORITY_DEFAULT
-    capped = min(max(int(value), 0), PRIORITY_MAX)
-    scheme = celery_broker_url().split("://", 1)[0]
-    if scheme.startswith(("redis", "rediss", "sentinel")):
-        notes.append(f"priority {value} (on Redis 0 goes first) is {PRIORITY_MAX - capped} here (9 goes first)")
-        return PRIORITY_MAX - capped
-    if scheme.startswith(("amqp", "pyamqp", "librabbitmq")):
-        if capped != value:
-            notes.append(f"priority {value} is {capped} here (0-9)")
-        return capped
-    notes.append(f"priority {value}: the {scheme} broker ignores priorities; kept as {capped}")
-    return capped
 
 
 def base_spec(name: str, task: str, args, kwargs, description: str) -> services.JobSpec:
