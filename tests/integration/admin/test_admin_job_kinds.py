@@ -10,7 +10,7 @@ import pytest
 
 from scheduler_app import services
 from scheduler_app.models import AuditEvent, Job
-from tests.integration.admin.test_admin import TASK, job_form, url
+from tests.support.admin import TASK, job_form, url
 
 
 @pytest.fixture

@@ -13,10 +13,10 @@ from django.urls import reverse
 from scheduler_app import services
 from scheduler_app.ledger import checkstatus
 from scheduler_app.models import Tenant
-from tests.integration.admin.test_admin import url
 from tests.integration.admin.test_admin_permissions import login
 from tests.integration.dispatch.test_checkins import key_of, monitored, ping
 from tests.integration.ledger.test_checkstatus import one_of_each
+from tests.support.admin import url
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from django.urls import reverse
 
 from scheduler_app import services
 from scheduler_app.models import AuditEvent, Job, JobRun, NodeKind, RunState, Tenant
-from tests.integration.admin.test_admin import url
+from tests.support.admin import url
 
 TASK = "scheduler_app.echo"
 BASE = datetime(2024, 1, 1, 18, 33, 5, tzinfo=UTC)

@@ -12,8 +12,8 @@ from django.core.management import call_command
 
 from scheduler_app import alerts, services
 from scheduler_app.models import Alert, AlertKind, AlertRule, Job, JobRun, RunState, Tenant, Trigger, db_now
-from tests.integration.admin.test_admin import change_form, url
 from tests.integration.api.test_api import client_for
+from tests.support.admin import change_form, url
 
 TASK = "scheduler_app.echo"
 BASE = datetime(2024, 1, 1, 18, 33, 5, tzinfo=UTC)

@@ -11,8 +11,8 @@ import pytest
 
 from scheduler_app import alerts, services
 from scheduler_app.models import Alert, Job, RunState, Tenant, db_now
-from tests.integration.admin.test_admin import url
 from tests.integration.api.test_api import client_for
+from tests.support.admin import url
 from tests.support.alerts import arm, run_of
 from tests.support.cli import run
 

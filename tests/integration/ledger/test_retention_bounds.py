@@ -14,8 +14,8 @@ from django.urls import reverse
 
 from scheduler_app import services
 from scheduler_app.models import AuditEvent, Job, Tenant
-from tests.integration.admin.test_admin import change_form
 from tests.integration.api.test_api import client_for, errors_of, make_tenant
+from tests.support.admin import change_form
 
 
 @pytest.fixture(autouse=True)

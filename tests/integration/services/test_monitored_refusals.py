@@ -12,8 +12,8 @@ from django.urls import reverse
 
 from scheduler_app import services
 from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Tenant, db_now
-from tests.integration.admin.test_admin import url
 from tests.integration.api.test_api import client_for, errors_of
+from tests.support.admin import url
 from tests.support.alerts import run_of
 from tests.support.cli import fails
 
