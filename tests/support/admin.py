@@ -20,41 +20,8 @@ def post_action(client, action: str, *jobs: Job):
     )
 
 
-def job_form(tenant: Tenant, **overrides) -> dict:
-    data = {
-        "tenant": tenant.pk,
-        "name": "from-admin",
-        "description": "",
-        "tags": "[]",
-        "cron": "30 7 * * *",
-        "timezone": "",
-        "every_seconds": "",
-        "run_at_0": "",
-        "run_at_1": "",
-        "start_at_0": "",
-        "start_at_1": "",
-        "end_at_0": "",
-        "end_at_1": "",
-        "task_name": TASK,
-        "args": "[]",
-        "kwargs": "{}",
-        "queue": "",
-        "timeout_seconds": "300",
-        "max_attempts": "3",
-        "retry_backoff_seconds": "10",
-        "misfire_policy": "run_once",
-        "catchup_window_seconds": "86400",
-        "run_all_cap": "100",
-        "priority": "5",
-        "retry_backoff_max_seconds": "3600",
-        "overlap_policy": "allow",
-        "jitter_seconds": "0",
-    }
-    data.update(overrides)
-    return data
-
-
 def change_form(job: Job, **overrides) -> dict:
+    """What a job's change page posts when saved as it shows the job, with `overrides`."""
     data = {
         "name": job.name,
         "description": job.description,
@@ -72,16 +39,24 @@ def change_form(job: Job, **overrides) -> dict:
         "args": "[]",
         "kwargs": "{}",
         "queue": "",
-        "priority": "5",
-        "timeout_seconds": "300",
-        "max_attempts": "3",
-        "retry_backoff_seconds": "10",
-        "retry_backoff_max_seconds": "3600",
-        "misfire_policy": "run_once",
-        "catchup_window_seconds": "86400",
-        "run_all_cap": "100",
-        "overlap_policy": "allow",
-        "jitter_seconds": "0",
+        "priority": str(job.priority),
+        "timeout_seconds": str(job.timeout_seconds),
+        "max_attempts": str(job.max_attempts),
+        "retry_backoff_seconds": str(job.retry_backoff_seconds),
+        "retry_backoff_max_seconds": str(job.retry_backoff_max_seconds),
+        "misfire_policy": str(job.misfire_policy),
+        "catchup_window_seconds": str(job.catchup_window_seconds),
+        "run_all_cap": str(job.run_all_cap),
+        "overlap_policy": str(job.overlap_policy),
+        "jitter_seconds": str(job.jitter_seconds),
+        "calendar_policy": str(job.calendar_policy),
     }
     data.update(overrides)
     return data
+
+
+def job_form(tenant: Tenant, **overrides) -> dict:
+    """What the add page posts for a new job of `tenant` with the defaults it shows: a task
+    job named from-admin, daily at 07:30 in the tenant's zone; with `overrides`."""
+    job = Job(name="from-admin", cron="30 7 * * *", timezone="", task_name=TASK)
+    return change_form(job, tenant=tenant.pk, **overrides)

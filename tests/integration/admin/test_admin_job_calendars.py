@@ -10,6 +10,7 @@ from django.urls import reverse
 
 from scheduler_app import services
 from scheduler_app.models import Job, Tenant
+from tests.support.admin import change_form, job_form
 
 TASK = "scheduler_app.echo"
 TENANT_ADMIN = (
@@ -51,46 +52,6 @@ def staff(client, db) -> None:
 @pytest.fixture
 def job(acme) -> Job:
     return services.job_create(acme, services.JobSpec(name="nightly", task_name=TASK, cron="0 9 * * *"))
-
-
-def change_form(job: Job, **overrides) -> dict:
-    data = {
-        "name": job.name,
-        "description": "",
-        "tags": "[]",
-        "cron": job.cron,
-        "timezone": job.timezone,
-        "every_seconds": "",
-        "run_at_0": "",
-        "run_at_1": "",
-        "start_at_0": "",
-        "start_at_1": "",
-        "end_at_0": "",
-        "end_at_1": "",
-        "task_name": job.task_name,
-        "args": "[]",
-        "kwargs": "{}",
-        "queue": "",
-        "priority": "5",
-        "timeout_seconds": "300",
-        "max_attempts": "3",
-        "retry_backoff_seconds": "10",
-        "retry_backoff_max_seconds": "3600",
-        "misfire_policy": "run_once",
-        "catchup_window_seconds": "86400",
-        "run_all_cap": "100",
-        "overlap_policy": "allow",
-        "jitter_seconds": "0",
-        "calendar_policy": "skip",
-    }
-    data.update(overrides)
-    return data
-
-
-def add_form(tenant: Tenant, **overrides) -> dict:
-    data = change_form(Job(name="from-admin", cron="30 7 * * *", timezone="", task_name=TASK), tenant=tenant.pk)
-    data.update(overrides)
-    return data
 
 
 def choices(response) -> list[str]:
@@ -141,14 +102,14 @@ def test_the_add_form_for_a_chosen_tenant_lists_only_its_calendars(client, staff
 def test_the_add_form_refuses_another_tenant_s_calendar_id_on_the_calendar_field(client, staff, acme, other):
     foreign = other.calendars.get()
 
-    response = client.post(reverse("admin:scheduler_app_job_add"), add_form(acme, calendar=str(foreign.pk)))
+    response = client.post(reverse("admin:scheduler_app_job_add"), job_form(acme, calendar=str(foreign.pk)))
 
     assert response.status_code == 200
     errors = response.context["adminform"].form.errors
     assert list(errors) == ["calendar"] and "not one of the available choices" in str(errors["calendar"])
     assert not Job.objects.filter(name="from-admin").exists()
     own = acme.calendars.get()
-    saved = client.post(reverse("admin:scheduler_app_job_add"), add_form(acme, calendar=str(own.pk)))
+    saved = client.post(reverse("admin:scheduler_app_job_add"), job_form(acme, calendar=str(own.pk)))
     assert saved.status_code == 302, saved.content.decode()[:2000]
     assert Job.objects.get(name="from-admin").calendar_id == own.pk
 

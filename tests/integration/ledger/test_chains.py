@@ -23,6 +23,7 @@ from scheduler_app.ledger import chains
 from scheduler_app.models import Job, JobRun, RunState, Tenant, Trigger, db_now, fire_key
 from scheduler_app.worker import execution, transitions
 from tests.conftest import utc
+from tests.support.admin import job_form
 
 ECHO = "scheduler_app.echo"
 
@@ -295,37 +296,7 @@ def test_the_admin_forms_chain_a_job_within_its_tenant(admin_client, settings, t
     parent = job(tenant, "parent")
     other = Tenant.objects.create(slug="other-admin", name="Other")
     foreign = job(other, "foreign")
-    form = {
-        "tenant": tenant.pk,
-        "name": "child",
-        "description": "",
-        "tags": "[]",
-        "cron": "",
-        "timezone": "",
-        "every_seconds": "",
-        "run_at_0": "",
-        "run_at_1": "",
-        "start_at_0": "",
-        "start_at_1": "",
-        "end_at_0": "",
-        "end_at_1": "",
-        "task_name": ECHO,
-        "args": "[]",
-        "kwargs": "{}",
-        "queue": "",
-        "priority": "5",
-        "timeout_seconds": "300",
-        "max_attempts": "3",
-        "retry_backoff_seconds": "10",
-        "retry_backoff_max_seconds": "3600",
-        "misfire_policy": "run_once",
-        "catchup_window_seconds": "86400",
-        "run_all_cap": "100",
-        "overlap_policy": "allow",
-        "jitter_seconds": "0",
-        "calendar_policy": "skip",
-        "after_states": '["dead"]',
-    }
+    form = job_form(tenant, name="child", cron="", task_name=ECHO, after_states='["dead"]')
 
     refused = admin_client.post(reverse("admin:scheduler_app_job_add"), {**form, "after_job": foreign.pk})
     assert refused.status_code == 200 and "after_job" in refused.context["adminform"].form.errors

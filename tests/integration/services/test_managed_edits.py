@@ -18,6 +18,7 @@ from rest_framework.test import APIClient
 
 from scheduler_app import services
 from scheduler_app.models import AuditEvent, Job, Tenant
+from tests.support.admin import change_form
 
 DECLARATION = """
 owner = "billing"
@@ -88,40 +89,6 @@ def tenant_admin(client) -> User:
     )
     client.force_login(user)
     return user
-
-
-def change_form(job: Job, **overrides) -> dict:
-    data = {
-        "name": job.name,
-        "description": job.description,
-        "tags": "[]",
-        "cron": job.cron,
-        "timezone": job.timezone,
-        "every_seconds": "",
-        "run_at_0": "",
-        "run_at_1": "",
-        "start_at_0": "",
-        "start_at_1": "",
-        "end_at_0": "",
-        "end_at_1": "",
-        "task_name": job.task_name,
-        "args": "[]",
-        "kwargs": "{}",
-        "queue": "",
-        "priority": str(job.priority),
-        "timeout_seconds": str(job.timeout_seconds),
-        "max_attempts": str(job.max_attempts),
-        "retry_backoff_seconds": str(job.retry_backoff_seconds),
-        "retry_backoff_max_seconds": str(job.retry_backoff_max_seconds),
-        "misfire_policy": job.misfire_policy,
-        "catchup_window_seconds": str(job.catchup_window_seconds),
-        "run_all_cap": str(job.run_all_cap),
-        "overlap_policy": job.overlap_policy,
-        "jitter_seconds": "0",
-        "calendar_policy": job.calendar_policy,
-    }
-    data.update(overrides)
-    return data
 
 
 # --- the API -------------------------------------------------------------------------------

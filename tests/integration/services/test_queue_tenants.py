@@ -25,9 +25,9 @@ from scheduler_app.models import Job, Tenant, db_now
 from scheduler_app.services import importbeat, tenantmove
 from scheduler_app.services.common import lock_names
 from tests.conftest import wait_for
-from tests.integration.admin.test_admin_job_calendars import add_form
 from tests.integration.services.test_schedules_as_code import run as schedules
 from tests.integration.services.test_tenant_bounds import client_for
+from tests.support.admin import job_form
 
 TASK = "scheduler_app.echo"
 REFUSED = "queue 'billing' is used by another tenant's jobs; "
@@ -137,7 +137,7 @@ def test_the_admin_form_names_the_queue_field(client, alpha, beta):
     add(alpha, "invoices", "billing")
     client.force_login(User.objects.create_superuser("root", password="pw"))
 
-    response = client.post(reverse("admin:scheduler_app_job_add"), add_form(beta, queue="billing"))
+    response = client.post(reverse("admin:scheduler_app_job_add"), job_form(beta, queue="billing"))
 
     assert response.status_code == 200  # the form again
     errors = response.context["adminform"].form.errors

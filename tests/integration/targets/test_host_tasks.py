@@ -19,6 +19,7 @@ from scheduler_app.models import Job, JobRun
 from scheduler_app.targets import task as task_target
 from scheduler_app.validation import InvalidInput
 from scheduler_app.worker import delivery, execution
+from tests.support import admin
 from tests.unit.targets.test_host_tasks import HOST_TASK, extract  # noqa: F401 (extract: the host's task, registered)
 
 DEFAULT_ALLOWED = ["scheduler_app.echo", "scheduler_app.fail", "scheduler_app.sleep"]  # tests/settings.py's
@@ -32,37 +33,10 @@ def admin_url(view: str, *args) -> str:
 
 
 def job_form(tenant, **overrides) -> dict:
-    data = {
-        "tenant": tenant.pk,
-        "name": "host-task",
-        "description": "",
-        "tags": "[]",
-        "cron": "30 7 * * *",
-        "timezone": "",
-        "every_seconds": "",
-        "run_at_0": "",
-        "run_at_1": "",
-        "start_at_0": "",
-        "start_at_1": "",
-        "end_at_0": "",
-        "end_at_1": "",
-        "task_name": HOST_TASK,
-        "args": "[]",
-        "kwargs": '{"day": "monday"}',
-        "queue": "",
-        "timeout_seconds": "300",
-        "max_attempts": "3",
-        "retry_backoff_seconds": "10",
-        "misfire_policy": "run_once",
-        "catchup_window_seconds": "86400",
-        "run_all_cap": "100",
-        "priority": "5",
-        "retry_backoff_max_seconds": "3600",
-        "overlap_policy": "allow",
-        "jitter_seconds": "0",
-    }
-    data.update(overrides)
-    return data
+    """The add page's form for a job of the host's task."""
+    return admin.job_form(
+        tenant, **{"name": "host-task", "task_name": HOST_TASK, "kwargs": '{"day": "monday"}', **overrides}
+    )
 
 
 def choice_values(choices) -> dict[str, list[str]]:
