@@ -35,13 +35,22 @@ import ssl
 import time
 
 from scheduler_app.http import guard
-from scheduler_app.http.client import HttpConnectionError, HttpResult, HttpTimeout, build_headers, joined_headers
+from scheduler_app.http.client import (
+    HttpConnectionError,
+    HttpResult,
+    HttpTimeout,
+    checked_signed_headers,
+    fixed_headers,
+    joined_headers,
+)
 from scheduler_app.http.pool import Connection, Pool
 
 USER_AGENT = "Cronfleet-Webhook/1"
 RESOLVED_SECONDS = 2.0  # how long a name's checked addresses serve the next attempts
 RESOLVED_MAX = 10_000  # names kept at most (then all forgotten at once)
 _resolved: dict[tuple, tuple[float, list]] = {}  # (host, port, allowed networks) -> (until, checked addresses)
+HEADS_MAX = 4096  # requests' heads kept at most (then all forgotten at once)
+_heads: dict[tuple, bytes] = {}  # _head's key -> the request's bytes before its signed headers
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _TARGET = re.compile(r"/[\x21-\x7e]*")  # a request target as sent: printable ASCII, no space
 
@@ -79,8 +88,36 @@ async def request(pool: Pool, call, *, signed_headers: dict[str, str], deadline:
 
 
 def _message(call, signed_headers: dict[str, str]) -> bytes:
-    """The request's bytes: its line, headers (validated by client.build_headers, as the
-    blocking client's) and body."""
+    """The request's bytes: its line, headers (validated as client.build_headers does for the
+    blocking client) and body. The part before the signed headers is the same for every
+    attempt of a job: it is made once and kept (_head)."""
+    head = _head(call, tuple(signed_headers))
+    lines = [f"{n}: {v}" for n, v in checked_signed_headers(signed_headers)]
+    body = call.body
+    if body or call.method in _BODY_METHODS:
+        lines.append(f"Content-Length: {len(body)}")
+    lines.append("\r\n")
+    return head + "\r\n".join(lines).encode("latin-1") + body
+
+
+def _head(call, signed_names: tuple[str, ...]) -> bytes:
+    """The request line and the headers before the signed ones, ending in CRLF; kept per
+    method, path, host, caller's headers and signed names (a refusal raises again each time)."""
+    try:
+        key = (call.method, call.path, call.host, tuple(call.headers.items()), signed_names)
+        head = _heads.get(key)
+    except TypeError:  # a value that is no str (and no hashable): refused by the checks below
+        key, head = None, None
+    if head is None:
+        head = _make_head(call, signed_names)
+        if key is not None:
+            if len(_heads) >= HEADS_MAX:
+                _heads.clear()
+            _heads[key] = head
+    return head
+
+
+def _make_head(call, signed_names: tuple[str, ...]) -> bytes:
     scheme, host, port = call.host
     if not _TARGET.fullmatch(call.path):
         raise ValueError("the URL's path and query must be printable ASCII")
@@ -88,12 +125,8 @@ def _message(call, signed_headers: dict[str, str]) -> bytes:
     host_header = (f"[{host}]" if ":" in host else host) + ("" if port == default_port else f":{port}")
     lines = [f"{call.method} {call.path} HTTP/1.1", f"Host: {host_header}"]
     # The blocking client closes each connection; this one keeps them alive.
-    lines += [f"{n}: {v}" for n, v in build_headers(call.headers, signed_headers, USER_AGENT) if n != "Connection"]
-    body = call.body
-    if body or call.method in _BODY_METHODS:
-        lines.append(f"Content-Length: {len(body)}")
-    lines.append("\r\n")
-    return "\r\n".join(lines).encode("latin-1") + body
+    lines += [f"{n}: {v}" for n, v in fixed_headers(call.headers, signed_names, USER_AGENT) if n != "Connection"]
+    return ("\r\n".join(lines) + "\r\n").encode("latin-1")
 
 
 async def _resolve_checked(host: str, port: int, allowed_networks) -> list[guard.Addr]:

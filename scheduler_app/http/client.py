@@ -15,6 +15,7 @@ No Django imports; standard library only.  One call of :func:`request` is one at
 
 from __future__ import annotations
 
+import functools
 import http.client
 import re
 import socket
@@ -66,15 +67,23 @@ class HttpConnectionError(OSError):
 def _validate_header(name: object, value: object) -> tuple[str, str]:
     if not isinstance(name, str) or not isinstance(value, str):
         raise ValueError(f"header {name!r}: name and value must be str")
-    if _FORBIDDEN_CHARS.search(name) or _FORBIDDEN_CHARS.search(value):
+    if _FORBIDDEN_CHARS.search(value):
         raise ValueError(f"header {name!r} contains CR, LF or NUL")
-    if not _TOKEN.match(name):
-        raise ValueError(f"header {name!r}: invalid header name")
+    _validate_name(name)
     try:
         value.encode("latin-1")
     except UnicodeEncodeError as exc:
         raise ValueError(f"header {name!r}: value is not latin-1 encodable") from exc
     return name, value
+
+
+@functools.lru_cache(maxsize=1024)
+def _validate_name(name: str) -> None:
+    """A header name's checks, kept for a name that passed (a refusal raises again each time)."""
+    if _FORBIDDEN_CHARS.search(name):
+        raise ValueError(f"header {name!r} contains CR, LF or NUL")
+    if not _TOKEN.match(name):
+        raise ValueError(f"header {name!r}: invalid header name")
 
 
 def build_headers(
@@ -84,29 +93,43 @@ def build_headers(
 ) -> list[tuple[str, str]]:
     """Validate and merge the caller's headers with the fixed ones (Host and Content-Length
     are added by the connection). Raises ValueError before anything is sent."""
+    return [*fixed_headers(headers, tuple(signed_headers), user_agent), *checked_signed_headers(signed_headers)]
+
+
+def fixed_headers(headers: Mapping[str, str], signed_names: Sequence[str], user_agent: str) -> list[tuple[str, str]]:
+    """build_headers' first part, the same for every attempt of a job: the client's own headers
+    and the caller's, but those the client owns, the webhook-* ones and those that signing
+    sets (`signed_names`), which come after them, from checked_signed_headers()."""
     caller = [_validate_header(n, v) for n, v in headers.items()]
-    signed = [_validate_header(n, v) for n, v in signed_headers.items()]
     _validate_header("User-Agent", user_agent)
+    signed = {name.lower() for name in signed_names}
 
     merged: dict[str, tuple[str, str]] = {}  # lower-cased name -> (name, value)
     for name, value in caller:
         lower = name.lower()
-        if lower in RESERVED_HEADERS or lower.startswith(SIGNED_PREFIX):
+        if lower in RESERVED_HEADERS or lower.startswith(SIGNED_PREFIX) or lower in signed:
             continue
         merged[lower] = (name, value)
-    for name, value in signed:  # added last: signing may set webhook-* (and override)
-        lower = name.lower()
-        if lower in RESERVED_HEADERS:
-            continue
-        merged.pop(lower, None)
-        merged[lower] = (name, value)
-
     return [
         ("User-Agent", user_agent),
         ("Accept-Encoding", "identity"),
         ("Connection", "close"),
         *merged.values(),
     ]
+
+
+def checked_signed_headers(signed_headers: Mapping[str, str]) -> list[tuple[str, str]]:
+    """build_headers' second part: the signed headers, validated, but those the client owns
+    (signing may set webhook-* and override a caller's header of the same name)."""
+    merged: dict[str, tuple[str, str]] = {}
+    for name, value in signed_headers.items():
+        name, value = _validate_header(name, value)
+        lower = name.lower()
+        if lower in RESERVED_HEADERS:
+            continue
+        merged.pop(lower, None)
+        merged[lower] = (name, value)
+    return list(merged.values())
 
 
 def joined_headers(items) -> dict[str, str]:

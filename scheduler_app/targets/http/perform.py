@@ -145,9 +145,9 @@ def answer(call: Call, response: client.HttpResult, clock) -> dict:
         "body": response.body.decode("utf-8", "replace"),
         "truncated": response.truncated,
     }
-    summary = f"http {response.status}: {to_text(outcome)}"
     if 200 <= response.status < 300:
         return outcome
+    summary = f"http {response.status}: {to_text(outcome)}"  # a failure's text: not made for a success
     if response.status == 429:
         raise RetryableFailure(summary, retry_after=retry_after_seconds(response.headers.get("retry-after"), clock))
     if response.status >= 500:
