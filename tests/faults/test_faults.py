@@ -6,9 +6,15 @@ fire, one effect per fire key (raw duplicates only where a worker is killed or f
 mid-run, and then with a higher attempt), nothing left unfinished, and bounded lag.
 """
 
+import os
+import re
+import shutil
 import signal
 import subprocess
+import sys
+import time
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.db.models import Sum
@@ -219,12 +225,14 @@ def test_every_message_delivered_twice_runs_once(cluster):
 
 
 def test_beats_and_workers_with_skewed_clocks_go_by_the_database_clock(cluster):
+    assert_skewed("+45s", 45)
+    assert_skewed("-120s", -120)
     cluster.seed()
     cluster.beat("beat0")
-    cluster.beat("ahead", prefix=("faketime", "-f", "+45s"))
-    cluster.beat("behind", prefix=("faketime", "-f", "-120s"))
-    cluster.worker("worker-ahead", prefix=("faketime", "-f", "+45s"))
-    cluster.worker("worker-behind", prefix=("faketime", "-f", "-120s"))
+    cluster.beat("ahead", **skewed("+45s"))
+    cluster.beat("behind", **skewed("-120s"))
+    cluster.worker("worker-ahead", **skewed("+45s"))
+    cluster.worker("worker-behind", **skewed("-120s"))
 
     cluster.run_until(WINDOW)
     for name in ("ahead", "behind"):
@@ -256,11 +264,41 @@ def test_all_beats_down_longer_than_the_catchup_window(cluster):
     assert report.skipped["coalesced"] > 0
 
 
-def faketime_available():
-    return subprocess.run(["which", "faketime"], capture_output=True).returncode == 0
+def libfaketime() -> str | None:
+    """The library the faketime command preloads, as built into it (Debian's names the
+    directory with `$LIB`, which the dynamic loader expands); None without faketime."""
+    command = shutil.which("faketime")
+    if command is None:
+        return None
+    found = re.search(rb"/[\x21-\x7e]*/libfaketime\.so\.1", Path(command).read_bytes())
+    return found.group().decode() if found else None
 
 
-if not faketime_available():
+def skewed(offset: str) -> dict[str, str]:
+    """The environment of a process whose clock is `offset` off: libfaketime preloaded
+    itself, not through the faketime command, which makes a semaphore named after its own
+    pid and fails when one of a process killed before it had that pid is left over."""
+    library = libfaketime()
+    assert library is not None  # the test is skipped without it
+    return {"LD_PRELOAD": library, "FAKETIME": offset}
+
+
+def assert_skewed(offset: str, seconds: float) -> None:
+    """A process started with skewed(offset) reads a clock `seconds` off (a library the
+    loader cannot preload is ignored with a warning, and the test would prove nothing)."""
+    before = time.time()
+    seen = subprocess.run(
+        [sys.executable, "-c", "import time; print(time.time())"],
+        env={**os.environ, **skewed(offset)},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert before + seconds - 1 <= float(seen.stdout) <= time.time() + seconds + 1, (seen.stdout, seen.stderr)
+
+
+if libfaketime() is None:
     test_beats_and_workers_with_skewed_clocks_go_by_the_database_clock = pytest.mark.skip(
         reason="faketime is not installed (apt-get install faketime)"
     )(test_beats_and_workers_with_skewed_clocks_go_by_the_database_clock)
