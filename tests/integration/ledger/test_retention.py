@@ -577,7 +577,7 @@ def test_the_tenant_change_page_shows_a_bad_retention_on_its_field(admin_client)
 
 
 def test_the_job_change_page_sets_retention_without_a_new_version(admin_client):
-    from tests.integration.admin.test_admin import change_form
+    from tests.support.admin import change_form
 
     tenant = make_tenant()
     job = services.job_create(
