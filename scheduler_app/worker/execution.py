@@ -133,11 +133,12 @@ def attempt_target(started: Started) -> Ending:
     return ending(started, result)
 
 
-def ending(started: Started, result=None, exc: BaseException | None = None) -> Ending:
-    """How an attempt ends that returned `result` or raised `exc` (not yet written)."""
+def ending(started: Started, result=None, exc: BaseException | None = None, *, waited: float = 0.0) -> Ending:
+    """How an attempt ends that returned `result` or raised `exc` (not yet written), called
+    `waited` seconds after its start statement."""
     if exc is not None:
-        return failure(started, exc)
-    return Ending(started, RunState.SUCCEEDED, result=truncate(to_text(result)))
+        return replace(failure(started, exc), waited=waited) if waited else failure(started, exc)
+    return Ending(started, RunState.SUCCEEDED, result=truncate(to_text(result)), waited=waited)
 
 
 class LeaseUnconfirmed(RetryableFailure):

@@ -40,7 +40,7 @@ import queue
 import threading
 import time
 from collections import Counter as Tally
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from celery.signals import worker_process_shutdown
 from django.db import DatabaseError, connection
@@ -284,7 +284,7 @@ class Flight:
         """Write these outcomes in one statement; False (kept for another try) when the
         database did not answer."""
         try:
-            endings = [replace(execution.ending(f.attempt.started, f.result, f.exc), waited=f.waited) for f in finished]
+            endings = [execution.ending(f.attempt.started, f.result, f.exc, waited=f.waited) for f in finished]
             outcomes = execution.write_endings(endings)
         except DatabaseError as exc:
             logger.warning("could not write %s HTTP runs' outcomes (%s); trying again", len(finished), exc)
@@ -301,9 +301,8 @@ class Flight:
         by_queue: dict[str, list] = {}
         for f in finished:
             run = f.attempt.started
-            by_queue.setdefault(f.attempt.queue, []).append(
-                replace(outcomes[run.run.id], started=run, seconds=f.seconds)
-            )
+            written = outcomes[run.run.id]
+            by_queue.setdefault(f.attempt.queue, []).append(Outcome(written.state, written.detail, run, f.seconds))
         for queue_label, ended in by_queue.items():
             metrics.observe_deliveries(ended, queue_label, tenant_labels=app_settings.METRICS_TENANT_LABELS)
         _count_responses(finished)

@@ -6,12 +6,14 @@ import ipaddress
 import socket
 import threading
 import time
+from urllib.parse import urlsplit
 
 import pytest
 
 from scheduler_app.http.guard import (
     BlockedTarget,
     ParsedTarget,
+    _checked_origin,
     address_allowed,
     check_url,
     connect_checked,
@@ -259,6 +261,40 @@ def test_check_url_refuses(url, reason):
     with pytest.raises(BlockedTarget) as exc:
         check_url(url)
     assert exc.value.reason == reason
+
+
+@pytest.mark.parametrize(
+    ("url", "path_and_query"),
+    [
+        ("http://example.com?q=1", "/?q=1"),
+        ("http://example.com#f?x", "/"),
+        ("http://example.com/p?#", "/p"),
+        ("http://example.com/p#f?x", "/p"),
+        ("http://example.com?a#b", "/?a"),
+        ("http://example.com/a?b?c#d#e", "/a?b?c"),
+        ("http://example.com//x/../y;z", "//x/../y;z"),
+        ("http://example.com:8080/p:q@r", "/p:q@r"),
+    ],
+)
+def test_check_url_parts_path_and_query_as_urlsplit_does(url, path_and_query):
+    parts = urlsplit(url)
+    assert (
+        check_url(url).path_and_query
+        == path_and_query
+        == (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    )
+
+
+def test_check_url_vets_an_origin_once_and_a_refusal_every_time():
+    _checked_origin.cache_clear()
+    targets = [check_url(f"https://Hooks.Example.com:8443/hook/{n}?n={n}") for n in range(50)]
+    assert _checked_origin.cache_info().misses == 1
+    assert {(t.scheme, t.host, t.port) for t in targets} == {("https", "hooks.example.com", 8443)}
+    assert [t.path_and_query for t in targets] == [f"/hook/{n}?n={n}" for n in range(50)]
+    for _ in range(2):
+        with pytest.raises(BlockedTarget, match="credentials"):
+            check_url("http://user@example.com/hook")
+    assert _checked_origin.cache_info().misses == 3
 
 
 # --------------------------------------------------------------------------------------
