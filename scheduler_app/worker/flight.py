@@ -51,7 +51,6 @@ from scheduler_app.http import aclient, guard
 from scheduler_app.http.call import Call
 from scheduler_app.http.client import HttpTimeout
 from scheduler_app.http.secrets import tenant_signing_secrets
-from scheduler_app.models import Tenant
 from scheduler_app.observability import metrics
 from scheduler_app.targets import RetryableFailure
 from scheduler_app.targets.http import answer, failure_of, prepare
@@ -260,15 +259,15 @@ class Flight:
 
     @staticmethod
     def _prepare(runs: list[Started]) -> list[Call | BaseException]:
-        """Each run's Call, reading each tenant's secrets once; or why it cannot be made."""
-        tenants = Tenant.objects.in_bulk({s.run.tenant_id for s in runs}) if runs else {}
+        """Each run's Call, reading each tenant's secrets once (their columns came with the
+        start, on run.job.tenant); or why it cannot be made."""
         secrets: dict[int, list[str] | BaseException] = {}
         prepared: list[Call | BaseException] = []
         for run in runs:
             tenant_id = run.run.tenant_id
             if tenant_id not in secrets:
                 try:
-                    secrets[tenant_id] = tenant_signing_secrets(tenants[tenant_id], run.now)
+                    secrets[tenant_id] = tenant_signing_secrets(run.job.tenant, run.now)
                 except Exception as exc:  # noqa: BLE001 - recorded on each of the tenant's runs
                     secrets[tenant_id] = exc
             secret = secrets[tenant_id]

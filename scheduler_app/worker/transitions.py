@@ -38,7 +38,7 @@ from django.utils import timezone
 
 from scheduler_app.conf import app_settings
 from scheduler_app.ledger import autopause, chains
-from scheduler_app.models import AuditEvent, Job, JobRun, RunState, append_attempt
+from scheduler_app.models import AuditEvent, Job, JobRun, RunState, Tenant, append_attempt
 from scheduler_app.worker.reconnect import drop_closed_connection
 
 # start_runs (PostgreSQL): move each (id, attempt) still queued to running and read, in the
@@ -63,7 +63,8 @@ WITH started AS (
               run.trigger, run.parent_run_id, mine.position
 )
 SELECT started.id, started.attempt, started.job_id, started.tenant_id, started.scheduled_at,
-       started.enqueued_at, started.started_at, started.trigger, started.parent_run_id, tenant.slug, {job_columns}
+       started.enqueued_at, started.started_at, started.trigger, started.parent_run_id, tenant.slug, {tenant_columns},
+       {job_columns}
   FROM started
   JOIN scheduler_app_job AS job ON job.id = started.job_id
   JOIN scheduler_app_tenant AS tenant ON tenant.id = started.tenant_id
@@ -88,15 +89,21 @@ JOB_COLUMNS = (
     "has_children",
 )
 JSON_COLUMNS = {"args", "kwargs", "target_config"}
+# The tenant columns a started run carries (Started.job.tenant has these, its id and slug):
+# what signs a webhook (http/secrets.py), read with the start rather than by a query a group.
+TENANT_COLUMNS = ("webhook_secret_encrypted", "webhook_secret_previous_encrypted", "webhook_secret_previous_until")
 # Which runs a statement is about: a batch's arrays, or one run's scalars. Dumping an array
 # parameter is Python work in psycopg (it inspects every element) and unnest() a function
 # scan in the plan: for the one run of an unbatched message, a start with scalars took 95
 # against 185 us of the worker's CPU and 155 against 540 us end to end (prepared, 2 cores).
 MINE_MANY = "unnest(%(ids)s::bigint[], %(attempts)s::integer[]) WITH ORDINALITY AS mine (id, attempt, position)"
 MINE_ONE = "(VALUES (%(id)s::bigint, %(attempt)s::integer, 1::bigint)) AS mine (id, attempt, position)"
-_JOB_SELECT = ", ".join(f"job.{column}" for column in JOB_COLUMNS)
-START_RUNS = START_RUNS_PG.format(job_columns=_JOB_SELECT, mine=MINE_MANY)
-START_RUN = START_RUNS_PG.format(job_columns=_JOB_SELECT, mine=MINE_ONE)
+_SELECTS = {
+    "job_columns": ", ".join(f"job.{column}" for column in JOB_COLUMNS),
+    "tenant_columns": ", ".join(f"tenant.{column}" for column in TENANT_COLUMNS),
+}
+START_RUNS = START_RUNS_PG.format(**_SELECTS, mine=MINE_MANY)
+START_RUN = START_RUNS_PG.format(**_SELECTS, mine=MINE_ONE)
 
 # end_runs (PostgreSQL): end each attempt that still owns its run with its outcome, and
 # append the attempt's record to the run's history. A retry's next attempt is due `delay`
@@ -189,7 +196,7 @@ END_RUN = END_RUNS_PG.format(endings=ENDING_ONE, append=_APPEND_ENDING, own_star
 class Started:
     """A run this worker's attempt owns: its row's fields and its job's (JOB_COLUMNS)."""
 
-    run: JobRun  # run.job is the job, with JOB_COLUMNS only
+    run: JobRun  # run.job is the job, with JOB_COLUMNS only; run.job.tenant its tenant, with TENANT_COLUMNS
     tenant: str  # the tenant's slug
     now: datetime  # the database's clock when the run started
 
@@ -238,7 +245,11 @@ def start_run(run_id: int, attempt: int, *, worker: str, task_id: str = "") -> S
 
 
 def _started(row: tuple, worker: str, alias: str) -> Started:
-    run_id, attempt, job_id, tenant_id, scheduled_at, enqueued_at, started_at, trigger, parent, slug, *job_values = row
+    run_id, attempt, job_id, tenant_id, scheduled_at, enqueued_at, started_at, trigger, parent, slug, *values = row
+    tenant_values, job_values = values[: len(TENANT_COLUMNS)], values[len(TENANT_COLUMNS) :]
+    tenant = loaded(
+        Tenant, alias, {"id": tenant_id, "slug": slug, **dict(zip(TENANT_COLUMNS, tenant_values, strict=True))}
+    )
     job = loaded(
         Job,
         alias,
@@ -268,6 +279,7 @@ def _started(row: tuple, worker: str, alias: str) -> Started:
             "parent_run_id": parent,
         },
     )
+    job._state.fields_cache["tenant"] = tenant
     run._state.fields_cache["job"] = job
     return Started(run, slug, started_at)
 

@@ -8,6 +8,7 @@ import asyncio
 import json
 import threading
 import time
+from datetime import timedelta
 
 import pytest
 from aiohttp import web
@@ -148,6 +149,44 @@ def test_many_runs_are_in_flight_at_once_each_signed_and_recorded(receivers, que
     result = json.loads(next(iter(runs.values())).result)
     assert (result["status"], result["body"], result["truncated"]) == (200, '{"done": true}', False)
     assert result["latency_ms"] >= 300
+
+
+def test_each_tenant_signs_with_its_own_secrets_read_with_the_start(receivers, queued_runs, tenant):
+    """The tenants' secret columns come with the start statement: a tenant made before
+    secrets existed gets its first one, a tenant in a rotation's overlap signs with both,
+    and each request of one group is signed for its own tenant."""
+    receiver = receivers()
+    tenant.webhook_secret_encrypted = ""
+    tenant.save(update_fields=["webhook_secret_encrypted"])
+    rotating = services.tenant_create(slug="rotating")
+    old = services.tenant_signing_secrets(rotating, db_now())
+    new = services.tenant_rotate_webhook_secret(rotating, overlap=timedelta(hours=1))
+    pairs = queued_runs(receiver.url, count=3)
+    config = {"method": "POST", "url": receiver.url, "headers": {}, "body": '{"hello": 1}'}
+    job = Job.objects.create(tenant=rotating, name="rotating-hook", target_kind="http", target_config=config)
+    (theirs,) = JobRun.objects.bulk_create(
+        [JobRun(job=job, tenant=rotating, scheduled_at=NOW, created_at=NOW, attempt=1, state=RunState.QUEUED)]
+    )
+
+    flight.FLIGHT.submit([*pairs, (theirs.id, 1)], worker="w", task_id="t")
+    runs = settled([*pairs, (theirs.id, 1)])
+
+    assert {run.state for run in runs.values()} == {RunState.SUCCEEDED}
+    tenant.refresh_from_db()
+    first = services.tenant_signing_secrets(tenant, db_now())  # made by the worker
+    assert tenant.webhook_secret_encrypted and len(first) == 1
+    signed = {headers["webhook-id"]: headers for _, _, headers, _, _ in receiver.requests}
+    for run in runs.values():
+        headers, body = signed[run.fire_key], b'{"hello": 1}'
+        if run.tenant_id == rotating.id:
+            assert len(headers["webhook-signature"].split()) == 2
+            webhooks.verify([new], headers, body, now=int(time.time()))
+            webhooks.verify(old, headers, body, now=int(time.time()))
+        else:
+            assert len(headers["webhook-signature"].split()) == 1
+            webhooks.verify(first, headers, body, now=int(time.time()))
+            with pytest.raises(webhooks.InvalidSignature):
+                webhooks.verify([new], headers, body, now=int(time.time()))
 
 
 def test_the_in_flight_gauge_follows_the_attempts_being_sent(receivers, queued_runs):
