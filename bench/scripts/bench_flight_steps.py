@@ -122,8 +122,10 @@ def main() -> None:
         return
     trees = {"this": HERE, **({"other": Path(args.root).resolve()} if args.root else {})}
     seen: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
-    for _ in range(args.turns):
-        for name, root in trees.items():
+    for turn in range(args.turns):
+        # The trees in turns, each turn in the other order: the first process of a turn
+        # meets what the one before it left (its rows deleted, PostgreSQL's vacuum).
+        for name, root in list(trees.items())[:: 1 if turn % 2 == 0 else -1]:
             argv = [sys.executable, str(HERE / "bench/scripts/bench_flight_steps.py"), "--inner"]
             argv += ["--group", str(args.group), "--rounds", str(args.rounds)]
             out = subprocess.run(

@@ -235,7 +235,8 @@ def start_runs(pairs: list[tuple[int, int]], *, worker: str, task_id: str = "") 
     params.update(_one_or_many({"id": [run_id for run_id, _ in pairs], "attempt": [attempt for _, attempt in pairs]}))
     rows = execute(START_RUN if len(pairs) == 1 else START_RUNS, params, many=True)
     alias = connection.alias  # once: each read of `connection` goes through asgiref's Local
-    return [_started(row, params["worker"], alias) for row in rows]
+    tenants: dict[int, Tenant] = {}  # one instance a tenant, shared by its runs of this statement
+    return [_started(row, params["worker"], alias, tenants) for row in rows]
 
 
 def start_run(run_id: int, attempt: int, *, worker: str, task_id: str = "") -> Started | None:
@@ -244,12 +245,14 @@ def start_run(run_id: int, attempt: int, *, worker: str, task_id: str = "") -> S
     return started[0] if started else None
 
 
-def _started(row: tuple, worker: str, alias: str) -> Started:
+def _started(row: tuple, worker: str, alias: str, tenants: dict[int, Tenant]) -> Started:
     run_id, attempt, job_id, tenant_id, scheduled_at, enqueued_at, started_at, trigger, parent, slug, *values = row
-    tenant_values, job_values = values[: len(TENANT_COLUMNS)], values[len(TENANT_COLUMNS) :]
-    tenant = loaded(
-        Tenant, alias, {"id": tenant_id, "slug": slug, **dict(zip(TENANT_COLUMNS, tenant_values, strict=True))}
-    )
+    job_values = values[len(TENANT_COLUMNS) :]
+    tenant = tenants.get(tenant_id)
+    if tenant is None:
+        tenant = tenants[tenant_id] = loaded(
+            Tenant, alias, {"id": tenant_id, "slug": slug, **dict(zip(TENANT_COLUMNS, values, strict=False))}
+        )
     job = loaded(
         Job,
         alias,
