@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import psycopg
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Model
 from django.db.models.base import ModelState
@@ -99,7 +100,10 @@ TENANT_COLUMNS = ("webhook_secret_encrypted", "webhook_secret_previous_encrypted
 MINE_MANY = "unnest(%(ids)s::bigint[], %(attempts)s::integer[]) WITH ORDINALITY AS mine (id, attempt, position)"
 MINE_ONE = "(VALUES (%(id)s::bigint, %(attempt)s::integer, 1::bigint)) AS mine (id, attempt, position)"
 _SELECTS = {
-    "job_columns": ", ".join(f"job.{column}" for column in JOB_COLUMNS),
+    # JSON as its text (what the text protocol sends): _started decodes it, in either format.
+    "job_columns": ", ".join(
+        f"job.{column}::text" if column in JSON_COLUMNS else f"job.{column}" for column in JOB_COLUMNS
+    ),
     "tenant_columns": ", ".join(f"tenant.{column}" for column in TENANT_COLUMNS),
 }
 START_RUNS = START_RUNS_PG.format(**_SELECTS, mine=MINE_MANY)
@@ -166,11 +170,11 @@ ONLY_WHEN_ASKED = 2**31 - 1  # a psycopg prepare_threshold: a statement is prepa
 STATEMENTS = itertools.count()  # statements execute() has sent in this process (next() - 1)
 
 
-def execute(statement: str, params: dict, *, many: bool = False):
+def execute(statement: str, params: dict, *, many: bool = False, binary: bool = False):
     """Run `statement` on Django's PostgreSQL connection with server-side parameters,
     prepared on first use in the session (CRONFLEET_PREPARED_STATEMENTS); its first row (or
-    all rows with `many`). Errors come out as Django's (DatabaseError), and mark the
-    connection for its check."""
+    all rows with `many`), in PostgreSQL's binary format with `binary`. Errors come out as
+    Django's (DatabaseError), and mark the connection for its check."""
     next(STATEMENTS)
     connection.ensure_connection()
     raw = connection.connection
@@ -181,7 +185,7 @@ def execute(statement: str, params: dict, *, many: bool = False):
         # reaches prepares ours and still none of Django's.
         raw.prepare_threshold = ONLY_WHEN_ASKED
     with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
-        cursor.execute(statement, params, prepare=prepare)
+        cursor.execute(statement, params, prepare=prepare, binary=binary)
         return cursor.fetchall() if many else cursor.fetchone()
 
 
@@ -233,7 +237,11 @@ def start_runs(pairs: list[tuple[int, int]], *, worker: str, task_id: str = "") 
     if connection.vendor != "postgresql":
         return [started for pair in pairs if (started := _start_run_orm(*pair, params)) is not None]
     params.update(_one_or_many({"id": [run_id for run_id, _ in pairs], "attempt": [attempt for _, attempt in pairs]}))
-    rows = execute(START_RUN if len(pairs) == 1 else START_RUNS, params, many=True)
+    # Its rows in the binary format: psycopg's C loaders read the timestamps, where the text
+    # format goes through Django's loader, in Python, for each. They are the same aware UTC
+    # datetimes when USE_TZ is on (PostgreSQL's connections are in UTC then); a project
+    # without it gets Django's naive ones, as from any query.
+    rows = execute(START_RUN if len(pairs) == 1 else START_RUNS, params, many=True, binary=settings.USE_TZ)
     alias = connection.alias  # once: each read of `connection` goes through asgiref's Local
     tenants: dict[int, Tenant] = {}  # one instance a tenant, shared by its runs of this statement
     return [_started(row, params["worker"], alias, tenants) for row in rows]

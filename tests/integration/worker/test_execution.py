@@ -65,6 +65,49 @@ def test_the_workers_statements_are_prepared_statements_unless_turned_off(make_j
     assert executions_of_prepared_transitions() - before == (4 if prepared else 0)
 
 
+def test_a_start_reads_the_same_values_in_the_binary_format_as_in_text(make_job, make_run, tenant, monkeypatch):
+    """The start statement's rows come in PostgreSQL's binary format (USE_TZ on): each field
+    of the started run, its job and its tenant is what the text format gives, type and
+    time zone included."""
+    from scheduler_app import services
+    from scheduler_app.worker import transitions
+
+    services.tenant_signing_secrets(tenant, NOW)  # its first secret
+    services.tenant_rotate_webhook_secret(tenant, overlap=timedelta(hours=1))  # and a previous one, until
+    job = make_job(
+        args=[1, "a", {"k": [1.5, None, True]}],
+        kwargs={"\u00e9": "\u00fc", "big": 10**15},
+        target_kind="http",
+        target_config={"method": "POST", "url": "http://example.com/p?q=1", "headers": {"X": "y"}, "body": "{}"},
+        timeout_seconds=7,
+        queue="lane",
+    )
+    parent = make_run()
+    runs = [make_run(job, enqueued_at=NOW, trigger="manual", parent_run=parent), make_run()]
+    execute = transitions.execute
+
+    def started(binary: bool) -> list[list[dict]]:
+        JobRun.objects.filter(id__in=[r.id for r in runs]).update(state=RunState.QUEUED)
+        monkeypatch.setattr(transitions, "execute", lambda *a, **k: execute(*a, **{**k, "binary": binary}))
+        return [
+            [
+                {name: (value, type(value), getattr(value, "tzinfo", None)) for name, value in vars(obj).items()}
+                for obj in (s.run, s.job, s.job.tenant)
+            ]
+            for s in transitions.start_runs([(r.id, 1) for r in runs], worker="w")
+        ]
+
+    text, binary = started(False), started(True)
+
+    assert len(binary) == 2 and binary[0][1]["kwargs"][0] == {"\u00e9": "\u00fc", "big": 10**15}
+    assert binary[0][2]["webhook_secret_previous_until"][2] is not None  # an aware datetime
+    for a, b in zip(text, binary, strict=True):
+        for text_fields, binary_fields in zip(a, b, strict=True):
+            for name in ("_state", "started_at"):  # the model's own state; a new start's time
+                text_fields.pop(name, None), binary_fields.pop(name, None)
+            assert binary_fields == text_fields
+
+
 def test_start_run_refuses_a_stale_attempt(make_run):
     run = make_run(attempt=2)
 
