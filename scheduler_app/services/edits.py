@@ -201,6 +201,7 @@ def _update(job: Job, changes: dict, actor: str, allow_any_registered: bool) -> 
                 chains.refresh_has_children([locked.after_job_id, fields["after_job_id"]])
             audit_job(job, "job.updated", actor, changes=edit.diff)
             if fields.get("target_kind") == TargetKind.MONITOR:
+                locked.target_kind = TargetKind.MONITOR  # as just written: `locked` was read before
                 ensure_monitor(locked)  # a job made monitored gets its ping key
             wake_beats()
     except IntegrityError as exc:

@@ -718,3 +718,17 @@ def test_when_redis_does_not_answer_requests_go_through_and_a_warning_is_logged(
 
     assert statuses == [200, 200, 200]
     assert "API rate limiting is off for 5s: Redis did not answer" in caplog.text
+
+
+def test_a_job_changed_to_monitored_gets_its_ping_url(api):
+    job = create_job(api)
+
+    response = api.patch(
+        f"/api/v1/jobs/{job['id']}/", {"target": {"kind": "monitor", "grace_seconds": 60}}, format="json"
+    )
+
+    assert response.status_code == 200, response.json()
+    target = response.json()["target"]
+    assert (target["kind"], target["grace_seconds"]) == ("monitor", 60)
+    assert target["ping_url"].startswith("http") and "/ping/" in target["ping_url"]
+    assert api.get(f"/api/v1/jobs/{job['id']}/").json()["target"] == target
