@@ -391,13 +391,16 @@ def queue_name() -> str:
     return f"test-{uuid.uuid4().hex[:10]}"
 
 
-def rows_read(statement: str, params: dict, table: str) -> tuple[int, str]:
+def rows_read(statement: str, params: dict, table: str, *, also: tuple[str, ...] = ()) -> tuple[int, str]:
     """How many rows `statement` reads from `table` (EXPLAIN ANALYZE, after an ANALYZE of the
-    table, summed over the plan's nodes and their loops), and the plan's start for messages."""
+    table and of the tables `also` names, which the plan joins it to, so that no statistics
+    left by an earlier test choose the plan; summed over the plan's nodes and their loops),
+    and the plan's start for messages."""
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute(f"ANALYZE {table}")
+        for name in (table, *also):
+            cursor.execute(f"ANALYZE {name}")
         cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, params)
         plan = cursor.fetchone()[0]
     plan = json.loads(plan) if isinstance(plan, str) else plan

@@ -188,7 +188,7 @@ def test_the_durations_read_walk_each_jobs_newest_runs_not_the_ledger(fleet):
     JobRun.objects.bulk_create(older)
     params = {"end": NOW + timedelta(minutes=15), "sample": forecast.DURATION_SAMPLE, "recent": forecast.RECENT_RUNS}
 
-    read, plan = rows_read(forecast.FORECAST_SQL, params, "scheduler_app_jobrun")
+    read, plan = rows_read(forecast.FORECAST_SQL, params, "scheduler_app_jobrun", also=("scheduler_app_job",))
 
     assert read <= 5 * forecast.RECENT_RUNS, plan
 
