@@ -20,11 +20,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
+
+import turns  # beside this script (bench/scripts/)
 
 HERE = Path(__file__).resolve().parents[2]
 STEPS = ("start", "prepare", "sign+bytes", "answer", "end")
@@ -32,7 +32,6 @@ STEPS = ("start", "prepare", "sign+bytes", "answer", "end")
 
 def inner(group: int, rounds: int) -> dict[str, float]:
     """Each step's median microseconds a run over `rounds` groups (this tree)."""
-    sys.path.insert(0, os.getcwd())  # the tree timed: this one, or --root (its cwd)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
     os.environ.setdefault("DJANGO_SECRET_KEY", "bench-secret-key-0123456789abcdef0123456789")
     import django
@@ -121,17 +120,10 @@ def main() -> None:
         print(json.dumps(inner(args.group, args.rounds)))
         return
     trees = {"this": HERE, **({"other": Path(args.root).resolve()} if args.root else {})}
-    seen: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
-    for turn in range(args.turns):
-        # The trees in turns, each turn in the other order: the first process of a turn
-        # meets what the one before it left (its rows deleted, PostgreSQL's vacuum).
-        for name, root in list(trees.items())[:: 1 if turn % 2 == 0 else -1]:
-            argv = [sys.executable, str(HERE / "bench/scripts/bench_flight_steps.py"), "--inner"]
-            argv += ["--group", str(args.group), "--rounds", str(args.rounds)]
-            out = subprocess.run(
-                argv, cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, text=True, check=True
-            )
-            seen[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    answers = turns.in_turns(
+        Path(__file__).resolve(), trees, args.turns, ["--group", str(args.group), "--rounds", str(args.rounds)]
+    )
+    seen = {name: [json.loads(answer) for answer in lines] for name, lines in answers.items()}
     print(
         f"worker CPU a webhook run, microseconds (median of {args.turns} processes x {args.rounds} groups of {args.group})"
     )

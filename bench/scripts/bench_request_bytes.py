@@ -7,9 +7,10 @@ job's own and the five signed ones. One core, no server, no database.
     .venv/bin/python bench/scripts/bench_request_bytes.py                        # this checkout
     .venv/bin/python bench/scripts/bench_request_bytes.py --root /tmp/old-tree    # beside another tree
 
-With --root, each tree is timed in a process of its own, in turns (--rounds of each), so
-that both see the same machine; each round prints the best of 3 repeats of --calls calls in
-microseconds a call, then the median round of each tree. Figures, not assertions.
+With --root, each tree is timed in a process of its own, in turns (--rounds of each, each
+round in the other order), so that both see the same machine; a round is the best of 3
+repeats of --calls calls in microseconds a call, and each tree's median round is printed
+with its rounds. Figures, not assertions.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
-import sys
 import time
 import timeit
 from pathlib import Path
+
+import turns  # beside this script (bench/scripts/)
 
 HERE = Path(__file__).resolve().parents[2]
 
@@ -64,25 +65,14 @@ def main() -> None:
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inner:
-        sys.path.insert(0, os.getcwd())
         print(f"{inner(args.calls):.3f}")
         return
-    trees = [HERE, *([Path(args.root).resolve()] if args.root else [])]
-    seen: dict[Path, list[float]] = {tree: [] for tree in trees}
-    for round_ in range(1, args.rounds + 1):
-        for tree in trees:
-            out = subprocess.run(
-                [sys.executable, str(Path(__file__).resolve()), "--inner", "--calls", str(args.calls)],
-                cwd=tree,
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout
-            seen[tree].append(float(out))
-            print(f"round {round_}: {tree.name or tree}: {float(out):.2f} us a message")
-    for tree, figures in seen.items():
+    trees = {"this": HERE, **({"other": Path(args.root).resolve()} if args.root else {})}
+    answers = turns.in_turns(Path(__file__).resolve(), trees, args.rounds, ["--calls", str(args.calls)])
+    for name, lines in answers.items():
+        figures = [float(line) for line in lines]
         print(
-            f"{tree}: median {statistics.median(figures):.2f} us a message ({', '.join(f'{f:.2f}' for f in figures)})"
+            f"{trees[name]}: median {statistics.median(figures):.2f} us a message ({', '.join(f'{f:.2f}' for f in figures)})"
         )
 
 
