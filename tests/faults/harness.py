@@ -48,6 +48,12 @@ FAULT_LAG_BOUND = 30.0
 # (Measured p99 on 2026-11-30: 13.0-15.3 s for Redis, on this session's code and on the
 # code before it, and 13.5 s for PostgreSQL; FAULT_LAG_BOUND was too tight for both.)
 RESTART_LAG_BOUND = float(CLUSTER_ENV["CRONFLEET_DISPATCH_TIMEOUT_SECONDS"]) + 2.0 + 3.0
+# A broker away for a while comes back to every fire of its outage at once. Where the workers
+# take longer than the dispatch timeout to drain that backlog (a loaded machine), a run
+# republished into it is still waiting there when the timeout comes round again and goes out
+# once more: one timeout more than RESTART_LAG_BOUND, on top of the outage itself (the
+# report's republish summary shows the two publishes' distance).
+OUTAGE_LAG_BOUND = RESTART_LAG_BOUND + float(CLUSTER_ENV["CRONFLEET_DISPATCH_TIMEOUT_SECONDS"])
 # Without a fault a fire waits at most one beat turn (CRONFLEET_MAX_SLEEP_SECONDS) and the
 # worker's pickup; the bound is an order of magnitude over that, so a loaded machine (the
 # suite beside a bench) stays inside it and only a scheduler that stalls falls out. The

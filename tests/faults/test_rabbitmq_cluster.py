@@ -24,7 +24,7 @@ from kombu import Connection
 
 from scheduler_app.models import JobRun, RunState, db_now
 from tests.conftest import wait_for
-from tests.faults.harness import RESTART_LAG_BOUND
+from tests.faults.harness import OUTAGE_LAG_BOUND
 from tests.faults.test_faults import WINDOW, assert_clean
 from tests.faults.test_rabbitmq_node import BROKER_ERROR_LINE, IN_FLIGHT, beat_logs, duplicate_deliveries, waiting
 from tests.support import servers
@@ -96,11 +96,11 @@ def test_the_quorum_queue_leader_killed_in_a_three_node_cluster_loses_no_fire(ra
 
     assert not victim.running()
     assert new_leader in {node.name for node in survivors}  # elected by the two nodes left
-    # Fires due until the workers are back wait for them; then the designed republish bound applies.
+    # Fires due until the workers are back wait for them; then the republish bound of a backlog applies (OUTAGE_LAG_BOUND).
     report = cluster.check(
         f"RabbitMQ cluster: quorum leader killed (confirms {confirms})",
         raw_duplicates_allowed=True,
-        lag_bound=RESTART_LAG_BOUND + outage,
+        lag_bound=OUTAGE_LAG_BOUND + outage,
     )
     print(
         f"confirms {confirms}: {ready} messages waiting, {running} runs running and {on_victim} connections on the"

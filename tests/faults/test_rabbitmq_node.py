@@ -29,7 +29,7 @@ from kombu import Connection, Queue
 from scheduler_app.models import Job, JobRun, RunState, db_now
 from scheduler_app.queues import EXECUTE_RUN, EXECUTE_RUNS
 from tests.conftest import ROOT, environment_with, wait_for
-from tests.faults.harness import RESTART_LAG_BOUND
+from tests.faults.harness import OUTAGE_LAG_BOUND
 from tests.faults.test_faults import WINDOW, assert_clean
 from tests.support import servers
 
@@ -238,11 +238,11 @@ def test_the_rabbitmq_node_killed_with_messages_in_flight_loses_no_fire(rabbitmq
     cluster.run_until((db_now() - cluster.start_at).total_seconds() + RUN_ON)
     cluster.finish()
 
-    # Fires due while the node was away wait for it; then the designed republish bound applies.
+    # Fires due while the node was away wait for it; then the republish bound of a backlog applies (OUTAGE_LAG_BOUND).
     report = cluster.check(
         f"RabbitMQ node ({queue_type}) killed with messages in flight",
         raw_duplicates_allowed=True,
-        lag_bound=RESTART_LAG_BOUND + outage,
+        lag_bound=OUTAGE_LAG_BOUND + outage,
     )
     print(
         f"{queue_type}: {ready} messages waiting and {running} runs running just before the kill; node away {outage:.1f} s;"
