@@ -22,6 +22,11 @@ in batches of the same size, nothing else: the product's own INSERT of the runs 
 UPDATE of next_run_at (sql.INSERT_RUNS_PG, sql.ADVANCE_JOBS_PG) in one transaction a
 batch, then a pipelined LPUSH of a copy of a real message per run; no claim, no plan, no
 message building.
+
+Each phase, the spike and the floor, begins right after a CHECKPOINT (where the role may
+issue one), and the WAL each wrote is printed: PostgreSQL begins a checkpoint every so much
+WAL, and one that the phase before brought on in the middle of one phase and not of the
+other tilts that round's share.
 """
 
 from __future__ import annotations
@@ -100,6 +105,9 @@ class Outcome:
     off_spike: int = 0  # runs whose scheduled_at is not S
     checks: list[tuple[str, str, bool]] = field(default_factory=list)
     floor: tuple[int, float] | None = None  # (fires, seconds)
+    checkpointed: bool = False  # each phase began right after a CHECKPOINT (common.checkpoint)
+    wal_bytes: int | None = None  # WAL written from just before S to all enqueued
+    floor_wal_bytes: int | None = None  # WAL the floor wrote
 
     window: float = 0.0  # seconds watched: to all enqueued, or the timeout
     queued: int = 0
@@ -265,6 +273,7 @@ def measure(opts: Options, note, client, label: str = "dispatch") -> Outcome:
         f"{out.seed_seconds:.1f}s ({opts.jobs / out.seed_seconds:,.0f} jobs/s)"
     )
 
+    out.checkpointed = common.checkpoint()  # the seeding's WAL brings on no checkpoint in the spike
     children = common.Children()
     try:
         start_beats(children, opts.beats, opts.batch_size, beat_env(opts.grace, opts.timeout))
@@ -279,6 +288,7 @@ def measure(opts: Options, note, client, label: str = "dispatch") -> Outcome:
         if early <= 0.2:
             return out
         meter = common.CpuMeter({"beats": lambda: children.pids("beat")})
+        wal_before = common.wal_position()
         common.sleep_until(spike - timedelta(seconds=0.1))
         meter.start()
         at_spike = common.sleep_until(spike)
@@ -314,6 +324,7 @@ def measure(opts: Options, note, client, label: str = "dispatch") -> Outcome:
             meter.tick()
             time.sleep(POLL_SECONDS)
         meter.stop()
+        out.wal_bytes = common.wal_since(wal_before)
         out.window = time.monotonic() - at_spike if out.seconds is None else out.seconds
         out.cpu, out.machine_busy = meter.used, meter.machine_busy
         for beat in out.beats:
@@ -349,7 +360,10 @@ def measure(opts: Options, note, client, label: str = "dispatch") -> Outcome:
         ),
     ]
     if opts.floor_jobs and out.messages:  # also after a timeout: what this machine did meanwhile
+        common.checkpoint()  # nor does the spike's WAL bring one on in the floor
+        wal_before = common.wal_position()
         out.floor = floor(tenant_ids, min(opts.jobs, opts.floor_jobs), opts.batch_size, spike, client)
+        out.floor_wal_bytes = common.wal_since(wal_before)
         note(f"floor: {out.floor[0]} fires in {out.floor[1]:.2f}s")
     return out
 
@@ -448,6 +462,12 @@ def report(out_write, opts: Options, out: Outcome, broker: str) -> bool:
             common.num(out.machine_busy * 100 if out.machine_busy is not None else None) + "%",
             "",
             "",
+        ),
+        (
+            "WAL written, MB: the spike, the floor",
+            common.num(out.wal_bytes / 1e6 if out.wal_bytes is not None else None),
+            common.num(out.floor_wal_bytes / 1e6 if out.floor_wal_bytes is not None else None),
+            "each begun after a CHECKPOINT" if out.checkpointed else "no CHECKPOINT before (the role may not)",
         ),
     ]
     if out.floor:

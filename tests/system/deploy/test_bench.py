@@ -46,6 +46,11 @@ def test_bench_dispatch_runs_and_its_checks_pass_round_after_round():
     assert done.stdout.count("runs in ledger == N, all queued") == 2
     assert done.stdout.count("every run's fire time is the spike S") == 2
     assert done.stdout.count("floor: essential writes") == 2
+    # Both phases of each round began after a CHECKPOINT (the suite's role may) and wrote WAL.
+    wal = re.findall(
+        r"WAL written, MB: the spike, the floor +([\d,]+) +([\d,]+) +each begun after a CHECKPOINT", done.stdout
+    )
+    assert len(wal) == 2, done.stdout
     assert re.search(r"median fires/s [\d,]+  \(rounds: [\d,]+, [\d,]+\)", done.stdout), done.stdout
     assert re.search(r"cronfleet / floor: median \d+%  \(rounds: \d+%, \d+%; lowest \d+%\)", done.stdout), done.stdout
 
