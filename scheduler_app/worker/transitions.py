@@ -255,11 +255,11 @@ def start_run(run_id: int, attempt: int, *, worker: str, task_id: str = "") -> S
 
 def _started(row: tuple, worker: str, alias: str, tenants: dict[int, Tenant]) -> Started:
     run_id, attempt, job_id, tenant_id, scheduled_at, enqueued_at, started_at, trigger, parent, slug, *values = row
-    job_values = values[len(TENANT_COLUMNS) :]
+    tenant_values, job_values = values[: len(TENANT_COLUMNS)], values[len(TENANT_COLUMNS) :]
     tenant = tenants.get(tenant_id)
     if tenant is None:
         tenant = tenants[tenant_id] = loaded(
-            Tenant, alias, {"id": tenant_id, "slug": slug, **dict(zip(TENANT_COLUMNS, values, strict=False))}
+            Tenant, alias, {"id": tenant_id, "slug": slug, **dict(zip(TENANT_COLUMNS, tenant_values, strict=True))}
         )
     job = loaded(
         Job,
